@@ -1,0 +1,1 @@
+"""Reference decode loops: greedy, sampling and NEXTN speculative decoding, in plain Python."""

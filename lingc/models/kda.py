@@ -1,0 +1,83 @@
+"""KDA attention layer (Kimi Delta Attention, Ling-3 variant) over the static cache.
+
+Ling-3 specifics: full-rank f_proj and g_proj (no_kda_lora), separate q/k/v depthwise convs
+(kernel 4, fp32 weights, no bias), the bounded gate with lower_bound -5, q and k L2-normalised per
+head with q scaled by 1/sqrt(head_dim), per-head gated RMSNorm on the output. The math lives in
+kda_math.py; this module wires projections, cache reads and the in-place cache writes, which stay
+visible to graph capture as `copy_` mutations of the cache tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from .cache import Ling3Cache
+from .config import Ling3Config
+from .kda_math import gated_head_rmsnorm, kda_chunked, kda_gate, kda_recurrent, l2norm, short_conv
+from .layers import Linear, empty_param
+
+# Up to this many tokens the recurrence runs token by token, so every position's post-state is a
+# value in the graph (the relay's stage/commit stages them); longer inputs use the chunked form.
+RECURRENT_MAX_T = 16
+
+
+class KDAAttention(nn.Module):
+    def __init__(self, cfg: Ling3Config, layer_id: int, cache_index: int):
+        super().__init__()
+        dt = cfg.dtype
+        self.layer_id, self.cache_index = layer_id, cache_index
+        self.num_heads, self.head_dim = cfg.num_attention_heads, cfg.head_dim
+        self.lower_bound = cfg.kda_lower_bound
+        self.eps = cfg.rms_norm_eps
+        hid, d = cfg.hidden_size, cfg.kda_dim
+        W = cfg.short_conv_kernel_size
+        self.q_proj, self.k_proj, self.v_proj = Linear(hid, d, dt), Linear(hid, d, dt), Linear(hid, d, dt)
+        self.f_proj, self.g_proj = Linear(hid, d, dt), Linear(hid, d, dt)
+        self.b_proj = Linear(hid, self.num_heads, dt)
+        self.o_proj = Linear(d, hid, dt)
+        self.q_conv1d, self.k_conv1d, self.v_conv1d = (_Conv(d, W) for _ in range(3))
+        self.A_log = empty_param(self.num_heads, dtype=torch.float32)
+        self.dt_bias = empty_param(d, dtype=torch.float32)
+        self.o_norm = _Weight(self.head_dim, dt)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: Ling3Cache,
+                slot: int = 0) -> torch.Tensor:
+        T = x.shape[0]
+        H, K = self.num_heads, self.head_dim
+        state = cache.state[self.cache_index]
+        conv = cache.conv[self.cache_index]
+        windows = []
+        qkv = []
+        for i, (proj, c) in enumerate(((self.q_proj, self.q_conv1d), (self.k_proj, self.k_conv1d),
+                                       (self.v_proj, self.v_conv1d))):
+            y, win = short_conv(proj(x), conv[slot, i], c.weight.squeeze(1))
+            qkv.append(y.view(T, H, K))
+            windows.append(win)
+        q, k, v = qkv
+        q = l2norm(q) * (K ** -0.5)
+        k = l2norm(k)
+        g = kda_gate(self.f_proj(x).view(T, H, K), self.A_log, self.dt_bias, self.lower_bound)
+        beta = torch.sigmoid(self.b_proj(x).float())
+        if T <= RECURRENT_MAX_T:
+            o, S = kda_recurrent(q, k, v, g, beta, state[slot])
+        else:
+            o, S = kda_chunked(q, k, v, g, beta, state[slot])
+        state[slot].copy_(S)
+        conv[slot].copy_(torch.stack(windows, 0))
+        o = gated_head_rmsnorm(o, self.o_norm.weight, self.g_proj(x).view(T, H, K), self.eps)
+        return self.o_proj(o.reshape(T, H * K).to(x.dtype))
+
+
+class _Conv(nn.Module):
+    """Holds a depthwise Conv1d weight [D, 1, W] under the checkpoint's name (`*_conv1d.weight`)."""
+
+    def __init__(self, dim: int, width: int):
+        super().__init__()
+        self.weight = empty_param(dim, 1, width, dtype=torch.float32)
+
+
+class _Weight(nn.Module):
+    def __init__(self, dim: int, dtype: torch.dtype):
+        super().__init__()
+        self.weight = empty_param(dim, dtype=dtype)

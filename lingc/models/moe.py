@@ -1,0 +1,127 @@
+"""Ling-3 MLPs: the dense SwiGLU MLP, the grouped sigmoid router, and the MoE with gathered experts.
+
+Router (per token, noaux_tc): s = sigmoid(gate(x)); c = s + expert_bias is used for SELECTION only;
+c splits into n_group groups, a group scores the sum of its top-2; the best topk_group groups are
+kept; the top-k experts of those are chosen; weights are s at the chosen experts, renormalised to
+sum 1 (norm_topk_prob), times routed_scaling_factor. The shared expert is added unscaled.
+
+Experts are stored stacked per layer, `experts.w13` [E, 2I, H] (gate rows then up rows) and
+`experts.w2` [E, H, I], so the routed computation is a gather + batched matmul with no Python loop
+over experts (the checkpoint loader maps `experts.{e}.{gate,up,down}_proj` in and out). Long inputs
+are processed MOE_CHUNK tokens at a time so a prefill never gathers thousands of experts at once.
+
+SwiGLU with clamp limit L > 0: min(silu(gate), L) * clamp(up, -L, L); L == 0 means no clamp.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .config import Ling3Config
+from .layers import Linear, empty_param
+
+MOE_CHUNK = 16
+
+
+def swiglu(gate: torch.Tensor, up: torch.Tensor, limit: float) -> torch.Tensor:
+    """silu(gate) * up in fp32 (clamped when limit > 0), rounded once to gate's dtype."""
+    a = F.silu(gate.float())
+    u = up.float()
+    if limit > 0:
+        a = a.clamp(max=limit)
+        u = u.clamp(-limit, limit)
+    return (a * u).to(gate.dtype)
+
+
+class SwiGLUMLP(nn.Module):
+    """down(swiglu(gate(x), up(x))): the dense layers' MLP and the shared expert."""
+
+    def __init__(self, hidden: int, inter: int, dtype: torch.dtype, limit: float = 0.0):
+        super().__init__()
+        self.limit = limit
+        self.gate_proj, self.up_proj = Linear(hidden, inter, dtype), Linear(hidden, inter, dtype)
+        self.down_proj = Linear(inter, hidden, dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x), self.limit))
+
+
+class Router(nn.Module):
+    def __init__(self, cfg: Ling3Config):
+        super().__init__()
+        self.cfg = cfg
+        self.weight = empty_param(cfg.num_experts, cfg.hidden_size, dtype=cfg.dtype)
+        self.expert_bias = empty_param(cfg.num_experts, dtype=torch.float32)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        if self.cfg.router_dtype == "fp32":
+            return F.linear(x.float(), self.weight.float())
+        return F.linear(x, self.weight).float()
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns (topk_ids [T, k] int64, topk_weights [T, k] fp32)."""
+        return grouped_topk(torch.sigmoid(self.logits(x)), self.expert_bias, self.cfg)
+
+
+def grouped_topk(scores: torch.Tensor, bias: torch.Tensor, cfg: Ling3Config):
+    """Grouped top-k selection on biased scores; weights from the unbiased scores.
+
+    Tie order is torch.topk's; lingc's router kernel documents and tests its own against this.
+    """
+    T, E = scores.shape
+    choice = scores + bias.float()
+    groups = choice.view(T, cfg.n_group, E // cfg.n_group)
+    group_score = groups.topk(2, dim=-1).values.sum(-1)                         # [T, n_group]
+    keep = group_score.topk(cfg.topk_group, dim=-1).indices                      # [T, topk_group]
+    group_mask = torch.zeros_like(group_score, dtype=torch.bool).scatter_(1, keep, True)
+    masked = groups.masked_fill(~group_mask[..., None], float("-inf")).view(T, E)
+    ids = masked.topk(cfg.num_experts_per_tok, dim=-1).indices
+    w = scores.gather(1, ids)
+    if cfg.norm_topk_prob:
+        w = w / w.sum(-1, keepdim=True)
+    return ids, w * cfg.routed_scaling_factor
+
+
+class Experts(nn.Module):
+    def __init__(self, cfg: Ling3Config, limit: float):
+        super().__init__()
+        E, H, I = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size
+        self.inter, self.limit = I, limit
+        self.w13 = empty_param(E, 2 * I, H, dtype=cfg.dtype)
+        self.w2 = empty_param(E, H, I, dtype=cfg.dtype)
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """sum_j weights[t, j] * expert_{ids[t, j]}(x[t]), summed in slot order in fp32."""
+        T, k = ids.shape
+        flat = ids.reshape(-1)
+        xs = x.repeat_interleave(k, dim=0).unsqueeze(-1)                        # [T*k, H, 1]
+        h = torch.bmm(self.w13[flat], xs).squeeze(-1)                           # [T*k, 2I]
+        a = swiglu(h[:, :self.inter], h[:, self.inter:], self.limit)
+        y = torch.bmm(self.w2[flat], a.unsqueeze(-1)).squeeze(-1).view(T, k, -1).float()
+        out = y[:, 0] * weights[:, 0:1]
+        for j in range(1, k):
+            out = out + y[:, j] * weights[:, j:j + 1]
+        return out
+
+
+class MoE(nn.Module):
+    def __init__(self, cfg: Ling3Config, layer_id: int):
+        super().__init__()
+        self.gate = Router(cfg)
+        self.experts = Experts(cfg, cfg.expert_limit(layer_id))
+        self.shared_experts = (SwiGLUMLP(cfg.hidden_size, cfg.moe_shared_expert_intermediate_size,
+                                         cfg.dtype, cfg.shared_limit(layer_id))
+                               if cfg.num_shared_experts else None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        outs = [self._forward(x[i:i + MOE_CHUNK]) for i in range(0, x.shape[0], MOE_CHUNK)]
+        return outs[0] if len(outs) == 1 else torch.cat(outs, 0)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        ids, w = self.gate(x)
+        y = self.experts(x, ids, w)
+        if self.shared_experts is not None:
+            y = y + self.shared_experts(x).float()
+        return y.to(x.dtype)

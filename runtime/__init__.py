@@ -1,0 +1,1 @@
+"""lingc.runtime: Triton kernels (each with a plain-PyTorch reference), the relay, state pools."""
