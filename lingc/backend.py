@@ -1,0 +1,141 @@
+"""The `lingc` torch.compile backend.
+
+    torch.compile(model, backend="lingc", fullgraph=True, dynamic=False, options={...})
+
+Registered through the `torch_dynamo_backends` entry point, so no import of lingc is needed.
+Pipeline per Dynamo graph (design.md):
+1. AOT capture to a functionalised ATen inference graph (parameters, buffers and caches are
+   placeholders; cache and state writes stay in the graph as explicit copy_ ops), decomposed with
+   Inductor's own table so the leftovers are exactly what Inductor expects;
+2. lingc's passes, in order, on that graph (pass_manager.py), with dumps and optional verification;
+3. what no pass claimed is compiled by Inductor (its CUDA graphs off: lingc captures), or run as
+   plain ATen ops with `inductor=False`.
+Every compiled graph leaves a `CompileReport` in `compile_reports` (summary, kernel table).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+
+from . import compat
+from .dump import GraphDump, format_summary
+from .kernel_table import KernelTable, build_kernel_table
+from .options import LingcOptions
+from .pass_manager import PassContext, PassManager, PassStats
+
+log = logging.getLogger("lingc")
+
+
+@dataclass
+class CompileReport:
+    role: str
+    stats: list[PassStats]
+    kernels: KernelTable
+    dump_dir: str | None
+    input_shapes: list[str]
+
+    def format(self) -> str:
+        return format_summary(self.stats, self.role) + "\nkernel table\n" + self.kernels.format()
+
+
+compile_reports: list[CompileReport] = []
+
+
+class RecompileError(RuntimeError):
+    """Raised under fail_on_recompile when a graph that already exists is compiled again."""
+
+
+class _RecompileWatch:
+    """A recompile, for lingc, is a second compile of the same frame with the same input shapes
+    (lingc's contract is one graph per role and shape; a new shape, e.g. T=6 after T=1, is a new
+    graph). The reasons come from Dynamo's guard-failure record; each cause warns once."""
+
+    def __init__(self) -> None:
+        self.seen: set[tuple] = set()
+        self.reasons_seen = 0
+        self.warned: set[str] = set()
+
+    def check(self, example_inputs: Sequence[Any], opts: LingcOptions) -> None:
+        frame_id, _ = compat.current_frame_compile_id()
+        reasons = compat.guard_failure_reasons()
+        new_reasons, self.reasons_seen = reasons[self.reasons_seen:], len(reasons)
+        sig = (frame_id, opts.role, tuple(
+            (tuple(x.shape), x.dtype, str(x.device)) if isinstance(x, torch.Tensor) else type(x).__name__
+            for x in example_inputs))
+        if sig not in self.seen:
+            self.seen.add(sig)
+            return
+        cause = "; ".join(new_reasons) or "unknown guard failure (run with TORCH_LOGS=recompiles)"
+        msg = (f"lingc: frame {frame_id} (role {opts.role}) is being recompiled for inputs it was "
+               f"already compiled for, because: {cause}. Pass changing values as device tensors, "
+               f"not Python numbers or new objects.")
+        if opts.fail_on_recompile:
+            raise RecompileError(msg)
+        if cause not in self.warned:
+            self.warned.add(cause)
+            warnings.warn(msg, stacklevel=2)
+
+
+_watch = _RecompileWatch()
+
+
+class GraphCompiler:
+    """The AOT forward compiler for one Dynamo graph: passes, dumps, then Inductor or ATen."""
+
+    def __init__(self, opts: LingcOptions, real_inputs: list[Any]):
+        self.opts = opts
+        self.real_inputs = real_inputs
+
+    def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        real = self.real_inputs if len(self.real_inputs) == len(placeholders) else None
+        if real is None and self.opts.verify:
+            warnings.warn("lingc verify: the AOT graph's inputs do not map one to one onto Dynamo's "
+                          "(aliased inputs?); verification is skipped for this graph")
+        ctx = PassContext(self.opts, real)
+        dump = GraphDump(self.opts.dump_dir, self.opts.role) if self.opts.dump_dir else None
+        if dump is not None:
+            dump.graph("00-captured", gm)
+        stats = PassManager(ctx).run(gm, dump)
+        if dump is not None:
+            dump.graph("99-final", gm)
+        source = None
+        if self.opts.inductor:
+            compiled = compat.inductor_compile(gm, example_inputs)
+            source = getattr(compiled, "source_code", None)
+        else:
+            from functorch.compile import make_boxed_func
+            compiled = make_boxed_func(gm.forward)
+        table = build_kernel_table(gm, self.opts.inductor, source)
+        shapes = [str(list(x.shape)) for x in example_inputs if isinstance(x, torch.Tensor)][:4]
+        report = CompileReport(self.opts.role, stats, table, str(dump.dir) if dump else None, shapes)
+        compile_reports.append(report)
+        if dump is not None:
+            dump.summary(stats, table, {"inductor": self.opts.inductor})
+        log.info("lingc compiled a %s graph:\n%s", self.opts.role, report.format())
+        if self.opts.print_summary:
+            sys.stderr.write(report.format())
+        return compiled
+
+
+def lingc_backend(gm: fx.GraphModule, example_inputs: list[Any],
+                  options: dict[str, Any] | None = None, **unused: Any) -> Callable:
+    """Dynamo backend entry point (see the module docstring)."""
+    if unused:
+        raise ValueError(f"lingc: unexpected backend arguments {sorted(unused)}; pass settings "
+                         f"as options={{...}}")
+    opts = LingcOptions.from_user(options)
+    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
+                                       for x in example_inputs):
+        raise ValueError("lingc compiles inference graphs only: an input requires grad. Call the "
+                         "model under torch.no_grad() or model.requires_grad_(False)")
+    _watch.check(example_inputs, opts)
+    compiler = GraphCompiler(opts, list(example_inputs))
+    return compat.aot_inference_backend(compiler, compat.decomposition_table())(gm, example_inputs)

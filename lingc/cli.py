@@ -1,0 +1,131 @@
+"""`python -m lingc ...`: the main job (`run`) and the compiler's window (`explain`).
+
+    python -m lingc run --preset tiny         build, compile with lingc, generate, compare with eager
+    python -m lingc explain --preset tiny --t 6   pass summary and kernel table, no benchmark
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import torch
+
+from .models import Ling3Cache, PRESETS, build_model, preset
+
+
+def _device(name: str | None) -> torch.device:
+    if name:
+        return torch.device(name)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def compile_step(model, role: str = "decode", **options):
+    """The model's forward compiled with lingc as one static-shape graph per T."""
+    return torch.compile(model, backend="lingc", fullgraph=True, dynamic=False,
+                         options={"role": role, **options})
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from .backend import compile_reports
+
+    dev = _device(args.device)
+    cfg = preset(args.preset)
+    model = build_model(cfg, device=dev, seed=0)
+    cache = Ling3Cache.allocate(cfg, args.context + args.t, device=dev)
+    opts = {"inductor": args.inductor}
+    if args.dump_dir:
+        opts["dump_dir"] = args.dump_dir
+    step = compile_step(model, "verify" if args.t > 1 else "decode", **opts)
+    ids = torch.randint(0, cfg.vocab_size, (args.t,), device=dev)
+    pos = torch.arange(args.context, args.context + args.t, device=dev)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        step(ids, pos, cache)
+    print(f"lingc explain: preset {args.preset}, T={args.t}, device {dev}, "
+          f"inductor={args.inductor}, compiled in {time.perf_counter() - t0:.1f} s\n")
+    print(compile_reports[-1].format())
+    if args.dump_dir:
+        print(f"dumps in {compile_reports[-1].dump_dir}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .backend import compile_reports
+    from .decoding.reference import greedy_generate, speculative_generate
+
+    dev = _device(args.device)
+    cfg = preset(args.preset)
+    print(f"lingc: building {args.preset} with random weights on {dev}")
+    model = build_model(cfg, device=dev, seed=args.seed)
+    gen = torch.Generator().manual_seed(args.seed)
+    prompt = torch.randint(0, cfg.vocab_size, (args.prompt_len,), generator=gen).tolist()
+
+    t0 = time.perf_counter()
+    eager = greedy_generate(model, prompt, args.new_tokens, eos_token_id=None)
+    t_eager = time.perf_counter() - t0
+
+    step = compile_step(model, "decode", inductor=args.inductor)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        warm = Ling3Cache.allocate(cfg, 2, device=dev)
+        step(torch.tensor([1], device=dev), torch.tensor([0], device=dev), warm)
+    t_compile = time.perf_counter() - t0
+    print(compile_reports[-1].format())
+
+    t0 = time.perf_counter()
+    compiled = _greedy_with_step(model, step, prompt, args.new_tokens, dev)
+    t_compiled = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    spec = speculative_generate(model, prompt, args.new_tokens, eos_token_id=None)
+    t_spec = time.perf_counter() - t0
+
+    print(f"prompt: {args.prompt_len} random tokens; {args.new_tokens} new tokens, greedy")
+    print(f"  eager            {t_eager:7.2f} s   {eager[:12]} ...")
+    print(f"  lingc compiled   {t_compiled:7.2f} s   (+{t_compile:.1f} s compile)   "
+          f"tokens {'identical' if compiled == eager else 'DIFFER'}")
+    print(f"  eager NEXTN spec {t_spec:7.2f} s   accept length {spec.mean_accept:.2f} per step, "
+          f"tokens {'identical' if spec.tokens == eager else 'DIFFER'}"
+          + ("  (random weights: the draft rarely agrees)" if args.seed is not None else ""))
+    return 0 if compiled == eager and spec.tokens == eager else 1
+
+
+@torch.no_grad()
+def _greedy_with_step(model, step, prompt, new_tokens, dev) -> list[int]:
+    from .decoding.reference import prefill
+
+    cache = Ling3Cache.allocate(model.config, len(prompt) + new_tokens, device=dev)
+    logits, _ = prefill(model, cache, torch.tensor(prompt, device=dev))
+    out = [int(logits.argmax())]
+    for i in range(new_tokens - 1):
+        pos = torch.tensor([len(prompt) + i], device=dev)
+        lg, _ = step(torch.tensor([out[-1]], device=dev), pos, cache)
+        out.append(int(lg[0].argmax()))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m lingc", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("run", "explain"):
+        p = sub.add_parser(name)
+        p.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
+        p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if present)")
+        p.add_argument("--inductor", action=argparse.BooleanOptionalAction, default=False,
+                       help="compile the leftovers with Inductor (default: run them as ATen ops)")
+    run, explain = sub.choices["run"], sub.choices["explain"]
+    run.add_argument("--prompt-len", type=int, default=24)
+    run.add_argument("--new-tokens", type=int, default=48)
+    run.add_argument("--seed", type=int, default=0)
+    explain.add_argument("--t", type=int, default=1, choices=range(1, 17), metavar="{1..16}",
+                         help="tokens per step: 1 = decode, 6 = chain verify")
+    explain.add_argument("--context", type=int, default=32, help="cache rows before the step")
+    explain.add_argument("--dump-dir", default=None)
+    args = ap.parse_args(argv)
+    return {"run": cmd_run, "explain": cmd_explain}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

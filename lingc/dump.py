@@ -1,0 +1,55 @@
+"""Pass dumps: per compiled graph, a numbered directory with the graph before and after each pass,
+the pass summary (text and summary.json) and the final kernel table.
+
+    <dump_dir>/003-decode/
+        00-captured.txt             the functionalised ATen graph as captured
+        01-swiglu_epilogue.before.txt / .after.txt
+        99-final.txt                what runs (or what Inductor compiles)
+        summary.txt, summary.json   pass | matches | ops before -> after | time, + kernel table
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import torch.fx as fx
+
+from .graph_text import format_graph
+from .kernel_table import KernelTable
+from .pass_manager import PassStats
+
+_counter = itertools.count()
+
+
+def format_summary(stats: list[PassStats], role: str) -> str:
+    lines = [f"lingc pass summary (role {role})",
+             f"{'pass':<20} {'matches':>7}  {'ops before -> after':>20}  {'time ms':>8}  note"]
+    for s in stats:
+        if s.skipped:
+            lines.append(f"{s.name:<20} {'-':>7}  {'-':>20}  {'-':>8}  skipped: {s.skipped}")
+            continue
+        ops = f"{s.ops_before} -> {s.ops_after}"
+        note = "; ".join(s.notes)
+        if s.max_abs_err is not None:
+            note = (note + "; " if note else "") + f"verify: abs {s.max_abs_err:.2e} rel {s.max_rel_err:.2e}"
+        lines.append(f"{s.name:<20} {s.matches:>7}  {ops:>20}  {s.time_ms:>8.1f}  {note}".rstrip())
+    return "\n".join(lines) + "\n"
+
+
+class GraphDump:
+    def __init__(self, root: str, role: str):
+        self.dir = Path(root) / f"{next(_counter):03d}-{role}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.role = role
+
+    def graph(self, name: str, gm: fx.GraphModule) -> None:
+        (self.dir / f"{name}.txt").write_text(format_graph(gm))
+
+    def summary(self, stats: list[PassStats], table: KernelTable, extra: dict) -> None:
+        text = format_summary(stats, self.role) + "\nkernel table\n" + table.format()
+        (self.dir / "summary.txt").write_text(text)
+        (self.dir / "summary.json").write_text(json.dumps(
+            {"role": self.role, "passes": [s.as_dict() for s in stats],
+             "kernels": table.as_dict(), **extra}, indent=2) + "\n")

@@ -1,0 +1,85 @@
+"""The kernel table: what each op of a compiled graph runs as.
+
+Categories:
+- `lingc`       a lingc custom op (`torch.ops.lingc.*`): a hand-written Triton kernel on CUDA
+                (PDL-launched on sm_90), its PyTorch reference on the CPU.
+- `library GEMM` a matmul left to cuBLAS (CUDA) or the CPU BLAS: mm, addmm, bmm, baddbmm.
+- `inductor`    everything else when Inductor compiles the leftovers; the generated kernels are
+                listed by name from Inductor's output code.
+- `aten`        everything else with `inductor=False`: one ATen call per op.
+Views, getitem and in-place epilogue copies are listed as `glue` (no kernel of their own, or a copy
+Inductor folds into the producer).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx as fx
+
+from .graph_text import target_name, val_text
+from .pass_manager import VIEW_OPS
+
+GEMM_OPS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
+            torch.ops.aten.baddbmm.default}
+
+
+@dataclass
+class KernelTable:
+    rows: list[tuple[str, str, int, str]] = field(default_factory=list)  # (category, op, count, shapes)
+    inductor_kernels: list[str] = field(default_factory=list)
+
+    def counts(self) -> Counter:
+        c: Counter = Counter()
+        for cat, _, n, _ in self.rows:
+            c[cat] += n
+        return c
+
+    def as_dict(self) -> dict:
+        return {"rows": [dict(category=c, op=o, count=n, example_shape=s) for c, o, n, s in self.rows],
+                "inductor_kernels": self.inductor_kernels, "counts": dict(self.counts())}
+
+    def format(self) -> str:
+        lines = [f"{'runs as':<13} {'op':<34} {'count':>5}  example output",
+                 f"{'-' * 13} {'-' * 34} {'-' * 5}  {'-' * 20}"]
+        for cat, op, n, shape in self.rows:
+            lines.append(f"{cat:<13} {op:<34} {n:>5}  {shape}")
+        totals = ", ".join(f"{k} {v}" for k, v in sorted(self.counts().items()))
+        lines.append(f"totals: {totals}")
+        if self.inductor_kernels:
+            lines.append(f"Inductor kernels ({len(self.inductor_kernels)}): "
+                         + ", ".join(self.inductor_kernels))
+        return "\n".join(lines) + "\n"
+
+
+def classify(node: fx.Node, inductor: bool) -> str:
+    t = node.target
+    if isinstance(t, torch._ops.OpOverload) and t.namespace == "lingc":
+        return "lingc"
+    if t in GEMM_OPS:
+        return "library GEMM"
+    if t in VIEW_OPS or t is torch.ops.aten.copy_.default or getattr(t, "__name__", "") == "getitem":
+        return "glue"
+    return "inductor" if inductor else "aten"
+
+
+def build_kernel_table(gm: fx.GraphModule, inductor: bool, inductor_source: str | None = None) -> KernelTable:
+    groups: dict[tuple[str, str], list[fx.Node]] = {}
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            groups.setdefault((classify(n, inductor), target_name(n.target)), []).append(n)
+    order = {"lingc": 0, "library GEMM": 1, "inductor": 2, "aten": 2, "glue": 3}
+    rows = sorted(((c, op, len(ns), val_text(ns[0].meta.get("val"))) for (c, op), ns in groups.items()),
+                  key=lambda r: (order[r[0]], -r[2], r[1]))
+    return KernelTable(rows, inductor_kernel_names(inductor_source) if inductor_source else [])
+
+
+_KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.(?:triton|cpp_pybinding|cpp)\(", re.M)
+
+
+def inductor_kernel_names(source: str) -> list[str]:
+    """Names of the kernels Inductor generated (triton_* on CUDA, cpp_fused_* on the CPU)."""
+    return _KERNEL_DEF.findall(source)
