@@ -1,0 +1,56 @@
+"""Shared helpers of the eager-model tests (tiny preset, fp32, CPU).
+
+`tiny_model` builds the random tiny model (deterministic per seed, no progress bar);
+`assert_rel_close` is the shared relative-RMS comparison (helpers.assert_close, which rejects
+NaN/Inf) with a label and a guard against all-zero references; `randomize_cache_` fills a cache
+with random content so tests continue from nonzero recurrent state, conv windows and MLA rows
+rather than from zeros.
+"""
+
+from __future__ import annotations
+
+import torch
+from helpers import assert_close, rel_rms_error
+
+from lingc.models import Ling3Cache, Ling3ForCausalLM, build_model, preset
+
+
+def tiny_model(seed: int = 0, **overrides) -> Ling3ForCausalLM:
+    return build_model(preset("tiny", **overrides), seed=seed, progress=False)
+
+
+def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    return rel_rms_error(actual, expected)
+
+
+def assert_rel_close(actual: torch.Tensor, expected: torch.Tensor, tol: float, what: str = "") -> None:
+    assert expected.numel() and expected.abs().max() > 0, \
+        f"{what}: the reference is all zeros; the comparison proves nothing"
+    try:
+        assert_close(actual, expected, tol)
+    except AssertionError as e:
+        raise AssertionError(f"{what}: {e}") from None
+
+
+def randomize_cache_(cache: Ling3Cache, seed: int = 0, rows: int | None = None) -> Ling3Cache:
+    """Random KDA states and conv windows; random MLA rows 0..rows-1 (all rows when None)."""
+    gen = torch.Generator().manual_seed(seed)
+    for t in cache.state:
+        t.copy_(0.3 * torch.randn(t.shape, generator=gen))
+    for t in cache.conv:
+        t.copy_(torch.randn(t.shape, generator=gen))
+    for t in list(cache.kv) + list(cache.draft_kv):
+        n = t.shape[1] if rows is None else rows
+        t[:, :n].copy_(torch.randn(t[:, :n].shape, generator=gen))
+    return cache
+
+
+def cache_tensors_close(a: Ling3Cache, b: Ling3Cache, tol: float, kv_rows: int | None = None) -> None:
+    """KDA state, conv windows and the MLA rows [0, kv_rows) of two caches agree within tol."""
+    for j, (x, y) in enumerate(zip(a.state, b.state)):
+        assert_rel_close(x, y, tol, f"KDA state {j}")
+    for j, (x, y) in enumerate(zip(a.conv, b.conv)):
+        assert_rel_close(x, y, tol, f"KDA conv window {j}")
+    for j, (x, y) in enumerate(zip(a.kv, b.kv)):
+        n = x.shape[1] if kv_rows is None else kv_rows
+        assert_rel_close(x[:, :n], y[:, :n], tol, f"MLA cache {j}")

@@ -1,0 +1,141 @@
+"""The whole tiny model: decode vs chunked prefill, final-normed hidden, NEXTN draft, fullgraph
+capture (one compile per shape, eager-equal), cache capacity errors."""
+
+import pytest
+import torch
+import torch._dynamo
+import torch._dynamo.testing
+import torch.nn.functional as F
+from model_helpers import assert_rel_close, cache_tensors_close, randomize_cache_, tiny_model
+
+from lingc.decoding.reference import prefill
+from lingc.models import Ling3Cache
+from lingc.models.kda import RECURRENT_MAX_T
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model(seed=5)
+
+
+def test_decode_equals_chunked_prefill(model):
+    torch.manual_seed(0)
+    cfg = model.config
+    N, chunk = 53, 24                       # chunks 24, 24, 5: chunked KDA and MoE, then recurrent
+    assert chunk > RECURRENT_MAX_T and N % chunk
+    tokens = torch.randint(0, cfg.vocab_size, (N,))
+    a, b = Ling3Cache.allocate(cfg, 64), Ling3Cache.allocate(cfg, 64)
+    last_logits, hiddens = prefill(model, a, tokens, chunk=chunk)
+    assert hiddens.shape == (N, cfg.hidden_size)
+    dec_logits, dec_hidden = [], []
+    for t in range(N):
+        lg, h = model(tokens[t:t + 1], torch.tensor([t]), b)
+        dec_logits.append(lg)
+        dec_hidden.append(h)
+    assert_rel_close(last_logits, dec_logits[-1][0], 1e-5, "last logits")
+    assert_rel_close(hiddens, torch.cat(dec_hidden), 1e-5, "hidden states")
+    assert_rel_close(model.lm_head(hiddens), torch.cat(dec_logits), 1e-5, "logits of every position")
+    cache_tensors_close(a, b, 1e-5)
+    assert torch.equal(a.kv[0][:, N:], torch.zeros_like(a.kv[0][:, N:]))   # no rows past the prompt
+    # The greedy continuation agrees too.
+    assert int(last_logits.argmax()) == int(dec_logits[-1][0].argmax())
+
+
+def test_hidden_is_final_normed(model):
+    torch.manual_seed(1)
+    cfg = model.config
+    cache = randomize_cache_(Ling3Cache.allocate(cfg, 32), seed=1, rows=4)
+    ref_cache = cache.clone()
+    ids, pos = torch.randint(0, cfg.vocab_size, (3,)), torch.tensor([4, 5, 6])
+    logits, hidden = model(ids, pos, cache)
+    # Recompute layer by layer and apply model.norm by hand.
+    x = F.embedding(ids, model.model.word_embeddings.weight)
+    for layer in model.target_layers:
+        x = layer(x, pos, ref_cache)
+    w = model.model.norm.weight
+    normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + cfg.rms_norm_eps) * w
+    assert_rel_close(hidden, normed, 1e-6, "hidden")
+    assert not torch.allclose(hidden, x, atol=1e-2)          # not the pre-norm state
+    assert torch.allclose((hidden / w).pow(2).mean(-1), torch.ones(3), atol=1e-3)
+    assert_rel_close(logits, hidden @ model.lm_head.weight.T, 1e-6, "logits = lm_head(hidden)")
+    assert logits.dtype == torch.float32 and logits.shape == (3, cfg.lm_head_size)
+
+
+def test_nextn_draft_writes_only_draft_kv(model):
+    torch.manual_seed(2)
+    cfg = model.config
+    cache = randomize_cache_(Ling3Cache.allocate(cfg, 32), seed=2, rows=5)
+    before = cache.clone()
+    ids, pos = torch.randint(0, cfg.vocab_size, (3,)), torch.tensor([5, 6, 7])
+    target_hidden = torch.randn(3, cfg.hidden_size)
+    logits, dh = model.draft(ids, pos, target_hidden, cache)
+    assert logits.shape == (3, cfg.lm_head_size) and dh.shape == (3, cfg.hidden_size)
+    assert torch.isfinite(logits).all()
+    for name in ("kv", "state", "conv"):
+        for x, y in zip(getattr(cache, name), getattr(before, name)):
+            assert torch.equal(x, y), f"draft wrote the target's {name}"
+    changed = (cache.draft_kv[0][0] != before.draft_kv[0][0]).any(-1).nonzero().flatten().tolist()
+    assert changed == [5, 6, 7]
+    # Draft logits come from the shared lm_head on the draft's final-normed hidden state.
+    assert_rel_close(logits, dh @ model.lm_head.weight.T, 1e-6, "draft logits")
+    # The draft depends on both inputs: the token and the target hidden state.
+    c2 = before.clone()
+    lg2, _ = model.draft(ids, pos, target_hidden + torch.randn_like(target_hidden), c2)
+    assert not torch.allclose(lg2, logits, atol=1e-3)
+
+
+def test_fullgraph_compile_one_graph_per_shape(model):
+    torch.manual_seed(3)
+    cfg = model.config
+    torch._dynamo.reset()
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(model, backend=counter, fullgraph=True)
+    ce = randomize_cache_(Ling3Cache.allocate(cfg, 64), seed=3, rows=8)
+    cc = ce.clone()
+    pos = 8
+    try:
+        for T, steps in ((1, 20), (6, 3)):
+            for step in range(steps):
+                ids = torch.randint(0, cfg.vocab_size, (T,))
+                positions = torch.arange(pos, pos + T)
+                lg_c, h_c = compiled(ids, positions, cc)
+                lg_e, h_e = model(ids, positions, ce)
+                assert_rel_close(lg_c, lg_e, 1e-5, f"logits T={T} step {step}")
+                assert_rel_close(h_c, h_e, 1e-5, f"hidden T={T} step {step}")
+                assert torch.equal(lg_c.argmax(-1), lg_e.argmax(-1))
+                pos += T
+            assert counter.frame_count == (1 if T == 1 else 2), f"recompiled at T={T}"
+        cache_tensors_close(cc, ce, 1e-5)
+    finally:
+        torch._dynamo.reset()
+    assert counter.frame_count == 2
+
+
+def test_prefill_overflow_raises_naming_sizes(model):
+    cfg = model.config
+    cache = Ling3Cache.allocate(cfg, 10)
+    tokens = torch.randint(0, cfg.vocab_size, (17,))
+    with pytest.raises(ValueError, match=r"17.*10|10.*17") as e:
+        prefill(model, cache, tokens)
+    assert "17" in str(e.value) and "10" in str(e.value)
+    # A continuation that runs past the end is caught too.
+    with pytest.raises(ValueError, match="13"):
+        prefill(model, cache, tokens[:5], start=8)
+    with pytest.raises(ValueError, match="empty"):
+        prefill(model, cache, tokens[:0])
+
+
+def test_cache_allocate_limits(model):
+    cfg = model.config
+    with pytest.raises(ValueError, match=str(cfg.max_position_embeddings + 1)):
+        Ling3Cache.allocate(cfg, cfg.max_position_embeddings + 1)
+    with pytest.raises(ValueError, match="max_len=0"):
+        Ling3Cache.allocate(cfg, 0)
+    c = Ling3Cache.allocate(cfg, cfg.max_position_embeddings)
+    assert c.max_len == cfg.max_position_embeddings
+    H, D = cfg.num_attention_heads, cfg.head_dim
+    assert len(c.kv) == len(cfg.mla_layers) and len(c.state) == len(cfg.kda_layers)
+    assert c.kv[0].shape == (1, cfg.max_position_embeddings, cfg.mla_cache_dim)
+    assert c.state[0].shape == (1, H, D, D) and c.state[0].dtype == torch.float32
+    assert c.conv[0].shape == (1, 3, H * D, cfg.short_conv_kernel_size - 1)
+    assert len(c.draft_kv) == 1 and c.draft_kv[0].shape == c.kv[0].shape

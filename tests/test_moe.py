@@ -1,0 +1,203 @@
+"""MoE: grouped sigmoid router vs a per-token Python reference, expert bias, bf16 router, MoE output
+vs a per-token loop over the chosen experts, SwiGLU clamps, chunking by MOE_CHUNK."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from model_helpers import assert_rel_close, tiny_model
+
+from lingc.models.moe import MOE_CHUNK, MoE, grouped_topk, swiglu
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model(seed=3)
+
+
+def moe_layer(model, layer_id) -> MoE:
+    mlp = model.model.layers[layer_id].mlp
+    assert isinstance(mlp, MoE)
+    return mlp
+
+
+def ref_route(s, bias, cfg):
+    """One token: {expert id: weight}. s: unbiased sigmoid scores [E]; bias: expert_bias [E]."""
+    s, c = s.tolist(), (s.double() + bias.double()).tolist()
+    per = len(s) // cfg.n_group
+    group_score = []
+    for gi in range(cfg.n_group):
+        top2 = sorted(c[gi * per:(gi + 1) * per], reverse=True)[:2]
+        group_score.append(top2[0] + top2[1])
+    kept = sorted(range(cfg.n_group), key=lambda gi: -group_score[gi])[:cfg.topk_group]
+    candidates = [e for gi in kept for e in range(gi * per, (gi + 1) * per)]
+    chosen = sorted(candidates, key=lambda e: -c[e])[:cfg.num_experts_per_tok]
+    total = sum(s[e] for e in chosen)
+    return {e: s[e] / total * cfg.routed_scaling_factor for e in chosen}
+
+
+def ref_swiglu(g, u, limit):
+    a = g * torch.sigmoid(g)
+    if limit > 0:
+        a = torch.minimum(a, torch.tensor(limit, dtype=a.dtype))
+        u = u.clamp(-limit, limit)
+    return a * u
+
+
+def ref_moe_token(mlp: MoE, cfg, x):
+    """One token through the chosen experts (checkpoint-layout weights) + the unscaled shared expert."""
+    x = x.double()
+    s = torch.sigmoid(mlp.gate.weight.double() @ x)
+    route = ref_route(s, mlp.gate.expert_bias, cfg)
+    I = cfg.moe_intermediate_size
+    y = torch.zeros_like(x)
+    for e, w in route.items():
+        gate_w, up_w = mlp.experts.w13[e, :I].double(), mlp.experts.w13[e, I:].double()
+        down_w = mlp.experts.w2[e].double()
+        y += w * (down_w @ ref_swiglu(gate_w @ x, up_w @ x, mlp.experts.limit))
+    sh = mlp.shared_experts
+    y += sh.down_proj.weight.double() @ ref_swiglu(sh.gate_proj.weight.double() @ x,
+                                                   sh.up_proj.weight.double() @ x, sh.limit)
+    return y
+
+
+def check_routing(ids, w, s, bias, cfg):
+    assert ids.shape == w.shape == (s.shape[0], cfg.num_experts_per_tok)
+    for t in range(s.shape[0]):
+        ref = ref_route(s[t], bias, cfg)
+        got = dict(zip(ids[t].tolist(), w[t].tolist()))
+        assert set(got) == set(ref), f"token {t}: experts {sorted(got)} != {sorted(ref)}"
+        for e in ref:
+            assert abs(got[e] - ref[e]) < 1e-5, (t, e, got[e], ref[e])
+
+
+def test_router_matches_reference(model):
+    torch.manual_seed(0)
+    cfg = model.config
+    router = moe_layer(model, 3).gate
+    x = torch.randn(48, cfg.hidden_size)
+    ids, w = router(x)
+    s = torch.sigmoid(x.double() @ router.weight.double().T)
+    check_routing(ids, w, s, router.expert_bias, cfg)
+    assert torch.allclose(w.sum(-1), torch.full((48,), cfg.routed_scaling_factor))
+    # Grouping matters: every token's experts lie in at most topk_group groups, and plain top-k
+    # over all experts would pick differently for some tokens.
+    per = cfg.num_experts // cfg.n_group
+    assert all(len(set((ids[t] // per).tolist())) <= cfg.topk_group for t in range(48))
+    plain = (s + router.expert_bias.double()).topk(cfg.num_experts_per_tok, -1).indices
+    assert any(set(plain[t].tolist()) != set(ids[t].tolist()) for t in range(48))
+
+
+def test_bias_selects_but_does_not_weight(model):
+    torch.manual_seed(1)
+    cfg = model.config
+    s = torch.sigmoid(torch.randn(1, cfg.num_experts))
+    zero = torch.zeros(cfg.num_experts)
+    ids0, w0 = grouped_topk(s, zero, cfg)
+    out = [e for e in range(cfg.num_experts) if e not in ids0[0].tolist()]
+    bias = zero.clone()
+    bias[out[0]] = 2.0                       # a boost that puts an unchosen expert in the top-k
+    ids1, w1 = grouped_topk(s, bias, cfg)
+    assert out[0] in ids1[0].tolist() and set(ids1[0].tolist()) != set(ids0[0].tolist())
+    check_routing(ids1, w1, s.double(), bias, cfg)
+    # Weights are the UNBIASED scores at the chosen experts, renormalised, times the scale.
+    expect = s[0, ids1[0]] / s[0, ids1[0]].sum() * cfg.routed_scaling_factor
+    assert torch.allclose(w1[0], expect, atol=1e-6)
+    biased = (s + bias)[0, ids1[0]]
+    assert not torch.allclose(w1[0], biased / biased.sum() * cfg.routed_scaling_factor, atol=1e-3)
+    # Through the Router module too: same x, different bias, different selection.
+    router = moe_layer(model, 2).gate
+    x = torch.randn(1, cfg.hidden_size)
+    ids_a, _ = router(x)
+    saved = router.expert_bias.clone()
+    try:
+        unchosen = [e for e in range(cfg.num_experts) if e not in ids_a[0].tolist()][0]
+        router.expert_bias[unchosen] += 3.0
+        ids_b, w_b = router(x)
+        assert unchosen in ids_b[0].tolist()
+        sx = torch.sigmoid(router.logits(x))[0, ids_b[0]]
+        assert torch.allclose(w_b[0], sx / sx.sum() * cfg.routed_scaling_factor, atol=1e-6)
+    finally:
+        router.expert_bias.copy_(saved)
+
+
+def test_bf16_router_runs():
+    torch.manual_seed(2)
+    m32 = tiny_model(seed=4)
+    # router_dtype bf16 on an fp32 model is the fp32 GEMM (the weight dtype): identical routing.
+    m16r = tiny_model(seed=4, router_dtype="bf16")
+    x = torch.randn(8, m32.config.hidden_size)
+    a, b = moe_layer(m32, 2).gate(x), moe_layer(m16r, 2).gate(x)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    # A bf16 model with the bf16 router: bf16 GEMM, fp32 scores and weights, a valid routing.
+    from lingc.models import build_model, preset
+    mb = build_model(preset("tiny", router_dtype="bf16"), dtype=torch.bfloat16, seed=4, progress=False)
+    mlp = moe_layer(mb, 2)
+    xb = x.bfloat16()
+    logits = mlp.gate.logits(xb)
+    assert logits.dtype == torch.float32
+    assert_rel_close(logits, F.linear(xb.float(), mlp.gate.weight.float()), 2e-2, "bf16 router logits")
+    ids, w = mlp.gate(xb)
+    assert w.dtype == torch.float32 and ids.dtype == torch.int64
+    assert torch.allclose(w.sum(-1), torch.full((8,), mb.config.routed_scaling_factor), atol=1e-5)
+    y = mlp(xb)
+    assert y.dtype == torch.bfloat16 and torch.isfinite(y).all()
+
+
+@pytest.mark.parametrize("layer_id", [1, 4, 5, 6])
+def test_moe_matches_per_token_loop(model, layer_id):
+    torch.manual_seed(layer_id)
+    cfg = model.config
+    mlp = moe_layer(model, layer_id)
+    assert mlp.experts.limit == cfg.expert_limit(layer_id)
+    assert mlp.shared_experts.limit == cfg.shared_limit(layer_id)
+    x = torch.randn(7, cfg.hidden_size)
+    y = mlp(x)
+    expect = torch.stack([ref_moe_token(mlp, cfg, x[t]) for t in range(7)])
+    assert_rel_close(y, expect, 1e-5, f"MoE layer {layer_id}")
+
+
+def test_clamps_bite_in_tiny_model(model):
+    """The tiny preset's clamped layers do clamp on ordinary activations (the feature is exercised)."""
+    torch.manual_seed(6)
+    cfg = model.config
+    mlp = moe_layer(model, 5)
+    assert mlp.experts.limit > 0 and mlp.shared_experts.limit > 0
+    x = torch.randn(16, cfg.hidden_size)
+    y = mlp(x)
+    limits = (mlp.experts.limit, mlp.shared_experts.limit)
+    try:
+        mlp.experts.limit = mlp.shared_experts.limit = 0.0
+        y_free = mlp(x)
+    finally:
+        mlp.experts.limit, mlp.shared_experts.limit = limits
+    assert (y - y_free).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("limit", [0.2, 0.6, 4.0])
+def test_swiglu_clamp(limit):
+    torch.manual_seed(7)
+    g, u = torch.randn(4096) * 6, torch.randn(4096) * 6
+    got = swiglu(g, u, limit)
+    free = swiglu(g, u, 0.0)
+    assert torch.allclose(free, F.silu(g) * u, atol=1e-6)
+    assert (got - free).abs().max() > 0.1, "the clamp must change large inputs"
+    expect = torch.minimum(F.silu(g), torch.tensor(limit)) * u.clamp(-limit, limit)
+    assert torch.allclose(got, expect, atol=1e-6)
+    # silu is bounded below by -0.278: a limit under that must not clamp the negative side.
+    if limit < 0.278:
+        neg = (F.silu(g) < -limit) & (u.abs() < limit)
+        assert neg.any() and torch.allclose(got[neg], F.silu(g[neg]) * u[neg], atol=1e-6)
+
+
+def test_moe_chunked_equals_per_token(model):
+    torch.manual_seed(8)
+    cfg = model.config
+    mlp = moe_layer(model, 4)
+    T = 40
+    assert T > 2 * MOE_CHUNK and T % MOE_CHUNK
+    x = torch.randn(T, cfg.hidden_size)
+    y = mlp(x)
+    per_token = torch.cat([mlp(x[t:t + 1]) for t in range(T)])
+    assert_rel_close(y, per_token, 1e-6, "chunked MoE vs per token")
+    expect = torch.stack([ref_moe_token(mlp, cfg, x[t]) for t in (0, 17, 33, 39)])
+    assert_rel_close(y[[0, 17, 33, 39]], expect, 1e-5, "chunked MoE vs reference")
