@@ -200,10 +200,6 @@ def test_capacity_and_arguments(model, prompt):
         speculative_generate(model, prompt, 8, eos_token_id=None, drafter=lambda n, x, o: [1, 2])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "max_new_tokens=0 returns one token: sample_generate appends before checking _done "
-    "(lingc/decoding/reference.py:118) and speculative_generate starts from "
-    "out=[argmax] (line 188); expected [] or a ValueError"))
 @pytest.mark.parametrize("loop", ["greedy", "speculative"])
 def test_zero_new_tokens(model, prompt, loop):
     try:

@@ -86,6 +86,11 @@ def draft_prefill(model: Ling3ForCausalLM, cache: Ling3Cache, next_tokens: torch
     return lg[-1], dh[-1:]
 
 
+def _check_new_tokens(max_new_tokens: int) -> None:
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens={max_new_tokens}: generation needs at least 1 new token")
+
+
 def _done(out: list[int], eos: int | None, stop: set[int], max_new: int) -> bool:
     return len(out) >= max_new or (bool(out) and (out[-1] == eos or out[-1] in stop))
 
@@ -105,6 +110,7 @@ def sample_generate(model: Ling3ForCausalLM, prompt: Sequence[int] | torch.Tenso
                     seed: int = 0, eos_token_id: int | None = -1, stop_token_ids: Sequence[int] = (),
                     cache: Ling3Cache | None = None) -> list[int]:
     """Temperature / nucleus sampling without speculation (temperature 0 = greedy)."""
+    _check_new_tokens(max_new_tokens)
     dev = _dev(model)
     eos = model.config.eos_token_id if eos_token_id == -1 else eos_token_id
     tokens = _ids(prompt, dev)
@@ -173,6 +179,7 @@ def speculative_generate(model: Ling3ForCausalLM, prompt: Sequence[int] | torch.
     Its output equals greedy_generate's token for token (up to argmax near-ties between the T=1
     and T=steps+1 forwards, which lingc's batch-invariant kernels rule out).
     """
+    _check_new_tokens(max_new_tokens)
     if not 1 <= steps <= 15:
         raise ValueError(f"steps={steps}: the chain of steps + 1 tokens must fit the recurrent "
                          "form (1 <= steps <= 15)")

@@ -133,6 +133,10 @@ class Ling3Config:
             if not cond:
                 raise ValueError(f"Ling3Config: {msg}")
 
+        need(self.layer_group_size >= 1, f"layer_group_size={self.layer_group_size} must be >= 1")
+        for name in ("rope_interleave", "kda_safe_gate", "no_kda_lora"):
+            need(getattr(self, name) is True, f"{name}={getattr(self, name)}: only the Ling-3 "
+                 f"setting ({name}=true) is implemented")
         need(self.q_lora_rank is None, f"q_lora_rank={self.q_lora_rank}: only direct-q MLA "
              "(q_lora_rank null, as Ling-3.0-flash) is supported")
         need(self.num_experts % self.n_group == 0,
@@ -170,8 +174,15 @@ class Ling3Config:
                              f"{MODEL_TYPE!r} (BailingMoeV3) checkpoints only")
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
-        if "rope_theta" not in d and isinstance(d.get("rope_parameters"), dict):
-            kw["rope_theta"] = d["rope_parameters"].get("rope_theta", cls.rope_theta)
+        rope = d.get("rope_parameters") if isinstance(d.get("rope_parameters"), dict) else {}
+        scaling = d.get("rope_scaling") or {}
+        for spec in (rope, scaling):
+            kind = spec.get("rope_type", spec.get("type", "default"))
+            if kind not in ("default", "rope"):
+                raise ValueError(f"config.json asks for rope_type={kind!r}; lingc implements plain "
+                                 "(unscaled) RoPE only, as the Ling-3.0-flash checkpoint ships")
+        if "rope_theta" not in d and "rope_theta" in rope:
+            kw["rope_theta"] = rope["rope_theta"]
         if "num_experts" not in d and "n_routed_experts" in d:
             kw["num_experts"] = d["n_routed_experts"]
         for key in ("expert_swiglu_limit_list", "share_expert_swiglu_limit_list"):
