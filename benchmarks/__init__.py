@@ -1,0 +1,1 @@
+"""lingc benchmarks; run from the repo root as ``python -m benchmarks.<name>``."""

@@ -1,0 +1,84 @@
+"""Programmatic Dependent Launch (PDL) helpers shared by every lingc Triton kernel.
+
+What PDL buys: a kernel launched with ``launch_pdl=True`` may start while the kernel before it
+on the stream is still finishing. Its CTAs can issue loads that do not depend on the previous
+kernel (weights) and then block in ``gdc_wait()`` until the previous kernel has completed and its
+writes are visible. Inside a CUDA graph the launch attribute becomes a programmatic edge, so the
+per-kernel boundary of a decode step shrinks (notes: compile-backends-notes.md, section 3).
+
+The rule every lingc kernel follows (the kernel takes ``USE_GDC: tl.constexpr``):
+
+1. Loads of producer-independent data (weights, constants) may be issued before the wait;
+   that is where the gain comes from.
+2. ``pdl_wait(USE_GDC)`` comes before the first read of anything a previous kernel may have
+   written (activations, caches, state, workspaces) AND before the first write to global memory:
+   the previous kernel may still be reading the buffer this kernel is about to overwrite.
+3. ``pdl_launch_dependents(USE_GDC)`` comes after the wait; lingc kernels call it right after.
+   It only lets the next kernel's CTAs be scheduled early (once every CTA of this grid has
+   called it, so they never take a slot this grid still needs); the next kernel's own wait
+   still blocks until this kernel has fully completed, so the placement affects speed, never
+   results.
+
+Host side: launch with ``**launch_kwargs(device)`` and pass ``USE_GDC=pdl_supported(device)``.
+The two must agree: a kernel launched with ``launch_pdl=True`` but without the wait would race
+with its producer.
+
+Why the constexpr guard: the Triton interpreter (``TRITON_INTERPRET=1``, our CPU test mode)
+raises on the gdc intrinsics, so ``USE_GDC`` must be False there and the branch is compiled out.
+The interpreter silently ignores ``launch_pdl``, but lingc never passes it there either, so the
+launch code reads the same on every target.
+"""
+import functools
+import os
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+__all__ = ["interpreting", "pdl_supported", "launch_kwargs", "pdl_wait", "pdl_launch_dependents"]
+
+
+def interpreting() -> bool:
+    """True when Triton kernels run in the CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@functools.lru_cache(maxsize=None)
+def _capability_major(index: int) -> int:
+    return torch.cuda.get_device_capability(index)[0]
+
+
+def pdl_supported(device) -> bool:
+    """Whether kernels on ``device`` should be launched with PDL.
+
+    Needs a CUDA device of compute capability >= 9 (Hopper), no interpreter, and the kill switch
+    ``LINGC_DISABLE_PDL=1`` unset. The environment is read on every call so a test or a
+    benchmark can switch PDL off around a capture.
+    """
+    if interpreting() or os.environ.get("LINGC_DISABLE_PDL", "0") == "1":
+        return False
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _capability_major(index) >= 9
+
+
+def launch_kwargs(device) -> dict:
+    """Extra launch kwargs for a Triton kernel on ``device``: ``{"launch_pdl": True}`` or ``{}``."""
+    return {"launch_pdl": True} if pdl_supported(device) else {}
+
+
+@triton.jit
+def pdl_wait(USE_GDC: tl.constexpr):
+    """Block until the previous kernel on the stream has completed (no-op when USE_GDC is False)."""
+    if USE_GDC:
+        gdc_wait()
+
+
+@triton.jit
+def pdl_launch_dependents(USE_GDC: tl.constexpr):
+    """Allow the next PDL kernel to be scheduled (no-op when USE_GDC is False)."""
+    if USE_GDC:
+        gdc_launch_dependents()

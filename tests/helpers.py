@@ -1,0 +1,34 @@
+"""Shared numeric helpers for lingc tests (import as ``from helpers import assert_close``)."""
+import torch
+
+
+def rel_rms_error(actual: torch.Tensor, ref: torch.Tensor) -> float:
+    """||actual - ref||_rms / ||ref||_rms in float64 (absolute RMS when ref is all zeros)."""
+    a = actual.detach().to(torch.float64).cpu()
+    r = ref.detach().to(torch.float64).cpu()
+    err = (a - r).pow(2).mean().sqrt().item() if a.numel() else 0.0
+    scale = r.pow(2).mean().sqrt().item() if r.numel() else 0.0
+    return err / scale if scale > 0 else err
+
+
+def assert_close(actual: torch.Tensor, ref: torch.Tensor, rtol_rms: float) -> None:
+    """Assert relative RMS error <= rtol_rms; NaN or Inf anywhere in actual or ref fails.
+
+    One relative-RMS number per tensor (not an elementwise allclose) so that a tolerance can be
+    stated once per dtype; the non-finite check is what catches unwritten (NaN-poisoned)
+    outputs, which an RMS alone could hide behind a NaN-tolerant comparison.
+    """
+    assert actual.shape == ref.shape, f"shape {tuple(actual.shape)} != reference {tuple(ref.shape)}"
+    bad_ref = ~torch.isfinite(ref.detach().float())
+    assert not bad_ref.any(), f"reference has {int(bad_ref.sum())} non-finite values"
+    bad = ~torch.isfinite(actual.detach().float())
+    if bad.any():
+        first = tuple(int(i) for i in bad.nonzero()[0])
+        raise AssertionError(f"{int(bad.sum())} of {actual.numel()} values non-finite, first at {first}")
+    err = rel_rms_error(actual, ref)
+    if not err <= rtol_rms:
+        diff = (actual.detach().double() - ref.detach().double()).abs()
+        worst = tuple(int(i) for i in (diff == diff.max()).nonzero()[0])
+        raise AssertionError(
+            f"relative RMS error {err:.3e} > {rtol_rms:.1e}; max |diff| {diff.max().item():.3e} at {worst}"
+        )
