@@ -63,7 +63,9 @@ class _RecompileWatch:
         self.warned: set[str] = set()
 
     def check(self, example_inputs: Sequence[Any], opts: LingcOptions) -> None:
-        frame_id, _ = compat.current_frame_compile_id()
+        frame_id, frame_compile = compat.current_frame_compile_id()
+        if frame_compile == 0:           # Dynamo's first compile of this frame (also after a reset)
+            self.seen = {sig for sig in self.seen if sig[0] != frame_id}
         reasons = compat.guard_failure_reasons()
         new_reasons, self.reasons_seen = reasons[self.reasons_seen:], len(reasons)
         sig = (frame_id, opts.role, tuple(

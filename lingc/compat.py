@@ -45,3 +45,10 @@ def guard_failure_reasons() -> list[str]:
     from torch._dynamo.utils import guard_failures
 
     return [str(r) for reasons in list(guard_failures.values()) for r in reasons]
+
+
+def real_tensor_mode():
+    """A context where real tensors compute: the AOT compiler callback runs under fake mode."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    return unset_fake_temporarily()

@@ -23,7 +23,8 @@ from .pass_manager import PassStats
 _counter = itertools.count()
 
 
-def format_summary(stats: list[PassStats], role: str) -> str:
+def format_summary(stats: list[PassStats], role: str, timings: bool = True) -> str:
+    """The pass table; timings=False prints '-' for times (stable text for expect tests)."""
     lines = [f"lingc pass summary (role {role})",
              f"{'pass':<20} {'matches':>7}  {'ops before -> after':>20}  {'time ms':>8}  note"]
     for s in stats:
@@ -34,7 +35,8 @@ def format_summary(stats: list[PassStats], role: str) -> str:
         note = "; ".join(s.notes)
         if s.max_abs_err is not None:
             note = (note + "; " if note else "") + f"verify: abs {s.max_abs_err:.2e} rel {s.max_rel_err:.2e}"
-        lines.append(f"{s.name:<20} {s.matches:>7}  {ops:>20}  {s.time_ms:>8.1f}  {note}".rstrip())
+        t = f"{s.time_ms:>8.1f}" if timings else f"{'-':>8}"
+        lines.append(f"{s.name:<20} {s.matches:>7}  {ops:>20}  {t}  {note}".rstrip())
     return "\n".join(lines) + "\n"
 
 

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import torch
 import torch.fx as fx
 
+from .compat import real_tensor_mode
 from .graph_text import count_ops
 from .options import ROLES, LingcOptions
 
@@ -140,15 +141,20 @@ def mutated_placeholders(gm: fx.GraphModule) -> set[int]:
 def run_on_clones(gm: fx.GraphModule, inputs: Sequence[Any]) -> list[torch.Tensor]:
     """Run gm on inputs whose mutated entries are cloned; return outputs + the mutated inputs."""
     mutated = sorted(mutated_placeholders(gm))
-    args = [x.clone() if i in mutated and isinstance(x, torch.Tensor) else x
-            for i, x in enumerate(inputs)]
-    with torch.no_grad():
+    with real_tensor_mode(), torch.no_grad():
+        args = [x.clone() if i in mutated and isinstance(x, torch.Tensor) else x
+                for i, x in enumerate(inputs)]
         outs = gm(*args)
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     return [o for o in outs if isinstance(o, torch.Tensor)] + [args[i] for i in mutated]
 
 
 def compare(before: list[torch.Tensor], after: list[torch.Tensor]) -> tuple[float, float]:
+    with real_tensor_mode():
+        return _compare(before, after)
+
+
+def _compare(before: list[torch.Tensor], after: list[torch.Tensor]) -> tuple[float, float]:
     if len(before) != len(after):
         raise AssertionError(f"pass changed the number of graph results: {len(before)} -> {len(after)}")
     max_abs = max_rel = 0.0

@@ -3,7 +3,7 @@ activation in its epilogue.
 
     before:  g = x @ Wg.T ;  u = x @ Wu.T ;  h = silu(g) * u            (3 kernels, h's inputs
              (clamped: h = min(silu(g), L) * clamp(u, -L, L))            round-trip through memory)
-    after:   h = lingc.swiglu_gemm(x, Wg, Wu, L)                          (1 kernel)
+    after:   h = lingc.swiglu_gemm_separate(x, Wg, Wu, L)                 (1 kernel)
 
 Matched on the ATen graph, whatever the spelling: F.linear or matmul on [1, T, H], silu as
 F.silu, x * sigmoid(x) or x / (1 + exp(-x)), `.float()` around the activation, commuted
@@ -58,7 +58,7 @@ class SwiGLUEpilogue(LingcPass):
     tolerance = (1e-4, 2e-2)
 
     def apply(self, gm: fx.GraphModule) -> int:
-        import lingc.runtime.kernels.swiglu_gemm  # noqa: F401  (registers torch.ops.lingc.swiglu_gemm)
+        import lingc.runtime.kernels.swiglu_gemm  # noqa: F401  (registers the lingc::swiglu_gemm ops)
 
         matches = 0
         for n in list(gm.graph.nodes):
@@ -90,7 +90,7 @@ class SwiGLUEpilogue(LingcPass):
             with graph.inserting_before(mul):
                 w_gate = self._rows(graph, gate)
                 w_up = self._rows(graph, upm)
-                out = _emit(graph, torch.ops.lingc.swiglu_gemm.default, x, w_gate, w_up, float(limit))
+                out = _emit(graph, torch.ops.lingc.swiglu_gemm_separate.default, x, w_gate, w_up, float(limit))
                 if mv.dtype != xv.dtype:
                     out = _emit(graph, torch.ops.prims.convert_element_type.default, out, mv.dtype)
                 if list(mv.shape) != [xv.shape[0], n_out]:

@@ -1,0 +1,248 @@
+"""The lingc backend: registration, options, capture contract, pass manager, verify, dumps,
+recompiles, explain."""
+
+import json
+import subprocess
+import sys
+import warnings
+from importlib.metadata import entry_points
+
+import pytest
+import torch
+from expecttest import assert_expected_inline
+
+from backend_helpers import compile_lingc, run_and_report, stat
+from lingc.backend import RecompileError
+from lingc.dump import format_summary
+from lingc.models import Ling3Cache, build_model, preset
+from lingc.options import LingcOptions
+from lingc.pass_manager import LingcPass, PassContext, PassManager, mutated_placeholders
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    return build_model(preset("tiny"), progress=False)
+
+
+def _decode_args(model, T=1, start=9, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    cache = Ling3Cache.allocate(model.config, 32)
+    for t in cache.tensors():                       # a mid-sequence cache, not zeros
+        t.normal_(0, 0.5, generator=g)
+    ids = torch.randint(0, model.config.vocab_size, (T,), generator=g)
+    return ids, torch.arange(start, start + T), cache
+
+
+def test_entry_point_registered():
+    names = {ep.name: ep.value for ep in entry_points(group="torch_dynamo_backends")}
+    assert names.get("lingc") == "lingc.backend:lingc_backend"
+
+
+def test_backend_by_name_without_importing_lingc():
+    code = ("import sys, torch\n"
+            "f = torch.compile(lambda x: torch.relu(x) * 2, backend='lingc', options={'inductor': False})\n"
+            "x = torch.randn(5)\n"
+            "assert torch.equal(f(x), torch.relu(x) * 2)\n"
+            "from lingc.backend import compile_reports\n"
+            "assert len(compile_reports) == 1\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("options, needle", [
+    ({"bogus": 1}, "valid options are"),
+    ({"role": "train"}, "expected one of"),
+    ({"inductor": "yes"}, "must be a bool"),
+    ({"disable_passes": ["nope"]}, "unknown pass"),
+])
+def test_bad_options_raise(options, needle):
+    f = torch.compile(lambda x: x + 1, backend="lingc", options=options)
+    with pytest.raises(Exception, match=needle):
+        f(torch.randn(3))
+
+
+def test_options_from_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("LINGC_DUMP_DIR", str(tmp_path))
+    monkeypatch.setenv("LINGC_DISABLE_PASSES", "swiglu_epilogue")
+    monkeypatch.setenv("LINGC_VERIFY", "1")
+    o = LingcOptions.from_user({"role": "decode"})
+    assert (o.dump_dir, o.disable_passes, o.verify, o.role) == (str(tmp_path), ["swiglu_epilogue"], True, "decode")
+
+
+@pytest.mark.parametrize("T", [1, 6])
+def test_compiled_tiny_equals_eager(tiny, T):
+    ids, pos, cache = _decode_args(tiny, T)
+    ref_cache = cache.clone()
+    with torch.no_grad():
+        ref_logits, ref_hidden = tiny(ids, pos, ref_cache)
+    (logits, hidden), report = run_and_report(tiny, ids, pos, cache, role="decode")
+    torch.testing.assert_close(logits, ref_logits, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(hidden, ref_hidden, rtol=1e-4, atol=1e-4)
+    assert torch.equal(logits.argmax(-1), ref_logits.argmax(-1))
+    for a, b in zip(cache.tensors(), ref_cache.tensors()):    # the live cache was written in place
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    assert stat(report, "swiglu_epilogue").matches > 0
+
+
+def test_each_pass_off_equals_eager(tiny):
+    from lingc.pass_manager import pass_names
+    for name in pass_names() + ["all"]:
+        ids, pos, cache = _decode_args(tiny, 1)
+        with torch.no_grad():
+            ref, _ = tiny(ids, pos, cache.clone())
+        (logits, _), report = run_and_report(tiny, ids, pos, cache, disable_passes=[name])
+        torch.testing.assert_close(logits, ref, rtol=1e-4, atol=1e-4)
+        skipped = {s.name for s in report.stats if s.skipped}
+        assert name in skipped or (name == "all" and set(pass_names()) <= skipped)
+
+
+def test_greedy_tokens_identical_over_steps(tiny):
+    from lingc.decoding.reference import greedy_generate, prefill
+    prompt = torch.randint(0, 300, (12,), generator=torch.Generator().manual_seed(3))
+    want = greedy_generate(tiny, prompt, 10, eos_token_id=None)
+    step = compile_lingc(tiny, role="decode", fail_on_recompile=True)
+    cache = Ling3Cache.allocate(tiny.config, 32)
+    with torch.no_grad():
+        logits, _ = prefill(tiny, cache, prompt)
+        out = [int(logits.argmax())]
+        for i in range(9):
+            lg, _ = step(torch.tensor([out[-1]]), torch.tensor([12 + i]), cache)
+            out.append(int(lg[0].argmax()))
+    assert out == want
+
+
+def test_capture_keeps_cache_mutations_in_graph(tiny):
+    ids, pos, cache = _decode_args(tiny, 1)
+    with torch.no_grad():
+        gm = _aot_graph(tiny, ids, pos, cache)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    mutated = mutated_placeholders(gm)
+    # every KDA state, conv window and MLA cache the step writes is mutated in the graph
+    # (the draft's cache is not touched by the target forward)
+    assert len(mutated) == len(cache.state) + len(cache.conv) + len(cache.kv)
+    assert len(placeholders) >= len(cache.tensors())
+    copies = [n for n in gm.graph.nodes if n.target == torch.ops.aten.copy_.default]
+    assert len(copies) == len(mutated)
+
+
+class _Perturb(LingcPass):
+    """A deliberately wrong pass: adds 1 to the first output."""
+    name = "perturb"
+
+    def apply(self, gm):
+        out = next(n for n in gm.graph.nodes if n.op == "output")
+        first = out.args[0][0]
+        with gm.graph.inserting_before(out):
+            bad = gm.graph.call_function(torch.ops.aten.add.Tensor, (first, 1.0))
+        out.args = ((bad,) + tuple(out.args[0][1:]),)
+        return 1
+
+
+def _aot_graph(fn, *args):
+    got = {}
+
+    def fw(gm, ex):
+        got["gm"] = gm
+        from functorch.compile import make_boxed_func
+        return make_boxed_func(gm.forward)
+    from lingc import compat
+    torch._dynamo.reset()
+    torch.compile(fn, backend=lambda g, e: compat.aot_inference_backend(fw, compat.decomposition_table())(g, e))(*args)
+    return got["gm"]
+
+
+def test_verify_mode_catches_a_wrong_pass_and_spares_live_inputs():
+    state = torch.randn(4)
+    x = torch.randn(4)
+
+    def fn(x, state):
+        state.add_(x)
+        return state * 2
+
+    gm = _aot_graph(fn, x, state.clone())
+    live = state.clone()
+    ctx = PassContext(LingcOptions(verify=True), [x, live])
+    with pytest.raises(AssertionError, match="perturb changed the graph's results"):
+        PassManager(ctx, [_Perturb]).run(gm)
+    assert torch.equal(live, state), "verify must run on clones, never on the live state"
+
+
+def test_verify_mode_reports_errors(tiny):
+    ids, pos, cache = _decode_args(tiny, 1)
+    _, report = run_and_report(tiny, ids, pos, cache, verify=True)
+    s = stat(report, "swiglu_epilogue")
+    assert s.max_abs_err is not None and s.max_rel_err < 1e-4
+
+
+def test_dumps(tiny, tmp_path):
+    ids, pos, cache = _decode_args(tiny, 1)
+    _, report = run_and_report(tiny, ids, pos, cache, role="decode", dump_dir=str(tmp_path))
+    d = tmp_path / report.dump_dir.split("/")[-1]
+    names = sorted(p.name for p in d.iterdir())
+    assert names == ["00-captured.txt", "01-swiglu_epilogue.after.txt", "01-swiglu_epilogue.before.txt",
+                     "99-final.txt", "summary.json", "summary.txt"]
+    summary = json.loads((d / "summary.json").read_text())
+    assert summary["role"] == "decode"
+    assert [p["name"] for p in summary["passes"]] == ["swiglu_epilogue", "cleanup"]
+    assert summary["kernels"]["counts"]["lingc"] == stat(report, "swiglu_epilogue").matches
+    assert "lingc.swiglu_gemm_separate" in (d / "99-final.txt").read_text()
+    assert "lingc.swiglu_gemm_separate" not in (d / "00-captured.txt").read_text()
+
+
+def test_recompile_warns_once_per_cause_and_can_fail():
+    def fn(x, n):
+        return x * n
+
+    f = compile_lingc(fn)
+    x = torch.randn(4)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        f(x, 2)
+        f(x, 3)                     # a new Python int: same input shapes, recompiled
+    msgs = [str(m.message) for m in w if "recompiled" in str(m.message)]
+    assert len(msgs) == 1 and "n == 2" in msgs[0].replace("L['n']", "n"), msgs
+    f = compile_lingc(fn, fail_on_recompile=True)
+    f(x, 2)
+    with pytest.raises(Exception, match="recompiled"):
+        f(x, 5)
+    f(torch.randn(6), 5)            # a new shape is a new graph, not a recompile
+
+
+def test_new_shape_is_not_a_recompile(tiny):
+    step = compile_lingc(tiny, role="decode", fail_on_recompile=True)
+    for T in (1, 6):
+        for s in range(2):
+            ids, pos, cache = _decode_args(tiny, T, start=9 + s)
+            with torch.no_grad():
+                step(ids, pos, cache)
+
+
+def test_summary_format_is_stable():
+    from lingc.pass_manager import PassStats
+    text = format_summary([PassStats("swiglu_epilogue", 3, 100, 94, 1.25),
+                           PassStats("fused_moe", skipped="disabled")], "decode")
+    assert_expected_inline(text, """\
+lingc pass summary (role decode)
+pass                 matches   ops before -> after   time ms  note
+swiglu_epilogue            3             100 -> 94       1.2
+fused_moe                  -                     -         -  skipped: disabled
+""")
+
+
+def test_explain_cli(capsys):
+    from lingc.cli import main
+    assert main(["explain", "--preset", "tiny", "--t", "6", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "lingc pass summary (role verify)" in out and "lingc.swiglu_gemm_separate" in out
+
+
+def test_inductor_path_decode_role(tiny):
+    """The one decode-role test through Inductor (slow on the CPU: C++ codegen)."""
+    ids, pos, cache = _decode_args(tiny, 1)
+    with torch.no_grad():
+        ref, _ = tiny(ids, pos, cache.clone())
+    (logits, _), report = run_and_report(tiny, ids, pos, cache, role="decode", inductor=True)
+    torch.testing.assert_close(logits, ref, rtol=1e-4, atol=1e-4)
+    assert report.kernels.inductor_kernels, "Inductor's generated kernels are listed by name"
+    assert report.kernels.counts()["lingc"] == stat(report, "swiglu_epilogue").matches
