@@ -37,6 +37,11 @@ SPLIT_CONFIGS = [
     SwigluGemmConfig(block_n=8, block_k=16, split_k=3),
     SwigluGemmConfig(block_n=16, block_k=32, split_k=2),
 ]
+# Design B (whole-chunk prefetch, in-launch split-K reduction by ticket), split and unsplit.
+PREFETCH_CONFIGS = [
+    SwigluGemmConfig(block_n=8, block_k=0, split_k=3, prefetch=True),
+    SwigluGemmConfig(block_n=16, block_k=0, split_k=1, prefetch=True),
+]
 
 
 def make_inputs(m, k, n, dtype, seed, scale=1.0, device=DEVICE):
@@ -73,7 +78,8 @@ def test_kernel_matches_reference(m, k, n, limit, dtype):
         assert (u.abs() > limit).float().mean() > 0.05
 
 
-@pytest.mark.parametrize("config", SPLIT_CONFIGS, ids=["bk16-s3", "bn16-bk32-s2"])
+@pytest.mark.parametrize("config", SPLIT_CONFIGS + PREFETCH_CONFIGS,
+                         ids=["bk16-s3", "bn16-bk32-s2", "prefetch-s3", "prefetch-s1"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("k", [40, 96])
 @pytest.mark.parametrize("m", [1, 6])
@@ -82,7 +88,8 @@ def test_kernel_split_k_matches_reference(m, k, dtype, config):
     assert_close(run_kernel(x, w13, 2.0, config), swiglu_gemm_reference(x, w13, 2.0), RTOL[dtype])
 
 
-@pytest.mark.parametrize("config", [None, *SPLIT_CONFIGS], ids=["table", "bk16-s3", "bn16-bk32-s2"])
+@pytest.mark.parametrize("config", [None, *SPLIT_CONFIGS, *PREFETCH_CONFIGS],
+                         ids=["table", "bk16-s3", "bn16-bk32-s2", "prefetch-s3", "prefetch-s1"])
 def test_kernel_writes_only_its_output(config):
     # out is a strided window of a sentinel-filled buffer: the window must be fully written and
     # every element outside it must keep its exact sentinel bits.
@@ -123,7 +130,8 @@ def test_kernel_separate_gate_up_tensors(dtype):
     assert torch.equal(out, run_kernel(x, w13, 2.0))
 
 
-@pytest.mark.parametrize("config", [None, SPLIT_CONFIGS[0]], ids=["table", "split"])
+@pytest.mark.parametrize("config", [None, SPLIT_CONFIGS[0], PREFETCH_CONFIGS[0]],
+                         ids=["table", "split", "prefetch-split"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_kernel_batch_invariant(dtype, config):
     x, _, _, w13 = make_inputs(8, 96, 37, dtype, seed=11, scale=4.0)
@@ -131,6 +139,16 @@ def test_kernel_batch_invariant(dtype, config):
     for m in range(1, 9):
         batch = run_kernel(x[:m], w13, 2.0, config)
         assert torch.equal(batch, singles[:m]), f"rows of an M={m} call differ from M=1 calls"
+
+
+def test_prefetch_split_tickets_return_to_zero():
+    # The in-launch split-K reduction leaves every ticket at zero, so the next call (or a graph
+    # replay) starts clean; run twice and compare.
+    from lingc.runtime.kernels.swiglu_gemm.kernel import _tickets
+    x, _, _, w13 = make_inputs(6, 96, 37, torch.float32, seed=21, scale=4.0)
+    first = run_kernel(x, w13, 2.0, PREFETCH_CONFIGS[0])
+    assert int(_tickets(x.device, 1).abs().sum()) == 0
+    assert torch.equal(run_kernel(x, w13, 2.0, PREFETCH_CONFIGS[0]), first)
 
 
 def test_reference_batch_invariant():

@@ -40,10 +40,14 @@ _TARGET_SMS = 132
 @dataclass(frozen=True)
 class SwigluGemmConfig:
     block_n: int  # output columns per CTA (2*block_n weight rows); 2*block_n >= 16 for tl.dot
-    block_k: int  # K tile; power of two >= 16
+    block_k: int  # K tile; power of two >= 16 (design A; design B takes K / split_k at once)
     split_k: int  # K chunks reduced by the second kernel; 1 = fused epilogue
     num_warps: int = 4
     num_stages: int = 4
+    # Design B: each CTA loads its whole weight chunk (2*block_n rows x K/split_k) before
+    # gdc_wait, and split-K partials are reduced in the same launch by the chunk that finishes
+    # last (an integer ticket per output tile; the sum itself runs in chunk order 0..split_k-1).
+    prefetch: bool = False
 
 
 # Fixed launch table for the Ling-3 decode shapes, keyed by (N, K). Chosen on an H200 (torch 2.11,
@@ -189,6 +193,76 @@ def _splitk_swiglu_kernel(
     tl.store(out_ptr + row * stride_om + offs_n * stride_on, y.to(out_ptr.dtype.element_ty), mask=mask_n)
 
 
+@triton.jit(do_not_specialize=["M"])
+def _swiglu_gemm_prefetch_kernel(
+    x_ptr, wg_ptr, wu_ptr, out_ptr, ws_ptr, ticket_ptr,
+    M, N, K,
+    stride_xm, stride_xk, stride_gn, stride_un, stride_wk, stride_om, stride_on,
+    stride_ws_s, stride_ws_m,
+    limit,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    HAS_LIMIT: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
+    USE_GDC: tl.constexpr,
+):
+    """Design B (see SwigluGemmConfig.prefetch): the CTA's whole weight chunk is one load issued
+    before gdc_wait, so in a PDL chain it streams while the previous kernel is still running."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    rows_w = pid_n * 2 * BLOCK_N + tl.arange(0, 2 * BLOCK_N)
+    j = rows_w // 2
+    mask_w = j < N
+    row_ptrs = tl.where(rows_w % 2 == 0, wg_ptr + j * stride_gn, wu_ptr + j * stride_un)
+    offs_k = pid_k * CHUNK_K + tl.arange(0, CHUNK_K)
+    mask_k = offs_k < K
+    w = tl.load(row_ptrs[:, None] + offs_k[None, :] * stride_wk, mask=mask_w[:, None] & mask_k[None, :],
+                other=0.0)
+    pdl_wait(USE_GDC)
+    pdl_launch_dependents(USE_GDC)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    mask_m = offs_m < M
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk,
+                mask=mask_m[:, None] & mask_k[None, :], other=0.0)
+    acc = _dot_acc(x, w, tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32), DOT_PRECISION, DOT_UPCAST)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
+    out_mask = mask_m[:, None] & (offs_n < N)[None, :]
+    if SPLIT_K == 1:
+        g, u = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2)))
+        tl.store(out_ptrs, _swiglu(g, u, limit, HAS_LIMIT).to(out_ptr.dtype.element_ty), mask=out_mask)
+    else:
+        ws_ptrs = ws_ptr + offs_m[:, None] * stride_ws_m + rows_w[None, :]
+        ws_mask = mask_m[:, None] & mask_w[None, :]
+        tl.store(ws_ptrs + pid_k * stride_ws_s, acc, mask=ws_mask)
+        # Every thread's partial is stored before the ticket is taken (barrier), and the ticket
+        # is acq_rel at GPU scope: the chunk that draws the last ticket sees every partial.
+        tl.debug_barrier()
+        tile = pid_m * tl.num_programs(1) + pid_n
+        ticket = tl.atomic_add(ticket_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if ticket == SPLIT_K - 1:
+            total = tl.load(ws_ptrs, mask=ws_mask, other=0.0, cache_modifier=".cg")
+            for s in tl.static_range(1, SPLIT_K):
+                total += tl.load(ws_ptrs + s * stride_ws_s, mask=ws_mask, other=0.0, cache_modifier=".cg")
+            g, u = tl.split(tl.reshape(total, (BLOCK_M, BLOCK_N, 2)))
+            tl.store(out_ptrs, _swiglu(g, u, limit, HAS_LIMIT).to(out_ptr.dtype.element_ty), mask=out_mask)
+            tl.atomic_xchg(ticket_ptr + tile, 0, sem="relaxed", scope="gpu")   # ready for the next call
+
+
+_TICKETS: dict[tuple, torch.Tensor] = {}
+
+
+def _tickets(device: torch.device, n: int) -> torch.Tensor:
+    """Zeroed int32 tickets, one per output tile, kept per device: each launch leaves them zero
+    (the last chunk resets its tile), so a captured graph can replay them forever. Allocated on
+    the first (eager, warm-up) call, never inside a capture."""
+    key = (device.type, device.index)
+    t = _TICKETS.get(key)
+    if t is None or t.numel() < n:
+        t = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+        _TICKETS[key] = t
+    return t
+
+
 def swiglu_gemm_triton(
     x: torch.Tensor,
     w_gate: torch.Tensor,
@@ -218,12 +292,14 @@ def swiglu_gemm_triton(
     if m == 0 or n == 0:
         return out
     cfg = config if config is not None else config_for(n, k)
-    assert 2 * cfg.block_n >= 16 and cfg.block_k >= 16, cfg
+    assert 2 * cfg.block_n >= 16 and (cfg.prefetch or cfg.block_k >= 16), cfg
     if use_pdl is None:
         use_pdl = pdl_supported(x.device)
     assert not use_pdl or pdl_supported(x.device), "PDL requested on a device without PDL support"
     launch = {"launch_pdl": True} if use_pdl else {}
 
+    if cfg.prefetch:
+        return _launch_prefetch(x, w_gate, w_up, limit, out, cfg, use_pdl, launch)
     # Chunks are whole tiles; drop splits that would be empty (the split count stays a function
     # of (N, K, config) only).
     k_tiles = max(1, triton.cdiv(k, cfg.block_k))
@@ -258,4 +334,27 @@ def swiglu_gemm_triton(
             BLOCK=block, SPLIT_K=split_k, HAS_LIMIT=limit > 0, USE_GDC=use_pdl,
             num_warps=4, **launch,
         )
+    return out
+
+
+def _launch_prefetch(x, w_gate, w_up, limit, out, cfg, use_pdl, launch):
+    m, k = x.shape
+    n = w_gate.shape[0]
+    chunk = triton.next_power_of_2(triton.cdiv(k, cfg.split_k))
+    split_k = triton.cdiv(k, chunk)
+    grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(n, cfg.block_n), split_k)
+    ws = torch.empty((split_k, m, 2 * n), device=x.device, dtype=torch.float32) if split_k > 1 else out
+    tickets = _tickets(x.device, grid[0] * grid[1]) if split_k > 1 else out
+    _swiglu_gemm_prefetch_kernel[grid](
+        x, w_gate, w_up, out, ws, tickets,
+        m, n, k,
+        x.stride(0), x.stride(1), w_gate.stride(0), w_up.stride(0), w_gate.stride(1),
+        out.stride(0), out.stride(1),
+        ws.stride(0) if split_k > 1 else 0, ws.stride(1) if split_k > 1 else 0,
+        float(limit),
+        BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=split_k,
+        HAS_LIMIT=limit > 0, DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+        DOT_UPCAST=interpreting() and x.dtype != torch.float32, USE_GDC=use_pdl,
+        num_warps=cfg.num_warps, num_stages=1, **launch,
+    )
     return out
