@@ -14,6 +14,13 @@ pipelines, split-K for the small N). The first weight tile is loaded before ``gd
 is in flight while the previous kernel drains, and the kernel triggers its dependents right
 after the wait so that the next kernel can do the same.
 
+Design B (``SwigluGemmConfig.prefetch``): a CTA owns 2*BLOCK_N weight rows x K/SPLIT_K and
+loads that whole chunk with one load before ``gdc_wait``, so in a PDL chain its weight stream
+starts while the previous kernel runs; split-K partials go to an fp32 workspace and the chunk that
+draws the last integer ticket of its output tile sums them in chunk order 0..SPLIT_K-1 and runs
+the epilogue, in the same launch (no second kernel, no float atomics). The table below picks A
+or B per shape from measurements.
+
 Batch invariance (design.md): nothing in the compiled kernel depends on M. BLOCK_M is fixed at
 16 (rows past M are masked to zero), the config comes from (N, K) only, M is not specialised,
 and the K order is fixed: within a chunk, tiles in increasing k, each folded into the fp32
@@ -51,15 +58,16 @@ class SwigluGemmConfig:
 
 
 # Fixed launch table for the Ling-3 decode shapes, keyed by (N, K). Chosen on an H200 (torch 2.11,
-# triton 3.6) by a sweep over block_n {8, 16, 32}, block_k {64..512}, split_k and num_stages
-# {2..6}, cold weights, inside CUDA graphs (benchmarks/kernels_swiglu.py measures the result).
-# What mattered: bytes in flight per CTA (block_k x num_stages) more than CTA count; split-K
-# only where N / block_n is far below the SM count, since its second kernel costs about 1 us.
+# triton 3.6): design A by a sweep over block_n {8, 16, 32}, block_k {64..512}, split_k and
+# num_stages {2..6}; then design B against A by `python -m benchmarks.swiglu_sweep`
+# (benchmarks/results/swiglu_sweep_h200.json: cold weights, CUDA graphs of many calls, PDL on).
+# B (whole weight chunk before gdc_wait, no second kernel) wins where the call is short; A's
+# pipelined K loop wins on the 63 MB N=6144 shape (88% of copy bandwidth vs 67%).
 CONFIGS: dict[tuple[int, int], SwigluGemmConfig] = {
     (6144, 2560): SwigluGemmConfig(block_n=32, block_k=128, split_k=1, num_warps=4, num_stages=4),
-    (1536, 2560): SwigluGemmConfig(block_n=16, block_k=256, split_k=1, num_warps=4, num_stages=6),
-    (768, 2560): SwigluGemmConfig(block_n=16, block_k=128, split_k=4, num_warps=4, num_stages=3),
-    (192, 2560): SwigluGemmConfig(block_n=16, block_k=256, split_k=10, num_warps=4, num_stages=2),
+    (1536, 2560): SwigluGemmConfig(block_n=32, block_k=0, split_k=5, num_warps=8, prefetch=True),
+    (768, 2560): SwigluGemmConfig(block_n=32, block_k=0, split_k=10, num_warps=4, prefetch=True),
+    (192, 2560): SwigluGemmConfig(block_n=16, block_k=0, split_k=5, num_warps=4, prefetch=True),
 }
 
 
