@@ -361,7 +361,7 @@ def test_gpu_pdl_chain_under_graph_capture(disable_pdl, monkeypatch):
     if disable_pdl:
         monkeypatch.setenv("LINGC_DISABLE_PDL", "1")
     # A chain whose every link reads the previous link's output: 2560 -> 1536 -> 2560 -> 192
-    # (split-K: two kernels). Every edge of the captured graph must be programmatic (plain
+    # (split-K in design A: two kernels; design B reduces in the same launch). Every edge of the captured graph must be programmatic (plain
     # with the kill switch on), and replays must equal eager launches bit for bit.
     m = 6
     x, _, _, w_a = make_inputs(m, 2560, 1536, torch.bfloat16, seed=41)
@@ -377,7 +377,8 @@ def test_gpu_pdl_chain_under_graph_capture(disable_pdl, monkeypatch):
     graph = torch.cuda.CUDAGraph(keep_graph=True)
     with torch.cuda.graph(graph):
         static_out = chain(static_x)
-    kernels = sum(1 + (config_for(n, k).split_k > 1) for k, n in [(2560, 1536), (1536, 2560), (2560, 192)])
+    cfgs = [config_for(n, k) for k, n in [(2560, 1536), (1536, 2560), (2560, 192)]]
+    kernels = sum(1 + (c.split_k > 1 and not c.prefetch) for c in cfgs)
     types = _graph_edge_types(graph)
     edge_type = 0 if disable_pdl else 1
     assert types == [edge_type] * (kernels - 1), f"edge types {types}, expected {kernels - 1} of type {edge_type}"
