@@ -41,8 +41,9 @@ class CompileReport:
     dump_dir: str | None
     input_shapes: list[str]
 
-    def format(self) -> str:
-        return format_summary(self.stats, self.role) + "\nkernel table\n" + self.kernels.format()
+    def format(self, compact: bool = False) -> str:
+        return (format_summary(self.stats, self.role) + "\nkernel table\n"
+                + self.kernels.format(compact=compact))
 
 
 compile_reports: list[CompileReport] = []

@@ -72,7 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         warm = Ling3Cache.allocate(cfg, 2, device=dev)
         step(torch.tensor([1], device=dev), torch.tensor([0], device=dev), warm)
     t_compile = time.perf_counter() - t0
-    print(compile_reports[-1].format())
+    print(compile_reports[-1].format(compact=True))
 
     t0 = time.perf_counter()
     compiled = _greedy_with_step(model, step, prompt, args.new_tokens, dev)

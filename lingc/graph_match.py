@@ -83,7 +83,8 @@ class LinearMatch:
     rows: tuple[int, int] | None     # a row slice of weight (a fused projection split), or all
 
 
-def _weight_source(w: fx.Node) -> fx.Node | None:
+def weight_source(w: fx.Node) -> fx.Node | None:
+    """The parameter behind a transposed weight operand (permute [1, 0] or t of a graph input)."""
     w = strip(w)
     if is_call(w, aten.permute.default) and list(w.args[1]) == [1, 0]:
         w = w.args[0]
@@ -123,7 +124,7 @@ def match_linear(n: fx.Node) -> LinearMatch | None:
     if not is_call(n, aten.mm.default):
         return None
     x, wt = n.args
-    w = _weight_source(wt)
+    w = weight_source(wt)
     if w is None:
         return None
     return LinearMatch(x, w, rows)

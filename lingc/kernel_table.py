@@ -30,6 +30,8 @@ GEMM_OPS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.a
 @dataclass
 class KernelTable:
     rows: list[tuple[str, str, int, str]] = field(default_factory=list)  # (category, op, count, shapes)
+    # Why ops are left as library GEMMs: reason -> count (from the passes' node.meta["lingc_why"]).
+    why: dict[str, int] = field(default_factory=dict)
     inductor_kernels: list[str] = field(default_factory=list)
 
     def counts(self) -> Counter:
@@ -40,13 +42,19 @@ class KernelTable:
 
     def as_dict(self) -> dict:
         return {"rows": [dict(category=c, op=o, count=n, example_shape=s) for c, o, n, s in self.rows],
-                "inductor_kernels": self.inductor_kernels, "counts": dict(self.counts())}
+                "inductor_kernels": self.inductor_kernels, "counts": dict(self.counts()),
+                "library_gemm_why": self.why}
 
-    def format(self) -> str:
+    def format(self, compact: bool = False) -> str:
+        """The table; compact keeps only the lingc and library-GEMM rows (the totals say the rest)."""
         lines = [f"{'runs as':<13} {'op':<34} {'count':>5}  example output",
                  f"{'-' * 13} {'-' * 34} {'-' * 5}  {'-' * 20}"]
         for cat, op, n, shape in self.rows:
+            if compact and cat not in ("lingc", "library GEMM"):
+                continue
             lines.append(f"{cat:<13} {op:<34} {n:>5}  {shape}")
+        for reason, n in sorted(self.why.items()):
+            lines.append(f"  library GEMM left x{n}: {reason}")
         totals = ", ".join(f"{k} {v}" for k, v in sorted(self.counts().items()))
         lines.append(f"totals: {totals}")
         if self.inductor_kernels:
@@ -74,7 +82,13 @@ def build_kernel_table(gm: fx.GraphModule, inductor: bool, inductor_source: str 
     order = {"lingc": 0, "library GEMM": 1, "inductor": 2, "aten": 2, "glue": 3}
     rows = sorted(((c, op, len(ns), val_text(ns[0].meta.get("val"))) for (c, op), ns in groups.items()),
                   key=lambda r: (order[r[0]], -r[2], r[1]))
-    return KernelTable(rows, inductor_kernel_names(inductor_source) if inductor_source else [])
+    why: dict[str, int] = {}
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target in GEMM_OPS:
+            reason = n.meta.get("lingc_why", "no lingc pass matched it")
+            why[reason] = why.get(reason, 0) + 1
+    return KernelTable(rows=rows, why=why,
+                       inductor_kernels=inductor_kernel_names(inductor_source) if inductor_source else [])
 
 
 _KERNEL_DEF = re.compile(r"^(\w+) = async_compile\.(?:triton|cpp_pybinding|cpp)\(", re.M)

@@ -99,9 +99,10 @@ class LingcPass(abc.ABC):
 def registered_passes() -> list[type[LingcPass]]:
     """Every lingc pass, in design.md's order (stage_commit, metadata_capture, fused_moe,
     swiglu_epilogue, fuse_projections, pdl_swap); passes not built yet are simply absent."""
+    from .passes.fuse_projections import FuseProjections
     from .passes.swiglu_epilogue import SwiGLUEpilogue
 
-    return [SwiGLUEpilogue]
+    return [SwiGLUEpilogue, FuseProjections]
 
 
 def pass_names() -> list[str]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
+from lingc.graph_build import emit
 from lingc.graph_match import aten, clamp_bounds, is_call, match_linear, silu_input, strip
 from lingc.pass_manager import LingcPass
 
@@ -38,19 +39,6 @@ def _limit(lo_a, hi_a, lo_u, hi_u) -> float | None:
     if lo_a is None and hi_a is not None and hi_a > 0 and lo_u == -hi_a and hi_u == hi_a:
         return hi_a
     return None
-
-
-def _fake_call(fn, *args):
-    fake = next(a.meta["val"].fake_mode for a in args if isinstance(a, fx.Node))
-    vals = [a.meta["val"] if isinstance(a, fx.Node) else a for a in args]
-    with fake:
-        return fn(*vals)
-
-
-def _emit(graph: fx.Graph, target, *args) -> fx.Node:
-    node = graph.call_function(target, args)
-    node.meta["val"] = _fake_call(target, *args)
-    return node
 
 
 class SwiGLUEpilogue(LingcPass):
@@ -90,11 +78,11 @@ class SwiGLUEpilogue(LingcPass):
             with graph.inserting_before(mul):
                 w_gate = self._rows(graph, gate)
                 w_up = self._rows(graph, upm)
-                out = _emit(graph, torch.ops.lingc.swiglu_gemm_separate.default, x, w_gate, w_up, float(limit))
+                out = emit(graph, torch.ops.lingc.swiglu_gemm_separate.default, x, w_gate, w_up, float(limit))
                 if mv.dtype != xv.dtype:
-                    out = _emit(graph, torch.ops.prims.convert_element_type.default, out, mv.dtype)
+                    out = emit(graph, torch.ops.prims.convert_element_type.default, out, mv.dtype)
                 if list(mv.shape) != [xv.shape[0], n_out]:
-                    out = _emit(graph, aten.view.default, out, list(mv.shape))
+                    out = emit(graph, aten.view.default, out, list(mv.shape))
             mul.replace_all_uses_with(out)
             graph.erase_node(mul)
             return 1
@@ -104,4 +92,4 @@ class SwiGLUEpilogue(LingcPass):
     def _rows(graph: fx.Graph, m) -> fx.Node:
         if m.rows is None:
             return m.weight
-        return _emit(graph, aten.slice.Tensor, m.weight, 0, m.rows[0], m.rows[1])
+        return emit(graph, aten.slice.Tensor, m.weight, 0, m.rows[0], m.rows[1])

@@ -26,7 +26,8 @@ def test_compiled_tiny_on_cuda_equals_eager(T, inductor):
     torch.testing.assert_close(logits, ref, rtol=2e-3, atol=2e-3)     # tf32-free fp32, kernel order
     assert torch.equal(logits.argmax(-1), ref.argmax(-1))
     assert stat(report, "swiglu_epilogue").matches == 6
-    assert report.kernels.counts()["lingc"] == 6
+    rows = {op: n for _, op, n, _ in report.kernels.rows}
+    assert rows["lingc.swiglu_gemm_separate"] == 6 and rows["lingc.gemm"] > 0
     if inductor:
         assert any(k.startswith("triton_") for k in report.kernels.inductor_kernels)
 

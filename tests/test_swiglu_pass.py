@@ -89,7 +89,7 @@ def test_formulations(module, matches):
     x = torch.randn(5, H) * 2        # large enough that the 0.4 clamp bites
     with torch.no_grad():
         ref = module(x)
-    out, report = run_and_report(module, x)
+    out, report = run_and_report(module, x, disable_passes=["fuse_projections"])
     s = stat(report, "swiglu_epilogue")
     assert s.matches == matches
     assert report.kernels.counts().get("lingc", 0) == matches
@@ -196,13 +196,14 @@ def test_expect_tiny_dump(tmp_path):
 lingc pass summary (role decode)
 pass                 matches   ops before -> after   time ms  note
 swiglu_epilogue            6          1423 -> 1372         -
-cleanup                    0          1372 -> 1372         -
+fuse_projections          24          1372 -> 1330         -  6 same-input groups
+cleanup                    0          1330 -> 1330         -
 """)
     assert_expected_inline("\n".join(lingc_rows) + "\n", """\
+lingc         lingc.gemm                            24  f32[1, 324]
 lingc         lingc.swiglu_gemm_separate             6  f32[1, 160]
-library GEMM  aten.mm                               48  f32[1, 64]
 library GEMM  aten.bmm                              20  f32[4, 48, 1]
-totals: aten 650, glue 648, library GEMM 68, lingc 6
+totals: aten 650, glue 630, library GEMM 20, lingc 30
 """)
     assert_expected_inline("\n".join(diff) + "\n", """\
 -%permute_13 = aten.permute(%arg19_1, [1, 0])                 f32[96, 160]

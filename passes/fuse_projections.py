@@ -1,0 +1,139 @@
+"""fuse_projections: same-input projections become one lingc GEMM; every other linear on the decode
+path becomes a lingc GEMM too; a logits GEMM read only by argmax becomes a fused GEMV + argmax.
+
+    before:  q = x @ Wq.T ; k = x @ Wk.T ; v = x @ Wv.T ; ...             (one library GEMM each)
+    after:   qkv = lingc.gemm(x, [Wq, Wk, Wv, ...]) ; q = qkv[:, :Nq] ...  (one launch, views out)
+
+    before:  y = x @ W.T (+ b)             after:  y = lingc.gemm(x, [W], b)
+    before:  ids = argmax(x @ Wlm.T, -1)   after:  ids = lingc.gemm_argmax(x, Wlm)[0]
+                                                   (the logit row is never written)
+
+Groups are found from the graph: linears whose input is the same node and whose weights are
+parameters (graph inputs) of the input's dtype, e.g. KDA q/k/v/f/g/b, MLA q_proj/kv_a/g_proj,
+whatever their module names. Up to 8 weights per launch (larger groups split in graph order).
+
+Weights: `lingc.gemm` takes the list of weights and reads each through its own pointer, so the
+fused launch needs no concatenated copy and no re-layout: the parameters stay as loaded, and the
+outputs are column views of one [M, sum N] result. (The issue asked for a one-time in-place
+concatenation; reading several pointers gives the same single launch without touching the user's
+parameters or Dynamo's guards on them.)
+
+What stays a library GEMM, and why, is written into the node (`meta["lingc_why"]`) and shown in the
+kernel table: batched products (gathered experts, attention) belong to fused_moe and pdl_swap, and a
+product whose operand is computed in the graph (absorbed MLA attention) is not a projection.
+
+Numerics (declared): fp32 accumulation and one rounding, per row (batch-invariant); equal to the
+library GEMM up to summation order.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+
+from lingc.graph_build import emit
+from lingc.graph_match import CASTS, RESHAPES, aten, is_call, strip, weight_source
+from lingc.pass_manager import LingcPass
+
+MAX_WEIGHTS = 8
+
+
+def _linear(n: fx.Node):
+    """(x, weight, bias) of a bias-free mm or an addmm with a parameter weight, else None."""
+    if is_call(n, aten.mm.default):
+        x, wt, bias = n.args[0], n.args[1], None
+    elif is_call(n, aten.addmm.default) and not n.kwargs:
+        bias, x, wt = n.args[:3]
+        if not (isinstance(bias, fx.Node) and bias.op == "placeholder" and bias.meta["val"].dim() == 1):
+            return None
+    else:
+        return None
+    w = weight_source(wt)
+    if w is None:
+        n.meta["lingc_why"] = "an operand is computed in the graph (attention math), not a weight"
+        return None
+    if w.meta["val"].dtype != x.meta["val"].dtype:
+        n.meta["lingc_why"] = "input and weight dtypes differ"
+        return None
+    return x, w, bias
+
+
+class FuseProjections(LingcPass):
+    name = "fuse_projections"
+    tolerance = (1e-4, 1e-3)
+
+    def apply(self, gm: fx.GraphModule) -> int:
+        import lingc.runtime.kernels.gemm  # noqa: F401  (registers lingc::gemm, lingc::gemm_argmax)
+
+        graph = gm.graph
+        matches = self._argmax(graph)
+        graph.eliminate_dead_code()          # the logits GEMMs the argmax fusion replaced
+        # Keyed by the input's value: reshapes of one tensor to one shape are the same values,
+        # which is how matmul on [1, T, H] reaches the graph (a view per projection).
+        groups: dict[tuple, list[tuple[fx.Node, fx.Node, fx.Node]]] = {}
+        for n in list(graph.nodes):
+            if is_call(n, aten.bmm.default, aten.baddbmm.default):
+                n.meta["lingc_why"] = "batched product (gathered experts or attention): fused_moe / pdl_swap"
+                continue
+            lin = _linear(n)
+            if lin is None:
+                continue
+            x, w, bias = lin
+            if bias is not None:
+                self._replace(graph, [n], x, [w], bias)
+                matches += 1
+            else:
+                key = (strip(x, casts=False), tuple(x.meta["val"].shape))
+                groups.setdefault(key, []).append((n, x, w))
+        for members in groups.values():
+            for i in range(0, len(members), MAX_WEIGHTS):
+                chunk = members[i:i + MAX_WEIGHTS]
+                self._replace(graph, [m for m, _, _ in chunk], chunk[0][1], [w for _, _, w in chunk], None)
+                matches += 1
+        fused = sum(1 for ms in groups.values() if len(ms) > 1)
+        if fused:
+            self.notes.append(f"{fused} same-input groups")
+        return matches
+
+    def _replace(self, graph: fx.Graph, mms: list[fx.Node], x: fx.Node, weights: list[fx.Node],
+                 bias: fx.Node | None) -> None:
+        with graph.inserting_before(mms[0]):
+            out = emit(graph, torch.ops.lingc.gemm.default, x, weights, bias)
+            if len(mms) == 1:
+                mms[0].replace_all_uses_with(out)
+                return
+            col = 0
+            for mm, w in zip(mms, weights):
+                width = w.meta["val"].shape[0]
+                part = emit(graph, aten.slice.Tensor, out, 1, col, col + width)
+                col += width
+                mm.replace_all_uses_with(part)
+
+    def _argmax(self, graph: fx.Graph) -> int:
+        """argmax(logits, -1) whose logits feed nothing else -> gemm_argmax ids."""
+        matches = 0
+        for a in list(graph.nodes):
+            if not is_call(a, aten.argmax.default) or len(a.args) < 2 or (len(a.args) > 2 and a.args[2]):
+                continue
+            src, chain_ok = a.args[0], True
+            val = src.meta["val"]
+            if a.args[1] not in (-1, val.dim() - 1):
+                continue
+            while is_call(src, *RESHAPES, *CASTS):
+                chain_ok &= len(src.users) == 1
+                src = src.args[0]
+            lin = _linear(src) if is_call(src, aten.mm.default) else None
+            if lin is None or not chain_ok or len(src.users) != 1:
+                continue
+            x, w, _ = lin
+            with graph.inserting_before(a):
+                pair = emit(graph, torch.ops.lingc.gemm_argmax.default, x, w)
+                ids = emit(graph, operator.getitem, pair, 0)
+                if list(a.meta["val"].shape) != list(ids.meta["val"].shape):
+                    ids = emit(graph, aten.view.default, ids, list(a.meta["val"].shape))
+            a.replace_all_uses_with(ids)
+            graph.erase_node(a)
+            matches += 1
+        return matches

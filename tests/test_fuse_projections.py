@@ -1,0 +1,147 @@
+"""fuse_projections: same-input groups, every other linear, the argmax GEMV; numbers, counts,
+foreign formulations, and what it leaves alone (with the reason in the kernel table)."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from expecttest import assert_expected_inline
+
+from backend_helpers import pinned_graph_text, run_and_report, stat
+from lingc.models import Ling3Cache, build_model, preset
+
+H = 40
+
+
+def _p(*shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    return nn.Parameter(torch.randn(*shape, generator=g) / shape[-1] ** 0.5, requires_grad=False)
+
+
+class ForeignAttention(nn.Module):
+    """Three same-input projections under other names, a gated mix, an output projection."""
+
+    def __init__(self):
+        super().__init__()
+        self.alpha, self.beta, self.gamma = _p(24, H, seed=1), _p(24, H, seed=2), _p(6, H, seed=3)
+        self.omega = _p(H, 24, seed=4)
+
+    def forward(self, x):
+        a, b, c = F.linear(x, self.alpha), F.linear(x, self.beta), F.linear(x, self.gamma)
+        mixed = a * torch.sigmoid(b) + c.mean(-1, keepdim=True)
+        return F.linear(mixed, self.omega)
+
+
+class MatmulOn3D(ForeignAttention):
+    """The same block written with matmul on [1, T, H] (one view of x per projection)."""
+
+    def forward(self, x):
+        x3 = x.unsqueeze(0)
+        a, b, c = x3 @ self.alpha.T, x3 @ self.beta.T, torch.matmul(x3, self.gamma.t())
+        return ((a * torch.sigmoid(b) + c.mean(-1, keepdim=True)) @ self.omega.T)[0]
+
+
+class Biased(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(H, 30).requires_grad_(False)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+class Greedy(nn.Module):
+    def __init__(self, also_logits=False):
+        super().__init__()
+        self.head = _p(50, H, seed=5)
+        self.also_logits = also_logits
+
+    def forward(self, x):
+        logits = F.linear(x, self.head).float()
+        ids = logits.argmax(-1)
+        return (ids, logits) if self.also_logits else ids
+
+
+class ComputedOperand(nn.Module):
+    def forward(self, x):
+        return x @ (x * 2).T
+
+
+@pytest.mark.parametrize("module, gemm, argmax, matches", [
+    (ForeignAttention(), 2, 0, 2), (MatmulOn3D(), 2, 0, 2), (Biased(), 1, 0, 1),
+    (Greedy(), 0, 1, 1), (Greedy(also_logits=True), 1, 0, 1), (ComputedOperand(), 0, 0, 0),
+])
+def test_formulations(module, gemm, argmax, matches):
+    x = torch.randn(5, H)
+    with torch.no_grad():
+        ref = module(x)
+    out, report = run_and_report(module, x)
+    s = stat(report, "fuse_projections")
+    rows = {op: n for cat, op, n, _ in report.kernels.rows}
+    assert s.matches == matches
+    assert rows.get("lingc.gemm", 0) == gemm and rows.get("lingc.gemm_argmax", 0) == argmax
+    if not isinstance(module, ComputedOperand):
+        assert report.kernels.counts().get("library GEMM", 0) == 0
+    else:
+        assert report.kernels.why == {"an operand is computed in the graph (attention math), not a weight": 1}
+    for o, r in zip(out if isinstance(out, tuple) else (out,), ref if isinstance(ref, tuple) else (ref,)):
+        if r.dtype == torch.int64:
+            assert torch.equal(o, r)
+        else:
+            torch.testing.assert_close(o, r, rtol=1e-5, atol=1e-5)
+
+
+def test_group_is_one_launch_of_views():
+    out, report = run_and_report(ForeignAttention(), torch.randn(3, H))
+    s = stat(report, "fuse_projections")
+    assert s.notes == ["1 same-input groups"]
+    assert s.ops_before - s.ops_after >= 3       # three mm (and their permutes) -> one gemm + views
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_model(preset("tiny"), progress=False)
+
+
+@pytest.mark.parametrize("T", [1, 6])
+def test_tiny_model(tiny, T):
+    cache = Ling3Cache.allocate(tiny.config, 32)
+    ids, pos = torch.randint(0, 300, (T,)), torch.arange(4, 4 + T)
+    with torch.no_grad():
+        ref, _ = tiny(ids, pos, cache.clone())
+    (logits, _), report = run_and_report(tiny, ids, pos, cache, role="decode")
+    torch.testing.assert_close(logits, ref, rtol=1e-4, atol=1e-4)
+    cfg = tiny.config
+    kda, mla = len(cfg.kda_layers), len(cfg.mla_layers)
+    rows = {op: n for _, op, n, _ in report.kernels.rows}
+    # every KDA layer: one fused q/k/v/f/g/b launch + o_proj; every MLA layer: fused q/kv_a/g +
+    # dense; dense MLP down + shared expert downs + routers + lm_head: one each
+    moe = cfg.num_hidden_layers - cfg.first_k_dense_replace
+    assert rows["lingc.gemm"] == 2 * kda + 2 * mla + cfg.first_k_dense_replace + 2 * moe + 1
+    why = report.kernels.why
+    assert set(why) <= {"an operand is computed in the graph (attention math), not a weight",
+                        "batched product (gathered experts or attention): fused_moe / pdl_swap"}
+    assert sum(why.values()) == report.kernels.counts()["library GEMM"]
+
+
+@pinned_graph_text
+def test_expect_tiny_summary(tiny):
+    cache = Ling3Cache.allocate(tiny.config, 16)
+    _, report = run_and_report(tiny, torch.tensor([5]), torch.tensor([3]), cache, role="decode")
+    from lingc.dump import format_summary
+    assert_expected_inline(format_summary(report.stats, "decode", timings=False), """\
+lingc pass summary (role decode)
+pass                 matches   ops before -> after   time ms  note
+swiglu_epilogue            6          1423 -> 1372         -
+fuse_projections          24          1372 -> 1330         -  6 same-input groups
+cleanup                    0          1330 -> 1330         -
+""")
+    lines = [r for r in report.kernels.format().splitlines()
+             if r.startswith(("lingc", "library", "  library", "totals"))]
+    assert_expected_inline("\n".join(lines) + "\n", """\
+lingc         lingc.gemm                            24  f32[1, 324]
+lingc         lingc.swiglu_gemm_separate             6  f32[1, 160]
+library GEMM  aten.bmm                              20  f32[4, 48, 1]
+  library GEMM left x20: batched product (gathered experts or attention): fused_moe / pdl_swap
+totals: aten 650, glue 630, library GEMM 20, lingc 30
+""")
