@@ -33,6 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
+from lingc.runtime.kernels.gemm_common import dot_acc as _dot_acc
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait
 
 __all__ = ["BLOCK_M", "SwigluGemmConfig", "CONFIGS", "config_for", "swiglu_gemm_triton"]
@@ -92,17 +93,6 @@ def _swiglu(g, u, limit, HAS_LIMIT: tl.constexpr):
         act = tl.minimum(act, limit)
         u = tl.minimum(tl.maximum(u, -limit), limit)
     return act * u
-
-
-@triton.jit
-def _dot_acc(x, w, acc, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr):
-    """acc + x @ w.T in fp32. DOT_UPCAST (interpreter only) feeds fp32 copies of bf16 operands:
-    the products of bf16 values are exact in fp32, so the sums match the bf16 tensor-core path
-    up to summation order. It works around the triton 3.6 interpreter, whose dot multiplies the
-    raw uint16 bit patterns of bf16 tensors."""
-    if DOT_UPCAST:
-        return tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
-    return tl.dot(x, tl.trans(w), acc, out_dtype=tl.float32, input_precision=DOT_PRECISION)
 
 
 @triton.jit(do_not_specialize=["M"])

@@ -1,0 +1,56 @@
+"""Pieces shared by lingc's decode GEMM kernels (``swiglu_gemm``, ``gemm``, ``gemm_argmax``).
+
+- ``BLOCK_M``: the M tile, fixed at 16 for every M so that a row's arithmetic never depends on
+  how many rows run with it (batch invariance, design.md).
+- ``TARGET_SMS``: the SM count launch rules are written for (H200). A constant, not a device
+  query: a config, hence the bits, must be a function of the shape only.
+- ``dot_acc``: ``acc + x @ w.T`` in fp32, with the interpreter workaround for bf16 operands.
+- ``split_k_tickets``: the zeroed int32 counters with which split-K CTAs elect, in the same
+  launch, the one that reduces the partials (the last to arrive), instead of float atomics or a
+  second kernel.
+"""
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["BLOCK_M", "TARGET_SMS", "TICKET_CAPACITY", "dot_acc", "split_k_tickets"]
+
+BLOCK_M = 16
+TARGET_SMS = 132
+# Tickets per device. A launch uses one per output tile (split-K GEMM) or per M block
+# (gemm_argmax); the largest decode use is a few hundred.
+TICKET_CAPACITY = 1 << 16
+
+
+@triton.jit
+def dot_acc(x, w, acc, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr):
+    """acc + x @ w.T in fp32. DOT_UPCAST (interpreter only) feeds fp32 copies of bf16 operands:
+    the products of bf16 values are exact in fp32, so the sums match the bf16 tensor-core path
+    up to summation order. It works around the triton 3.6 interpreter, whose dot multiplies the
+    raw uint16 bit patterns of bf16 tensors."""
+    if DOT_UPCAST:
+        return tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
+    return tl.dot(x, tl.trans(w), acc, out_dtype=tl.float32, input_precision=DOT_PRECISION)
+
+
+_TICKETS: dict[tuple, torch.Tensor] = {}
+
+
+def split_k_tickets(device: torch.device, n: int) -> torch.Tensor:
+    """The device's zeroed int32 ticket buffer (``TICKET_CAPACITY`` entries), for a launch that
+    needs ``n`` of them.
+
+    Allocated once per device and never replaced: a captured CUDA graph bakes in its address,
+    so growing it would leave old graphs pointing at freed memory. Every kernel that takes a
+    ticket leaves it at zero again (the last arrival resets it), so launches on one stream, and
+    graph replays, can share the buffer. Kernels on two streams running at the same time must
+    not (a lingc decode step runs on one stream).
+    """
+    if n > TICKET_CAPACITY:
+        raise ValueError(f"a launch needs {n} split-K tickets, more than TICKET_CAPACITY={TICKET_CAPACITY}")
+    key = (device.type, device.index)
+    t = _TICKETS.get(key)
+    if t is None:
+        t = torch.zeros(TICKET_CAPACITY, dtype=torch.int32, device=device)
+        _TICKETS[key] = t
+    return t
