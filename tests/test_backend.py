@@ -12,7 +12,7 @@ import torch
 from expecttest import assert_expected_inline
 
 from backend_helpers import compile_lingc, run_and_report, stat
-from lingc.backend import RecompileError
+from lingc.backend import RecompileError, compile_reports
 from lingc.dump import format_summary
 from lingc.models import Ling3Cache, build_model, preset
 from lingc.options import LingcOptions
@@ -259,3 +259,19 @@ def test_torch_logs_lingc_prints_the_summary():
                        env={**os.environ, "TORCH_LOGS": "lingc"})
     assert r.returncode == 0, r.stderr[-2000:]
     assert "lingc pass summary (role forward)" in r.stderr and "kernel table" in r.stderr
+
+
+def test_inductor_path_forward_role(tiny):
+    """The plain user path: torch.compile(model, backend="lingc") with default options (role
+    forward, Inductor on) over a T=6 step."""
+    ids, pos, cache = _decode_args(tiny, 6)
+    with torch.no_grad():
+        ref, _ = tiny(ids, pos, cache.clone())
+    n = len(compile_reports)
+    torch._dynamo.reset()
+    step = torch.compile(tiny, backend="lingc", fullgraph=True, dynamic=False)
+    with torch.no_grad():
+        logits, _ = step(ids, pos, cache)
+    report = compile_reports[n]
+    assert report.role == "forward" and report.kernels.inductor_kernels
+    torch.testing.assert_close(logits, ref, rtol=1e-4, atol=1e-4)
