@@ -29,6 +29,7 @@ from .dump import GraphDump, format_summary
 from .kernel_table import KernelTable, build_kernel_table
 from .options import LingcOptions
 from .pass_manager import PassContext, PassManager, PassStats
+from .progress import Progress
 
 log = logging.getLogger("lingc")
 
@@ -106,16 +107,20 @@ class GraphCompiler:
         dump = GraphDump(self.opts.dump_dir, self.opts.role) if self.opts.dump_dir else None
         if dump is not None:
             dump.graph("00-captured", gm)
-        stats = PassManager(ctx).run(gm, dump)
+        manager = PassManager(ctx)
+        bar = Progress(len(manager.pass_types) + int(self.opts.inductor), f"lingc compile ({self.opts.role})")
+        stats = manager.run(gm, dump, progress=bar)
         if dump is not None:
             dump.graph("99-final", gm)
         source = None
         if self.opts.inductor:
             compiled = compat.inductor_compile(gm, example_inputs)
             source = getattr(compiled, "source_code", None)
+            bar.update()
         else:
             from functorch.compile import make_boxed_func
             compiled = make_boxed_func(gm.forward)
+        bar.close()
         table = build_kernel_table(gm, self.opts.inductor, source)
         shapes = [str(list(x.shape)) for x in example_inputs if isinstance(x, torch.Tensor)][:4]
         report = CompileReport(self.opts.role, stats, table, str(dump.dir) if dump else None, shapes)

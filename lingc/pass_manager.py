@@ -179,16 +179,19 @@ class PassManager:
         self.pass_types = registered_passes() if passes is None else passes
         self.off = disabled_passes(ctx.options) if passes is None else set(ctx.options.disable_passes)
 
-    def run(self, gm: fx.GraphModule, dump=None) -> list[PassStats]:
+    def run(self, gm: fx.GraphModule, dump=None, progress=None) -> list[PassStats]:
+        """Run every pass in order, then the cleanup tail; `progress` (a lingc.progress.Progress)
+        advances by one per pass."""
         stats: list[PassStats] = []
         verify = self.ctx.options.verify and self.ctx.real_inputs is not None
         for i, cls in enumerate(self.pass_types, start=1):
             p = cls(self.ctx)
-            if p.name in self.off:
-                stats.append(PassStats(p.name, skipped="disabled"))
-                continue
-            if self.ctx.role not in p.roles:
-                stats.append(PassStats(p.name, skipped=f"not for role {self.ctx.role}"))
+            skipped = ("disabled" if p.name in self.off else
+                       f"not for role {self.ctx.role}" if self.ctx.role not in p.roles else None)
+            if skipped:
+                stats.append(PassStats(p.name, skipped=skipped))
+                if progress is not None:
+                    progress.update()
                 continue
             if dump is not None:
                 dump.graph(f"{i:02d}-{p.name}.before", gm)
@@ -206,6 +209,8 @@ class PassManager:
             if dump is not None:
                 dump.graph(f"{i:02d}-{p.name}.after", gm)
             stats.append(st)
+            if progress is not None:
+                progress.update()
         before = count_ops(gm)
         t0 = time.perf_counter()
         gm.graph.eliminate_dead_code()
