@@ -1,0 +1,80 @@
+"""Plain-PyTorch reference of the Ling-3 MoE router (the op's CPU implementation).
+
+Per token (row of x), with ``s`` the unbiased and ``c`` the biased scores:
+
+    logits = x @ gate_w.T            fp32 accumulation (bf16 products are exact in fp32),
+                                     kept in fp32: not rounded to x.dtype
+    s = sigmoid(logits)              [E]
+    c = s + expert_bias              [E], used for SELECTION only
+    group g (n_group groups of E / n_group consecutive experts) scores top1(c_g) + top2(c_g)
+    keep the topk_group best groups
+    ids = the top_k experts of the kept groups by c, in decreasing c
+    w = s[ids]; w = w / sum(w) if renormalize; w = w * routed_scaling
+
+Tie rule (the kernel implements the same one): among equal values the LOWEST index wins, for
+the groups and for the experts, and ``ids`` lists the experts in decreasing ``c`` with equal
+``c`` in increasing expert id. Here it is implemented explicitly with stable descending sorts
+(``torch.sort(stable=True)`` keeps equal keys in index order), never with ``torch.topk``, whose
+tie order is unspecified. The group score is a sum of the top two values, which does not depend
+on which of two tied values is "first".
+
+Numerics declared against ``lingc.models.moe.Router``: with a bf16 router the eager model rounds
+the logits to bf16 before the sigmoid; this op keeps the fp32 accumulator (one rounding fewer).
+With an fp32 router the two agree up to summation order.
+
+Batch invariance: the logits are computed one row at a time and the selection is per row, so a
+row's result does not depend on how many rows come with it (design.md).
+"""
+import torch
+import torch.nn.functional as F
+
+__all__ = ["router_logits", "grouped_topk_reference", "moe_router_reference"]
+
+
+def router_logits(x: torch.Tensor, gate_w: torch.Tensor) -> torch.Tensor:
+    """fp32 [T, E] = x @ gate_w.T, one row at a time (a single [T, H] product may choose a
+    T-dependent blocking, which would break batch invariance)."""
+    xf, wf = x.float(), gate_w.float()
+    rows = [F.linear(xf[t : t + 1], wf) for t in range(xf.shape[0])]
+    return torch.cat(rows) if rows else xf.new_empty(0, wf.shape[0])
+
+
+def grouped_topk_reference(
+    scores: torch.Tensor,
+    expert_bias: torch.Tensor,
+    n_group: int,
+    topk_group: int,
+    top_k: int,
+    routed_scaling: float,
+    renormalize: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids int32 [T, top_k], weights fp32 [T, top_k]) from sigmoid scores [T, E] (fp32)."""
+    t, e = scores.shape
+    s = scores.float()
+    c = s + expert_bias.float()
+    groups = c.view(t, n_group, e // n_group)
+    top2 = torch.sort(groups, dim=-1, descending=True, stable=True).values[..., :2]
+    group_score = top2[..., 0] + top2[..., 1]                                       # [T, n_group]
+    keep = torch.sort(group_score, dim=-1, descending=True, stable=True).indices[:, :topk_group]
+    group_mask = torch.zeros(t, n_group, dtype=torch.bool, device=c.device).scatter_(1, keep, True)
+    masked = groups.masked_fill(~group_mask[..., None], float("-inf")).view(t, e)
+    ids = torch.sort(masked, dim=-1, descending=True, stable=True).indices[:, :top_k]
+    w = s.gather(1, ids)
+    if renormalize:
+        w = w / w.sum(-1, keepdim=True)
+    return ids.to(torch.int32), w * routed_scaling
+
+
+def moe_router_reference(
+    x: torch.Tensor,
+    gate_w: torch.Tensor,
+    expert_bias: torch.Tensor,
+    n_group: int,
+    topk_group: int,
+    top_k: int,
+    routed_scaling: float,
+    renormalize: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The whole router (module docstring): (topk_ids int32 [T, top_k], topk_weights fp32)."""
+    scores = torch.sigmoid(router_logits(x, gate_w))
+    return grouped_topk_reference(scores, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)

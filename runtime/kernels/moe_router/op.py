@@ -1,0 +1,87 @@
+"""The Ling-3 MoE router as an opaque custom op.
+
+``torch.ops.lingc.moe_router(Tensor x, Tensor gate_w, Tensor expert_bias, int n_group,
+int topk_group, int top_k, float routed_scaling, bool renormalize) -> (Tensor, Tensor)``:
+x [T, H] (bf16 or fp32), gate_w [E, H] of x's dtype (unit stride along H, any row stride),
+expert_bias fp32 [E]; returns (topk_ids int32 [T, top_k], topk_weights fp32 [T, top_k]).
+naive.py gives the exact math and the tie rule (lowest index wins).
+
+The fused_moe pass emits it, so it must trace (fake impl), run on the CPU (the reference) and
+on CUDA (the one-launch Triton kernel, PDL-launched on Hopper). A ``custom_op`` rather than a
+``triton_op`` for the reason given in gemm/op.py: an opaque op keeps our own PDL launch.
+"""
+import torch
+
+from .naive import moe_router_reference
+
+__all__ = ["moe_router", "check_moe_router_args"]
+
+_DTYPES = (torch.bfloat16, torch.float32)
+
+
+def check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize) -> None:
+    """Raise ValueError naming the bad argument of ``moe_router``."""
+    op = "moe_router"
+    if x.dim() != 2:
+        raise ValueError(f"{op}: x must be [T, H] (2-d), got shape {tuple(x.shape)}")
+    if x.dtype not in _DTYPES:
+        raise ValueError(f"{op}: x.dtype must be bfloat16 or float32, got {x.dtype}")
+    if gate_w.dim() != 2:
+        raise ValueError(f"{op}: gate_w must be [E, H] (2-d), got shape {tuple(gate_w.shape)}")
+    e, h = gate_w.shape
+    if h != x.shape[1]:
+        raise ValueError(f"{op}: H mismatch, x has H={x.shape[1]} but gate_w has H={h}")
+    if gate_w.dtype != x.dtype:
+        raise ValueError(f"{op}: dtype mismatch, x is {x.dtype} but gate_w is {gate_w.dtype}")
+    if h > 1 and gate_w.stride(1) != 1:
+        raise ValueError(f"{op}: gate_w must have unit stride along H, got strides {tuple(gate_w.stride())}")
+    if tuple(expert_bias.shape) != (e,):
+        raise ValueError(f"{op}: expert_bias must have shape ({e},), got {tuple(expert_bias.shape)}")
+    if expert_bias.dtype != torch.float32:
+        raise ValueError(f"{op}: expert_bias.dtype must be float32, got {expert_bias.dtype}")
+    for name, t in (("gate_w", gate_w), ("expert_bias", expert_bias)):
+        if t.device != x.device:
+            raise ValueError(f"{op}: device mismatch, x on {x.device} but {name} on {t.device}")
+    if n_group < 1 or e % n_group != 0:
+        raise ValueError(f"{op}: n_group={n_group} must be >= 1 and divide the expert count E={e}")
+    if e // n_group < 2:
+        raise ValueError(f"{op}: groups need at least 2 experts (the group score is a top-2 sum), "
+                         f"got E={e} / n_group={n_group} = {e // n_group}")
+    if not 1 <= topk_group <= n_group:
+        raise ValueError(f"{op}: topk_group={topk_group} must be in [1, n_group={n_group}]")
+    if not 1 <= top_k <= topk_group * (e // n_group):
+        raise ValueError(f"{op}: top_k={top_k} must be in [1, topk_group * E / n_group = "
+                         f"{topk_group * (e // n_group)}]")
+
+
+def _moe_router(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize):
+    check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
+    if not x.is_cuda:
+        return moe_router_reference(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
+    # Imported here so the CPU path needs no triton.
+    from .kernel import moe_router_triton
+
+    return moe_router_triton(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
+
+
+def _moe_router_fake(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize):
+    check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
+    t = x.shape[0]
+    return x.new_empty((t, top_k), dtype=torch.int32), x.new_empty((t, top_k), dtype=torch.float32)
+
+
+_SCHEMA = ("(Tensor x, Tensor gate_w, Tensor expert_bias, int n_group, int topk_group, int top_k, "
+           "float routed_scaling, bool renormalize) -> (Tensor, Tensor)")
+
+
+def _register():
+    # Idempotent: the module can be imported twice (reload) and the dispatcher refuses a second
+    # definition of the same name.
+    if hasattr(torch.ops.lingc, "moe_router"):
+        return torch.ops.lingc.moe_router
+    op = torch.library.custom_op("lingc::moe_router", _moe_router, mutates_args=(), schema=_SCHEMA)
+    op.register_fake(_moe_router_fake)
+    return op
+
+
+moe_router = _register()

@@ -1,0 +1,616 @@
+"""MoE router and moe_align: the Triton launchers against references written here from the
+formulas, tie order, batch invariance, poisoned outputs, broken variants, the ops; on the GPU the
+Ling-3 shapes (E = 512, H = 2560) and a router -> align chain under CUDA-graph capture.
+
+On the CPU the kernels run under TRITON_INTERPRET=1 (set in conftest.py) on small shapes: E in
+{16, 64} with n_group 4 or 8, H in {40, 96}, T in {1, 2, 6, 8}, top_k 4.
+
+References here are deliberately independent of runtime/kernels/*/naive.py: the router one is a
+per-token Python loop over the formulas in float32 (numpy scalars) with "lowest index wins"
+written out as a sort key; the align one is a Python sort of (expert, pair) tuples.
+
+Tolerances: router weights absolute 2e-6 (weights <= routed_scaling = 2.5; fp32 sums in a
+different order and an interpreter/torch sigmoid that may differ by an ulp). Ids are compared
+exactly: random inputs keep their biased scores far apart relative to those differences, and
+the tie tests use integer-valued logits, which are exact in every summation order.
+"""
+import types
+
+import numpy as np
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from lingc.models.moe import grouped_topk
+from lingc.runtime.kernels.moe_align import align_sizes, moe_align, moe_align_reference
+from lingc.runtime.kernels.moe_align import kernel as align_kernel
+from lingc.runtime.kernels.moe_align.kernel import SINGLE_LAUNCH_MAX_PAIRS, moe_align_triton
+from lingc.runtime.kernels.moe_router import grouped_topk_reference, moe_router, moe_router_reference, router_logits
+from lingc.runtime.kernels.moe_router.kernel import moe_router_triton, router_block_e
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPES = [torch.float32, torch.bfloat16]
+WEIGHT_ATOL = 2e-6
+# (E, n_group): groups of 4 and of 8 experts.
+ROUTER_SHAPES = [(16, 4), (64, 8)]
+TOPK_GROUP, TOP_K, SCALING = 2, 4, 2.5
+
+
+# ----------------------------------------------------------------------------------------------
+# Router: references and helpers.
+
+
+def py_router(logits, bias, n_group, topk_group, top_k, scaling, renormalize):
+    """Per-token Python reference from the formulas (float32 throughout); ties: lowest index.
+
+    logits fp32 [T, E] (computed by the caller), bias fp32 [E]. Returns (ids [T][k], weights)."""
+    f32 = np.float32
+    lg = logits.detach().cpu().float().numpy()
+    b = bias.detach().cpu().float().numpy()
+    e = lg.shape[1]
+    gs = e // n_group
+    all_ids, all_w = [], []
+    for row in lg:
+        s = (f32(1) / (f32(1) + np.exp(-row.astype(f32)))).astype(f32)
+        c = (s + b).astype(f32)
+        gscore = []
+        for g in range(n_group):
+            members = sorted(range(g * gs, (g + 1) * gs), key=lambda i: (-c[i], i))
+            gscore.append(f32(c[members[0]] + c[members[1]]))
+        kept = sorted(range(n_group), key=lambda g: (-gscore[g], g))[:topk_group]
+        cands = [i for g in kept for i in range(g * gs, (g + 1) * gs)]
+        ids = sorted(cands, key=lambda i: (-c[i], i))[:top_k]
+        w = [f32(s[i]) for i in ids]
+        if renormalize:
+            tot = f32(sum(w, f32(0)))
+            w = [f32(v / tot) for v in w]
+        all_ids.append(ids)
+        all_w.append([f32(v * f32(scaling)) for v in w])
+    return all_ids, all_w
+
+
+def make_router_inputs(t, e, h, dtype, seed, device=DEVICE):
+    """x ~ N(0, 1) [t, h], gate_w ~ N(0, 1/h) [e, h] (logits ~ N(0, 1)), bias ~ N(0, 0.1^2) fp32."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(t, h, generator=gen).to(device=device, dtype=dtype)
+    w = (torch.randn(e, h, generator=gen) / h**0.5).to(device=device, dtype=dtype)
+    bias = (0.1 * torch.randn(e, generator=gen)).to(device)
+    return x, w, bias
+
+
+def make_tied_inputs(t, e, h, dtype, seed, device=DEVICE):
+    """Integer-valued logits (x in {-1, 0, 1}, gate_w in {-1, 0, 1}/4, exact in bf16 and in any
+    fp32 summation order) drawn from few values, and bias in {0, 1/4, 1/2}: many exact ties."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randint(-1, 2, (t, h), generator=gen).float()
+    base = torch.randint(-1, 2, (3, h), generator=gen).float() / 4
+    w = base[torch.randint(0, 3, (e,), generator=gen)]          # only 3 distinct rows
+    bias = torch.randint(0, 3, (e,), generator=gen).float() / 4
+    return x.to(device=device, dtype=dtype), w.to(device=device, dtype=dtype), bias.to(device)
+
+
+def run_router(x, w, bias, n_group, topk_group=TOPK_GROUP, top_k=TOP_K, scaling=SCALING, renormalize=True, **kw):
+    """The Triton launcher into poisoned outputs (ids -1, weights NaN): unwritten elements fail."""
+    t = x.shape[0]
+    ids = torch.full((t, top_k), -1, dtype=torch.int32, device=x.device)
+    wts = torch.full((t, top_k), float("nan"), dtype=torch.float32, device=x.device)
+    moe_router_triton(x, w, bias, n_group, topk_group, top_k, scaling, renormalize,
+                      ids_out=ids, weights_out=wts, **kw)
+    return ids, wts
+
+
+def assert_router_matches(ids, wts, ref_ids, ref_w):
+    """ids exactly (as sets and in order), weights within WEIGHT_ATOL, nothing left poisoned."""
+    ids_l = ids.cpu().tolist()
+    assert all(-1 not in row for row in ids_l), f"unwritten ids: {ids_l}"
+    assert torch.isfinite(wts).all(), f"non-finite weights: {wts}"
+    for r, (a, b) in enumerate(zip(ids_l, ref_ids)):
+        assert sorted(a) == sorted(b), f"row {r}: expert set {sorted(a)} != reference {sorted(b)}"
+        assert a == b, f"row {r}: order {a} != reference {b}"
+    torch.testing.assert_close(wts.cpu(), torch.tensor(ref_w, dtype=torch.float32), atol=WEIGHT_ATOL, rtol=0)
+
+
+def exact_logits(x, w):
+    """fp32 logits row by row (the products of bf16 values are exact in fp32)."""
+    return router_logits(x.cpu(), w.cpu())
+
+
+# ----------------------------------------------------------------------------------------------
+# Router: kernel tests.
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("t", [1, 2, 6, 8])
+@pytest.mark.parametrize("h", [40, 96])
+@pytest.mark.parametrize("e, n_group", ROUTER_SHAPES)
+def test_router_kernel_matches_python_reference(e, n_group, h, t, dtype):
+    x, w, bias = make_router_inputs(t, e, h, dtype, seed=1000 * e + 10 * h + t)
+    ids, wts = run_router(x, w, bias, n_group)
+    ref_ids, ref_w = py_router(exact_logits(x, w), bias, n_group, TOPK_GROUP, TOP_K, SCALING, True)
+    assert_router_matches(ids, wts, ref_ids, ref_w)
+    # The module reference (the op's CPU path) agrees with the formulas too.
+    n_ids, n_w = moe_router_reference(x.cpu(), w.cpu(), bias.cpu(), n_group, TOPK_GROUP, TOP_K, SCALING, True)
+    assert_router_matches(n_ids, n_w, ref_ids, ref_w)
+
+
+@pytest.mark.parametrize("renormalize, scaling, topk_group, top_k", [
+    (False, 1.0, 2, 4), (True, 1.0, 1, 3), (False, 2.5, 4, 5),
+])
+def test_router_kernel_options(renormalize, scaling, topk_group, top_k):
+    e, n_group, h, t = 64, 8, 96, 6
+    x, w, bias = make_router_inputs(t, e, h, torch.float32, seed=11 + top_k)
+    ids, wts = run_router(x, w, bias, n_group, topk_group, top_k, scaling, renormalize)
+    ref = py_router(exact_logits(x, w), bias, n_group, topk_group, top_k, scaling, renormalize)
+    assert_router_matches(ids, wts, *ref)
+    if renormalize:
+        torch.testing.assert_close(wts.sum(1).cpu(), torch.full((t,), scaling), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("e, n_group", ROUTER_SHAPES)
+@pytest.mark.parametrize("seed", range(4))
+def test_router_ties_lowest_index_wins(seed, e, n_group, dtype):
+    t, h = 8, 40
+    x, w, bias = make_tied_inputs(t, e, h, dtype, seed=100 + seed)
+    logits = exact_logits(x, w)
+    c = torch.sigmoid(logits) + bias.cpu()
+    # At most 3 logit values x 3 biases per row: tie-heavy by construction.
+    assert all(len(set(row)) <= 9 < e for row in c.tolist())
+    ids, wts = run_router(x, w, bias, n_group)
+    ref = py_router(logits, bias, n_group, TOPK_GROUP, TOP_K, SCALING, True)
+    assert_router_matches(ids, wts, *ref)
+    assert_router_matches(*moe_router_reference(x.cpu(), w.cpu(), bias.cpu(), n_group, TOPK_GROUP, TOP_K,
+                                                SCALING, True), *ref)
+
+
+def test_router_all_tied_picks_lowest_groups_and_experts():
+    # Every score equal: groups 0 and 1 are kept, experts 0..3 are picked, in that order, with
+    # equal weights.
+    e, n_group, h = 16, 4, 40
+    x = torch.ones(2, h, device=DEVICE)
+    w = torch.full((e, h), 0.25, device=DEVICE)
+    ids, wts = run_router(x, w, torch.zeros(e, device=DEVICE), n_group)
+    assert ids.tolist() == [[0, 1, 2, 3]] * 2
+    torch.testing.assert_close(wts.cpu(), torch.full((2, 4), SCALING / 4))
+    # Equal biased scores, higher ids first by bias: the tie among {5, 6} and {8, 9} goes low.
+    bias = torch.zeros(e, device=DEVICE)
+    bias[[5, 6, 8, 9, 12]] = torch.tensor([0.5, 0.5, 0.5, 0.5, 0.25], device=DEVICE)
+    ids, _ = run_router(x, w, bias, n_group)
+    assert ids.tolist() == [[5, 6, 8, 9]] * 2  # groups 1 and 2 (score 1.0 + 0.5 ...) kept
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_router_bias_selects_but_does_not_weight(dtype):
+    e, n_group, h, t = 64, 8, 96, 6
+    x, w, _ = make_router_inputs(t, e, h, dtype, seed=21)
+    s = torch.sigmoid(exact_logits(x, w))
+    boosted = [3, 5, 42, 44]  # two in group 0, two in group 5 (topk_group = 2)
+    bias = torch.zeros(e, device=DEVICE)
+    bias[boosted] = 10.0
+    ids, wts = run_router(x, w, bias, n_group)
+    for r in range(t):
+        assert sorted(ids[r].tolist()) == boosted
+        picked = s[r, ids[r].long().cpu()]
+        # Weights from the unbiased scores: s / sum(s) * scaling, not (s + 10) / sum(s + 10).
+        torch.testing.assert_close(wts[r].cpu(), picked / picked.sum() * SCALING, atol=WEIGHT_ATOL, rtol=0)
+    # Without the bias the selection is a different one.
+    ids0, _ = run_router(x, w, torch.zeros(e, device=DEVICE), n_group)
+    assert any(sorted(ids0[r].tolist()) != boosted for r in range(t))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("e, n_group", ROUTER_SHAPES)
+def test_router_batch_invariant(e, n_group, dtype):
+    x, w, bias = make_router_inputs(8, e, 96, dtype, seed=31)
+    ids8, w8 = run_router(x, w, bias, n_group)
+    for t in (1, 6):
+        ids_t, w_t = run_router(x[:t], w, bias, n_group)
+        assert torch.equal(ids_t, ids8[:t]) and torch.equal(w_t, w8[:t])
+    for r in (3, 7):
+        ids1, w1 = run_router(x[r : r + 1], w, bias, n_group)
+        assert torch.equal(ids1, ids8[r : r + 1]) and torch.equal(w1, w8[r : r + 1])
+
+
+@pytest.mark.parametrize("block_e", [2, 4, 8])
+def test_router_block_e_does_not_change_bits(block_e):
+    assert router_block_e(512) == 4 and router_block_e(64) == 4  # Ling-3: 128 CTAs
+    x, w, bias = make_router_inputs(6, 64, 96, torch.float32, seed=41)
+    base = run_router(x, w, bias, 8)
+    other = run_router(x, w, bias, 8, block_e=block_e)
+    assert torch.equal(base[0], other[0]) and torch.equal(base[1], other[1])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("e, n_group", ROUTER_SHAPES)
+def test_router_matches_model_grouped_topk(e, n_group, dtype):
+    x, w, bias = make_router_inputs(8, e, 96, dtype, seed=51 + e)
+    cfg = types.SimpleNamespace(n_group=n_group, topk_group=TOPK_GROUP, num_experts_per_tok=TOP_K,
+                                norm_topk_prob=True, routed_scaling_factor=SCALING)
+    ref_ids, ref_w = grouped_topk(torch.sigmoid(exact_logits(x, w)), bias.cpu(), cfg)
+    ids, wts = run_router(x, w, bias, n_group)
+    assert torch.equal(ids.long().cpu(), ref_ids)
+    torch.testing.assert_close(wts.cpu(), ref_w, atol=WEIGHT_ATOL, rtol=0)
+
+
+def test_router_logits_workspace_and_ticket():
+    x, w, bias = make_router_inputs(6, 64, 40, torch.float32, seed=61)
+    logits = torch.full((6, 64), float("nan"), device=DEVICE)
+    run_router(x, w, bias, 8, logits_out=logits)
+    torch.testing.assert_close(logits.cpu(), exact_logits(x, w), atol=1e-5, rtol=1e-5)
+    from lingc.runtime.kernels.gemm_common import split_k_tickets
+
+    assert int(split_k_tickets(x.device, 1)[0]) == 0  # the last CTA reset its ticket
+
+
+# A broken kernel or reference must fail the comparisons above.
+
+
+def test_router_broken_variants_are_caught():
+    e, n_group, h, t = 64, 8, 96, 8
+    x, w, bias = make_router_inputs(t, e, h, torch.float32, seed=71)
+    ref = py_router(exact_logits(x, w), bias, n_group, TOPK_GROUP, TOP_K, SCALING, True)
+    # No group restriction (one group of 64): some row picks an expert from a dropped group.
+    with pytest.raises(AssertionError, match="expert set|order"):
+        assert_router_matches(*run_router(x, w, bias, 1, 1, TOP_K), *ref)
+    # Unnormalised weights.
+    with pytest.raises(AssertionError):
+        assert_router_matches(*run_router(x, w, bias, n_group, renormalize=False), *ref)
+    # Rows never processed (only the first 6 of 8 launched into the 8-row buffers): poisoned.
+    ids = torch.full((t, TOP_K), -1, dtype=torch.int32, device=DEVICE)
+    wts = torch.full((t, TOP_K), float("nan"), device=DEVICE)
+    moe_router_triton(x[:6], w, bias, n_group, TOPK_GROUP, TOP_K, SCALING, True, ids_out=ids[:6], weights_out=wts[:6])
+    with pytest.raises(AssertionError, match="unwritten ids"):
+        assert_router_matches(ids, wts, *ref)
+    # A "highest index wins" tie rule fails the tie reference.
+    x, w, bias = make_tied_inputs(t, e, 40, torch.float32, seed=100)
+    logits = exact_logits(x, w)
+    good = py_router(logits, bias, n_group, TOPK_GROUP, TOP_K, SCALING, True)
+    flipped = py_router(logits.flip(1), bias.flip(0), n_group, TOPK_GROUP, TOP_K, SCALING, True)
+    flipped_ids = [[e - 1 - i for i in row] for row in flipped[0]]
+    with pytest.raises(AssertionError, match="expert set|order"):
+        assert_router_matches(*run_router(x, w, bias, n_group), flipped_ids, flipped[1])
+    assert_router_matches(*run_router(x, w, bias, n_group), *good)
+
+
+# Router op.
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_router_op_cpu_path_is_the_reference(dtype):
+    x, w, bias = make_router_inputs(6, 64, 96, dtype, seed=81, device="cpu")
+    ids, wts = torch.ops.lingc.moe_router(x, w, bias, 8, 2, 4, 2.5, True)
+    ref_ids, ref_w = moe_router_reference(x, w, bias, 8, 2, 4, 2.5, True)
+    assert ids.dtype == torch.int32 and wts.dtype == torch.float32
+    assert torch.equal(ids, ref_ids) and torch.equal(wts, ref_w)
+    assert torch.equal(moe_router(x, w, bias, 8, 2, 4, 2.5, True)[0], ids)
+
+
+def test_router_op_schema_fake_and_opcheck():
+    assert str(torch.ops.lingc.moe_router.default._schema) == (
+        "lingc::moe_router(Tensor x, Tensor gate_w, Tensor expert_bias, int n_group, int topk_group, "
+        "int top_k, float routed_scaling, bool renormalize) -> (Tensor, Tensor)"
+    )
+    with FakeTensorMode():
+        ids, wts = torch.ops.lingc.moe_router(torch.empty(6, 2560, dtype=torch.bfloat16),
+                                              torch.empty(512, 2560, dtype=torch.bfloat16),
+                                              torch.empty(512), 8, 4, 8, 2.5, True)
+    assert ids.shape == wts.shape == (6, 8) and ids.dtype == torch.int32 and wts.dtype == torch.float32
+    x, w, bias = make_router_inputs(3, 16, 40, torch.float32, seed=82, device="cpu")
+    torch.library.opcheck(torch.ops.lingc.moe_router, (x, w, bias, 4, 2, 4, 2.5, True))
+
+
+def _bad_router_cases():
+    z = torch.zeros
+    x, w, b = z(3, 40), z(16, 40), z(16)
+    ok = (4, 2, 4, 2.5, True)
+    return [
+        ("x 3-d", (z(1, 3, 40), w, b, *ok), r"x must be \[T, H\] \(2-d\), got shape \(1, 3, 40\)"),
+        ("x fp16", (x.half(), w.half(), b, *ok), "x.dtype must be bfloat16 or float32, got torch.float16"),
+        ("H mismatch", (x, z(16, 32), b, *ok), "H mismatch, x has H=40 but gate_w has H=32"),
+        ("dtype mismatch", (x, w.bfloat16(), b, *ok), "x is torch.float32 but gate_w is torch.bfloat16"),
+        ("H stride", (x, z(40, 16).T, b, *ok), r"gate_w must have unit stride along H, got strides \(1, 16\)"),
+        ("bias shape", (x, w, z(15), *ok), r"expert_bias must have shape \(16,\), got \(15,\)"),
+        ("bias dtype", (x, w, b.bfloat16(), *ok), "expert_bias.dtype must be float32, got torch.bfloat16"),
+        ("n_group", (x, w, b, 3, 2, 4, 2.5, True), "n_group=3 must be >= 1 and divide the expert count E=16"),
+        ("group of 1", (x, w, b, 16, 2, 1, 2.5, True), "groups need at least 2 experts .* = 1"),
+        ("topk_group", (x, w, b, 4, 5, 4, 2.5, True), r"topk_group=5 must be in \[1, n_group=4\]"),
+        ("top_k", (x, w, b, 4, 2, 9, 2.5, True), r"top_k=9 must be in \[1, topk_group \* E / n_group = 8\]"),
+    ]
+
+
+@pytest.mark.parametrize("case", _bad_router_cases(), ids=lambda c: c[0])
+def test_router_op_rejects_bad_arguments(case):
+    _, args, message = case
+    with pytest.raises(ValueError, match=message):
+        torch.ops.lingc.moe_router(*args)
+    with FakeTensorMode() as mode, pytest.raises(ValueError, match=message):
+        torch.ops.lingc.moe_router(*(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args))
+
+
+# ----------------------------------------------------------------------------------------------
+# moe_align: reference, checker, helpers.
+
+POISON = -7  # never a pair id, a sentinel or an expert id
+
+
+def py_align(topk_ids, num_experts, block_size, shared_expert):
+    """Straightforward sort-based align: the published (sorted_pair_ids, block_expert_ids, total)
+    as Python lists."""
+    ids = topk_ids.cpu().tolist()
+    pairs = []
+    for t, row in enumerate(ids):
+        row = row + ([num_experts] if shared_expert else [])
+        pairs += [(e, t * len(row) + j) for j, e in enumerate(row)]
+    sentinel = len(pairs)
+    sorted_ids, blocks = [], []
+    for expert in sorted({e for e, _ in pairs}):
+        members = sorted(p for e, p in pairs if e == expert)
+        pad = -len(members) % block_size
+        sorted_ids += members + [sentinel] * pad
+        blocks += [expert] * ((len(members) + pad) // block_size)
+    return sorted_ids, blocks, len(sorted_ids)
+
+
+def check_align(out, topk_ids, num_experts, block_size, shared_expert):
+    """The published range equals py_align, plus the invariants stated one by one."""
+    sorted_ids, block_experts, total = (o.cpu() for o in out)
+    t, k = topk_ids.shape
+    p = t * (k + int(shared_expert))
+    slots, blocks = align_sizes(p, num_experts, block_size, shared_expert)
+    assert sorted_ids.shape == (slots,) and block_experts.shape == (blocks,) and total.shape == (1,)
+    assert all(o.dtype == torch.int32 for o in (sorted_ids, block_experts, total))
+    n = int(total[0])
+    assert n % block_size == 0 and 0 <= n <= slots, f"total {n}"
+    pub, pub_blocks = sorted_ids[:n].tolist(), block_experts[: n // block_size].tolist()
+    assert POISON not in pub, f"unwritten slot at {pub.index(POISON)} of the published {n}"
+    assert POISON not in pub_blocks, f"unwritten block at {pub_blocks.index(POISON)}"
+    real = [q for q in pub if q != p]
+    assert sorted(real) == list(range(p)), "every pair exactly once"
+    pair_expert = pair_expert_list(topk_ids, num_experts, shared_expert)
+    for blk, e in enumerate(pub_blocks):
+        members = [q for q in pub[blk * block_size : (blk + 1) * block_size] if q != p]
+        assert members, f"block {blk} holds only padding"
+        assert all(pair_expert[q] == e for q in members), f"block {blk} mixes experts or has the wrong id"
+    assert pub_blocks == sorted(pub_blocks), "buckets in increasing expert order"
+    ref_sorted, ref_blocks, ref_total = py_align(topk_ids, num_experts, block_size, shared_expert)
+    assert n == ref_total, f"total {n} != reference {ref_total}"
+    assert pub == ref_sorted, f"sorted_pair_ids {pub} != reference {ref_sorted}"
+    assert pub_blocks == ref_blocks, f"block_expert_ids {pub_blocks} != reference {ref_blocks}"
+
+
+def pair_expert_list(topk_ids, num_experts, shared_expert):
+    """The expert of each pair, token-major, the shared expert as id num_experts."""
+    rows = topk_ids.cpu().tolist()
+    return [e for row in rows for e in row + ([num_experts] if shared_expert else [])]
+
+
+def run_align(topk_ids, num_experts, block_size, shared_expert, **kw):
+    """The launcher into POISON-filled buffers (unwritten elements of the published range fail)."""
+    t, k = topk_ids.shape
+    slots, blocks = align_sizes(t * (k + int(shared_expert)), num_experts, block_size, shared_expert)
+    out = tuple(torch.full((n,), POISON, dtype=torch.int32, device=topk_ids.device) for n in (slots, blocks, 1))
+    return moe_align_triton(topk_ids, num_experts, block_size, shared_expert, out=out, **kw)
+
+
+def make_ids(t, k, num_experts, kind, seed, device=DEVICE):
+    """int32 [t, k]: 'random' (with repeats), 'one' (every pair in one expert), 'distinct'."""
+    gen = torch.Generator().manual_seed(seed)
+    if kind == "random":
+        ids = torch.randint(0, num_experts, (t, k), generator=gen)
+    elif kind == "one":
+        ids = torch.full((t, k), int(torch.randint(0, num_experts, (1,), generator=gen)))
+    else:
+        ids = torch.randperm(num_experts, generator=gen)[: t * k].view(t, k)
+    return ids.to(device=device, dtype=torch.int32)
+
+
+# (T, k) with T * k + T in {5, 24, 54, 72} (with the shared expert; T * k without).
+ALIGN_SHAPES = [(1, 4), (4, 5), (6, 8), (8, 8)]
+
+
+# ----------------------------------------------------------------------------------------------
+# moe_align: kernel tests.
+
+
+@pytest.mark.parametrize("block_size", [4, 16])
+@pytest.mark.parametrize("kind", ["random", "one", "distinct"])
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "routed"])
+@pytest.mark.parametrize("t, k", ALIGN_SHAPES, ids=lambda v: str(v))
+def test_align_kernel_matches_reference(t, k, shared, kind, block_size):
+    num_experts = 512 if kind == "distinct" else 16
+    ids = make_ids(t, k, num_experts, kind, seed=100 * t + k)
+    assert t * (k + shared) <= SINGLE_LAUNCH_MAX_PAIRS
+    check_align(run_align(ids, num_experts, block_size, shared), ids, num_experts, block_size, shared)
+    # The PyTorch implementation (CPU op path, CUDA fallback) agrees.
+    check_align(moe_align_reference(ids.cpu(), num_experts, block_size, shared), ids, num_experts, block_size, shared)
+
+
+@pytest.mark.parametrize("block_size", [1, 3, 64])
+def test_align_kernel_odd_block_sizes(block_size):
+    ids = make_ids(6, 8, 16, "random", seed=7)
+    check_align(run_align(ids, 16, block_size, True), ids, 16, block_size, True)
+
+
+def test_align_kernel_strided_ids_and_few_experts():
+    # topk_ids as a column window (row stride 12); 2 experts, so buckets are large.
+    wide = make_ids(6, 12, 2, "random", seed=8)
+    ids = wide[:, 2:10]
+    assert ids.stride() == (12, 1)
+    check_align(run_align(ids, 2, 4, True), ids, 2, 4, True)
+
+
+@pytest.mark.parametrize("t, k, shared", [(10, 8, False), (9, 8, True), (16, 8, True), (3, 30, False)])
+def test_align_fallback_above_single_launch(t, k, shared):
+    ids = make_ids(t, k, 64, "random", seed=9 + t)
+    assert t * (k + shared) > SINGLE_LAUNCH_MAX_PAIRS
+    check_align(run_align(ids, 64, 16, shared), ids, 64, 16, shared)
+    # The fallback forced at P <= 72 gives the kernel's published outputs.
+    small = make_ids(6, 8, 64, "random", seed=10)
+    a = run_align(small, 64, 16, True, max_single_launch=0)
+    b = run_align(small, 64, 16, True)
+    n = int(b[2][0])
+    assert torch.equal(a[2], b[2]) and torch.equal(a[0][:n], b[0][:n]) and torch.equal(a[1][: n // 16], b[1][: n // 16])
+
+
+def test_align_sizes():
+    # Buckets are at most min(P, E'): 54 pairs over 513 experts pad at most 54 * 15 slots.
+    assert align_sizes(54, 512, 16, True) == (54 + 54 * 15, 54)
+    assert align_sizes(72, 4, 16, True) == (72 + 5 * 15, 10)
+    assert align_sizes(5, 16, 1, False) == (5, 5)
+
+
+def test_align_tail_is_left_unwritten():
+    # The kernel writes nothing past total_padded (documented), so the poison stays there.
+    ids = make_ids(1, 4, 16, "one", seed=11)
+    sorted_ids, block_experts, total = run_align(ids, 16, 4, False)
+    assert int(total[0]) == 4
+    assert (sorted_ids[4:] == POISON).all() and (block_experts[1:] == POISON).all()
+
+
+# A broken kernel must fail check_align.
+
+
+def test_align_broken_variants_are_caught(monkeypatch):
+    ids = make_ids(6, 8, 16, "random", seed=12)
+    good = run_align(ids, 16, 16, True)
+    check_align(good, ids, 16, 16, True)
+    # Two pairs swapped in the sorted list.
+    bad = good[0].clone()
+    first_real = [i for i, q in enumerate(bad.tolist()) if q != 54][:2]
+    bad[first_real[0]], bad[first_real[1]] = good[0][first_real[1]], good[0][first_real[0]]
+    with pytest.raises(AssertionError):
+        check_align((bad, good[1], good[2]), ids, 16, 16, True)
+    # A padding slot left unwritten.
+    pad_at = [i for i, q in enumerate(good[0][: int(good[2][0])].tolist()) if q == 54][0]
+    bad = good[0].clone()
+    bad[pad_at] = POISON
+    with pytest.raises(AssertionError, match="unwritten slot"):
+        check_align((bad, good[1], good[2]), ids, 16, 16, True)
+    # The kernel with half the pair lanes it needs: pairs 32..53 are never placed.
+    real_next_pow2 = align_kernel.triton.next_power_of_2
+    monkeypatch.setattr(align_kernel.triton, "next_power_of_2", lambda n: real_next_pow2(n) // 2)
+    with pytest.raises(AssertionError):
+        check_align(run_align(ids, 16, 16, True), ids, 16, 16, True)
+    monkeypatch.undo()
+    # Outputs built for another block size (4) than the consumer expects (16) are rejected.
+    with pytest.raises(AssertionError):
+        check_align(run_align(ids, 16, 4, True)[:2] + (torch.tensor([int(good[2][0])], dtype=torch.int32),),
+                    ids, 16, 16, True)
+
+
+# moe_align op.
+
+
+def test_align_op_cpu_path_and_fake():
+    ids = make_ids(6, 8, 512, "random", seed=13, device="cpu")
+    out = torch.ops.lingc.moe_align(ids, 512, 16, True)
+    check_align(out, ids, 512, 16, True)
+    assert all(torch.equal(a, b) for a, b in zip(out, moe_align(ids, 512, 16, True)))
+    assert str(torch.ops.lingc.moe_align.default._schema) == (
+        "lingc::moe_align(Tensor topk_ids, int num_experts, int block_size, bool shared_expert) "
+        "-> (Tensor, Tensor, Tensor)"
+    )
+    with FakeTensorMode():
+        s, b, n = torch.ops.lingc.moe_align(torch.empty(6, 8, dtype=torch.int32), 512, 16, True)
+    assert (s.shape, b.shape, n.shape) == ((54 + 54 * 15,), (54,), (1,))
+    assert s.dtype == b.dtype == n.dtype == torch.int32
+    torch.library.opcheck(torch.ops.lingc.moe_align, (ids, 512, 16, True))
+
+
+@pytest.mark.parametrize("args, message", [
+    ((torch.zeros(6, dtype=torch.int32), 16, 4, True), r"topk_ids must be \[T, k\] \(2-d\), got shape \(6,\)"),
+    ((torch.zeros(2, 4, dtype=torch.int64), 16, 4, True), "topk_ids.dtype must be int32, got torch.int64"),
+    ((torch.zeros(2, 0, dtype=torch.int32), 16, 4, True), r"at least one slot per token, got shape \(2, 0\)"),
+    ((torch.zeros(2, 4, dtype=torch.int32), 0, 4, True), "num_experts must be >= 1, got 0"),
+    ((torch.zeros(2, 4, dtype=torch.int32), 16, 0, True), "block_size must be >= 1, got 0"),
+])
+def test_align_op_rejects_bad_arguments(args, message):
+    with pytest.raises(ValueError, match=message):
+        torch.ops.lingc.moe_align(*args)
+    with FakeTensorMode() as mode, pytest.raises(ValueError, match=message):
+        torch.ops.lingc.moe_align(mode.from_tensor(args[0]), *args[1:])
+
+
+# ----------------------------------------------------------------------------------------------
+# GPU: Ling-3 shapes (E = 512, H = 2560, n_group 8, topk_group 4, top_k 8, scaling 2.5).
+
+LING3 = dict(e=512, h=2560, n_group=8, topk_group=4, top_k=8, scaling=2.5)
+
+
+def assert_equivalent_selection(ids, ref_ids, c, atol=1e-6):
+    """ids == ref_ids, except where two biased scores are within atol (a kernel sigmoid an ulp
+    away from torch's may order them differently): then the picked scores must agree."""
+    for r in range(ids.shape[0]):
+        if torch.equal(ids[r], ref_ids[r]):
+            continue
+        a, b = c[r, ids[r].long()], c[r, ref_ids[r].long()]
+        torch.testing.assert_close(a, b, atol=atol, rtol=0, msg=f"row {r}: {ids[r].tolist()} vs {ref_ids[r].tolist()}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("t", [1, 6, 16])
+def test_gpu_router_ling3(t, dtype):
+    g = LING3
+    x, w, bias = make_router_inputs(t, g["e"], g["h"], dtype, seed=200 + t)
+    logits = torch.full((t, g["e"]), float("nan"), device=DEVICE)
+    ids, wts = run_router(x, w, bias, g["n_group"], g["topk_group"], g["top_k"], g["scaling"], logits_out=logits)
+    torch.testing.assert_close(logits.cpu(), exact_logits(x, w), atol=1e-4, rtol=1e-4)
+    # Selection from the kernel's own logits: exact up to near-ties of the biased scores.
+    s = torch.sigmoid(logits)
+    ref_ids, ref_w = grouped_topk_reference(s, bias, g["n_group"], g["topk_group"], g["top_k"], g["scaling"], True)
+    assert_equivalent_selection(ids, ref_ids, s + bias)
+    torch.testing.assert_close(wts, ref_w, atol=1e-5, rtol=0)
+    # And the op on CUDA is the kernel.
+    op_ids, op_w = torch.ops.lingc.moe_router(x, w, bias, g["n_group"], g["topk_group"], g["top_k"], g["scaling"], True)
+    assert torch.equal(op_ids, ids) and torch.equal(op_w, wts)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_router_batch_invariant(dtype):
+    g = LING3
+    x, w, bias = make_router_inputs(16, g["e"], g["h"], dtype, seed=300)
+    args = (g["n_group"], g["topk_group"], g["top_k"], g["scaling"])
+    ids16, w16 = run_router(x, w, bias, *args)
+    for t in (1, 6, 8):
+        ids_t, w_t = run_router(x[:t], w, bias, *args)
+        assert torch.equal(ids_t, ids16[:t]) and torch.equal(w_t, w16[:t])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("t", [1, 6, 8, 16])
+def test_gpu_align_ling3(t):
+    ids = make_ids(t, 8, 512, "random", seed=400 + t)
+    for shared in (True, False):
+        check_align(run_align(ids, 512, 16, shared), ids, 512, 16, shared)
+        check_align(torch.ops.lingc.moe_align(ids, 512, 16, shared), ids, 512, 16, shared)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("disable_pdl", [False, True], ids=["pdl", "no-pdl"])
+def test_gpu_router_align_chain_under_graph_capture(disable_pdl, monkeypatch):
+    if disable_pdl:
+        monkeypatch.setenv("LINGC_DISABLE_PDL", "1")
+    g = LING3
+    x, w, bias = make_router_inputs(6, g["e"], g["h"], torch.bfloat16, seed=500)
+    args = (g["n_group"], g["topk_group"], g["top_k"], g["scaling"], True)
+
+    def step():
+        ids, wts = torch.ops.lingc.moe_router(x, w, bias, *args)
+        return ids, wts, torch.ops.lingc.moe_align(ids, g["e"], 16, True)
+
+    eager = step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    x.copy_(make_router_inputs(6, g["e"], g["h"], torch.bfloat16, seed=501)[0])
+    graph.replay()
+    fresh = step()
+    torch.cuda.synchronize()
+    assert torch.equal(captured[0], fresh[0]) and torch.equal(captured[1], fresh[1])
+    n = int(fresh[2][2][0])
+    assert torch.equal(captured[2][2], fresh[2][2]) and torch.equal(captured[2][0][:n], fresh[2][0][:n])
+    check_align(captured[2], captured[0], g["e"], 16, True)
+    assert not torch.equal(eager[0], fresh[0])  # the replay really saw the new input
