@@ -1,0 +1,305 @@
+"""Triton kernels for the fused KDA chain (conv + norm + gate + delta rule) and its commit.
+
+Math and layout: README.md in this folder; reference: naive.py; custom ops: op.py.
+
+Tiling. The grid is (H, cdiv(V, BV)): a program owns one head and a BV-wide slice of V for all T
+tokens of the chain, serially over T. Its state tile S[:, slice] is [K, BV] fp32 and lives in
+registers for the whole chain (read once, written once). The delta rule only reduces over K
+(S^T k and S^T q), so every V column is independent: each program recomputes its head's q and k
+(short conv + SiLU + L2 norm over all K channels, cheap next to the state traffic) instead of
+receiving them, and the K reduction of a column happens whole inside one program whatever BV is.
+BV comes from a fixed table keyed by (H, K, V), never by T (see config_for).
+
+PDL. Producer-independent loads come before ``gdc_wait``: the three conv weights of the
+program's channels, A_log[h] and dt_bias. The raw projections (the previous kernel's outputs),
+the state and the windows are read after it, and every store comes after it.
+
+Conv windows. Every program needs its head's q and k windows; the v window of a channel is
+needed only by the program owning that channel. Ownership of the writes, so that every element
+is written exactly once:
+- v window channels: the program that owns them (its BV slice), in both modes;
+- q and k window channels of head h, staged mode: the program with v-block 0 (nobody writes the
+  persistent window, so there is no reader to race with);
+- q and k windows, persistent mode: the LAST program of the head to finish reading them. With one
+  v-block that is simply the program; with several, each program takes an integer ticket
+  (atomic_add, acq_rel, GPU scope) after its chain, long after its window loads were consumed,
+  and the one drawing ticket NVB-1 writes the new q/k window and resets the ticket to zero (so a
+  CUDA graph can replay it). A plain "v-block 0 writes" would race with the other programs of
+  the head still reading the old window.
+
+Batch invariance in T: T is a runtime argument (not specialised, not a constexpr), the tile
+config depends on (H, K, V) only, and the loop body for token t reads nothing that depends on
+how many tokens follow; so position j's output and post-state are bitwise the same for any T > j.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
+
+__all__ = ["CONV_WIDTH", "KdaConfig", "CONFIGS", "config_for", "kda_chain_triton", "kda_commit_triton"]
+
+# The short-conv kernel size the kernel is written for (Ling-3: short_conv_kernel_size 4). The
+# window holds CONV_WIDTH - 1 = 3 past inputs per channel, kept as three register vectors.
+CONV_WIDTH = 4
+_L2_EPS = 1e-6
+# Programs per launch the table rule aims for: one wave on an H200 (132 SMs). A constant, not a
+# device query, so that the config (and so the bits) depend on the shape only.
+_TARGET_PROGRAMS = 128
+
+
+@dataclass(frozen=True)
+class KdaConfig:
+    bv: int             # V columns per program (power of two >= 4)
+    num_warps: int = 4
+
+
+# Fixed launch table keyed by (H, K, V). Not yet swept on the GPU (benchmarks/kernels_kda.py
+# --bv sweeps it): flash-tp4-rank (H=8) takes BV=8, 128 programs, one wave on 132 SMs; the
+# article's Blackwell sweep at T=6 was monotone in favour of small BV down to 1.7 waves (BV=4).
+# flash (H=32) at BV=32 is again 128 programs.
+CONFIGS: dict[tuple[int, int, int], KdaConfig] = {
+    (8, 128, 128): KdaConfig(bv=8, num_warps=4),
+    (32, 128, 128): KdaConfig(bv=32, num_warps=4),
+}
+
+
+def config_for(h: int, k: int, v: int) -> KdaConfig:
+    """The config for a head count and head dims: the table entry, else a rule aiming at about
+    _TARGET_PROGRAMS programs. A function of (H, K, V) only, never of T."""
+    if (h, k, v) in CONFIGS:
+        return CONFIGS[(h, k, v)]
+    blocks = max(1, _TARGET_PROGRAMS // h)
+    bv = min(triton.next_power_of_2(v), max(4, triton.next_power_of_2(triton.cdiv(v, blocks))))
+    return KdaConfig(bv=bv)
+
+
+@triton.jit
+def _conv_silu(x0, x1, x2, x, w0, w1, w2, w3):
+    """Depthwise conv over (x0, x1, x2 = window oldest first, x = new input), taps summed in
+    order as kda_math.short_conv does, then SiLU."""
+    y = x0 * w0
+    y = y + x1 * w1
+    y = y + x2 * w2
+    y = y + x * w3
+    return y * tl.sigmoid(y)
+
+
+@triton.jit(do_not_specialize=["T"])
+def _kda_chain_kernel(
+    q_ptr, k_ptr, v_ptr, f_ptr, b_ptr,
+    stride_q, stride_k, stride_v, stride_f, stride_b,
+    convw_ptr, win_ptr, alog_ptr, dtb_ptr, state_ptr, o_ptr, sstate_ptr, swin_ptr, ticket_ptr,
+    T, lower_bound, scale, eps,
+    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    NVB: tl.constexpr, STAGED: tl.constexpr, USE_GDC: tl.constexpr,
+):
+    h = tl.program_id(0)
+    vb = tl.program_id(1)
+    D: tl.constexpr = H * K           # channels per conv (q, k and v all have H*K, K == V)
+    WIN: tl.constexpr = 3             # CONV_WIDTH - 1 past inputs per channel
+    offs_k = tl.arange(0, BK)
+    mk = offs_k < K
+    offs_v = vb * BV + tl.arange(0, BV)
+    mv = offs_v < V
+    cqk = h * K + offs_k              # this head's q/k channels
+    cv = h * V + offs_v               # this program's v channels
+    m2 = mk[:, None] & mv[None, :]
+
+    # Producer-independent loads (weights), issued before the wait.
+    wq0 = tl.load(convw_ptr + cqk * 4 + 0, mask=mk, other=0.0)
+    wq1 = tl.load(convw_ptr + cqk * 4 + 1, mask=mk, other=0.0)
+    wq2 = tl.load(convw_ptr + cqk * 4 + 2, mask=mk, other=0.0)
+    wq3 = tl.load(convw_ptr + cqk * 4 + 3, mask=mk, other=0.0)
+    wk0 = tl.load(convw_ptr + D * 4 + cqk * 4 + 0, mask=mk, other=0.0)
+    wk1 = tl.load(convw_ptr + D * 4 + cqk * 4 + 1, mask=mk, other=0.0)
+    wk2 = tl.load(convw_ptr + D * 4 + cqk * 4 + 2, mask=mk, other=0.0)
+    wk3 = tl.load(convw_ptr + D * 4 + cqk * 4 + 3, mask=mk, other=0.0)
+    wv0 = tl.load(convw_ptr + 2 * D * 4 + cv * 4 + 0, mask=mv, other=0.0)
+    wv1 = tl.load(convw_ptr + 2 * D * 4 + cv * 4 + 1, mask=mv, other=0.0)
+    wv2 = tl.load(convw_ptr + 2 * D * 4 + cv * 4 + 2, mask=mv, other=0.0)
+    wv3 = tl.load(convw_ptr + 2 * D * 4 + cv * 4 + 3, mask=mv, other=0.0)
+    a = tl.exp(tl.load(alog_ptr + h).to(tl.float32))
+    dtb = tl.load(dtb_ptr + cqk, mask=mk, other=0.0).to(tl.float32)
+
+    pdl_wait(USE_GDC)
+    pdl_launch_dependents(USE_GDC)
+
+    # Windows (oldest first) and the state tile, after the wait: a previous kernel wrote them.
+    xq0 = tl.load(win_ptr + cqk * WIN + 0, mask=mk, other=0.0).to(tl.float32)
+    xq1 = tl.load(win_ptr + cqk * WIN + 1, mask=mk, other=0.0).to(tl.float32)
+    xq2 = tl.load(win_ptr + cqk * WIN + 2, mask=mk, other=0.0).to(tl.float32)
+    xk0 = tl.load(win_ptr + (D + cqk) * WIN + 0, mask=mk, other=0.0).to(tl.float32)
+    xk1 = tl.load(win_ptr + (D + cqk) * WIN + 1, mask=mk, other=0.0).to(tl.float32)
+    xk2 = tl.load(win_ptr + (D + cqk) * WIN + 2, mask=mk, other=0.0).to(tl.float32)
+    xv0 = tl.load(win_ptr + (2 * D + cv) * WIN + 0, mask=mv, other=0.0).to(tl.float32)
+    xv1 = tl.load(win_ptr + (2 * D + cv) * WIN + 1, mask=mv, other=0.0).to(tl.float32)
+    xv2 = tl.load(win_ptr + (2 * D + cv) * WIN + 2, mask=mv, other=0.0).to(tl.float32)
+    s_offs = h * K * V + offs_k[:, None] * V + offs_v[None, :]
+    S = tl.load(state_ptr + s_offs, mask=m2, other=0.0)
+
+    # A while loop rather than range(T): the interpreter cannot take a runtime bound in range().
+    t = 0
+    while t < T:
+        xq = tl.load(q_ptr + t * stride_q + cqk, mask=mk, other=0.0).to(tl.float32)
+        xk = tl.load(k_ptr + t * stride_k + cqk, mask=mk, other=0.0).to(tl.float32)
+        xv = tl.load(v_ptr + t * stride_v + cv, mask=mv, other=0.0).to(tl.float32)
+        fx = tl.load(f_ptr + t * stride_f + cqk, mask=mk, other=0.0).to(tl.float32)
+        bx = tl.load(b_ptr + t * stride_b + h).to(tl.float32)
+
+        q = _conv_silu(xq0, xq1, xq2, xq, wq0, wq1, wq2, wq3)
+        k = _conv_silu(xk0, xk1, xk2, xk, wk0, wk1, wk2, wk3)
+        v = _conv_silu(xv0, xv1, xv2, xv, wv0, wv1, wv2, wv3)
+        xq0, xq1, xq2 = xq1, xq2, xq
+        xk0, xk1, xk2 = xk1, xk2, xk
+        xv0, xv1, xv2 = xv1, xv2, xv
+        q = q * tl.rsqrt(tl.sum(q * q, axis=0) + eps) * scale
+        k = k * tl.rsqrt(tl.sum(k * k, axis=0) + eps)
+        g = lower_bound * tl.sigmoid(a * (fx + dtb))
+        beta = tl.sigmoid(bx)
+
+        S = S * tl.exp(g)[:, None]
+        kv = tl.sum(S * k[:, None], axis=0)                  # S'^T k over the whole K
+        delta = (v - kv) * beta
+        S = S + k[:, None] * delta[None, :]
+        o = tl.sum(S * q[:, None], axis=0)                   # S^T q
+        tl.store(o_ptr + t * H * V + h * V + offs_v, o, mask=mv)
+
+        if STAGED:
+            tl.store(sstate_ptr + t * H * K * V + s_offs, S, mask=m2)
+            sw = swin_ptr + t * 3 * D * WIN
+            wdt = swin_ptr.dtype.element_ty
+            tl.store(sw + (2 * D + cv) * WIN + 0, xv0.to(wdt), mask=mv)
+            tl.store(sw + (2 * D + cv) * WIN + 1, xv1.to(wdt), mask=mv)
+            tl.store(sw + (2 * D + cv) * WIN + 2, xv2.to(wdt), mask=mv)
+            if vb == 0:
+                tl.store(sw + cqk * WIN + 0, xq0.to(wdt), mask=mk)
+                tl.store(sw + cqk * WIN + 1, xq1.to(wdt), mask=mk)
+                tl.store(sw + cqk * WIN + 2, xq2.to(wdt), mask=mk)
+                tl.store(sw + (D + cqk) * WIN + 0, xk0.to(wdt), mask=mk)
+                tl.store(sw + (D + cqk) * WIN + 1, xk1.to(wdt), mask=mk)
+                tl.store(sw + (D + cqk) * WIN + 2, xk2.to(wdt), mask=mk)
+        t += 1
+
+    if not STAGED:
+        wdt = win_ptr.dtype.element_ty
+        tl.store(state_ptr + s_offs, S, mask=m2)
+        tl.store(win_ptr + (2 * D + cv) * WIN + 0, xv0.to(wdt), mask=mv)
+        tl.store(win_ptr + (2 * D + cv) * WIN + 1, xv1.to(wdt), mask=mv)
+        tl.store(win_ptr + (2 * D + cv) * WIN + 2, xv2.to(wdt), mask=mv)
+        last = True
+        if NVB > 1:
+            # Every thread's window loads were consumed by the chain; the barrier and the acq_rel
+            # ticket order them before the last program's q/k window stores.
+            tl.debug_barrier()
+            ticket = tl.atomic_add(ticket_ptr + h, 1, sem="acq_rel", scope="gpu")
+            last = ticket == NVB - 1
+        if last:
+            tl.store(win_ptr + cqk * WIN + 0, xq0.to(wdt), mask=mk)
+            tl.store(win_ptr + cqk * WIN + 1, xq1.to(wdt), mask=mk)
+            tl.store(win_ptr + cqk * WIN + 2, xq2.to(wdt), mask=mk)
+            tl.store(win_ptr + (D + cqk) * WIN + 0, xk0.to(wdt), mask=mk)
+            tl.store(win_ptr + (D + cqk) * WIN + 1, xk1.to(wdt), mask=mk)
+            tl.store(win_ptr + (D + cqk) * WIN + 2, xk2.to(wdt), mask=mk)
+            if NVB > 1:
+                tl.atomic_xchg(ticket_ptr + h, 0, sem="relaxed", scope="gpu")  # ready for the next call
+
+
+@triton.jit
+def _kda_commit_kernel(state_ptr, win_ptr, sstate_ptr, swin_ptr, index_ptr, N_STATE, N_WIN,
+                       BLOCK: tl.constexpr, USE_GDC: tl.constexpr):
+    """state <- stage_states[index], window <- stage_windows[index]; the index is read on the
+    device (after the wait: the verdict kernel wrote it)."""
+    pid = tl.program_id(0)
+    state_blocks = tl.cdiv(N_STATE, BLOCK)
+    pdl_wait(USE_GDC)
+    pdl_launch_dependents(USE_GDC)
+    idx = tl.load(index_ptr).to(tl.int64)
+    if pid < state_blocks:
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+        m = offs < N_STATE
+        tl.store(state_ptr + offs, tl.load(sstate_ptr + idx * N_STATE + offs, mask=m), mask=m)
+    else:
+        offs = (pid - state_blocks) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < N_WIN
+        tl.store(win_ptr + offs, tl.load(swin_ptr + idx * N_WIN + offs, mask=m), mask=m)
+
+
+_TICKETS: dict[tuple, torch.Tensor] = {}
+
+
+def _tickets(device: torch.device, n: int) -> torch.Tensor:
+    """Zeroed int32 tickets, one per head, kept per device: each persistent launch leaves them
+    zero, so a captured graph replays them forever. Allocated on the first (eager, warm-up)
+    call, never inside a capture. Two persistent chains running concurrently on different
+    streams would share them; lingc runs one stream."""
+    key = (device.type, device.index)
+    t = _TICKETS.get(key)
+    if t is None or t.numel() < n:
+        t = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+        _TICKETS[key] = t
+    return t
+
+
+def _row_major(x: torch.Tensor) -> torch.Tensor:
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state,
+                     lower_bound: float, stage_states=None, stage_windows=None, out=None, *,
+                     config: KdaConfig | None = None, use_pdl: bool | None = None) -> torch.Tensor:
+    """Launch the chain over T = q_raw.shape[0] tokens; returns o [T, H, V] fp32 (``out`` if given).
+
+    Persistent mode (stage_states is None): state and conv_window are updated in place.
+    Staged mode: stage_states[t] / stage_windows[t] get position t's post-state / post-window;
+    state and conv_window are only read. Arguments are as checked by op.check_kda_chain_args
+    (the op validates them; here only what the kernel's addressing relies on is asserted).
+    """
+    T = q_raw.shape[0]
+    H, K, V = state.shape
+    assert K == V and conv_w.shape[-1] == CONV_WIDTH, (state.shape, conv_w.shape)
+    for t in (conv_w, conv_window, state, a_log, dt_bias):
+        assert t.is_contiguous(), "weights, window and state must be contiguous"
+    staged = stage_states is not None
+    if staged:
+        assert stage_windows is not None and stage_states.is_contiguous() and stage_windows.is_contiguous()
+    q_raw, k_raw, v_raw, f_raw, b_raw = (_row_major(x) for x in (q_raw, k_raw, v_raw, f_raw, b_raw))
+    if out is None:
+        out = torch.empty((T, H, V), device=state.device, dtype=torch.float32)
+    assert out.shape == (T, H, V) and out.dtype == torch.float32 and out.is_contiguous()
+    cfg = config if config is not None else config_for(H, K, V)
+    nvb = triton.cdiv(V, cfg.bv)
+    if use_pdl is None:
+        use_pdl = pdl_supported(state.device)
+    assert not use_pdl or pdl_supported(state.device), "PDL requested on a device without PDL support"
+    launch = {"launch_pdl": True} if use_pdl else {}
+    tickets = _tickets(state.device, H) if (not staged and nvb > 1) else state
+    _kda_chain_kernel[(H, nvb)](
+        q_raw, k_raw, v_raw, f_raw, b_raw,
+        q_raw.stride(0), k_raw.stride(0), v_raw.stride(0), f_raw.stride(0), b_raw.stride(0),
+        conv_w, conv_window, a_log, dt_bias, state, out,
+        stage_states if staged else state, stage_windows if staged else conv_window, tickets,
+        T, float(lower_bound), float(K) ** -0.5, _L2_EPS,
+        H=H, K=K, V=V, BK=triton.next_power_of_2(K), BV=cfg.bv, NVB=nvb, STAGED=staged,
+        USE_GDC=use_pdl, num_warps=cfg.num_warps, num_stages=1, **launch,
+    )
+    return out
+
+
+def kda_commit_triton(state, conv_window, stage_states, stage_windows, index, *,
+                      block: int = 4096, use_pdl: bool | None = None) -> None:
+    """Copy stage position ``index`` (0-d or [1] integer device tensor) into state and
+    conv_window, in one launch and without a host sync."""
+    for t in (state, conv_window, stage_states, stage_windows):
+        assert t.is_contiguous(), "commit buffers must be contiguous"
+    n_state, n_win = state.numel(), conv_window.numel()
+    if use_pdl is None:
+        use_pdl = pdl_supported(state.device)
+    launch = {"launch_pdl": True} if use_pdl else {}
+    grid = (triton.cdiv(n_state, block) + triton.cdiv(n_win, block),)
+    _kda_commit_kernel[grid](state, conv_window, stage_states, stage_windows, index, n_state, n_win,
+                             BLOCK=block, USE_GDC=use_pdl, num_warps=4, **launch)

@@ -1,0 +1,195 @@
+"""The fused KDA chain and its commit as opaque custom ops.
+
+- ``torch.ops.lingc.kda_chain(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log,
+  dt_bias, state, lower_bound, stage_states, stage_windows) -> o [T, H, V] fp32``
+  One slot's KDA core over T = 1..16 tokens (designed for the decode T=1 and the verify chain
+  T <= 8). Persistent mode (stage_states is None): state and conv_window are updated in place.
+  Staged mode (verify): state and conv_window are left untouched; stage_states[j] [H, K, V] and
+  stage_windows[j] [3, H*K, W-1] get position j's post-state and post-window. The stage buffers
+  may have more than T positions (a pass can allocate them for the longest chain); positions
+  >= T are not written.
+- ``torch.ops.lingc.kda_commit(state, conv_window, stage_states, stage_windows, index) -> None``
+  Copies stage position ``index`` (a 0-d or [1] integer tensor on the state's device, e.g. the
+  in-graph verdict's accept count) into state and conv_window, in place, without a host sync.
+
+The pdl_swap and stage_commit passes emit these; they must trace (fake impls), run on the CPU (the
+references in naive.py: the CPU path stays a first-class, batch-invariant target) and on CUDA (the
+Triton kernels of kernel.py, PDL-launched on Hopper). They are ``torch.library.custom_op``s rather
+than ``triton_op``s for the reason given in swiglu_gemm/op.py: an opaque op keeps lingc's own PDL
+launch. Mutations are declared (``mutates_args``) so functionalisation sees the cache writes.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+from .naive import kda_chain_reference, kda_commit_reference
+
+__all__ = ["kda_chain", "kda_commit", "check_kda_chain_args", "check_kda_commit_args", "MAX_T", "CONV_WIDTH"]
+
+MAX_T = 16          # lingc.models.kda.RECURRENT_MAX_T: longer inputs take the chunked form
+CONV_WIDTH = 4      # the kernel keeps the W-1 = 3 window columns in registers
+_PROJ_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _shape(t: torch.Tensor) -> tuple:
+    return tuple(t.shape)
+
+
+def check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias,
+                         state, lower_bound, stage_states, stage_windows) -> None:
+    """Raise ValueError naming the bad argument of ``kda_chain``."""
+    op = "kda_chain"
+    if state.dim() != 3 or state.dtype != torch.float32:
+        raise ValueError(f"{op}: state must be [H, K, V] float32, got {_shape(state)} {state.dtype}")
+    H, K, V = state.shape
+    if K != V:
+        raise ValueError(f"{op}: state is [H, K, V] = {_shape(state)} but K != V; the conv window "
+                         f"layout [3, H*K, W-1] holds v in H*K channels")
+    if not state.is_contiguous():
+        raise ValueError(f"{op}: state must be contiguous (it is updated in place), got strides {state.stride()}")
+    D = H * K
+    if q_raw.dim() != 2:
+        raise ValueError(f"{op}: q_raw must be [T, H*K], got {_shape(q_raw)}")
+    T = q_raw.shape[0]
+    if not 1 <= T <= MAX_T:
+        raise ValueError(f"{op}: T = {T} tokens, must be in 1..{MAX_T}")
+    if q_raw.dtype not in _PROJ_DTYPES:
+        raise ValueError(f"{op}: q_raw.dtype must be bfloat16, float16 or float32, got {q_raw.dtype}")
+    for name, x in (("q_raw", q_raw), ("k_raw", k_raw), ("v_raw", v_raw), ("f_raw", f_raw)):
+        if _shape(x) != (T, D):
+            raise ValueError(f"{op}: {name} must be [T, H*K] = {(T, D)}, got {_shape(x)}")
+    for name, x in (("k_raw", k_raw), ("v_raw", v_raw)):
+        if x.dtype != q_raw.dtype:
+            raise ValueError(f"{op}: {name}.dtype {x.dtype} differs from q_raw.dtype {q_raw.dtype}")
+    if _shape(b_raw) != (T, H):
+        raise ValueError(f"{op}: b_raw must be [T, H] = {(T, H)}, got {_shape(b_raw)}")
+    for name, x in (("f_raw", f_raw), ("b_raw", b_raw)):
+        if not x.is_floating_point():
+            raise ValueError(f"{op}: {name} must be floating point, got {x.dtype}")
+    if conv_w.dim() != 3 or conv_w.shape[:2] != (3, D):
+        raise ValueError(f"{op}: conv_w must be [3, H*K, W] = [3, {D}, W], got {_shape(conv_w)}")
+    W = conv_w.shape[2]
+    if W != CONV_WIDTH:
+        raise ValueError(f"{op}: conv kernel width W = {W}, the kernel supports W = {CONV_WIDTH}")
+    if conv_w.dtype != torch.float32:
+        raise ValueError(f"{op}: conv_w must be float32, got {conv_w.dtype}")
+    if _shape(conv_window) != (3, D, W - 1):
+        raise ValueError(f"{op}: conv_window must be [3, H*K, W-1] = {(3, D, W - 1)}, got {_shape(conv_window)}")
+    if conv_window.dtype != q_raw.dtype:
+        raise ValueError(f"{op}: conv_window.dtype {conv_window.dtype} differs from q_raw.dtype {q_raw.dtype}")
+    if not conv_window.is_contiguous():
+        raise ValueError(f"{op}: conv_window must be contiguous, got strides {conv_window.stride()}")
+    if _shape(a_log) != (H,):
+        raise ValueError(f"{op}: a_log must be [H] = {(H,)}, got {_shape(a_log)}")
+    if _shape(dt_bias) != (D,):
+        raise ValueError(f"{op}: dt_bias must be [H*K] = {(D,)}, got {_shape(dt_bias)}")
+    if not (isinstance(lower_bound, (int, float)) and math.isfinite(lower_bound) and lower_bound < 0):
+        raise ValueError(f"{op}: lower_bound must be a finite negative number, got {lower_bound}")
+    if (stage_states is None) != (stage_windows is None):
+        raise ValueError(f"{op}: stage_states and stage_windows must both be given (verify) or both "
+                         f"be None (decode); got stage_states={'None' if stage_states is None else 'tensor'}, "
+                         f"stage_windows={'None' if stage_windows is None else 'tensor'}")
+    if stage_states is not None:
+        if (stage_states.dim() != 4 or stage_states.shape[1:] != state.shape
+                or stage_states.shape[0] < T or stage_states.dtype != torch.float32):
+            raise ValueError(f"{op}: stage_states must be [>= T, H, K, V] = [>= {T}, {H}, {K}, {V}] float32, "
+                             f"got {_shape(stage_states)} {stage_states.dtype}")
+        if (stage_windows.dim() != 4 or stage_windows.shape[1:] != conv_window.shape
+                or stage_windows.shape[0] < T or stage_windows.dtype != conv_window.dtype):
+            raise ValueError(f"{op}: stage_windows must be [>= T, 3, H*K, W-1] = [>= {T}, 3, {D}, {W - 1}] "
+                             f"{conv_window.dtype}, got {_shape(stage_windows)} {stage_windows.dtype}")
+        for name, x in (("stage_states", stage_states), ("stage_windows", stage_windows)):
+            if not x.is_contiguous():
+                raise ValueError(f"{op}: {name} must be contiguous, got strides {x.stride()}")
+    tensors = {"q_raw": q_raw, "k_raw": k_raw, "v_raw": v_raw, "f_raw": f_raw, "b_raw": b_raw,
+               "conv_w": conv_w, "conv_window": conv_window, "a_log": a_log, "dt_bias": dt_bias,
+               "stage_states": stage_states, "stage_windows": stage_windows}
+    for name, x in tensors.items():
+        if x is not None and x.device != state.device:
+            raise ValueError(f"{op}: {name} is on {x.device} but state is on {state.device}")
+
+
+def check_kda_commit_args(state, conv_window, stage_states, stage_windows, index) -> None:
+    """Raise ValueError naming the bad argument of ``kda_commit``."""
+    op = "kda_commit"
+    if stage_states.dim() != state.dim() + 1 or stage_states.shape[1:] != state.shape:
+        raise ValueError(f"{op}: stage_states must be [P, *state.shape] = [P, {', '.join(map(str, state.shape))}], "
+                         f"got {_shape(stage_states)}")
+    if stage_windows.dim() != conv_window.dim() + 1 or stage_windows.shape[1:] != conv_window.shape:
+        raise ValueError(f"{op}: stage_windows must be [P, *conv_window.shape], got {_shape(stage_windows)} "
+                         f"for conv_window {_shape(conv_window)}")
+    if stage_states.shape[0] != stage_windows.shape[0]:
+        raise ValueError(f"{op}: stage_states has {stage_states.shape[0]} positions but stage_windows "
+                         f"has {stage_windows.shape[0]}")
+    for name, x, ref in (("stage_states", stage_states, state), ("stage_windows", stage_windows, conv_window)):
+        if x.dtype != ref.dtype:
+            raise ValueError(f"{op}: {name}.dtype {x.dtype} differs from its destination's {ref.dtype}")
+    if index.numel() != 1 or index.dim() > 1 or index.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"{op}: index must be a 0-d or [1] int64/int32 tensor, got {_shape(index)} {index.dtype}")
+    for name, x in (("conv_window", conv_window), ("stage_states", stage_states),
+                    ("stage_windows", stage_windows), ("index", index)):
+        if x.device != state.device:
+            raise ValueError(f"{op}: {name} is on {x.device} but state is on {state.device}")
+
+
+def _kda_chain(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.Tensor, f_raw: torch.Tensor,
+               b_raw: torch.Tensor, conv_w: torch.Tensor, conv_window: torch.Tensor, a_log: torch.Tensor,
+               dt_bias: torch.Tensor, state: torch.Tensor, lower_bound: float,
+               stage_states: Optional[torch.Tensor], stage_windows: Optional[torch.Tensor]) -> torch.Tensor:
+    args = (q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state, lower_bound,
+            stage_states, stage_windows)
+    check_kda_chain_args(*args)
+    if state.is_cuda:
+        from .kernel import kda_chain_triton  # imported here so the CPU path needs no triton
+
+        return kda_chain_triton(*args)
+    T = q_raw.shape[0]
+    r = kda_chain_reference(*args[:11])
+    if stage_states is None:
+        state.copy_(r.state)
+        conv_window.copy_(r.window)
+    else:
+        stage_states[:T].copy_(r.stage_states)
+        stage_windows[:T].copy_(r.stage_windows)
+    return r.o
+
+
+def _kda_chain_fake(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state,
+                    lower_bound, stage_states, stage_windows):
+    check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state,
+                         lower_bound, stage_states, stage_windows)
+    H, _, V = state.shape
+    return state.new_empty((q_raw.shape[0], H, V), dtype=torch.float32)
+
+
+def _kda_commit(state: torch.Tensor, conv_window: torch.Tensor, stage_states: torch.Tensor,
+                stage_windows: torch.Tensor, index: torch.Tensor) -> None:
+    check_kda_commit_args(state, conv_window, stage_states, stage_windows, index)
+    if state.is_cuda and all(t.is_contiguous() for t in (state, conv_window, stage_states, stage_windows)):
+        from .kernel import kda_commit_triton
+
+        kda_commit_triton(state, conv_window, stage_states, stage_windows, index)
+        return
+    kda_commit_reference(state, conv_window, stage_states, stage_windows, index)
+
+
+def _kda_commit_fake(state, conv_window, stage_states, stage_windows, index) -> None:
+    check_kda_commit_args(state, conv_window, stage_states, stage_windows, index)
+
+
+def _register(name, impl, fake, mutates_args):
+    # Idempotent: the module can be imported twice (reload, or under a second name) and the
+    # dispatcher refuses a second definition of the same name.
+    if hasattr(torch.ops.lingc, name):
+        return getattr(torch.ops.lingc, name)
+    op = torch.library.custom_op(f"lingc::{name}", mutates_args=mutates_args)(impl)
+    op.register_fake(fake)
+    return op
+
+
+kda_chain = _register("kda_chain", _kda_chain, _kda_chain_fake,
+                      ("conv_window", "state", "stage_states", "stage_windows"))
+kda_commit = _register("kda_commit", _kda_commit, _kda_commit_fake, ("state", "conv_window"))
