@@ -144,10 +144,10 @@ def test_kernel_batch_invariant(dtype, config):
 def test_prefetch_split_tickets_return_to_zero():
     # The in-launch split-K reduction leaves every ticket at zero, so the next call (or a graph
     # replay) starts clean; run twice and compare.
-    from lingc.runtime.kernels.swiglu_gemm.kernel import _tickets
+    from lingc.runtime.kernels.gemm_common import split_k_tickets
     x, _, _, w13 = make_inputs(6, 96, 37, torch.float32, seed=21, scale=4.0)
     first = run_kernel(x, w13, 2.0, PREFETCH_CONFIGS[0])
-    assert int(_tickets(x.device, 1).abs().sum()) == 0
+    assert int(split_k_tickets(x.device, 1).abs().sum()) == 0
     assert torch.equal(run_kernel(x, w13, 2.0, PREFETCH_CONFIGS[0]), first)
 
 

@@ -33,23 +33,18 @@ import torch
 import triton
 import triton.language as tl
 
+from lingc.runtime.kernels.gemm_common import BLOCK_M, TARGET_SMS, split_k_tickets
 from lingc.runtime.kernels.gemm_common import dot_acc as _dot_acc
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait
 
 __all__ = ["BLOCK_M", "SwigluGemmConfig", "CONFIGS", "config_for", "swiglu_gemm_triton"]
-
-# Smallest M tile tl.dot accepts; fixed for every M so per-row arithmetic never depends on M.
-BLOCK_M = 16
-# Target device's SM count (H200). A constant, not a query: the config, hence the bits,
-# must be a function of the shape only.
-_TARGET_SMS = 132
 
 
 @dataclass(frozen=True)
 class SwigluGemmConfig:
     block_n: int  # output columns per CTA (2*block_n weight rows); 2*block_n >= 16 for tl.dot
     block_k: int  # K tile; power of two >= 16 (design A; design B takes K / split_k at once)
-    split_k: int  # K chunks reduced by the second kernel; 1 = fused epilogue
+    split_k: int  # K chunks (A: reduced by a second kernel; B: in the same launch); 1 = none
     num_warps: int = 4
     num_stages: int = 4
     # Design B: each CTA loads its whole weight chunk (2*block_n rows x K/split_k) before
@@ -81,7 +76,7 @@ def config_for(n: int, k: int) -> SwigluGemmConfig:
     k_tiles = triton.cdiv(k, block_k)
     split_k = 1
     # Split K while the grid is under one CTA per SM and each chunk keeps >= 2 tiles.
-    while n_blocks * split_k < _TARGET_SMS and k_tiles >= 4 * split_k:
+    while n_blocks * split_k < TARGET_SMS and k_tiles >= 4 * split_k:
         split_k *= 2
     return SwigluGemmConfig(block_n=16, block_k=block_k, split_k=split_k)
 
@@ -246,21 +241,6 @@ def _swiglu_gemm_prefetch_kernel(
             tl.atomic_xchg(ticket_ptr + tile, 0, sem="relaxed", scope="gpu")   # ready for the next call
 
 
-_TICKETS: dict[tuple, torch.Tensor] = {}
-
-
-def _tickets(device: torch.device, n: int) -> torch.Tensor:
-    """Zeroed int32 tickets, one per output tile, kept per device: each launch leaves them zero
-    (the last chunk resets its tile), so a captured graph can replay them forever. Allocated on
-    the first (eager, warm-up) call, never inside a capture."""
-    key = (device.type, device.index)
-    t = _TICKETS.get(key)
-    if t is None or t.numel() < n:
-        t = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
-        _TICKETS[key] = t
-    return t
-
-
 def swiglu_gemm_triton(
     x: torch.Tensor,
     w_gate: torch.Tensor,
@@ -342,7 +322,7 @@ def _launch_prefetch(x, w_gate, w_up, limit, out, cfg, use_pdl, launch):
     split_k = triton.cdiv(k, chunk)
     grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(n, cfg.block_n), split_k)
     ws = torch.empty((split_k, m, 2 * n), device=x.device, dtype=torch.float32) if split_k > 1 else out
-    tickets = _tickets(x.device, grid[0] * grid[1]) if split_k > 1 else out
+    tickets = split_k_tickets(x.device, grid[0] * grid[1]) if split_k > 1 else out
     _swiglu_gemm_prefetch_kernel[grid](
         x, w_gate, w_up, out, ws, tickets,
         m, n, k,
