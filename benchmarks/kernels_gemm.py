@@ -83,14 +83,23 @@ def _weight_sets(k, rows, copies, gen, with_cat):
     return sets
 
 
-def _variants(fused: bool):
+def _linears(x, ws):
+    return [F.linear(x, w) for w in ws]
+
+
+def _variants(fused: bool, inductor: bool = False):
     v = {
         "lingc": lambda x, s: gemm_triton(x, s[0]),
         "lingc-no-pdl": lambda x, s: gemm_triton(x, s[0], use_pdl=False),
-        "cublas": lambda x, s: [F.linear(x, w) for w in s[0]],
+        "cublas": lambda x, s: _linears(x, s[0]),
     }
     if fused:
         v["cublas-cat"] = lambda x, s: F.linear(x, s[1])
+    if inductor:
+        # torch.compile's default Inductor (its own CUDA graphs off: the benchmark captures);
+        # compiled during time_in_graph's eager warm-up, before the capture.
+        compiled = torch.compile(_linears, dynamic=False)
+        v["inductor"] = lambda x, s: compiled(x, s[0])
     return v
 
 
@@ -103,7 +112,7 @@ def _row(kind, name, k, rows, m, variant, t, wbytes, copy_gbps, err, correct, co
     }
 
 
-def bench_projection(name, k, rows, ms, copy_gbps, replays):
+def bench_projection(name, k, rows, ms, copy_gbps, replays, inductor=False):
     fused = len(rows) > 1
     wbytes = sum(rows) * k * 2
     copies = cold_copies(wbytes * (2 if fused else 1))
@@ -115,7 +124,7 @@ def bench_projection(name, k, rows, ms, copy_gbps, replays):
         x = torch.randn(m, k, generator=gen, device="cuda").to(torch.bfloat16)
         ref = gemm_reference(x, sets[0][0])
         timed = {}
-        for variant, fn in _variants(fused).items():
+        for variant, fn in _variants(fused, inductor).items():
             y = fn(x, sets[0])
             err = _rel_rms(torch.cat(y, dim=1) if isinstance(y, list) else y, ref)
             t = time_in_graph(fn, [(x, s) for s in sets], replays=replays)
@@ -185,13 +194,15 @@ def main(argv=None):
     parser.add_argument("--m", type=int, nargs="+", default=[1, 6], help="token counts (default 1 6)")
     parser.add_argument("--replays", type=int, default=30, help="graph replays per timing")
     parser.add_argument("--no-lm-head", action="store_true", help="skip the lm_head argmax")
+    parser.add_argument("--inductor", action="store_true",
+                        help="add torch.compile (Inductor, default mode) of the same linears")
     args = parser.parse_args(argv)
     require_cuda()
 
     copy_gbps = copy_bandwidth_gbps()
     rows = []
     for name, (k, wrows) in SHAPES[args.preset].items():
-        rows += bench_projection(name, k, wrows, args.m, copy_gbps, args.replays)
+        rows += bench_projection(name, k, wrows, args.m, copy_gbps, args.replays, args.inductor)
     if not args.no_lm_head:
         rows += bench_lm_head(*LM_HEAD[args.preset], args.m, copy_gbps, args.replays)
 
