@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from helpers import assert_close
+from helpers import assert_close, graph_edge_types
 from lingc.runtime.kernels.gemm import gemm, gemm_argmax, gemm_argmax_reference, gemm_reference
 from lingc.runtime.kernels.gemm import kernel as gemm_kernel
 from lingc.runtime.kernels.gemm.argmax_kernel import gemm_argmax_triton
@@ -565,7 +565,6 @@ def test_gpu_argmax_lm_head(name, model_weights):
 @pytest.mark.parametrize("disable_pdl", [False, True], ids=["pdl", "LINGC_DISABLE_PDL"])
 def test_gpu_pdl_chain_under_graph_capture(disable_pdl, monkeypatch):
     from lingc.runtime.pdl import pdl_supported
-    from test_swiglu_gemm import _graph_edge_types
 
     if not pdl_supported(DEVICE):
         pytest.skip("PDL needs compute capability >= 9")
@@ -594,7 +593,7 @@ def test_gpu_pdl_chain_under_graph_capture(disable_pdl, monkeypatch):
     graph = torch.cuda.CUDAGraph(keep_graph=True)
     with torch.cuda.graph(graph):
         static_out = chain(static_x)
-    types = _graph_edge_types(graph)
+    types = graph_edge_types(graph)
     edge_type = 0 if disable_pdl else 1
     assert types == [edge_type] * 3, f"edge types {types}, expected 3 of type {edge_type}"
     graph.instantiate()

@@ -10,13 +10,12 @@ outputs sit up to one bf16 ulp (2^-7 relative) below the reference's. bf16 on th
 real shapes 4e-3: both sides round to nearest once from fp32 sums that differ only in order, so
 an element differs by at most one ulp and only where the sums straddle a rounding boundary.
 """
-import ctypes
 
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from helpers import assert_close
+from helpers import assert_close, graph_edge_types
 from lingc.runtime.kernels.swiglu_gemm import (
     deinterleave_gate_up,
     interleave_gate_up,
@@ -328,31 +327,6 @@ def test_gpu_batch_invariant(n):
         assert torch.equal(run_kernel(x[:m], w13, 0.0), singles[:m]), f"N={n}: M={m} rows differ from M=1"
 
 
-def _graph_edge_types(graph: torch.cuda.CUDAGraph) -> list[int]:
-    """Dependency types of every edge of a kept (not yet instantiated) CUDA graph, read through
-    the driver API: 0 = full dependency, 1 = programmatic (a PDL edge)."""
-
-    class EdgeData(ctypes.Structure):
-        _fields_ = [
-            ("from_port", ctypes.c_ubyte),
-            ("to_port", ctypes.c_ubyte),
-            ("type", ctypes.c_ubyte),
-            ("reserved", ctypes.c_ubyte * 5),
-        ]
-
-    libcuda = ctypes.CDLL("libcuda.so.1")
-    get_edges = libcuda.cuGraphGetEdges_v2
-    get_edges.argtypes = [ctypes.c_void_p] * 4 + [ctypes.POINTER(ctypes.c_size_t)]
-    handle = ctypes.c_void_p(graph.raw_cuda_graph())
-    count = ctypes.c_size_t(0)
-    assert get_edges(handle, None, None, None, ctypes.byref(count)) == 0
-    nodes_from = (ctypes.c_void_p * count.value)()
-    nodes_to = (ctypes.c_void_p * count.value)()
-    edges = (EdgeData * count.value)()
-    assert get_edges(handle, nodes_from, nodes_to, edges, ctypes.byref(count)) == 0
-    return [e.type for e in edges]
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("disable_pdl", [False, True], ids=["pdl", "LINGC_DISABLE_PDL"])
 def test_gpu_pdl_chain_under_graph_capture(disable_pdl, monkeypatch):
@@ -361,8 +335,9 @@ def test_gpu_pdl_chain_under_graph_capture(disable_pdl, monkeypatch):
     if disable_pdl:
         monkeypatch.setenv("LINGC_DISABLE_PDL", "1")
     # A chain whose every link reads the previous link's output: 2560 -> 1536 -> 2560 -> 192
-    # (split-K in design A: two kernels; design B reduces in the same launch). Every edge of the captured graph must be programmatic (plain
-    # with the kill switch on), and replays must equal eager launches bit for bit.
+    # (split-K in design A: two kernels; design B reduces in the same launch). Every edge of
+    # the captured graph must be programmatic (plain with the kill switch on), and replays must
+    # equal eager launches bit for bit.
     m = 6
     x, _, _, w_a = make_inputs(m, 2560, 1536, torch.bfloat16, seed=41)
     _, _, _, w_b = make_inputs(m, 1536, 2560, torch.bfloat16, seed=42)
@@ -379,7 +354,7 @@ def test_gpu_pdl_chain_under_graph_capture(disable_pdl, monkeypatch):
         static_out = chain(static_x)
     cfgs = [config_for(n, k) for k, n in [(2560, 1536), (1536, 2560), (2560, 192)]]
     kernels = sum(1 + (c.split_k > 1 and not c.prefetch) for c in cfgs)
-    types = _graph_edge_types(graph)
+    types = graph_edge_types(graph)
     edge_type = 0 if disable_pdl else 1
     assert types == [edge_type] * (kernels - 1), f"edge types {types}, expected {kernels - 1} of type {edge_type}"
     graph.instantiate()
