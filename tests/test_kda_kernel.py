@@ -424,14 +424,16 @@ def test_gpu_flash_tp4_rank_matches_reference(T, staged):
 
 
 @pytest.mark.gpu
-def test_gpu_bv_tilings_bitwise_equal():
-    # The article's claim for its kernel: V tiling never changes a column's K reduction, so every
-    # BV gives the same bits at num_warps=4. Holds if Triton reduces K in the same order for each
-    # tile shape; this test is how we find out on the device.
+def test_gpu_bv_tilings_agree_but_not_bitwise():
+    # The article claims V tiling never changes a column's K reduction. Measured on the H200
+    # (2026-11-29): with Triton 3.6 the bits DO differ between BV = 4, 8, 16, 32, so batch
+    # invariance rests on config_for choosing BV from (H, K, V) only, never from T (checked by
+    # the batch-invariance tests). The tilings still agree to fp32 rounding.
     x = make_inputs(6, 8, 128, torch.bfloat16, seed=95)
     results = [run_kernel(x, True, KdaConfig(bv=bv)) for bv in (4, 8, 16, 32)]
     for r in results[1:]:
-        assert torch.equal(r[0], results[0][0]) and torch.equal(r[3], results[0][3])
+        assert_close(r[0], results[0][0], 1e-5)
+        assert_close(r[3], results[0][3], 1e-5)
 
 
 @pytest.mark.gpu
