@@ -1,0 +1,156 @@
+"""Triton kernels for lingc's norms: RMSNorm with the fused residual add, and KDA's per-head
+gated RMSNorm. Math: naive.py; custom ops and argument checks: op.py; notes: README.md.
+
+RMSNorm (``_rmsnorm_kernel``). Grid (T,): one program per row, the whole row in one tile
+(BLOCK = next_pow2(D), 4096 for hidden 2560), so the sum of squares is one in-register
+reduction with no cross-program traffic. The norm weight is loaded before ``gdc_wait``; the row,
+the residual and every store come after it. Per row: h = (x + residual) rounded to x.dtype (the
+model's bf16 residual stream), stored as new_residual; out = h * rsqrt(sum(h^2) / D + eps) * w in
+fp32, rounded once.
+
+Gated head norm (``_gated_head_rmsnorm_kernel``). Grid (T, cdiv(H, BH)): a program owns BH heads
+of one row; each head's mean square is reduced inside the program. The o_norm weight comes before
+``gdc_wait``. Per head: y = o * rsqrt(mean(o^2) + eps) * w * sigmoid(gate), fp32, cast once to
+the output dtype.
+
+Batch invariance in T: T is only the grid size (never a kernel argument), configs depend on
+(D) or (H, V) only, and a program reads nothing of another row; so a row's bits do not depend on
+how many rows run with it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
+
+__all__ = ["MAX_D", "NormConfig", "rmsnorm_config", "gated_config", "rmsnorm_triton", "gated_head_rmsnorm_triton"]
+
+# The widest row one program holds in registers (the whole row is one tile). Ling-3's widest
+# normed row is hidden 2560.
+MAX_D = 16384
+# Elements per gated-norm program: BH heads of V, about this many (fixed per (H, V)).
+_GATED_TILE = 512
+
+
+@dataclass(frozen=True)
+class NormConfig:
+    block: int          # tile width (RMSNorm: the padded row; gated: the padded head dim V)
+    heads: int = 1      # gated: heads per program (BH)
+    num_warps: int = 4
+
+
+def rmsnorm_config(d: int) -> NormConfig:
+    """A function of the row width only (never of T): one tile of next_pow2(D)."""
+    block = triton.next_power_of_2(d)
+    return NormConfig(block=block, num_warps=max(1, min(16, block // 512)))
+
+
+def gated_config(h: int, v: int) -> NormConfig:
+    """A function of (H, V) only: BH heads of next_pow2(V) lanes, about _GATED_TILE elements."""
+    block = triton.next_power_of_2(v)
+    heads = max(1, min(triton.next_power_of_2(h), _GATED_TILE // block))
+    return NormConfig(block=block, heads=heads, num_warps=max(1, min(8, heads * block // 256)))
+
+
+@triton.jit
+def _rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, new_res_ptr, stride_x, stride_r, D, eps,
+                    BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr, USE_GDC: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    m = offs < D
+    w = tl.load(w_ptr + offs, mask=m, other=0.0).to(tl.float32)   # producer-independent
+
+    pdl_wait(USE_GDC)
+    pdl_launch_dependents(USE_GDC)
+
+    x = tl.load(x_ptr + row * stride_x + offs, mask=m, other=0.0)
+    if HAS_RESIDUAL:
+        r = tl.load(res_ptr + row * stride_r + offs, mask=m, other=0.0)
+        h = (r.to(tl.float32) + x.to(tl.float32)).to(x.dtype)     # the model's bf16 stream
+    else:
+        h = x
+    tl.store(new_res_ptr + row * D + offs, h, mask=m)
+    hf = h.to(tl.float32)
+    ms = tl.sum(hf * hf, axis=0) / D
+    y = hf * tl.rsqrt(ms + eps) * w
+    tl.store(out_ptr + row * D + offs, y.to(out_ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _gated_head_rmsnorm_kernel(o_ptr, g_ptr, w_ptr, out_ptr, stride_ot, stride_oh, stride_gt, stride_gh,
+                               H, V, eps, BH: tl.constexpr, BV: tl.constexpr, USE_GDC: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)
+    offs_h = tl.program_id(1) * BH + tl.arange(0, BH)
+    offs_v = tl.arange(0, BV)
+    mv = offs_v < V
+    m2 = (offs_h < H)[:, None] & mv[None, :]
+    w = tl.load(w_ptr + offs_v, mask=mv, other=0.0).to(tl.float32)  # producer-independent
+
+    pdl_wait(USE_GDC)
+    pdl_launch_dependents(USE_GDC)
+
+    o = tl.load(o_ptr + t * stride_ot + offs_h[:, None] * stride_oh + offs_v[None, :],
+                mask=m2, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + t * stride_gt + offs_h[:, None] * stride_gh + offs_v[None, :],
+                mask=m2, other=0.0).to(tl.float32)
+    ms = tl.sum(o * o, axis=1) / V
+    y = o * tl.rsqrt(ms + eps)[:, None] * w[None, :]
+    y = y * tl.sigmoid(g)
+    tl.store(out_ptr + t * H * V + offs_h[:, None] * V + offs_v[None, :],
+             y.to(out_ptr.dtype.element_ty), mask=m2)
+
+
+def _launch(use_pdl: bool | None, device) -> tuple[bool, dict]:
+    if use_pdl is None:
+        use_pdl = pdl_supported(device)
+    assert not use_pdl or pdl_supported(device), "PDL requested on a device without PDL support"
+    return use_pdl, ({"launch_pdl": True} if use_pdl else {})
+
+
+def rmsnorm_triton(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None, eps: float,
+                   out: torch.Tensor | None = None, new_residual: torch.Tensor | None = None, *,
+                   config: NormConfig | None = None, use_pdl: bool | None = None):
+    """Launch the fused residual add + RMSNorm over the T rows of x [T, D]; returns
+    (out, new_residual), both [T, D] contiguous in x.dtype (``out``/``new_residual`` if given).
+    Arguments are as op.check_rmsnorm_args accepts them."""
+    T, D = x.shape
+    assert x.stride(-1) == 1 and weight.is_contiguous()
+    assert residual is None or (residual.shape == x.shape and residual.stride(-1) == 1)
+    if out is None:
+        out = torch.empty((T, D), device=x.device, dtype=x.dtype)
+    if new_residual is None:
+        new_residual = torch.empty((T, D), device=x.device, dtype=x.dtype)
+    assert out.is_contiguous() and new_residual.is_contiguous()
+    if T == 0:
+        return out, new_residual
+    cfg = config or rmsnorm_config(D)
+    use_pdl, launch = _launch(use_pdl, x.device)
+    res = x if residual is None else residual
+    _rmsnorm_kernel[(T,)](x, res, weight, out, new_residual, x.stride(0), res.stride(0), D, float(eps),
+                          BLOCK=cfg.block, HAS_RESIDUAL=residual is not None, USE_GDC=use_pdl,
+                          num_warps=cfg.num_warps, num_stages=1, **launch)
+    return out, new_residual
+
+
+def gated_head_rmsnorm_triton(o: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float,
+                              out_dtype: torch.dtype | None = None, out: torch.Tensor | None = None, *,
+                              config: NormConfig | None = None, use_pdl: bool | None = None) -> torch.Tensor:
+    """Launch the per-head gated RMSNorm of o [T, H, V]; returns [T, H, V] contiguous in
+    ``out_dtype`` (fp32 by default). Arguments are as op.check_gated_head_rmsnorm_args accepts."""
+    T, H, V = o.shape
+    assert o.stride(-1) == 1 and gate.stride(-1) == 1 and weight.is_contiguous()
+    if out is None:
+        out = torch.empty((T, H, V), device=o.device, dtype=out_dtype or torch.float32)
+    assert out.is_contiguous()
+    if T == 0:
+        return out
+    cfg = config or gated_config(H, V)
+    use_pdl, launch = _launch(use_pdl, o.device)
+    _gated_head_rmsnorm_kernel[(T, triton.cdiv(H, cfg.heads))](
+        o, gate, weight, out, o.stride(0), o.stride(1), gate.stride(0), gate.stride(1), H, V, float(eps),
+        BH=cfg.heads, BV=cfg.block, USE_GDC=use_pdl, num_warps=cfg.num_warps, num_stages=1, **launch)
+    return out

@@ -1,0 +1,54 @@
+"""Plain-PyTorch references for lingc's norm kernels: the ops' CPU path and the kernels' oracle.
+
+``rmsnorm_reference`` is the decoder's residual add followed by its RMSNorm
+(lingc/models/decoder.py, lingc/models/layers.py), in the model's exact order of operations:
+
+    h   = residual + x                  in x.dtype (bf16 in the real model: rounded once)
+    out = (h.float() * rsqrt(mean(h.float()^2) + eps) * weight.float()).to(h.dtype)
+
+so that, with x the sub-layer output and residual the stream, ``(out, h)`` is what the next
+RMSNorm sees and what the next residual add adds to. Without a residual (the first layer's
+input norm, the embedding) h is x itself. Whole-[T, D] torch calls are batch-invariant here: the
+only ops are add, mul, a last-dim sum and rsqrt, which the CPU's vector body and scalar tail
+round identically (tests/test_norm_kernels.py checks T = 1..8 bit for bit).
+
+``gated_head_rmsnorm_reference`` is kda_math.gated_head_rmsnorm (KDA's output norm: per-head
+RMSNorm times the o_norm weight, then times sigmoid(gate)) evaluated one row at a time. Whole-T
+calls are not batch-invariant: torch's CPU sigmoid takes a vectorised body and a scalar tail
+whose split depends on numel, and the two round differently (seen at H*V = 72 and 10). A
+[1, H, V] slice has the same numel for every T. Where H*V has no tail (H*V a multiple of 32,
+as Ling-3's 8 x 128 and the tiny preset's 4 x 16) the rows equal the model's whole-T call bit for
+bit.
+"""
+from __future__ import annotations
+
+import torch
+
+from lingc.models.kda_math import gated_head_rmsnorm
+
+__all__ = ["rmsnorm_reference", "gated_head_rmsnorm_reference"]
+
+
+def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None,
+                      eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rmsnorm(residual + x) * weight, residual + x); without a residual, (rmsnorm(x), copy of x).
+
+    x, residual [T, D] of one dtype; weight [D]. Outputs are new tensors in x.dtype.
+    """
+    h = x.clone() if residual is None else residual + x
+    hf = h.float()
+    out = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
+    return out.to(h.dtype), h
+
+
+def gated_head_rmsnorm_reference(o: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor,
+                                 eps: float, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """rmsnorm_per_head(o) * weight * sigmoid(gate), one row at a time, in fp32, then cast.
+
+    o [T, H, V] (the KDA chain's fp32 output); gate [T, H, V] (raw g_proj output); weight [V].
+    The result is fp32 (as kda_math's) rounded once to ``out_dtype`` when given (the model's
+    ``.to(x.dtype)`` before o_proj).
+    """
+    rows = [gated_head_rmsnorm(o[t:t + 1], weight, gate[t:t + 1], eps) for t in range(o.shape[0])]
+    out = torch.cat(rows, 0) if rows else o.new_empty(o.shape, dtype=torch.float32)
+    return out if out_dtype is None else out.to(out_dtype)

@@ -1,0 +1,148 @@
+"""lingc's norms as opaque, functional custom ops.
+
+- ``torch.ops.lingc.rmsnorm(Tensor x, Tensor weight, Tensor? residual, float eps)
+  -> (Tensor out, Tensor new_residual)``: x, residual [T, D] of one dtype (unit stride along D,
+  any row stride), weight [D]. new_residual = residual + x in x.dtype (x itself, copied, when
+  residual is None: the first layer's input norm) and out = RMSNorm(new_residual) * weight,
+  computed in fp32 and rounded once to x.dtype: the decoder's ``h = x + sublayer(..)`` followed
+  by the next RMSNorm of h, exactly as lingc/models/decoder.py and layers.py compute it.
+- ``torch.ops.lingc.gated_head_rmsnorm(Tensor o, Tensor gate, Tensor weight, float eps,
+  ScalarType? out_dtype=None) -> Tensor``: KDA's output norm, kda_math.gated_head_rmsnorm:
+  o [T, H, V] (fp32 from the KDA chain), gate [T, H, V] (raw g_proj output), weight [V];
+  returns fp32 [T, H, V], or that rounded once to ``out_dtype`` (the model's cast before
+  o_proj, folded in).
+
+Both are out of place (``mutates_args=()``): nothing in the graph is mutated, so
+functionalisation leaves them alone and the pdl_swap pass replaces pure subgraphs by pure ops.
+They trace (fake impls), run on the CPU (naive.py, batch-invariant in T) and on CUDA (kernel.py,
+PDL-launched on Hopper). ``custom_op`` rather than ``triton_op`` for the reason in gemm/op.py: an
+opaque op keeps lingc's own PDL launch.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .naive import gated_head_rmsnorm_reference, rmsnorm_reference
+
+__all__ = ["MAX_D", "rmsnorm", "gated_head_rmsnorm", "check_rmsnorm_args", "check_gated_head_rmsnorm_args"]
+
+MAX_D = 16384     # kernel.MAX_D: the widest row one program holds
+_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def _shape(t: torch.Tensor) -> tuple:
+    return tuple(t.shape)
+
+
+def _check_eps(op: str, eps) -> None:
+    if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps >= 0):
+        raise ValueError(f"{op}: eps must be a finite number >= 0 (Ling-3 uses 1e-6), got {eps}")
+
+
+def check_rmsnorm_args(x, weight, residual, eps) -> None:
+    """Raise ValueError naming the bad argument of ``rmsnorm``."""
+    op = "rmsnorm"
+    if x.dim() != 2:
+        raise ValueError(f"{op}: x must be [T, D] (2-d; reshape [1, T, D] inputs), got shape {_shape(x)}")
+    if x.dtype not in _DTYPES:
+        raise ValueError(f"{op}: x.dtype must be bfloat16, float16 or float32, got {x.dtype}")
+    D = x.shape[1]
+    if not 1 <= D <= MAX_D:
+        raise ValueError(f"{op}: row width D = {D} must be in 1..{MAX_D} (one program holds a whole row)")
+    if D > 1 and x.stride(1) != 1:
+        raise ValueError(f"{op}: x must have unit stride along D (any row stride), got strides {x.stride()}")
+    if _shape(weight) != (D,):
+        raise ValueError(f"{op}: weight must be [D] = ({D},), got {_shape(weight)}")
+    if not weight.is_floating_point():
+        raise ValueError(f"{op}: weight must be floating point, got {weight.dtype}")
+    if residual is not None:
+        if _shape(residual) != _shape(x):
+            raise ValueError(f"{op}: residual must have x's shape {_shape(x)}, got {_shape(residual)}")
+        if residual.dtype != x.dtype:
+            raise ValueError(f"{op}: residual.dtype {residual.dtype} differs from x.dtype {x.dtype}; the "
+                             f"residual stream is kept in the model dtype")
+        if D > 1 and residual.stride(1) != 1:
+            raise ValueError(f"{op}: residual must have unit stride along D, got strides {residual.stride()}")
+    for name, t in (("weight", weight), ("residual", residual)):
+        if t is not None and t.device != x.device:
+            raise ValueError(f"{op}: {name} is on {t.device} but x is on {x.device}")
+    _check_eps(op, eps)
+
+
+def check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype=None) -> None:
+    """Raise ValueError naming the bad argument of ``gated_head_rmsnorm``."""
+    op = "gated_head_rmsnorm"
+    if o.dim() != 3:
+        raise ValueError(f"{op}: o must be [T, H, V] (3-d; view [T, H*V] as [T, H, V]), got shape {_shape(o)}")
+    T, H, V = o.shape
+    if not 1 <= V <= MAX_D:
+        raise ValueError(f"{op}: head dim V = {V} must be in 1..{MAX_D}")
+    if _shape(gate) != (T, H, V):
+        raise ValueError(f"{op}: gate must be [T, H, V] = {(T, H, V)}, got {_shape(gate)}")
+    if _shape(weight) != (V,):
+        raise ValueError(f"{op}: weight must be [V] = ({V},), got {_shape(weight)}")
+    for name, t in (("o", o), ("gate", gate), ("weight", weight)):
+        if t.dtype not in _DTYPES:
+            raise ValueError(f"{op}: {name}.dtype must be bfloat16, float16 or float32, got {t.dtype}")
+        if t.device != o.device:
+            raise ValueError(f"{op}: {name} is on {t.device} but o is on {o.device}")
+    for name, t in (("o", o), ("gate", gate)):
+        if V > 1 and t.stride(2) != 1:
+            raise ValueError(f"{op}: {name} must have unit stride along V (any T and H strides), "
+                             f"got strides {t.stride()}")
+    if out_dtype is not None and out_dtype not in _DTYPES:
+        raise ValueError(f"{op}: out_dtype must be None (float32), bfloat16, float16 or float32, got {out_dtype}")
+    _check_eps(op, eps)
+
+
+def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None,
+             eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    check_rmsnorm_args(x, weight, residual, eps)
+    if not x.is_cuda:
+        return rmsnorm_reference(x, weight, residual, eps)
+    from .kernel import rmsnorm_triton  # imported here so the CPU path needs no triton
+
+    return rmsnorm_triton(x, weight, residual, eps)
+
+
+def _rmsnorm_fake(x, weight, residual, eps):
+    check_rmsnorm_args(x, weight, residual, eps)
+    return torch.empty_like(x, memory_format=torch.contiguous_format), \
+        torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def _gated_head_rmsnorm(o: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float,
+                        out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype)
+    if not o.is_cuda:
+        return gated_head_rmsnorm_reference(o, gate, weight, eps, out_dtype)
+    from .kernel import gated_head_rmsnorm_triton
+
+    return gated_head_rmsnorm_triton(o, gate, weight, eps, out_dtype)
+
+
+def _gated_head_rmsnorm_fake(o, gate, weight, eps, out_dtype=None):
+    check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype)
+    return o.new_empty(o.shape, dtype=out_dtype or torch.float32)
+
+
+_SCHEMAS = {
+    "rmsnorm": "(Tensor x, Tensor weight, Tensor? residual, float eps) -> (Tensor, Tensor)",
+    "gated_head_rmsnorm": "(Tensor o, Tensor gate, Tensor weight, float eps, ScalarType? out_dtype=None) -> Tensor",
+}
+
+
+def _register(name, impl, fake):
+    # Idempotent: the module can be imported twice (reload, or under a second name) and the
+    # dispatcher refuses a second definition of the same name.
+    if hasattr(torch.ops.lingc, name):
+        return getattr(torch.ops.lingc, name)
+    op = torch.library.custom_op(f"lingc::{name}", impl, mutates_args=(), schema=_SCHEMAS[name])
+    op.register_fake(fake)
+    return op
+
+
+rmsnorm = _register("rmsnorm", _rmsnorm, _rmsnorm_fake)
+gated_head_rmsnorm = _register("gated_head_rmsnorm", _gated_head_rmsnorm, _gated_head_rmsnorm_fake)

@@ -1,0 +1,406 @@
+"""Norm kernels (torch.ops.lingc.rmsnorm / gated_head_rmsnorm): Triton kernels vs references,
+the references vs the model's own modules, batch invariance in T, fake impls, argument checks.
+
+On the CPU the kernels run under TRITON_INTERPRET=1 (conftest.py) on small widths and on the
+flash hidden size (one program per row: the interpreter handles 2560 lanes quickly), including
+non-power-of-two widths (masked lanes) and strided inputs; with CUDA the same tests run on the GPU
+and the ``gpu``-marked ones add flash-tp4-rank shapes and a CUDA graph with PDL edges.
+
+Outputs are NaN-poisoned before every kernel launch, so an unwritten element fails assert_close.
+Tolerances (relative RMS): both sides compute in fp32 and round once; only the order of the row
+sum and the rsqrt/sigmoid implementations differ (fp32: 1e-6). bf16 outputs may differ by one
+rounding (the interpreter's fp32->bf16 cast truncates: runtime/kernels/swiglu_gemm/README.md), so
+bf16 is held to 4e-3, and the bf16 residual add, a single rounding, to one ulp.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from helpers import assert_close, graph_edge_types
+from lingc.models.kda_math import gated_head_rmsnorm as model_gated_head_rmsnorm
+from lingc.models.layers import RMSNorm
+from lingc.runtime.kernels.norms import (
+    gated_head_rmsnorm,
+    gated_head_rmsnorm_reference,
+    rmsnorm,
+    rmsnorm_reference,
+)
+from lingc.runtime.kernels.norms.kernel import NormConfig, gated_config, gated_head_rmsnorm_triton, rmsnorm_config, rmsnorm_triton
+from lingc.runtime.pdl import pdl_supported
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+EPS = 1e-6
+RTOL = {torch.float32: 1e-6 if DEVICE == "cpu" else 1e-5, torch.bfloat16: 4e-3}
+DTYPES = [torch.float32, torch.bfloat16]
+IDS = ["fp32", "bf16"]
+
+
+def rand(*shape, dtype=torch.float32, seed=0, scale=1.0, device=DEVICE):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=gen) * scale).to(dtype).to(device)
+
+
+def nan(*shape, dtype, device=DEVICE):
+    return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+
+def assert_within_one_ulp(actual, ref):
+    """bf16 results of one rounding: equal, or one bf16 ulp apart (interpreter truncation)."""
+    assert actual.dtype == ref.dtype and actual.shape == ref.shape
+    assert torch.isfinite(actual.float()).all(), "non-finite values (an unwritten element?)"
+    diff = (actual.float() - ref.float()).abs()
+    ulp = ref.float().abs().clamp_min(1e-30) * 2.0**-7
+    assert bool((diff <= ulp).all()), f"max diff {diff.max().item():.3e} exceeds one ulp"
+
+
+def run_rmsnorm(x, w, residual, config=None):
+    T, D = x.shape
+    out, new_res = nan(T, D, dtype=x.dtype, device=x.device), nan(T, D, dtype=x.dtype, device=x.device)
+    rmsnorm_triton(x, w, residual, EPS, out, new_res, config=config)
+    return out, new_res
+
+
+def run_gated(o, gate, w, out_dtype=None, config=None):
+    out = nan(*o.shape, dtype=out_dtype or torch.float32, device=o.device)
+    gated_head_rmsnorm_triton(o, gate, w, EPS, out_dtype, out, config=config)
+    return out
+
+
+def check_rmsnorm(got, ref, dtype, w=None):
+    """fp32: out within RTOL, the residual add exact. bf16: the residual add within one rounding,
+    and out within one rounding of the reference norm of the kernel's own residual (so an
+    interpreter truncation of h is not counted twice)."""
+    out, new_res = got
+    ref_out, ref_res = ref
+    if dtype == torch.float32:
+        assert_close(out, ref_out, RTOL[dtype])
+        assert torch.equal(new_res, ref_res), "fp32 residual add must be exact"
+    else:
+        assert_within_one_ulp(new_res.cpu(), ref_res)
+        assert_within_one_ulp(out.cpu(), rmsnorm_reference(new_res.cpu(), w.cpu(), None, EPS)[0])
+        assert_close(out, ref_out, 2 * RTOL[dtype])
+
+
+# RMSNorm + residual: kernel vs reference.
+
+
+@pytest.mark.parametrize("residual", [True, False], ids=["residual", "no-residual"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("D", [96, 33, 2560])
+@pytest.mark.parametrize("T", [1, 6, 16])
+def test_rmsnorm_kernel_matches_reference(T, D, dtype, residual):
+    seed = 10 * T + D
+    x = rand(T, D, dtype=dtype, seed=seed)
+    r = rand(T, D, dtype=dtype, seed=seed + 1, scale=4.0) if residual else None
+    w = rand(D, dtype=dtype, seed=seed + 2)
+    check_rmsnorm(run_rmsnorm(x, w, r), rmsnorm_reference(x.cpu(), w.cpu(), None if r is None else r.cpu(), EPS), dtype, w)
+
+
+def test_rmsnorm_kernel_prefill_rows_and_strided_inputs():
+    # A prefill-sized grid (T = 300 programs) over row-strided views: x and the residual are
+    # column slices of wider buffers, as fused GEMM outputs would hand them over.
+    xs = rand(300, 100, seed=1)
+    rs = rand(300, 120, seed=2)
+    x, r, w = xs[:, 4:100], rs[:, 10:106], rand(96, seed=3)
+    assert x.stride(0) == 100 and r.stride(0) == 120
+    check_rmsnorm(run_rmsnorm(x, w, r), rmsnorm_reference(x.cpu(), w.cpu(), r.cpu(), EPS), torch.float32)
+
+
+def test_rmsnorm_extreme_scales():
+    # Rows of 1e-20 and 1e15: the fp32 sum of squares neither underflows to a zero norm nor
+    # overflows (|x|^2 <= 1e30 < 3.4e38).
+    x = torch.cat([rand(1, 64, seed=4) * 1e-20, rand(1, 64, seed=5) * 1e15])
+    check_rmsnorm(run_rmsnorm(x, torch.ones(64, device=DEVICE), None),
+                  rmsnorm_reference(x.cpu(), torch.ones(64), None, EPS), torch.float32)
+
+
+# The references are the model's own math, bit for bit.
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+def test_rmsnorm_reference_is_the_decoder_math(dtype):
+    # DecoderLayer: h = x + attention(...); post_attention_layernorm(h). The op on (attn_out,
+    # residual = x) returns exactly (norm(h), h); without a residual, (norm(x), x).
+    torch.manual_seed(0)
+    norm = RMSNorm(96, EPS, dtype)
+    norm.weight.data.copy_(torch.randn(96))
+    for T in (1, 3, 6, 8, 17):
+        stream, attn_out = rand(T, 96, dtype=dtype, seed=T, device="cpu"), rand(T, 96, dtype=dtype, seed=T + 50, device="cpu")
+        h = stream + attn_out
+        out, new_res = torch.ops.lingc.rmsnorm(attn_out, norm.weight, stream, EPS)
+        assert torch.equal(new_res, h) and torch.equal(out, norm(h))
+        out0, res0 = torch.ops.lingc.rmsnorm(stream, norm.weight, None, EPS)
+        assert torch.equal(out0, norm(stream)) and torch.equal(res0, stream)
+        assert res0.data_ptr() != stream.data_ptr(), "the op must not alias its input"
+
+
+def test_rmsnorm_reference_is_the_tiny_models_layer():
+    # The tiny model's own layer-1 norms around a real attention output.
+    from model_helpers import tiny_model
+
+    from lingc.models import Ling3Cache
+
+    model = tiny_model(seed=3)
+    layer = model.target_layers[1]
+    cache = Ling3Cache.allocate(model.config, 16)
+    x = rand(4, 96, seed=7, device="cpu")
+    positions = torch.arange(4)
+    normed = layer.input_layernorm(x)
+    attn = layer.attention(normed, positions, cache)
+    h = x + attn
+    out, new_res = torch.ops.lingc.rmsnorm(attn, layer.post_attention_layernorm.weight, x, EPS)
+    assert torch.equal(new_res, h) and torch.equal(out, layer.post_attention_layernorm(h))
+
+
+@pytest.mark.parametrize("H,V", [(4, 16), (8, 128)])
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+def test_gated_reference_is_kda_math(H, V, dtype):
+    # Row by row equals the model's whole-T call at Ling-3's and the tiny preset's head shapes.
+    for T in (1, 6, 8):
+        o, g, w = rand(T, H, V, seed=T), rand(T, H, V, dtype=dtype, seed=T + 1), rand(V, dtype=dtype, seed=T + 2)
+        o, g, w = o.cpu(), g.cpu(), w.cpu()
+        want = model_gated_head_rmsnorm(o, w, g, EPS)
+        assert torch.equal(gated_head_rmsnorm_reference(o, g, w, EPS), want)
+        assert torch.equal(torch.ops.lingc.gated_head_rmsnorm(o, g, w, EPS, torch.bfloat16), want.to(torch.bfloat16))
+
+
+# Gated head norm: kernel vs reference.
+
+
+@pytest.mark.parametrize("out_dtype", [None, torch.bfloat16], ids=["fp32-out", "bf16-out"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("H,V", [(4, 16), (8, 128), (3, 24)])
+@pytest.mark.parametrize("T", [1, 6, 8])
+def test_gated_kernel_matches_reference(T, H, V, dtype, out_dtype):
+    seed = 100 * T + H + V
+    o, g, w = rand(T, H, V, seed=seed), rand(T, H, V, dtype=dtype, seed=seed + 1), rand(V, dtype=dtype, seed=seed + 2)
+    got = run_gated(o, g, w, out_dtype)
+    want = gated_head_rmsnorm_reference(o.cpu(), g.cpu(), w.cpu(), EPS, out_dtype)
+    if out_dtype is None:
+        assert_close(got, want, RTOL[torch.float32])
+    else:
+        assert_within_one_ulp(got.cpu(), want)
+
+
+def test_gated_kernel_strided_gate_and_prefill():
+    # The gate is a column slice of a fused q/k/v/f/g/b projection output [T, 5*H*V + H], viewed
+    # [T, H, V]; T = 40 rows is a prefill-sized grid; H = 5 with BH = 4 leaves a partial block.
+    T, H, V = 40, 5, 16
+    fused = rand(T, 5 * H * V + H, dtype=torch.bfloat16, seed=11)
+    g = fused[:, 4 * H * V:5 * H * V].view(T, H, V)
+    o, w = rand(T, H, V, seed=12), rand(V, dtype=torch.bfloat16, seed=13)
+    cfg = NormConfig(block=16, heads=4)
+    got = run_gated(o, g, w, config=cfg)
+    assert_close(got, gated_head_rmsnorm_reference(o.cpu(), g.cpu(), w.cpu(), EPS), RTOL[torch.float32])
+
+
+# Batch invariance in T.
+
+
+def test_kernels_batch_invariant_in_T():
+    x, r, w = rand(8, 2560, dtype=torch.bfloat16, seed=21), rand(8, 2560, dtype=torch.bfloat16, seed=22), \
+        rand(2560, dtype=torch.bfloat16, seed=23)
+    o, g, wg = rand(8, 8, 128, seed=24), rand(8, 8, 128, dtype=torch.bfloat16, seed=25), rand(128, dtype=torch.bfloat16, seed=26)
+    full = run_rmsnorm(x, w, r)
+    full_g = run_gated(o, g, wg)
+    for n in range(1, 8):
+        part = run_rmsnorm(x[:n], w, r[:n])
+        assert torch.equal(part[0], full[0][:n]) and torch.equal(part[1], full[1][:n]), f"rmsnorm T={n}"
+        assert torch.equal(run_gated(o[:n], g[:n], wg), full_g[:n]), f"gated T={n}"
+        # Row n-1 alone (a decode of that position) is the same row of the chain.
+        one = run_rmsnorm(x[n - 1:n], w, r[n - 1:n])
+        assert torch.equal(one[0], full[0][n - 1:n])
+
+
+@pytest.mark.parametrize("H,V", [(3, 24), (2, 5)])
+def test_references_batch_invariant_in_T(H, V):
+    # Odd head shapes, where torch's whole-T sigmoid would not be invariant (naive.py).
+    x, r, w = rand(8, 33, seed=31, device="cpu"), rand(8, 33, seed=32, device="cpu"), rand(33, seed=33, device="cpu")
+    o, g, wg = rand(8, H, V, seed=34, device="cpu"), rand(8, H, V, seed=35, device="cpu"), rand(V, seed=36, device="cpu")
+    full, full_g = rmsnorm_reference(x, w, r, EPS), gated_head_rmsnorm_reference(o, g, wg, EPS)
+    for n in range(1, 9):
+        part = rmsnorm_reference(x[:n], w, r[:n], EPS)
+        assert torch.equal(part[0], full[0][:n]) and torch.equal(part[1], full[1][:n])
+        assert torch.equal(gated_head_rmsnorm_reference(o[:n], g[:n], wg, EPS), full_g[:n])
+
+
+# A broken kernel must fail the checks above.
+
+
+def test_broken_kernels_are_caught():
+    # A tile narrower than the row leaves lanes unwritten (NaN) and normalises by a partial sum;
+    # a kernel that skips the residual add returns the wrong norm and stream.
+    x, r, w = rand(3, 96, seed=41), rand(3, 96, seed=42), rand(96, seed=43)
+    ref = rmsnorm_reference(x.cpu(), w.cpu(), r.cpu(), EPS)
+    with pytest.raises(AssertionError, match="non-finite"):
+        check_rmsnorm(run_rmsnorm(x, w, r, config=NormConfig(block=64, num_warps=1)), ref, torch.float32)
+    with pytest.raises(AssertionError, match="relative RMS error"):
+        check_rmsnorm(run_rmsnorm(x, w, None), ref, torch.float32)
+    o, g, wg = rand(2, 4, 16, seed=44), rand(2, 4, 16, seed=45), rand(16, seed=46)
+    with pytest.raises(AssertionError, match="non-finite"):
+        assert_close(run_gated(o, g, wg, config=NormConfig(block=8, heads=4)),
+                     gated_head_rmsnorm_reference(o.cpu(), g.cpu(), wg.cpu(), EPS), 1e-6)
+
+
+# The ops: dispatch, fake impls, compile, argument checks.
+
+
+def test_ops_dispatch_and_compile():
+    x, r, w = rand(6, 96, seed=51), rand(6, 96, seed=52), rand(96, seed=53)
+    o, g, wg = rand(6, 4, 16, seed=54), rand(6, 4, 16, seed=55), rand(16, seed=56)
+
+    def step(x, r, o, g):
+        out, h = torch.ops.lingc.rmsnorm(x, w, r, EPS)
+        y = torch.ops.lingc.gated_head_rmsnorm(o, g, wg, EPS, torch.bfloat16)
+        return out, h, y
+
+    eager = step(x, r, o, g)
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)(x, r, o, g)
+    for a, b in zip(eager, compiled):
+        assert torch.equal(a, b)
+    assert eager[2].dtype == torch.bfloat16
+    check_rmsnorm(eager[:2], rmsnorm_reference(x.cpu(), w.cpu(), r.cpu(), EPS), torch.float32)
+
+
+def test_fake_impls():
+    with FakeTensorMode():
+        x, w = torch.empty(6, 2560, dtype=torch.bfloat16)[:, :2000], torch.empty(2000, dtype=torch.bfloat16)
+        out, h = torch.ops.lingc.rmsnorm(x, w, None, EPS)
+        assert out.shape == h.shape == (6, 2000) and out.dtype == torch.bfloat16 and out.is_contiguous()
+        y = torch.ops.lingc.gated_head_rmsnorm(torch.empty(6, 8, 128), torch.empty(6, 8, 128, dtype=torch.bfloat16),
+                                               torch.empty(128, dtype=torch.bfloat16), EPS)
+        assert y.shape == (6, 8, 128) and y.dtype == torch.float32
+        with pytest.raises(ValueError, match="residual.dtype"):
+            torch.ops.lingc.rmsnorm(x, w, torch.empty(6, 2000), EPS)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(x=torch.zeros(2, 3, 8)), r"x must be \[T, D\] .* got shape \(2, 3, 8\)"),
+    (dict(x=torch.zeros(2, 8, dtype=torch.int32)), "x.dtype must be .* got torch.int32"),
+    (dict(x=torch.zeros(8, 2).t()), "unit stride along D"),
+    (dict(weight=torch.zeros(7)), r"weight must be \[D\] = \(8,\), got \(7,\)"),
+    (dict(residual=torch.zeros(3, 8)), r"residual must have x's shape \(2, 8\), got \(3, 8\)"),
+    (dict(residual=torch.zeros(2, 8, dtype=torch.bfloat16)), "residual.dtype torch.bfloat16 differs"),
+    (dict(eps=-1.0), "eps must be .* got -1.0"),
+    (dict(x=torch.zeros(2, 20000), weight=torch.zeros(20000)), "D = 20000 must be in 1..16384"),
+])
+def test_rmsnorm_bad_arguments_raise(kwargs, match):
+    args = dict(x=torch.zeros(2, 8), weight=torch.ones(8), residual=None, eps=EPS)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        rmsnorm(**args)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(o=torch.zeros(2, 64)), r"o must be \[T, H, V\] .* got shape \(2, 64\)"),
+    (dict(gate=torch.zeros(2, 4, 8)), r"gate must be \[T, H, V\] = \(2, 4, 16\), got \(2, 4, 8\)"),
+    (dict(weight=torch.zeros(4)), r"weight must be \[V\] = \(16,\), got \(4,\)"),
+    (dict(gate=torch.zeros(2, 4, 16, dtype=torch.int64)), "gate.dtype must be .* got torch.int64"),
+    (dict(gate=torch.zeros(2, 16, 4).transpose(1, 2)), "gate must have unit stride along V"),
+    (dict(out_dtype=torch.int8), "out_dtype must be .* got torch.int8"),
+    (dict(eps=float("nan")), "eps must be .* got nan"),
+])
+def test_gated_bad_arguments_raise(kwargs, match):
+    args = dict(o=torch.zeros(2, 4, 16), gate=torch.zeros(2, 4, 16), weight=torch.ones(16), eps=EPS)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        gated_head_rmsnorm(**args)
+
+
+def test_configs_depend_on_shape_only():
+    assert rmsnorm_config(2560) == NormConfig(block=4096, num_warps=8)
+    assert gated_config(8, 128) == NormConfig(block=128, heads=4, num_warps=2)
+    assert gated_config(4, 16).heads == 4
+
+
+_COMPILE_CHECK = textwrap.dedent("""
+    import os, subprocess, tempfile, triton
+    from triton.backends.compiler import GPUTarget
+    from lingc.runtime.kernels.norms.kernel import (_rmsnorm_kernel, _gated_head_rmsnorm_kernel,
+                                                    rmsnorm_config, gated_config)
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+
+    def check(fn, sig, const, num_warps):
+        src = triton.compiler.ASTSource(fn, {**sig, **{k: "constexpr" for k in const}}, const)
+        k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, num_stages=1))
+        ptx = k.asm["ptx"]
+        wait = ptx.index("griddepcontrol.wait")
+        assert ptx.index("ld.global") < wait, "the weight load must be issued before the wait"
+        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+            f.write(ptx)
+        r = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", f.name, "-o", os.devnull],
+                           capture_output=True, text=True, check=True)
+        assert " 0 bytes spill stores" in r.stdout + r.stderr, r.stdout + r.stderr
+
+    c = rmsnorm_config(2560)
+    for has_res in (False, True):
+        sig = dict(x_ptr="*bf16", res_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", new_res_ptr="*bf16",
+                   stride_x="i32", stride_r="i32", D="i32", eps="fp32")
+        check(_rmsnorm_kernel, sig, dict(BLOCK=c.block, HAS_RESIDUAL=has_res, USE_GDC=True), c.num_warps)
+    g = gated_config(8, 128)
+    sig = dict(o_ptr="*fp32", g_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", stride_ot="i32", stride_oh="i32",
+               stride_gt="i32", stride_gh="i32", H="i32", V="i32", eps="fp32")
+    check(_gated_head_rmsnorm_kernel, sig, dict(BH=g.heads, BV=g.block, USE_GDC=True), g.num_warps)
+""")
+
+
+def test_kernels_compile_for_sm90_with_weights_before_the_wait():
+    # The real compile for an H200 at flash-tp4-rank shapes with the bundled ptxas: PDL wait
+    # present, the first global load (the weight) issued before it, no spills.
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", _COMPILE_CHECK], env=env, capture_output=True, text=True,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if r.returncode != 0 and "ptxas" in r.stderr and "No such file" in r.stderr:
+        pytest.skip("triton's bundled ptxas is not installed")
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+# GPU: flash-tp4-rank shapes, PDL inside a CUDA graph.
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [1, 6, 8, 512])
+def test_gpu_flash_shapes_match_reference(T):
+    x, r, w = rand(T, 2560, dtype=torch.bfloat16, seed=61), rand(T, 2560, dtype=torch.bfloat16, seed=62), \
+        rand(2560, dtype=torch.bfloat16, seed=63)
+    out, h = torch.ops.lingc.rmsnorm(x, w, r, EPS)
+    ref_out, ref_h = rmsnorm_reference(x.cpu(), w.cpu(), r.cpu(), EPS)
+    assert torch.equal(h.cpu(), ref_h), "the bf16 residual add is one rounding on both sides"
+    assert_close(out, ref_out, RTOL[torch.bfloat16])
+    o, g, wg = rand(T, 8, 128, seed=64), rand(T, 8, 128, dtype=torch.bfloat16, seed=65), rand(128, dtype=torch.bfloat16, seed=66)
+    assert_close(torch.ops.lingc.gated_head_rmsnorm(o, g, wg, EPS), gated_head_rmsnorm_reference(o.cpu(), g.cpu(), wg.cpu(), EPS), 1e-5)
+
+
+@pytest.mark.gpu
+def test_gpu_pdl_chain_under_graph_capture():
+    # A layer's norms as a chain: input norm (no residual) -> gated norm -> residual norm, each
+    # reading its predecessor's output: 3 kernels, 2 programmatic edges; replays equal eager.
+    if not pdl_supported(DEVICE):
+        pytest.skip("PDL needs compute capability >= 9")
+    x, w = rand(6, 2560, dtype=torch.bfloat16, seed=71), rand(2560, dtype=torch.bfloat16, seed=72)
+    wg = rand(128, dtype=torch.bfloat16, seed=73)
+
+    def chain(inp):
+        n0, h0 = torch.ops.lingc.rmsnorm(inp, w, None, EPS)
+        y = torch.ops.lingc.gated_head_rmsnorm(n0[:, :1024].view(6, 8, 128), n0[:, 1024:2048].view(6, 8, 128),
+                                               wg, EPS, torch.bfloat16)
+        return torch.ops.lingc.rmsnorm(y.view(6, 1024), w[:1024], h0[:, :1024], EPS)
+
+    static_x = x.clone()
+    eager = chain(static_x)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph(keep_graph=True)
+    with torch.cuda.graph(graph):
+        static_out = chain(static_x)
+    types = graph_edge_types(graph)
+    assert types == [1, 1], f"edge types {types}, expected 2 programmatic edges"
+    graph.instantiate()
+    graph.replay()
+    torch.cuda.synchronize()
+    for got, want in zip(static_out, eager):
+        assert torch.equal(got, want)
