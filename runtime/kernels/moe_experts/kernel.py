@@ -1,0 +1,377 @@
+"""Triton fused-MoE experts for decode: align -> up-GEMM(+SwiGLU) -> down-GEMM(+combine), PDL-chained.
+
+Layout and derivations: README.md in this folder; reference: naive.py.
+
+Input layout (``moe_align``, block size ``BLOCK_M`` = 16): pair ``p = t * K' + j`` (K' = k + 1
+with the shared expert, which is expert ``E``), ``sorted_pair_ids`` groups the pairs by expert in
+blocks of 16 slots padded with the sentinel P, ``block_expert_ids[b]`` is block b's expert and
+``total_padded`` the published slot count. Every block holds ONE expert, so a CTA reads one
+expert's weights and multiplies them with up to 16 gathered token rows.
+
+Launch 1, up-GEMM (``_moe_up_kernel``), grid ``(split_k, n_tiles, n_blocks)``: a CTA owns one
+block, ``BLOCK_N`` activation columns (2*BLOCK_N weight rows, gate and up interleaved as in
+swiglu_gemm) and one H chunk of ``CHUNK_K``. It waits (the expert ids are its producer's
+output), exits when its block starts at or past ``total_padded``, loads its whole weight chunk
+in one load, the 16 gathered x rows, does one ``tl.dot`` and, with ``split_k > 1``, stores the
+fp32 partial by pair; the chunk that draws the last integer ticket of its (block, tile) sums the
+partials in chunk order 0..split_k-1 and applies the SwiGLU epilogue (swiglu_gemm's, with the
+clamp), rounding the activation to x.dtype into ``act[pair]``.
+
+Launch 2, down-GEMM + combine (``_moe_down_kernel``), grid ``(n_htiles, n_blocks)``: a CTA owns
+one block and ``BLOCK_H`` output columns over the whole intermediate size. Its weight tile is
+loaded BEFORE ``gdc_wait``: the block's expert id comes from moe_align, two launches back, which
+has completed by the time this kernel can start (README.md, "PDL two launches back"). After the
+wait it gathers the 16 activation rows, does one ``tl.dot`` and stores fp32 ``y[pair]``; every
+active block then takes a ticket for its column tile, and the last one combines that tile for
+every token: ``sum_j topk_weights[t, j] * y[t, j]`` in slot order, the shared expert last, in fp32,
+rounded once into ``out`` (no float atomics).
+
+Batch invariance (design.md): the configuration is a function of (max(I, Is), H) only; T and P
+are not specialised; a token's row is multiplied in a 16-row tile whose other rows do not enter
+its dot products; split-K partials and the combine are summed in a fixed order. So a token's bits
+do not depend on which other tokens share its blocks.
+"""
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from lingc.runtime.kernels.gemm_common import BLOCK_M, split_k_tickets
+from lingc.runtime.kernels.gemm_common import dot_acc as _dot_acc
+from lingc.runtime.kernels.moe_align.kernel import SINGLE_LAUNCH_MAX_PAIRS, moe_align_triton
+from lingc.runtime.kernels.moe_align.naive import align_sizes
+from lingc.runtime.kernels.swiglu_gemm.kernel import _swiglu  # the SwiGLU epilogue (with clamp)
+from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait
+
+__all__ = [
+    "BLOCK_M", "COMBINE_T", "CONFIGS", "MoeExpertsBuffers", "MoeExpertsConfig", "alloc_buffers", "config_for",
+    "moe_experts_triton",
+]
+
+# Tokens the combine handles per step (a [COMBINE_T, BLOCK_H] fp32 accumulator).
+COMBINE_T = 8
+
+
+@dataclass(frozen=True)
+class MoeExpertsConfig:
+    block_n: int  # up-GEMM: activation columns per CTA (2*block_n weight rows); 2*block_n >= 16
+    split_k: int  # up-GEMM: H chunks (power-of-two chunk), reduced in-launch by ticket; 1 = none
+    up_warps: int
+    block_h: int  # down-GEMM: output columns per CTA, >= 16; K (= I) is loaded whole
+    down_warps: int
+
+
+# Fixed launch table keyed by (max(I, Is), H). Not yet measured on a GPU: the up-GEMM entries
+# take swiglu_gemm's H200 table for the same (N, K) (design B: whole chunk per CTA, in-launch
+# split-K), 60 (I = 192) / 240 (I = 768) CTAs per expert with 32 KB of weights each; the down-GEMM
+# tile [block_h, next_pow2(I)] is 32 KB (I = 192: 40 CTAs per expert) / 64 KB (I = 768: 80).
+# Registers (sm_90, ptxas -v, no spills): up 118 / 96, down 96 (5 CTAs per SM) / 182 (8 warps,
+# one CTA per SM; 16 columns at 4 warps took 214 and held half the bytes in flight).
+CONFIGS: dict[tuple[int, int], MoeExpertsConfig] = {
+    (192, 2560): MoeExpertsConfig(block_n=16, split_k=5, up_warps=4, block_h=64, down_warps=4),
+    (768, 2560): MoeExpertsConfig(block_n=32, split_k=10, up_warps=4, block_h=32, down_warps=8),
+}
+
+
+def config_for(n_max: int, h: int) -> MoeExpertsConfig:
+    """The launch config for intermediate size n_max = max(I, Is) and hidden size H: the table
+    entry, else a rule of (n_max, H) alone (never of T: batch invariance)."""
+    if (n_max, h) in CONFIGS:
+        return CONFIGS[(n_max, h)]
+    chunk = min(512, max(16, triton.next_power_of_2(h)))
+    kpad = max(16, triton.next_power_of_2(n_max))
+    return MoeExpertsConfig(block_n=16, split_k=triton.cdiv(h, chunk), up_warps=4,
+                            block_h=64 if kpad <= 256 else 32, down_warps=4 if kpad <= 256 else 8)
+
+
+@triton.jit
+def _block_weights(e, g_ptr, u_ptr, sg_ptr, su_ptr, stride_ge, stride_gn, stride_ue, stride_un,
+                   stride_sgn, stride_sun, I, IS, limit, shared_limit,
+                   NUM_EXPERTS: tl.constexpr, HAS_SHARED: tl.constexpr):
+    """Gate/up base pointers, row strides, row count and clamp of expert ``e`` (E = shared)."""
+    er = tl.minimum(e, NUM_EXPERTS - 1)
+    g_base = g_ptr + er.to(tl.int64) * stride_ge
+    u_base = u_ptr + er.to(tl.int64) * stride_ue
+    stride_g = stride_gn
+    stride_u = stride_un
+    n_e = I
+    lim = limit
+    if HAS_SHARED:
+        shared = e == NUM_EXPERTS
+        g_base = tl.where(shared, sg_ptr, g_base)
+        u_base = tl.where(shared, su_ptr, u_base)
+        stride_g = tl.where(shared, stride_sgn, stride_gn)
+        stride_u = tl.where(shared, stride_sun, stride_un)
+        n_e = tl.where(shared, IS, I)
+        lim = tl.where(shared, shared_limit, limit)
+    return g_base, u_base, stride_g, stride_u, n_e, lim
+
+
+@triton.jit(do_not_specialize=["P"])
+def _moe_up_kernel(
+    x_ptr, sorted_ptr, block_expert_ptr, total_ptr,
+    wg_ptr, wu_ptr, sg_ptr, su_ptr,
+    act_ptr, ws_ptr, ticket_ptr,
+    P, H, I, IS,
+    stride_xt, stride_xh,
+    stride_ge, stride_gn, stride_ue, stride_un, stride_sgn, stride_sun,
+    stride_act, stride_ws_s, stride_ws_p,
+    limit, shared_limit,
+    NUM_EXPERTS: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr, HAS_SHARED: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    N_TILES: tl.constexpr, HAS_LIMIT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
+):
+    pid_k = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_b = tl.program_id(2)
+    # The block's expert (hence every weight address) is the producer's output: wait first.
+    pdl_wait(USE_GDC)
+    pdl_launch_dependents(USE_GDC)
+    total = tl.load(total_ptr)
+    if pid_b * BLOCK_M >= total:
+        return
+    e = tl.load(block_expert_ptr + pid_b)
+    g_base, u_base, stride_g, stride_u, n_e, lim = _block_weights(
+        e, wg_ptr, wu_ptr, sg_ptr, su_ptr, stride_ge, stride_gn, stride_ue, stride_un, stride_sgn, stride_sun,
+        I, IS, limit, shared_limit, NUM_EXPERTS, HAS_SHARED)
+    if pid_n * BLOCK_N >= n_e:  # a column tile past this expert's I (shared Is != I)
+        return
+
+    # Weight tile: row r is gate row j (r even) or up row j (r odd), j = first + r // 2, so the
+    # accumulator's columns come out interleaved g, u (swiglu_gemm's layout). Unit stride along H.
+    rows_w = pid_n * 2 * BLOCK_N + tl.arange(0, 2 * BLOCK_N)
+    j = rows_w // 2
+    mask_w = j < n_e
+    row_ptrs = tl.where(rows_w % 2 == 0, g_base + j * stride_g, u_base + j * stride_u)
+    offs_k = pid_k * CHUNK_K + tl.arange(0, CHUNK_K)
+    mask_k = offs_k < H
+    w = tl.load(row_ptrs[:, None] + offs_k[None, :], mask=mask_w[:, None] & mask_k[None, :], other=0.0)
+
+    slots = pid_b * BLOCK_M + tl.arange(0, BLOCK_M)
+    pair = tl.load(sorted_ptr + slots)          # inside the published range: pid_b * 16 < total
+    valid = pair < P                            # the sentinel P marks padding
+    tok = pair // PAIRS_PER_TOKEN
+    x = tl.load(x_ptr + tok[:, None] * stride_xt + offs_k[None, :] * stride_xh,
+                mask=valid[:, None] & mask_k[None, :], other=0.0)
+    acc = _dot_acc(x, w, tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32), DOT_PRECISION, DOT_UPCAST)
+
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    act_ptrs = act_ptr + pair[:, None] * stride_act + offs_n[None, :]
+    act_mask = valid[:, None] & (offs_n < n_e)[None, :]
+    if SPLIT_K == 1:
+        g, u = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2)))
+        tl.store(act_ptrs, _swiglu(g, u, lim, HAS_LIMIT).to(act_ptr.dtype.element_ty), mask=act_mask)
+    else:
+        ws_ptrs = ws_ptr + pair[:, None] * stride_ws_p + rows_w[None, :]
+        ws_mask = valid[:, None] & mask_w[None, :]
+        tl.store(ws_ptrs + pid_k * stride_ws_s, acc, mask=ws_mask)
+        # Every thread's partial is stored before the ticket (barrier; acq_rel at GPU scope): the
+        # chunk that draws the last ticket of this (block, tile) sees every partial.
+        tl.debug_barrier()
+        tile = pid_b * N_TILES + pid_n
+        ticket = tl.atomic_add(ticket_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if ticket == SPLIT_K - 1:
+            sums = tl.load(ws_ptrs, mask=ws_mask, other=0.0, cache_modifier=".cg")
+            for s in tl.static_range(1, SPLIT_K):
+                sums += tl.load(ws_ptrs + s * stride_ws_s, mask=ws_mask, other=0.0, cache_modifier=".cg")
+            g, u = tl.split(tl.reshape(sums, (BLOCK_M, BLOCK_N, 2)))
+            tl.store(act_ptrs, _swiglu(g, u, lim, HAS_LIMIT).to(act_ptr.dtype.element_ty), mask=act_mask)
+            tl.atomic_xchg(ticket_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next call
+
+
+@triton.jit(do_not_specialize=["T", "P"])
+def _moe_down_kernel(
+    act_ptr, sorted_ptr, block_expert_ptr, total_ptr,
+    wd_ptr, sd_ptr, y_ptr, topk_w_ptr, out_ptr, ticket_ptr,
+    T, P, H, I, IS,
+    stride_act, stride_de, stride_dh, stride_sdh, stride_y, stride_wt, stride_wk, stride_ot, stride_oh,
+    NUM_EXPERTS: tl.constexpr, TOP_K: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr, HAS_SHARED: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr, KPAD: tl.constexpr, COMBINE_T: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
+):
+    pid_h = tl.program_id(0)
+    pid_b = tl.program_id(1)
+    # Before the wait: moe_align ran two launches back and the up-GEMM waited for it before
+    # triggering this launch, so its outputs are complete (README.md); read them from L2 (.cg).
+    # The weights are producer-independent: the whole [BLOCK_H, I] tile is requested now.
+    total = tl.load(total_ptr, cache_modifier=".cg")
+    active = pid_b * BLOCK_M < total
+    e = tl.load(block_expert_ptr + pid_b, mask=active, other=0, cache_modifier=".cg")
+    er = tl.minimum(e, NUM_EXPERTS - 1)
+    base = wd_ptr + er.to(tl.int64) * stride_de
+    stride_w = stride_dh
+    k_e = I
+    if HAS_SHARED:
+        shared = e == NUM_EXPERTS
+        base = tl.where(shared, sd_ptr, base)
+        stride_w = tl.where(shared, stride_sdh, stride_dh)
+        k_e = tl.where(shared, IS, I)
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = offs_h < H
+    offs_k = tl.arange(0, KPAD)
+    mask_k = offs_k < k_e
+    w = tl.load(base + offs_h[:, None] * stride_w + offs_k[None, :],
+                mask=active & mask_h[:, None] & mask_k[None, :], other=0.0)
+
+    pdl_wait(USE_GDC)
+    pdl_launch_dependents(USE_GDC)
+    if pid_b * BLOCK_M >= total:
+        return
+
+    slots = pid_b * BLOCK_M + tl.arange(0, BLOCK_M)
+    pair = tl.load(sorted_ptr + slots)
+    valid = pair < P
+    a = tl.load(act_ptr + pair[:, None] * stride_act + offs_k[None, :], mask=valid[:, None] & mask_k[None, :],
+                other=0.0)
+    acc = _dot_acc(a, w, tl.zeros((BLOCK_M, BLOCK_H), dtype=tl.float32), DOT_PRECISION, DOT_UPCAST)
+    tl.store(y_ptr + pair[:, None] * stride_y + offs_h[None, :], acc, mask=valid[:, None] & mask_h[None, :])
+
+    # The last active block of this column tile combines it for every token (ticket as above).
+    tl.debug_barrier()
+    ticket = tl.atomic_add(ticket_ptr + pid_h, 1, sem="acq_rel", scope="gpu")
+    if ticket == total // BLOCK_M - 1:
+        toks = tl.arange(0, COMBINE_T)
+        t0 = 0
+        # A while loop: the triton 3.6 interpreter cannot iterate range() over a runtime scalar.
+        while t0 < T:
+            t = t0 + toks
+            mask_t = t < T
+            mask_y = mask_t[:, None] & mask_h[None, :]
+            y_rows = y_ptr + (t * PAIRS_PER_TOKEN)[:, None] * stride_y + offs_h[None, :]
+            comb = tl.zeros((COMBINE_T, BLOCK_H), dtype=tl.float32)
+            for j in tl.static_range(TOP_K):
+                wj = tl.load(topk_w_ptr + t * stride_wt + j * stride_wk, mask=mask_t, other=0.0)
+                yj = tl.load(y_rows + j * stride_y, mask=mask_y, other=0.0, cache_modifier=".cg")
+                comb += wj[:, None] * yj
+            if HAS_SHARED:  # the shared expert is slot TOP_K, unscaled, added last
+                comb += tl.load(y_rows + TOP_K * stride_y, mask=mask_y, other=0.0, cache_modifier=".cg")
+            tl.store(out_ptr + t[:, None] * stride_ot + offs_h[None, :] * stride_oh,
+                     comb.to(out_ptr.dtype.element_ty), mask=mask_y)
+            t0 += COMBINE_T
+        tl.atomic_xchg(ticket_ptr + pid_h, 0, sem="relaxed", scope="gpu")  # ready for the next call
+
+
+@dataclass
+class MoeExpertsBuffers:
+    """The per-call workspaces: ``act`` [P, n_max] x.dtype (SwiGLU activations by pair),
+    ``partials`` fp32 [split_k, P, 2 * n_max] (up-GEMM split-K; None when split_k == 1) and ``y``
+    fp32 [P, H] (down projections by pair)."""
+
+    act: torch.Tensor
+    partials: torch.Tensor | None
+    y: torch.Tensor
+
+
+def alloc_buffers(p: int, n_max: int, h: int, split_k: int, dtype: torch.dtype, device,
+                  fill: float | None = None) -> MoeExpertsBuffers:
+    """Workspaces for P pairs; ``fill`` (tests: NaN) poisons them so that a row the kernels should
+    have written but did not shows up in the output."""
+    make = torch.empty if fill is None else (lambda *s, **kw: torch.full(s, fill, **kw))
+    act = make(p, n_max, dtype=dtype, device=device)
+    partials = make(split_k, p, 2 * n_max, dtype=torch.float32, device=device) if split_k > 1 else None
+    return MoeExpertsBuffers(act, partials, make(p, h, dtype=torch.float32, device=device))
+
+
+def moe_experts_triton(
+    x: torch.Tensor,
+    topk_ids: torch.Tensor,
+    topk_weights: torch.Tensor,
+    w_gate: torch.Tensor,
+    w_up: torch.Tensor,
+    w_down: torch.Tensor,
+    shared_gate: torch.Tensor | None,
+    shared_up: torch.Tensor | None,
+    shared_down: torch.Tensor | None,
+    limit: float,
+    shared_limit: float,
+    out: torch.Tensor | None = None,
+    *,
+    config: MoeExpertsConfig | None = None,
+    use_pdl: bool | None = None,
+    buffers: MoeExpertsBuffers | None = None,
+    align_out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    max_single_launch: int = SINGLE_LAUNCH_MAX_PAIRS,
+) -> torch.Tensor:
+    """out [T, H] (naive.moe_experts_reference) in three launches: moe_align, up-GEMM, down-GEMM.
+
+    ``out`` may be any strided [T, H] tensor of x.dtype; ``config`` overrides the table;
+    ``buffers`` (``alloc_buffers``) and ``align_out`` (moe_align's three outputs) let tests pass
+    poisoned workspaces; ``max_single_launch`` is moe_align's. Arguments are assumed validated by
+    the op (weights with unit stride along H for gate/up and along I for down).
+    """
+    t, h = x.shape
+    k = topk_ids.shape[1]
+    num_experts, inter, _ = w_gate.shape
+    has_shared = shared_gate is not None
+    inter_s = shared_gate.shape[0] if has_shared else 0
+    n_max = max(inter, inter_s)
+    kp = k + int(has_shared)
+    p = t * kp
+    dev = x.device
+    if out is None:
+        out = torch.empty((t, h), device=dev, dtype=x.dtype)
+    assert out.shape == (t, h) and out.dtype == x.dtype, (out.shape, out.dtype)
+    if t == 0:
+        return out
+    cfg = config if config is not None else config_for(n_max, h)
+    assert 2 * cfg.block_n >= 16 and cfg.block_h >= 16 and cfg.split_k >= 1, cfg
+    if use_pdl is None:
+        use_pdl = pdl_supported(dev)
+    assert not use_pdl or pdl_supported(dev), "PDL requested on a device without PDL support"
+    launch = {"launch_pdl": True} if use_pdl else {}
+
+    chunk = triton.next_power_of_2(triton.cdiv(h, cfg.split_k))
+    split_k = triton.cdiv(h, chunk)
+    n_tiles = triton.cdiv(n_max, cfg.block_n)
+    n_htiles = triton.cdiv(h, cfg.block_h)
+    if buffers is None:
+        buffers = alloc_buffers(p, n_max, h, split_k, x.dtype, dev)
+    assert buffers.act.shape == (p, n_max) and buffers.y.shape == (p, h)
+    assert (buffers.partials is None) == (split_k == 1)
+    # The ticket buffer first: its one-time allocation launches a fill, which must not sit
+    # between the three launches below (the down-GEMM relies on their order, README.md).
+    _, n_blocks = align_sizes(p, num_experts, BLOCK_M, has_shared)
+    tickets = split_k_tickets(dev, max(n_blocks * n_tiles, n_htiles))
+    sorted_ids, block_experts, total = moe_align_triton(
+        topk_ids, num_experts, BLOCK_M, has_shared, out=align_out, use_pdl=use_pdl,
+        max_single_launch=max_single_launch)
+    assert block_experts.shape == (n_blocks,)
+
+    sg, su, sd = (shared_gate, shared_up, shared_down) if has_shared else (w_gate, w_up, w_down)
+    # A limit of 0 means no clamp; +inf clamps nothing, so one kernel serves a routed expert
+    # without a clamp next to a clamped shared expert (or the reverse) with the same bits.
+    lim = float(limit) if limit > 0 else float("inf")
+    lim_s = float(shared_limit) if has_shared and shared_limit > 0 else float("inf")
+    has_limit = limit > 0 or (has_shared and shared_limit > 0)
+    dot = dict(DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+               DOT_UPCAST=interpreting() and x.dtype != torch.float32, USE_GDC=use_pdl)
+    act, partials, y = buffers.act, buffers.partials, buffers.y
+    ws = partials if partials is not None else act
+    _moe_up_kernel[(split_k, n_tiles, n_blocks)](
+        x, sorted_ids, block_experts, total,
+        w_gate, w_up, sg, su,
+        act, ws, tickets,
+        p, h, inter, inter_s,
+        x.stride(0), x.stride(1),
+        w_gate.stride(0), w_gate.stride(1), w_up.stride(0), w_up.stride(1), sg.stride(-2), su.stride(-2),
+        act.stride(0), ws.stride(0) if partials is not None else 0, ws.stride(1) if partials is not None else 0,
+        lim, lim_s,
+        NUM_EXPERTS=num_experts, PAIRS_PER_TOKEN=kp, HAS_SHARED=has_shared,
+        BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=split_k, N_TILES=n_tiles,
+        HAS_LIMIT=has_limit, **dot,
+        num_warps=cfg.up_warps, num_stages=1, **launch,
+    )
+    _moe_down_kernel[(n_htiles, n_blocks)](
+        act, sorted_ids, block_experts, total,
+        w_down, sd, y, topk_weights, out, tickets,
+        t, p, h, inter, inter_s,
+        act.stride(0), w_down.stride(0), w_down.stride(1), sd.stride(-2), y.stride(0),
+        topk_weights.stride(0), topk_weights.stride(1), out.stride(0), out.stride(1),
+        NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp, HAS_SHARED=has_shared,
+        BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=max(16, triton.next_power_of_2(n_max)), COMBINE_T=COMBINE_T,
+        **dot,
+        num_warps=cfg.down_warps, num_stages=1, **launch,
+    )
+    return out

@@ -1,0 +1,557 @@
+"""Fused MoE experts: the Triton launcher (moe_align -> up-GEMM + SwiGLU -> down-GEMM + combine)
+against the plain-PyTorch reference, the reference against an independent eager formulation,
+batch invariance, poisoned outputs and workspaces, broken variants, the op; on the GPU the
+flash-tp4-rank shapes (E = 512, H = 2560, I = Is = 192, k = 8) and PDL under CUDA-graph capture.
+
+On the CPU the kernels run under TRITON_INTERPRET=1 (conftest.py) on small shapes: E = 16,
+H in {64, 96}, I = 24, shared Is = 40 (so the shared expert has more column tiles than the
+routed ones), k = 4, T in {1, 2, 6, 8, 16} (T = 16 has 80 pairs: moe_align's multi-launch path).
+
+Every kernel run writes into a NaN-poisoned ``out`` and NaN-poisoned workspaces, with moe_align's
+unpublished tail filled with a valid-looking pair (0) and expert (E - 1): a row the kernels
+forget, or a block past ``total_padded`` they process, shows up in the output.
+
+Tolerances (relative RMS): fp32 1e-5 (summation order only). bf16 1e-2: the interpreter's
+fp32->bf16 cast truncates (tests/test_swiglu_gemm.py), here twice (the activation and the
+output). bf16 on the GPU at the real shapes 5e-3: both sides round the activation to nearest, and
+an activation one ulp apart where the fp32 sums straddle a rounding boundary moves the output.
+"""
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from helpers import assert_close, graph_edge_types
+from lingc.models.moe import swiglu as eager_swiglu
+from lingc.runtime.kernels.gemm_common import split_k_tickets
+from lingc.runtime.kernels.moe_align import moe_align_reference
+from lingc.runtime.kernels.moe_experts import moe_experts, moe_experts_reference
+from lingc.runtime.kernels.moe_experts import kernel as experts_kernel
+from lingc.runtime.kernels.moe_experts.kernel import (
+    BLOCK_M, MoeExpertsConfig, alloc_buffers, config_for, moe_experts_triton,
+)
+from lingc.runtime.kernels.moe_align.naive import align_sizes
+from lingc.runtime.pdl import pdl_supported
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+RTOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
+RTOL_GPU_BF16 = 5e-3
+SMALL = dict(e=16, h=64, i=24, i_s=40, k=4)
+LIMITS = (2.0, 3.0)
+# Split-K configs for H = 96: three chunks of 32, and two chunks of 64 (the last one past H).
+SPLIT_CONFIGS = [
+    MoeExpertsConfig(block_n=8, split_k=3, up_warps=4, block_h=16, down_warps=4),
+    MoeExpertsConfig(block_n=16, split_k=2, up_warps=4, block_h=32, down_warps=4),
+]
+
+
+# ----------------------------------------------------------------------------------------------
+# Problems, the launcher into poisoned buffers, an independent eager formulation.
+
+
+def make_ids(t, e, k, routing, gen):
+    """int32 [t, k], distinct experts per token. 'random': any of e; 'same': every token the same
+    k experts (buckets of t pairs); 'pool': drawn from 6 experts, so tokens share experts in
+    varying combinations and a token's row position in a block changes with T."""
+    if routing == "same":
+        return torch.randperm(e, generator=gen)[:k].repeat(t, 1).int()
+    pool = torch.randperm(e, generator=gen)[:6] if routing == "pool" else torch.arange(e)
+    rows = [pool[torch.randperm(len(pool), generator=gen)[:k]] for _ in range(t)]
+    return (torch.stack(rows) if rows else torch.empty(0, k, dtype=torch.int64)).int()
+
+
+def make_problem(t, dtype, seed, *, e=16, h=64, i=24, i_s=40, k=4, shared=True, routing="random",
+                 layout="stacked", limits=LIMITS, device=DEVICE):
+    """The op's arguments as a dict. Gate/up pre-activations ~ N(0, 16) so both clamps bite.
+
+    layout 'stacked': gate/up are w13[:, :I], w13[:, I:] of a [E, 2I, H] weight and w_down is a
+    column window of a [E, H, I + 8] tensor (row stride I + 8); 'interleaved': w13[:, 0::2],
+    w13[:, 1::2] of the same values interleaved; 'separate': contiguous tensors, with x and
+    topk_ids / topk_weights as strided windows of wider tensors."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(t, h, generator=gen)
+    gate = torch.randn(e, i, h, generator=gen) * (4 / h**0.5)
+    up = torch.randn(e, i, h, generator=gen) * (4 / h**0.5)
+    down = torch.randn(e, h, i, generator=gen) / i**0.5
+    s_gate = torch.randn(i_s, h, generator=gen) * (4 / h**0.5)
+    s_up = torch.randn(i_s, h, generator=gen) * (4 / h**0.5)
+    s_down = torch.randn(h, i_s, generator=gen) / i_s**0.5
+    ids = make_ids(t, e, k, routing, gen)
+    weights = 0.1 + torch.rand(t, k, generator=gen)
+    cast = lambda v: v.to(device=device, dtype=dtype)  # noqa: E731
+    x, gate, up, down, s_gate, s_up, s_down = map(cast, (x, gate, up, down, s_gate, s_up, s_down))
+    ids, weights = ids.to(device), weights.to(device)
+    if layout == "stacked":
+        w13 = torch.cat([gate, up], dim=1)
+        wide = torch.zeros(e, h, i + 8, device=device, dtype=dtype)
+        wide[..., :i] = down
+        w_gate, w_up, w_down = w13[:, :i], w13[:, i:], wide[..., :i]
+    elif layout == "interleaved":
+        w13 = torch.stack([gate, up], dim=2).reshape(e, 2 * i, h)
+        w_gate, w_up, w_down = w13[:, 0::2], w13[:, 1::2], down
+    else:
+        w_gate, w_up, w_down = gate.contiguous(), up.contiguous(), down.contiguous()
+        x, ids, weights = _strided(x), _strided(ids), _strided(weights)
+    shared_w = (s_gate, s_up, s_down) if shared else (None, None, None)
+    limit, shared_limit = limits
+    return dict(x=x, topk_ids=ids, topk_weights=weights, w_gate=w_gate, w_up=w_up, w_down=w_down,
+                shared_gate=shared_w[0], shared_up=shared_w[1], shared_down=shared_w[2],
+                limit=limit, shared_limit=shared_limit if shared else 0.0)
+
+
+def _strided(v):
+    """v's values as every other column of a wider tensor (a non-unit column stride)."""
+    wide = torch.zeros(v.shape[0], 2 * v.shape[1], device=v.device, dtype=v.dtype)
+    wide[:, ::2] = v
+    return wide[:, ::2]
+
+
+def args_of(pb):
+    return (pb["x"], pb["topk_ids"], pb["topk_weights"], pb["w_gate"], pb["w_up"], pb["w_down"],
+            pb["shared_gate"], pb["shared_up"], pb["shared_down"], pb["limit"], pb["shared_limit"])
+
+
+def reference(pb):
+    return moe_experts_reference(*(a.cpu() if torch.is_tensor(a) else a for a in args_of(pb)))
+
+
+def run_kernel(pb, config=None, **kw):
+    """The launcher into a NaN-poisoned out and workspaces, with moe_align's unpublished tail
+    poisoned by a valid pair id (0) and expert id (E - 1)."""
+    x, ids = pb["x"], pb["topk_ids"]
+    t, k = ids.shape
+    e, i, h = pb["w_gate"].shape
+    shared = pb["shared_gate"] is not None
+    n_max = max(i, pb["shared_gate"].shape[0] if shared else 0)
+    p = t * (k + shared)
+    slots, blocks = align_sizes(p, e, BLOCK_M, shared)
+    cfg = config or config_for(n_max, h)
+    chunk = 1 << (-(-h // cfg.split_k) - 1).bit_length()
+    split_k = -(-h // chunk)
+    out = torch.full((t, h), float("nan"), device=x.device, dtype=x.dtype)
+    buffers = alloc_buffers(p, n_max, h, split_k, x.dtype, x.device, fill=float("nan"))
+    align_out = (torch.zeros(slots, dtype=torch.int32, device=x.device),
+                 torch.full((blocks,), e - 1, dtype=torch.int32, device=x.device),
+                 torch.full((1,), -1, dtype=torch.int32, device=x.device))
+    return moe_experts_triton(*args_of(pb), out, config=config, buffers=buffers, align_out=align_out, **kw)
+
+
+def eager_moe(pb):
+    """The eager model's formulation (lingc/models/moe.py), written out independently of naive.py:
+    gathered expert weights, batched products, each expert output rounded to x.dtype, the shared
+    expert added after the routed sum."""
+    x, ids, w = pb["x"].cpu(), pb["topk_ids"].cpu().long(), pb["topk_weights"].cpu()
+    t, k = ids.shape
+    flat = ids.reshape(-1)
+    xs = x.repeat_interleave(k, dim=0).unsqueeze(-1)
+    g = torch.bmm(pb["w_gate"].cpu()[flat], xs).squeeze(-1)
+    u = torch.bmm(pb["w_up"].cpu()[flat], xs).squeeze(-1)
+    a = eager_swiglu(g, u, pb["limit"])
+    y = torch.bmm(pb["w_down"].cpu()[flat], a.unsqueeze(-1)).squeeze(-1).view(t, k, -1).float()
+    out = y[:, 0] * w[:, 0:1]
+    for j in range(1, k):
+        out = out + y[:, j] * w[:, j:j + 1]
+    if pb["shared_gate"] is not None:
+        sg, su, sd = (pb[n].cpu() for n in ("shared_gate", "shared_up", "shared_down"))
+        out = out + (eager_swiglu(x @ sg.T, x @ su.T, pb["shared_limit"]) @ sd.T).float()
+    return out.to(x.dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# Kernel against the reference.
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("t", [1, 2, 6, 16])
+def test_kernel_matches_reference(t, dtype):
+    pb = make_problem(t, dtype, seed=10 + t)
+    assert_close(run_kernel(pb), reference(pb), RTOL[dtype])
+
+
+@pytest.mark.parametrize("t", [1, 6])
+def test_kernel_without_shared_expert(t):
+    pb = make_problem(t, torch.bfloat16, seed=20 + t, shared=False, limits=(0.0, 0.0))
+    assert_close(run_kernel(pb), reference(pb), RTOL[torch.bfloat16])
+
+
+@pytest.mark.parametrize("limits", [(0.0, 3.0), (2.0, 0.0), (0.0, 0.0)], ids=str)
+def test_kernel_clamp_on_and_off(limits):
+    pb = make_problem(6, torch.float32, seed=30, limits=limits)
+    ref = reference(pb)
+    assert_close(run_kernel(pb), ref, RTOL[torch.float32])
+    # Each clamp changes the result (so a kernel that ignored it would fail): the clamps bite.
+    for which in (0, 1):
+        if limits[which] > 0:
+            unclamped = dict(pb, **{("limit", "shared_limit")[which]: 0.0})
+            assert (reference(unclamped) - ref).abs().max() > 0.1
+
+
+@pytest.mark.parametrize("config", SPLIT_CONFIGS, ids=["bn8-s3-bh16", "bn16-s2-bh32"])
+@pytest.mark.parametrize("t", [1, 6])
+def test_kernel_split_k_matches_reference(t, config):
+    pb = make_problem(t, torch.bfloat16, seed=40 + t, h=96)
+    assert_close(run_kernel(pb, config), reference(pb), RTOL[torch.bfloat16])
+    # Every ticket is back at zero for the next call (or graph replay).
+    assert int(split_k_tickets(pb["x"].device, 1).abs().sum()) == 0
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "separate"])
+def test_kernel_weight_layouts(layout):
+    # The same values as gate/up views of an interleaved w13 (rows 2j, 2j+1), or as contiguous
+    # tensors with strided x / ids / weights: the same bits as the stacked views.
+    stacked = make_problem(6, torch.bfloat16, seed=50)
+    pb = make_problem(6, torch.bfloat16, seed=50, layout=layout)
+    assert pb["w_gate"].stride() != stacked["w_gate"].stride()
+    out = run_kernel(pb)
+    assert_close(out, reference(pb), RTOL[torch.bfloat16])
+    assert torch.equal(out, run_kernel(stacked))
+
+
+@pytest.mark.parametrize("t, routing", [(6, "same"), (16, "same"), (8, "pool")])
+def test_kernel_tokens_sharing_experts(t, routing):
+    # 'same': k buckets of t pairs (T = 16: whole blocks of 16, no padding, and 80 pairs through
+    # moe_align's multi-launch path) and most of the allocated blocks unused; 'pool': overlaps.
+    pb = make_problem(t, torch.bfloat16, seed=60 + t, routing=routing)
+    assert_close(run_kernel(pb), reference(pb), RTOL[torch.bfloat16])
+
+
+def test_kernel_single_launch_align_above_72_pairs_agrees():
+    # The multi-launch align path forced at 30 pairs gives the same bits.
+    pb = make_problem(6, torch.bfloat16, seed=70, routing="pool")
+    assert torch.equal(run_kernel(pb, max_single_launch=0), run_kernel(pb))
+
+
+def test_kernel_empty_batch():
+    pb = make_problem(0, torch.float32, seed=71)
+    assert run_kernel(pb).shape == (0, SMALL["h"])
+
+
+# ----------------------------------------------------------------------------------------------
+# Batch invariance: each token's output bitwise equal to its own T = 1 output, T = 1..8.
+
+
+def _batch_invariance(fn, pb):
+    singles = [fn({**pb, "x": pb["x"][i : i + 1].clone(), "topk_ids": pb["topk_ids"][i : i + 1].clone(),
+                   "topk_weights": pb["topk_weights"][i : i + 1].clone()}) for i in range(8)]
+    singles = torch.cat(singles)
+    for t in range(2, 9):
+        sub = {**pb, "x": pb["x"][:t], "topk_ids": pb["topk_ids"][:t], "topk_weights": pb["topk_weights"][:t]}
+        assert torch.equal(fn(sub), singles[:t]), f"rows of a T={t} call differ from T=1 calls"
+
+
+def test_kernel_batch_invariant():
+    # 'pool' routing: tokens share experts, so a token's row position in its blocks changes with T.
+    _batch_invariance(run_kernel, make_problem(8, torch.bfloat16, seed=80, routing="pool"))
+
+
+def test_kernel_batch_invariant_split_k():
+    # The in-launch split-K reduction sums in chunk order whichever chunk finishes last.
+    pb = make_problem(8, torch.bfloat16, seed=81, routing="pool", h=96)
+    one = lambda i: {**pb, **{n: pb[n][i : i + 1] for n in ("x", "topk_ids", "topk_weights")}}  # noqa: E731
+    singles = torch.cat([run_kernel(one(i), SPLIT_CONFIGS[1]) for i in range(8)])
+    assert torch.equal(run_kernel(pb, SPLIT_CONFIGS[1]), singles)
+
+
+def test_reference_batch_invariant():
+    _batch_invariance(reference, make_problem(8, torch.bfloat16, seed=82, routing="pool", device="cpu"))
+
+
+# ----------------------------------------------------------------------------------------------
+# The reference against the eager formulation (so the kernel is never checked against itself).
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_reference_matches_eager_formulation(shared):
+    pb = make_problem(6, torch.float32, seed=90, shared=shared, device="cpu")
+    assert_close(reference(pb), eager_moe(pb), 1e-6)
+    # bf16: the eager path rounds every expert output to bf16 first (declared numerics): close,
+    # not equal.
+    pb = make_problem(6, torch.bfloat16, seed=90, shared=shared, device="cpu")
+    ref, eager = reference(pb), eager_moe(pb)
+    assert_close(ref, eager, 1e-2)
+    assert not torch.equal(ref, eager)
+
+
+# ----------------------------------------------------------------------------------------------
+# Broken variants must fail the comparison.
+
+
+def test_swapped_gate_and_up_is_caught():
+    pb = make_problem(6, torch.float32, seed=100)
+    ref = reference(pb)
+    with pytest.raises(AssertionError, match="relative RMS error"):
+        assert_close(run_kernel({**pb, "w_gate": pb["w_up"], "w_up": pb["w_gate"]}), ref, RTOL[torch.float32])
+
+
+def test_ignored_routing_weights_are_caught():
+    pb = make_problem(6, torch.float32, seed=101)
+    ref = reference(pb)
+    with pytest.raises(AssertionError, match="relative RMS error"):
+        assert_close(run_kernel({**pb, "topk_weights": torch.ones_like(pb["topk_weights"])}), ref,
+                     RTOL[torch.float32])
+
+
+def test_split_k_reduction_never_elected_is_caught():
+    # A ticket left non-zero (e.g. by a kernel that forgot to reset it) means no chunk draws the
+    # last ticket: activations stay unwritten (NaN) and the output shows it.
+    pb = make_problem(1, torch.float32, seed=102, h=96)
+    tickets = split_k_tickets(pb["x"].device, 1)
+    try:
+        tickets[:4096] = 1
+        with pytest.raises(AssertionError, match="non-finite"):
+            assert_close(run_kernel(pb, SPLIT_CONFIGS[0]), reference(pb), RTOL[torch.float32])
+    finally:
+        tickets.zero_()
+
+
+def test_wrong_align_layout_is_caught(monkeypatch):
+    # moe_align output with two pairs of different experts swapped: rows go to the wrong expert.
+    pb = make_problem(6, torch.float32, seed=103)
+    real = experts_kernel.moe_align_triton
+
+    def swapped(*args, **kw):
+        sorted_ids, block_experts, total = real(*args, **kw)
+        a, b = 0, BLOCK_M * (int(total[0]) // BLOCK_M - 1)     # first slot of the first and last block
+        sorted_ids[a], sorted_ids[b] = sorted_ids[b].clone(), sorted_ids[a].clone()
+        return sorted_ids, block_experts, total
+
+    monkeypatch.setattr(experts_kernel, "moe_align_triton", swapped)
+    with pytest.raises(AssertionError, match="relative RMS error"):
+        assert_close(run_kernel(pb), reference(pb), RTOL[torch.float32])
+
+
+# ----------------------------------------------------------------------------------------------
+# The op.
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_op_cpu_path_is_the_reference(dtype):
+    pb = make_problem(6, dtype, seed=110, device="cpu")
+    out = torch.ops.lingc.moe_experts(*args_of(pb))
+    assert out.shape == (6, SMALL["h"]) and out.dtype == dtype
+    assert torch.equal(out, reference(pb))
+    assert torch.equal(moe_experts(*args_of(pb)), out)  # the package's handle is the same op
+    no_shared = make_problem(2, dtype, seed=111, shared=False, device="cpu")
+    assert torch.equal(torch.ops.lingc.moe_experts(*args_of(no_shared)), reference(no_shared))
+
+
+def test_op_schema_fake_and_opcheck():
+    assert str(torch.ops.lingc.moe_experts.default._schema) == (
+        "lingc::moe_experts(Tensor x, Tensor topk_ids, Tensor topk_weights, Tensor w_gate, Tensor w_up, "
+        "Tensor w_down, Tensor? shared_gate, Tensor? shared_up, Tensor? shared_down, float limit, "
+        "float shared_limit) -> Tensor"
+    )
+    pb = make_problem(3, torch.bfloat16, seed=112, device="cpu")
+    with FakeTensorMode() as mode:
+        out = torch.ops.lingc.moe_experts(*(mode.from_tensor(a) if torch.is_tensor(a) else a for a in args_of(pb)))
+    assert out.shape == (3, SMALL["h"]) and out.dtype == torch.bfloat16
+    torch.library.opcheck(torch.ops.lingc.moe_experts, args_of(pb))
+    torch.library.opcheck(torch.ops.lingc.moe_experts, args_of(make_problem(2, torch.float32, seed=113, shared=False,
+                                                                            device="cpu")))
+
+
+def test_op_registration_is_idempotent():
+    import lingc.runtime.kernels.moe_experts.op as op_module
+
+    importlib.reload(op_module)
+    assert hasattr(torch.ops.lingc, "moe_experts")
+
+
+def _bad_cases():
+    pb = make_problem(2, torch.float32, seed=120, device="cpu")
+    e, i, h = pb["w_gate"].shape
+    w13_t = torch.zeros(e, h, 2 * i).transpose(1, 2)  # [E, 2I, H] with stride 2I along H
+    return [
+        ("x 1-d", dict(x=pb["x"][0]), r"x must be \[T, H\] \(2-d\), got shape \(64,\)"),
+        ("x int", dict(x=pb["x"].int()), "x.dtype must be bfloat16, float16 or float32, got torch.int32"),
+        ("ids int64", dict(topk_ids=pb["topk_ids"].long()),
+         "topk_ids.dtype must be int32 .*moe_router.* got torch.int64; convert with topk_ids.int()"),
+        ("ids rows", dict(topk_ids=pb["topk_ids"][:1]), r"topk_ids must be \[T=2, k\] with k >= 1, got shape \(1, 4\)"),
+        ("weights shape", dict(topk_weights=pb["topk_weights"][:, :3]),
+         r"topk_weights must have topk_ids' shape \(2, 4\), got \(2, 3\)"),
+        ("weights dtype", dict(topk_weights=pb["topk_weights"].double()),
+         "topk_weights.dtype must be float32, got torch.float64"),
+        ("w_gate 2-d", dict(w_gate=pb["w_gate"][0]), r"w_gate must be \[E, I, H\] \(3-d\)"),
+        ("H mismatch", dict(w_gate=pb["w_gate"][..., :32], w_up=pb["w_up"][..., :32]),
+         "H mismatch, x has H=64 but w_gate has H=32"),
+        ("w_up shape", dict(w_up=pb["w_up"][:, :20]), r"w_up must have w_gate's shape \(16, 24, 64\)"),
+        ("w_down shape", dict(w_down=pb["w_down"].transpose(1, 2)), r"w_down must be \[E, H, I\] = \(16, 64, 24\)"),
+        ("dtype mismatch", dict(w_down=pb["w_down"].bfloat16()), "x is torch.float32 but w_down is torch.bfloat16"),
+        ("H stride", dict(w_gate=w13_t[:, :i], w_up=w13_t[:, i:]), "w_gate must have unit stride along H"),
+        ("I stride", dict(w_down=torch.zeros(e, i, h).transpose(1, 2)), "w_down must have unit stride along I"),
+        ("partial shared", dict(shared_down=None), "given together or all be None, got tensor/tensor/None"),
+        ("shared H", dict(shared_gate=pb["shared_gate"][:, :32]), r"shared_gate must be \[Is, H=64\]"),
+        ("shared_down", dict(shared_down=pb["shared_down"][:, :8]), r"shared_down must be \[H, Is\] = \(64, 40\)"),
+        ("limit", dict(limit=-1.0), r"limit must be a finite number >= 0 \(0 = no clamp\), got -1.0"),
+        ("shared_limit", dict(shared_limit=float("nan")), "shared_limit must be a finite number >= 0"),
+    ], pb
+
+
+@pytest.mark.parametrize("case", range(18))
+def test_op_rejects_bad_arguments(case):
+    cases, pb = _bad_cases()
+    _, change, message = cases[case]
+    args = args_of({**pb, **change})
+    with pytest.raises(ValueError, match=message):
+        torch.ops.lingc.moe_experts(*args)
+    with FakeTensorMode() as mode, pytest.raises(ValueError, match=message):
+        torch.ops.lingc.moe_experts(*(mode.from_tensor(a) if torch.is_tensor(a) else a for a in args))
+
+
+def test_config_is_a_function_of_shape_only():
+    assert config_for(192, 2560) == config_for(192, 2560)
+    for n, h in [(24, 64), (40, 96), (192, 2560), (768, 2560), (100, 3000)]:
+        c = config_for(n, h)
+        assert 2 * c.block_n >= 16 and c.block_h >= 16 and c.split_k >= 1
+
+
+# ----------------------------------------------------------------------------------------------
+# sm_90 compile check (no GPU needed): no spills, 16-byte weight loads, down-GEMM weights before
+# griddepcontrol.wait.
+
+_COMPILE_CHECK = textwrap.dedent("""
+    import os, re, subprocess, tempfile, triton
+    from triton.backends.compiler import GPUTarget
+    from lingc.runtime.kernels.moe_experts.kernel import (_moe_up_kernel, _moe_down_kernel, config_for, BLOCK_M,
+                                                          COMBINE_T)
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    V4 = r"ld\\.global(\\.\\w+)*\\.v4"
+
+    def build(fn, ptrs, ints, floats, const, warps):
+        sig = {n: ptrs.get(n) or ("i32" if n in ints else "fp32" if n in floats else "constexpr") for n in fn.arg_names}
+        # Pointers 16-byte aligned, integer arguments divisible by 16 (what the launcher's
+        # specialisation sees at H = 2560 with the model's strides), except the counts.
+        attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in list(ptrs) + ints
+                 if n not in ("T", "P", "stride_wt")}
+        k = triton.compile(triton.compiler.ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32),
+                           options=dict(num_warps=warps, num_stages=1))
+        ptx = k.asm["ptx"]
+        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+            f.write(ptx)
+        r = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", f.name, "-o", os.devnull],
+                           capture_output=True, text=True, check=True)
+        info = r.stdout + r.stderr
+        assert " 0 bytes spill stores" in info, info
+        assert "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx
+        return ptx, info
+
+    for n_max in (192, 768):
+        cfg = config_for(n_max, 2560)
+        chunk = triton.next_power_of_2(triton.cdiv(2560, cfg.split_k))
+        b = "*bf16"
+        ptrs = dict(x_ptr=b, sorted_ptr="*i32", block_expert_ptr="*i32", total_ptr="*i32", wg_ptr=b, wu_ptr=b,
+                    sg_ptr=b, su_ptr=b, act_ptr=b, ws_ptr="*fp32", ticket_ptr="*i32")
+        ints = ["P", "H", "I", "IS", "stride_xt", "stride_ge", "stride_gn", "stride_ue", "stride_un", "stride_sgn",
+                "stride_sun", "stride_act", "stride_ws_s", "stride_ws_p"]
+        const = dict(stride_xh=1, NUM_EXPERTS=512, PAIRS_PER_TOKEN=9, HAS_SHARED=True, BLOCK_M=BLOCK_M,
+                     BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=triton.cdiv(2560, chunk),
+                     N_TILES=triton.cdiv(n_max, cfg.block_n), HAS_LIMIT=True, DOT_PRECISION="tf32",
+                     DOT_UPCAST=False, USE_GDC=True)
+        ptx, info = build(_moe_up_kernel, ptrs, ints, ["limit", "shared_limit"], const, cfg.up_warps)
+        # The whole weight chunk in 16-byte loads: 2*block_n x chunk bf16 over the CTA's threads.
+        assert len(re.findall(V4, ptx)) >= 2 * cfg.block_n * chunk * 2 // 16 // (32 * cfg.up_warps), ptx[-2000:]
+        print("up", n_max, [l for l in info.splitlines() if "registers" in l])
+        ptrs = dict(act_ptr=b, sorted_ptr="*i32", block_expert_ptr="*i32", total_ptr="*i32", wd_ptr=b, sd_ptr=b,
+                    y_ptr="*fp32", topk_w_ptr="*fp32", out_ptr=b, ticket_ptr="*i32")
+        ints = ["T", "P", "H", "I", "IS", "stride_act", "stride_de", "stride_dh", "stride_sdh", "stride_y",
+                "stride_wt", "stride_ot"]
+        const = dict(stride_wk=1, stride_oh=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9, HAS_SHARED=True,
+                     BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=triton.next_power_of_2(n_max), COMBINE_T=COMBINE_T,
+                     DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
+        ptx, info = build(_moe_down_kernel, ptrs, ints, [], const, cfg.down_warps)
+        pre_wait = ptx[: ptx.index("griddepcontrol.wait")]
+        tile_loads = cfg.block_h * triton.next_power_of_2(n_max) * 2 // 16 // (32 * cfg.down_warps)
+        assert len(re.findall(V4, pre_wait)) >= tile_loads, pre_wait[-2000:]
+        print("down", n_max, [l for l in info.splitlines() if "registers" in l])
+""")
+
+
+def test_kernels_compile_for_sm90_without_spills():
+    # The real (non-interpreted) compile for an H200 at the table's shapes with the bundled ptxas.
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", _COMPILE_CHECK], env=env, capture_output=True, text=True,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if r.returncode != 0 and "ptxas" in r.stderr and "No such file" in r.stderr:
+        pytest.skip("triton's bundled ptxas is not installed")
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+# ----------------------------------------------------------------------------------------------
+# GPU: flash-tp4-rank shapes (E = 512, H = 2560, I = Is = 192, k = 8), batch invariance, PDL.
+
+FLASH_TP4 = dict(e=512, h=2560, i=192, i_s=192, k=8)
+
+
+def _gpu_problem(t, seed, **kw):
+    return make_problem(t, torch.bfloat16, seed, **{**FLASH_TP4, **kw})
+
+
+def _gpu_reference(pb):
+    return moe_experts_reference(*args_of(pb))  # on the device: per-token fp32 products
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("limits", [(0.0, 0.0), (4.0, 7.0)], ids=["no-clamp", "clamp"])
+@pytest.mark.parametrize("t", [1, 2, 6, 8])
+def test_gpu_flash_tp4_rank_matches_reference(t, limits):
+    pb = _gpu_problem(t, seed=200 + t, limits=limits)
+    out = run_kernel(pb)
+    assert_close(out, _gpu_reference(pb), RTOL_GPU_BF16)
+    assert torch.equal(torch.ops.lingc.moe_experts(*args_of(pb)), out)
+    # The interleaved layout of the same values reads the same bits.
+    assert torch.equal(run_kernel(_gpu_problem(t, seed=200 + t, limits=limits, layout="interleaved")), out)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("t", [1, 6])
+def test_gpu_full_flash_intermediate(t):
+    # I = Is = 768 (the un-sharded model) with the table's 768 entry.
+    pb = _gpu_problem(t, seed=210 + t, i=768, i_s=768, e=64)
+    assert_close(run_kernel(pb), _gpu_reference(pb), RTOL_GPU_BF16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("routing", ["random", "pool"])
+def test_gpu_batch_invariant(routing):
+    _batch_invariance(run_kernel, _gpu_problem(8, seed=220, routing=routing))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("disable_pdl", [False, True], ids=["pdl", "no-pdl"])
+def test_gpu_router_experts_chain_under_graph_capture(disable_pdl, monkeypatch):
+    if disable_pdl:
+        monkeypatch.setenv("LINGC_DISABLE_PDL", "1")
+    elif not pdl_supported(DEVICE):
+        pytest.skip("PDL needs compute capability >= 9")
+    pb = _gpu_problem(6, seed=230)
+    gen = torch.Generator(device=DEVICE).manual_seed(231)
+    gate_w = (torch.randn(512, 2560, generator=gen, device=DEVICE) / 2560**0.5).to(torch.bfloat16)
+    bias = 0.1 * torch.randn(512, generator=gen, device=DEVICE)
+    x = pb["x"].clone()
+
+    def step():
+        ids, w = torch.ops.lingc.moe_router(x, gate_w, bias, 8, 4, 8, 2.5, True)
+        return ids, w, torch.ops.lingc.moe_experts(x, ids, w, *args_of(pb)[3:])
+
+    eager = step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph(keep_graph=True)
+    with torch.cuda.graph(graph):
+        captured = step()
+    # router, moe_align, up-GEMM, down-GEMM: three edges, programmatic with PDL.
+    assert graph_edge_types(graph) == [0 if disable_pdl else 1] * 3
+    graph.instantiate()
+    for seed in (232, 233):
+        x.copy_(_gpu_problem(6, seed=seed)["x"])
+        graph.replay()
+        fresh = step()
+        torch.cuda.synchronize()
+        assert all(torch.equal(a, b) for a, b in zip(captured, fresh))
+        ref = _gpu_reference({**pb, "x": x, "topk_ids": fresh[0], "topk_weights": fresh[1]})
+        assert_close(captured[2], ref, RTOL_GPU_BF16)
+    assert not torch.equal(eager[2], captured[2])
