@@ -100,9 +100,11 @@ def registered_passes() -> list[type[LingcPass]]:
     """Every lingc pass, in design.md's order (stage_commit, metadata_capture, fused_moe,
     swiglu_epilogue, fuse_projections, pdl_swap); passes not built yet are simply absent."""
     from .passes.fuse_projections import FuseProjections
+    from .passes.fused_moe import FusedMoE
+    from .passes.stage_commit import StageCommit
     from .passes.swiglu_epilogue import SwiGLUEpilogue
 
-    return [SwiGLUEpilogue, FuseProjections]
+    return [StageCommit, FusedMoE, SwiGLUEpilogue, FuseProjections]
 
 
 def pass_names() -> list[str]:

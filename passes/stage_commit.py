@@ -1,0 +1,312 @@
+"""stage_commit: stage every recurrent-state write of a verify graph per chain position, and
+commit the accepted position's state at the graph's ``lingc.state_commit``.
+
+Why: a verify step runs the target over the chain [x_n, d_1..d_S]. The model, written for plain
+decoding, stores the recurrent state after ALL S+1 positions; when only a drafts are accepted
+the state must be the one after position a (design.md, correctness gate 5). Rolling back by
+snapshot + replay costs a second forward; staging costs one state copy per position.
+
+What it rewrites (verify role only). In the functionalised graph every input mutation ends as
+``copy_(placeholder, new_value)``. A mutated placeholder is recurrent state when its new value
+replaces a whole slot (``select_scatter(ph, copy(select(ph, ...), V), ...)`` or ``copy(ph, V)``)
+with a value V computed from its old content; positional writes (``index_put`` / ``index_copy``
+at the positions, e.g. the MLA latent cache) are left alone: rows past the accepted prefix are
+rewritten by later steps before anything reads them. For each recurrent V the pass builds
+V_0..V_{T-1}, the value after chain position j, from the graph itself:
+
+- a token-by-token recurrence (KDA's delta rule, any layout): every node carries the highest
+  chain position it depends on (``select(rows, 0, i)`` or ``unbind(rows)[i]`` of a per-token
+  tensor is position i);
+  the post-state of position j is the one state-sized node of position j that position j+1
+  consumes;
+- a sliding window (the short-conv caches): the written value is a slice ending at the end of
+  ``cat([old window, new rows])``; position j's window is the same slice shifted back by
+  T-1-j rows.
+
+Then ``new_value`` becomes ``stack(V_0..V_{T-1})[accept]`` with ``accept`` the argument of
+``lingc.state_commit`` (the in-graph greedy verdict), so the commit happens after the verdict,
+on the device, without a host sync. On the GPU pdl_swap maps the staged KDA form onto the
+kda_chain kernel's staged mode + kda_commit. A state that fits neither form (e.g. a chunked
+recurrence consuming all positions at once) is an error in a verify graph, never left silently
+wrong. Exact: the staged values are the very nodes the graph computed.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+
+from lingc.graph_build import emit
+from lingc.graph_match import is_call
+from lingc.pass_manager import LingcPass
+
+aten = torch.ops.aten
+
+SLOT_WRITES = {aten.select_scatter.default, aten.slice_scatter.default}
+POSITIONAL_WRITES = {aten.index_put.default, aten.index_put_.default, aten.index_copy.default,
+                     aten.scatter.src, aten.scatter.value, aten._unsafe_index_put.default}
+INT_DTYPES = (torch.int32, torch.int64)
+
+
+class StageCommitError(RuntimeError):
+    """A verify graph writes recurrent state in a form stage_commit cannot stage."""
+
+
+def _val(n):
+    return n.meta.get("val") if isinstance(n, fx.Node) else None
+
+
+def _shape(n) -> tuple[int, ...] | None:
+    v = _val(n)
+    return tuple(v.shape) if isinstance(v, torch.Tensor) else None
+
+
+def _args(n: fx.Node) -> list[fx.Node]:
+    return list(n.all_input_nodes)
+
+
+class StageCommit(LingcPass):
+    """Recurrent-state writes -> per-position stages + a commit at lingc.state_commit (verify)."""
+
+    name = "stage_commit"
+    roles = ("verify",)
+    # The staged graph is MEANT to differ from the unstaged one whenever a draft is rejected, so
+    # the verify mode cannot bound it; tests check it against from-scratch states instead.
+    tolerance = (float("inf"), float("inf"))
+
+    def apply(self, gm: fx.GraphModule) -> int:
+        g = gm.graph
+        commits = [n for n in g.nodes if is_call(n, torch.ops.lingc.state_commit.default)]
+        if not commits:
+            self.notes.append("no lingc.state_commit in this verify graph: nothing to commit")
+            return 0
+        if len(commits) > 1:
+            raise StageCommitError(f"stage_commit: {len(commits)} lingc.state_commit calls in one "
+                                   "verify graph; a verify step commits exactly once")
+        accept = commits[0].args[0]
+        T = self._chain_length(g)
+        writes = self._state_writes(g)
+        if not writes:
+            self.notes.append("no recurrent-state writes in this graph")
+            return 0
+        tok = _positions(g, T)
+        matches = 0
+        for epilogue, ph, slot_path, value in writes:
+            with g.inserting_before(epilogue):
+                variants, kind = self._variants(g, ph, value, T, tok)
+                stacked = emit(g, aten.stack.default, variants, 0)
+                picked = emit(g, aten.index.Tensor, stacked, [accept])
+                committed = emit(g, aten.squeeze.dim, picked, 0)
+                new_value = self._rebuild(g, ph, slot_path, committed)
+            epilogue.replace_input_with(epilogue.args[1], new_value)
+            matches += 1
+            self.notes.append(f"{ph.name}: {kind} staged over {T} positions")
+        commits[0].replace_all_uses_with(accept)
+        g.erase_node(commits[0])
+        g.eliminate_dead_code()
+        gm.recompile()
+        return matches
+
+    # -- finding the writes -------------------------------------------------------------------
+
+    def _chain_length(self, g: fx.Graph) -> int:
+        verdicts = [n for n in g.nodes if is_call(n, torch.ops.lingc.greedy_verdict.default)]
+        if len(verdicts) != 1:
+            raise StageCommitError(f"stage_commit: a verify graph needs exactly one "
+                                   f"lingc.greedy_verdict, found {len(verdicts)}")
+        return _shape(verdicts[0].args[0])[0]
+
+    def _state_writes(self, g: fx.Graph):
+        """(epilogue copy_ node, placeholder, slot path, written value) per recurrent state.
+
+        Recognised new values: ``select_scatter|slice_scatter(ph, copy(view(ph), V), ...)`` (a
+        slot of the state, the form AOT gives ``state[slot].copy_(S)``), ``copy(ph, V)``, or V.
+        """
+        out = []
+        for n in g.nodes:
+            if not (is_call(n, aten.copy_.default) and n.args[0].op == "placeholder"):
+                continue
+            ph, new = n.args
+            path, inner = [], new
+            if is_call(new, *SLOT_WRITES) and new.args[0] is ph:
+                path, inner = [new], new.args[1]
+            if is_call(inner, *POSITIONAL_WRITES):
+                self.notes.append(f"{ph.name}: positional write ({inner.target.__name__}), not staged")
+                continue
+            value = inner.args[1] if is_call(inner, aten.copy.default) else inner
+            if path and not is_call(inner, aten.copy.default):
+                self.notes.append(f"{ph.name}: slot write of an unrecognised form, not staged")
+                continue
+            if ph not in _ancestors(value):
+                self.notes.append(f"{ph.name}: overwritten without reading it (not recurrent), not staged")
+                continue
+            out.append((n, ph, path, value))
+        return out
+
+    def _rebuild(self, g: fx.Graph, ph: fx.Node, path: list[fx.Node], committed: fx.Node) -> fx.Node:
+        """Re-emit the slot write chain with `committed` as the written value."""
+        if not path:
+            return emit(g, aten.copy.default, ph, committed)
+        # path[0] = select_scatter(ph, src0, *idx0); src0 = copy(select(ph, *idx0), V) (one level:
+        # the form AOT gives for `state[slot].copy_(S)`).
+        ss = path[0]
+        view = aten.select.int if ss.target is aten.select_scatter.default else aten.slice.Tensor
+        dst = emit(g, view, ph, *ss.args[2:])
+        src = emit(g, aten.copy.default, dst, committed)
+        return emit(g, ss.target, ph, src, *ss.args[2:])
+
+    # -- per-position values ------------------------------------------------------------------
+
+    def _variants(self, g: fx.Graph, ph: fx.Node, value: fx.Node, T: int, tok: dict) -> list[fx.Node]:
+        cone = _ancestors(value) | {value}
+        dep = _descendants(ph)
+        windows = [n for n in cone if _is_window_slice(n, T, tok, dep)]
+        if windows:
+            return [value if j == T - 1 else self._clone(g, value, {
+                w: ("shift", T - 1 - j) for w in windows}) for j in range(T)], "sliding window"
+        crossings = _crossings(cone, dep, value, T, tok)
+        if crossings is None:
+            raise StageCommitError(
+                f"stage_commit: the recurrent state {ph.name} is written from a value that does "
+                f"not decompose per chain position (neither a token-by-token recurrence nor a "
+                f"sliding window over the {T} new rows). Verify graphs need the recurrent form "
+                f"(e.g. KDA's token loop, T <= 16); disable the pass only if the state is not "
+                f"recurrent.")
+        top = crossings[T - 1]
+        return [value if j == T - 1 else self._clone(g, value, {top: ("node", crossings[j])})
+                for j in range(T)], "recurrence"
+
+    def _clone(self, g: fx.Graph, value: fx.Node, anchors: dict) -> fx.Node:
+        """Copy the part of value's cone that depends on an anchor, substituting the anchors."""
+        affected = set(anchors)
+        for n in g.nodes:                               # topological order
+            if n not in affected and any(a in affected for a in _args(n)):
+                affected.add(n)
+            if n is value:
+                break
+        mapping: dict[fx.Node, fx.Node] = {}
+
+        def sub(n):
+            return mapping.get(n, n)
+
+        for n in g.nodes:
+            if n not in affected:
+                continue
+            if n in anchors:
+                kind, arg = anchors[n]
+                if kind == "node":
+                    mapping[n] = arg
+                else:                                    # shift a window slice back by `arg` rows
+                    src, dim, start, end = (list(n.args) + [0, None, None])[:4]
+                    size = _shape(src)[dim]
+                    end = size if end is None or end > size else end
+                    mapping[n] = emit(g, aten.slice.Tensor, src, dim, start - arg, end - arg)
+            else:
+                new = g.node_copy(n, sub)
+                mapping[n] = new
+            if n is value:
+                break
+        return mapping[value]
+
+
+def _ancestors(n: fx.Node) -> set[fx.Node]:
+    seen, stack = set(), [n]
+    while stack:
+        for a in _args(stack.pop()):
+            if a not in seen:
+                seen.add(a)
+                stack.append(a)
+    return seen
+
+
+def _descendants(n: fx.Node) -> set[fx.Node]:
+    seen, stack = set(), [n]
+    while stack:
+        for u in stack.pop().users:
+            if u not in seen:
+                seen.add(u)
+                stack.append(u)
+    return seen
+
+
+def _positions(g: fx.Graph, T: int) -> dict[fx.Node, int]:
+    """Highest chain position each node depends on: -1 none, i for select(rows, 0, i), T for all
+    of them (a per-token tensor [T, ...] before any selection)."""
+    tok: dict[fx.Node, int] = {}
+    for n in g.nodes:
+        if n.op == "placeholder":
+            v = _val(n)
+            tok[n] = T if (isinstance(v, torch.Tensor) and v.dtype in INT_DTYPES
+                           and tuple(v.shape) == (T,)) else -1
+            continue
+        t = max((tok.get(a, -1) for a in _args(n)), default=-1)
+        if n.target is operator.getitem and is_call(n.args[0], aten.unbind.int) and t == T:
+            rows = n.args[0]
+            if (rows.args[1] if len(rows.args) > 1 else 0) == 0 and _shape(rows.args[0])[0] == T:
+                t = n.args[1]                        # unbind(rows)[i]: position i
+        if n.op == "call_function" and t == T and n.args and isinstance(n.args[0], fx.Node) \
+                and _shape(n.args[0]) and _shape(n.args[0])[0] == T:
+            if n.target is aten.select.int and n.args[1] == 0:
+                t = n.args[2] % T
+            elif n.target is aten.slice.Tensor and n.args[1] == 0 and len(n.args) >= 4:
+                end = min(n.args[3], T)
+                if end < T:
+                    t = end - 1
+        tok[n] = t
+    return tok
+
+
+def _is_window_slice(n: fx.Node, T: int, tok: dict, dep: set) -> bool:
+    """slice(cat([old..., rows]), d, size - L, end >= size): the last L rows of old + new."""
+    if not is_call(n, aten.slice.Tensor) or len(n.args) < 4:
+        return False
+    src, dim = n.args[0], n.args[1]
+    if not is_call(src, aten.cat.default):
+        return False
+    parts = src.args[0]
+    cat_dim = src.args[1] if len(src.args) > 1 else 0
+    if cat_dim != dim or len(parts) < 2:
+        return False
+    size = _shape(src)[dim]
+    last = parts[-1]
+    return (_shape(last)[dim] == T and tok.get(last, -1) == T and n.args[3] >= size
+            and n.args[2] > 0 and any(p in dep for p in parts[:-1]))
+
+
+def _crossings(cone: set, dep: set, value: fx.Node, T: int, tok: dict):
+    """Per position j, the post-state of position j (None when the recurrence does not run
+    position by position).
+
+    Start from the state-sized node of position j that position j + 1 consumes (for the last
+    position: the last one), then step back over "carries": ops with a single token- or
+    state-dependent argument of the same shape (a constant decay, a scale), which may be
+    written at the end of one step or the start of the next; position j's state is the last
+    node that mixes two position-j values (e.g. decayed state + update)."""
+    numel = _val(value).numel()
+    spine = [n for n in cone if n in dep and isinstance(_val(n), torch.Tensor)
+             and _val(n).numel() == numel]
+    if any(tok.get(n, -1) >= T for n in spine if n is not value) or tok.get(value, -1) != T - 1:
+        return None
+    order = {n: i for i, n in enumerate(value.graph.nodes)}
+    spine_set = set(spine)
+    out = {}
+    for j in range(T):
+        at_j = [n for n in spine if tok.get(n, -1) == j]
+        if j < T - 1:
+            ends = [n for n in at_j if any(u in spine_set and tok.get(u, -1) > j for u in n.users)]
+        else:
+            ends = [max(at_j, key=order.__getitem__)] if at_j else []
+        if len(ends) != 1:
+            return None
+        n = ends[0]
+        while True:
+            live = [a for a in _args(n) if tok.get(a, -1) >= 0 or a in dep]
+            if len(live) == 1 and live[0] in spine_set and tok.get(live[0], -1) == j \
+                    and _shape(live[0]) == _shape(n):
+                n = live[0]
+                continue
+            break
+        out[j] = n
+    return out

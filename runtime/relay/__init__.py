@@ -1,0 +1,10 @@
+"""lingc.runtime.relay: the NEXTN speculative relay (draft -> verify -> extend) and plain decode.
+
+- ops.py     the relay's custom ops: the greedy verdict, the state-commit marker that
+             stage_commit binds, and the host-refill marker that metadata_capture removes;
+- buffers.py the GPU-resident relay buffers carried between graphs and steps;
+- steps.py   the step functions, one per role (design.md "Roles");
+- graphs.py  CUDA-graph capture of the compiled steps, with the loud fallback;
+- engine.py  the engine: compile, capture, prefill, then steps with host run-ahead.
+"""
+from . import ops  # noqa: F401  (registers torch.ops.lingc.* relay ops)

@@ -1,0 +1,86 @@
+"""The relay's custom ops (``torch.ops.lingc.*``), which the step functions call and passes key on.
+
+- ``greedy_verdict(Tensor chain, Tensor target) -> Tensor``: chain int64 [S+1] = [x_n, d_1..d_S],
+  target int64 [S+1] = the target's argmax at each chain position. Returns the accept count
+  ``a`` int64 [1]: the number of leading drafts with d_{j+1} == target[j]. Pure device ops (a
+  cumulative product of the matches), so it never syncs.
+- ``state_commit(Tensor accept) -> Tensor``: the commit point of a verify step. On its own it is
+  the identity on ``accept`` and commits nothing: the model's recurrent-state writes have already
+  stored the state after ALL chain positions, which is wrong whenever a draft is rejected. The
+  stage_commit pass binds it: every recurrent-state write of the graph is staged per chain
+  position and this op's ``accept`` picks the position that is written back (design.md).
+- ``host_refill(Tensor host_buffer, Tensor device_value, str what) -> Tensor``: a step input that
+  the naive driver refills from the host before every step (``what`` names it: "positions",
+  "tokens", ...). Eagerly it returns ``host_buffer`` (what the host wrote). ``device_value`` is
+  the same quantity computed on the device from relay buffers; metadata_capture replaces the op
+  by it, after which the graph no longer reads the host buffer and no host value is needed to
+  launch the step.
+"""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["greedy_verdict", "state_commit", "host_refill", "greedy_verdict_reference"]
+
+
+def greedy_verdict_reference(chain: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The accept count as plain tensor ops (also the op's implementation on every device)."""
+    match = (chain[1:] == target[:-1]).to(torch.int64)                 # d_{j+1} == y_j
+    return match.cumprod(0).sum(0, keepdim=True)
+
+
+def _check_verdict(chain: torch.Tensor, target: torch.Tensor) -> None:
+    if chain.dim() != 1 or target.dim() != 1 or chain.shape != target.shape:
+        raise ValueError(f"greedy_verdict: chain and target must both be [S+1], got "
+                         f"{tuple(chain.shape)} and {tuple(target.shape)}")
+    if chain.shape[0] < 2:
+        raise ValueError(f"greedy_verdict: the chain needs at least one draft token, got length "
+                         f"{chain.shape[0]}")
+    if chain.dtype != torch.int64 or target.dtype != torch.int64:
+        raise ValueError(f"greedy_verdict: chain and target must be int64, got {chain.dtype} and "
+                         f"{target.dtype}")
+
+
+def _greedy_verdict(chain, target):
+    _check_verdict(chain, target)
+    return greedy_verdict_reference(chain, target)
+
+
+def _greedy_verdict_fake(chain, target):
+    _check_verdict(chain, target)
+    return chain.new_empty((1,), dtype=torch.int64)
+
+
+def _state_commit(accept):
+    return accept.clone()
+
+
+def _state_commit_fake(accept):
+    return accept.new_empty(accept.shape)
+
+
+def _host_refill(host_buffer, device_value, what):
+    if host_buffer.shape != device_value.shape or host_buffer.dtype != device_value.dtype:
+        raise ValueError(f"host_refill({what!r}): the host buffer {tuple(host_buffer.shape)} "
+                         f"{host_buffer.dtype} and its device formula {tuple(device_value.shape)} "
+                         f"{device_value.dtype} must agree in shape and dtype")
+    return host_buffer.clone()
+
+
+def _host_refill_fake(host_buffer, device_value, what):
+    return _host_refill(host_buffer, device_value, what)
+
+
+def _register(name, fn, fake, schema):
+    if hasattr(torch.ops.lingc, name):
+        return getattr(torch.ops.lingc, name)
+    op = torch.library.custom_op(f"lingc::{name}", fn, mutates_args=(), schema=schema)
+    op.register_fake(fake)
+    return op
+
+
+greedy_verdict = _register("greedy_verdict", _greedy_verdict, _greedy_verdict_fake,
+                           "(Tensor chain, Tensor target) -> Tensor")
+state_commit = _register("state_commit", _state_commit, _state_commit_fake, "(Tensor accept) -> Tensor")
+host_refill = _register("host_refill", _host_refill, _host_refill_fake,
+                        "(Tensor host_buffer, Tensor device_value, str what) -> Tensor")

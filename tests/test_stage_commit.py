@@ -1,0 +1,217 @@
+"""stage_commit: a verify graph's recurrent-state writes are staged per chain position and the
+accepted one is committed at lingc.state_commit. Forced rejections at every accept length leave
+the from-scratch state; without the pass a rejection corrupts it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+from backend_helpers import compile_lingc, pinned_graph_text, run_and_report, stat
+from expecttest import assert_expected_inline
+from model_helpers import assert_rel_close, randomize_cache_, tiny_model
+
+import lingc.runtime.relay  # noqa: F401  (registers the relay ops)
+from lingc.backend import compile_reports
+from lingc.models import Ling3Cache
+from lingc.pass_manager import pass_names
+
+ops = torch.ops.lingc
+S = 5                     # drafts per chain: T = 6
+P = 5                     # prefilled positions before the chain
+VOCAB = 300
+OTHER = [n for n in pass_names() if n != "stage_commit"]   # isolate the pass under test
+
+
+def verify_fn(model):
+    def verify(chain, positions, cache):
+        logits, hidden = model(chain, positions, cache)
+        y = logits.argmax(-1)
+        accept = ops.state_commit(ops.greedy_verdict(chain, y))
+        return y, accept, hidden
+    return verify
+
+
+@pytest.fixture(scope="module")
+def setup():
+    torch.manual_seed(0)
+    model = tiny_model()
+    base = randomize_cache_(Ling3Cache.allocate(model.config, 32), seed=3, rows=0)
+    with torch.no_grad():
+        model(torch.randint(0, VOCAB, (P,)), torch.arange(P), base)
+    return model, base
+
+
+def chain_accepting(model, base, j: int) -> torch.Tensor:
+    """A chain whose first j drafts equal the target's greedy picks and whose draft j+1 does not."""
+    pos = torch.arange(P, P + S + 1)
+    ch = torch.zeros(S + 1, dtype=torch.long)
+    ch[0] = 7
+    with torch.no_grad():
+        for i in range(1, S + 1):
+            lg, _ = model(ch[:i], pos[:i], base.clone())
+            y = int(lg[-1].argmax())
+            ch[i] = y if i <= j else (y + 1) % VOCAB
+    return ch
+
+
+def compiled_verify(model, **options):
+    disable = options.pop("disable", [])
+    return compile_lingc(verify_fn(model), role="verify", disable_passes=OTHER + disable, **options)
+
+
+def run_verify(fn, base, chain):
+    cache = base.clone()
+    with torch.no_grad():
+        y, accept, _ = fn(chain, torch.arange(P, P + S + 1), cache)
+    return cache, int(accept)
+
+
+@pytest.mark.parametrize("staged", [True, False])
+def test_forced_rejection_at_every_position(setup, staged):
+    model, base = setup
+    fn = compiled_verify(model, disable=[] if staged else ["stage_commit"])
+    corrupted = 0
+    for j in range(S + 1):
+        chain = chain_accepting(model, base, j)
+        cache, accept = run_verify(fn, base, chain)
+        assert accept == j
+        ref = base.clone()
+        with torch.no_grad():
+            model(chain[:j + 1], torch.arange(P, P + j + 1), ref)     # from scratch: x_n, d_1..d_j
+        errs = [(a - b).abs().max().item() for a, b in zip(cache.recurrent_tensors(), ref.recurrent_tensors())]
+        if staged:
+            for a, b in zip(cache.recurrent_tensors(), ref.recurrent_tensors()):
+                assert_rel_close(a, b, 1e-5, f"state after accepting {j}")
+        elif max(errs) > 1e-3:
+            corrupted += 1
+    if not staged:
+        assert corrupted == S, "without stage_commit every rejection must leave a wrong state"
+
+
+def test_all_accepted_equals_unstaged_graph_exactly(setup):
+    model, base = setup
+    chain = chain_accepting(model, base, S)
+    staged, a1 = run_verify(compiled_verify(model), base, chain)
+    plain, a2 = run_verify(compiled_verify(model, disable=["stage_commit"]), base, chain)
+    assert a1 == a2 == S
+    for x, y in zip(staged.tensors(), plain.tensors()):
+        assert torch.equal(x, y)
+
+
+def test_counts_and_notes(setup):
+    model, base = setup
+    cache = base.clone()
+    args = (chain_accepting(model, base, 2), torch.arange(P, P + S + 1), cache)
+    _, report = run_and_report(verify_fn(model), *args, role="verify", disable_passes=OTHER)
+    st = stat(report, "stage_commit")
+    n_kda = len(model.config.kda_layers)
+    assert st.matches == 2 * n_kda                                   # state + conv window per KDA layer
+    assert sum("recurrence staged" in n for n in st.notes) == n_kda
+    assert sum("sliding window staged" in n for n in st.notes) == n_kda
+    assert sum("positional write" in n for n in st.notes) == len(model.config.mla_layers)
+    counts = {op: n for _, op, n, _ in report.kernels.rows}
+    assert counts["aten.stack"] == 2 * n_kda
+    assert "lingc.state_commit" not in counts                         # bound and removed
+    assert st.ops_after > st.ops_before
+
+
+def test_only_in_verify_role(setup):
+    model, base = setup
+    _, report = run_and_report(verify_fn(model), chain_accepting(model, base, 1),
+                               torch.arange(P, P + S + 1), base.clone(), role="forward", disable_passes=OTHER)
+    assert stat(report, "stage_commit").skipped == "not for role forward"
+
+
+class ForeignRecurrence(nn.Module):
+    """An independently written linear recurrence with its state stored [V, K] (transposed) and
+    a token loop over unbind: same kind of write, different spelling."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.wk = nn.Parameter(torch.randn(d, d) / d ** 0.5, requires_grad=False)
+        self.wv = nn.Parameter(torch.randn(d, d) / d ** 0.5, requires_grad=False)
+
+    def forward(self, tokens, positions, state):
+        x = torch.nn.functional.one_hot(tokens, 8).float() + positions[:, None].float() * 0.01
+        ks, vs = torch.unbind(x @ self.wk, 0), torch.unbind(x @ self.wv, 0)
+        st = state[0]
+        outs = []
+        for k, v in zip(ks, vs):
+            st = 0.9 * st + torch.outer(v, torch.tanh(k))
+            outs.append(st.sum(1))
+        state[0].copy_(st)
+        y = torch.stack(outs)                                          # [T, 8] "logits"
+        target = y.argmax(-1)
+        return ops.state_commit(ops.greedy_verdict(tokens, target)), y
+
+
+def test_foreign_recurrence_staged():
+    torch.manual_seed(1)
+    m = ForeignRecurrence()
+    tokens, pos = torch.tensor([1, 2, 3, 4]), torch.arange(4)
+    state0 = torch.randn(1, 8, 8)
+    with torch.no_grad():
+        a_ref, y = m(tokens, pos, state0.clone())
+        target = y.argmax(-1)
+        tokens = torch.tensor([1, int(target[0]), int(target[1]), (int(target[2]) + 1) % 8])
+        n = len(compile_reports)
+        fn = compile_lingc(m, role="verify")
+        st = state0.clone()
+        accept, _ = fn(tokens, pos, st)
+        ref = state0.clone()
+        m(tokens[:int(accept) + 1], pos[:int(accept) + 1], ref)
+    assert int(accept) == 2
+    assert torch.allclose(st, ref, atol=1e-6)
+    assert stat(compile_reports[n], "stage_commit").matches == 1
+
+
+class ChunkedWrite(nn.Module):
+    """A state written from all positions at once (no per-position value): must be refused."""
+
+    def forward(self, tokens, positions, state):
+        x = torch.nn.functional.one_hot(tokens, 8).float()
+        state[0].copy_(0.5 * state[0] + x.T @ x)
+        target = (x @ state[0]).argmax(-1)
+        return ops.state_commit(ops.greedy_verdict(tokens, target))
+
+
+def test_unstageable_state_is_an_error():
+    with pytest.raises(Exception, match="does not decompose per chain position"):
+        with torch.no_grad():
+            compile_lingc(ChunkedWrite(), role="verify")(torch.tensor([1, 2, 3]), torch.arange(3),
+                                                        torch.randn(1, 8, 8))
+
+
+def test_verdict_reference():
+    chain = torch.tensor([9, 1, 2, 3, 4])
+    assert int(ops.greedy_verdict(chain, torch.tensor([1, 2, 3, 4, 0]))) == 4
+    assert int(ops.greedy_verdict(chain, torch.tensor([1, 2, 0, 4, 0]))) == 2
+    assert int(ops.greedy_verdict(chain, torch.tensor([0, 2, 3, 4, 0]))) == 0
+    with pytest.raises(ValueError, match="must both be"):
+        ops.greedy_verdict(chain, torch.tensor([1, 2]))
+
+
+@pinned_graph_text
+def test_expect_dump(setup):
+    model, base = setup
+    from lingc.dump import format_summary
+    _, report = run_and_report(verify_fn(model), chain_accepting(model, base, 2),
+                               torch.arange(P, P + S + 1), base.clone(), role="verify", disable_passes=OTHER)
+    text = format_summary([s for s in report.stats if s.name in ("stage_commit", "cleanup")], "verify",
+                          timings=False)
+    assert_expected_inline(text.replace("; ", ";\n    "), """\
+lingc pass summary (role verify)
+pass                 matches   ops before -> after   time ms  note
+stage_commit               8          1850 -> 2033         -  arg50_1: positional write (index_put.default), not staged;
+    arg115_1: positional write (index_put.default), not staged;
+    arg4_1: sliding window staged over 6 positions;
+    arg14_1: recurrence staged over 6 positions;
+    arg24_1: sliding window staged over 6 positions;
+    arg34_1: recurrence staged over 6 positions;
+    arg66_1: sliding window staged over 6 positions;
+    arg76_1: recurrence staged over 6 positions;
+    arg90_1: sliding window staged over 6 positions;
+    arg100_1: recurrence staged over 6 positions
+cleanup                    0          2033 -> 2033         -
+""")
