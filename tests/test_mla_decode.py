@@ -28,7 +28,13 @@ from lingc.models import Ling3Cache
 from lingc.models.layers import apply_rope_interleaved, rope_inv_freq
 from lingc.runtime.kernels.mla_decode import mla_decode, mla_decode_reference
 from lingc.runtime.kernels.mla_decode import kernel as mla_kernel
-from lingc.runtime.kernels.mla_decode.kernel import MlaDecodeConfig, config_for, mla_decode_triton, num_splits, workspace
+from lingc.runtime.kernels.mla_decode.kernel import (
+    MlaDecodeConfig,
+    config_for,
+    mla_decode_triton,
+    num_splits,
+    workspace,
+)
 from lingc.runtime.pdl import pdl_supported
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -364,7 +370,8 @@ _COMPILE_CHECK = textwrap.dedent("""
 
     def check(fn, sig, const, num_warps, num_stages):
         src = triton.compiler.ASTSource(fn, {**sig, **{k: "constexpr" for k in const}}, const)
-        k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, num_stages=num_stages))
+        k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                           options=dict(num_warps=num_warps, num_stages=num_stages))
         assert "griddepcontrol.wait" in k.asm["ptx"]
         with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
             f.write(k.asm["ptx"])

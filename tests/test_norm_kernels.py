@@ -30,7 +30,13 @@ from lingc.runtime.kernels.norms import (
     rmsnorm,
     rmsnorm_reference,
 )
-from lingc.runtime.kernels.norms.kernel import NormConfig, gated_config, gated_head_rmsnorm_triton, rmsnorm_config, rmsnorm_triton
+from lingc.runtime.kernels.norms.kernel import (
+    NormConfig,
+    gated_config,
+    gated_head_rmsnorm_triton,
+    rmsnorm_config,
+    rmsnorm_triton,
+)
 from lingc.runtime.pdl import pdl_supported
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -98,7 +104,8 @@ def test_rmsnorm_kernel_matches_reference(T, D, dtype, residual):
     x = rand(T, D, dtype=dtype, seed=seed)
     r = rand(T, D, dtype=dtype, seed=seed + 1, scale=4.0) if residual else None
     w = rand(D, dtype=dtype, seed=seed + 2)
-    check_rmsnorm(run_rmsnorm(x, w, r), rmsnorm_reference(x.cpu(), w.cpu(), None if r is None else r.cpu(), EPS), dtype, w)
+    ref = rmsnorm_reference(x.cpu(), w.cpu(), None if r is None else r.cpu(), EPS)
+    check_rmsnorm(run_rmsnorm(x, w, r), ref, dtype, w)
 
 
 def test_rmsnorm_kernel_prefill_rows_and_strided_inputs():
@@ -130,7 +137,8 @@ def test_rmsnorm_reference_is_the_decoder_math(dtype):
     norm = RMSNorm(96, EPS, dtype)
     norm.weight.data.copy_(torch.randn(96))
     for T in (1, 3, 6, 8, 17):
-        stream, attn_out = rand(T, 96, dtype=dtype, seed=T, device="cpu"), rand(T, 96, dtype=dtype, seed=T + 50, device="cpu")
+        stream = rand(T, 96, dtype=dtype, seed=T, device="cpu")
+        attn_out = rand(T, 96, dtype=dtype, seed=T + 50, device="cpu")
         h = stream + attn_out
         out, new_res = torch.ops.lingc.rmsnorm(attn_out, norm.weight, stream, EPS)
         assert torch.equal(new_res, h) and torch.equal(out, norm(h))
@@ -205,7 +213,8 @@ def test_gated_kernel_strided_gate_and_prefill():
 def test_kernels_batch_invariant_in_T():
     x, r, w = rand(8, 2560, dtype=torch.bfloat16, seed=21), rand(8, 2560, dtype=torch.bfloat16, seed=22), \
         rand(2560, dtype=torch.bfloat16, seed=23)
-    o, g, wg = rand(8, 8, 128, seed=24), rand(8, 8, 128, dtype=torch.bfloat16, seed=25), rand(128, dtype=torch.bfloat16, seed=26)
+    o, g = rand(8, 8, 128, seed=24), rand(8, 8, 128, dtype=torch.bfloat16, seed=25)
+    wg = rand(128, dtype=torch.bfloat16, seed=26)
     full = run_rmsnorm(x, w, r)
     full_g = run_gated(o, g, wg)
     for n in range(1, 8):
@@ -221,7 +230,8 @@ def test_kernels_batch_invariant_in_T():
 def test_references_batch_invariant_in_T(H, V):
     # Odd head shapes, where torch's whole-T sigmoid would not be invariant (naive.py).
     x, r, w = rand(8, 33, seed=31, device="cpu"), rand(8, 33, seed=32, device="cpu"), rand(33, seed=33, device="cpu")
-    o, g, wg = rand(8, H, V, seed=34, device="cpu"), rand(8, H, V, seed=35, device="cpu"), rand(V, seed=36, device="cpu")
+    o, g = rand(8, H, V, seed=34, device="cpu"), rand(8, H, V, seed=35, device="cpu")
+    wg = rand(V, seed=36, device="cpu")
     full, full_g = rmsnorm_reference(x, w, r, EPS), gated_head_rmsnorm_reference(o, g, wg, EPS)
     for n in range(1, 9):
         part = rmsnorm_reference(x[:n], w, r[:n], EPS)
@@ -284,6 +294,7 @@ def test_fake_impls():
     (dict(x=torch.zeros(2, 8, dtype=torch.int32)), "x.dtype must be .* got torch.int32"),
     (dict(x=torch.zeros(8, 2).t()), "unit stride along D"),
     (dict(weight=torch.zeros(7)), r"weight must be \[D\] = \(8,\), got \(7,\)"),
+    (dict(weight=torch.zeros(16)[::2]), "weight must be contiguous"),
     (dict(residual=torch.zeros(3, 8)), r"residual must have x's shape \(2, 8\), got \(3, 8\)"),
     (dict(residual=torch.zeros(2, 8, dtype=torch.bfloat16)), "residual.dtype torch.bfloat16 differs"),
     (dict(eps=-1.0), "eps must be .* got -1.0"),
@@ -300,6 +311,7 @@ def test_rmsnorm_bad_arguments_raise(kwargs, match):
     (dict(o=torch.zeros(2, 64)), r"o must be \[T, H, V\] .* got shape \(2, 64\)"),
     (dict(gate=torch.zeros(2, 4, 8)), r"gate must be \[T, H, V\] = \(2, 4, 16\), got \(2, 4, 8\)"),
     (dict(weight=torch.zeros(4)), r"weight must be \[V\] = \(16,\), got \(4,\)"),
+    (dict(weight=torch.zeros(32)[::2]), "weight must be contiguous"),
     (dict(gate=torch.zeros(2, 4, 16, dtype=torch.int64)), "gate.dtype must be .* got torch.int64"),
     (dict(gate=torch.zeros(2, 16, 4).transpose(1, 2)), "gate must have unit stride along V"),
     (dict(out_dtype=torch.int8), "out_dtype must be .* got torch.int8"),
@@ -372,8 +384,10 @@ def test_gpu_flash_shapes_match_reference(T):
     ref_out, ref_h = rmsnorm_reference(x.cpu(), w.cpu(), r.cpu(), EPS)
     assert torch.equal(h.cpu(), ref_h), "the bf16 residual add is one rounding on both sides"
     assert_close(out, ref_out, RTOL[torch.bfloat16])
-    o, g, wg = rand(T, 8, 128, seed=64), rand(T, 8, 128, dtype=torch.bfloat16, seed=65), rand(128, dtype=torch.bfloat16, seed=66)
-    assert_close(torch.ops.lingc.gated_head_rmsnorm(o, g, wg, EPS), gated_head_rmsnorm_reference(o.cpu(), g.cpu(), wg.cpu(), EPS), 1e-5)
+    o, g = rand(T, 8, 128, seed=64), rand(T, 8, 128, dtype=torch.bfloat16, seed=65)
+    wg = rand(128, dtype=torch.bfloat16, seed=66)
+    want = gated_head_rmsnorm_reference(o.cpu(), g.cpu(), wg.cpu(), EPS)
+    assert_close(torch.ops.lingc.gated_head_rmsnorm(o, g, wg, EPS), want, 1e-5)
 
 
 @pytest.mark.gpu

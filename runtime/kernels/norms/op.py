@@ -57,6 +57,8 @@ def check_rmsnorm_args(x, weight, residual, eps) -> None:
         raise ValueError(f"{op}: weight must be [D] = ({D},), got {_shape(weight)}")
     if not weight.is_floating_point():
         raise ValueError(f"{op}: weight must be floating point, got {weight.dtype}")
+    if not weight.is_contiguous():
+        raise ValueError(f"{op}: weight must be contiguous, got strides {weight.stride()}")
     if residual is not None:
         if _shape(residual) != _shape(x):
             raise ValueError(f"{op}: residual must have x's shape {_shape(x)}, got {_shape(residual)}")
@@ -88,6 +90,8 @@ def check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype=None) -> None:
             raise ValueError(f"{op}: {name}.dtype must be bfloat16, float16 or float32, got {t.dtype}")
         if t.device != o.device:
             raise ValueError(f"{op}: {name} is on {t.device} but o is on {o.device}")
+    if not weight.is_contiguous():
+        raise ValueError(f"{op}: weight must be contiguous, got strides {weight.stride()}")
     for name, t in (("o", o), ("gate", gate)):
         if V > 1 and t.stride(2) != 1:
             raise ValueError(f"{op}: {name} must have unit stride along V (any T and H strides), "

@@ -1,0 +1,261 @@
+"""Attention-side micro-benchmark: lingc's norm kernels and MLA decode vs eager and Inductor.
+
+    python -m benchmarks.kernels_attn --out benchmarks/results/attn [--split-len 128 256 ...]
+
+Shapes (flash-tp4-rank, bf16): RMSNorm + residual over hidden 2560 and KDA's gated head norm over
+8 heads x 128, at T = 1 and 6 tokens; MLA decode with 8 heads, kv_lora_rank 512, rope 64 over a
+cache of context 8192 and 65536, T = 1 (decode) and T = 6 (a verify chain at the end of the
+context: positions L-6 .. L-1), q RoPE and the head gate fused. Variants:
+
+- ``lingc``         the op's Triton launcher, PDL-launched where supported
+- ``lingc-no-pdl``  the same launch without PDL
+- ``lingc-splitN``  MLA only, the split kernel at SPLIT_LEN = N instead of the table (``--split-len``)
+- ``eager``         the model's own code: the decoder's bf16 residual add + layers.RMSNorm's expression;
+                    kda_math.gated_head_rmsnorm + the cast before o_proj; mla.py's absorbed core
+                    (RoPE of q, fp32 einsums over the whole cache, masked softmax), gated on o_lat
+                    as the fused op does
+- ``inductor``      torch.compile (default mode, its CUDA graphs off: the benchmark captures) of
+                    the eager function
+
+Conditions (benchmarks/common.py): cold operands (each call in the graph reads a different copy of
+the weights, activations and, for MLA, the layer's cache; the copies span L2 four times, at
+least 7 for MLA: Ling-3-flash's MLA layers), every call inside one CUDA graph of many calls timed
+with CUDA events, median over replays. The floor is the bytes a call must move (norms: the
+activations read and written plus the weight; MLA: the cache rows 0..max(positions) and the
+queries) over the device-to-device copy bandwidth measured in the same run. Correctness is
+checked first against the fp32 references; if a variant fails, no speedup is printed and the exit
+status is 1. Written for the H200; not yet run.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import cold_copies, copy_bandwidth_gbps, markdown_table, require_cuda, time_in_graph, write_json
+from lingc.models.kda_math import gated_head_rmsnorm as model_gated_head_rmsnorm
+from lingc.models.layers import apply_rope_interleaved, rope_inv_freq
+from lingc.runtime.kernels.mla_decode import mla_decode_reference
+from lingc.runtime.kernels.mla_decode.kernel import MlaDecodeConfig, config_for, mla_decode_triton
+from lingc.runtime.kernels.norms import gated_head_rmsnorm_reference, rmsnorm_reference
+from lingc.runtime.kernels.norms.kernel import gated_head_rmsnorm_triton, rmsnorm_triton
+
+HIDDEN, KDA_H, KDA_V = 2560, 8, 128
+MLA_H, RANK, ROPE, NOPE = 8, 512, 64, 128
+SCALE = (NOPE + ROPE) ** -0.5
+THETA = 6.0e6
+EPS = 1e-6
+MLA_LAYERS = 7
+BF16 = torch.bfloat16
+# Relative RMS against the references: the norms' bf16 outputs are one rounding from fp32 (eager
+# is the reference's own expression); the MLA kernel's hi/lo dots are ~2^-17, eager/Inductor fp32.
+RTOL = {"norm": 8e-3, "mla": 1e-4}
+
+
+def _rel_rms(a, b):
+    a, b = a.detach().double().cpu(), b.detach().double().cpu()
+    return ((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt()).item()
+
+
+def _row(kernel, shape, T, variant, t, floor_bytes, copy_gbps, err, tol, copies):
+    floor_us = floor_bytes / (copy_gbps * 1e9) * 1e6
+    return {"kernel": kernel, "shape": shape, "T": T, "variant": variant, "us": t.us_per_call,
+            "us_min": t.us_per_call_min, "floor_us": floor_us, "x_floor": t.us_per_call / floor_us,
+            "copies": copies, "rel_rms_err": err, "correct": err <= tol}
+
+
+def _speedups(rows):
+    """lingc rows get x vs eager and x vs inductor of the same (kernel, shape, T)."""
+    for r in rows:
+        if not r["variant"].startswith("lingc"):
+            continue
+        peers = {p["variant"]: p["us"] for p in rows
+                 if (p["kernel"], p["shape"], p["T"]) == (r["kernel"], r["shape"], r["T"])}
+        for name in ("eager", "inductor"):
+            if name in peers:
+                r[f"speedup_vs_{name}"] = peers[name] / r["us"]
+
+
+# Norms.
+
+
+def _eager_rmsnorm(x, residual, weight):
+    """The decoder: h = residual + sublayer_out (bf16), then layers.RMSNorm.forward's expression
+    on h (the weight is an argument so that one Inductor graph serves every cold copy)."""
+    h = residual + x
+    hf = h.float()
+    return (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + EPS) * weight.float()).to(h.dtype), h
+
+
+def _eager_gated(o, gate, weight):
+    """KDA's output norm as kda.py writes it, then the cast before o_proj."""
+    T = o.shape[0]
+    return model_gated_head_rmsnorm(o, weight, gate, EPS).reshape(T, KDA_H * KDA_V).to(BF16)
+
+
+def bench_norms(T, copy_gbps, replays, inductor):
+    gen = torch.Generator(device="cuda").manual_seed(T)
+
+    def r(*shape, dtype=BF16):
+        return torch.randn(*shape, generator=gen, device="cuda").to(dtype)
+
+    row_bytes = HIDDEN * 2
+    norm_bytes = 2 * T * row_bytes + row_bytes + 2 * T * row_bytes      # read x, residual, w; write out, h
+    gated_bytes = T * KDA_H * KDA_V * (4 + 2 + 2) + KDA_V * 2            # read o fp32, gate; write bf16; w
+    copies = cold_copies(norm_bytes)
+    sets = [dict(w=r(HIDDEN), x=r(T, HIDDEN), res=r(T, HIDDEN), o=r(T, KDA_H, KDA_V, dtype=torch.float32),
+                 gate=r(T, KDA_H, KDA_V), gw=r(KDA_V)) for _ in range(copies)]
+    s0 = sets[0]
+    ref_norm = rmsnorm_reference(s0["x"].cpu(), s0["w"].cpu(), s0["res"].cpu(), EPS)[0]
+    ref_gated = gated_head_rmsnorm_reference(s0["o"].cpu(), s0["gate"].cpu(), s0["gw"].cpu(), EPS)
+
+    norm_variants = {
+        "lingc": lambda s: rmsnorm_triton(s["x"], s["w"], s["res"], EPS)[0],
+        "lingc-no-pdl": lambda s: rmsnorm_triton(s["x"], s["w"], s["res"], EPS, use_pdl=False)[0],
+        "eager": lambda s: _eager_rmsnorm(s["x"], s["res"], s["w"])[0],
+    }
+    gated_variants = {
+        "lingc": lambda s: gated_head_rmsnorm_triton(s["o"], s["gate"], s["gw"], EPS, BF16),
+        "lingc-no-pdl": lambda s: gated_head_rmsnorm_triton(s["o"], s["gate"], s["gw"], EPS, BF16, use_pdl=False),
+        "eager": lambda s: _eager_gated(s["o"], s["gate"], s["gw"]),
+    }
+    if inductor:
+        c_norm = torch.compile(_eager_rmsnorm, dynamic=False)
+        c_gated = torch.compile(_eager_gated, dynamic=False)
+        norm_variants["inductor"] = lambda s: c_norm(s["x"], s["res"], s["w"])[0]
+        gated_variants["inductor"] = lambda s: c_gated(s["o"], s["gate"], s["gw"])
+
+    rows = []
+    for kernel, variants, ref, nbytes, tol, shape in (
+        ("rmsnorm+residual", norm_variants, ref_norm, norm_bytes, RTOL["norm"], f"D={HIDDEN}"),
+        ("gated_head_rmsnorm", gated_variants, ref_gated.reshape(T, -1), gated_bytes, RTOL["norm"],
+         f"H={KDA_H} V={KDA_V}"),
+    ):
+        for variant, fn in variants.items():
+            err = _rel_rms(fn(s0).float().reshape(ref.shape), ref.float())
+            t = time_in_graph(fn, [(s,) for s in sets], replays=replays)
+            rows.append(_row(kernel, shape, T, variant, t, nbytes, copy_gbps, err, tol, copies))
+    del sets
+    torch.cuda.empty_cache()
+    return rows
+
+
+# MLA decode.
+
+
+def _eager_mla(q_lat, q_rope, kv_cache, positions, gate, inv_freq):
+    """lingc/models/mla.py's absorbed attention core (RoPE of q, fp32 einsums over the whole
+    cache, masked softmax), gated on o_lat as mla_decode's fused gate does."""
+    q_rope = apply_rope_interleaved(q_rope, positions, inv_freq)
+    cf = kv_cache.float()
+    scores = (torch.einsum("thr,lr->thl", q_lat, cf[:, :RANK])
+              + torch.einsum("the,le->thl", q_rope.float(), cf[:, RANK:])) * SCALE
+    L = kv_cache.shape[0]
+    visible = torch.arange(L, device=kv_cache.device)[None, :] <= positions[:, None]
+    p = torch.softmax(scores.masked_fill(~visible[:, None, :], float("-inf")), dim=-1)
+    o_lat = torch.einsum("thl,lr->thr", p, cf[:, :RANK])
+    return o_lat * torch.sigmoid(gate.float()).unsqueeze(-1)
+
+
+def bench_mla(L, T, copy_gbps, replays, inductor, split_lens):
+    gen = torch.Generator(device="cuda").manual_seed(L + T)
+    cache_bytes = L * (RANK + ROPE) * 2
+    floor_bytes = cache_bytes + T * MLA_H * (RANK * 4 + ROPE * 2) + T * MLA_H * RANK * 4
+    copies = max(MLA_LAYERS, cold_copies(cache_bytes, minimum=MLA_LAYERS))
+    inv_freq = rope_inv_freq(ROPE, THETA).cuda()
+    positions = torch.arange(L - T, L, device="cuda")
+    layers = []
+    for _ in range(copies):
+        layers.append(dict(
+            q_lat=torch.randn(T, MLA_H, RANK, generator=gen, device="cuda") * 0.05,
+            q_rope=torch.randn(T, MLA_H, ROPE, generator=gen, device="cuda").to(BF16),
+            kv=torch.randn(L, RANK + ROPE, generator=gen, device="cuda").to(BF16),
+            gate=torch.randn(T, MLA_H, generator=gen, device="cuda").to(BF16),
+            out=torch.empty(T, MLA_H, RANK, device="cuda"),
+        ))
+    x0 = layers[0]
+
+    def args(x):
+        return x["q_lat"], x["q_rope"], x["kv"], positions, SCALE, x["gate"], inv_freq
+
+    ref = mla_decode_reference(*(a.cpu() if torch.is_tensor(a) else a for a in args(x0)))
+    table = config_for(L, MLA_H, RANK, ROPE)
+
+    def lingc(cfg, pdl):
+        return lambda x: mla_decode_triton(*args(x), out=x["out"], config=cfg, use_pdl=None if pdl else False)
+
+    variants = {"lingc": lingc(table, True), "lingc-no-pdl": lingc(table, False)}
+    for n in split_lens:
+        variants[f"lingc-split{n}"] = lingc(MlaDecodeConfig(split_len=n, num_warps=table.num_warps), True)
+    eager = lambda x: _eager_mla(x["q_lat"], x["q_rope"], x["kv"], positions, x["gate"], inv_freq)  # noqa: E731
+    variants["eager"] = eager
+    if inductor:
+        compiled = torch.compile(_eager_mla, dynamic=False)
+        variants["inductor"] = lambda x: compiled(x["q_lat"], x["q_rope"], x["kv"], positions, x["gate"], inv_freq)
+
+    rows = []
+    shape = f"L={L} H={MLA_H} R={RANK}+{ROPE}"
+    for variant, fn in variants.items():
+        err = _rel_rms(fn(x0), ref)
+        t = time_in_graph(fn, [(x,) for x in layers], replays=replays)
+        row = _row("mla_decode", shape, T, variant, t, floor_bytes, copy_gbps, err, RTOL["mla"], copies)
+        row["split_len"] = table.split_len if variant in ("lingc", "lingc-no-pdl") else None
+        rows.append(row)
+    del layers
+    torch.cuda.empty_cache()
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for kernels_attn.json and .md")
+    parser.add_argument("--t", type=int, nargs="+", default=[1, 6], help="token counts (default 1 6)")
+    parser.add_argument("--context", type=int, nargs="+", default=[8192, 65536],
+                        help="MLA cache capacities (default 8192 65536)")
+    parser.add_argument("--split-len", type=int, nargs="*", default=[],
+                        help="extra MLA split lengths to time (multiples of 32), for the config table")
+    parser.add_argument("--replays", type=int, default=30, help="graph replays per timing")
+    parser.add_argument("--no-inductor", action="store_true", help="skip the torch.compile columns")
+    parser.add_argument("--no-norms", action="store_true")
+    parser.add_argument("--no-mla", action="store_true")
+    args = parser.parse_args(argv)
+    require_cuda()
+
+    copy_gbps = copy_bandwidth_gbps()
+    rows = []
+    for T in args.t:
+        if not args.no_norms:
+            rows += bench_norms(T, copy_gbps, args.replays, not args.no_inductor)
+        if not args.no_mla:
+            for L in args.context:
+                rows += bench_mla(L, T, copy_gbps, args.replays, not args.no_inductor, args.split_len)
+    all_correct = all(r["correct"] for r in rows)
+    if all_correct:
+        _speedups(rows)
+    else:
+        bad = [f"{r['kernel']} {r['shape']} T={r['T']} {r['variant']} (rel RMS {r['rel_rms_err']:.2e})"
+               for r in rows if not r["correct"]]
+        print("CORRECTNESS CHECK FAILED, no speedups reported: " + "; ".join(bad))
+    table = markdown_table(rows, [
+        ("kernel", "kernel", "s"), ("shape", "shape", "s"), ("T", "T", "d"), ("variant", "variant", "s"),
+        ("us", "us/call", ".2f"), ("us_min", "min", ".2f"), ("floor_us", "floor us", ".2f"),
+        ("x_floor", "x floor", ".2f"), ("speedup_vs_eager", "x vs eager", ".2f"),
+        ("speedup_vs_inductor", "x vs inductor", ".2f"), ("rel_rms_err", "rel RMS err", ".1e"),
+        ("copies", "copies", "d"),
+    ])
+    header = f"copy bandwidth {copy_gbps:.0f} GB/s (read + write), floor = bytes moved / copy bandwidth\n\n"
+    print(header + table)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "kernels_attn.md").write_text(header + table + "\n")
+    path = write_json(args.out / "kernels_attn.json", {
+        "benchmark": "kernels_attn", "preset": "flash-tp4-rank", "dtype": "bfloat16", "copy_gbps": copy_gbps,
+        "mla_configs": {L: config_for(L, MLA_H, RANK, ROPE) for L in args.context}, "rtol_rms": RTOL,
+        "all_correct": all_correct, "rows": rows,
+    })
+    print(f"\nwrote {path}")
+    return 0 if all_correct else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
