@@ -31,6 +31,8 @@ class LingcOptions:
     fail_on_recompile: bool = False
     # Print the pass summary and kernel table of every compiled graph to stderr.
     print_summary: bool = False
+    # lingc.generate / the Engine capture each step graph as a CUDA graph (GPU only).
+    cudagraphs: bool = True
 
     @classmethod
     def from_user(cls, options: dict[str, Any] | None) -> "LingcOptions":
@@ -56,7 +58,7 @@ class LingcOptions:
     def validate(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"lingc: option role={self.role!r}; expected one of {list(ROLES)}")
-        for name in ("inductor", "verify", "fail_on_recompile", "print_summary"):
+        for name in ("inductor", "verify", "fail_on_recompile", "print_summary", "cudagraphs"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"lingc: option {name}={getattr(self, name)!r} must be a bool")
         if isinstance(self.disable_passes, str):

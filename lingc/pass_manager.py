@@ -101,10 +101,11 @@ def registered_passes() -> list[type[LingcPass]]:
     swiglu_epilogue, fuse_projections, pdl_swap); passes not built yet are simply absent."""
     from .passes.fuse_projections import FuseProjections
     from .passes.fused_moe import FusedMoE
+    from .passes.metadata_capture import MetadataCapture
     from .passes.stage_commit import StageCommit
     from .passes.swiglu_epilogue import SwiGLUEpilogue
 
-    return [StageCommit, FusedMoE, SwiGLUEpilogue, FuseProjections]
+    return [StageCommit, MetadataCapture, FusedMoE, SwiGLUEpilogue, FuseProjections]
 
 
 def pass_names() -> list[str]:

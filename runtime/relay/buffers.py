@@ -1,0 +1,52 @@
+"""RelayBuffers: the GPU-resident values the relay carries between graphs and between steps.
+
+Everything a step needs that depends on what was accepted lives here, on the device, so the
+host can launch step k+1 without knowing step k's outcome (design.md "Data flow" 4). The
+tensors are allocated once per engine and never reallocated: the CUDA graphs read and write
+them in place.
+
+Conventions (those of lingc.decoding.reference): the target has processed positions < n; x is
+x_n, the last decided token; seed is the draft's guess d_1 for position n+1 and dh the draft
+hidden it continues from. A step with S drafts emits ``emitted[:accept + 1]`` = d_1..d_a, y_a.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+
+@dataclass
+class RelayBuffers:
+    n: torch.Tensor             # int64 [1]   chain start position (tokens the target has processed)
+    x: torch.Tensor             # int64 [1]   x_n, the chain's first token
+    seed: torch.Tensor          # int64 [1]   d_1
+    dh: torch.Tensor            # [1, H]      draft hidden the draft chain continues from
+    chain: torch.Tensor         # int64 [S+1] [x_n, d_1..d_S]
+    accept: torch.Tensor        # int64 [1]   drafts accepted by the last verify
+    emitted: torch.Tensor       # int64 [S+1] d_1..d_a, y_a, then padding
+    vhid: torch.Tensor          # [S+1, H]    the target's hidden states of the last chain
+    # Host-refill buffers of the naive step functions (unused once metadata_capture fires).
+    pos_draft: torch.Tensor     # int64 [S-1]
+    pos_chain: torch.Tensor     # int64 [S+1]
+
+    @classmethod
+    def allocate(cls, steps: int, hidden: int, dtype: torch.dtype, device) -> "RelayBuffers":
+        i64 = dict(dtype=torch.int64, device=device)
+        return cls(
+            n=torch.zeros(1, **i64), x=torch.zeros(1, **i64), seed=torch.zeros(1, **i64),
+            dh=torch.zeros(1, hidden, dtype=dtype, device=device),
+            chain=torch.zeros(steps + 1, **i64), accept=torch.zeros(1, **i64),
+            emitted=torch.zeros(steps + 1, **i64),
+            vhid=torch.zeros(steps + 1, hidden, dtype=dtype, device=device),
+            pos_draft=torch.zeros(max(steps - 1, 1), **i64), pos_chain=torch.zeros(steps + 1, **i64),
+        )
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [getattr(self, f.name) for f in fields(self)]
+
+    def zero_(self) -> "RelayBuffers":
+        for t in self.tensors():
+            t.zero_()
+        return self

@@ -1,0 +1,307 @@
+"""The lingc engine: compile the step functions with their roles, capture them, and generate.
+
+    engine = Engine(model, max_len=4096)            # model: eager, or torch.compile'd (unwrapped)
+    tokens = engine.generate(prompt_ids, 256, speculative="nextn")
+    for t in engine.stream(prompt_ids, 256): ...
+
+Per request: the cache and relay buffers are reset, the prompt is prefilled (chunks of the eager
+model, not captured), then steps run. A speculative step is three launches (draft, verify,
+extend graphs); a plain step one (decode). The host launches step k+1 before it reads step k's
+tokens: those reach the host through a device ring (written in-graph by the last graph of a
+step) copied on a side stream, whose event is read one step late; EOS, max_new_tokens and stop
+ids are decided then and the overshoot is trimmed. Nothing accept-dependent crosses to the host
+before the next launch, unless metadata_capture is disabled: then the naive host refill of the
+positions reads ``n`` back every step (a sync per step, which is the point of the pass).
+
+Sampling (temperature > 0) runs without speculation: the decode graph gives the logits and the
+token is drawn on the device with the request's generator (the documented fallback of
+design.md; speculative rejection sampling is not implemented).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import torch
+
+from lingc.backend import compile_reports
+from lingc.decoding.reference import draft_prefill, pick_token, prefill
+from lingc.models.cache import Ling3Cache
+from lingc.progress import Progress
+
+from .buffers import RelayBuffers
+from .graphs import CapturedStep, capture_step, describe
+from .steps import make_steps
+
+RING = 4                   # device->host token ring slots (the host reads one step late)
+
+
+@dataclass
+class EngineStats:
+    """What the last request did (tests and the benchmark read it)."""
+    steps: int = 0
+    accepts: list[int] = field(default_factory=list)
+    ahead: int = 0             # launches that found the previous step still running
+    host_syncs: int = 0        # naive host refills (metadata_capture disabled)
+
+    @property
+    def mean_accept_length(self) -> float:
+        return sum(a + 1 for a in self.accepts) / max(1, len(self.accepts))
+
+
+def _unwrap(model):
+    return getattr(model, "_orig_mod", model)
+
+
+class Engine:
+    """Compiled, captured generation for one Ling-3 model (batch 1)."""
+
+    def __init__(self, model, max_len: int, steps: int = 5, options: dict | None = None,
+                 cudagraphs: bool | None = None, progress: bool = True):
+        self.model = _unwrap(model)
+        cfg = self.model.config
+        if not 1 <= steps <= 7:
+            raise ValueError(f"steps={steps}: the relay supports 1..7 drafts per step "
+                             f"(draft tokens = steps + 1 <= 8)")
+        self.steps = steps
+        self.device = self.model.lm_head.weight.device
+        self.options = dict(options or {})
+        if "role" in self.options:
+            raise ValueError("Engine options must not set 'role': the engine compiles one graph per role")
+        want_graphs = self.options.get("cudagraphs", True) if cudagraphs is None else cudagraphs
+        self.cudagraphs = bool(want_graphs) and self.device.type == "cuda"
+        self.max_len = max_len
+        self.cache = Ling3Cache.allocate(cfg, max_len, device=self.device)
+        self.relay = RelayBuffers.allocate(steps, cfg.hidden_size, cfg.dtype, self.device)
+        self.ring = torch.zeros(RING, steps + 2, dtype=torch.int64, device=self.device)
+        self.ring_k = torch.zeros(1, dtype=torch.int64, device=self.device)
+        self._fns = make_steps(self.model, steps)
+        self._compiled: dict[str, object] = {}
+        self._steps: dict[str, CapturedStep] = {}
+        self.naive_refill: dict[str, bool] = {}
+        self.progress = progress
+        self.stats = EngineStats()
+        self.captures = 0
+        self._host_ring = None
+        self._copy_stream = None
+        # Tests: a callable(relay) that writes relay.chain with device ops in place of the draft
+        # graph (an oracle drafter with injected misses makes every accept length occur).
+        self.drafter = None
+        # Tests: run the relay loop under torch.cuda.set_sync_debug_mode("error"), so any host
+        # synchronisation between launches raises.
+        self.check_syncs = False
+
+    # -- compile and capture ------------------------------------------------------------------
+
+    def _compile(self, role: str) -> None:
+        fn = self._fns[role]
+        opts = dict(self.options, role="decode" if role.startswith("decode") else role)
+        compiled = torch.compile(fn, backend="lingc", fullgraph=True, dynamic=False, options=opts)
+        ring, ring_k = self.ring, self.ring_k
+
+        def call():
+            out = compiled(self.relay, self.cache)
+            if role in ("extend", "decode"):
+                _ring_write(self.relay, ring, ring_k)
+            return out
+
+        n = len(compile_reports)
+        with torch.no_grad():
+            call()                                              # compiles (Dynamo + lingc)
+        reports = compile_reports[n:]
+        fired = [s.matches for r in reports for s in r.stats if s.name == "metadata_capture"]
+        self.naive_refill[role] = not (fired and all(m > 0 for m in fired))
+        self._compiled[role] = call
+
+    def prepare(self, roles: Sequence[str] = ("draft", "verify", "extend", "decode")) -> None:
+        """Compile (and on CUDA capture) the steps of `roles` once; later calls are free."""
+        todo = [r for r in roles if r not in self._steps]
+        if not todo:
+            return
+        bar = Progress(len(todo), "lingc compile + capture", enabled=self.progress)
+        pool = torch.cuda.graph_pool_handle() if self.cudagraphs else None
+        self._reset(prompt_len=1)
+        for role in todo:
+            if role not in self._compiled:
+                self._compile(role)
+            call = self._compiled[role]
+            if self.cudagraphs:
+                with torch.no_grad():
+                    self._steps[role] = capture_step(role, call, pool)
+                self.captures += 1
+            else:
+                self._steps[role] = CapturedStep(role, call, None)
+            bar.update()
+        bar.close()
+        self._reset(prompt_len=1)
+
+    def graph_infos(self) -> list:
+        """Kernel nodes and PDL edges of each captured graph (the dump's CUDA-graph section)."""
+        return [info for s in self._steps.values() if (info := describe(s)) is not None]
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def _reset(self, prompt_len: int) -> None:
+        self.cache.zero_()
+        self.relay.zero_()
+        self.ring.zero_()
+        self.ring_k.zero_()
+
+    def _check_capacity(self, prompt_len: int, max_new_tokens: int) -> None:
+        need = prompt_len + max_new_tokens + 2 * (self.steps + 1)
+        if need > self.max_len:
+            raise ValueError(f"context overflow: a {prompt_len}-token prompt + {max_new_tokens} new "
+                             f"tokens + the relay's run-ahead slack {2 * (self.steps + 1)} need "
+                             f"{need} cache rows, the engine holds {self.max_len}; build the Engine "
+                             f"with max_len >= {need}")
+
+    @torch.no_grad()
+    def _prefill(self, prompt: torch.Tensor, speculative: bool) -> int:
+        logits, hidden = prefill(self.model, self.cache, prompt)
+        first = logits.argmax(-1)
+        r = self.relay
+        r.n.fill_(prompt.numel())
+        r.x.copy_(first.view(1))
+        if speculative:
+            nxt = torch.cat([prompt[1:], first.view(1)])
+            dlog, dh = draft_prefill(self.model, self.cache, nxt, hidden)
+            r.seed.copy_(dlog.argmax(-1).view(1))
+            r.dh.copy_(dh)
+        return int(first)                                       # one sync per request
+
+    def _refill(self, role: str) -> None:
+        if not self.naive_refill.get(role, False):
+            return
+        n = int(self.relay.n)                                   # the naive per-step sync
+        self.stats.host_syncs += 1
+        r = self.relay
+        r.pos_chain.copy_(torch.arange(n, n + r.pos_chain.numel()))
+        r.pos_draft.copy_(torch.arange(n, n + r.pos_draft.numel()))
+
+    @torch.no_grad()
+    def _launch(self, roles: Sequence[str]) -> None:
+        for role in roles:
+            if role == "draft" and self.drafter is not None:
+                self.drafter(self.relay)
+                continue
+            self._refill(role)
+            self._steps[role]()
+
+    def stream(self, prompt: Sequence[int] | torch.Tensor, max_new_tokens: int,
+               speculative: str | None = "nextn", temperature: float = 0.0, top_p: float = 1.0,
+               seed: int = 0, stop: Sequence[int] = (), eos_token_id: int | None = -1) -> Iterator[int]:
+        """Generated token ids as they reach the host (see the module docstring)."""
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={max_new_tokens}: generation needs at least 1 new token")
+        if speculative not in (None, "nextn"):
+            raise ValueError(f"speculative={speculative!r}; expected 'nextn' or None")
+        if speculative and self.model.nextn is None:
+            raise ValueError("speculative='nextn' needs a model with a NEXTN layer "
+                             "(num_nextn_predict_layers >= 1); pass speculative=None")
+        sampling = temperature > 0
+        speculative = speculative if not sampling else None   # documented fallback
+        ids = torch.as_tensor(prompt if torch.is_tensor(prompt) else list(prompt),
+                              dtype=torch.int64).to(self.device)
+        if ids.dim() != 1 or ids.numel() == 0:
+            raise ValueError(f"prompt must be a non-empty 1-d list of token ids, got shape {tuple(ids.shape)}")
+        self._check_capacity(ids.numel(), max_new_tokens)
+        eos = self.model.config.eos_token_id if eos_token_id == -1 else eos_token_id
+        stop_ids = set(stop) | ({eos} if eos is not None else set())
+        roles = ("draft", "verify", "extend") if speculative else (("decode_logits",) if sampling else ("decode",))
+        self.prepare(roles)
+        self._reset(ids.numel())
+        self.stats = EngineStats()
+        first = self._prefill(ids, bool(speculative))
+        yield first
+        produced = 1
+        if produced >= max_new_tokens or first in stop_ids:
+            return
+        if sampling:
+            yield from self._sample_loop(max_new_tokens - 1, temperature, top_p, seed, stop_ids)
+            return
+        for tok in self._relay_loop(roles):
+            yield tok
+            produced += 1
+            if produced >= max_new_tokens or tok in stop_ids:
+                return
+
+    def generate(self, prompt, max_new_tokens: int, **kwargs) -> list[int]:
+        return list(self.stream(prompt, max_new_tokens, **kwargs))
+
+    def _relay_loop(self, roles) -> Iterator[int]:
+        cuda = self.device.type == "cuda"
+        if cuda and self._host_ring is None:
+            self._host_ring = torch.zeros(RING, self.steps + 2, dtype=torch.int64, pin_memory=True)
+            self._copy_stream = torch.cuda.Stream()
+        done_events: list = []
+        copied: list = []
+
+        def launch(k: int) -> None:
+            if cuda and done_events and done_events[-1] is not None:
+                self.stats.ahead += int(not done_events[-1].query())
+            self._launch(roles)
+            if not cuda:
+                done_events.append(None)
+                copied.append(self.ring[k % RING].clone())
+                return
+            ev = torch.cuda.Event()
+            ev.record()
+            done_events.append(ev)
+            with torch.cuda.stream(self._copy_stream):
+                self._copy_stream.wait_event(ev)
+                self._host_ring[k % RING].copy_(self.ring[k % RING], non_blocking=True)
+                cev = torch.cuda.Event()
+                cev.record(self._copy_stream)
+            copied.append(cev)
+
+        if cuda and self.check_syncs:
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            yield from self._steps_loop(launch, copied, cuda)
+        finally:
+            if cuda and self.check_syncs:
+                torch.cuda.set_sync_debug_mode(0)
+
+    def _steps_loop(self, launch, copied, cuda) -> Iterator[int]:
+        launch(0)
+        k = 0
+        while True:
+            launch(k + 1)                                       # run ahead: step k may still run
+            if cuda:
+                copied[k].synchronize()
+                row = self._host_ring[k % RING].tolist()
+            else:
+                row = copied[k].tolist()
+            a = row[self.steps + 1]
+            self.stats.steps += 1
+            self.stats.accepts.append(a)
+            for tok in row[:a + 1]:
+                yield tok
+            k += 1
+
+    def _sample_loop(self, count: int, temperature: float, top_p: float, seed: int,
+                     stop_ids: set) -> Iterator[int]:
+        gen = torch.Generator(device=self.device).manual_seed(seed)
+        step = self._steps["decode_logits"]
+        r = self.relay
+        for _ in range(count):
+            self._refill("decode_logits")
+            with torch.no_grad():
+                logits = step()
+            tok = pick_token(logits, temperature, top_p, gen)
+            r.x.copy_(tok.view(1))
+            t = int(tok)
+            self.stats.steps += 1
+            yield t
+            if t in stop_ids:
+                return
+
+
+def _ring_write(relay: RelayBuffers, ring: torch.Tensor, ring_k: torch.Tensor) -> None:
+    """Append this step's [emitted..., accept] to the device ring at slot k % RING (device ops
+    only, captured with the step's last graph)."""
+    row = torch.cat([relay.emitted, relay.accept]).unsqueeze(0)
+    ring.index_copy_(0, ring_k % RING, row)
+    ring_k.add_(1)

@@ -1,0 +1,86 @@
+"""The relay's step functions, one per role (design.md "Roles"), written the naive way.
+
+Each step reads and writes only the model's cache and the RelayBuffers, in place, so that a
+compiled step is one graph over static buffers and can be captured as one CUDA graph. The
+per-step metadata (positions) is read through ``lingc.host_refill`` from buffers the naive driver
+refills from the host; the metadata_capture pass turns those reads into device arithmetic on the
+relay's ``n``. The verify step calls the greedy verdict and the commit point that stage_commit
+binds (without the pass a rejection would leave the state of the whole chain).
+
+- ``draft``:  the NEXTN layer run autoregressively: steps - 1 forwards from the seed (four for
+  steps = 5), unrolled into one graph; writes the chain [x_n, d_1..d_S].
+- ``verify``: the target over the chain, greedy targets, verdict, commit; writes the accept
+  count, the emitted tokens and the target's hidden states.
+- ``extend``: the draft over the accepted prefix [d_1..d_a, y_a] with the target's hidden
+  states (a fixed S+1 rows; rows past a are padding whose cache rows later steps rewrite
+  before anything reads them), giving the next seed and draft hidden; advances n and x.
+- ``decode``: plain greedy decoding, one target forward per token (no speculation).
+- ``decode_logits``: one target forward returning the logits (the sampling path).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import ops  # noqa: F401  (registers the relay ops)
+from .buffers import RelayBuffers
+
+lingc = torch.ops.lingc
+
+
+def _positions(host: torch.Tensor, n: torch.Tensor, count: int, what: str) -> torch.Tensor:
+    device_value = n + torch.arange(count, device=n.device, dtype=torch.int64)
+    return lingc.host_refill(host, device_value, what)
+
+
+def make_steps(model, steps: int):
+    """The step functions of `model` for a chain of `steps` drafts, as plain callables
+    ``fn(relay, cache)`` (the engine compiles each with its role)."""
+
+    def draft(r: RelayBuffers, cache) -> None:
+        tok, h = r.seed, r.dh
+        drafts = [tok]
+        if steps > 1:
+            pos = _positions(r.pos_draft, r.n, steps - 1, "draft positions")
+            for j in range(steps - 1):
+                logits, h = model.draft(tok, pos[j:j + 1], h, cache)
+                tok = logits.argmax(-1)
+                drafts.append(tok)
+        r.chain.copy_(torch.cat([r.x] + drafts))
+
+    def verify(r: RelayBuffers, cache) -> None:
+        pos = _positions(r.pos_chain, r.n, steps + 1, "chain positions")
+        logits, hidden = model(r.chain, pos, cache)
+        y = logits.argmax(-1)
+        accept = lingc.state_commit(lingc.greedy_verdict(r.chain, y))
+        idx = torch.arange(steps + 1, device=y.device)
+        drafts = torch.cat([r.chain[1:], r.chain[:1]])
+        r.emitted.copy_(torch.where(idx < accept, drafts, y.gather(0, accept)))
+        r.accept.copy_(accept)
+        r.vhid.copy_(hidden)
+
+    def extend(r: RelayBuffers, cache) -> None:
+        pos = _positions(r.pos_chain, r.n, steps + 1, "chain positions")
+        logits, h = model.draft(r.emitted, pos, r.vhid, cache)
+        a = r.accept
+        r.seed.copy_(logits.argmax(-1).gather(0, a))
+        r.dh.copy_(h.index_select(0, a))
+        r.x.copy_(r.emitted.gather(0, a))
+        r.n.copy_(r.n + a + 1)
+
+    def decode(r: RelayBuffers, cache) -> None:
+        pos = _positions(r.pos_chain[:1], r.n, 1, "decode position")
+        logits, _ = model(r.x, pos, cache)
+        y = logits.argmax(-1)
+        r.emitted[:1].copy_(y)
+        r.x.copy_(y)
+        r.n.copy_(r.n + 1)
+
+    def decode_logits(r: RelayBuffers, cache) -> torch.Tensor:
+        pos = _positions(r.pos_chain[:1], r.n, 1, "decode position")
+        logits, _ = model(r.x, pos, cache)
+        r.n.copy_(r.n + 1)
+        return logits[0]
+
+    return {"draft": draft, "verify": verify, "extend": extend, "decode": decode,
+            "decode_logits": decode_logits}

@@ -1,0 +1,214 @@
+"""The NEXTN relay on the CPU (and the GPU with -m gpu): the correctness gates of design.md.
+
+One engine per module (compiling four role graphs costs ~40 s on the CPU); every request resets
+its cache and relay buffers, which the pollution test checks.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from backend_helpers import run_and_report, stat
+from model_helpers import tiny_model
+
+import lingc
+from lingc.decoding.reference import greedy_generate, speculative_generate
+from lingc.runtime.relay.buffers import RelayBuffers
+from lingc.runtime.relay.engine import Engine
+from lingc.runtime.relay.steps import make_steps
+
+PROMPT = [5, 17, 33, 2, 9, 41, 7]
+STEPS = 5
+OPTS = {"inductor": False}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model()
+
+
+@pytest.fixture(scope="module")
+def engine(model):
+    return Engine(model, max_len=512, steps=STEPS, options=OPTS, progress=False)
+
+
+@pytest.fixture(scope="module")
+def gold(model):
+    """Plain greedy output of the eager model, no EOS: the oracle's tokens."""
+    return greedy_generate(model, PROMPT, 300, eos_token_id=None)
+
+
+class Oracle:
+    """Drafts the gold continuation with an injected miss: at step k the first
+    schedule[k % len] drafts are right and the next one is wrong. Device ops only."""
+
+    def __init__(self, gold, prompt_len, schedule, steps=STEPS, vocab=320):
+        self.gold = torch.tensor(gold + [0] * (steps + 2))
+        self.p, self.steps, self.vocab = prompt_len, steps, vocab
+        self.schedule = torch.tensor(schedule)
+        self.k = torch.zeros(1, dtype=torch.long)
+
+    def __call__(self, r: RelayBuffers) -> None:
+        j = torch.arange(1, self.steps + 1)
+        right = self.gold[(r.n - self.p) + j]
+        good = self.schedule[self.k % self.schedule.numel()]
+        drafts = torch.where(j <= good, right, (right + 1) % self.vocab)
+        r.chain.copy_(torch.cat([r.x, drafts]))
+        self.k.add_(1)
+
+
+def test_plain_decode_matches_eager_reference(engine, gold):
+    assert engine.generate(PROMPT, 40, speculative=None, eos_token_id=None) == gold[:40]
+    assert engine.stats.steps >= 39
+
+
+def test_speculative_equals_plain_over_256_tokens_every_accept_length(engine, gold):
+    engine.drafter = Oracle(gold, len(PROMPT), schedule=list(range(STEPS + 1)))
+    try:
+        out = engine.generate(PROMPT, 256, eos_token_id=None)
+    finally:
+        engine.drafter = None
+    assert out == gold[:256]
+    accepts = engine.stats.accepts
+    for a in range(STEPS + 1):
+        assert accepts.count(a) >= 10, f"accept length {a} occurred {accepts.count(a)} times"
+
+
+def test_nextn_draft_speculative_equals_plain_and_reference(model, engine, gold):
+    out = engine.generate(PROMPT, 48, eos_token_id=None)
+    assert out == gold[:48]
+    ref = speculative_generate(model, PROMPT, 48, steps=STEPS, eos_token_id=None)
+    assert ref.tokens == out
+    assert [s.accepted for s in ref.steps][:len(engine.stats.accepts)] == \
+        engine.stats.accepts[:len(ref.steps)]
+
+
+def test_eos_in_the_middle_of_an_accepted_chain_stops_there(engine, gold):
+    # Full acceptance (schedule 5): steps emit 6 tokens each; stop at the 3rd token of step 2.
+    k = 1 + 6 + 2
+    stop_tok = gold[k]
+    first = gold.index(stop_tok)
+    engine.drafter = Oracle(gold, len(PROMPT), schedule=[STEPS])
+    try:
+        out = engine.generate(PROMPT, 100, eos_token_id=None, stop=[stop_tok])
+    finally:
+        engine.drafter = None
+    assert out == gold[:first + 1]
+
+
+def test_no_state_pollution_after_sampled_requests(engine):
+    greedy = engine.generate(PROMPT, 24)
+    s1 = engine.generate(PROMPT, 24, temperature=0.9, seed=1)
+    s2 = engine.generate([3, 1, 4, 1, 5], 24, temperature=1.3, top_p=0.9, seed=2)
+    assert engine.generate(PROMPT, 24) == greedy
+    assert engine.generate(PROMPT, 24, temperature=0.9, seed=1) == s1       # seeded: reproducible
+    assert s1 != greedy and len(s2) >= 1
+
+
+def test_errors(model, engine):
+    with pytest.raises(ValueError, match="context overflow"):
+        engine.generate(PROMPT, 600)
+    with pytest.raises(ValueError, match="non-empty"):
+        engine.generate([], 4)
+    with pytest.raises(ValueError, match="speculative="):
+        engine.generate(PROMPT, 4, speculative="eagle")
+    with pytest.raises(ValueError, match="steps=9"):
+        Engine(model, max_len=64, steps=9)
+    with pytest.raises(ValueError, match="must not set 'role'"):
+        Engine(model, max_len=64, options={"role": "verify"})
+
+
+def test_naive_host_refill_without_metadata_capture(model, gold):
+    eng = Engine(model, max_len=128, steps=2, options=dict(OPTS, disable_passes=["metadata_capture"]),
+                 progress=False)
+    out = eng.generate(PROMPT, 12, eos_token_id=None)
+    assert out == gold[:12]
+    assert all(eng.naive_refill[r] for r in ("draft", "verify", "extend"))
+    assert eng.stats.host_syncs == 3 * (eng.stats.steps + 1)           # one sync per graph launch
+
+
+def test_generate_api_and_stream(model, gold):
+    out = lingc.generate(model, PROMPT, 10, options=OPTS)
+    assert out[:10] == gold[:len(out)]
+    it = lingc.generate(model, PROMPT, 10, options=OPTS, stream=True)
+    assert list(it) == out
+
+
+def test_metadata_capture_inputs_before_and_after(model):
+    """After the pass the verify graph no longer reads the host-refilled positions buffer."""
+    from lingc import pass_manager
+    from lingc.passes.metadata_capture import MetadataCapture, graph_reads
+    seen = {}
+
+    class Spy(MetadataCapture):
+        def apply(self, gm):
+            refills = [n for n in gm.graph.nodes if n.target is torch.ops.lingc.host_refill.default]
+            seen["host"] = {n.args[0].name for n in refills}
+            seen["before"] = set(graph_reads(gm))
+            matches = super().apply(gm)
+            seen["after"] = set(graph_reads(gm))
+            return matches
+
+    cfg = model.config
+    relay = RelayBuffers.allocate(STEPS, cfg.hidden_size, cfg.dtype, "cpu")
+    from lingc.models import Ling3Cache
+    cache = Ling3Cache.allocate(cfg, 32)
+    verify = make_steps(model, STEPS)["verify"]
+    orig = pass_manager.registered_passes
+    pass_manager.registered_passes = lambda: [Spy]
+    try:
+        _, report = run_and_report(verify, relay, cache, role="verify")
+    finally:
+        pass_manager.registered_passes = orig
+    assert stat(report, "metadata_capture").matches == 1
+    assert len(seen["host"]) == 1 and seen["host"] <= seen["before"]
+    assert seen["after"] == seen["before"] - seen["host"]
+    assert "chain positions" in stat(report, "metadata_capture").notes[0]
+
+
+# -- GPU ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gpu_engine():
+    m = tiny_model().cuda()
+    return m, Engine(m, max_len=1024, steps=STEPS, progress=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_speculative_equals_plain_256(dtype):
+    m = tiny_model(torch_dtype="bfloat16" if dtype is torch.bfloat16 else "float32").cuda()
+    eng = Engine(m, max_len=1024, steps=STEPS, progress=False)
+    plain = eng.generate(PROMPT, 256, speculative=None, eos_token_id=None)
+    eng.drafter = Oracle(plain, len(PROMPT), schedule=list(range(STEPS + 1)))
+    eng.drafter.gold = eng.drafter.gold.cuda()
+    eng.drafter.schedule = eng.drafter.schedule.cuda()
+    eng.drafter.k = eng.drafter.k.cuda()
+    spec = eng.generate(PROMPT, 256, eos_token_id=None)
+    assert spec == plain
+    eng.drafter = None
+    assert eng.generate(PROMPT, 256, eos_token_id=None) == plain            # the real NEXTN draft
+
+
+@pytest.mark.gpu
+def test_gpu_three_graphs_no_sync_run_ahead_no_recapture(gpu_engine):
+    m, eng = gpu_engine
+    eng.generate(PROMPT, 8)
+    captures = eng.captures
+    assert all(eng._steps[r].captured for r in ("draft", "verify", "extend")), \
+        {r: s.reason for r, s in eng._steps.items()}
+    torch.cuda.synchronize()
+    mem = torch.cuda.memory_allocated()
+    eng.check_syncs = True                  # set_sync_debug_mode("error") around the step loop
+    try:
+        out = eng.generate(PROMPT, 800, eos_token_id=None)
+    finally:
+        eng.check_syncs = False
+    assert len(out) == 800
+    assert eng.captures == captures                                     # never recaptured
+    assert torch.cuda.memory_allocated() <= mem + (1 << 20)
+    assert eng.stats.ahead >= 0.95 * (eng.stats.steps - 1)
+    infos = {i.role: i for i in eng.graph_infos()}
+    assert set(infos) >= {"draft", "verify", "extend"}
+    assert all(i.kernel_nodes > 0 for i in infos.values())
