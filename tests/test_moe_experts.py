@@ -5,7 +5,7 @@ flash-tp4-rank shapes (E = 512, H = 2560, I = Is = 192, k = 8) and PDL under CUD
 
 On the CPU the kernels run under TRITON_INTERPRET=1 (conftest.py) on small shapes: E = 16,
 H in {64, 96}, I = 24, shared Is = 40 (so the shared expert has more column tiles than the
-routed ones), k = 4, T in {1, 2, 6, 8, 16} (T = 16 has 80 pairs: moe_align's multi-launch path).
+routed ones), k = 4, T in {1, 2, 6, 8, 16, 20} (T = 16 has 80 pairs: moe_align's multi-launch path).
 
 Every kernel run writes into a NaN-poisoned ``out`` and NaN-poisoned workspaces, with moe_align's
 unpublished tail filled with a valid-looking pair (0) and expert (E - 1): a row the kernels
@@ -220,7 +220,15 @@ def test_kernel_tokens_sharing_experts(t, routing):
     assert_close(run_kernel(pb), reference(pb), RTOL[torch.bfloat16])
 
 
-def test_kernel_single_launch_align_above_72_pairs_agrees():
+@pytest.mark.parametrize("t, k, i, i_s", [(6, 4, 40, 24), (20, 2, 24, 40)], ids=["Is<I", "T=20"])
+def test_kernel_shared_expert_shapes(t, k, i, i_s):
+    # A shared expert narrower than the routed ones (its CTAs skip column tiles past Is), and
+    # T = 20 tokens: two shared-expert CTAs of 16 token rows.
+    pb = make_problem(t, torch.float32, seed=65 + t, k=k, i=i, i_s=i_s)
+    assert_close(run_kernel(pb), reference(pb), RTOL[torch.float32])
+
+
+def test_kernel_align_fallback_path_agrees():
     # The multi-launch align path forced at 30 pairs gives the same bits.
     pb = make_problem(6, torch.bfloat16, seed=70, routing="pool")
     assert torch.equal(run_kernel(pb, max_single_launch=0), run_kernel(pb))
@@ -310,13 +318,15 @@ def test_split_k_reduction_never_elected_is_caught():
 
 
 def test_wrong_align_layout_is_caught(monkeypatch):
-    # moe_align output with two pairs of different experts swapped: rows go to the wrong expert.
+    # moe_align output with two pairs of different routed experts swapped: rows go to the wrong
+    # expert.
     pb = make_problem(6, torch.float32, seed=103)
     real = experts_kernel.moe_align_triton
 
     def swapped(*args, **kw):
         sorted_ids, block_experts, total = real(*args, **kw)
-        a, b = 0, BLOCK_M * (int(total[0]) // BLOCK_M - 1)     # first slot of the first and last block
+        a, b = 0, BLOCK_M                                   # first slots of blocks 0 and 1
+        assert block_experts[0] != block_experts[1] and int(total[0]) > 2 * BLOCK_M
         sorted_ids[a], sorted_ids[b] = sorted_ids[b].clone(), sorted_ids[a].clone()
         return sorted_ids, block_experts, total
 
@@ -422,12 +432,18 @@ _COMPILE_CHECK = textwrap.dedent("""
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
     V4 = r"ld\\.global(\\.\\w+)*\\.v4"
 
+    def max_loads_before_a_wait(ptx):
+        # 16-byte loads in the basic block (from its label) that ends in a griddepcontrol.wait,
+        # the most over the waits (the up-GEMM has one wait on each of its two paths).
+        blocks = [re.split(r"\\n[$]L__BB\\w+:", seg)[-1] for seg in ptx.split("griddepcontrol.wait")[:-1]]
+        return max(len(re.findall(V4, b)) for b in blocks)
+
     def build(fn, ptrs, ints, floats, const, warps):
         sig = {n: ptrs.get(n) or ("i32" if n in ints else "fp32" if n in floats else "constexpr") for n in fn.arg_names}
         # Pointers 16-byte aligned, integer arguments divisible by 16 (what the launcher's
         # specialisation sees at H = 2560 with the model's strides), except the counts.
         attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in list(ptrs) + ints
-                 if n not in ("T", "P", "stride_wt")}
+                 if n not in ("T", "P", "NB", "stride_wt")}
         k = triton.compile(triton.compiler.ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32),
                            options=dict(num_warps=warps, num_stages=1))
         ptx = k.asm["ptx"]
@@ -442,19 +458,23 @@ _COMPILE_CHECK = textwrap.dedent("""
 
     for n_max in (192, 768):
         cfg = config_for(n_max, 2560)
+        # (the values of T, P and NB are not specialised: do_not_specialize)
         chunk = triton.next_power_of_2(triton.cdiv(2560, cfg.split_k))
         b = "*bf16"
         ptrs = dict(x_ptr=b, sorted_ptr="*i32", block_expert_ptr="*i32", total_ptr="*i32", wg_ptr=b, wu_ptr=b,
                     sg_ptr=b, su_ptr=b, act_ptr=b, ws_ptr="*fp32", ticket_ptr="*i32")
-        ints = ["P", "H", "I", "IS", "stride_xt", "stride_ge", "stride_gn", "stride_ue", "stride_un", "stride_sgn",
-                "stride_sun", "stride_act", "stride_ws_s", "stride_ws_p"]
-        const = dict(stride_xh=1, NUM_EXPERTS=512, PAIRS_PER_TOKEN=9, HAS_SHARED=True, BLOCK_M=BLOCK_M,
+        ints = ["T", "P", "NB", "H", "I", "IS", "stride_xt", "stride_ge", "stride_gn", "stride_ue", "stride_un",
+                "stride_sgn", "stride_sun", "stride_act", "stride_ws_s", "stride_ws_p"]
+        const = dict(stride_xh=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9, BLOCK_M=BLOCK_M,
                      BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=triton.cdiv(2560, chunk),
                      N_TILES=triton.cdiv(n_max, cfg.block_n), HAS_LIMIT=True, DOT_PRECISION="tf32",
                      DOT_UPCAST=False, USE_GDC=True)
         ptx, info = build(_moe_up_kernel, ptrs, ints, ["limit", "shared_limit"], const, cfg.up_warps)
-        # The whole weight chunk in 16-byte loads: 2*block_n x chunk bf16 over the CTA's threads.
-        assert len(re.findall(V4, ptx)) >= 2 * cfg.block_n * chunk * 2 // 16 // (32 * cfg.up_warps), ptx[-2000:]
+        # The whole weight chunk in 16-byte loads (2*block_n x chunk bf16 over the CTA's threads),
+        # the shared expert's before the wait.
+        tile_loads = 2 * cfg.block_n * chunk * 2 // 16 // (32 * cfg.up_warps)
+        assert max_loads_before_a_wait(ptx) >= tile_loads, ptx[-3000:]
+        assert len(re.findall(V4, ptx)) >= 2 * tile_loads, ptx[-3000:]
         print("up", n_max, [l for l in info.splitlines() if "registers" in l])
         ptrs = dict(act_ptr=b, sorted_ptr="*i32", block_expert_ptr="*i32", total_ptr="*i32", wd_ptr=b, sd_ptr=b,
                     y_ptr="*fp32", topk_w_ptr="*fp32", out_ptr=b, ticket_ptr="*i32")
@@ -464,9 +484,8 @@ _COMPILE_CHECK = textwrap.dedent("""
                      BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=triton.next_power_of_2(n_max), COMBINE_T=COMBINE_T,
                      DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
         ptx, info = build(_moe_down_kernel, ptrs, ints, [], const, cfg.down_warps)
-        pre_wait = ptx[: ptx.index("griddepcontrol.wait")]
         tile_loads = cfg.block_h * triton.next_power_of_2(n_max) * 2 // 16 // (32 * cfg.down_warps)
-        assert len(re.findall(V4, pre_wait)) >= tile_loads, pre_wait[-2000:]
+        assert max_loads_before_a_wait(ptx) >= tile_loads, ptx[-3000:]
         print("down", n_max, [l for l in info.splitlines() if "registers" in l])
 """)
 

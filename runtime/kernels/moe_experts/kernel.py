@@ -8,19 +8,22 @@ blocks of 16 slots padded with the sentinel P, ``block_expert_ids[b]`` is block 
 ``total_padded`` the published slot count. Every block holds ONE expert, so a CTA reads one
 expert's weights and multiplies them with up to 16 gathered token rows.
 
-Launch 1, up-GEMM (``_moe_up_kernel``), grid ``(split_k, n_tiles, n_blocks)``: a CTA owns one
-block, ``BLOCK_N`` activation columns (2*BLOCK_N weight rows, gate and up interleaved as in
-swiglu_gemm) and one H chunk of ``CHUNK_K``. It waits (the expert ids are its producer's
-output), exits when its block starts at or past ``total_padded``, loads its whole weight chunk
-in one load, the 16 gathered x rows, does one ``tl.dot`` and, with ``split_k > 1``, stores the
-fp32 partial by pair; the chunk that draws the last integer ticket of its (block, tile) sums the
-partials in chunk order 0..split_k-1 and applies the SwiGLU epilogue (swiglu_gemm's, with the
-clamp), rounding the activation to x.dtype into ``act[pair]``.
+Up-GEMM (``_moe_up_kernel``), grid ``(split_k, n_tiles, n_blocks + cdiv(T, 16))``: a
+CTA owns one block, ``BLOCK_N`` activation columns (2*BLOCK_N weight rows, gate and up
+interleaved as in swiglu_gemm) and one H chunk of ``CHUNK_K``. The CTAs past moe_align's blocks
+own the shared expert, 16 tokens each (the shared expert's bucket in the align layout is skipped
+by the routed CTAs): its weights are producer-independent, so they load their tile before
+``gdc_wait``. A routed CTA's expert id is its producer's output, so it waits first, exits when
+its block starts at or past ``total_padded``, then loads its whole weight chunk in one load. Then
+the 16 gathered x rows, one ``tl.dot`` and, with ``split_k > 1``, the fp32 partial stored by pair;
+the chunk that draws the last integer ticket of its (block, tile) sums the partials in chunk
+order 0..split_k-1 and applies the SwiGLU epilogue (swiglu_gemm's, with the clamp), rounding the
+activation to x.dtype into ``act[pair]``.
 
-Launch 2, down-GEMM + combine (``_moe_down_kernel``), grid ``(n_htiles, n_blocks)``: a CTA owns
+Down-GEMM + combine (``_moe_down_kernel``), grid ``(n_htiles, n_blocks)``: a CTA owns
 one block and ``BLOCK_H`` output columns over the whole intermediate size. Its weight tile is
 loaded BEFORE ``gdc_wait``: the block's expert id comes from moe_align, two launches back, which
-has completed by the time this kernel can start (README.md, "PDL two launches back"). After the
+has completed by the time this kernel can start (README.md, "PDL"). After the
 wait it gathers the 16 activation rows, does one ``tl.dot`` and stores fp32 ``y[pair]``; every
 active block then takes a ticket for its column tile, and the last one combines that tile for
 every token: ``sum_j topk_weights[t, j] * y[t, j]`` in slot order, the shared expert last, in fp32,
@@ -66,7 +69,7 @@ class MoeExpertsConfig:
 # take swiglu_gemm's H200 table for the same (N, K) (design B: whole chunk per CTA, in-launch
 # split-K), 60 (I = 192) / 240 (I = 768) CTAs per expert with 32 KB of weights each; the down-GEMM
 # tile [block_h, next_pow2(I)] is 32 KB (I = 192: 40 CTAs per expert) / 64 KB (I = 768: 80).
-# Registers (sm_90, ptxas -v, no spills): up 118 / 96, down 96 (5 CTAs per SM) / 182 (8 warps,
+# Registers (sm_90, ptxas -v, no spills): up 122 / 114, down 96 (5 CTAs per SM) / 182 (8 warps,
 # one CTA per SM; 16 columns at 4 warps took 214 and held half the bytes in flight).
 CONFIGS: dict[tuple[int, int], MoeExpertsConfig] = {
     (192, 2560): MoeExpertsConfig(block_n=16, split_k=5, up_warps=4, block_h=64, down_warps=4),
@@ -86,73 +89,16 @@ def config_for(n_max: int, h: int) -> MoeExpertsConfig:
 
 
 @triton.jit
-def _block_weights(e, g_ptr, u_ptr, sg_ptr, su_ptr, stride_ge, stride_gn, stride_ue, stride_un,
-                   stride_sgn, stride_sun, I, IS, limit, shared_limit,
-                   NUM_EXPERTS: tl.constexpr, HAS_SHARED: tl.constexpr):
-    """Gate/up base pointers, row strides, row count and clamp of expert ``e`` (E = shared)."""
-    er = tl.minimum(e, NUM_EXPERTS - 1)
-    g_base = g_ptr + er.to(tl.int64) * stride_ge
-    u_base = u_ptr + er.to(tl.int64) * stride_ue
-    stride_g = stride_gn
-    stride_u = stride_un
-    n_e = I
-    lim = limit
-    if HAS_SHARED:
-        shared = e == NUM_EXPERTS
-        g_base = tl.where(shared, sg_ptr, g_base)
-        u_base = tl.where(shared, su_ptr, u_base)
-        stride_g = tl.where(shared, stride_sgn, stride_gn)
-        stride_u = tl.where(shared, stride_sun, stride_un)
-        n_e = tl.where(shared, IS, I)
-        lim = tl.where(shared, shared_limit, limit)
-    return g_base, u_base, stride_g, stride_u, n_e, lim
-
-
-@triton.jit(do_not_specialize=["P"])
-def _moe_up_kernel(
-    x_ptr, sorted_ptr, block_expert_ptr, total_ptr,
-    wg_ptr, wu_ptr, sg_ptr, su_ptr,
-    act_ptr, ws_ptr, ticket_ptr,
-    P, H, I, IS,
-    stride_xt, stride_xh,
-    stride_ge, stride_gn, stride_ue, stride_un, stride_sgn, stride_sun,
-    stride_act, stride_ws_s, stride_ws_p,
-    limit, shared_limit,
-    NUM_EXPERTS: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr, HAS_SHARED: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    N_TILES: tl.constexpr, HAS_LIMIT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
+def _up_tile(
+    w, tok, valid, pair, n_e, lim, rows_w, offs_k, mask_k, tile, pid_k, pid_n,
+    x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh, stride_act, stride_ws_s, stride_ws_p,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr, HAS_LIMIT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
 ):
-    pid_k = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    pid_b = tl.program_id(2)
-    # The block's expert (hence every weight address) is the producer's output: wait first.
-    pdl_wait(USE_GDC)
-    pdl_launch_dependents(USE_GDC)
-    total = tl.load(total_ptr)
-    if pid_b * BLOCK_M >= total:
-        return
-    e = tl.load(block_expert_ptr + pid_b)
-    g_base, u_base, stride_g, stride_u, n_e, lim = _block_weights(
-        e, wg_ptr, wu_ptr, sg_ptr, su_ptr, stride_ge, stride_gn, stride_ue, stride_un, stride_sgn, stride_sun,
-        I, IS, limit, shared_limit, NUM_EXPERTS, HAS_SHARED)
-    if pid_n * BLOCK_N >= n_e:  # a column tile past this expert's I (shared Is != I)
-        return
-
-    # Weight tile: row r is gate row j (r even) or up row j (r odd), j = first + r // 2, so the
-    # accumulator's columns come out interleaved g, u (swiglu_gemm's layout). Unit stride along H.
-    rows_w = pid_n * 2 * BLOCK_N + tl.arange(0, 2 * BLOCK_N)
-    j = rows_w // 2
-    mask_w = j < n_e
-    row_ptrs = tl.where(rows_w % 2 == 0, g_base + j * stride_g, u_base + j * stride_u)
-    offs_k = pid_k * CHUNK_K + tl.arange(0, CHUNK_K)
-    mask_k = offs_k < H
-    w = tl.load(row_ptrs[:, None] + offs_k[None, :], mask=mask_w[:, None] & mask_k[None, :], other=0.0)
-
-    slots = pid_b * BLOCK_M + tl.arange(0, BLOCK_M)
-    pair = tl.load(sorted_ptr + slots)          # inside the published range: pid_b * 16 < total
-    valid = pair < P                            # the sentinel P marks padding
-    tok = pair // PAIRS_PER_TOKEN
+    """One CTA's product of its weight chunk w [2*BLOCK_N, CHUNK_K] with the gathered x rows of
+    ``tok`` (masked by ``valid``), then the SwiGLU epilogue into act[pair] (directly, or through
+    the split-K partials and the last-ticket reduction of output tile ``tile``)."""
+    mask_w = rows_w // 2 < n_e
     x = tl.load(x_ptr + tok[:, None] * stride_xt + offs_k[None, :] * stride_xh,
                 mask=valid[:, None] & mask_k[None, :], other=0.0)
     acc = _dot_acc(x, w, tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32), DOT_PRECISION, DOT_UPCAST)
@@ -168,9 +114,8 @@ def _moe_up_kernel(
         ws_mask = valid[:, None] & mask_w[None, :]
         tl.store(ws_ptrs + pid_k * stride_ws_s, acc, mask=ws_mask)
         # Every thread's partial is stored before the ticket (barrier; acq_rel at GPU scope): the
-        # chunk that draws the last ticket of this (block, tile) sees every partial.
+        # chunk that draws the last ticket of this output tile sees every partial.
         tl.debug_barrier()
-        tile = pid_b * N_TILES + pid_n
         ticket = tl.atomic_add(ticket_ptr + tile, 1, sem="acq_rel", scope="gpu")
         if ticket == SPLIT_K - 1:
             sums = tl.load(ws_ptrs, mask=ws_mask, other=0.0, cache_modifier=".cg")
@@ -179,6 +124,67 @@ def _moe_up_kernel(
             g, u = tl.split(tl.reshape(sums, (BLOCK_M, BLOCK_N, 2)))
             tl.store(act_ptrs, _swiglu(g, u, lim, HAS_LIMIT).to(act_ptr.dtype.element_ty), mask=act_mask)
             tl.atomic_xchg(ticket_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next call
+
+
+@triton.jit(do_not_specialize=["T", "P", "NB"])
+def _moe_up_kernel(
+    x_ptr, sorted_ptr, block_expert_ptr, total_ptr,
+    wg_ptr, wu_ptr, sg_ptr, su_ptr,
+    act_ptr, ws_ptr, ticket_ptr,
+    T, P, NB, H, I, IS,
+    stride_xt, stride_xh,
+    stride_ge, stride_gn, stride_ue, stride_un, stride_sgn, stride_sun,
+    stride_act, stride_ws_s, stride_ws_p,
+    limit, shared_limit,
+    NUM_EXPERTS: tl.constexpr, TOP_K: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    N_TILES: tl.constexpr, HAS_LIMIT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
+):
+    pid_k = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_b = tl.program_id(2)
+    # Weight tile: row r is gate row j (r even) or up row j (r odd), j = first + r // 2, so the
+    # accumulator's columns come out interleaved g, u (swiglu_gemm's layout). Unit stride along H.
+    rows_w = pid_n * 2 * BLOCK_N + tl.arange(0, 2 * BLOCK_N)
+    j = rows_w // 2
+    even = rows_w % 2 == 0
+    offs_k = pid_k * CHUNK_K + tl.arange(0, CHUNK_K)
+    mask_k = offs_k < H
+    tile = pid_b * N_TILES + pid_n
+
+    if pid_b >= NB:
+        # Past moe_align's NB blocks: the shared expert, 16 tokens per CTA. Its weights are
+        # producer-independent, so the tile is requested before the wait.
+        s_rows = tl.where(even, sg_ptr + j * stride_sgn, su_ptr + j * stride_sun)
+        w = tl.load(s_rows[:, None] + offs_k[None, :], mask=(j < IS)[:, None] & mask_k[None, :], other=0.0)
+        pdl_wait(USE_GDC)
+        pdl_launch_dependents(USE_GDC)
+        if pid_n * BLOCK_N < IS:       # else a column tile past Is (Is < I)
+            tok = (pid_b - NB) * BLOCK_M + tl.arange(0, BLOCK_M)
+            pair = tok * PAIRS_PER_TOKEN + TOP_K   # the shared expert is every token's last pair
+            _up_tile(w, tok, tok < T, pair, IS, shared_limit, rows_w, offs_k, mask_k, tile, pid_k, pid_n,
+                     x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh, stride_act, stride_ws_s,
+                     stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT, DOT_PRECISION, DOT_UPCAST)
+    else:
+        # A routed block: its expert id is the producer's (moe_align's) output, so everything
+        # waits. Blocks past the published ones, the shared expert's bucket (done above) and
+        # column tiles past I (I < Is) have nothing to do.
+        pdl_wait(USE_GDC)
+        pdl_launch_dependents(USE_GDC)
+        total = tl.load(total_ptr)
+        e = tl.load(block_expert_ptr + pid_b, mask=pid_b * BLOCK_M < total, other=NUM_EXPERTS)
+        if (e < NUM_EXPERTS) & (pid_n * BLOCK_N < I):
+            slots = pid_b * BLOCK_M + tl.arange(0, BLOCK_M)
+            pair = tl.load(sorted_ptr + slots)   # inside the published range: pid_b * 16 < total
+            e64 = e.to(tl.int64)
+            g_rows = tl.where(even, wg_ptr + e64 * stride_ge + j * stride_gn,
+                              wu_ptr + e64 * stride_ue + j * stride_un)
+            w = tl.load(g_rows[:, None] + offs_k[None, :], mask=(j < I)[:, None] & mask_k[None, :], other=0.0)
+            # The sentinel P marks padding.
+            _up_tile(w, pair // PAIRS_PER_TOKEN, pair < P, pair, I, limit, rows_w, offs_k, mask_k, tile, pid_k,
+                     pid_n, x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh, stride_act, stride_ws_s,
+                     stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT, DOT_PRECISION, DOT_UPCAST)
 
 
 @triton.jit(do_not_specialize=["T", "P"])
@@ -333,7 +339,8 @@ def moe_experts_triton(
     # The ticket buffer first: its one-time allocation launches a fill, which must not sit
     # between the three launches below (the down-GEMM relies on their order, README.md).
     _, n_blocks = align_sizes(p, num_experts, BLOCK_M, has_shared)
-    tickets = split_k_tickets(dev, max(n_blocks * n_tiles, n_htiles))
+    n_shared_blocks = triton.cdiv(t, BLOCK_M) if has_shared else 0
+    tickets = split_k_tickets(dev, max((n_blocks + n_shared_blocks) * n_tiles, n_htiles))
     sorted_ids, block_experts, total = moe_align_triton(
         topk_ids, num_experts, BLOCK_M, has_shared, out=align_out, use_pdl=use_pdl,
         max_single_launch=max_single_launch)
@@ -349,16 +356,16 @@ def moe_experts_triton(
                DOT_UPCAST=interpreting() and x.dtype != torch.float32, USE_GDC=use_pdl)
     act, partials, y = buffers.act, buffers.partials, buffers.y
     ws = partials if partials is not None else act
-    _moe_up_kernel[(split_k, n_tiles, n_blocks)](
+    _moe_up_kernel[(split_k, n_tiles, n_blocks + n_shared_blocks)](
         x, sorted_ids, block_experts, total,
         w_gate, w_up, sg, su,
         act, ws, tickets,
-        p, h, inter, inter_s,
+        t, p, n_blocks, h, inter, inter_s,
         x.stride(0), x.stride(1),
         w_gate.stride(0), w_gate.stride(1), w_up.stride(0), w_up.stride(1), sg.stride(-2), su.stride(-2),
         act.stride(0), ws.stride(0) if partials is not None else 0, ws.stride(1) if partials is not None else 0,
         lim, lim_s,
-        NUM_EXPERTS=num_experts, PAIRS_PER_TOKEN=kp, HAS_SHARED=has_shared,
+        NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=split_k, N_TILES=n_tiles,
         HAS_LIMIT=has_limit, **dot,
         num_warps=cfg.up_warps, num_stages=1, **launch,
