@@ -29,7 +29,6 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from helpers import assert_close, graph_edge_types
 from lingc.models.moe import swiglu as eager_swiglu
 from lingc.runtime.kernels.gemm_common import split_k_tickets
-from lingc.runtime.kernels.moe_align import moe_align_reference
 from lingc.runtime.kernels.moe_experts import moe_experts, moe_experts_reference
 from lingc.runtime.kernels.moe_experts import kernel as experts_kernel
 from lingc.runtime.kernels.moe_experts.kernel import (
@@ -73,19 +72,17 @@ def make_problem(t, dtype, seed, *, e=16, h=64, i=24, i_s=40, k=4, shared=True, 
     column window of a [E, H, I + 8] tensor (row stride I + 8); 'interleaved': w13[:, 0::2],
     w13[:, 1::2] of the same values interleaved; 'separate': contiguous tensors, with x and
     topk_ids / topk_weights as strided windows of wider tensors."""
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(t, h, generator=gen)
-    gate = torch.randn(e, i, h, generator=gen) * (4 / h**0.5)
-    up = torch.randn(e, i, h, generator=gen) * (4 / h**0.5)
-    down = torch.randn(e, h, i, generator=gen) / i**0.5
-    s_gate = torch.randn(i_s, h, generator=gen) * (4 / h**0.5)
-    s_up = torch.randn(i_s, h, generator=gen) * (4 / h**0.5)
-    s_down = torch.randn(h, i_s, generator=gen) / i_s**0.5
-    ids = make_ids(t, e, k, routing, gen)
-    weights = 0.1 + torch.rand(t, k, generator=gen)
-    cast = lambda v: v.to(device=device, dtype=dtype)  # noqa: E731
-    x, gate, up, down, s_gate, s_up, s_down = map(cast, (x, gate, up, down, s_gate, s_up, s_down))
-    ids, weights = ids.to(device), weights.to(device)
+    # Weights drawn on the target device (the GPU shapes hold 0.75 G values); routing on the CPU.
+    gen = torch.Generator(device=device).manual_seed(seed)
+    randn = lambda *shape, scale=1.0: (torch.randn(*shape, generator=gen, device=device) * scale).to(dtype)  # noqa: E731
+    x = randn(t, h)
+    gate, up = randn(e, i, h, scale=4 / h**0.5), randn(e, i, h, scale=4 / h**0.5)
+    down = randn(e, h, i, scale=1 / i**0.5)
+    s_gate, s_up = randn(i_s, h, scale=4 / h**0.5), randn(i_s, h, scale=4 / h**0.5)
+    s_down = randn(h, i_s, scale=1 / i_s**0.5)
+    cpu_gen = torch.Generator().manual_seed(seed)
+    ids = make_ids(t, e, k, routing, cpu_gen).to(device)
+    weights = (0.1 + torch.rand(t, k, generator=cpu_gen)).to(device)
     if layout == "stacked":
         w13 = torch.cat([gate, up], dim=1)
         wide = torch.zeros(e, h, i + 8, device=device, dtype=dtype)
@@ -171,6 +168,11 @@ def eager_moe(pb):
 def test_kernel_matches_reference(t, dtype):
     pb = make_problem(t, dtype, seed=10 + t)
     assert_close(run_kernel(pb), reference(pb), RTOL[dtype])
+
+
+def test_kernel_float16():
+    pb = make_problem(6, torch.float16, seed=15)
+    assert_close(run_kernel(pb), reference(pb), RTOL[torch.bfloat16])
 
 
 @pytest.mark.parametrize("t", [1, 6])

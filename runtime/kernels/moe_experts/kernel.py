@@ -68,7 +68,8 @@ class MoeExpertsConfig:
 # Fixed launch table keyed by (max(I, Is), H). Not yet measured on a GPU: the up-GEMM entries
 # take swiglu_gemm's H200 table for the same (N, K) (design B: whole chunk per CTA, in-launch
 # split-K), 60 (I = 192) / 240 (I = 768) CTAs per expert with 32 KB of weights each; the down-GEMM
-# tile [block_h, next_pow2(I)] is 32 KB (I = 192: 40 CTAs per expert) / 64 KB (I = 768: 80).
+# tile [block_h, next_pow2(I)] holds 24 KB of weights (I = 192: 40 CTAs per expert) / 48 KB
+# (I = 768: 80 CTAs).
 # Registers (sm_90, ptxas -v, no spills): up 122 / 114, down 96 (5 CTAs per SM) / 182 (8 warps,
 # one CTA per SM; 16 columns at 4 warps took 214 and held half the bytes in flight).
 CONFIGS: dict[tuple[int, int], MoeExpertsConfig] = {

@@ -78,13 +78,15 @@ def check_moe_experts_args(x, topk_ids, topk_weights, w_gate, w_up, w_down, shar
     weights = [("w_gate", w_gate, "H"), ("w_up", w_up, "H"), ("w_down", w_down, "I")]
     if all(given):
         if shared_gate.dim() != 2 or shared_gate.shape[0] < 1 or shared_gate.shape[1] != h:
-            raise ValueError(f"{op}: shared_gate must be [Is, H={h}] with Is >= 1, got shape {tuple(shared_gate.shape)}")
+            raise ValueError(f"{op}: shared_gate must be [Is, H={h}] with Is >= 1, got shape "
+                             f"{tuple(shared_gate.shape)}")
         i_s = shared_gate.shape[0]
         if tuple(shared_up.shape) != (i_s, h):
             raise ValueError(f"{op}: shared_up must have shared_gate's shape {(i_s, h)}, got {tuple(shared_up.shape)}")
         if tuple(shared_down.shape) != (h, i_s):
             raise ValueError(f"{op}: shared_down must be [H, Is] = {(h, i_s)}, got {tuple(shared_down.shape)}")
-        weights += [("shared_gate", shared_gate, "H"), ("shared_up", shared_up, "H"), ("shared_down", shared_down, "Is")]
+        weights += [("shared_gate", shared_gate, "H"), ("shared_up", shared_up, "H"),
+                    ("shared_down", shared_down, "Is")]
     for name, w, last in weights:
         if w.dtype != x.dtype:
             raise ValueError(f"{op}: dtype mismatch, x is {x.dtype} but {name} is {w.dtype}")
