@@ -74,7 +74,10 @@ def make_problem(t, dtype, seed, *, e=16, h=64, i=24, i_s=40, k=4, shared=True, 
     topk_ids / topk_weights as strided windows of wider tensors."""
     # Weights drawn on the target device (the GPU shapes hold 0.75 G values); routing on the CPU.
     gen = torch.Generator(device=device).manual_seed(seed)
-    randn = lambda *shape, scale=1.0: (torch.randn(*shape, generator=gen, device=device) * scale).to(dtype)  # noqa: E731
+
+    def randn(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen, device=device) * scale).to(dtype)
+
     x = randn(t, h)
     gate, up = randn(e, i, h, scale=4 / h**0.5), randn(e, i, h, scale=4 / h**0.5)
     down = randn(e, h, i, scale=1 / i**0.5)
