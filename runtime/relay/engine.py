@@ -20,7 +20,7 @@ design.md; speculative rejection sampling is not implemented).
 
 from __future__ import annotations
 
-import warnings
+import time
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
@@ -44,6 +44,8 @@ class EngineStats:
     steps: int = 0
     accepts: list[int] = field(default_factory=list)
     ahead: int = 0             # launches that found the previous step still running
+    launched: int = 0          # steps launched (the last ones may be trimmed overshoot)
+    host_s: list[float] = field(default_factory=list)   # host time to launch each step
     host_syncs: int = 0        # naive host refills (metadata_capture disabled)
 
     @property
@@ -215,16 +217,29 @@ class Engine:
         self.stats = EngineStats()
         first = self._prefill(ids, bool(speculative))
         yield first
-        produced = 1
-        if produced >= max_new_tokens or first in stop_ids:
+        if max_new_tokens == 1 or first in stop_ids:
             return
         if sampling:
             yield from self._sample_loop(max_new_tokens - 1, temperature, top_p, seed, stop_ids)
             return
-        for tok in self._relay_loop(roles):
+        yield from self._until(self._relay_loop(roles), max_new_tokens - 1, stop_ids)
+
+    def resume(self, max_new_tokens: int, speculative: str | None = "nextn",
+               stop: Sequence[int] = ()) -> Iterator[int]:
+        """Continue greedy generation from the current cache and relay buffers, without a reset
+        or prefill (benchmarks start from a synthetic context this way)."""
+        roles = ("draft", "verify", "extend") if speculative else ("decode",)
+        self.prepare(roles)
+        self.stats = EngineStats()
+        yield from self._until(self._relay_loop(roles), max_new_tokens, set(stop))
+
+    @staticmethod
+    def _until(tokens: Iterator[int], count: int, stop_ids: set) -> Iterator[int]:
+        produced = 0
+        for tok in tokens:
             yield tok
             produced += 1
-            if produced >= max_new_tokens or tok in stop_ids:
+            if produced >= count or tok in stop_ids:
                 return
 
     def generate(self, prompt, max_new_tokens: int, **kwargs) -> list[int]:
@@ -241,7 +256,10 @@ class Engine:
         def launch(k: int) -> None:
             if cuda and done_events and done_events[-1] is not None:
                 self.stats.ahead += int(not done_events[-1].query())
+            t0 = time.perf_counter()
             self._launch(roles)
+            self.stats.host_s.append(time.perf_counter() - t0)
+            self.stats.launched += 1
             if not cuda:
                 done_events.append(None)
                 copied.append(self.ring[k % RING].clone())

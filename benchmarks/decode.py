@@ -1,0 +1,300 @@
+"""Batch-1 decode on one GPU: eager vs Inductor vs lingc (plain and NEXTN relay), with the floor.
+
+    python -m benchmarks.decode --preset flash-tp4-rank --context 8192 --out OUT
+        [--modes eager,eager-nextn,inductor,reduce-overhead,reduce-overhead-pdl,lingc,lingc-nextn]
+        [--lingc-inductor 0|1] [--tokens 128]
+
+Random bf16 weights (it says so in the output). The context is synthetic: the cache holds
+`context` rows of random latents and random KDA states, as after a prefill, and decoding starts
+at position `context` (eager MLA scans every cache row, so its cost is that of the full cache
+whatever the position; lingc's MLA kernel reads rows up to the position, which is `context`).
+
+Columns (method.md): step time = GPU time of one step (CUDA events, median); wall per step =
+wall time of the real generation loop / steps launched (host run-ahead included); host per step
+= Python time to launch a step; tokens per step = measured accept length (random weights give
+about 1); TPOT = wall per step / tokens per step, and projected at the article's accept length
+3.25 for relay rows (a projection, labelled); floor = bytes the step must read / copy bandwidth
+measured in the same run, with the routed experts counted from the router's real choices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from lingc.models import Ling3Cache, build_model, preset
+from lingc.models.moe import MoE
+
+from .common import copy_bandwidth_gbps, environment, markdown_table, require_cuda, write_json
+
+ALL_MODES = ["eager", "eager-nextn", "inductor", "reduce-overhead", "reduce-overhead-pdl",
+             "lingc", "lingc-nextn"]
+ARTICLE_ACCEPT = 3.25
+STEPS = 5
+
+
+def _events_ms(fn, reps, warmup=2):
+    out = []
+    for i in range(reps + warmup):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        if i >= warmup:
+            out.append(s.elapsed_time(e))
+    return statistics.median(out)
+
+
+def fill_synthetic(cache: Ling3Cache, seed: int = 1) -> None:
+    g = torch.Generator(device=cache.kv[0].device).manual_seed(seed)
+    for t in cache.tensors():
+        t.normal_(0, 0.3, generator=g)
+
+
+# -- the floor ------------------------------------------------------------------------------------
+
+class Floor:
+    """Bytes a step must read: every non-expert weight it uses once, the distinct routed experts
+    the router really chose (hooked), the MLA cache rows up to the position, KDA states read and
+    written (plus the staged copies of a verify)."""
+
+    def __init__(self, model, context: int):
+        self.model, self.context, cfg = model, context, model.config
+        self.cfg = cfg
+        n = cfg.num_hidden_layers
+        layers = list(model.model.layers)
+        expert_params = {id(p) for m in model.modules() if isinstance(m, MoE) for p in m.experts.parameters()}
+        self.expert_bytes = 3 * cfg.hidden_size * cfg.moe_intermediate_size * 2   # gate, up, down bf16
+
+        def dense(mods):
+            return sum(p.numel() * p.element_size() for m in mods for p in m.parameters()
+                       if id(p) not in expert_params)
+
+        self.target_dense = dense(layers[:n]) + dense([model.model.norm, model.lm_head])
+        self.draft_dense = dense(layers[n:]) + dense([model.lm_head])
+        row = cfg.mla_cache_dim * 2
+        self.state_bytes = cfg.num_attention_heads * cfg.head_dim ** 2 * 4 * len(cfg.kda_layers)
+        # MLA latent rows up to the position, KDA states read once and written once.
+        self.target_cache = len(cfg.mla_layers) * context * row + 2 * self.state_bytes
+        self.draft_cache = context * row
+
+    def distinct_experts(self, fn) -> int:
+        """Sum over MoE layers of the distinct experts chosen while fn() runs."""
+        seen: list[set] = []
+
+        def hook(mod, inp, out):
+            seen.append(set(out[0].reshape(-1).tolist()))
+        hs = [m.gate.register_forward_hook(hook) for m in self.model.modules() if isinstance(m, MoE)]
+        try:
+            with torch.no_grad():
+                fn()
+        finally:
+            for h in hs:
+                h.remove()
+        return sum(len(s) for s in seen)
+
+    def bytes(self, target_T: int | None, draft_Ts: list[int], experts: int) -> int:
+        b = experts * self.expert_bytes
+        if target_T is not None:
+            b += self.target_dense + self.target_cache
+            if target_T > 1:
+                b += target_T * self.state_bytes                           # staged states
+        for _ in draft_Ts:
+            b += self.draft_dense + self.draft_cache
+        return b
+
+
+# -- modes ----------------------------------------------------------------------------------------
+
+def _step_fn(model):
+    def step(ids, pos, cache):
+        logits, _ = model(ids, pos, cache)
+        return logits.argmax(-1)
+    return step
+
+
+def run_eager(model, cache, ctx, tokens):
+    step = _step_fn(model)
+    ids = torch.tensor([7], device="cuda")
+    pos = torch.tensor([ctx], device="cuda")
+    with torch.no_grad():
+        ms = _events_ms(lambda: step(ids, pos, cache), reps=5)
+    return dict(step_ms=ms, wall_ms=ms, host_ms=None, tokens_per_step=1.0, compile_s=0.0)
+
+
+def run_eager_nextn(model, cache, ctx, tokens):
+    """The reference speculative loop (snapshot + replay, host syncs), from a short prompt in the
+    same full-size cache."""
+    from lingc.decoding.reference import speculative_generate
+    times = []
+    last = [time.perf_counter()]
+
+    def on_step(step, c):
+        torch.cuda.synchronize()
+        now = time.perf_counter()
+        times.append(now - last[0])
+        last[0] = now
+    speculative_generate(model, list(range(3, 19)), 14, steps=STEPS, eos_token_id=None,
+                         cache=cache, on_step=on_step)
+    wall = statistics.median(times[1:]) * 1e3 if len(times) > 1 else times[0] * 1e3
+    return dict(step_ms=None, wall_ms=wall, host_ms=None, tokens_per_step=None, compile_s=0.0)
+
+
+def run_inductor(model, cache, ctx, tokens, mode):
+    step = _step_fn(model)
+    kwargs = {}
+    if mode == "reduce-overhead":
+        kwargs = {"mode": "reduce-overhead"}
+    elif mode == "reduce-overhead-pdl":
+        kwargs = {"options": {"triton.cudagraphs": True, "triton.enable_pdl": True}}
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True, dynamic=False, **kwargs)
+    ids = torch.tensor([7], device="cuda")
+    pos = torch.tensor([ctx], device="cuda")
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        compiled(ids, pos, cache)
+        torch.cuda.synchronize()
+        compile_s = time.perf_counter() - t0
+        ms = _events_ms(lambda: compiled(ids, pos, cache), reps=20, warmup=3)
+        t1 = time.perf_counter()
+        for _ in range(20):
+            compiled(ids, pos, cache)
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - t1) / 20 * 1e3
+    return dict(step_ms=ms, wall_ms=wall, host_ms=None, tokens_per_step=1.0, compile_s=compile_s)
+
+
+def run_lingc(model, ctx, tokens, speculative, lingc_inductor):
+    from lingc.runtime.relay.engine import Engine
+    eng = Engine(model, max_len=ctx + tokens * (STEPS + 1) + 64, steps=STEPS,
+                 options={"inductor": bool(lingc_inductor)}, progress=True)
+    roles = ("draft", "verify", "extend") if speculative else ("decode",)
+    t0 = time.perf_counter()
+    eng.prepare(roles)
+    torch.cuda.synchronize()
+    compile_s = time.perf_counter() - t0
+    fill_synthetic(eng.cache)
+    r = eng.relay
+    r.n.fill_(ctx)
+    r.x.fill_(7)
+    r.seed.fill_(11)
+    r.dh.normal_()
+    kind = "nextn" if speculative else None
+    for _ in eng.resume(8, kind):
+        pass
+    torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    out = list(eng.resume(tokens, kind))
+    torch.cuda.synchronize()
+    wall = (time.perf_counter() - t1) / eng.stats.launched * 1e3
+    st = eng.stats
+    per_graph = {}
+    for role in roles:
+        per_graph[role] = _events_ms(lambda: eng._steps[role](), reps=20)
+    return dict(step_ms=sum(per_graph.values()), wall_ms=wall,
+                host_ms=statistics.median(st.host_s) * 1e3,
+                tokens_per_step=len(out) / max(1, st.steps), compile_s=compile_s,
+                per_graph_ms=per_graph, ahead=st.ahead / max(1, st.launched - 1),
+                captured={r_: eng._steps[r_].captured for r_ in roles},
+                graphs=[i.format() for i in eng.graph_infos()])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", default="flash-tp4-rank")
+    ap.add_argument("--context", type=int, default=8192)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--modes", default="eager,lingc,lingc-nextn")
+    ap.add_argument("--lingc-inductor", type=int, default=1)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    bad = [m for m in modes if m not in ALL_MODES]
+    if bad:
+        raise SystemExit(f"unknown mode(s) {bad}; valid: {ALL_MODES}")
+    require_cuda()
+    out = Path(args.out)
+    bw = copy_bandwidth_gbps()
+    cfg = preset(args.preset, router_dtype="bf16")
+    model = build_model(cfg, device="cuda", dtype=torch.bfloat16, seed=0)
+    ctx = args.context
+
+    cache = Ling3Cache.allocate(cfg, ctx + 128, device="cuda")
+    fill_synthetic(cache)
+    floor = Floor(model, ctx)
+    ids1, ids6 = torch.tensor([7], device="cuda"), torch.arange(7, 13, device="cuda")
+    pos1, pos6 = torch.tensor([ctx], device="cuda"), torch.arange(ctx, ctx + 6, device="cuda")
+    h1 = torch.randn(1, cfg.hidden_size, device="cuda", dtype=torch.bfloat16)
+    h6 = torch.randn(6, cfg.hidden_size, device="cuda", dtype=torch.bfloat16)
+    e_t1 = floor.distinct_experts(lambda: model(ids1, pos1, cache))
+    e_t6 = floor.distinct_experts(lambda: model(ids6, pos6, cache))
+    e_d1 = floor.distinct_experts(lambda: model.draft(ids1, pos1, h1, cache))
+    e_d6 = floor.distinct_experts(lambda: model.draft(ids6, pos6, h6, cache))
+    plain_bytes = floor.bytes(1, [], e_t1)
+    relay_bytes = floor.bytes(STEPS + 1, [1] * (STEPS - 1) + [STEPS + 1], e_t6 + (STEPS - 1) * e_d1 + e_d6)
+    floors = {"plain": plain_bytes / (bw * 1e9) * 1e3, "relay": relay_bytes / (bw * 1e9) * 1e3}
+    print(f"copy bandwidth {bw:.0f} GB/s; floor plain step {floors['plain']:.3f} ms "
+          f"({plain_bytes / 1e9:.2f} GB), relay step {floors['relay']:.3f} ms ({relay_bytes / 1e9:.2f} GB)")
+
+    results = {}
+    for mode in modes:
+        t0 = time.perf_counter()
+        print(f"== {mode}", flush=True)
+        try:
+            if mode == "eager":
+                res = run_eager(model, cache, ctx, args.tokens)
+            elif mode == "eager-nextn":
+                res = run_eager_nextn(model, cache, ctx, args.tokens)
+            elif mode.startswith("inductor") or mode.startswith("reduce"):
+                res = run_inductor(model, cache, ctx, args.tokens, mode)
+            else:
+                res = run_lingc(model, ctx, args.tokens, mode == "lingc-nextn", args.lingc_inductor)
+        except Exception as e:  # a failing mode is reported, the others still run
+            res = {"error": f"{type(e).__name__}: {e}"}
+            print(f"{mode} failed: {res['error']}", flush=True)
+        res["mode_s"] = time.perf_counter() - t0
+        relay = mode.endswith("nextn")
+        res["floor_ms"] = floors["relay" if relay else "plain"]
+        if res.get("wall_ms"):
+            tps = res.get("tokens_per_step") or 1.0
+            res["tpot_ms"] = res["wall_ms"] / tps
+            res["tok_s"] = 1e3 / res["tpot_ms"]
+            res["x_floor"] = res["wall_ms"] / res["floor_ms"]
+            if relay:
+                res["tpot_projected_ms"] = res["wall_ms"] / ARTICLE_ACCEPT
+        results[mode] = res
+        write_json(out / "decode.json", _payload(args, bw, floors, results))
+
+    rows = [dict(mode=m, **{k: v for k, v in r.items() if not isinstance(v, (dict, list))})
+            for m, r in results.items()]
+    print(f"\n{args.preset}, context {ctx}, random weights (accept lengths are not meaningful)\n")
+    print(markdown_table(rows, [("mode", "mode", "s"), ("step_ms", "GPU step ms", ".3f"),
+                                ("wall_ms", "wall/step ms", ".3f"), ("host_ms", "host/step ms", ".3f"),
+                                ("tokens_per_step", "tokens/step", ".2f"), ("tpot_ms", "TPOT ms", ".3f"),
+                                ("tok_s", "tok/s", ".1f"), ("floor_ms", "floor ms", ".3f"),
+                                ("x_floor", "x floor", ".2f"),
+                                ("tpot_projected_ms", "TPOT @3.25 (proj.) ms", ".3f"),
+                                ("compile_s", "compile+capture s", ".1f")]))
+    for m, r in results.items():
+        if "per_graph_ms" in r:
+            print(f"{m}: per graph ms {r['per_graph_ms']}; launch ahead {r.get('ahead', 0):.0%}; "
+                  f"captured {r['captured']}")
+            for g in r.get("graphs", []):
+                print("   ", g)
+    return 0
+
+
+def _payload(args, bw, floors, results):
+    return {"preset": args.preset, "context": args.context, "weights": "random bf16",
+            "copy_bandwidth_gbps": bw, "floor_ms": floors, "article_accept": ARTICLE_ACCEPT,
+            "results": results, "env": environment()}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
