@@ -102,10 +102,11 @@ def registered_passes() -> list[type[LingcPass]]:
     from .passes.fuse_projections import FuseProjections
     from .passes.fused_moe import FusedMoE
     from .passes.metadata_capture import MetadataCapture
+    from .passes.pdl_swap import PdlSwap
     from .passes.stage_commit import StageCommit
     from .passes.swiglu_epilogue import SwiGLUEpilogue
 
-    return [StageCommit, MetadataCapture, FusedMoE, SwiGLUEpilogue, FuseProjections]
+    return [StageCommit, MetadataCapture, FusedMoE, SwiGLUEpilogue, FuseProjections, PdlSwap]
 
 
 def pass_names() -> list[str]:
@@ -122,6 +123,25 @@ def disabled_passes(options: LingcOptions) -> set[str]:
         raise ValueError(f"lingc: disable_passes names unknown pass(es) {unknown}; "
                          f"passes are {sorted(names)} (or 'all')")
     return wanted
+
+
+def lower_emitted_composites(graph: fx.Graph) -> int:
+    """Passes may emit ops that the capture's decomposition table would have removed (aten.stack,
+    which stage_commit emits for its staged states, and later passes match on). Inductor refuses
+    such ops ("both a fallback and a decomp"), so the cleanup tail lowers them the way the table
+    does: stack(xs, d) -> cat([unsqueeze(x, d) ...], d)."""
+    from .graph_build import emit
+    n = 0
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is torch.ops.aten.stack.default:
+            xs, dim = node.args[0], (node.args[1] if len(node.args) > 1 else 0)
+            with graph.inserting_before(node):
+                cat = emit(graph, torch.ops.aten.cat.default,
+                           [emit(graph, torch.ops.aten.unsqueeze.default, x, dim) for x in xs], dim)
+            node.replace_all_uses_with(cat)
+            graph.erase_node(node)
+            n += 1
+    return n
 
 
 def mutated_placeholders(gm: fx.GraphModule) -> set[int]:
@@ -216,6 +236,7 @@ class PassManager:
                 progress.update()
         before = count_ops(gm)
         t0 = time.perf_counter()
+        lower_emitted_composites(gm.graph)
         gm.graph.eliminate_dead_code()
         gm.graph.lint()
         gm.recompile()

@@ -215,3 +215,22 @@ stage_commit               8          1850 -> 2033         -  arg50_1: positiona
     arg100_1: recurrence staged over 6 positions
 cleanup                    0          2033 -> 2033         -
 """)
+
+
+def test_staged_verify_graph_through_inductor():
+    """The verify role through Inductor (the other tests run ATen): the staged states reach
+    Inductor in a form it accepts (the cleanup tail lowers the emitted aten.stack)."""
+    torch.manual_seed(2)
+    m = ForeignRecurrence()
+    pos = torch.arange(4)
+    state0 = torch.randn(1, 8, 8)
+    with torch.no_grad():
+        _, y = m(torch.tensor([1, 2, 3, 4]), pos, state0.clone())
+        t = y.argmax(-1)
+        tokens = torch.tensor([1, int(t[0]), (int(t[1]) + 1) % 8, 5])
+        st = state0.clone()
+        accept, _ = compile_lingc(m, role="verify", inductor=True)(tokens, pos, st)
+        ref = state0.clone()
+        m(tokens[:int(accept) + 1], pos[:int(accept) + 1], ref)
+    assert int(accept) == 1
+    assert torch.allclose(st, ref, atol=1e-6)
