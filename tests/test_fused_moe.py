@@ -1,0 +1,452 @@
+"""fused_moe: foreign MoE formulations (matched and deliberately unmatched), numbers with the pass
+on vs off, op counts, the tiny model at T=1, 6 and a chunked T=20, greedy tokens vs eager, one
+Inductor run, and an expect test of the pass's dump on the tiny model."""
+
+import difflib
+from collections import Counter
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from expecttest import assert_expected_inline
+
+from backend_helpers import compile_lingc, pinned_graph_text, run_and_report, stat
+from helpers import assert_close
+from lingc.models import Ling3Cache, build_model, preset
+
+# Deliberately unlike the tiny preset (16 experts in 4 groups, top-4, scale 2.5): the pass must
+# read these from the graph.
+H, E, I, IS, K, G, TG, SCALE = 40, 24, 12, 20, 3, 3, 2, 1.75
+
+
+def _p(*shape, seed, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return nn.Parameter((torch.randn(*shape, generator=g) / shape[-1] ** 0.5).to(dtype), requires_grad=False)
+
+
+class ForeignRouter(nn.Module):
+    """Sigmoid scores, biased grouped top-k, renormalised unbiased weights, written independently
+    of lingc.models.moe (float group mask, masked_fill, an eps in the renormalisation)."""
+
+    def __init__(self, dtype=torch.float32, fill=float("-inf"), fp32=False, matmul3d=False):
+        super().__init__()
+        self.weight, self.bias = _p(E, H, seed=1, dtype=dtype), _p(E, seed=2)
+        self.fill, self.fp32, self.matmul3d = fill, fp32, matmul3d
+
+    def forward(self, x):
+        T = x.shape[0]
+        if self.fp32:
+            logits = F.linear(x.float(), self.weight.float())
+        elif self.matmul3d:
+            logits = (x.unsqueeze(0) @ self.weight.T)[0].float()
+        else:
+            logits = (x @ self.weight.t()).float()
+        s = logits.sigmoid()
+        c = s + self.bias
+        group_scores = c.view(T, G, -1).topk(2, dim=-1)[0].sum(-1)
+        group_idx = group_scores.topk(TG, dim=-1)[1]
+        group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1)
+        mask = group_mask.unsqueeze(-1).expand(T, G, E // G).reshape(T, E)
+        ids = c.masked_fill(~mask.bool(), self.fill).topk(K, dim=-1)[1]
+        w = s.gather(1, ids)
+        return ids, w / (w.sum(-1, keepdim=True) + 1e-20) * SCALE
+
+
+class PlainTopkRouter(ForeignRouter):
+    """No bias, no groups, no renormalisation or scale: moe_router with n_group = topk_group = 1
+    and a zero bias."""
+
+    def forward(self, x):
+        s = torch.sigmoid(F.linear(x, self.weight))
+        ids = torch.topk(s, K, dim=-1).indices
+        return ids, s.gather(-1, ids)
+
+
+class SoftmaxRouter(ForeignRouter):
+    def forward(self, x):
+        w, ids = (x @ self.weight.t()).softmax(-1).topk(K, dim=-1)
+        return ids, w
+
+
+class EinsumMoE(nn.Module):
+    """index_select + einsum, separate gate/up/down tensors, x * sigmoid(x), an einsum combine,
+    a shared expert written with F.linear."""
+
+    def __init__(self, router=None, dtype=torch.float32):
+        super().__init__()
+        self.router = router or ForeignRouter(dtype)
+        self.wg, self.wu, self.wd = _p(E, I, H, seed=3, dtype=dtype), _p(E, I, H, seed=4, dtype=dtype), \
+            _p(E, H, I, seed=5, dtype=dtype)
+        self.sg, self.su, self.sd = _p(IS, H, seed=6, dtype=dtype), _p(IS, H, seed=7, dtype=dtype), \
+            _p(H, IS, seed=8, dtype=dtype)
+
+    def experts(self, x, ids, w):
+        T = x.shape[0]
+        flat = ids.reshape(-1)
+        wg = self.wg.index_select(0, flat).view(T, K, I, H)
+        wu = self.wu.index_select(0, flat).view(T, K, I, H)
+        wd = self.wd.index_select(0, flat).view(T, K, H, I)
+        g, u = torch.einsum("th,tkih->tki", x, wg), torch.einsum("th,tkih->tki", x, wu)
+        y = torch.einsum("tki,tkhi->tkh", g * torch.sigmoid(g) * u, wd)
+        return torch.einsum("tkh,tk->th", y, w.to(y.dtype))
+
+    def shared(self, x):
+        return F.linear(F.silu(F.linear(x, self.sg)) * F.linear(x, self.su), self.sd)
+
+    def forward(self, x):
+        ids, w = self.router(x)
+        return self.experts(x, ids, w) + self.shared(x)
+
+
+class DenseScatterMoE(EinsumMoE):
+    """Every expert on every token; the router weights scattered into a dense [T, E] combine."""
+
+    def experts(self, x, ids, w):
+        dense = torch.zeros(x.shape[0], E).scatter(1, ids, w)
+        g, u = torch.einsum("th,eih->tei", x, self.wg), torch.einsum("th,eih->tei", x, self.wu)
+        y = torch.einsum("tei,ehi->teh", F.silu(g) * u, self.wd)
+        return torch.einsum("te,teh->th", dense, y)
+
+
+class DenseOneHotMoE(DenseScatterMoE):
+    """The dense form with a one-hot combine matrix."""
+
+    def experts(self, x, ids, w):
+        dense = (F.one_hot(ids, E).to(w.dtype) * w.unsqueeze(-1)).sum(1)
+        g, u = torch.einsum("th,eih->tei", x, self.wg), torch.einsum("th,eih->tei", x, self.wu)
+        y = torch.einsum("tei,ehi->teh", g * torch.sigmoid(g) * u, self.wd)
+        return torch.einsum("te,teh->th", dense, y)
+
+
+class PerSlotMoE(nn.Module):
+    """A Python loop over the slots: one expert per token per iteration, stacked w13 split by chunk,
+    clamped SwiGLU (routed 0.5, shared 0.7), fused gate_up shared expert, router by matmul on 3-D."""
+
+    def __init__(self):
+        super().__init__()
+        self.router = ForeignRouter(matmul3d=True)
+        self.w13, self.w2 = _p(E, 2 * I, H, seed=9), _p(E, H, I, seed=10)
+        self.gate_up, self.down = _p(2 * IS, H, seed=11), _p(H, IS, seed=12)
+
+    def forward(self, x):
+        ids, w = self.router(x)
+        out = None
+        for j in range(K):
+            e = ids[:, j]
+            g, u = torch.bmm(self.w13[e], x.unsqueeze(-1)).squeeze(-1).chunk(2, dim=-1)
+            a = torch.clamp(F.silu(g), max=0.5) * torch.clamp(u, -0.5, 0.5)
+            term = w[:, j, None] * torch.bmm(self.w2[e], a.unsqueeze(-1)).squeeze(-1)
+            out = term if out is None else out + term
+        g, u = (x @ self.gate_up.T).chunk(2, dim=-1)
+        return out + (torch.clamp(F.silu(g), max=0.7) * torch.clamp(u, -0.7, 0.7)) @ self.down.T
+
+
+class WeightedSumMoE(nn.Module):
+    """gather + bmm like lingc's model but a weighted sum(1) combine, no shared expert; in bf16 with
+    an fp32 router (`F.linear(x.float(), W.float())`) and the swiglu under .float()."""
+
+    def __init__(self, dtype=torch.bfloat16):
+        super().__init__()
+        self.router = ForeignRouter(dtype, fp32=True)
+        self.w13, self.w2 = _p(E, 2 * I, H, seed=13, dtype=dtype), _p(E, H, I, seed=14, dtype=dtype)
+
+    def forward(self, x):
+        ids, w = self.router(x)
+        T = x.shape[0]
+        h = torch.bmm(self.w13[ids.reshape(-1)], x.repeat_interleave(K, 0).unsqueeze(-1)).squeeze(-1)
+        a = (F.silu(h[:, :I].float()) * h[:, I:].float()).to(x.dtype)
+        y = torch.bmm(self.w2[ids.reshape(-1)], a.unsqueeze(-1)).view(T, K, H)
+        return (y.float() * w.unsqueeze(-1)).sum(1).to(x.dtype)
+
+
+class TransposedExperts(EinsumMoE):
+    """Gate/up stored [E, H, I]: moe_experts would need a copy, so the experts are left alone."""
+
+    def __init__(self):
+        super().__init__()
+        self.wg, self.wu = _p(E, H, I, seed=3), _p(E, H, I, seed=4)
+
+    def experts(self, x, ids, w):
+        g, u = torch.einsum("th,tkhi->tki", x, self.wg[ids]), torch.einsum("th,tkhi->tki", x, self.wu[ids])
+        y = torch.einsum("tki,tkhi->tkh", F.silu(g) * u, self.wd[ids])
+        return torch.einsum("tkh,tk->th", y, w)
+
+
+class ReluExperts(EinsumMoE):
+    def experts(self, x, ids, w):
+        g, u = torch.einsum("th,tkih->tki", x, self.wg[ids]), torch.einsum("th,tkih->tki", x, self.wu[ids])
+        return torch.einsum("tkh,tk->th", torch.einsum("tki,tkhi->tkh", torch.relu(g) * u, self.wd[ids]), w)
+
+
+class MissingSlot(EinsumMoE):
+    def experts(self, x, ids, w):
+        y = super().experts(x, ids, torch.ones_like(w))
+        return y - super().experts(x, ids[:, -1:].expand(-1, K), w[:, -1:].expand(-1, K) / K)
+
+
+MATCHED = [
+    # module, T, matches, notes
+    (EinsumMoE(), 5, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
+    (DenseScatterMoE(), 4, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
+    (DenseOneHotMoE(), 3, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
+    (PerSlotMoE(), 4, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
+    (WeightedSumMoE(), 5, 2, ["1 routers, 1 expert blocks (0 with shared expert)"]),
+    (EinsumMoE(), 1, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
+    (EinsumMoE(PlainTopkRouter()), 4, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
+]
+UNMATCHED = [
+    (EinsumMoE(ForeignRouter(fill=0.0)), 1, "router left as ATen ops: the expert selection is not the "
+                                            "sigmoid grouped top-k (checked on random scores)"),
+    (TransposedExperts(), 1, "experts left as ATen ops: expert gate/up weights are not stored [E, I, H]"),
+    (ReluExperts(), 1, "experts left as ATen ops: the expert projections do not form a SwiGLU"),
+    (MissingSlot(), 1, "experts left as ATen ops: the expert outputs are not summed over all slots"),
+]
+
+
+def _rows(report) -> Counter:
+    return Counter({op: n for _, op, n, _ in report.kernels.rows})
+
+
+def _x(T, dtype=torch.float32, seed=0):
+    return torch.randn(T, H, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+@pytest.mark.parametrize("module, T, matches, notes", MATCHED,
+                         ids=[f"{type(m).__name__}-{type(m.router).__name__}-T{t}" for m, t, *_ in MATCHED])
+def test_foreign_formulations(module, T, matches, notes):
+    x = _x(T, module.router.weight.dtype)
+    with torch.no_grad():
+        ref = module(x)
+    out, report = run_and_report(module, x)
+    off, report_off = run_and_report(module, x, disable_passes=["fused_moe"])
+    s = stat(report, "fused_moe")
+    assert (s.matches, s.notes) == (matches, notes)
+    rows = _rows(report)
+    assert rows["lingc.moe_router"] == rows["lingc.moe_experts"] == 1
+    for gone in ("aten.topk", "aten.bmm", "aten.index", "aten.index_select", "aten.sigmoid"):
+        assert rows[gone] == 0, gone
+    assert s.ops_after < s.ops_before and rows["lingc.swiglu_gemm_separate"] == 0   # shared expert is ours
+    if x.dtype == torch.float32:
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out, off, rtol=1e-5, atol=1e-5)
+    else:                      # declared: fp32 router logits, one rounding of the combine
+        assert_close(out, ref, 1e-2)
+        assert_close(out, off, 1e-2)
+
+
+@pytest.mark.parametrize("module, matches, note", UNMATCHED, ids=[type(m).__name__ for m, *_ in UNMATCHED])
+def test_unmatched_parts_are_left_with_a_note(module, matches, note):
+    x = _x(4)
+    with torch.no_grad():
+        ref = module(x)
+    out, report = run_and_report(module, x)
+    s = stat(report, "fused_moe")
+    assert s.matches == matches
+    assert any(note in n for n in s.notes), s.notes
+    rows = _rows(report)
+    assert rows["lingc.moe_router"] == (1 if "router left" not in note else 0)
+    assert rows["lingc.moe_experts"] == (1 if "experts left" not in note else 0)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_softmax_router_is_not_a_moe_block():
+    m = EinsumMoE(SoftmaxRouter())
+    x = _x(3)
+    with torch.no_grad():
+        ref = m(x)
+    out, report = run_and_report(m, x)
+    assert (stat(report, "fused_moe").matches, stat(report, "fused_moe").notes) == (0, [])
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_zero_fill_changes_routing():
+    """The unmatched 0-fill router above really computes something else (negative biased scores)."""
+    a, b = ForeignRouter(), ForeignRouter(fill=0.0)
+    b.bias.data -= 3.0
+    a.bias.data -= 3.0
+    x = _x(16)
+    assert not torch.equal(a(x)[0].sort(-1).values, b(x)[0].sort(-1).values)
+
+
+# ----------------------------------------------------------------------------------- tiny model
+@pytest.fixture(scope="module")
+def tiny():
+    return build_model(preset("tiny"), progress=False)
+
+
+def _step_args(model, T, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 300, (T,), generator=g), torch.arange(7, 7 + T), Ling3Cache.allocate(model.config, 48)
+
+
+@pytest.mark.parametrize("T, blocks", [(1, 5), (6, 5), (20, 10)])     # T=20: two MOE_CHUNK chunks
+def test_tiny_model(tiny, T, blocks):
+    ids, pos, cache = _step_args(tiny, T)
+    with torch.no_grad():
+        ref, _ = tiny(ids, pos, cache.clone())
+    (off, _), report_off = run_and_report(tiny, ids, pos, cache.clone(), role="decode",
+                                          disable_passes=["fused_moe"])
+    (logits, _), report = run_and_report(tiny, ids, pos, cache, role="decode", verify=True)
+    s = stat(report, "fused_moe")
+    assert s.matches == 2 * blocks
+    assert s.notes == [f"{blocks} routers, {blocks} expert blocks ({blocks} with shared expert)"]
+    assert s.max_rel_err is not None and s.max_rel_err < 1e-5          # verify mode ran the graph
+    rows, rows_off = _rows(report), _rows(report_off)
+    assert rows["lingc.moe_router"] == rows["lingc.moe_experts"] == blocks
+    assert rows["aten.topk"] == rows["aten.index"] == 0
+    assert rows_off["aten.bmm"] - rows["aten.bmm"] == 2 * blocks         # only attention bmm left
+    # the dense layer's MLP is the only SwiGLU left for swiglu_epilogue
+    assert stat(report, "swiglu_epilogue").matches == tiny.config.first_k_dense_replace
+    torch.testing.assert_close(logits, ref, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(logits, off, rtol=1e-5, atol=1e-5)
+    assert torch.equal(logits.argmax(-1), ref.argmax(-1))
+
+
+def test_tiny_model_bf16_router_numerics():
+    """bf16 model: the declared numerics (fp32 router logits, one rounding of the combine) keep
+    the logits close to the unfused graph."""
+    model = build_model(preset("tiny", torch_dtype="bfloat16", router_dtype="bf16"), progress=False)
+    ids, pos, cache = _step_args(model, 6)
+    (on, _), report = run_and_report(model, ids, pos, cache.clone(), role="decode")
+    (off, _), _ = run_and_report(model, ids, pos, cache.clone(), role="decode", disable_passes=["fused_moe"])
+    assert stat(report, "fused_moe").matches == 10
+    assert_close(on.float(), off.float(), 3e-2)
+
+
+def test_tiny_greedy_tokens_equal_eager(tiny):
+    from lingc.decoding.reference import greedy_generate, prefill
+    prompt = torch.randint(0, 300, (12,), generator=torch.Generator().manual_seed(5))
+    want = greedy_generate(tiny, prompt, 10, eos_token_id=None)
+    step = compile_lingc(tiny, role="decode", fail_on_recompile=True)
+    cache = Ling3Cache.allocate(tiny.config, 32)
+    with torch.no_grad():
+        logits, _ = prefill(tiny, cache, prompt)
+        out = [int(logits.argmax())]
+        for i in range(9):
+            lg, _ = step(torch.tensor([out[-1]]), torch.tensor([12 + i]), cache)
+            out.append(int(lg[0].argmax()))
+    assert out == want
+
+
+def test_tiny_through_inductor(tiny):
+    """Inductor compiles what is left around the lingc ops; the w13 halves reach moe_experts as
+    views of the parameter (reinterpret_tensor with an offset), never copies."""
+    import re
+    from lingc.backend import compile_reports
+    from torch._inductor.utils import run_and_get_code
+    ids, pos, cache = _step_args(tiny, 1)
+    with torch.no_grad():
+        ref, _ = tiny(ids, pos, cache.clone())
+        step = compile_lingc(tiny, role="decode", inductor=True)
+        (logits, _), codes = run_and_get_code(step, ids, pos, cache)
+    report = compile_reports[-1]
+    assert stat(report, "fused_moe").matches == 10 and report.kernels.inductor_kernels
+    calls = re.findall(r"torch\.ops\.lingc\.moe_experts\.default\((.*)\)\n", "".join(codes))
+    assert len(calls) == 5
+    for call in calls:
+        w13 = re.findall(r"reinterpret_tensor\((arg\d+_1), \(16, 24, 96\), \(4608, 96, 1\), (\d+)\)", call)
+        assert [off for _, off in w13] == ["0", "2304"] and w13[0][0] == w13[1][0], call
+    torch.testing.assert_close(logits, ref, rtol=1e-4, atol=1e-4)
+
+
+# ------------------------------------------------------------------------------------ expect
+@pinned_graph_text
+def test_expect_tiny_dump(tiny, tmp_path):
+    """The tiny model's T=1 dump: pass summary, lingc kernels, the nodes fused_moe adds, and what
+    it removes (by op)."""
+    from lingc.dump import format_summary
+    ids, pos, cache = _step_args(tiny, 1)
+    _, report = run_and_report(tiny, ids, pos, cache, role="decode", dump_dir=str(tmp_path))
+    d = tmp_path / report.dump_dir.split("/")[-1]
+    before = next(d.glob("*-fused_moe.before.txt")).read_text().splitlines()
+    after = next(d.glob("*-fused_moe.after.txt")).read_text().splitlines()
+    diff = [l for l in difflib.unified_diff(before, after, n=0, lineterm="") if not l.startswith(("+++", "---"))]
+    added = [l for l in diff if l.startswith("+")]
+    removed = Counter(l.split("= ", 1)[1].split("(")[0] for l in diff if l.startswith("-") and "= " in l)
+    lingc_rows = [r for r in report.kernels.format().splitlines() if r.startswith(("lingc", "library", "totals"))]
+    assert_expected_inline(format_summary(report.stats, "decode", timings=False), """\
+lingc pass summary (role decode)
+pass                 matches   ops before -> after   time ms  note
+stage_commit               -                     -         -  skipped: not for role decode
+metadata_capture           0          1423 -> 1423         -
+fused_moe                 10          1423 -> 1089         -  5 routers, 5 expert blocks (5 with shared expert)
+swiglu_epilogue            1          1089 -> 1081         -
+fuse_projections          14          1081 -> 1049         -  6 same-input groups
+cleanup                    0          1049 -> 1049         -
+""")
+    assert_expected_inline("\n".join(lingc_rows) + "\n", """\
+lingc         lingc.gemm                            14  f32[1, 324]
+lingc         lingc.moe_experts                      5  f32[1, 96]
+lingc         lingc.moe_router                       5  (i32[1, 4], f32[1, 4])
+lingc         lingc.swiglu_gemm_separate             1  f32[1, 160]
+library GEMM  aten.bmm                              10  f32[4, 1, 40]
+totals: aten 489, glue 525, library GEMM 10, lingc 25
+""")
+    assert_expected_inline("\n".join(added) + "\n", """\
++%moe_router_default = lingc.moe_router(%slice_31, %arg39_1, %arg40_1, 4, 2, 4, 2.5, True) (i32[1, 4], f32[1, 4])
++%getitem_30 = getitem(%moe_router_default, 0)                i32[1, 4]
++%getitem_31 = getitem(%moe_router_default, 1)                f32[1, 4]
++%slice_tensor = aten.slice.Tensor(%arg41_1, 1, 0, 24)        f32[16, 24, 96]
++%slice_tensor_1 = aten.slice.Tensor(%arg41_1, 1, 24, 48)     f32[16, 24, 96]
++%moe_experts_default = lingc.moe_experts(%slice_31, %getitem_30, %getitem_31, %slice_tensor, %slice_tensor_1, %arg42_1, %arg43_1, %arg44_1, %arg45_1, 0.0, 0.0) f32[1, 96]
++%add_49 = aten.add.Tensor(%add_40, %moe_experts_default)     f32[1, 96]
++%moe_router_default_1 = lingc.moe_router(%slice_65, %arg57_1, %arg58_1, 4, 2, 4, 2.5, True) (i32[1, 4], f32[1, 4])
++%getitem_32 = getitem(%moe_router_default_1, 0)              i32[1, 4]
++%getitem_33 = getitem(%moe_router_default_1, 1)              f32[1, 4]
++%slice_tensor_2 = aten.slice.Tensor(%arg59_1, 1, 0, 24)      f32[16, 24, 96]
++%slice_tensor_3 = aten.slice.Tensor(%arg59_1, 1, 24, 48)     f32[16, 24, 96]
++%moe_experts_default_1 = lingc.moe_experts(%slice_65, %getitem_32, %getitem_33, %slice_tensor_2, %slice_tensor_3, %arg60_1, %arg61_1, %arg62_1, %arg63_1, 0.0, 0.0) f32[1, 96]
++%add_64 = aten.add.Tensor(%add_55, %moe_experts_default_1)   f32[1, 96]
++%moe_router_default_2 = lingc.moe_router(%slice_87, %arg81_1, %arg82_1, 4, 2, 4, 2.5, True) (i32[1, 4], f32[1, 4])
++%getitem_34 = getitem(%moe_router_default_2, 0)              i32[1, 4]
++%getitem_35 = getitem(%moe_router_default_2, 1)              f32[1, 4]
++%slice_tensor_4 = aten.slice.Tensor(%arg83_1, 1, 0, 24)      f32[16, 24, 96]
++%slice_tensor_5 = aten.slice.Tensor(%arg83_1, 1, 24, 48)     f32[16, 24, 96]
++%moe_experts_default_2 = lingc.moe_experts(%slice_87, %getitem_34, %getitem_35, %slice_tensor_4, %slice_tensor_5, %arg84_1, %arg85_1, %arg86_1, %arg87_1, 0.0, 0.0) f32[1, 96]
++%add_92 = aten.add.Tensor(%add_83, %moe_experts_default_2)   f32[1, 96]
++%moe_router_default_3 = lingc.moe_router(%slice_109, %arg105_1, %arg106_1, 4, 2, 4, 2.5, True) (i32[1, 4], f32[1, 4])
++%getitem_36 = getitem(%moe_router_default_3, 0)              i32[1, 4]
++%getitem_37 = getitem(%moe_router_default_3, 1)              f32[1, 4]
++%slice_tensor_6 = aten.slice.Tensor(%arg107_1, 1, 0, 24)     f32[16, 24, 96]
++%slice_tensor_7 = aten.slice.Tensor(%arg107_1, 1, 24, 48)    f32[16, 24, 96]
++%moe_experts_default_3 = lingc.moe_experts(%slice_109, %getitem_36, %getitem_37, %slice_tensor_6, %slice_tensor_7, %arg108_1, %arg109_1, %arg110_1, %arg111_1, 0.6, 0.0) f32[1, 96]
++%add_120 = aten.add.Tensor(%add_111, %moe_experts_default_3) f32[1, 96]
++%moe_router_default_4 = lingc.moe_router(%slice_143, %arg122_1, %arg123_1, 4, 2, 4, 2.5, True) (i32[1, 4], f32[1, 4])
++%getitem_38 = getitem(%moe_router_default_4, 0)              i32[1, 4]
++%getitem_39 = getitem(%moe_router_default_4, 1)              f32[1, 4]
++%slice_tensor_8 = aten.slice.Tensor(%arg124_1, 1, 0, 24)     f32[16, 24, 96]
++%slice_tensor_9 = aten.slice.Tensor(%arg124_1, 1, 24, 48)    f32[16, 24, 96]
++%moe_experts_default_4 = lingc.moe_experts(%slice_143, %getitem_38, %getitem_39, %slice_tensor_8, %slice_tensor_9, %arg125_1, %arg126_1, %arg127_1, %arg128_1, 0.6, 0.8) f32[1, 96]
++%add_135 = aten.add.Tensor(%add_126, %moe_experts_default_4) f32[1, 96]
+""")
+    assert_expected_inline("".join(f"{op} {n}\n" for op, n in sorted(removed.items())), """\
+aten.add.Tensor 40
+aten.bitwise_not 5
+aten.bmm 10
+aten.clamp_max 6
+aten.clamp_min 3
+aten.clone 5
+aten.div.Tensor 15
+aten.exp 10
+aten.expand 5
+aten.full 5
+aten.gather 5
+aten.index.Tensor 10
+aten.mm 20
+aten.mul.Tensor 35
+aten.neg 10
+aten.permute 20
+aten.scalar_tensor 5
+aten.scatter.value 5
+aten.select.int 20
+aten.sigmoid 5
+aten.slice.Tensor 30
+aten.squeeze.dim 10
+aten.sum.dim_IntList 10
+aten.topk 15
+aten.unsqueeze 20
+aten.view 25
+aten.where.self 5
+getitem 15
+""")
