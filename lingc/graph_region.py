@@ -1,0 +1,166 @@
+"""Regions of an FX graph: cut out the subgraph that computes some values from some inputs, and
+run it on its own.
+
+pdl_swap replaces whole computations (a KDA layer's core, an MLA attention core) by one lingc op.
+It finds such a computation by its boundary, the values it produces (a state write, an attention
+output) and the values it starts from (projection outputs, parameters, a cache), and then checks
+that the cut-out region computes what the op computes: `region_module` turns the region into a
+standalone GraphModule, `run_region` evaluates it on random inputs, and the pass compares the
+result with the op's reference under each candidate assignment of inputs to the op's arguments.
+That equivalence check is what lets a foreign spelling of the same math match (a transposed
+state, x * sigmoid(x), another loop), and what keeps different math from matching.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+import torch
+import torch.fx as fx
+from torch.utils._pytree import tree_map
+
+from .compat import real_tensor_mode
+from .graph_match import is_call
+from .pass_manager import VIEW_OPS
+
+aten = torch.ops.aten
+
+# Ops whose results are "inputs" to an attention core: projections and other lingc kernels.
+HEAVY = {aten.mm.default, aten.addmm.default, aten.embedding.default}
+
+
+def is_heavy(n: fx.Node) -> bool:
+    t = n.target
+    return n.op == "call_function" and (t in HEAVY or (isinstance(t, torch._ops.OpOverload)
+                                                        and t.namespace == "lingc"))
+
+
+def val(n):
+    return n.meta.get("val") if isinstance(n, fx.Node) else None
+
+
+def shape(n) -> tuple[int, ...] | None:
+    v = val(n)
+    return tuple(v.shape) if isinstance(v, torch.Tensor) else None
+
+
+def numel(n) -> int:
+    v = val(n)
+    return v.numel() if isinstance(v, torch.Tensor) else -1
+
+
+def ancestors(nodes: Iterable[fx.Node]) -> set[fx.Node]:
+    seen, stack = set(), list(nodes)
+    while stack:
+        for a in stack.pop().all_input_nodes:
+            if a not in seen:
+                seen.add(a)
+                stack.append(a)
+    return seen
+
+
+def descendants(nodes: Iterable[fx.Node], through: Callable[[fx.Node], bool] = lambda n: True) -> set[fx.Node]:
+    """Every node reachable from `nodes` by users; propagation stops after nodes where
+    `through(node)` is false (they are included, their users are not)."""
+    seen, stack = set(), list(nodes)
+    while stack:
+        for u in stack.pop().users:
+            if u not in seen:
+                seen.add(u)
+                if through(u):
+                    stack.append(u)
+    return seen
+
+
+SPLITS = {aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int, aten.chunk.default}
+
+
+def view_base(n: fx.Node) -> fx.Node:
+    """The node whose storage n views (through views, getitem of splits)."""
+    while (is_call(n, *VIEW_OPS, *SPLITS)
+           or (n.op == "call_function" and getattr(n.target, "__name__", "") == "getitem")):
+        n = n.args[0]
+    return n
+
+
+def region(outputs: list[fx.Node], is_leaf: Callable[[fx.Node], bool]) -> tuple[list[fx.Node], list[fx.Node]]:
+    """(region nodes in graph order, leaves in first-seen order): the ancestors of `outputs`,
+    stopping at nodes where is_leaf is true; nodes without inputs (iota, full, scalar_tensor)
+    belong to the region."""
+    inside: set[fx.Node] = set()
+    leaves: list[fx.Node] = []
+    stack = list(outputs)
+    while stack:
+        n = stack.pop()
+        if n in inside or n in leaves:
+            continue
+        if n.op == "placeholder" or (is_leaf(n) and not is_constant(n)):
+            leaves.append(n)
+            continue
+        inside.add(n)
+        stack.extend(n.all_input_nodes)
+    order = {n: i for i, n in enumerate(outputs[0].graph.nodes)}
+    return sorted(inside, key=order.__getitem__), leaves
+
+
+def is_constant(n: fx.Node, memo: dict | None = None) -> bool:
+    """n depends on no graph input (iota, full, arange and views of them)."""
+    memo = {} if memo is None else memo
+    if n not in memo:
+        memo[n] = n.op == "call_function" and all(is_constant(a, memo) for a in n.all_input_nodes)
+    return memo[n]
+
+
+def widen_leaf(leaf: fx.Node, want: Callable[[fx.Node], bool]) -> tuple[fx.Node, list[fx.Node]]:
+    """Walk a leaf back through single-input view ops to the nearest node `want` accepts:
+    (that node, the view nodes passed, which join the region). (leaf, []) when none does."""
+    chain, n = [], leaf
+    while True:
+        if want(n):
+            return n, chain
+        if not is_call(n, *VIEW_OPS, aten.clone.default, torch.ops.prims.convert_element_type.default):
+            return leaf, []
+        chain.append(n)
+        n = n.args[0]
+
+
+def region_module(nodes: list[fx.Node], leaves: list[fx.Node], outputs: list[fx.Node]) -> fx.GraphModule:
+    """The region as a standalone GraphModule(leaves...) -> outputs, on the CPU."""
+    g = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for i, leaf in enumerate(leaves):
+        env[leaf] = g.placeholder(f"in{i}")
+    cpu = lambda a: torch.device("cpu") if isinstance(a, torch.device) else a  # noqa: E731
+    for n in nodes:
+        new = g.node_copy(n, lambda a: env[a])
+        new.kwargs = tree_map(cpu, dict(new.kwargs))
+        env[n] = new
+    g.output([env[o] for o in outputs])
+    return fx.GraphModule(torch.nn.Module(), g)
+
+
+def random_like(n: fx.Node, gen: torch.Generator, scale: float = 1.0) -> torch.Tensor:
+    v = val(n)
+    if v.dtype.is_floating_point:
+        return (scale * torch.randn(v.shape, generator=gen)).to(v.dtype)
+    return torch.randint(0, 2, v.shape, generator=gen).to(v.dtype)
+
+
+def run_region(gm: fx.GraphModule, inputs: list[torch.Tensor]) -> list[torch.Tensor] | None:
+    """Evaluate a region on real CPU tensors; None when it cannot run (an op without a CPU path)."""
+    with real_tensor_mode(), torch.no_grad():
+        try:
+            return [o.detach() for o in gm(*inputs)]
+        except Exception:  # noqa: BLE001  (a region that cannot run is simply not matched)
+            return None
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| / max |b| over equal numels (inf when they cannot be compared)."""
+    if a is None or b is None or a.numel() != b.numel():
+        return float("inf")
+    a, b = a.reshape(-1).double(), b.reshape(-1).double()
+    if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+        return float("inf")
+    scale = b.abs().max().item()
+    return (a - b).abs().max().item() / (scale if scale > 0 else 1.0)

@@ -1,0 +1,635 @@
+"""pdl_swap: the norms, the KDA chain and the MLA decode core become lingc's PDL-launched kernels;
+the dump reports PDL coverage and each layer's chain of lingc ops.
+
+    before:  h = r + x ; y = (h * rsqrt(mean(h^2) + eps) * w)          (5-7 ATen ops, fp32 casts)
+    after:   y, h = lingc.rmsnorm(x, w, r, eps)                           (1 kernel, residual fused)
+
+    before:  conv window cat + taps + silu (q, k, v), l2norms, gate, beta, T token steps of the
+             delta rule, state/window written back by select_scatter + copy_   (~60 ops per token)
+    after:   o = lingc.kda_chain(q, k, v, f, b, conv_w, window[slot], A_log, dt_bias,
+                                 state[slot], lower_bound, None, None)   (in place: no copy_ left)
+    verify (the staged form stage_commit leaves: stack(V_0..V_T-1)[accept] written back):
+             o = lingc.kda_chain(..., stages = aten.empty([T, ...]))     (state untouched)
+             lingc.kda_commit(state[slot], window[slot], stages..., accept)  at the epilogue
+
+    before:  rmsnorm_per_head(o) * w * sigmoid(g)        after: lingc.gated_head_rmsnorm(o, g, w, eps)
+
+    before:  scores = (q_lat c^T + rope(q_rope) k_rope^T) * scale ; causal mask from positions ;
+             softmax ; p @ c                              (T <= 16)
+    after:   o_lat = lingc.mla_decode(q_lat, q_rope, kv[slot], positions, scale, None, inv_freq)
+
+How matches are found (computations, not names):
+- norms are matched op by op: x * rsqrt(mean(x^2) + eps) * w in its spellings (pow or x*x, mean
+  or sum / D, commuted multiplies, fp32 upcast of x and w with the downcast after), the add that
+  produced x when it is a [T, D] residual add, and a following sigmoid gate for the per-head form.
+  The ops' CPU references run the model's exact op sequence, so the model's path is bit-identical.
+- KDA and MLA are matched by region: the KDA core is everything between a recurrent-state write
+  (a fp32 [H, A, A] slot written back from its own old value), the conv-window write that feeds
+  it and the state's read-out o (the first value every other use of the state goes through) on
+  one side, and projection outputs and parameters on the other. The MLA core is everything
+  between a softmax's p @ c output and the latent cache slot, the positions and the query
+  projections. The cut-out region is then run on random inputs and compared with the op's
+  reference under every candidate role assignment (q/k/v order, state layout [K, V] or [V, K],
+  the lower bound and scale among the region's constants, RoPE fused or not). Only an
+  assignment that reproduces the region (rel. error 1e-4 in fp32) is rewritten; a region that no
+  assignment reproduces is left alone with a note. A state stored [V, K] runs the kernel on a
+  transposed temporary (noted; the in-place layout is [K, V]).
+
+Numerics (declared): the KDA and MLA references evaluate one position at a time (batch-invariant
+in T); at T=1 they are the model's computation, at T > 1 they differ from the whole-T ATen ops in
+the last bits of exp/sigmoid. Not done here: RoPE outside the MLA core (the cached key's RoPE and
+the cache write), the absorbed W_uk / W_uv products and the MLA head gate (gated after W_uv in the
+model's order, so gate=None keeps its bits): they are listed in the coverage note.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+
+import torch
+import torch.fx as fx
+
+from lingc.compat import real_tensor_mode
+from lingc.graph_build import emit
+from lingc.graph_match import CASTS, aten, is_call, scalar, strip
+from lingc.graph_text import target_name
+from lingc.graph_region import (ancestors, descendants, is_heavy, numel, random_like, region, region_module,
+                                rel_err, run_region, shape, val, view_base, widen_leaf)
+from lingc.kernel_table import classify
+from lingc.pass_manager import VIEW_OPS, LingcPass
+
+lingc_ops = torch.ops.lingc
+MAX_T = 16
+PROBE_TOL = {torch.float32: 1e-4}          # other dtypes: 3e-2
+SLOT_WRITES = {aten.select_scatter.default}
+KERNEL_DIMS_OK = (1, 2, 3)
+
+
+def _placeholder(n) -> bool:
+    return isinstance(n, fx.Node) and n.op == "placeholder"
+
+
+def _param(n) -> fx.Node | None:
+    """A parameter operand: a placeholder, possibly cast."""
+    n = strip(n) if isinstance(n, fx.Node) else n
+    return n if _placeholder(n) else None
+
+
+class PdlSwap(LingcPass):
+    name = "pdl_swap"
+    tolerance = (1e-4, 1e-4)
+
+    def apply(self, gm: fx.GraphModule) -> int:
+        import lingc.runtime.kernels.kda  # noqa: F401  (registers lingc::kda_chain, kda_commit)
+        import lingc.runtime.kernels.mla_decode  # noqa: F401
+        import lingc.runtime.kernels.norms  # noqa: F401
+
+        g = gm.graph
+        counts = {"kda_chain": self._kda(g), "mla_decode": self._mla(g)}
+        g.eliminate_dead_code()
+        counts["gated_head_rmsnorm"] = self._norms(g, gated=True)
+        g.eliminate_dead_code()
+        counts["rmsnorm"] = self._norms(g, gated=False)
+        g.eliminate_dead_code()
+        self.notes.insert(0, ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "no match")
+        self._coverage(g)
+        return sum(counts.values())
+
+    # -- norms --------------------------------------------------------------------------------
+
+    def _norms(self, g: fx.Graph, gated: bool) -> int:
+        matches = 0
+        for n in list(g.nodes):
+            if n.graph is None or not is_call(n, aten.mul.Tensor):
+                continue
+            m = self._gated_match(n) if gated else self._rms_match(n)
+            if m is not None and self._rewrite_norm(g, n, m, gated):
+                matches += 1
+        return matches
+
+    def _rms_core(self, n: fx.Node):
+        """n = x * rsqrt(mean(x^2) + eps) (or x / sqrt(..)): (x as read, eps)."""
+        if is_call(n, aten.mul.Tensor):
+            pairs = [(n.args[0], n.args[1]), (n.args[1], n.args[0])]
+            for x, r in pairs:
+                if isinstance(x, fx.Node) and is_call(r, aten.rsqrt.default):
+                    eps = self._mean_sq_eps(r.args[0], x)
+                    if eps is not None:
+                        return x, eps
+        if is_call(n, aten.div.Tensor) and is_call(n.args[1], aten.sqrt.default):
+            eps = self._mean_sq_eps(n.args[1].args[0], n.args[0])
+            if eps is not None:
+                return n.args[0], eps
+        return None
+
+    @staticmethod
+    def _mean_sq_eps(add: fx.Node, x: fx.Node) -> float | None:
+        if not is_call(add, aten.add.Tensor) or len(add.args) != 2 or add.kwargs:
+            return None
+        ms, eps = add.args if isinstance(add.args[0], fx.Node) else add.args[::-1]
+        if scalar(eps) is None or not isinstance(ms, fx.Node):
+            return None
+        width = shape(x)[-1]
+        if is_call(ms, aten.mean.dim) and list(ms.args[1]) in ([-1], [len(shape(x)) - 1]) and ms.args[2:3] == (True,):
+            sq = ms.args[0]
+        elif is_call(ms, aten.div.Tensor) and scalar(ms.args[1]) == width and is_call(ms.args[0], aten.sum.dim_IntList):
+            s = ms.args[0]
+            if list(s.args[1]) not in ([-1], [len(shape(x)) - 1]) or s.args[2:3] != (True,):
+                return None
+            sq = s.args[0]
+        else:
+            return None
+        if is_call(sq, aten.pow.Tensor_Scalar) and sq.args[1] == 2 and sq.args[0] is x:
+            return scalar(eps)
+        if is_call(sq, aten.mul.Tensor) and sq.args[0] is x and sq.args[1] is x:
+            return scalar(eps)
+        return None
+
+    def _rms_match(self, n: fx.Node):
+        """n = core * w (either order), w a [D] parameter: (x as read, w, eps)."""
+        for core, w in ((n.args[0], n.args[1]), (n.args[1], n.args[0])):
+            wp = _param(w)
+            if wp is None or not isinstance(core, fx.Node):
+                continue
+            c = self._rms_core(core)
+            if c is not None and shape(wp) == (shape(c[0])[-1],):
+                return c[0], wp, c[1]
+        return None
+
+    def _gated_match(self, n: fx.Node):
+        """n = (rms(o) * w) * sigmoid(g), o and g [T, H, V]."""
+        for a, s in ((n.args[0], n.args[1]), (n.args[1], n.args[0])):
+            if not (isinstance(a, fx.Node) and is_call(s, aten.sigmoid.default) and is_call(a, aten.mul.Tensor)):
+                continue
+            m = self._rms_match(a)
+            if m is None:
+                continue
+            x, w, eps = m
+            gate = s.args[0].args[0] if is_call(s.args[0], *CASTS) else s.args[0]
+            if len(shape(x)) == 3 and shape(gate) == shape(x) and len(a.users) == 1:
+                return x, w, eps, gate
+        return None
+
+    def _rewrite_norm(self, g: fx.Graph, n: fx.Node, m, gated: bool) -> bool:
+        """Rewrite one matched norm. The ops compute in fp32 and round once to the input dtype:
+        an fp32 input, or a low-precision input upcast with the result cast back."""
+        x = m[0]
+        base = x.args[0] if is_call(x, *CASTS) else x
+        out_node, out_dtype = n, None
+        users = list(n.users)
+        if len(users) == 1 and is_call(users[0], *CASTS):
+            out_node, out_dtype = users[0], val(users[0]).dtype
+        try:
+            if gated:
+                _, w, eps, gate = m
+                with g.inserting_before(out_node):
+                    new = emit(g, lingc_ops.gated_head_rmsnorm.default, x, gate, w, eps, out_dtype)
+                out_node.replace_all_uses_with(new)
+                return True
+            _, w, eps = m
+            if base is x:
+                if val(x).dtype != torch.float32:
+                    return False                         # a low-precision norm: other rounding
+                out_node = n
+            elif out_dtype != val(base).dtype or val(x).dtype != torch.float32:
+                return False                             # not rounded back to the input dtype
+            h = base
+            res = None
+            if (is_call(h, aten.add.Tensor) and len(h.args) == 2 and not h.kwargs
+                    and all(isinstance(a, fx.Node) and shape(a) == shape(h) and val(a).dtype == val(h).dtype
+                            for a in h.args)):
+                res = h
+            D = shape(h)[-1]
+            where = res.next if res is not None else out_node
+            with g.inserting_before(where):
+                two_d = lambda t: t if len(shape(t)) == 2 else emit(g, aten.reshape.default, t, [-1, D])  # noqa: E731
+                if res is not None:
+                    pair = emit(g, lingc_ops.rmsnorm.default, two_d(res.args[1]), w, two_d(res.args[0]), eps)
+                else:
+                    pair = emit(g, lingc_ops.rmsnorm.default, two_d(h), w, None, eps)
+                y = emit(g, operator.getitem, pair, 0)
+                if shape(y) != shape(out_node):
+                    y = emit(g, aten.reshape.default, y, list(shape(out_node)))
+                if res is not None:
+                    hr = emit(g, operator.getitem, pair, 1)
+                    if shape(hr) != shape(res):
+                        hr = emit(g, aten.reshape.default, hr, list(shape(res)))
+            out_node.replace_all_uses_with(y)
+            if res is not None:
+                res.replace_all_uses_with(hr)
+            return True
+        except ValueError as e:                          # the op's argument check refused it
+            self.notes.append(f"norm at {n.name} left: {e}")
+            return False
+
+    # -- KDA ----------------------------------------------------------------------------------
+
+    def _kda(self, g: fx.Graph) -> int:
+        writes = self._state_writes(g)
+        states = [w for w in writes if w["kind"] == "state"]
+        windows = {w["ph"]: w for w in writes if w["kind"] == "window"}
+        matches = 0
+        for st in states:
+            _, leaves = region([st["value"]], lambda n: is_heavy(view_base(n)))
+            wins = [w for ph, w in windows.items() if ph in leaves]
+            if len(wins) != 1:
+                self.notes.append(f"{st['ph'].name}: recurrent state without one conv window feeding it, left")
+                continue
+            why = self._kda_one(g, st, wins[0])
+            if why:
+                self.notes.append(f"{st['ph'].name}: KDA chain left ({why})")
+            else:
+                matches += 1
+        return matches
+
+    def _state_writes(self, g: fx.Graph) -> list[dict]:
+        """Epilogue copy_(ph, new) of a slot (select_scatter(ph, copy(select(ph, 0, s), X), 0, s))
+        or of the whole placeholder (copy_(ph, X)); X is staged when it is stack(..)[accept]."""
+        out = []
+        for n in g.nodes:
+            if not (is_call(n, aten.copy_.default) and _placeholder(n.args[0])):
+                continue
+            ph, new = n.args
+            path, slot, x = [n], None, new
+            if is_call(new, *SLOT_WRITES) and new.args[0] is ph and new.args[2] == 0:
+                cp = new.args[1]
+                if not is_call(cp, aten.copy.default):
+                    continue
+                slot, x = new.args[3], cp.args[1]
+                path += [new, cp, cp.args[0]]
+            stack = accept = None
+            if is_call(x, aten.squeeze.dim) and is_call(x.args[0], aten.index.Tensor):
+                idx = x.args[0]
+                if is_call(idx.args[0], aten.stack.default) and len(idx.args[1]) == 1:
+                    stack, accept = idx.args[0], idx.args[1][0]
+                    path += [x, idx]
+            s = shape(x)
+            if s is None or ph not in ancestors([stack or x]):
+                continue
+            kind = None
+            if val(x).dtype == torch.float32 and len(s) == 3 and s[1] == s[2]:
+                kind = "state"
+            elif len(s) == 3 and s[0] == 3:
+                kind = "window"
+            if kind:
+                out.append(dict(kind=kind, ph=ph, slot=slot, value=stack or x, staged=stack is not None,
+                                accept=accept, path=path, epilogue=n))
+        return out
+
+    def _readout(self, st: dict, T: int, H: int, V: int) -> fx.Node | None:
+        """The state's read-out o: the first [T, H, V]-sized value that every other use of the state
+        (outside its own write) goes through."""
+        spine = ancestors([st["value"]]) | {st["value"]}
+        dep = descendants([st["ph"]])
+        rest = dep - spine - set(st["path"])
+        order = {n: i for i, n in enumerate(st["ph"].graph.nodes)}
+        for c in sorted((n for n in rest if numel(n) == T * H * V), key=order.__getitem__):
+            if rest <= ancestors([c]) | descendants([c]) | {c}:
+                return c
+        return None
+
+    def _kda_one(self, g: fx.Graph, st: dict, win: dict) -> str | None:
+        if st["staged"] != win["staged"] or st["slot"] != win["slot"]:
+            return "state and window written differently"
+        H, A, _ = shape(st["value"])[-3:]
+        D = H * A
+        if shape(win["value"])[-2:] != (D, 3):
+            return f"conv window {shape(win['value'])} is not [3, H*K, 3]"
+        # T from the window's inputs (the region of the two writes alone holds every projection).
+        _, leaves = region([st["value"], win["value"]], lambda n: is_heavy(view_base(n)))
+        raw_t = [numel(n) // D for n in leaves if not _placeholder(n) and numel(n) % D == 0]
+        if not raw_t:
+            return "projection inputs not found"
+        T = max(raw_t)
+        if st["staged"] and shape(st["value"])[0] != T:
+            return "staged over a different chain length"
+        if T > MAX_T:
+            return f"T = {T} > {MAX_T} (chunked prefill form)"
+        o = self._readout(st, T, H, A)
+        if o is None:
+            return "no single read-out of the state"
+        outs = [o, st["value"], win["value"]]
+        nodes, leaves = region(outs, lambda n: is_heavy(view_base(n)))
+        want = {T * D: (T, D), T * H: (T, H)}
+        widened = []
+        for leaf in leaves:
+            if not _placeholder(leaf) and numel(leaf) in want:
+                w, chain = widen_leaf(leaf, lambda n: shape(n) == want[numel(leaf)])
+                widened.append(w)
+                nodes += chain
+            else:
+                widened.append(leaf)
+        leaves = list(dict.fromkeys(widened))
+        order = {n: i for i, n in enumerate(g.nodes)}
+        nodes = sorted(set(nodes) - set(leaves), key=order.__getitem__)
+        inner = set(nodes) - set(outs)
+        allowed = set(nodes) | set(st["path"]) | set(win["path"])
+        if any(u not in allowed for n in inner for u in n.users):
+            return "an intermediate value is used outside the chain"
+        views = lambda n: n.op == "call_function" and n.target in VIEW_OPS  # noqa: E731
+        for ph in (st["ph"], win["ph"]):
+            if not descendants([ph], views) <= allowed:
+                return f"{ph.name} is read outside the chain"
+        roles = self._kda_roles(leaves, nodes, st["ph"], win["ph"], T, H, A)
+        if isinstance(roles, str):
+            return roles
+        with real_tensor_mode():
+            found = self._kda_probe(nodes, leaves, outs, roles, st, win, T, H, A)
+        if isinstance(found, str):
+            return found
+        if found["transposed"] and st["staged"]:
+            return "state stored [V, K] in a verify graph: kda_commit writes the [K, V] layout"
+        self._kda_rewrite(g, st, win, o, found, T, H, A)
+        return None
+
+    def _kda_roles(self, leaves, nodes, state_ph, win_ph, T, H, A):
+        D = H * A
+        raws = [n for n in leaves if not _placeholder(n) and shape(n) == (T, D)]
+        braw = [n for n in leaves if not _placeholder(n) and shape(n) == (T, H)]
+        params = [n for n in leaves if _placeholder(n) and n not in (state_ph, win_ph)]
+        a_log = [p for p in params if shape(p) == (H,)]
+        dt_bias = [p for p in params if shape(p) == (D,)]
+        conv = [p for p in params if numel(p) == 4 * D and shape(p)[0] == D]
+        if len(raws) != 4 or len(braw) != 1 or len(a_log) != 1 or len(dt_bias) != 1 or len(conv) != 3:
+            return (f"inputs not recognised: {len(raws)} [T, H*K] projections, {len(braw)} [T, H], "
+                    f"{len(a_log)} [H], {len(dt_bias)} [H*K], {len(conv)} conv weights")
+        if len(leaves) != 4 + 1 + 1 + 1 + 3 + 2:
+            return f"{len(leaves)} inputs, expected 12"
+        # Each conv weight pairs with the projection it first meets (the conv taps); the
+        # projection no conv weight claims is f.
+        inside = set(nodes)
+        order = {n: i for i, n in enumerate(nodes)}
+        desc = {n: descendants([n]) & inside for n in raws + conv}
+        pair = {}
+        for c in conv:
+            meet = {r: min((order[u] for u in desc[r] & desc[c]), default=len(order)) for r in raws}
+            pair[min(raws, key=meet.__getitem__)] = c
+        if len(pair) != 3:
+            return "conv weights do not pair with three projections"
+        f = [r for r in raws if r not in pair]
+        return dict(qkv=[r for r in raws if r in pair], pair=pair, f=f[0], b=braw[0], a_log=a_log[0],
+                    dt_bias=dt_bias[0])
+
+    def _kda_probe(self, nodes, leaves, outs, roles, st, win, T, H, A):
+        gen = torch.Generator().manual_seed(0)
+        scale = {roles["b"]: 1.0, roles["a_log"]: 0.5, st["ph"]: 0.3}
+        inputs = [random_like(n, gen, scale.get(n, 1.0)) for n in leaves]
+        got = run_region(region_module(nodes, leaves, outs), inputs)
+        if got is None:
+            return "the chain does not run on the CPU"
+        x = dict(zip(leaves, inputs))
+        sl = (lambda t: t) if st["slot"] is None else (lambda t: t[st["slot"]])  # noqa: E731
+        state_in, win_in = sl(x[st["ph"]]), sl(x[win["ph"]])
+        tol = PROBE_TOL.get(val(roles["f"]).dtype, 3e-2)
+        bounds = sorted({a for n in nodes for a in n.args if isinstance(a, float) and a < 0})
+        from lingc.runtime.kernels.kda.naive import kda_chain_reference
+
+        for qkv in itertools.permutations(roles["qkv"]):
+            conv_w = torch.stack([x[roles["pair"][r]].reshape(H * A, 4).float() for r in qkv])
+            for lb in bounds:
+                for transposed in (False, True):
+                    s0 = state_in.transpose(-1, -2) if transposed else state_in
+                    try:
+                        r = kda_chain_reference(*(x[n].reshape(T, -1) for n in qkv), x[roles["f"]].reshape(T, -1),
+                                                x[roles["b"]].reshape(T, H), conv_w, win_in, x[roles["a_log"]],
+                                                x[roles["dt_bias"]], s0.contiguous(), float(lb))
+                    except (RuntimeError, ValueError):
+                        break
+                    if rel_err(got[0], r.o) > tol:
+                        continue
+                    ref_s = r.stage_states if st["staged"] else r.state
+                    ref_w = r.stage_windows if st["staged"] else r.window
+                    if transposed:
+                        ref_s = ref_s.transpose(-1, -2)
+                    if rel_err(got[1], ref_s) <= tol and rel_err(got[2], ref_w) <= tol:
+                        return dict(qkv=qkv, f=roles["f"], conv=[roles["pair"][r] for r in qkv], lb=float(lb),
+                                    transposed=transposed, b=roles["b"], a_log=roles["a_log"],
+                                    dt_bias=roles["dt_bias"])
+        return "no assignment of the inputs reproduces the kda_chain reference"
+
+    def _kda_rewrite(self, g, st, win, o, m, T, H, A):
+        D = H * A
+        order = {n: i for i, n in enumerate(g.nodes)}
+        anchor = min([o] + [u for u in st["value"].users if u in st["path"]], key=order.__getitem__)
+        with g.inserting_before(anchor):
+            def slot_view(ph):
+                return ph if st["slot"] is None else emit(g, aten.select.int, ph, 0, st["slot"])
+            state, window = slot_view(st["ph"]), slot_view(win["ph"])
+            args = [emit(g, aten.reshape.default, n, [T, D]) if shape(n) != (T, D) else n for n in m["qkv"]]
+            f = m["f"] if shape(m["f"]) == (T, D) else emit(g, aten.reshape.default, m["f"], [T, D])
+            conv_w = emit(g, aten.stack.default, [emit(g, aten.reshape.default, c, [D, 4]) for c in m["conv"]], 0)
+            if m["transposed"]:
+                state = emit(g, aten.clone.default, emit(g, aten.transpose.int, state, -1, -2),
+                             memory_format=torch.contiguous_format)
+            stages = (None, None)
+            if st["staged"]:
+                stages = (emit(g, aten.new_empty.default, state, [T, H, A, A]),
+                          emit(g, aten.new_empty.default, window, [T, 3, D, 3]))
+            out = emit(g, lingc_ops.kda_chain.default, *args, f, m["b"], conv_w, window, m["a_log"],
+                       m["dt_bias"], state, m["lb"], *stages)
+            o_new = out if shape(out) == shape(o) else emit(g, aten.reshape.default, out, list(shape(o)))
+            back = emit(g, aten.transpose.int, state, -1, -2) if m["transposed"] else None
+        o.replace_all_uses_with(o_new)
+        if st["staged"]:
+            with g.inserting_before(st["epilogue"]):
+                emit(g, lingc_ops.kda_commit.default, state, window, *stages, st["accept"])
+            g.erase_node(st["epilogue"])
+            g.erase_node(win["epilogue"])
+            return
+        g.erase_node(win["epilogue"])
+        if m["transposed"]:                  # the state is written back from the transposed temporary
+            st["value"].replace_all_uses_with(back, delete_user_cb=lambda u: u in st["path"])
+            self.notes.append(f"{st['ph'].name}: state stored [V, K]: kda_chain runs on a transposed copy")
+        else:
+            g.erase_node(st["epilogue"])
+
+    # -- MLA ----------------------------------------------------------------------------------
+
+    def _mla(self, g: fx.Graph) -> int:
+        matches = 0
+        for n in list(g.nodes):
+            if n.graph is None or not is_call(n, aten.amax.default):
+                continue
+            why = self._mla_one(g, n)
+            if why:
+                self.notes.append(f"softmax at {n.name}: MLA decode left ({why})")
+            else:
+                matches += 1
+        return matches
+
+    @staticmethod
+    def _softmax(amax: fx.Node) -> fx.Node | None:
+        s = amax.args[0]
+        for sub in amax.users:
+            if is_call(sub, aten.sub.Tensor) and sub.args == (s, amax):
+                for e in sub.users:
+                    if is_call(e, aten.exp.default):
+                        for d in e.users:
+                            if is_call(d, aten.div.Tensor) and d.args[0] is e and is_call(d.args[1], aten.sum.dim_IntList):
+                                return d
+        return None
+
+    def _mla_one(self, g: fx.Graph, amax: fx.Node) -> str | None:
+        p = self._softmax(amax)
+        if p is None or list(amax.args[1]) not in ([-1], [len(shape(p)) - 1]):
+            return "not a last-dim softmax"
+        L = shape(p)[-1]
+        views = lambda n: n.op == "call_function" and n.target in VIEW_OPS  # noqa: E731
+        pc = [u for u in descendants([p], views) if is_call(u, aten.bmm.default, aten.mm.default)]
+        if len(pc) != 1:
+            return "p is not multiplied by one matrix"
+        pc = pc[0]
+        other = pc.args[1] if p in ancestors([pc.args[0]]) | {pc.args[0]} else pc.args[0]
+        kv, n = None, other
+        while is_call(n, *VIEW_OPS, *CASTS):
+            if len(shape(n)) == 2 and shape(n)[0] == L:
+                kv = n
+            n = n.args[0]
+        if kv is None:
+            return "the value operand is not a slice of an [L, R + P] cache"
+        cache = n                                       # the cache value kv is a view of
+        kv_chain = []
+        c = kv
+        while c is not cache:
+            kv_chain.append(c)
+            c = c.args[0]
+        kv_chain.reverse()
+        pos_cands = [a for a in ancestors([p]) if _placeholder(a) and val(a).dtype in (torch.int32, torch.int64)
+                     and len(shape(a)) == 1 and (numel(p) // L) % shape(a)[0] == 0]
+        stops = {cache, *pos_cands}
+        local = descendants(stops, lambda n: not is_heavy(n)) - {n for n in g.nodes if is_heavy(n)}
+        for pos in pos_cands:
+            T = shape(pos)[0]
+            H = numel(p) // (L * T)
+            R = numel(pc) // (T * H)
+            P = shape(kv)[1] - R
+            if T > MAX_T or P < 2:
+                continue
+            o_lat = [u for u in descendants([pc], views) | {pc} if shape(u) == (T, H, R)]
+            if not o_lat:
+                continue
+            o_lat = min(o_lat, key=lambda u: list(g.nodes).index(u))
+            nodes, leaves = region([o_lat], lambda n: n not in local or n in stops)
+            want = {(T, H, R), (T, H, P)}
+            widened = []
+            for leaf in leaves:
+                w, chain = leaf, []
+                if leaf not in stops and not _placeholder(leaf):
+                    w, chain = widen_leaf(leaf, lambda n: shape(n) in want or _placeholder(n))
+                widened.append(w)
+                nodes += chain
+            leaves = list(dict.fromkeys(widened))
+            order = {n: i for i, n in enumerate(g.nodes)}
+            nodes = sorted(set(nodes) - set(leaves), key=order.__getitem__)
+            q_lat = [n for n in leaves if shape(n) == (T, H, R) and n not in stops]
+            q_rope = [n for n in leaves if shape(n) == (T, H, P) and n not in stops]
+            freq = [n for n in leaves if _placeholder(n) and shape(n) == (P // 2,) and val(n).is_floating_point()]
+            known = set(q_lat[:1] + q_rope[:1] + freq[:1] + [cache, pos])
+            if len(q_lat) != 1 or len(q_rope) != 1 or len(freq) > 1 or set(leaves) - known or cache not in leaves:
+                continue
+            with real_tensor_mode():
+                found = self._mla_probe(nodes, leaves, o_lat, (cache, kv_chain), pos, q_lat[0], q_rope[0],
+                                        freq[0] if freq else None, T, L)
+            if found is None:
+                continue
+            scale, rope = found
+            with g.inserting_before(o_lat):
+                try:
+                    out = emit(g, lingc_ops.mla_decode.default, q_lat[0], q_rope[0], kv, pos, scale, None,
+                               freq[0] if rope else None)
+                except ValueError as e:
+                    return str(e)
+            o_lat.replace_all_uses_with(out)
+            return None
+        return "no assignment of the inputs reproduces the mla_decode reference"
+
+    def _mla_probe(self, nodes, leaves, o_lat, kv, pos, q_lat, q_rope, freq, T, L):
+        gen = torch.Generator().manual_seed(0)
+        inputs = []
+        for n in leaves:
+            if n is pos:
+                inputs.append(torch.sort(torch.randperm(L, generator=gen)[:T]).values.to(val(pos).dtype))
+            elif n is freq:
+                inputs.append(torch.rand(shape(n), generator=gen))
+            else:
+                inputs.append(random_like(n, gen))
+        got = run_region(region_module(nodes, leaves, [o_lat]), inputs)
+        if got is None:
+            return None
+        x = dict(zip(leaves, inputs))
+        cache, kv_chain = kv
+        kv = kv_chain[-1]
+        x[kv] = run_region(region_module(kv_chain, [cache], [kv]), [x[cache]])[0]
+        tol = PROBE_TOL.get(val(kv).dtype, 3e-2)
+        scales = sorted({float(a) for n in nodes for a in n.args if scalar(a) is not None and 0 < scalar(a) < 1})
+        from lingc.runtime.kernels.mla_decode.naive import mla_decode_reference
+
+        for scale in scales:
+            for rope in ((True, False) if freq is not None else (False,)):
+                ref = mla_decode_reference(x[q_lat], x[q_rope], x[kv], x[pos], scale, None, x[freq] if rope else None)
+                if rel_err(got[0], ref) <= tol:
+                    return scale, rope
+        return None
+
+    # -- coverage -----------------------------------------------------------------------------
+
+    def _coverage(self, g: fx.Graph) -> None:
+        """PDL coverage (lingc kernels / kernel-launching ops), what stays and why, and each
+        layer's chain of lingc ops."""
+        cats = {n: classify(n, False) for n in g.nodes if n.op == "call_function"}
+        kernels = [n for n, c in cats.items() if c != "glue"]
+        lingc = [n for n in kernels if cats[n] == "lingc"]
+        if not kernels:
+            return
+        self.notes.append(f"PDL coverage {len(lingc)}/{len(kernels)} kernel-launching ops "
+                          f"({100 * len(lingc) / len(kernels):.0f}%)")
+        writes = [n for n in g.nodes if is_call(n, aten.index_put.default, aten.index_copy.default)]
+        cache_write = set(region(writes, lambda n: is_heavy(view_base(n)))[0]) if writes else set()
+        groups: dict[str, dict[str, int]] = {}
+        for n in kernels:
+            if cats[n] != "lingc":
+                ops = groups.setdefault(_leftover_reason(n, cache_write), {})
+                name = target_name(n.target).split(".")[1]
+                ops[name] = ops.get(name, 0) + 1
+        for reason, ops in sorted(groups.items(), key=lambda kv: -sum(kv[1].values())):
+            detail = ", ".join(f"{k} x{v}" for k, v in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0])))
+            self.notes.append(f"left {sum(ops.values())}: {reason} [{detail}]")
+        for label, chain in _chains(lingc):
+            self.notes.append(f"chain {label}: " + " > ".join(chain))
+
+
+_ATTN = ("kda_chain", "mla_decode")
+_MLP = ("swiglu_gemm_separate", "swiglu_gemm", "moe_experts")
+
+
+def _leftover_reason(n: fx.Node, cache_write: set) -> str:
+    if n in cache_write or is_call(n, aten.select_scatter.default):
+        return "MLA cache write + the cached key's RoPE (positional; no lingc kernel yet)"
+    if is_call(n, aten.bmm.default, aten.mm.default):
+        return "absorbed MLA products q_nope @ W_uk, o_lat @ W_uv (library GEMM)"
+    if is_call(n, aten.embedding.default):
+        return "token embedding gather"
+    if is_call(n, aten.stack.default) and any(is_call(u, lingc_ops.kda_chain.default) for u in n.users):
+        return "q/k/v conv weights stacked for kda_chain (tiny; foldable at load)"
+    return "glue outside the matched cores (MLA head gate, layout copies, sampling)"
+
+
+def _chains(lingc: list[fx.Node]) -> list[tuple[str, list[str]]]:
+    """Split the lingc ops into layers: a new layer starts at an rmsnorm once the current one
+    has its MLP."""
+    chains: list[list[str]] = [[]]
+    for n in lingc:
+        op = n.target._schema.name.split("::")[-1]
+        if op == "rmsnorm" and any(o in _MLP for o in chains[-1]):
+            chains.append([])
+        chains[-1].append(op)
+    out, layer = [], 0
+    for ch in chains:
+        kind = "KDA" if "kda_chain" in ch else "MLA" if "mla_decode" in ch else None
+        if kind:
+            out.append((f"L{layer} {kind}", ch))
+            layer += 1
+        else:
+            out.append(("head" if out else "embed", ch))
+    return out

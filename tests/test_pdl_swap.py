@@ -1,0 +1,285 @@
+"""pdl_swap: norms, the KDA chain (persistent and staged), the gated head norm and the MLA decode
+core on lingc ops; numbers (pass on vs off), counts, greedy tokens vs eager, foreign formulations
+(a KDA layer with its state stored [V, K] or [K, V], x * sigmoid(x), another loop; RMSNorm
+spellings), no whole-state copies left, and the dump's coverage and chains."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from backend_helpers import pinned_graph_text, run_and_report, stat
+from expecttest import assert_expected_inline
+from model_helpers import assert_rel_close, randomize_cache_, tiny_model
+
+import lingc.runtime.relay  # noqa: F401  (registers the relay ops)
+from lingc.models import Ling3Cache
+
+ops = torch.ops.lingc
+P = 4                                    # prefilled positions
+VOCAB = 300
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    model = tiny_model()
+    base = randomize_cache_(Ling3Cache.allocate(model.config, 32), seed=3, rows=P)
+    return model, base
+
+
+def verify_fn(model):
+    def verify(chain, positions, cache):
+        logits, hidden = model(chain, positions, cache)
+        y = logits.argmax(-1)
+        return y, ops.state_commit(ops.greedy_verdict(chain, y)), logits
+    return verify
+
+
+def rows(report):
+    return {op: n for _, op, n, _ in report.kernels.rows}
+
+
+def expected_counts(cfg):
+    kda, mla = len(cfg.kda_layers), len(cfg.mla_layers)
+    # input + post-attention norm per layer, MLA's kv_a_layernorm, the final norm
+    return {"lingc.kda_chain": kda, "lingc.gated_head_rmsnorm": kda, "lingc.mla_decode": mla,
+            "lingc.rmsnorm": 2 * cfg.num_hidden_layers + mla + 1}
+
+
+def compare_on_off(fn, args, cache, role, tol=1e-5):
+    results = []
+    for off in ([], ["pdl_swap"]):
+        c = cache.clone()
+        out, report = run_and_report(fn, *args, c, role=role, disable_passes=off)
+        results.append((out, c, report))
+    (on, c_on, report), (off, c_off, _) = results
+    for a, b in zip(on, off):
+        if a.is_floating_point():
+            assert_rel_close(a, b, tol, "graph output, pdl_swap on vs off")
+        else:
+            assert torch.equal(a, b)
+    for a, b in zip(c_on.tensors(), c_off.tensors()):
+        if b.abs().max() > 0:
+            assert_rel_close(a, b, tol, "cache, pdl_swap on vs off")
+    return report, on, c_on
+
+
+@pytest.mark.parametrize("T", [1, 6])
+def test_tiny_forward_numbers_and_counts(tiny, T):
+    model, base = tiny
+    ids, pos = torch.randint(0, VOCAB, (T,)), torch.arange(P, P + T)
+    report = compare_on_off(model, (ids, pos), base, "forward")[0]
+    r, st = rows(report), stat(report, "pdl_swap")
+    for op, n in expected_counts(model.config).items():
+        assert r.get(op, 0) == n, op
+    assert st.matches == sum(expected_counts(model.config).values())
+    assert "lingc.kda_commit" not in r
+    # In place: the only epilogue copies left are the MLA caches' positional writes; no
+    # whole-state select_scatter / copy of a KDA state or window remains.
+    assert r["aten.copy_"] == len(model.config.mla_layers)
+    assert r.get("aten.select_scatter", 0) == len(model.config.mla_layers)
+    assert r.get("aten.amax", 0) == 0 and r.get("aten.rsqrt", 0) == 0
+    assert st.ops_after < st.ops_before // 3
+
+
+def chain_accepting(model, base, j, S=5):
+    """A chain whose first j drafts equal the target's greedy picks and whose draft j+1 does not."""
+    pos = torch.arange(P, P + S + 1)
+    ch = torch.zeros(S + 1, dtype=torch.long)
+    ch[0] = 7
+    with torch.no_grad():
+        for i in range(1, S + 1):
+            lg, _ = model(ch[:i], pos[:i], base.clone())
+            y = int(lg[-1].argmax())
+            ch[i] = y if i <= j else (y + 1) % VOCAB
+    return ch
+
+
+@pytest.mark.parametrize("j", [1, 5])
+def test_tiny_verify_staged(tiny, j):
+    """T=6 verify: stage_commit + pdl_swap give kda_chain (staged) + kda_commit; the committed
+    state equals the from-scratch state after j accepted drafts and the pass-off graph."""
+    model, base = tiny
+    chain = chain_accepting(model, base, j)
+    pos = torch.arange(P, P + 6)
+    report, out, cache = compare_on_off(verify_fn(model), (chain, pos), base, "verify")
+    r = rows(report)
+    n_kda = len(model.config.kda_layers)
+    assert r["lingc.kda_chain"] == r["lingc.kda_commit"] == n_kda
+    assert r["lingc.mla_decode"] == len(model.config.mla_layers)
+    assert "aten.index.Tensor" not in r                # no stack(V_0..V_T-1)[accept] left
+    assert r["aten.copy_"] == len(model.config.mla_layers)
+    assert int(out[1]) == j
+    ref = base.clone()
+    with torch.no_grad():
+        model(chain[:j + 1], torch.arange(P, P + j + 1), ref)
+    for a, b in zip(cache.recurrent_tensors(), ref.recurrent_tensors()):
+        assert_rel_close(a, b, 1e-5, f"state after accepting {j}")
+
+
+def test_greedy_tokens_equal_eager(tiny):
+    model, base = tiny
+    from backend_helpers import compile_lingc
+    step = compile_lingc(model, role="decode")
+    eager_cache, comp_cache = base.clone(), base.clone()
+    tok_e = tok_c = torch.tensor([11])
+    out_e, out_c = [], []
+    with torch.no_grad():
+        for i in range(12):
+            p = torch.tensor([P + i])
+            tok_e = model(tok_e, p, eager_cache)[0].argmax(-1)
+            tok_c = step(tok_c, p, comp_cache)[0].argmax(-1)
+            out_e.append(int(tok_e))
+            out_c.append(int(tok_c))
+    assert out_c == out_e
+
+
+# -- foreign formulations -------------------------------------------------------------------
+
+H, K, D = 2, 8, 16
+
+
+class ForeignKDA(nn.Module):
+    """KDA written independently: fused qkvfgb projection split by chunk, a conv through unfold,
+    silu as x * sigmoid(x), l2norm as x / sqrt(.), the gate with its constant first, a loop over
+    unbind, the state stored [H, V, K] (vk=True) or [H, K, V]."""
+
+    def __init__(self, vk: bool):
+        super().__init__()
+        g = torch.Generator().manual_seed(4)
+        self.vk = vk
+        self.proj = nn.Parameter(torch.randn(5 * D + H, 24, generator=g) / 5, requires_grad=False)
+        self.convs = nn.ParameterList([nn.Parameter(torch.randn(D, 1, 4, generator=g) / 2, requires_grad=False)
+                                       for _ in range(3)])
+        self.a = nn.Parameter(torch.randn(H, generator=g) / 2, requires_grad=False)
+        self.bias = nn.Parameter(torch.randn(D, generator=g), requires_grad=False)
+        self.out = nn.Parameter(torch.randn(24, D, generator=g) / 4, requires_grad=False)
+
+    def forward(self, x, state, window):
+        T = x.shape[0]
+        q, k, v, f, gate, b = torch.split(x @ self.proj.T, [D, D, D, D, D, H], dim=-1)
+        acts, wins = [], []
+        for i, y in enumerate((q, k, v)):
+            ext = torch.cat([window[0, i].T, y], 0)                        # [T + 3, D]
+            new = (ext.unfold(0, 4, 1) * self.convs[i][:, 0]).sum(-1)     # [T, D]
+            acts.append(new * torch.sigmoid(new))
+            wins.append(ext[-3:].T)
+        window[0].copy_(torch.stack(wins))
+        q, k, v = (a.view(T, H, K) for a in acts)
+        q = q / torch.sqrt((q ** 2).sum(-1, keepdim=True) + 1e-6) / K ** 0.5
+        k = k / torch.sqrt((k ** 2).sum(-1, keepdim=True) + 1e-6)
+        decay = -5.0 * torch.sigmoid(self.a.exp()[:, None] * (f.view(T, H, K) + self.bias.view(H, K)))
+        beta = torch.sigmoid(b)
+        S = state[0]
+        outs = []
+        for qt, kt, vt, gt, bt in zip(q.unbind(0), k.unbind(0), v.unbind(0), decay.unbind(0), beta.unbind(0)):
+            if self.vk:                                                    # S[h, v, k]
+                S = S * gt.exp()[:, None, :]
+                pred = torch.einsum("hvk,hk->hv", S, kt)
+                S = S + torch.einsum("hv,hk->hvk", (vt - pred) * bt[:, None], kt)
+                outs.append(torch.einsum("hvk,hk->hv", S, qt))
+            else:
+                S = S * gt.exp()[:, :, None]
+                pred = torch.einsum("hkv,hk->hv", S, kt)
+                S = S + torch.einsum("hk,hv->hkv", kt, (vt - pred) * bt[:, None])
+                outs.append(torch.einsum("hkv,hk->hv", S, qt))
+        state[0].copy_(S)
+        o = torch.stack(outs)
+        o = o / torch.sqrt(o.pow(2).mean(-1, keepdim=True) + 1e-5)
+        return (o.reshape(T, D) * torch.sigmoid(gate)) @ self.out.T
+
+
+@pytest.mark.parametrize("vk", [True, False])
+@pytest.mark.parametrize("T", [1, 3])
+def test_foreign_kda_layer(vk, T):
+    m = ForeignKDA(vk)
+    x = torch.randn(T, 24)
+    state, window = 0.3 * torch.randn(1, H, K, K), torch.randn(1, 3, D, 3)
+    ref_s, ref_w = state.clone(), window.clone()
+    with torch.no_grad():
+        ref = m(x, ref_s, ref_w)
+    out, report = run_and_report(m, x, state, window)
+    st = stat(report, "pdl_swap")
+    assert rows(report).get("lingc.kda_chain", 0) == 1, st.notes
+    assert ("transposed copy" in " ".join(st.notes)) == vk
+    assert_rel_close(out, ref, 1e-5, "foreign KDA output")
+    assert_rel_close(state, ref_s, 1e-5, "foreign KDA state")
+    assert_rel_close(window, ref_w, 1e-5, "foreign KDA conv window")
+    if not vk:
+        assert "aten.copy_" not in rows(report)           # both writes in place
+
+
+class ForeignNorms(nn.Module):
+    """RMSNorm spelled three ways: x*x summed and divided, w first; a bf16 stream upcast and cast
+    back with a residual add; a 3-D [1, T, D] input."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(40), requires_grad=False)
+        self.w2 = nn.Parameter(torch.randn(40).bfloat16(), requires_grad=False)
+
+    def forward(self, x, r):
+        a = self.w1 * (x * torch.rsqrt((x * x).sum(-1, keepdim=True) / 40 + 1e-5))
+        h = r + x.bfloat16()
+        hf = h.float()
+        b = (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w2.float()).to(torch.bfloat16)
+        x3 = x[None]
+        c = x3 * torch.rsqrt(x3.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w1
+        return a, b, h, c[0]
+
+
+def test_foreign_norms():
+    m = ForeignNorms()
+    x, r = torch.randn(5, 40), torch.randn(5, 40).bfloat16()
+    with torch.no_grad():
+        ref = m(x, r)
+    out, report = run_and_report(m, x, r)
+    assert stat(report, "pdl_swap").matches == 3
+    assert rows(report)["lingc.rmsnorm"] == 3
+    for a, b in zip(out, ref):
+        assert a.dtype == b.dtype
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert torch.equal(out[1], ref[1]) and torch.equal(out[2], ref[2])    # the model's bits, bf16 too
+
+
+class NotANorm(nn.Module):
+    """x * rsqrt(mean(x^2) + eps) * w with the mean over the wrong dim: left alone."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(40), requires_grad=False)
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(0, keepdim=True) + 1e-6) * self.w
+
+
+def test_not_a_norm_is_left():
+    _, report = run_and_report(NotANorm(), torch.randn(5, 40))
+    assert stat(report, "pdl_swap").matches == 0
+
+
+@pinned_graph_text
+def test_expect_dump(tiny):
+    model, base = tiny
+    _, report = run_and_report(model, torch.tensor([5]), torch.tensor([P]), base.clone(), role="decode")
+    st = stat(report, "pdl_swap")
+    assert_expected_inline(f"{st.matches} matches, ops {st.ops_before} -> {st.ops_after}\n" + "\n".join(st.notes) + "\n",
+                           """\
+25 matches, ops 1049 -> 316
+4 kda_chain, 2 mla_decode, 4 gated_head_rmsnorm, 15 rmsnorm
+PDL coverage 50/95 kernel-launching ops (53%)
+left 28: MLA cache write + the cached key's RoPE (positional; no lingc kernel yet) [mul x10, cat x4, add x2, convert_element_type x2, cos x2, index_put x2, select_scatter x2, sin x2, sub x2]
+left 8: glue outside the matched cores (MLA head gate, layout copies, sampling) [clone x4, mul x2, sigmoid x2]
+left 4: q/k/v conv weights stacked for kda_chain (tiny; foldable at load) [stack x4]
+left 4: absorbed MLA products q_nope @ W_uk, o_lat @ W_uv (library GEMM) [bmm x4]
+left 1: token embedding gather [embedding x1]
+chain L0 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > swiglu_gemm_separate > gemm
+chain L1 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > moe_router > moe_experts
+chain L2 MLA: rmsnorm > gemm > rmsnorm > mla_decode > gemm > rmsnorm > moe_router > moe_experts
+chain L3 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > moe_router > moe_experts
+chain L4 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > moe_router > moe_experts
+chain L5 MLA: rmsnorm > gemm > rmsnorm > mla_decode > gemm > rmsnorm > moe_router > moe_experts
+chain head: rmsnorm > gemm
+""")
