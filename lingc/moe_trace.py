@@ -382,7 +382,8 @@ class MoETrace:
 
     def _sum(self, n: fx.Node) -> V | None:
         src = self.get(n.args[0])
-        if src is None or src.kind not in ("weighted", "onehot_w") or len(n.args[1]) != 1:
+        if src is None or src.kind not in ("weighted", "onehot_w") or not isinstance(n.args[1], (list, tuple)) \
+                or len(n.args[1]) != 1:
             return None
         dim = n.args[1][0] % len(src.dims)
         keep = len(n.args) > 2 and n.args[2]
