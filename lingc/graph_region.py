@@ -106,8 +106,23 @@ def region(outputs: list[fx.Node], is_leaf: Callable[[fx.Node], bool]) -> tuple[
 def is_constant(n: fx.Node, memo: dict | None = None) -> bool:
     """n depends on no graph input (iota, full, arange and views of them)."""
     memo = {} if memo is None else memo
-    if n not in memo:
-        memo[n] = n.op == "call_function" and all(is_constant(a, memo) for a in n.all_input_nodes)
+    # Iterative (post-order): a 42-layer graph is deeper than Python's recursion limit.
+    stack = [n]
+    while stack:
+        cur = stack[-1]
+        if cur in memo:
+            stack.pop()
+            continue
+        if cur.op != "call_function":
+            memo[cur] = False
+            stack.pop()
+            continue
+        todo = [a for a in cur.all_input_nodes if a not in memo]
+        if todo:
+            stack.extend(todo)
+            continue
+        memo[cur] = all(memo[a] for a in cur.all_input_nodes)
+        stack.pop()
     return memo[n]
 
 

@@ -21,6 +21,7 @@ import torch.fx as fx
 
 from lingc.graph_match import is_call
 from lingc.pass_manager import LingcPass
+from lingc.runtime.relay import ops as _relay_ops  # noqa: F401  (registers torch.ops.lingc.host_refill etc.)
 
 
 class MetadataCapture(LingcPass):

@@ -20,7 +20,7 @@ V_0..V_{T-1}, the value after chain position j, from the graph itself:
   the post-state of position j is the one state-sized node of position j that position j+1
   consumes;
 - a sliding window (the short-conv caches): the written value is a slice ending at the end of
-  ``cat([old window, new rows])``; position j's window is the same slice shifted back by
+  ``cat([old window, new rows])`` (possibly through a dtype cast); position j's window is the same slice shifted back by
   T-1-j rows.
 
 Then ``new_value`` becomes ``stack(V_0..V_{T-1})[accept]`` with ``accept`` the argument of
@@ -39,8 +39,9 @@ import torch
 import torch.fx as fx
 
 from lingc.graph_build import emit
-from lingc.graph_match import is_call
+from lingc.graph_match import CASTS, is_call
 from lingc.pass_manager import LingcPass
+from lingc.runtime.relay import ops as _relay_ops  # noqa: F401  (registers torch.ops.lingc.host_refill etc.)
 
 aten = torch.ops.aten
 
@@ -263,6 +264,8 @@ def _is_window_slice(n: fx.Node, T: int, tok: dict, dep: set) -> bool:
     if not is_call(n, aten.slice.Tensor) or len(n.args) < 4:
         return False
     src, dim = n.args[0], n.args[1]
+    while is_call(src, *CASTS):                  # cat(...).float() in reduced precision
+        src = src.args[0]
     if not is_call(src, aten.cat.default):
         return False
     parts = src.args[0]

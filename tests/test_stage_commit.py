@@ -213,7 +213,7 @@ stage_commit               8          1850 -> 2033         -  arg50_1: positiona
     arg76_1: recurrence staged over 6 positions;
     arg90_1: sliding window staged over 6 positions;
     arg100_1: recurrence staged over 6 positions
-cleanup                    0          2033 -> 2033         -
+cleanup                    0          2033 -> 2081         -
 """)
 
 
