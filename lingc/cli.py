@@ -1,6 +1,7 @@
 """`python -m lingc ...`: the main job (`run`) and the compiler's window (`explain`).
 
-    python -m lingc run --preset tiny         build, compile with lingc, generate, compare with eager
+    python -m lingc run --preset tiny         build, compile the step graphs with lingc, generate
+                                              (plain and NEXTN relay), compare with eager
     python -m lingc explain --preset tiny --t 6   pass summary and kernel table, no benchmark
 """
 
@@ -53,7 +54,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .backend import compile_reports
-    from .decoding.reference import greedy_generate, speculative_generate
+    from .decoding.reference import greedy_generate
+    from .runtime.relay.engine import Engine
 
     dev = _device(args.device)
     cfg = preset(args.preset)
@@ -61,48 +63,42 @@ def cmd_run(args: argparse.Namespace) -> int:
     model = build_model(cfg, device=dev, seed=args.seed)
     gen = torch.Generator().manual_seed(args.seed)
     prompt = torch.randint(0, cfg.vocab_size, (args.prompt_len,), generator=gen).tolist()
+    n = args.new_tokens
 
     t0 = time.perf_counter()
-    eager = greedy_generate(model, prompt, args.new_tokens, eos_token_id=None)
+    eager = greedy_generate(model, prompt, n, eos_token_id=None)
     t_eager = time.perf_counter() - t0
 
-    step = compile_step(model, "decode", inductor=args.inductor)
+    engine = Engine(model, max_len=args.prompt_len + n + 2 * (args.steps + 1), steps=args.steps,
+                    options={"inductor": args.inductor})
+    first = len(compile_reports)
     t0 = time.perf_counter()
-    with torch.no_grad():
-        warm = Ling3Cache.allocate(cfg, 2, device=dev)
-        step(torch.tensor([1], device=dev), torch.tensor([0], device=dev), warm)
+    engine.prepare(("decode", "draft", "verify", "extend"))
     t_compile = time.perf_counter() - t0
-    print(compile_reports[-1].format(compact=True))
+    verify = next(r for r in compile_reports[first:] if r.role == "verify")
+    print(verify.format(compact=True))
 
     t0 = time.perf_counter()
-    compiled = _greedy_with_step(model, step, prompt, args.new_tokens, dev)
-    t_compiled = time.perf_counter() - t0
+    plain = engine.generate(prompt, n, speculative=None, eos_token_id=None)
+    t_plain = time.perf_counter() - t0
     t0 = time.perf_counter()
-    spec = speculative_generate(model, prompt, args.new_tokens, eos_token_id=None)
+    spec = engine.generate(prompt, n, speculative="nextn", eos_token_id=None)
     t_spec = time.perf_counter() - t0
+    st = engine.stats
 
-    print(f"prompt: {args.prompt_len} random tokens; {args.new_tokens} new tokens, greedy")
-    print(f"  eager            {t_eager:7.2f} s   {eager[:12]} ...")
-    print(f"  lingc compiled   {t_compiled:7.2f} s   (+{t_compile:.1f} s compile)   "
-          f"tokens {'identical' if compiled == eager else 'DIFFER'}")
-    print(f"  eager NEXTN spec {t_spec:7.2f} s   accept length {spec.mean_accept:.2f} per step, "
-          f"tokens {'identical' if spec.tokens == eager else 'DIFFER'}"
-          + ("  (random weights: the draft rarely agrees)" if args.seed is not None else ""))
-    return 0 if compiled == eager and spec.tokens == eager else 1
+    def same(out):
+        return "identical to eager" if out == eager else "DIFFER from eager"
 
-
-@torch.no_grad()
-def _greedy_with_step(model, step, prompt, new_tokens, dev) -> list[int]:
-    from .decoding.reference import prefill
-
-    cache = Ling3Cache.allocate(model.config, len(prompt) + new_tokens, device=dev)
-    logits, _ = prefill(model, cache, torch.tensor(prompt, device=dev))
-    out = [int(logits.argmax())]
-    for i in range(new_tokens - 1):
-        pos = torch.tensor([len(prompt) + i], device=dev)
-        lg, _ = step(torch.tensor([out[-1]], device=dev), pos, cache)
-        out.append(int(lg[0].argmax()))
-    return out
+    print(f"prompt: {args.prompt_len} random tokens; {n} new tokens, greedy; device {dev}; "
+          f"CUDA graphs {'on' if engine.cudagraphs else 'off'}")
+    print(f"  eager PyTorch          {t_eager:7.2f} s   {eager[:10]} ...")
+    print(f"  lingc plain decode     {t_plain:7.2f} s   {n / t_plain:8.1f} tok/s   tokens {same(plain)}")
+    print(f"  lingc NEXTN relay      {t_spec:7.2f} s   {n / t_spec:8.1f} tok/s   tokens {same(spec)}, "
+          f"accept length {st.mean_accept_length:.2f} over {st.steps} steps"
+          + (" (random weights: the draft rarely agrees)" if args.seed is not None else ""))
+    print(f"  compile + capture of the 4 step graphs: {t_compile:.1f} s; "
+          f"speed-up over eager: plain {t_eager / t_plain:.1f}x, relay {t_eager / t_spec:.1f}x")
+    return 0 if plain == eager and spec == eager else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--prompt-len", type=int, default=24)
     run.add_argument("--new-tokens", type=int, default=48)
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--steps", type=int, default=5, help="NEXTN drafts per relay step (1..7)")
     explain.add_argument("--t", type=int, default=1, choices=range(1, 17), metavar="{1..16}",
                          help="tokens per step: 1 = decode, 6 = chain verify")
     explain.add_argument("--context", type=int, default=32, help="cache rows before the step")
