@@ -118,13 +118,16 @@ def test_errors(model, engine):
         Engine(model, max_len=64, options={"role": "verify"})
 
 
-def test_naive_host_refill_without_metadata_capture(model, gold):
-    eng = Engine(model, max_len=128, steps=2, options=dict(OPTS, disable_passes=["metadata_capture"]),
-                 progress=False)
+def test_naive_host_refill_without_metadata_capture(model, gold, tmp_path):
+    eng = Engine(model, max_len=128, steps=2, progress=False,
+                 options=dict(OPTS, disable_passes=["metadata_capture"], dump_dir=str(tmp_path)))
     out = eng.generate(PROMPT, 12, eos_token_id=None)
     assert out == gold[:12]
     assert all(eng.naive_refill[r] for r in ("draft", "verify", "extend"))
     assert eng.stats.host_syncs == 3 * (eng.stats.steps + 1)           # one sync per graph launch
+    graphs = (tmp_path / "cuda_graphs.txt").read_text().splitlines()   # the dump's CUDA-graph list
+    assert [g.split()[0] for g in graphs[1:]] == ["draft", "verify", "extend"]
+    assert all(g.split()[1] == "no" for g in graphs[1:])                  # CPU: uncaptured, said so
 
 
 def test_generate_api_and_stream(model, gold):

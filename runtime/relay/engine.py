@@ -138,6 +138,22 @@ class Engine:
             bar.update()
         bar.close()
         self._reset(prompt_len=1)
+        self._dump_graphs()
+
+    def _dump_graphs(self) -> None:
+        """With a dump_dir, write what each step runs as: captured graph (kernel nodes, PDL
+        edges) or uncaptured with the reason."""
+        d = self.options.get("dump_dir")
+        if not d:
+            return
+        from pathlib import Path
+        lines = ["role           captured  detail"]
+        for role, step in self._steps.items():
+            info = describe(step)
+            detail = info.format() if info else (step.reason or "uncaptured (cudagraphs off or CPU)")
+            lines.append(f"{role:<14} {'yes' if step.captured else 'no':<9} {detail}")
+        Path(d).mkdir(parents=True, exist_ok=True)
+        (Path(d) / "cuda_graphs.txt").write_text("\n".join(lines) + "\n")
 
     def graph_infos(self) -> list:
         """Kernel nodes and PDL edges of each captured graph (the dump's CUDA-graph section)."""

@@ -1,0 +1,56 @@
+"""Bar chart of a decode benchmark's JSON: TPOT per mode beside the floor (log scale).
+
+    python -m benchmarks.plot benchmarks/results/decode_flash-tp4-rank_h200.json --out decode.png
+
+Needs matplotlib (the optional `bench` extra: pip install -e ".[bench]"). Kept apart from
+benchmarks.decode so the GPU machine, which has no matplotlib, writes the JSON and any machine
+draws it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("json", type=Path)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SystemExit("benchmarks.plot needs matplotlib: pip install -e '.[bench]'") from None
+    d = json.loads(args.json.read_text())
+    rows = [(m, r) for m, r in d["results"].items() if r.get("tpot_ms")]
+    names = [m for m, _ in rows]
+    tpot = [r["tpot_ms"] for _, r in rows]
+    floor = [r["floor_ms"] for _, r in rows]
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=120)
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], tpot, width=0.4, label="TPOT (measured)", color="#3b6ea8")
+    ax.bar([x + 0.2 for x in xs], floor, width=0.4, label="floor (bytes / copy BW)", color="#bbbbbb")
+    for x, (m, r) in zip(xs, rows):
+        if r.get("tpot_projected_ms"):
+            ax.plot([x - 0.2], [r["tpot_projected_ms"]], "v", color="#d9822b",
+                    label="TPOT at accept 3.25 (projected)")
+        ax.text(x - 0.2, r["tpot_ms"] * 1.1, f"{r['tpot_ms']:.2f}", ha="center", fontsize=8)
+    ax.set_xticks(list(xs), names)
+    ax.set_yscale("log")
+    ax.set_ylabel("ms per output token")
+    ax.set_title(f"{d['preset']}, context {d['context']}, {d['weights']}, {d['env'].get('gpu', '')}",
+                 fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
