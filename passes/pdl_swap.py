@@ -495,8 +495,15 @@ class PdlSwap(LingcPass):
             kv_chain.append(c)
             c = c.args[0]
         kv_chain.reverse()
-        pos_cands = [a for a in ancestors([p]) if _placeholder(a) and val(a).dtype in (torch.int32, torch.int64)
-                     and len(shape(a)) == 1 and (numel(p) // L) % shape(a)[0] == 0]
+        # Positions are a graph input, or computed on the device from one (metadata_capture's
+        # `n + arange(T)` in the relay's graphs): inputs first, then computed int vectors.
+        def int_vector(a):
+            v = val(a)
+            return (isinstance(v, torch.Tensor) and v.dtype in (torch.int32, torch.int64)
+                    and len(shape(a)) == 1 and (numel(p) // L) % shape(a)[0] == 0)
+        anc = ancestors([p])
+        pos_cands = ([a for a in anc if _placeholder(a) and int_vector(a)]
+                     + [a for a in anc if not _placeholder(a) and a.op == "call_function" and int_vector(a)])
         stops = {cache, *pos_cands}
         local = descendants(stops, lambda n: not is_heavy(n)) - {n for n in g.nodes if is_heavy(n)}
         for pos in pos_cands:

@@ -215,3 +215,20 @@ def test_gpu_three_graphs_no_sync_run_ahead_no_recapture(gpu_engine):
     infos = {i.role: i for i in eng.graph_infos()}
     assert set(infos) >= {"draft", "verify", "extend"}
     assert all(i.kernel_nodes > 0 for i in infos.values())
+
+
+def test_relay_graphs_use_the_same_kernels_as_plain_decode(model):
+    """Greedy spec == plain rests on verify and decode running the same kernels: a core matched
+    in one role but not the other changes rounding (found at 42 bf16 layers: MLA positions are
+    computed from relay.n in the relay's graphs, and pdl_swap first matched only input positions)."""
+    cfg = model.config
+    from lingc.models import Ling3Cache
+    counts = {}
+    for role in ("decode", "verify"):
+        relay = RelayBuffers.allocate(STEPS, cfg.hidden_size, cfg.dtype, "cpu")
+        fn = make_steps(model, STEPS)[role]
+        _, report = run_and_report(fn, relay, Ling3Cache.allocate(cfg, 32), role=role)
+        counts[role] = {op: n for _, op, n, _ in report.kernels.rows}
+    for op in ("lingc.mla_decode", "lingc.kda_chain", "lingc.rmsnorm", "lingc.moe_experts"):
+        assert counts["decode"].get(op) == counts["verify"].get(op), op
+    assert counts["verify"]["lingc.mla_decode"] == len(cfg.mla_layers)
