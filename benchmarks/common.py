@@ -32,6 +32,7 @@ __all__ = [
     "GraphTiming",
     "require_cuda",
     "copy_bandwidth_gbps",
+    "event_times_ms",
     "cold_copies",
     "time_in_graph",
     "environment",
@@ -59,7 +60,10 @@ def require_cuda() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def _event_times_ms(fn: Callable[[], Any], reps: int) -> list[float]:
+def event_times_ms(fn: Callable[[], Any], reps: int, warmup: int = 0) -> list[float]:
+    """CUDA-event time of each of `reps` calls of fn (after `warmup` untimed calls), in ms."""
+    for _ in range(warmup):
+        fn()
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -82,7 +86,7 @@ def copy_bandwidth_gbps(nbytes: int = 2 * 1024**3, reps: int = 20) -> float:
     dst = torch.empty_like(src)
     for _ in range(3):
         dst.copy_(src)
-    ms = statistics.median(_event_times_ms(lambda: dst.copy_(src), reps))
+    ms = statistics.median(event_times_ms(lambda: dst.copy_(src), reps))
     del src, dst
     torch.cuda.empty_cache()
     return 2 * nbytes / (ms * 1e-3) / 1e9
@@ -126,7 +130,7 @@ def time_in_graph(
     for _ in range(warmup_replays):
         graph.replay()
     torch.cuda.synchronize()
-    per_call = [ms * 1e3 / calls for ms in _event_times_ms(graph.replay, replays)]
+    per_call = [ms * 1e3 / calls for ms in event_times_ms(graph.replay, replays)]
     del graph
     return GraphTiming(statistics.median(per_call), min(per_call), calls, replays)
 

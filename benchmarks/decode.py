@@ -29,7 +29,7 @@ import torch
 from lingc.models import Ling3Cache, build_model, preset
 from lingc.models.moe import MoE
 
-from .common import copy_bandwidth_gbps, environment, markdown_table, require_cuda, write_json
+from .common import copy_bandwidth_gbps, environment, event_times_ms, markdown_table, require_cuda, write_json
 
 ALL_MODES = ["eager", "eager-nextn", "inductor", "reduce-overhead", "reduce-overhead-pdl",
              "lingc", "lingc-nextn"]
@@ -38,16 +38,7 @@ STEPS = 5
 
 
 def _events_ms(fn, reps, warmup=2):
-    out = []
-    for i in range(reps + warmup):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        if i >= warmup:
-            out.append(s.elapsed_time(e))
-    return statistics.median(out)
+    return statistics.median(event_times_ms(fn, reps, warmup))
 
 
 def fill_synthetic(cache: Ling3Cache, seed: int = 1) -> None:
@@ -65,7 +56,6 @@ class Floor:
 
     def __init__(self, model, context: int):
         self.model, self.context, cfg = model, context, model.config
-        self.cfg = cfg
         n = cfg.num_hidden_layers
         layers = list(model.model.layers)
         expert_params = {id(p) for m in model.modules() if isinstance(m, MoE) for p in m.experts.parameters()}
@@ -186,8 +176,7 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor):
     r.seed.fill_(11)
     r.dh.normal_()
     kind = "nextn" if speculative else None
-    for _ in eng.resume(8, kind):
-        pass
+    list(eng.resume(8, kind))                       # warm-up steps (not timed)
     torch.cuda.synchronize()
     t1 = time.perf_counter()
     out = list(eng.resume(tokens, kind))

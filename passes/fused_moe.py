@@ -48,6 +48,8 @@ from lingc.graph_build import emit
 from lingc.graph_match import aten, is_call, prims, scalar, strip
 from lingc.moe_trace import Down, MoETrace, Proj, atoms, mode
 from lingc.pass_manager import LingcPass
+from lingc.runtime.kernels import moe_experts as _moe_experts  # noqa: F401  (registers lingc::moe_experts)
+from lingc.runtime.kernels import moe_router as _moe_router  # noqa: F401  (registers lingc::moe_router)
 
 # ------------------------------------------------------------------------------------------ router
 @dataclass
@@ -219,14 +221,6 @@ def _find_routers(graph: fx.Graph) -> list[_Router]:
 
 
 # ------------------------------------------------------------------------------------------ pass
-def _experts_op():
-    try:
-        import lingc.runtime.kernels.moe_experts  # noqa: F401  (registers lingc::moe_experts)
-    except ImportError:
-        pass
-    return torch.ops.lingc.moe_experts.default if hasattr(torch.ops.lingc, "moe_experts") else None
-
-
 def _weights_layout_why(routed: Down, shared: Down | None) -> str | None:
     """Why moe_experts cannot read these weights as they are stored, or None."""
     def ok(p: Proj | Down, dim: int, contract: int, other: int) -> bool:
@@ -249,7 +243,6 @@ class FusedMoE(LingcPass):
     tolerance = (1e-4, 2e-2)
 
     def apply(self, gm: fx.GraphModule) -> int:
-        import lingc.runtime.kernels.moe_router  # noqa: F401  (registers lingc::moe_router)
 
         graph = gm.graph
         routers = _find_routers(graph)
@@ -264,10 +257,8 @@ class FusedMoE(LingcPass):
                 continue
             blocks.append((r, *self._router(graph, r)))
         n_routers, n_experts, n_shared = sum(1 for *_, new in blocks if new is not None), 0, 0
-        op = _experts_op()
-        if op is None and blocks:
-            self.notes.append("lingc.moe_experts is not available: experts left as ATen ops")
-        elif blocks:
+        op = torch.ops.lingc.moe_experts.default
+        if blocks:
             trace = MoETrace(graph, [(r.x, ids, w) for r, ids, w, _ in blocks])
             for b, (r, ids, w, new) in enumerate(blocks):
                 done = self._experts(graph, trace, b, r.x, ids, w, new, op)

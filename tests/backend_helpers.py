@@ -23,6 +23,24 @@ def run_and_report(fn, *args, **options):
     return out, compile_reports[-1]
 
 
+def compiled_and_eager_greedy(model, seed: int, steps: int = 10):
+    """Greedy tokens after a 12-token random prompt: (the lingc-compiled decode step's, eager's).
+    The compiled step runs under fail_on_recompile, so a per-step recompile fails the caller."""
+    from lingc.decoding.reference import greedy_generate, prefill
+    from lingc.models import Ling3Cache
+    prompt = torch.randint(0, 300, (12,), generator=torch.Generator().manual_seed(seed))
+    want = greedy_generate(model, prompt, steps, eos_token_id=None)
+    step = compile_lingc(model, role="decode", fail_on_recompile=True)
+    cache = Ling3Cache.allocate(model.config, 32)
+    with torch.no_grad():
+        logits, _ = prefill(model, cache, prompt)
+        out = [int(logits.argmax())]
+        for i in range(steps - 1):
+            lg, _ = step(torch.tensor([out[-1]]), torch.tensor([12 + i]), cache)
+            out.append(int(lg[0].argmax()))
+    return out, want
+
+
 def stat(report, name):
     return next(s for s in report.stats if s.name == name)
 

@@ -1,8 +1,10 @@
 """Shared helpers for lingc tests: numeric comparison (``assert_close``) and the CUDA-graph edge
 reader that PDL tests use (``graph_edge_types``)."""
-import ctypes
 
 import torch
+
+# The CUDA-graph edge reader lives with the runtime (the Engine's dump uses it too).
+from lingc.runtime.relay.graphs import graph_edge_types  # noqa: F401,E402
 
 
 def rel_rms_error(actual: torch.Tensor, ref: torch.Tensor) -> float:
@@ -35,28 +37,3 @@ def assert_close(actual: torch.Tensor, ref: torch.Tensor, rtol_rms: float) -> No
         raise AssertionError(
             f"relative RMS error {err:.3e} > {rtol_rms:.1e}; max |diff| {diff.max().item():.3e} at {worst}"
         )
-
-
-def graph_edge_types(graph: torch.cuda.CUDAGraph) -> list[int]:
-    """Dependency types of every edge of a kept (not yet instantiated) CUDA graph, read through
-    the driver API: 0 = full dependency, 1 = programmatic (a PDL edge)."""
-
-    class EdgeData(ctypes.Structure):
-        _fields_ = [
-            ("from_port", ctypes.c_ubyte),
-            ("to_port", ctypes.c_ubyte),
-            ("type", ctypes.c_ubyte),
-            ("reserved", ctypes.c_ubyte * 5),
-        ]
-
-    libcuda = ctypes.CDLL("libcuda.so.1")
-    get_edges = libcuda.cuGraphGetEdges_v2
-    get_edges.argtypes = [ctypes.c_void_p] * 4 + [ctypes.POINTER(ctypes.c_size_t)]
-    handle = ctypes.c_void_p(graph.raw_cuda_graph())
-    count = ctypes.c_size_t(0)
-    assert get_edges(handle, None, None, None, ctypes.byref(count)) == 0
-    nodes_from = (ctypes.c_void_p * count.value)()
-    nodes_to = (ctypes.c_void_p * count.value)()
-    edges = (EdgeData * count.value)()
-    assert get_edges(handle, nodes_from, nodes_to, edges, ctypes.byref(count)) == 0
-    return [e.type for e in edges]

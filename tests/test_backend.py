@@ -11,7 +11,7 @@ import pytest
 import torch
 from expecttest import assert_expected_inline
 
-from backend_helpers import compile_lingc, run_and_report, stat
+from backend_helpers import compile_lingc, compiled_and_eager_greedy, run_and_report, stat
 from lingc.backend import RecompileError, compile_reports
 from lingc.dump import format_summary
 from lingc.models import Ling3Cache, build_model, preset
@@ -98,17 +98,7 @@ def test_each_pass_off_equals_eager(tiny):
 
 
 def test_greedy_tokens_identical_over_steps(tiny):
-    from lingc.decoding.reference import greedy_generate, prefill
-    prompt = torch.randint(0, 300, (12,), generator=torch.Generator().manual_seed(3))
-    want = greedy_generate(tiny, prompt, 10, eos_token_id=None)
-    step = compile_lingc(tiny, role="decode", fail_on_recompile=True)
-    cache = Ling3Cache.allocate(tiny.config, 32)
-    with torch.no_grad():
-        logits, _ = prefill(tiny, cache, prompt)
-        out = [int(logits.argmax())]
-        for i in range(9):
-            lg, _ = step(torch.tensor([out[-1]]), torch.tensor([12 + i]), cache)
-            out.append(int(lg[0].argmax()))
+    out, want = compiled_and_eager_greedy(tiny, seed=3)
     assert out == want
 
 

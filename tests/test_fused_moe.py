@@ -11,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from expecttest import assert_expected_inline
 
-from backend_helpers import compile_lingc, pinned_graph_text, run_and_report, stat
+from backend_helpers import compile_lingc, compiled_and_eager_greedy, pinned_graph_text, run_and_report, stat
 from helpers import assert_close
 from lingc.models import Ling3Cache, build_model, preset
 
@@ -316,17 +316,7 @@ def test_tiny_model_bf16_router_numerics():
 
 
 def test_tiny_greedy_tokens_equal_eager(tiny):
-    from lingc.decoding.reference import greedy_generate, prefill
-    prompt = torch.randint(0, 300, (12,), generator=torch.Generator().manual_seed(5))
-    want = greedy_generate(tiny, prompt, 10, eos_token_id=None)
-    step = compile_lingc(tiny, role="decode", fail_on_recompile=True)
-    cache = Ling3Cache.allocate(tiny.config, 32)
-    with torch.no_grad():
-        logits, _ = prefill(tiny, cache, prompt)
-        out = [int(logits.argmax())]
-        for i in range(9):
-            lg, _ = step(torch.tensor([out[-1]]), torch.tensor([12 + i]), cache)
-            out.append(int(lg[0].argmax()))
+    out, want = compiled_and_eager_greedy(tiny, seed=5)
     assert out == want
 
 

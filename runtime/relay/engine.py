@@ -124,7 +124,7 @@ class Engine:
             return
         bar = Progress(len(todo), "lingc compile + capture", enabled=self.progress)
         pool = torch.cuda.graph_pool_handle() if self.cudagraphs else None
-        self._reset(prompt_len=1)
+        self._reset()
         for role in todo:
             if role not in self._compiled:
                 self._compile(role)
@@ -137,7 +137,7 @@ class Engine:
                 self._steps[role] = CapturedStep(role, call, None)
             bar.update()
         bar.close()
-        self._reset(prompt_len=1)
+        self._reset()
         self._dump_graphs()
 
     def _dump_graphs(self) -> None:
@@ -161,7 +161,7 @@ class Engine:
 
     # -- requests -----------------------------------------------------------------------------
 
-    def _reset(self, prompt_len: int) -> None:
+    def _reset(self) -> None:
         self.cache.zero_()
         self.relay.zero_()
         self.ring.zero_()
@@ -229,7 +229,7 @@ class Engine:
         stop_ids = set(stop) | ({eos} if eos is not None else set())
         roles = ("draft", "verify", "extend") if speculative else (("decode_logits",) if sampling else ("decode",))
         self.prepare(roles)
-        self._reset(ids.numel())
+        self._reset()
         self.stats = EngineStats()
         first = self._prefill(ids, bool(speculative))
         yield first
