@@ -1,0 +1,287 @@
+"""Chunked KDA prefill (torch.ops.lingc.kda_prefill): Triton kernels vs kda_chunked and the
+token-by-token recurrence, every output written, the op's CPU path, fake impl and argument checks.
+
+On the CPU the kernels run under TRITON_INTERPRET=1 (conftest.py) on small heads (K, V = 16..32,
+one masked K = 24) and prompt lengths that are not multiples of the chunk (1, 37, 64, 130), at the
+real chunk of 64 and at 16 (more chunks for the sequential pass). With CUDA the same tests run on
+the GPU, and the ``gpu``-marked ones add flash-tp4-rank shapes (H=8, K=V=128) up to T=8192.
+
+Tolerances (relative RMS): both sides are fp32 throughout; they differ in the order of sums (the
+in-chunk cumsum, the K reductions, the triangular solve as an explicit inverse) and in exp. Seen
+on the CPU: ~5e-7; 2e-5 allowed there, 1e-4 on the GPU (exp2-based exp, FMA contraction, long
+prompts).
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from helpers import assert_close
+from lingc.models.kda_math import kda_chunked, kda_recurrent, l2norm
+from lingc.runtime.kernels.kda_prefill import (
+    kda_prefill,
+    kda_prefill_from_terms,
+    kda_prefill_reference,
+)
+from lingc.runtime.kernels.kda_prefill.kernel import KdaPrefillConfig, config_for, kda_prefill_triton
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+RTOL = 1e-4 if DEVICE == "cuda" else 2e-5
+LOWER_BOUND = -5.0
+# (H, K, V): power-of-two heads, a masked K (24 -> BK 32) with V != K.
+SHAPES = [(2, 16, 16), (1, 32, 32), (2, 24, 16)]
+LENGTHS = [1, 37, 64, 130]
+
+
+def make_inputs(T, H, K, V, seed, device=DEVICE, decay=1.0):
+    """The op's inputs as the model feeds them: normalised q (scaled) and k, a bounded gate in
+    (LOWER_BOUND * decay, 0), beta in (0, 1), and a nonzero initial state."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=gen)
+
+    x = dict(
+        q=l2norm(r(T, H, K)) * K ** -0.5, k=l2norm(r(T, H, K)), v=r(T, H, V),
+        g=LOWER_BOUND * decay * torch.sigmoid(r(T, H, K)), beta=torch.sigmoid(r(T, H)),
+        state=r(H, K, V) * 0.3,
+    )
+    return {n: t.to(device) for n, t in x.items()}
+
+
+def args(x):
+    return x["q"], x["k"], x["v"], x["g"], x["beta"], x["state"]
+
+
+def run_kernel(x, config=None):
+    """The launcher with NaN-poisoned outputs; the inputs are checked to be left untouched."""
+    T, H, K, V = *x["q"].shape, x["v"].shape[-1]
+    before = {n: t.clone() for n, t in x.items()}
+    out = torch.full((T, H, V), float("nan"), device=x["q"].device)
+    final = torch.full((H, K, V), float("nan"), device=x["q"].device)
+    o, S = kda_prefill_triton(*args(x), out, final, config=config)
+    assert o is out and S is final
+    assert not torch.isnan(out).any(), f"{int(torch.isnan(out).sum())} output elements never written"
+    assert not torch.isnan(final).any(), f"{int(torch.isnan(final).sum())} state elements never written"
+    for n, t in x.items():
+        assert torch.equal(t, before[n]), f"{n} was modified"
+    return o, S
+
+
+def cpu(x):
+    return {n: t.cpu() for n, t in x.items()}
+
+
+# Kernel vs the references.
+
+
+@pytest.mark.parametrize("T", LENGTHS)
+@pytest.mark.parametrize("H,K,V", SHAPES)
+def test_kernel_matches_chunked_and_recurrent(H, K, V, T):
+    x = make_inputs(T, H, K, V, seed=1000 * H + 10 * T + K)
+    o, S = run_kernel(x)
+    o_ref, S_ref = kda_chunked(*args(cpu(x)))
+    o_rec, S_rec = kda_recurrent(*args(cpu(x)))
+    assert_close(o, o_ref, RTOL)
+    assert_close(S, S_ref, RTOL)
+    assert_close(o, o_rec, RTOL)
+    assert_close(S, S_rec, RTOL)
+    assert not torch.equal(S.cpu(), x["state"].cpu())
+
+
+@pytest.mark.parametrize("T", [37, 130])
+def test_small_chunk_many_chunks(T):
+    # Chunk 16: 3 and 9 chunks through the sequential state pass, partial last chunk.
+    x = make_inputs(T, 2, 16, 32, seed=7 + T)
+    o, S = run_kernel(x, KdaPrefillConfig(chunk=16, bv=16))
+    o_rec, S_rec = kda_recurrent(*args(cpu(x)))
+    assert_close(o, o_rec, RTOL)
+    assert_close(S, S_rec, RTOL)
+
+
+@pytest.mark.parametrize("decay", [0.001, 4.0], ids=["near-one", "strong"])
+def test_extreme_decay(decay):
+    # Strong: g down to -20 per token, so the in-chunk cumulative decay reaches ~-1300, far past
+    # exp's fp32 range; pairwise decays must still be formed without inf * 0.
+    x = make_inputs(130, 2, 16, 16, seed=31, decay=decay)
+    o, S = run_kernel(x)
+    o_rec, S_rec = kda_recurrent(*args(cpu(x)))
+    assert_close(o, o_rec, RTOL)
+    assert_close(S, S_rec, RTOL)
+
+
+def test_bv_tilings_agree():
+    x = make_inputs(37, 1, 16, 32, seed=41)
+    o16, S16 = run_kernel(x, KdaPrefillConfig(chunk=16, bv=16))
+    o32, S32 = run_kernel(x, KdaPrefillConfig(chunk=16, bv=32))
+    assert_close(o16, o32, RTOL)
+    assert_close(S16, S32, RTOL)
+
+
+def test_final_state_in_place():
+    # final_state may alias state: each program reads its state tile before writing it.
+    x = make_inputs(37, 2, 16, 16, seed=43)
+    S_ref = kda_recurrent(*args(cpu(x)))[1]
+    state = x["state"].clone()
+    kda_prefill_triton(*args({**x, "state": state}), None, state)
+    assert_close(state, S_ref, RTOL)
+
+
+def test_wrong_initial_state_is_caught():
+    # The comparison is sharp enough to see the state entering the prompt: a transposed one fails.
+    x = make_inputs(37, 1, 16, 16, seed=47)
+    o, _ = run_kernel({**x, "state": x["state"].transpose(1, 2).contiguous()})
+    with pytest.raises(AssertionError, match="relative RMS error"):
+        assert_close(o.cpu(), kda_recurrent(*args(cpu(x)))[0], RTOL)
+
+
+def test_regrouped_terms_match_chunked():
+    # The kernel's split of the work (state-independent chunk terms, then U = u - w S etc.),
+    # written in torch, equals kda_chunked: the regrouping itself is right.
+    x = make_inputs(150, 2, 16, 24, seed=53, device="cpu")
+    o, S = kda_prefill_from_terms(*args(x))
+    o_ref, S_ref = kda_chunked(*args(x))
+    assert_close(o, o_ref, 2e-5)
+    assert_close(S, S_ref, 2e-5)
+
+
+def test_config_depends_on_shape_only():
+    assert config_for(8, 128, 128) == KdaPrefillConfig(chunk=32, bv=16)
+    for h in (1, 2, 8, 32, 64):
+        for k in (16, 24, 128):
+            cfg = config_for(h, k, k)
+            assert cfg.bv >= 16 and cfg.chunk in (32, 64)
+
+
+# The op: CPU path, fake impl, argument checks, tracing.
+
+
+def test_op_matches_reference():
+    x = make_inputs(70, 2, 16, 16, seed=61)
+    before = x["state"].clone()
+    o, S = kda_prefill(*args(x))
+    o_ref, S_ref = kda_prefill_reference(*args(cpu(x)))
+    assert_close(o, o_ref, RTOL)
+    assert_close(S, S_ref, RTOL)
+    assert torch.equal(x["state"], before)
+
+
+def test_op_schema_declares_no_mutation():
+    schema = str(torch.ops.lingc.kda_prefill.default._schema)
+    assert "!" not in schema, schema
+    assert schema.endswith("-> (Tensor, Tensor)"), schema
+
+
+def test_op_fake_impl():
+    x = make_inputs(70, 2, 16, 24, seed=62, device="cpu")
+    with FakeTensorMode() as mode:
+        fx = {n: mode.from_tensor(t) for n, t in x.items()}
+        o, S = torch.ops.lingc.kda_prefill(*args(fx))
+        assert o.shape == (70, 2, 24) and o.dtype == torch.float32
+        assert S.shape == (2, 16, 24) and S.dtype == torch.float32
+        with pytest.raises(ValueError, match="g .* must be float32"):
+            torch.ops.lingc.kda_prefill(*args({**fx, "g": fx["g"].to(torch.bfloat16)}))
+
+
+def test_op_under_aot_compile():
+    x = make_inputs(40, 2, 16, 16, seed=63, device="cpu")
+
+    def step(q, k, v, g, beta, state):
+        o, S = torch.ops.lingc.kda_prefill(q, k, v, g, beta, state)
+        state.copy_(S)
+        return o * 2
+
+    s_eager, s_comp = x["state"].clone(), x["state"].clone()
+    out_e = step(*args({**x, "state": s_eager}))
+    out_c = torch.compile(step, backend="aot_eager", fullgraph=True)(*args({**x, "state": s_comp}))
+    assert torch.equal(out_e, out_c) and torch.equal(s_eager, s_comp)
+
+
+def _bad(name, value):
+    x = make_inputs(5, 2, 16, 16, seed=80, device="cpu")
+    return {**dict(zip(["q", "k", "v", "g", "beta", "state"], args(x))), name: value}
+
+
+@pytest.mark.parametrize("name,value,match", [
+    ("q", torch.zeros(0, 2, 16), "T = 0"),
+    ("q", torch.zeros(5, 2, 8), r"q must be \[T, H, K\] = \[T, 2, 16\], got \(5, 2, 8\)"),
+    ("k", torch.zeros(4, 2, 16), r"k must be \[5, 2, 16\], got \(4, 2, 16\)"),
+    ("v", torch.zeros(5, 2, 8), r"v must be \[5, 2, 16\], got \(5, 2, 8\)"),
+    ("beta", torch.zeros(5, 3), r"beta must be \[5, 2\], got \(5, 3\)"),
+    ("g", torch.zeros(5, 2, 16, dtype=torch.float16), "must be float32, got torch.float16"),
+    ("v", torch.zeros(5, 2, 16, dtype=torch.int32), "v must be floating point"),
+    ("state", torch.zeros(2, 16, 16, dtype=torch.bfloat16), "state must be .* float32"),
+])
+def test_op_bad_arguments_raise(name, value, match):
+    with pytest.raises(ValueError, match=match):
+        kda_prefill(**_bad(name, value))
+
+
+_COMPILE_CHECK = textwrap.dedent("""
+    import os, subprocess, tempfile, triton
+    from triton.backends.compiler import GPUTarget
+    from lingc.runtime.kernels.kda_prefill.kernel import (_kda_prefill_chunk_kernel,
+                                                          _kda_prefill_state_kernel, config_for)
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    cfg = config_for(8, 128, 128)
+    target = GPUTarget("cuda", 90, 32)
+    ptr = ["q_ptr", "k_ptr", "v_ptr", "g_ptr", "b_ptr", "w_ptr", "u_ptr", "qg_ptr", "kd_ptr", "p_ptr", "gc_ptr"]
+    sig = {n: "*fp32" for n in ptr}
+    sig.update({n: "i32" for n in ["sq_t", "sq_h", "sk_t", "sk_h", "sv_t", "sv_h", "sg_t", "sg_h", "sb_t",
+                                   "sb_h", "T", "NT"]})
+    const = dict(K=128, V=128, BT=cfg.chunk, BK=128, BVA=128, PRECISION=cfg.precision, USE_GDC=True)
+    chunk = (_kda_prefill_chunk_kernel, sig, const, cfg.num_warps_chunk)
+    sig = {n: "*fp32" for n in ["w_ptr", "u_ptr", "qg_ptr", "kd_ptr", "p_ptr", "gc_ptr", "state_ptr", "o_ptr",
+                                "final_ptr"]}
+    sig.update(T="i32", NT="i32")
+    const = dict(H=8, K=128, V=128, BT=cfg.chunk, BK=128, BV=cfg.bv, PRECISION=cfg.precision, USE_GDC=True)
+    state = (_kda_prefill_state_kernel, sig, const, cfg.num_warps_state)
+    for name, (fn, sig, const, warps) in (("chunk", chunk), ("state", state)):
+        src = triton.compiler.ASTSource(fn, {**sig, **{k: "constexpr" for k in const}}, const)
+        k = triton.compile(src, target=target, options=dict(num_warps=warps, num_stages=1))
+        assert "griddepcontrol.wait" in k.asm["ptx"]
+        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+            f.write(k.asm["ptx"])
+        r = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", f.name, "-o", os.devnull],
+                           capture_output=True, text=True, check=True)
+        print(name, r.stdout + r.stderr)
+""")
+
+
+def test_kernels_compile_for_sm90():
+    # The real (non-interpreted) compile for an H200 at flash-tp4-rank shapes, with the bundled
+    # ptxas: catches what the interpreter lets through (dot shapes, layouts, PDL intrinsics).
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", _COMPILE_CHECK], env=env, capture_output=True, text=True,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if r.returncode != 0 and "ptxas" in r.stderr and "No such file" in r.stderr:
+        pytest.skip("triton's bundled ptxas is not installed")
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+# GPU: flash-tp4-rank shapes.
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [1, 37, 130, 1000])
+def test_gpu_flash_tp4_rank_matches_recurrent(T):
+    x = make_inputs(T, 8, 128, 128, seed=90 + T)
+    o, S = run_kernel(x)
+    o_rec, S_rec = kda_recurrent(*args(x))
+    assert_close(o, o_rec, 1e-4)
+    assert_close(S, S_rec, 1e-4)
+
+
+@pytest.mark.gpu
+def test_gpu_flash_tp4_rank_8192_matches_chunked():
+    x = make_inputs(8192, 8, 128, 128, seed=99)
+    o, S = run_kernel(x)
+    o_ref, S_ref = kda_chunked(*args(x))
+    assert_close(o, o_ref, 1e-4)
+    assert_close(S, S_ref, 1e-4)
+    o_op, S_op = kda_prefill(*args(x))
+    assert torch.equal(o_op, o) and torch.equal(S_op, S)
