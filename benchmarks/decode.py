@@ -1,8 +1,15 @@
-"""Batch-1 decode on one GPU: eager vs Inductor vs lingc (plain and NEXTN relay), with the floor.
+"""Batch-1 decode: eager vs Inductor vs lingc (plain and NEXTN relay), with the floor.
 
     python -m benchmarks.decode --preset flash-tp4-rank --context 8192 --out OUT
         [--modes eager,eager-nextn,inductor,reduce-overhead,reduce-overhead-pdl,lingc,lingc-nextn]
         [--lingc-inductor 0|1] [--tokens 128]
+    torchrun --nproc-per-node N -m benchmarks.decode --tp N --preset flash ...   (tensor parallel)
+
+Tensor parallel: `--preset` names the whole model and every rank builds its slice (random
+weights, the same slices a checkpoint would give); the ranks run every mode in lockstep and rank 0
+reports. The floor is per rank (the bytes one GPU reads), and the all-reduce share of a lingc
+step is estimated as (collectives in the step's graphs) x (one decode-sized all-reduce captured
+in a CUDA graph, measured in the same run) / step time.
 
 Random bf16 weights (it says so in the output). The context is synthetic: the cache holds
 `context` rows of random latents and random KDA states, as after a prefill, and decoding starts
@@ -28,11 +35,12 @@ import torch
 
 from lingc.models import Ling3Cache, build_model, preset
 from lingc.models.moe import MoE
+from lingc.models.parallel import init_from_env
 
 from .common import copy_bandwidth_gbps, environment, event_times_ms, markdown_table, require_cuda, write_json
 
 ALL_MODES = ["eager", "eager-nextn", "inductor", "reduce-overhead", "reduce-overhead-pdl",
-             "lingc", "lingc-nextn"]
+             "lingc", "lingc-nextn", "lingc-symm", "lingc-nextn-symm"]   # -symm: allreduce="symm_mem"
 ARTICLE_ACCEPT = 3.25
 STEPS = 5
 
@@ -108,6 +116,38 @@ def _step_fn(model):
     return step
 
 
+def allreduce_graph_us(tp, numel: int, symm: bool = False, calls: int = 50) -> float:
+    """One bf16 all-reduce of `numel` values inside a CUDA graph (median per call): NCCL through
+    the functional collective, or lingc's symmetric-memory one-shot op."""
+    if symm:
+        import lingc.runtime.collectives  # noqa: F401
+        reduce = lambda t: torch.ops.lingc.one_shot_all_reduce(t, tp.group_name)  # noqa: E731
+    else:
+        reduce = tp.all_reduce
+    x = torch.randn(1, numel, device="cuda", dtype=torch.bfloat16)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            y = reduce(x) * 0.5
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = x
+        for _ in range(calls):
+            y = reduce(y) * 0.5
+    return _events_ms(g.replay, reps=20, warmup=3) * 1e3 / calls
+
+
+def collectives_per_step(roles) -> int:
+    """Collective kernels in the last compiled graph of each role (lingc's kernel tables)."""
+    from lingc.backend import compile_reports
+    last = {r.role: r for r in compile_reports}
+    return sum(n for role in roles if role in last
+               for cat, op, n, _ in last[role].kernels.rows
+               if cat == "collective" or op == "lingc.one_shot_all_reduce")
+
+
 def run_eager(model, cache, ctx, tokens):
     step = _step_fn(model)
     ids = torch.tensor([7], device="cuda")
@@ -160,10 +200,10 @@ def run_inductor(model, cache, ctx, tokens, mode):
     return dict(step_ms=ms, wall_ms=wall, host_ms=None, tokens_per_step=1.0, compile_s=compile_s)
 
 
-def run_lingc(model, ctx, tokens, speculative, lingc_inductor):
+def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl", progress=True):
     from lingc.runtime.relay.engine import Engine
     eng = Engine(model, max_len=ctx + tokens * (STEPS + 1) + 64, steps=STEPS,
-                 options={"inductor": bool(lingc_inductor)}, progress=True)
+                 options={"inductor": bool(lingc_inductor), "allreduce": allreduce}, progress=progress)
     roles = ("draft", "verify", "extend") if speculative else ("decode",)
     t0 = time.perf_counter()
     eng.prepare(roles)
@@ -189,6 +229,7 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor):
     return dict(step_ms=sum(per_graph.values()), wall_ms=wall,
                 host_ms=statistics.median(st.host_s) * 1e3,
                 tokens_per_step=len(out) / max(1, st.steps), compile_s=compile_s,
+                collectives=collectives_per_step(roles),
                 per_graph_ms=per_graph, ahead=st.ahead / max(1, st.launched - 1),
                 captured={r_: eng._steps[r_].captured for r_ in roles},
                 graphs=[i.format() for i in eng.graph_infos()])
@@ -201,6 +242,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--modes", default="eager,lingc,lingc-nextn")
     ap.add_argument("--lingc-inductor", type=int, default=1)
+    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel size (= torchrun's world size)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -208,11 +250,24 @@ def main(argv=None) -> int:
     if bad:
         raise SystemExit(f"unknown mode(s) {bad}; valid: {ALL_MODES}")
     require_cuda()
+    tp = init_from_env()
+    if tp.size != args.tp:
+        raise SystemExit(f"--tp {args.tp} but {tp.size} process(es) are running: launch with "
+                         f"torchrun --nproc-per-node {args.tp} -m benchmarks.decode --tp {args.tp} ...")
+    lead = tp.rank == 0
     out = Path(args.out)
     bw = copy_bandwidth_gbps()
-    cfg = preset(args.preset, router_dtype="bf16")
-    model = build_model(cfg, device="cuda", dtype=torch.bfloat16, seed=0)
+    full = preset(args.preset, router_dtype="bf16")
+    model = build_model(full, device="cuda", dtype=torch.bfloat16, seed=0, progress=lead, tp=tp)
+    cfg = model.config
     ctx = args.context
+    ar_us = {}
+    if tp.enabled:
+        ar_us = {"T1": allreduce_graph_us(tp, cfg.hidden_size),
+                 "T6": allreduce_graph_us(tp, 6 * cfg.hidden_size)}
+        if any(m.endswith("-symm") for m in modes):
+            ar_us.update(symm_T1=allreduce_graph_us(tp, cfg.hidden_size, symm=True),
+                         symm_T6=allreduce_graph_us(tp, 6 * cfg.hidden_size, symm=True))
 
     cache = Ling3Cache.allocate(cfg, ctx + 128, device="cuda")
     fill_synthetic(cache)
@@ -228,13 +283,18 @@ def main(argv=None) -> int:
     plain_bytes = floor.bytes(1, [], e_t1)
     relay_bytes = floor.bytes(STEPS + 1, [1] * (STEPS - 1) + [STEPS + 1], e_t6 + (STEPS - 1) * e_d1 + e_d6)
     floors = {"plain": plain_bytes / (bw * 1e9) * 1e3, "relay": relay_bytes / (bw * 1e9) * 1e3}
-    print(f"copy bandwidth {bw:.0f} GB/s; floor plain step {floors['plain']:.3f} ms "
-          f"({plain_bytes / 1e9:.2f} GB), relay step {floors['relay']:.3f} ms ({relay_bytes / 1e9:.2f} GB)")
+    say = print if lead else (lambda *a, **k: None)
+    say(f"copy bandwidth {bw:.0f} GB/s; floor{' per rank' if tp.enabled else ''} plain step "
+        f"{floors['plain']:.3f} ms ({plain_bytes / 1e9:.2f} GB), relay step {floors['relay']:.3f} ms "
+        f"({relay_bytes / 1e9:.2f} GB)")
+    if ar_us:
+        say(f"all-reduce in a CUDA graph ({tp.size} ranks), us: " + ", ".join(
+            f"{k} {v:.1f}" for k, v in ar_us.items()))
 
     results = {}
     for mode in modes:
         t0 = time.perf_counter()
-        print(f"== {mode}", flush=True)
+        say(f"== {mode}", flush=True)
         try:
             if mode == "eager":
                 res = run_eager(model, cache, ctx, args.tokens)
@@ -243,12 +303,13 @@ def main(argv=None) -> int:
             elif mode.startswith("inductor") or mode.startswith("reduce"):
                 res = run_inductor(model, cache, ctx, args.tokens, mode)
             else:
-                res = run_lingc(model, ctx, args.tokens, mode == "lingc-nextn", args.lingc_inductor)
+                res = run_lingc(model, ctx, args.tokens, "nextn" in mode, args.lingc_inductor,
+                                "symm_mem" if mode.endswith("-symm") else "nccl", progress=lead)
         except Exception as e:  # a failing mode is reported, the others still run
             res = {"error": f"{type(e).__name__}: {e}"}
-            print(f"{mode} failed: {res['error']}", flush=True)
+            print(f"rank {tp.rank}: {mode} failed: {res['error']}", flush=True)
         res["mode_s"] = time.perf_counter() - t0
-        relay = mode.endswith("nextn")
+        relay = "nextn" in mode
         res["floor_ms"] = floors["relay" if relay else "plain"]
         if res.get("wall_ms"):
             tps = res.get("tokens_per_step") or 1.0
@@ -257,19 +318,29 @@ def main(argv=None) -> int:
             res["x_floor"] = res["wall_ms"] / res["floor_ms"]
             if relay:
                 res["tpot_projected_ms"] = res["wall_ms"] / ARTICLE_ACCEPT
+        if ar_us and res.get("collectives") and res.get("step_ms"):
+            # A relay step mixes T=1 (draft) and T=6 collectives; the T=6 time bounds it above.
+            key = ("symm_" if mode.endswith("-symm") else "") + ("T6" if relay else "T1")
+            res["allreduce_ms_est"] = res["collectives"] * ar_us[key] / 1e3
+            res["allreduce_share"] = res["allreduce_ms_est"] / res["step_ms"]
         results[mode] = res
-        write_json(out / "decode.json", _payload(args, bw, floors, results))
+        if lead:
+            write_json(out / _json_name(args), _payload(args, bw, floors, results, tp, ar_us))
+    if not lead:
+        return 0
 
     rows = [dict(mode=m, **{k: v for k, v in r.items() if not isinstance(v, (dict, list))})
             for m, r in results.items()]
-    print(f"\n{args.preset}, context {ctx}, random weights (accept lengths are not meaningful)\n")
+    split = f", {tp.size}-way tensor parallel (per-rank floor)" if tp.enabled else ""
+    print(f"\n{args.preset}{split}, context {ctx}, random weights (accept lengths are not meaningful)\n")
     print(markdown_table(rows, [("mode", "mode", "s"), ("step_ms", "GPU step ms", ".3f"),
                                 ("wall_ms", "wall/step ms", ".3f"), ("host_ms", "host/step ms", ".3f"),
                                 ("tokens_per_step", "tokens/step", ".2f"), ("tpot_ms", "TPOT ms", ".3f"),
                                 ("tok_s", "tok/s", ".1f"), ("floor_ms", "floor ms", ".3f"),
                                 ("x_floor", "x floor", ".2f"),
                                 ("tpot_projected_ms", "TPOT @3.25 (proj.) ms", ".3f"),
-                                ("compile_s", "compile+capture s", ".1f")]))
+                                ("compile_s", "compile+capture s", ".1f"),
+                                ("allreduce_share", "all-reduce share (est.)", ".0%")]))
     for m, r in results.items():
         if "per_graph_ms" in r:
             print(f"{m}: per graph ms {r['per_graph_ms']}; launch ahead {r.get('ahead', 0):.0%}; "
@@ -279,8 +350,13 @@ def main(argv=None) -> int:
     return 0
 
 
-def _payload(args, bw, floors, results):
+def _json_name(args) -> str:
+    return "decode.json" if args.tp == 1 else f"decode_tp{args.tp}.json"
+
+
+def _payload(args, bw, floors, results, tp, ar_us):
     return {"preset": args.preset, "context": args.context, "weights": "random bf16",
+            "tp": tp.size, "allreduce_graph_us": ar_us,
             "copy_bandwidth_gbps": bw, "floor_ms": floors, "article_accept": ARTICLE_ACCEPT,
             "results": results, "env": environment()}
 

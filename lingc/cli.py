@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import builtins
 import argparse
 import sys
 import time
@@ -57,10 +58,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .decoding.reference import greedy_generate
     from .runtime.relay.engine import Engine
 
+    from .models.parallel import init_from_env
+
+    tp = init_from_env()
+    if tp.size != args.tp:
+        raise SystemExit(f"--tp {args.tp} but {tp.size} process(es) are running: launch with "
+                         f"torchrun --nproc-per-node {args.tp} -m lingc run --tp {args.tp} ...")
     dev = _device(args.device)
+    if dev.type == "cuda" and tp.enabled:
+        dev = torch.device("cuda", torch.cuda.current_device())
     cfg = preset(args.preset)
-    print(f"lingc: building {args.preset} with random weights on {dev}")
-    model = build_model(cfg, device=dev, seed=args.seed)
+    lead = tp.rank == 0
+    print = builtins.print if lead else (lambda *a, **k: None)   # noqa: A001  (rank 0 speaks)
+    split = f", {tp.size}-way tensor parallel" if tp.enabled else ""
+    print(f"lingc: building {args.preset} with random weights on {dev}{split}")
+    model = build_model(cfg, device=dev, seed=args.seed, progress=lead, tp=tp)
     gen = torch.Generator().manual_seed(args.seed)
     prompt = torch.randint(0, cfg.vocab_size, (args.prompt_len,), generator=gen).tolist()
     n = args.new_tokens
@@ -70,7 +82,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     t_eager = time.perf_counter() - t0
 
     engine = Engine(model, max_len=args.prompt_len + n + 2 * (args.steps + 1), steps=args.steps,
-                    options={"inductor": args.inductor})
+                    options={"inductor": args.inductor}, progress=lead)
     first = len(compile_reports)
     t0 = time.perf_counter()
     engine.prepare(("decode", "draft", "verify", "extend"))
@@ -116,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--new-tokens", type=int, default=48)
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--steps", type=int, default=5, help="NEXTN drafts per relay step (1..7)")
+    run.add_argument("--tp", type=int, default=1,
+                     help="tensor-parallel size: run under torchrun --nproc-per-node N")
     explain.add_argument("--t", type=int, default=1, choices=range(1, 17), metavar="{1..16}",
                          help="tokens per step: 1 = decode, 6 = chain verify")
     explain.add_argument("--context", type=int, default=32, help="cache rows before the step")

@@ -7,6 +7,8 @@ Categories:
 - `inductor`    everything else when Inductor compiles the leftovers; the generated kernels are
                 listed by name from Inductor's output code.
 - `aten`        everything else with `inductor=False`: one ATen call per op.
+- `collective`  a tensor-parallel collective (`_c10d_functional.all_reduce`/`all_gather_*`): one
+                NCCL kernel, captured into the CUDA graph with the rest; its `wait_tensor` is glue.
 Views, getitem and in-place epilogue copies are listed as `glue` (no kernel of their own, or a copy
 Inductor folds into the producer).
 """
@@ -50,7 +52,7 @@ class KernelTable:
         lines = [f"{'runs as':<13} {'op':<34} {'count':>5}  example output",
                  f"{'-' * 13} {'-' * 34} {'-' * 5}  {'-' * 20}"]
         for cat, op, n, shape in self.rows:
-            if compact and cat not in ("lingc", "library GEMM"):
+            if compact and cat not in ("lingc", "library GEMM", "collective"):
                 continue
             lines.append(f"{cat:<13} {op:<34} {n:>5}  {shape}")
         for reason, n in sorted(self.why.items()):
@@ -69,6 +71,8 @@ def classify(node: fx.Node, inductor: bool) -> str:
         return "lingc"
     if t in GEMM_OPS:
         return "library GEMM"
+    if isinstance(t, torch._ops.OpOverload) and t.namespace == "_c10d_functional":
+        return "glue" if t is torch.ops._c10d_functional.wait_tensor.default else "collective"
     if t in VIEW_OPS or t is torch.ops.aten.copy_.default or getattr(t, "__name__", "") == "getitem":
         return "glue"
     return "inductor" if inductor else "aten"
@@ -79,7 +83,7 @@ def build_kernel_table(gm: fx.GraphModule, inductor: bool, inductor_source: str 
     for n in gm.graph.nodes:
         if n.op == "call_function":
             groups.setdefault((classify(n, inductor), target_name(n.target)), []).append(n)
-    order = {"lingc": 0, "library GEMM": 1, "inductor": 2, "aten": 2, "glue": 3}
+    order = {"lingc": 0, "library GEMM": 1, "collective": 2, "inductor": 3, "aten": 3, "glue": 4}
     rows = sorted(((c, op, len(ns), val_text(ns[0].meta.get("val"))) for (c, op), ns in groups.items()),
                   key=lambda r: (order[r[0]], -r[2], r[1]))
     why: dict[str, int] = {}

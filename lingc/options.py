@@ -33,6 +33,9 @@ class LingcOptions:
     print_summary: bool = False
     # lingc.generate / the Engine capture each step graph as a CUDA graph (GPU only).
     cudagraphs: bool = True
+    # Tensor parallel: the graph's all-reduces run on NCCL ("nccl") or as one-shot
+    # symmetric-memory kernels ("symm_mem", the symm_allreduce pass; CUDA, no multicast needed).
+    allreduce: str = "nccl"
 
     @classmethod
     def from_user(cls, options: dict[str, Any] | None) -> "LingcOptions":
@@ -61,6 +64,8 @@ class LingcOptions:
         for name in ("inductor", "verify", "fail_on_recompile", "print_summary", "cudagraphs"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"lingc: option {name}={getattr(self, name)!r} must be a bool")
+        if self.allreduce not in ("nccl", "symm_mem"):
+            raise ValueError(f"lingc: option allreduce={self.allreduce!r}; expected 'nccl' or 'symm_mem'")
         if isinstance(self.disable_passes, str):
             self.disable_passes = [self.disable_passes]
         if self.dump_dir is not None and not isinstance(self.dump_dir, (str, os.PathLike)):

@@ -98,15 +98,17 @@ class LingcPass(abc.ABC):
 
 def registered_passes() -> list[type[LingcPass]]:
     """Every lingc pass, in design.md's order (stage_commit, metadata_capture, fused_moe,
-    swiglu_epilogue, fuse_projections, pdl_swap); passes not built yet are simply absent."""
+    swiglu_epilogue, fuse_projections, pdl_swap), then symm_allreduce (tensor parallel only)."""
     from .passes.fuse_projections import FuseProjections
     from .passes.fused_moe import FusedMoE
     from .passes.metadata_capture import MetadataCapture
     from .passes.pdl_swap import PdlSwap
     from .passes.stage_commit import StageCommit
     from .passes.swiglu_epilogue import SwiGLUEpilogue
+    from .passes.symm_allreduce import SymmAllReduce
 
-    return [StageCommit, MetadataCapture, FusedMoE, SwiGLUEpilogue, FuseProjections, PdlSwap]
+    return [StageCommit, MetadataCapture, FusedMoE, SwiGLUEpilogue, FuseProjections, PdlSwap,
+            SymmAllReduce]
 
 
 def pass_names() -> list[str]:

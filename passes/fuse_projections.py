@@ -8,6 +8,16 @@ path becomes a lingc GEMM too; a logits GEMM read only by argmax becomes a fused
     before:  ids = argmax(x @ Wlm.T, -1)   after:  ids = lingc.gemm_argmax(x, Wlm)[0]
                                                    (the logit row is never written)
 
+Vocab-parallel lm_head (tensor parallel): the model all-gathers every rank's logit columns and
+takes the argmax of the whole row. That argmax becomes a per-rank fused GEMV + argmax and an
+all-gather of one (max logit, global id) pair per row, 8 bytes instead of the row:
+
+    before:  ids = argmax(all_gather_columns(x @ Wlm_r.T), -1)
+    after:   id_r, max_r = lingc.gemm_argmax(x, Wlm_r); id_r += r * N_r
+             pairs = all_gather([max_r, bits(id_r)])           # [ranks, T, 2]
+             ids = id of pairs[argmax over ranks of max]      (first max: the lowest global id,
+                                                               torch.argmax's tie rule)
+
 Groups are found from the graph: linears whose input is the same node and whose weights are
 parameters (graph inputs) of the input's dtype, e.g. KDA q/k/v/f/g/b, MLA q_proj/kv_a/g_proj,
 whatever their module names. Up to 8 weights per launch (larger groups split in graph order).
@@ -34,7 +44,7 @@ import torch
 import torch.fx as fx
 
 from lingc.graph_build import emit
-from lingc.graph_match import CASTS, RESHAPES, aten, is_call, strip, weight_source
+from lingc.graph_match import CASTS, RESHAPES, aten, is_call, prims, strip, weight_source
 from lingc.pass_manager import LingcPass
 
 MAX_WEIGHTS = 8
@@ -124,6 +134,9 @@ class FuseProjections(LingcPass):
             while is_call(src, *RESHAPES, *CASTS):
                 chain_ok &= len(src.users) == 1
                 src = src.args[0]
+            if chain_ok and self._vocab_parallel_argmax(graph, a, src):
+                matches += 1
+                continue
             lin = _linear(src) if is_call(src, aten.mm.default) else None
             if lin is None or not chain_ok or len(src.users) != 1:
                 continue
@@ -137,3 +150,78 @@ class FuseProjections(LingcPass):
             graph.erase_node(a)
             matches += 1
         return matches
+
+    def _vocab_parallel_argmax(self, graph: fx.Graph, a: fx.Node, src: fx.Node) -> bool:
+        """argmax over TensorParallel.gather_columns(local logits) -> the pair all-gather."""
+        gathered = _column_gather(src)
+        if gathered is None:
+            return False
+        wait, local, size, group = gathered
+        rows = local.meta["val"].shape[0]
+        inner = local
+        while is_call(inner, *RESHAPES, *CASTS) and len(inner.users) == 1:
+            inner = inner.args[0]
+        lin = _linear(inner) if is_call(inner, aten.mm.default) and len(inner.users) == 1 else None
+        if lin is None or len(local.users) != 1 or len(wait.users) != 1:
+            return False
+        x, w, _ = lin
+        width = w.meta["val"].shape[0]
+        rank = _group_rank(group)
+        c10d = torch.ops._c10d_functional
+        with graph.inserting_before(a):
+            pair = emit(graph, torch.ops.lingc.gemm_argmax.default, x, w)
+            ids = emit(graph, operator.getitem, pair, 0)
+            best = emit(graph, operator.getitem, pair, 1)
+            gid = emit(graph, aten.add.Tensor, ids, rank * width)
+            bits = emit(graph, aten.view.dtype, emit(graph, prims.convert_element_type.default,
+                                                     gid, torch.int32), torch.float32)
+            packed = emit(graph, aten.cat.default, [emit(graph, aten.unsqueeze.default, best, 1),
+                                                    emit(graph, aten.unsqueeze.default, bits, 1)], 1)
+            allp = emit(graph, c10d.wait_tensor.default,
+                        emit(graph, c10d.all_gather_into_tensor.default, packed, size, group))
+            allp = emit(graph, aten.view.default, allp, [size, rows, 2])
+            vals = emit(graph, aten.select.int, allp, 2, 0)
+            winner = emit(graph, aten.argmax.default, vals, 0, True)                # [1, T]
+            all_ids = emit(graph, prims.convert_element_type.default,
+                           emit(graph, aten.view.dtype, emit(graph, aten.select.int, allp, 2, 1),
+                                torch.int32), torch.int64)
+            out = emit(graph, aten.gather.default, all_ids, 0, winner)
+            out = emit(graph, aten.view.default, out, list(a.meta["val"].shape))
+        dead = a.args[0]
+        a.replace_all_uses_with(out)
+        graph.erase_node(a)
+        # The gathered-row chain is dead now; erase it explicitly (DCE keeps collectives).
+        while isinstance(dead, fx.Node) and not dead.users and dead is not inner:
+            nxt = dead.args[0]
+            graph.erase_node(dead)
+            dead = nxt
+        self.notes.append(f"vocab-parallel argmax over {size} ranks")
+        return True
+
+
+def _column_gather(n: fx.Node):
+    """(wait node, local logits, group size, group name) if n is TensorParallel.gather_columns's
+    [T, size * N] result: all_gather along rows, view [size, T, N], permute(1, 0, 2), reshape."""
+    if is_call(n, aten.clone.default):
+        n = n.args[0]
+    if not is_call(n, aten.permute.default) or list(n.args[1]) != [1, 0, 2]:
+        return None
+    v = n.args[0]
+    if not is_call(v, aten.view.default, aten.reshape.default, aten._unsafe_view.default):
+        return None
+    wait = v.args[0]
+    if not is_call(wait, torch.ops._c10d_functional.wait_tensor.default):
+        return None
+    gather = wait.args[0]
+    if not is_call(gather, torch.ops._c10d_functional.all_gather_into_tensor.default):
+        return None
+    local, size, group = gather.args[:3]
+    if list(v.meta["val"].shape) != [size, *local.meta["val"].shape] or len(gather.users) != 1:
+        return None
+    return wait, local, size, group
+
+
+def _group_rank(group_name: str) -> int:
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _resolve_process_group
+    return dist.get_rank(_resolve_process_group(group_name))

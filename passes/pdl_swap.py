@@ -617,6 +617,8 @@ def _leftover_reason(n: fx.Node, cache_write: set) -> str:
         return "absorbed MLA products q_nope @ W_uk, o_lat @ W_uv (library GEMM)"
     if is_call(n, aten.embedding.default):
         return "token embedding gather"
+    if isinstance(n.target, torch._ops.OpOverload) and n.target.namespace == "_c10d_functional":
+        return "tensor-parallel collectives (NCCL kernels: a PDL chain ends and restarts at each)"
     if is_call(n, aten.stack.default) and any(is_call(u, lingc_ops.kda_chain.default) for u in n.users):
         return "q/k/v conv weights stacked for kda_chain (tiny; foldable at load)"
     return "glue outside the matched cores (MLA head gate, layout copies, sampling)"

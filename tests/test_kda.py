@@ -165,4 +165,5 @@ def test_layer_prefill_matches_decode(model, T):
     dec = torch.cat([layer(x[t:t + 1], torch.tensor([start + t]), b) for t in range(T)])
     assert_rel_close(pre, dec, 1e-5, "prefill vs decode output")
     assert_rel_close(a.state[j], b.state[j], 1e-5, "state")
-    assert torch.allclose(a.conv[j], b.conv[j], rtol=0, atol=1e-6)
+    # The window holds projection outputs, from a T-row GEMM here and 1-row GEMMs there.
+    assert torch.allclose(a.conv[j], b.conv[j], rtol=1e-5, atol=1e-6)

@@ -9,7 +9,9 @@ and values exactly.
 
 Loading reads config.json and the shards listed in model.safetensors.index.json, or every
 *.safetensors file in the directory when there is no index, and reports every missing, unexpected
-and wrongly shaped key at once.
+and wrongly shaped key at once. A tensor-parallel rank reads only its slice of each split tensor
+(`safe_open(...).get_slice`, lingc/models/parallel.py says which dim), so no rank ever holds the
+whole model.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 from ..progress import Progress
 from .config import Ling3Config
 from .decoder import Ling3ForCausalLM
+from .parallel import TensorParallel, full_shape, shard_dim
 
 INDEX_NAME = "model.safetensors.index.json"
 
@@ -87,12 +90,14 @@ def load_into(model: Ling3ForCausalLM, path: str | os.PathLike, progress: bool |
 
     path = Path(path)
     views = checkpoint_views(model)
+    tp = model.tp
     device = next(model.parameters()).device
     files = _shard_files(path)
     seen: set[str] = set()
     unexpected, bad_shape = [], []
     total = sum((path / f).stat().st_size for f in files)
-    with Progress(total, f"loading {path.name}", " GB", enabled=progress, scale=1e-9) as bar:
+    label = f"loading {path.name}" + (f" (rank {tp.rank}/{tp.size})" if tp.size > 1 else "")
+    with Progress(total, label, " GB", enabled=progress, scale=1e-9) as bar:
         for fname in files:
             with safe_open(str(path / fname), framework="pt", device="cpu") as f:
                 for key in f.keys():
@@ -102,10 +107,13 @@ def load_into(model: Ling3ForCausalLM, path: str | os.PathLike, progress: bool |
                     dst = views[key]
                     src = f.get_slice(key)
                     shape = tuple(src.get_shape())
-                    if shape != tuple(dst.shape):
-                        bad_shape.append(f"{key} (checkpoint {list(shape)}, model {list(dst.shape)})")
+                    want = full_shape(tuple(dst.shape), key, tp.size)
+                    if shape != want:
+                        what = f"model {list(want)}" + (f" (rank slice {list(dst.shape)})"
+                                                        if tp.size > 1 else "")
+                        bad_shape.append(f"{key} (checkpoint {list(shape)}, {what})")
                         continue
-                    dst.copy_(f.get_tensor(key).to(device=device, dtype=dst.dtype))
+                    dst.copy_(_read_slice(src, key, shape, tp).to(device=device, dtype=dst.dtype))
                     seen.add(key)
             bar.update((path / fname).stat().st_size)
     missing = sorted(set(views) - seen - {k.split(" ")[0] for k in bad_shape})
@@ -116,16 +124,42 @@ def load_into(model: Ling3ForCausalLM, path: str | os.PathLike, progress: bool |
         raise CheckpointError(f"checkpoint {path} does not match the model: " + "; ".join(parts))
 
 
+def _read_slice(src, key: str, shape: tuple[int, ...], tp: TensorParallel) -> torch.Tensor:
+    """This rank's piece of checkpoint tensor `key`, read from the file without the rest."""
+    dim = shard_dim(key)
+    if dim is None or tp.size == 1:
+        return src[:]
+    dim = dim % len(shape)
+    n = shape[dim] // tp.size
+    index = tuple(slice(None) if d != dim else slice(tp.rank * n, (tp.rank + 1) * n)
+                  for d in range(len(shape)))
+    return src[index]
+
+
 def from_pretrained(path: str | os.PathLike, dtype: torch.dtype | None = None,
                     device: torch.device | str = "cpu", progress: bool | None = None,
+                    tp_rank: int = 0, tp_size: int = 1, tp: TensorParallel | None = None,
                     **config_overrides) -> Ling3ForCausalLM:
-    """Build the model described by `path`/config.json on `device` and load its weights."""
+    """Build the model described by `path`/config.json on `device` and load its weights.
+
+    Tensor parallel: pass `tp` (TensorParallel.from_group() under torchrun), or tp_rank/tp_size to
+    load one rank's slices without a process group (its forward then refuses to run).
+    """
     from .init import build_model
 
+    if tp is None:
+        tp = TensorParallel.detached(tp_rank, tp_size)
+        if tp_size > 1:
+            import torch.distributed as dist
+            if dist.is_initialized() and dist.get_world_size() == tp_size:
+                tp = TensorParallel.from_group()
+                if tp.rank != tp_rank:
+                    raise CheckpointError(f"tp_rank={tp_rank} but this process is rank {tp.rank} "
+                                          f"of the {tp_size}-process group")
     cfg = read_config(path)
     if config_overrides:
         cfg = cfg.replace(**config_overrides)
-    model = build_model(cfg, device=device, dtype=dtype, seed=None)
+    model = build_model(cfg, device=device, dtype=dtype, seed=None, tp=tp)
     load_into(model, path, progress=progress)
     return model
 
@@ -136,6 +170,9 @@ def save_pretrained(model: Ling3ForCausalLM, path: str | os.PathLike,
     """Write config.json, safetensors shards under the checkpoint's key names, and the index."""
     from safetensors.torch import save_file
 
+    if model.tp.size > 1:
+        raise CheckpointError(f"save_pretrained on rank {model.tp.rank} of a {model.tp.size}-way "
+                              f"split would write a partial checkpoint; save the whole model")
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(model.config.to_hf_dict(), indent=2) + "\n")

@@ -19,25 +19,27 @@ from .layers import Linear, RMSNorm
 from .mla import MLAAttention
 from .moe import MoE, SwiGLUMLP
 from .nextn import NextNLayer
+from .parallel import SINGLE, TensorParallel, shard_config
 
 
 class DecoderLayer(nn.Module):
     """h = x + attn(input_layernorm(x)); out = h + mlp(post_attention_layernorm(h))."""
 
-    def __init__(self, cfg: Ling3Config, layer_id: int, cache_index: int):
+    def __init__(self, cfg: Ling3Config, layer_id: int, cache_index: int,
+                 tp: TensorParallel = SINGLE):
         super().__init__()
         self.layer_id = layer_id
         eps, dt = cfg.rms_norm_eps, cfg.dtype
         self.input_layernorm = RMSNorm(cfg.hidden_size, eps, dt)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, eps, dt)
         if cfg.is_mla_layer(layer_id):
-            self.attention = MLAAttention(cfg, layer_id, cache_index)
+            self.attention = MLAAttention(cfg, layer_id, cache_index, tp=tp)
         else:
-            self.attention = KDAAttention(cfg, layer_id, cache_index)
+            self.attention = KDAAttention(cfg, layer_id, cache_index, tp=tp)
         if cfg.is_moe_layer(layer_id):
-            self.mlp = MoE(cfg, layer_id)
+            self.mlp = MoE(cfg, layer_id, tp=tp)
         else:
-            self.mlp = SwiGLUMLP(cfg.hidden_size, cfg.intermediate_size, dt)
+            self.mlp = SwiGLUMLP(cfg.hidden_size, cfg.intermediate_size, dt, reduce=tp)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: Ling3Cache) -> torch.Tensor:
         h = x + self.attention(self.input_layernorm(x), positions, cache)
@@ -45,7 +47,7 @@ class DecoderLayer(nn.Module):
 
 
 class Ling3Model(nn.Module):
-    def __init__(self, cfg: Ling3Config):
+    def __init__(self, cfg: Ling3Config, tp: TensorParallel = SINGLE):
         super().__init__()
         self.cfg = cfg
         self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size, dtype=cfg.dtype,
@@ -53,28 +55,37 @@ class Ling3Model(nn.Module):
                                                                 dtype=cfg.dtype))
         self.word_embeddings.weight.requires_grad_(False)
         mla, kda = iter(range(len(cfg.mla_layers))), iter(range(len(cfg.kda_layers)))
-        layers = [DecoderLayer(cfg, i, next(mla) if cfg.is_mla_layer(i) else next(kda))
+        layers = [DecoderLayer(cfg, i, next(mla) if cfg.is_mla_layer(i) else next(kda), tp)
                   for i in range(cfg.num_hidden_layers)]
-        layers += [NextNLayer(cfg, cfg.num_hidden_layers + j, j)
+        layers += [NextNLayer(cfg, cfg.num_hidden_layers + j, j, tp)
                    for j in range(cfg.num_nextn_predict_layers)]
         self.layers = nn.ModuleList(layers)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.dtype)
 
 
 class Ling3ForCausalLM(nn.Module):
-    """Ling-3.0 (BailingMoeV3) with HF parameter names; see lingc/models/checkpoint.py to load."""
+    """Ling-3.0 (BailingMoeV3) with HF parameter names; see lingc/models/checkpoint.py to load.
 
-    def __init__(self, cfg: Ling3Config):
+    `cfg` describes the whole model; with `tp` (lingc/models/parallel.py) this process builds only
+    its rank's slice: `config` is then the per-rank config (`shard_config`), `full_config` the whole.
+    """
+
+    def __init__(self, cfg: Ling3Config, tp: TensorParallel = SINGLE):
         super().__init__()
-        self.config = cfg
-        self.model = Ling3Model(cfg)
+        self.full_config = cfg
+        self.config = cfg = shard_config(cfg, tp.size)
+        self.tp = tp
+        self.model = Ling3Model(cfg, tp)
         self.lm_head = Linear(cfg.hidden_size, cfg.lm_head_size, cfg.dtype)
 
     @classmethod
-    def from_pretrained(cls, path, dtype=None, device="cpu", progress=None, **config_overrides):
-        """Load an HF Ling-3 checkpoint directory (config.json + safetensors shards)."""
+    def from_pretrained(cls, path, dtype=None, device="cpu", progress=None, tp_rank: int = 0,
+                        tp_size: int = 1, tp: TensorParallel | None = None, **config_overrides):
+        """Load an HF Ling-3 checkpoint directory (config.json + safetensors shards); with
+        tp_rank/tp_size (or a TensorParallel) only that rank's slices are read."""
         from .checkpoint import from_pretrained
-        return from_pretrained(path, dtype=dtype, device=device, progress=progress, **config_overrides)
+        return from_pretrained(path, dtype=dtype, device=device, progress=progress, tp_rank=tp_rank,
+                               tp_size=tp_size, tp=tp, **config_overrides)
 
     def save_pretrained(self, path, max_shard_bytes: int = 5 * 2**30) -> None:
         """Write an HF checkpoint directory that from_pretrained (and HF tools) read back."""
@@ -100,7 +111,7 @@ class Ling3ForCausalLM(nn.Module):
         for layer in self.model.layers[:self.config.num_hidden_layers]:
             x = layer(x, positions, cache)
         hidden = self.model.norm(x)
-        return self.lm_head(hidden).float(), hidden
+        return self.tp.gather_columns(self.lm_head(hidden)).float(), hidden
 
     def draft(self, input_ids: torch.Tensor, positions: torch.Tensor, target_hidden: torch.Tensor,
               cache: Ling3Cache) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,4 +125,4 @@ class Ling3ForCausalLM(nn.Module):
                              "speculative decoding with nextn is unavailable")
         emb = F.embedding(input_ids, self.model.word_embeddings.weight)
         hidden = layer(emb, positions, target_hidden, cache)
-        return self.lm_head(hidden).float(), hidden
+        return self.tp.gather_columns(self.lm_head(hidden)).float(), hidden

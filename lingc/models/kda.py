@@ -16,6 +16,7 @@ from .cache import Ling3Cache
 from .config import Ling3Config
 from .kda_math import gated_head_rmsnorm, kda_chunked, kda_gate, kda_recurrent, l2norm, short_conv
 from .layers import Linear, empty_param
+from .parallel import SINGLE, TensorParallel
 
 # Up to this many tokens the recurrence runs token by token, so every position's post-state is a
 # value in the graph (the relay's stage/commit stages them); longer inputs use the chunked form.
@@ -23,9 +24,11 @@ RECURRENT_MAX_T = 16
 
 
 class KDAAttention(nn.Module):
-    def __init__(self, cfg: Ling3Config, layer_id: int, cache_index: int):
+    def __init__(self, cfg: Ling3Config, layer_id: int, cache_index: int,
+                 tp: TensorParallel = SINGLE):
         super().__init__()
         dt = cfg.dtype
+        self.tp = tp
         self.layer_id, self.cache_index = layer_id, cache_index
         self.num_heads, self.head_dim = cfg.num_attention_heads, cfg.head_dim
         self.lower_bound = cfg.kda_lower_bound
@@ -66,7 +69,7 @@ class KDAAttention(nn.Module):
         state[slot].copy_(S)
         conv[slot].copy_(torch.stack(windows, 0))
         o = gated_head_rmsnorm(o, self.o_norm.weight, self.g_proj(x).view(T, H, K), self.eps)
-        return self.o_proj(o.reshape(T, H * K).to(x.dtype))
+        return self.tp.all_reduce(self.o_proj(o.reshape(T, H * K).to(x.dtype)))
 
 
 class _Conv(nn.Module):

@@ -17,12 +17,15 @@ import torch.nn as nn
 from .cache import Ling3Cache
 from .config import Ling3Config
 from .layers import Linear, RMSNorm, apply_rope_interleaved, rope_inv_freq
+from .parallel import SINGLE, TensorParallel
 
 
 class MLAAttention(nn.Module):
-    def __init__(self, cfg: Ling3Config, layer_id: int, cache_index: int, draft: bool = False):
+    def __init__(self, cfg: Ling3Config, layer_id: int, cache_index: int, draft: bool = False,
+                 tp: TensorParallel = SINGLE):
         super().__init__()
         dt = cfg.dtype
+        self.tp = tp
         self.layer_id, self.cache_index, self.draft = layer_id, cache_index, draft
         self.num_heads = H = cfg.num_attention_heads
         self.nope, self.rope, self.vdim = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
@@ -70,7 +73,7 @@ class MLAAttention(nn.Module):
         o_lat = torch.einsum("thl,lr->thr", p, cf[:, :self.rank])
         o = torch.einsum("thr,hvr->thv", o_lat, w_v.float())                 # [T, H, v]
         o = o * torch.sigmoid(self.g_proj(x).float()).unsqueeze(-1)
-        return self.dense(o.reshape(T, H * self.vdim).to(x.dtype))
+        return self.tp.all_reduce(self.dense(o.reshape(T, H * self.vdim).to(x.dtype)))
 
     def forward_expanded(self, x: torch.Tensor, positions: torch.Tensor, cache: Ling3Cache,
                          slot: int = 0) -> torch.Tensor:
@@ -90,4 +93,4 @@ class MLAAttention(nn.Module):
         p = torch.softmax(scores.masked_fill(~visible[:, None, :], float("-inf")), -1)
         o = torch.einsum("thl,lhv->thv", p, kvb[..., self.nope:])
         o = o * torch.sigmoid(self.g_proj(x).float()).unsqueeze(-1)
-        return self.dense(o.reshape(T, H * self.vdim).to(x.dtype))
+        return self.tp.all_reduce(self.dense(o.reshape(T, H * self.vdim).to(x.dtype)))

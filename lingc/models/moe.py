@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from .config import Ling3Config
 from .layers import Linear, empty_param
+from .parallel import SINGLE, TensorParallel
 
 MOE_CHUNK = 16
 
@@ -36,16 +37,21 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor, limit: float) -> torch.Tensor:
 
 
 class SwiGLUMLP(nn.Module):
-    """down(swiglu(gate(x), up(x))): the dense layers' MLP and the shared expert."""
+    """down(swiglu(gate(x), up(x))): the dense layers' MLP and the shared expert.
 
-    def __init__(self, hidden: int, inter: int, dtype: torch.dtype, limit: float = 0.0):
+    Under tensor parallelism `reduce` sums the row-parallel down projection over the ranks (the
+    dense MLP); the shared expert leaves it to the MoE, which reduces its whole output once.
+    """
+
+    def __init__(self, hidden: int, inter: int, dtype: torch.dtype, limit: float = 0.0,
+                 reduce: TensorParallel = SINGLE):
         super().__init__()
-        self.limit = limit
+        self.limit, self.reduce = limit, reduce
         self.gate_proj, self.up_proj = Linear(hidden, inter, dtype), Linear(hidden, inter, dtype)
         self.down_proj = Linear(inter, hidden, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x), self.limit))
+        return self.reduce.all_reduce(self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x), self.limit)))
 
 
 class Router(nn.Module):
@@ -107,8 +113,12 @@ class Experts(nn.Module):
 
 
 class MoE(nn.Module):
-    def __init__(self, cfg: Ling3Config, layer_id: int):
+    """Routed experts plus the shared expert; under tensor parallelism every rank holds a slice of
+    each expert's intermediate dimension and the summed output is all-reduced once."""
+
+    def __init__(self, cfg: Ling3Config, layer_id: int, tp: TensorParallel = SINGLE):
         super().__init__()
+        self.tp = tp
         self.gate = Router(cfg)
         self.experts = Experts(cfg, cfg.expert_limit(layer_id))
         self.shared_experts = (SwiGLUMLP(cfg.hidden_size, cfg.moe_shared_expert_intermediate_size,
@@ -117,7 +127,7 @@ class MoE(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         outs = [self._forward(x[i:i + MOE_CHUNK]) for i in range(0, x.shape[0], MOE_CHUNK)]
-        return outs[0] if len(outs) == 1 else torch.cat(outs, 0)
+        return self.tp.all_reduce(outs[0] if len(outs) == 1 else torch.cat(outs, 0))
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         ids, w = self.gate(x)

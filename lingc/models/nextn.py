@@ -15,10 +15,12 @@ from .config import Ling3Config
 from .layers import Linear, RMSNorm
 from .mla import MLAAttention
 from .moe import MoE
+from .parallel import SINGLE, TensorParallel
 
 
 class NextNLayer(nn.Module):
-    def __init__(self, cfg: Ling3Config, layer_id: int, cache_index: int):
+    def __init__(self, cfg: Ling3Config, layer_id: int, cache_index: int,
+                 tp: TensorParallel = SINGLE):
         super().__init__()
         eps, dt, hid = cfg.rms_norm_eps, cfg.dtype, cfg.hidden_size
         self.layer_id = layer_id
@@ -26,8 +28,8 @@ class NextNLayer(nn.Module):
         self.eh_proj = Linear(2 * hid, hid, dt)
         self.input_layernorm = RMSNorm(hid, eps, dt)
         self.post_attention_layernorm = RMSNorm(hid, eps, dt)
-        self.attention = MLAAttention(cfg, layer_id, cache_index, draft=True)
-        self.mlp = MoE(cfg, layer_id)
+        self.attention = MLAAttention(cfg, layer_id, cache_index, draft=True, tp=tp)
+        self.mlp = MoE(cfg, layer_id, tp=tp)
         self.final_layernorm = RMSNorm(hid, eps, dt)
 
     def forward(self, emb: torch.Tensor, positions: torch.Tensor, target_hidden: torch.Tensor,

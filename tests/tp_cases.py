@@ -1,0 +1,117 @@
+"""Multi-process tensor-parallel cases: each function runs on one rank of a spawned world.
+
+`spawn(case, world, **kw)` starts `world` processes (gloo on the CPU, NCCL on CUDA with one GPU
+per rank), runs `case(tp, **kw)` on each and returns the per-rank results (torch.save'd through a
+temporary directory). The cases are module-level so spawned children can import them.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+PROMPT = [5, 17, 33, 2, 9, 41, 7]
+
+
+def spawn(case, world: int, **kwargs) -> list:
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.start_processes(_main, args=(world, tmp, case, kwargs), nprocs=world, join=True,
+                           start_method="spawn")
+        out = []
+        for r in range(world):
+            res = torch.load(os.path.join(tmp, f"rank{r}.pt"), weights_only=False)
+            if isinstance(res, dict) and "error" in res:
+                raise RuntimeError(f"rank {r} failed:\n{res['error']}")
+            out.append(res)
+        return out
+
+
+def _main(rank: int, world: int, tmp: str, case, kwargs) -> None:
+    from lingc.models.parallel import TensorParallel
+    cuda = torch.cuda.is_available() and torch.cuda.device_count() >= world
+    if cuda:
+        torch.cuda.set_device(rank)
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"file://{tmp}/store",
+                            rank=rank, world_size=world)
+    try:
+        res = case(TensorParallel.from_group(), **kwargs)
+    except Exception:                              # noqa: BLE001  (reported by the parent)
+        res = {"error": traceback.format_exc()}
+    torch.save(res, os.path.join(tmp, f"rank{rank}.pt"))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def model_for(tp, preset_name: str = "tiny", seed: int = 0, **overrides):
+    from lingc.models import build_model, preset
+    dev = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
+    return build_model(preset(preset_name, **overrides), device=dev, seed=seed, progress=False, tp=tp)
+
+
+def eager_logits(model, tokens: list[int]) -> torch.Tensor:
+    """Prefill logits of `tokens` (every position), eager."""
+    from lingc.decoding.reference import allocate_cache, prefill
+    dev = model.lm_head.weight.device
+    ids = torch.tensor(tokens, device=dev)
+    cache = allocate_cache(model, ids.numel(), 1)
+    with torch.no_grad():
+        logits, _ = model(ids, torch.arange(ids.numel(), device=dev), cache)
+    return logits.cpu()
+
+
+def relay_case(tp, preset_name: str = "tiny", new_tokens: int = 48, spec_tokens: int = 64,
+               options: dict | None = None, sample_tokens: int = 16, **overrides) -> dict:
+    """Eager logits and greedy/sampled tokens, then the lingc Engine's plain and speculative
+    output on this rank, and what the compiled graphs contain."""
+    from lingc.backend import compile_reports
+    from lingc.decoding.reference import greedy_generate, sample_generate
+    from lingc.runtime.relay.engine import Engine
+
+    model = model_for(tp, preset_name, **overrides)
+    out = {"logits": eager_logits(model, PROMPT),
+           "greedy": greedy_generate(model, PROMPT, new_tokens, eos_token_id=None),
+           "sampled": sample_generate(model, PROMPT, sample_tokens, temperature=0.8, seed=3,
+                                      eos_token_id=None)}
+    engine = Engine(model, max_len=len(PROMPT) + spec_tokens + 16, options=options or {"inductor": False},
+                    progress=False)
+    out["plain"] = engine.generate(PROMPT, new_tokens, speculative=None, eos_token_id=None)
+    out["spec"] = engine.generate(PROMPT, spec_tokens, eos_token_id=None)
+    out["accepts"] = list(engine.stats.accepts)
+    out["reports"] = {r.role: r.format() for r in compile_reports}
+    return out
+
+
+def symm_case(tp, steps: int = 8, **overrides) -> dict:
+    """A decode step compiled with allreduce='symm_mem' next to the NCCL one: the rewrite's counts
+    and both graphs' greedy tokens."""
+    from lingc.backend import compile_reports
+    from lingc.decoding.reference import allocate_cache, prefill
+
+    model = model_for(tp, **overrides)
+    dev = model.lm_head.weight.device
+
+    def step(ids, pos, cache):
+        logits, _ = model(ids, pos, cache)
+        return logits.argmax(-1)
+
+    out = {}
+    for mode in ("nccl", "symm_mem"):
+        torch._dynamo.reset()
+        compiled = torch.compile(step, backend="lingc", fullgraph=True,
+                                 options={"inductor": False, "allreduce": mode})
+        cache = allocate_cache(model, len(PROMPT), steps + 1)
+        logits, _ = prefill(model, cache, torch.tensor(PROMPT, device=dev))
+        tok = logits.argmax(-1).view(1)
+        toks = []
+        with torch.no_grad():
+            for i in range(steps):
+                tok = compiled(tok, torch.tensor([len(PROMPT) + i], device=dev), cache)
+                toks.append(int(tok))
+        out[mode] = {"tokens": toks, "report": compile_reports[-1].format(),
+                     "table": {op: n for _c, op, n, _ in compile_reports[-1].kernels.rows}}
+    return out
