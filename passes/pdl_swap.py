@@ -18,6 +18,11 @@ the dump reports PDL coverage and each layer's chain of lingc ops.
              softmax ; p @ c                              (T <= 16)
     after:   o_lat = lingc.mla_decode(q_lat, q_rope, kv[slot], positions, scale, None, inv_freq)
 
+    before:  rows = cat(c, rope(k_rope, positions)) ; slot' = index_put(kv[slot], [positions], rows) ;
+             kv' = select_scatter(kv, slot', 0, slot) ; ... ; copy_(kv, kv')     (~15 ops, and
+             outside Inductor three copies of the whole cache slot)
+    after:   lingc.mla_kv_write(c, k_rope, positions, inv_freq, kv[slot])    (in place, one kernel)
+
 How matches are found (computations, not names):
 - norms are matched op by op: x * rsqrt(mean(x^2) + eps) * w in its spellings (pow or x*x, mean
   or sum / D, commuted multiplies, fp32 upcast of x and w with the downcast after), the add that
@@ -37,8 +42,11 @@ How matches are found (computations, not names):
 
 Numerics (declared): the KDA and MLA references evaluate one position at a time (batch-invariant
 in T); at T=1 they are the model's computation, at T > 1 they differ from the whole-T ATen ops in
-the last bits of exp/sigmoid. Not done here: RoPE outside the MLA core (the cached key's RoPE and
-the cache write), the absorbed W_uk / W_uv products and the MLA head gate (gated after W_uv in the
+the last bits of exp/sigmoid. The cache write is matched from the functional write itself (an
+index_put of rows into select(cache input, 0, slot), scattered back and copied to the input at
+the epilogue), its rows checked by running them on random inputs against
+[c ; interleaved rope(k)]; it is rewritten only when nothing reads the old cache after the write.
+Not done here: the absorbed W_uk / W_uv products and the MLA head gate (gated after W_uv in the
 model's order, so gate=None keeps its bits): they are listed in the coverage note.
 """
 
@@ -83,6 +91,7 @@ class PdlSwap(LingcPass):
     def apply(self, gm: fx.GraphModule) -> int:
         import lingc.runtime.kernels.kda  # noqa: F401  (registers lingc::kda_chain, kda_commit)
         import lingc.runtime.kernels.mla_decode  # noqa: F401
+        import lingc.runtime.kernels.mla_kv_write  # noqa: F401
         import lingc.runtime.kernels.norms  # noqa: F401
 
         g = gm.graph
@@ -91,6 +100,8 @@ class PdlSwap(LingcPass):
         counts["gated_head_rmsnorm"] = self._norms(g, gated=True)
         g.eliminate_dead_code()
         counts["rmsnorm"] = self._norms(g, gated=False)
+        g.eliminate_dead_code()
+        counts["mla_kv_write"] = self._kv_writes(g)
         g.eliminate_dead_code()
         self.notes.insert(0, ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "no match")
         self._coverage(g)
@@ -579,6 +590,79 @@ class PdlSwap(LingcPass):
                     return scale, rope
         return None
 
+    # -- MLA cache write ----------------------------------------------------------------------
+
+    def _kv_writes(self, g: fx.Graph) -> int:
+        """Functional row writes of a [slots, L, R + P] cache input whose rows are [c ; rope(k)]
+        become in-place lingc.mla_kv_write calls (after the norms: c is a lingc.rmsnorm output)."""
+        order = {n: i for i, n in enumerate(g.nodes)}
+        readers = {ph: set(ph.users) for ph in g.nodes if _placeholder(ph)}
+        matches = 0
+        for ip in [n for n in g.nodes if is_call(n, aten.index_put.default)]:
+            why = self._kv_write_one(g, ip, order, readers)
+            if why:
+                self.notes.append(f"cache write {ip.name} left: {why}")
+            else:
+                matches += 1
+        return matches
+
+    def _kv_write_one(self, g: fx.Graph, ip: fx.Node, order: dict, readers: dict) -> str | None:
+        base, indices, rows = ip.args[:3]
+        if (len(ip.args) > 3 and ip.args[3]) or len(indices) != 1 or not isinstance(indices[0], fx.Node):
+            return "not a row write"
+        pos = indices[0]
+        if not (is_call(base, aten.select.int) and _placeholder(base.args[0]) and base.args[1] == 0):
+            return "the written slot is not select(cache input, 0, slot)"
+        ph, slot = base.args[0], base.args[2]
+        scat = list(ip.users)
+        if (len(scat) != 1 or not is_call(scat[0], aten.select_scatter.default)
+                or scat[0].args[0] is not ph or tuple(scat[0].args[2:4]) != (0, slot)):
+            return "the new slot is not scattered back into the cache input"
+        scat = scat[0]
+        late = [u for u in readers.get(ph, ()) if u not in (base, scat) and order.get(u, -1) > order[ip]
+                and not (is_call(u, aten.copy_.default) and u.args[0] is ph)]
+        if late or len(base.users) != 1:
+            return "the old cache is read after the write"
+        T, W = shape(rows)[0], shape(base)[1]
+        nodes, leaves = region([rows], lambda n: n is pos or is_heavy(view_base(n)))
+        widened = []
+        for leaf in leaves:
+            w, chain = _widest_part(leaf, T, W)
+            widened.append(w)
+            nodes += chain
+        leaves = list(dict.fromkeys(widened))
+        mats = [n for n in leaves if n is not pos and len(shape(n)) == 2 and shape(n)[0] == T]
+        if len(mats) != 2 or sum(shape(m)[1] for m in mats) != W:
+            return (f"the rows are not built from one [T, R] and one [T, P] value (inputs "
+                    f"{[(n.name, shape(n)) for n in leaves]})")
+        c, k = sorted(mats, key=lambda m: -shape(m)[1])                   # R (512) > P (64)
+        P = shape(k)[1]
+        freq = [n for n in leaves if _placeholder(n) and shape(n) == (P // 2,) and val(n).dtype == torch.float32]
+        if len(freq) != 1 or set(leaves) != {c, k, pos, freq[0]} or shape(c)[1] == P:
+            return "the rows' inputs are not (latent, key, positions, inv_freq)"
+        order2 = {n: i for i, n in enumerate(g.nodes)}
+        nodes = sorted(set(nodes) - set(leaves), key=order2.__getitem__)
+        from lingc.runtime.kernels.mla_kv_write.naive import mla_kv_rows_reference
+        gen = torch.Generator().manual_seed(0)
+        with real_tensor_mode():
+            x = {n: random_like(n, gen) for n in (c, k)}
+            x[pos] = torch.randint(0, 4096, (T,), generator=gen).to(val(pos).dtype)
+            x[freq[0]] = torch.rand(P // 2, generator=gen)
+            got = run_region(region_module(nodes, leaves, [rows]), [x[n] for n in leaves])
+            ref = mla_kv_rows_reference(x[c], x[k], x[pos], x[freq[0]], val(rows).dtype)
+            err = float("inf") if got is None else rel_err(got[0], ref)
+        if err > PROBE_TOL.get(val(rows).dtype, 3e-2):
+            return "the rows are not [c ; interleaved rope(k)]"
+        with g.inserting_before(ip):
+            emit(g, lingc_ops.mla_kv_write.default, c, k, pos, freq[0], base)
+        scat.replace_all_uses_with(ph)
+        g.erase_node(scat)
+        g.erase_node(ip)
+        for u in list(ph.users):
+            if is_call(u, aten.copy_.default) and u.args[0] is ph and u.args[1] is ph:
+                g.erase_node(u)                                      # the epilogue write-back
+        return None
+
     # -- coverage -----------------------------------------------------------------------------
 
     def _coverage(self, g: fx.Graph) -> None:
@@ -622,6 +706,20 @@ def _leftover_reason(n: fx.Node, cache_write: set) -> str:
     if is_call(n, aten.stack.default) and any(is_call(u, lingc_ops.kda_chain.default) for u in n.users):
         return "q/k/v conv weights stacked for kda_chain (tiny; foldable at load)"
     return "glue outside the matched cores (MLA head gate, layout copies, sampling)"
+
+
+def _widest_part(leaf: fx.Node, T: int, W: int) -> tuple[fx.Node, list[fx.Node]]:
+    """Walk a leaf up its view chain to the widest [T, w < W] value it is part of (the key's
+    [T, P] slice above its even/odd selects): (that node, the views passed)."""
+    best, chain, passed, n = leaf, [], [], leaf
+    while True:
+        s = shape(n) or ()
+        if len(s) == 2 and s[0] == T and 0 < s[1] < W:
+            best, chain = n, list(passed)
+        if not is_call(n, *VIEW_OPS, aten.clone.default, torch.ops.prims.convert_element_type.default):
+            return best, chain
+        passed.append(n)
+        n = n.args[0]
 
 
 def _chains(lingc: list[fx.Node]) -> list[tuple[str, list[str]]]:

@@ -223,11 +223,16 @@ def test_relay_graphs_use_the_same_kernels_as_plain_decode(model):
     cfg = model.config
     from lingc.models import Ling3Cache
     counts = {}
-    for role in ("decode", "verify"):
+    for role in ("decode", "verify", "draft"):
         relay = RelayBuffers.allocate(STEPS, cfg.hidden_size, cfg.dtype, "cpu")
         fn = make_steps(model, STEPS)[role]
         _, report = run_and_report(fn, relay, Ling3Cache.allocate(cfg, 32), role=role)
         counts[role] = {op: n for _, op, n, _ in report.kernels.rows}
-    for op in ("lingc.mla_decode", "lingc.kda_chain", "lingc.rmsnorm", "lingc.moe_experts"):
+    for op in ("lingc.mla_decode", "lingc.mla_kv_write", "lingc.kda_chain", "lingc.rmsnorm",
+               "lingc.moe_experts"):
         assert counts["decode"].get(op) == counts["verify"].get(op), op
     assert counts["verify"]["lingc.mla_decode"] == len(cfg.mla_layers)
+    # The draft's unrolled forwards write its cache one after another, each in place.
+    assert counts["draft"]["lingc.mla_kv_write"] == counts["draft"]["lingc.mla_decode"] == STEPS - 1
+    assert "aten.index_put" not in counts["draft"] and "aten.select_scatter" not in counts["draft"]
+    assert counts["draft"]["aten.copy_"] == 1                          # the chain, not the cache

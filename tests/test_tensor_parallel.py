@@ -163,9 +163,10 @@ def test_tp2_graphs_hold_the_collectives_and_the_vocab_parallel_argmax(tp2):
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
                     reason="needs 2 GPUs")
 def test_tp2_on_gpus_bf16_relay_equals_plain():
-    """NCCL, CUDA graphs, bf16 on a 12-layer model: speculative == plain over 256 tokens on both
-    ranks, identical on the ranks."""
-    res = spawn(relay_case, 2, new_tokens=256, spec_tokens=256, num_hidden_layers=12,
+    """NCCL, CUDA graphs, bf16 on a 6-layer model: speculative == plain over 128 tokens on both
+    ranks, identical on the ranks. (12 layers x 256 tokens ran past 180 s on the device, most of
+    it compiling and JIT-compiling the Triton kernels in two processes.)"""
+    res = spawn(relay_case, 2, new_tokens=128, spec_tokens=128, num_hidden_layers=6,
                 torch_dtype="bfloat16", options={"inductor": False})
     for r in res:
         assert r["spec"] == r["plain"]
@@ -197,8 +198,8 @@ def test_allreduce_option_is_validated():
 def test_tp2_on_gpus_symm_allreduce_equals_nccl():
     """The one-shot symmetric-memory all-reduce (no multicast) inside compiled bf16 decode graphs:
     same greedy tokens as NCCL on both ranks."""
-    res = spawn(symm_case, 2, steps=16, num_hidden_layers=12, torch_dtype="bfloat16")
+    res = spawn(symm_case, 2, steps=16, num_hidden_layers=6, torch_dtype="bfloat16")
     for r in res:
-        assert r["symm_mem"]["table"].get("lingc.one_shot_all_reduce") == 24
+        assert r["symm_mem"]["table"].get("lingc.one_shot_all_reduce") == 12
         assert r["symm_mem"]["tokens"] == r["nccl"]["tokens"]
     assert res[0]["symm_mem"]["tokens"] == res[1]["symm_mem"]["tokens"]

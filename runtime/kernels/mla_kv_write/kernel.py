@@ -1,0 +1,57 @@
+"""Triton kernel of `lingc::mla_kv_write`. Grid (T,): one program per new token writes its whole
+cache row: the normed latent c (R values, copied and cast) and the shared key's P values rotated
+pairwise by position * inv_freq (interleaved RoPE, fp32, rounded to the key's dtype and then to
+the cache's, as the model rounds). inv_freq is loaded before `gdc_wait` (a constant); the rows,
+positions and every store come after it (a previous kernel may still read the cache). A program
+touches only its own row, so the result does not depend on T (batch-invariant).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from lingc.runtime.pdl import launch_kwargs, pdl_launch_dependents, pdl_supported, pdl_wait
+
+MAX_R = 8192        # one program holds the latent row (Ling-3: 512)
+
+
+@triton.jit
+def _mla_kv_write_kernel(c_ptr, k_ptr, pos_ptr, freq_ptr, cache_ptr, stride_c, stride_k, stride_l,
+                         R, HALF, BR: tl.constexpr, BH: tl.constexpr, USE_GDC: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)
+    offs_h = tl.arange(0, BH)
+    mh = offs_h < HALF
+    freq = tl.load(freq_ptr + offs_h, mask=mh, other=0.0)             # producer-independent
+
+    pdl_wait(USE_GDC)
+    pdl_launch_dependents(USE_GDC)
+
+    pos = tl.load(pos_ptr + t).to(tl.int64)
+    row = cache_ptr + pos * stride_l
+    offs = tl.arange(0, BR)                                            # the whole latent row
+    m = offs < R
+    c = tl.load(c_ptr + t * stride_c + offs, mask=m, other=0.0)
+    tl.store(row + offs, c.to(cache_ptr.dtype.element_ty), mask=m)
+    x0 = tl.load(k_ptr + t * stride_k + 2 * offs_h, mask=mh, other=0.0)
+    x1 = tl.load(k_ptr + t * stride_k + 2 * offs_h + 1, mask=mh, other=0.0)
+    ang = pos.to(tl.float32) * freq
+    cs, sn = tl.cos(ang), tl.sin(ang)
+    a, b = x0.to(tl.float32), x1.to(tl.float32)
+    y0 = (a * cs - b * sn).to(x0.dtype).to(cache_ptr.dtype.element_ty)
+    y1 = (a * sn + b * cs).to(x0.dtype).to(cache_ptr.dtype.element_ty)
+    tl.store(row + R + 2 * offs_h, y0, mask=mh)
+    tl.store(row + R + 2 * offs_h + 1, y1, mask=mh)
+
+
+def mla_kv_write_triton(c: torch.Tensor, k_rope: torch.Tensor, positions: torch.Tensor,
+                        inv_freq: torch.Tensor, cache: torch.Tensor) -> None:
+    T, R = c.shape
+    half = k_rope.shape[1] // 2
+    if R > MAX_R:
+        raise ValueError(f"mla_kv_write: latent width R={R} exceeds {MAX_R} (one program holds a row)")
+    use = pdl_supported(c.device)
+    _mla_kv_write_kernel[(T,)](
+        c, k_rope, positions, inv_freq, cache, c.stride(0), k_rope.stride(0), cache.stride(0),
+        R, half, BR=triton.next_power_of_2(R), BH=triton.next_power_of_2(half),
+        USE_GDC=use, num_warps=4, **launch_kwargs(c.device))

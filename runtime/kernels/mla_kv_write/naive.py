@@ -1,0 +1,18 @@
+"""Reference of `lingc::mla_kv_write`: exactly the model's ops (lingc/models/mla.py project_kv
+after the latent norm, then `kv_cache.index_copy_(0, positions, rows.to(cache.dtype))`)."""
+
+from __future__ import annotations
+
+import torch
+
+from lingc.models.layers import apply_rope_interleaved
+
+
+def mla_kv_rows_reference(c: torch.Tensor, k_rope: torch.Tensor, positions: torch.Tensor,
+                          inv_freq: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[T, R + P] cache rows: the normed latent c, then the interleaved-RoPE'd shared key."""
+    return torch.cat([c, apply_rope_interleaved(k_rope, positions, inv_freq)], dim=-1).to(dtype)
+
+
+def mla_kv_write_reference(c, k_rope, positions, inv_freq, cache) -> None:
+    cache.index_copy_(0, positions, mla_kv_rows_reference(c, k_rope, positions, inv_freq, cache.dtype))

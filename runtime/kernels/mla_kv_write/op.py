@@ -1,0 +1,70 @@
+"""``torch.ops.lingc.mla_kv_write(Tensor c, Tensor k_rope, Tensor positions, Tensor inv_freq,
+Tensor(a!) cache) -> ()``: write T new rows of an MLA latent cache in place.
+
+Row t of ``cache`` [L, R + P] at ``positions[t]`` becomes [c[t] ; rope(k_rope[t], positions[t])]
+in the cache dtype: c [T, R] is the normed latent (kv_a_layernorm's output), k_rope [T, P] the
+raw shared key, RoPE interleaved in fp32 with ``inv_freq`` [P / 2] (naive.py is the exact math:
+the model's own ops). The pdl_swap pass emits it for the functional cache write
+(index_put + select_scatter + the epilogue copy_), which otherwise costs ~15 small kernels per
+MLA layer and, outside Inductor, three copies of the whole cache slot.
+
+Positions are not bounds-checked on the device (that would need a host sync): the engine checks
+the capacity before it launches, and the CPU path (index_copy_) raises on a bad position.
+Declared mutation (``mutates_args``) so functionalisation and Inductor order the cache's readers
+after the write. CUDA: kernel.py (PDL-launched on Hopper); CPU: the reference.
+"""
+from __future__ import annotations
+
+import torch
+
+from .naive import mla_kv_write_reference
+
+__all__ = ["mla_kv_write", "check_mla_kv_write_args"]
+
+
+def check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache) -> None:
+    """Raise ValueError naming the bad argument."""
+    op = "mla_kv_write"
+    if c.dim() != 2 or k_rope.dim() != 2 or cache.dim() != 2:
+        raise ValueError(f"{op}: c [T, R], k_rope [T, P] and cache [L, R + P] must be 2-d, got "
+                         f"{tuple(c.shape)}, {tuple(k_rope.shape)}, {tuple(cache.shape)}")
+    T, R = c.shape
+    P = k_rope.shape[1]
+    if k_rope.shape[0] != T or positions.shape != (T,):
+        raise ValueError(f"{op}: c has T={T} rows but k_rope has {k_rope.shape[0]} and positions "
+                         f"shape {tuple(positions.shape)}")
+    if P % 2 or P == 0:
+        raise ValueError(f"{op}: the rope width P={P} must be even and > 0 (interleaved pairs)")
+    if cache.shape[1] != R + P:
+        raise ValueError(f"{op}: cache rows hold {cache.shape[1]} values, expected R + P = {R} + {P}")
+    if inv_freq.shape != (P // 2,) or inv_freq.dtype != torch.float32 or not inv_freq.is_contiguous():
+        raise ValueError(f"{op}: inv_freq must be contiguous fp32 [P/2] = [{P // 2}], got "
+                         f"{inv_freq.dtype} {tuple(inv_freq.shape)}")
+    if positions.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"{op}: positions must be int32 or int64, got {positions.dtype}")
+    if c.dtype != k_rope.dtype or not c.is_floating_point() or not cache.is_floating_point():
+        raise ValueError(f"{op}: c and k_rope must share a float dtype and cache be float, got "
+                         f"{c.dtype}, {k_rope.dtype}, {cache.dtype}")
+    for name, t in (("c", c), ("k_rope", k_rope), ("cache", cache)):
+        if t.shape[1] > 1 and t.stride(1) != 1:
+            raise ValueError(f"{op}: {name} must have unit stride along its rows, got strides {t.stride()}")
+    for name, t in (("k_rope", k_rope), ("positions", positions), ("inv_freq", inv_freq), ("cache", cache)):
+        if t.device != c.device:
+            raise ValueError(f"{op}: {name} is on {t.device} but c is on {c.device}")
+
+
+@torch.library.custom_op("lingc::mla_kv_write", mutates_args=("cache",))
+def mla_kv_write(c: torch.Tensor, k_rope: torch.Tensor, positions: torch.Tensor,
+                 inv_freq: torch.Tensor, cache: torch.Tensor) -> None:
+    check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache)
+    if not c.is_cuda:
+        mla_kv_write_reference(c, k_rope, positions.long(), inv_freq, cache)
+        return
+    from .kernel import mla_kv_write_triton
+    mla_kv_write_triton(c, k_rope, positions.contiguous(), inv_freq, cache)
+
+
+@mla_kv_write.register_fake
+def _(c, k_rope, positions, inv_freq, cache):
+    check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache)
+    return None

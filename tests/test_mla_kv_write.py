@@ -1,0 +1,71 @@
+"""lingc::mla_kv_write: the Triton kernel (interpreter on the CPU, sm_90 with -m gpu) and the op
+against the model's ops, over shapes; only the target rows change, every element of them is
+written."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import lingc.runtime.kernels.mla_kv_write  # noqa: F401
+from lingc.models.layers import rope_inv_freq
+from lingc.runtime.kernels.mla_kv_write.kernel import mla_kv_write_triton
+from lingc.runtime.kernels.mla_kv_write.naive import mla_kv_write_reference
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _case(T, R, P, L, dtype, cache_dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    c = torch.randn(T, R, generator=g).to(dtype)
+    k = torch.randn(T, P + 6, generator=g).to(dtype)[:, 3:3 + P]        # a strided view
+    pos = torch.randperm(L, generator=g)[:T].sort().values
+    freq = rope_inv_freq(P, 6.0e6 if P == 64 else 10000.0)
+    cache = torch.randn(L, R + P, generator=g).to(cache_dtype)
+    return [t.to(DEV) for t in (c, k, pos, freq, cache)]
+
+
+@pytest.mark.parametrize("T,R,P,L", [(1, 40, 8, 64), (6, 40, 8, 64), (3, 512, 64, 300), (8, 24, 6, 17)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_matches_reference_and_touches_only_its_rows(T, R, P, L, dtype):
+    c, k, pos, freq, cache = _case(T, R, P, L, dtype, dtype, seed=T * 100 + R)
+    want = cache.clone()
+    mla_kv_write_reference(c, k, pos, freq, want)
+    got = cache.clone()
+    got[pos] = float("nan")                          # every element of the target rows is written
+    mla_kv_write_triton(c, k, pos, freq, got)
+    assert not got.isnan().any()
+    keep = torch.ones(L, dtype=torch.bool, device=cache.device)
+    keep[pos] = False
+    assert torch.equal(got[keep], cache[keep])
+    assert torch.equal(got[pos][:, :R], want[pos][:, :R])             # c is copied exactly
+    tol = 1e-6 if dtype == torch.float32 else 8e-3
+    assert (got[pos][:, R:].float() - want[pos][:, R:].float()).abs().max() <= tol * 4
+
+
+def test_op_is_the_model_write_and_traces():
+    c, k, pos, freq, cache = _case(6, 40, 8, 64, torch.float32, torch.float32, seed=3)
+    a, b = cache.clone(), cache.clone()
+    torch.ops.lingc.mla_kv_write(c, k, pos, freq, a)
+    mla_kv_write_reference(c, k, pos, freq, b)
+    assert torch.equal(a, b) and not torch.equal(a, cache)
+
+    def f(c, k, pos, freq, cache):
+        torch.ops.lingc.mla_kv_write(c, k, pos, freq, cache)
+        return cache.sum()
+    out = torch.compile(f, backend="aot_eager", fullgraph=True)(c, k, pos, freq, cache.clone())
+    assert torch.allclose(out, b.sum())
+
+
+@pytest.mark.parametrize("bad,match", [
+    (lambda a: a.update(k=a["k"][:, :7]), "even"),
+    (lambda a: a.update(freq=a["freq"].double()), "inv_freq"),
+    (lambda a: a.update(pos=a["pos"].float()), "positions"),
+    (lambda a: a.update(cache=a["cache"][:, :40]), "R \\+ P"),
+])
+def test_bad_arguments_are_named(bad, match):
+    c, k, pos, freq, cache = _case(2, 40, 8, 16, torch.float32, torch.float32, seed=1)
+    args = dict(c=c, k=k, pos=pos, freq=freq, cache=cache)
+    bad(args)
+    with pytest.raises(ValueError, match=match):
+        torch.ops.lingc.mla_kv_write(args["c"], args["k"], args["pos"], args["freq"], args["cache"])
