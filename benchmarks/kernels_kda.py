@@ -60,7 +60,7 @@ def _layer(T, gen, staged):
 
 
 def _args(x):
-    return (x["q_raw"], x["k_raw"], x["v_raw"], x["f_raw"], x["b_raw"], x["conv_w"], x["conv_window"],
+    return (x["q_raw"], x["k_raw"], x["v_raw"], x["f_raw"], x["b_raw"], list(x["conv_w"].unbind(0)), x["conv_window"],
             x["a_log"], x["dt_bias"], x["state"], LOWER_BOUND)
 
 

@@ -429,7 +429,7 @@ class PdlSwap(LingcPass):
             state, window = slot_view(st["ph"]), slot_view(win["ph"])
             args = [emit(g, aten.reshape.default, n, [T, D]) if shape(n) != (T, D) else n for n in m["qkv"]]
             f = m["f"] if shape(m["f"]) == (T, D) else emit(g, aten.reshape.default, m["f"], [T, D])
-            conv_w = emit(g, aten.stack.default, [emit(g, aten.reshape.default, c, [D, 4]) for c in m["conv"]], 0)
+            conv_w = [emit(g, aten.reshape.default, c, [D, 4]) for c in m["conv"]]   # read in place
             if m["transposed"]:
                 state = emit(g, aten.clone.default, emit(g, aten.transpose.int, state, -1, -2),
                              memory_format=torch.contiguous_format)
@@ -703,8 +703,6 @@ def _leftover_reason(n: fx.Node, cache_write: set) -> str:
         return "token embedding gather"
     if isinstance(n.target, torch._ops.OpOverload) and n.target.namespace == "_c10d_functional":
         return "tensor-parallel collectives (NCCL kernels: a PDL chain ends and restarts at each)"
-    if is_call(n, aten.stack.default) and any(is_call(u, lingc_ops.kda_chain.default) for u in n.users):
-        return "q/k/v conv weights stacked for kda_chain (tiny; foldable at load)"
     return "glue outside the matched cores (MLA head gate, layout copies, sampling)"
 
 

@@ -58,7 +58,7 @@ def make_inputs(T, H, K, dtype, seed, device=DEVICE):
 
 
 def ref_args(x, state=None, window=None):
-    return (x["q_raw"], x["k_raw"], x["v_raw"], x["f_raw"], x["b_raw"], x["conv_w"],
+    return (x["q_raw"], x["k_raw"], x["v_raw"], x["f_raw"], x["b_raw"], list(x["conv_w"].unbind(0)),
             x["conv_window"] if window is None else window, x["a_log"], x["dt_bias"],
             x["state"] if state is None else state, LOWER_BOUND)
 
@@ -334,7 +334,8 @@ def _bad(name, value):
     ("k_raw", torch.zeros(3, 31), r"k_raw must be \[T, H\*K\] = \(3, 32\), got \(3, 31\)"),
     ("v_raw", torch.zeros(3, 32, dtype=torch.bfloat16), "v_raw.dtype torch.bfloat16 differs"),
     ("b_raw", torch.zeros(3, 3), r"b_raw must be \[T, H\] = \(3, 2\), got \(3, 3\)"),
-    ("conv_w", torch.zeros(3, 32, 3), "W = 3"),
+    ("conv_w", list(torch.zeros(3, 32, 3).unbind(0)), "W = 3"),
+    ("conv_w", [torch.zeros(32, 4), torch.zeros(32, 4), torch.zeros(16, 4)], r"conv_w\[2\]"),
     ("conv_window", torch.zeros(3, 32, 3, dtype=torch.bfloat16), "conv_window.dtype torch.bfloat16"),
     ("state", torch.zeros(2, 16, 8), "K != V"),
     ("state", torch.zeros(2, 16, 16, dtype=torch.bfloat16), "torch.bfloat16"),
@@ -374,7 +375,8 @@ _COMPILE_CHECK = textwrap.dedent("""
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
     sig = {n: "*bf16" for n in ["q_ptr", "k_ptr", "v_ptr", "f_ptr", "b_ptr", "win_ptr", "swin_ptr"]}
     sig.update({n: "i32" for n in ["stride_q", "stride_k", "stride_v", "stride_f", "stride_b", "T"]})
-    sig.update({n: "*fp32" for n in ["convw_ptr", "alog_ptr", "dtb_ptr", "state_ptr", "o_ptr", "sstate_ptr"]})
+    sig.update({n: "*fp32" for n in ["wq_ptr", "wk_ptr", "wv_ptr", "alog_ptr", "dtb_ptr", "state_ptr", "o_ptr",
+                                     "sstate_ptr"]})
     sig.update(ticket_ptr="*i32", lower_bound="fp32", scale="fp32", eps="fp32")
     cfg = config_for(8, 128, 128)
     for staged in (False, True):
@@ -484,3 +486,14 @@ def test_gpu_cuda_graph_with_pdl():
         assert torch.equal(v["conv_window"].cpu(), verify.stage_windows[3])
         for x, r in zip(layers[1:], decoded[1:]):
             assert_close(x["state"], r.state, 1e-4)
+
+
+def test_op_takes_the_conv_weights_as_a_list():
+    """The three conv weights are read in place through their own pointers; a stacked tensor is
+    refused by the op's schema (and by the check, which names the argument)."""
+    from lingc.runtime.kernels.kda.op import check_kda_chain_args
+    args = _bad("conv_w", torch.zeros(3, 32, 4))
+    with pytest.raises(ValueError, match="list of the 3"):
+        check_kda_chain_args(**args)
+    with pytest.raises(RuntimeError, match=r"List\[Tensor\]"):
+        kda_chain(**args)

@@ -4,6 +4,11 @@ written."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 
@@ -69,3 +74,25 @@ def test_bad_arguments_are_named(bad, match):
     bad(args)
     with pytest.raises(ValueError, match=match):
         torch.ops.lingc.mla_kv_write(args["c"], args["k"], args["pos"], args["freq"], args["cache"])
+
+
+_COMPILE_CHECK = textwrap.dedent("""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from lingc.runtime.kernels.mla_kv_write.kernel import _mla_kv_write_kernel
+    sig = dict(c_ptr="*bf16", k_ptr="*bf16", pos_ptr="*i64", freq_ptr="*fp32", cache_ptr="*bf16",
+               stride_c="i32", stride_k="i32", stride_l="i32", R="i32", HALF="i32")
+    const = dict(BR=512, BH=32, USE_GDC=True)
+    src = triton.compiler.ASTSource(_mla_kv_write_kernel, {**sig, **{k: "constexpr" for k in const}}, const)
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+    assert "griddepcontrol.wait" in k.asm["ptx"]
+""")
+
+
+def test_kernel_compiles_for_sm90():
+    """The real (not interpreted) Triton compile for an H200 at Ling-3's shapes (R=512, P=64,
+    bf16, PDL on): catches what the interpreter accepts and the compiler does not."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", _COMPILE_CHECK], env=env, capture_output=True, text=True,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode == 0, r.stderr[-3000:]

@@ -267,11 +267,10 @@ def test_expect_dump(tiny):
     st = stat(report, "pdl_swap")
     assert_expected_inline(f"{st.matches} matches, ops {st.ops_before} -> {st.ops_after}\n" + "\n".join(st.notes) + "\n",
                            """\
-27 matches, ops 1049 -> 268
+27 matches, ops 1049 -> 264
 4 kda_chain, 2 mla_decode, 4 gated_head_rmsnorm, 15 rmsnorm, 2 mla_kv_write
-PDL coverage 52/69 kernel-launching ops (75%)
+PDL coverage 52/65 kernel-launching ops (80%)
 left 8: glue outside the matched cores (MLA head gate, layout copies, sampling) [clone x4, mul x2, sigmoid x2]
-left 4: q/k/v conv weights stacked for kda_chain (tiny; foldable at load) [stack x4]
 left 4: absorbed MLA products q_nope @ W_uk, o_lat @ W_uv (library GEMM) [bmm x4]
 left 1: token embedding gather [embedding x1]
 chain L0 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > swiglu_gemm_separate > gemm

@@ -93,7 +93,7 @@ def _conv_silu(x0, x1, x2, x, w0, w1, w2, w3):
 def _kda_chain_kernel(
     q_ptr, k_ptr, v_ptr, f_ptr, b_ptr,
     stride_q, stride_k, stride_v, stride_f, stride_b,
-    convw_ptr, win_ptr, alog_ptr, dtb_ptr, state_ptr, o_ptr, sstate_ptr, swin_ptr, ticket_ptr,
+    wq_ptr, wk_ptr, wv_ptr, win_ptr, alog_ptr, dtb_ptr, state_ptr, o_ptr, sstate_ptr, swin_ptr, ticket_ptr,
     T, lower_bound, scale, eps,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     NVB: tl.constexpr, STAGED: tl.constexpr, USE_GDC: tl.constexpr,
@@ -111,18 +111,18 @@ def _kda_chain_kernel(
     m2 = mk[:, None] & mv[None, :]
 
     # Producer-independent loads (weights), issued before the wait.
-    wq0 = tl.load(convw_ptr + cqk * 4 + 0, mask=mk, other=0.0)
-    wq1 = tl.load(convw_ptr + cqk * 4 + 1, mask=mk, other=0.0)
-    wq2 = tl.load(convw_ptr + cqk * 4 + 2, mask=mk, other=0.0)
-    wq3 = tl.load(convw_ptr + cqk * 4 + 3, mask=mk, other=0.0)
-    wk0 = tl.load(convw_ptr + D * 4 + cqk * 4 + 0, mask=mk, other=0.0)
-    wk1 = tl.load(convw_ptr + D * 4 + cqk * 4 + 1, mask=mk, other=0.0)
-    wk2 = tl.load(convw_ptr + D * 4 + cqk * 4 + 2, mask=mk, other=0.0)
-    wk3 = tl.load(convw_ptr + D * 4 + cqk * 4 + 3, mask=mk, other=0.0)
-    wv0 = tl.load(convw_ptr + 2 * D * 4 + cv * 4 + 0, mask=mv, other=0.0)
-    wv1 = tl.load(convw_ptr + 2 * D * 4 + cv * 4 + 1, mask=mv, other=0.0)
-    wv2 = tl.load(convw_ptr + 2 * D * 4 + cv * 4 + 2, mask=mv, other=0.0)
-    wv3 = tl.load(convw_ptr + 2 * D * 4 + cv * 4 + 3, mask=mv, other=0.0)
+    wq0 = tl.load(wq_ptr + cqk * 4 + 0, mask=mk, other=0.0)
+    wq1 = tl.load(wq_ptr + cqk * 4 + 1, mask=mk, other=0.0)
+    wq2 = tl.load(wq_ptr + cqk * 4 + 2, mask=mk, other=0.0)
+    wq3 = tl.load(wq_ptr + cqk * 4 + 3, mask=mk, other=0.0)
+    wk0 = tl.load(wk_ptr + cqk * 4 + 0, mask=mk, other=0.0)
+    wk1 = tl.load(wk_ptr + cqk * 4 + 1, mask=mk, other=0.0)
+    wk2 = tl.load(wk_ptr + cqk * 4 + 2, mask=mk, other=0.0)
+    wk3 = tl.load(wk_ptr + cqk * 4 + 3, mask=mk, other=0.0)
+    wv0 = tl.load(wv_ptr + cv * 4 + 0, mask=mv, other=0.0)
+    wv1 = tl.load(wv_ptr + cv * 4 + 1, mask=mv, other=0.0)
+    wv2 = tl.load(wv_ptr + cv * 4 + 2, mask=mv, other=0.0)
+    wv3 = tl.load(wv_ptr + cv * 4 + 3, mask=mv, other=0.0)
     a = tl.exp(tl.load(alog_ptr + h).to(tl.float32))
     dtb = tl.load(dtb_ptr + cqk, mask=mk, other=0.0).to(tl.float32)
 
@@ -261,8 +261,8 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
     """
     T = q_raw.shape[0]
     H, K, V = state.shape
-    assert K == V and conv_w.shape[-1] == CONV_WIDTH, (state.shape, conv_w.shape)
-    for t in (conv_w, conv_window, state, a_log, dt_bias):
+    assert K == V and len(conv_w) == 3 and all(w.shape[-1] == CONV_WIDTH for w in conv_w), state.shape
+    for t in (*conv_w, conv_window, state, a_log, dt_bias):
         assert t.is_contiguous(), "weights, window and state must be contiguous"
     staged = stage_states is not None
     if staged:
@@ -281,7 +281,7 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
     _kda_chain_kernel[(H, nvb)](
         q_raw, k_raw, v_raw, f_raw, b_raw,
         q_raw.stride(0), k_raw.stride(0), v_raw.stride(0), f_raw.stride(0), b_raw.stride(0),
-        conv_w, conv_window, a_log, dt_bias, state, out,
+        conv_w[0], conv_w[1], conv_w[2], conv_window, a_log, dt_bias, state, out,
         stage_states if staged else state, stage_windows if staged else conv_window, tickets,
         T, float(lower_bound), float(K) ** -0.5, _L2_EPS,
         H=H, K=K, V=V, BK=triton.next_power_of_2(K), BV=cfg.bv, NVB=nvb, STAGED=staged,

@@ -47,8 +47,8 @@ def kda_chain_reference(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.T
                         state: torch.Tensor, lower_bound: float) -> KdaChainResult:
     """The chain over T tokens of one slot, position by position; inputs are not modified.
 
-    q_raw, k_raw, v_raw, f_raw [T, H*K]; b_raw [T, H]; conv_w [3, H*K, W] (q, k, v depthwise
-    weights); conv_window [3, H*K, W-1] (oldest first); a_log [H]; dt_bias [H*K];
+    q_raw, k_raw, v_raw, f_raw [T, H*K]; b_raw [T, H]; conv_w: the q, k, v depthwise weights,
+    3 x [H*K, W] (a list, or stacked [3, H*K, W]); conv_window [3, H*K, W-1] (oldest first); a_log [H]; dt_bias [H*K];
     state [H, K, V] fp32 (K == V: the conv window layout holds v in H*K channels).
     """
     T = q_raw.shape[0]

@@ -2,6 +2,8 @@
 
 - ``torch.ops.lingc.kda_chain(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log,
   dt_bias, state, lower_bound, stage_states, stage_windows) -> o [T, H, V] fp32``
+  conv_w is the list of the q, k, v depthwise conv weights [H*K, W], each read in place (a
+  stacked copy would be one more kernel per layer and step).
   One slot's KDA core over T = 1..16 tokens (designed for the decode T=1 and the verify chain
   T <= 8). Persistent mode (stage_states is None): state and conv_window are updated in place.
   Staged mode (verify): state and conv_window are left untouched; stage_states[j] [H, K, V] and
@@ -69,13 +71,17 @@ def check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window,
     for name, x in (("f_raw", f_raw), ("b_raw", b_raw)):
         if not x.is_floating_point():
             raise ValueError(f"{op}: {name} must be floating point, got {x.dtype}")
-    if conv_w.dim() != 3 or conv_w.shape[:2] != (3, D):
-        raise ValueError(f"{op}: conv_w must be [3, H*K, W] = [3, {D}, W], got {_shape(conv_w)}")
-    W = conv_w.shape[2]
+    if not isinstance(conv_w, (list, tuple)) or len(conv_w) != 3:
+        raise ValueError(f"{op}: conv_w must be a list of the 3 (q, k, v) conv weights [H*K, W], got "
+                         f"{type(conv_w).__name__} {_shape(conv_w) if torch.is_tensor(conv_w) else len(conv_w)}")
+    for i, w in enumerate(conv_w):
+        if w.dim() != 2 or w.shape[0] != D or w.shape != conv_w[0].shape:
+            raise ValueError(f"{op}: conv_w[{i}] must be [H*K, W] = [{D}, W] like conv_w[0], got {_shape(w)}")
+        if not w.is_contiguous() or w.dtype != torch.float32:
+            raise ValueError(f"{op}: conv_w[{i}] must be contiguous float32, got {w.dtype} strides {w.stride()}")
+    W = conv_w[0].shape[1]
     if W != CONV_WIDTH:
         raise ValueError(f"{op}: conv kernel width W = {W}, the kernel supports W = {CONV_WIDTH}")
-    if conv_w.dtype != torch.float32:
-        raise ValueError(f"{op}: conv_w must be float32, got {conv_w.dtype}")
     if _shape(conv_window) != (3, D, W - 1):
         raise ValueError(f"{op}: conv_window must be [3, H*K, W-1] = {(3, D, W - 1)}, got {_shape(conv_window)}")
     if conv_window.dtype != q_raw.dtype:
@@ -105,7 +111,8 @@ def check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window,
             if not x.is_contiguous():
                 raise ValueError(f"{op}: {name} must be contiguous, got strides {x.stride()}")
     tensors = {"q_raw": q_raw, "k_raw": k_raw, "v_raw": v_raw, "f_raw": f_raw, "b_raw": b_raw,
-               "conv_w": conv_w, "conv_window": conv_window, "a_log": a_log, "dt_bias": dt_bias,
+               "conv_w[0]": conv_w[0], "conv_w[1]": conv_w[1], "conv_w[2]": conv_w[2],
+               "conv_window": conv_window, "a_log": a_log, "dt_bias": dt_bias,
                "stage_states": stage_states, "stage_windows": stage_windows}
     for name, x in tensors.items():
         if x is not None and x.device != state.device:
@@ -136,7 +143,7 @@ def check_kda_commit_args(state, conv_window, stage_states, stage_windows, index
 
 
 def _kda_chain(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.Tensor, f_raw: torch.Tensor,
-               b_raw: torch.Tensor, conv_w: torch.Tensor, conv_window: torch.Tensor, a_log: torch.Tensor,
+               b_raw: torch.Tensor, conv_w: list[torch.Tensor], conv_window: torch.Tensor, a_log: torch.Tensor,
                dt_bias: torch.Tensor, state: torch.Tensor, lower_bound: float,
                stage_states: Optional[torch.Tensor], stage_windows: Optional[torch.Tensor]) -> torch.Tensor:
     args = (q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state, lower_bound,
