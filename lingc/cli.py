@@ -110,6 +110,9 @@ def cmd_run(args: argparse.Namespace) -> int:
           + (" (random weights: the draft rarely agrees)" if args.seed is not None else ""))
     print(f"  compile + capture of the 4 step graphs: {t_compile:.1f} s; "
           f"speed-up over eager: plain {t_eager / t_plain:.1f}x, relay {t_eager / t_spec:.1f}x")
+    if dev.type == "cpu":
+        print("  (on the CPU lingc's ops run their plain-PyTorch references, which check the graphs "
+              "rather than speed them up; the speed-up is measured on a GPU: see the README)")
     return 0 if plain == eager and spec == eager else 1
 
 

@@ -46,8 +46,10 @@ the last bits of exp/sigmoid. The cache write is matched from the functional wri
 index_put of rows into select(cache input, 0, slot), scattered back and copied to the input at
 the epilogue), its rows checked by running them on random inputs against
 [c ; interleaved rope(k)]; it is rewritten only when nothing reads the old cache after the write.
-Not done here: the absorbed W_uk / W_uv products and the MLA head gate (gated after W_uv in the
-model's order, so gate=None keeps its bits): they are listed in the coverage note.
+The MLA head gate (the model multiplies by sigmoid(g) after the W_uv product) is folded into
+mla_decode, which gates o_lat before that product: equal up to fp32 rounding (declared), and the
+same in decode and verify graphs. Not done here: the absorbed W_uk / W_uv products (library
+GEMMs), listed in the coverage note.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ class PdlSwap(LingcPass):
         import lingc.runtime.kernels.norms  # noqa: F401
 
         g = gm.graph
+        self.gates_folded = 0
         counts = {"kda_chain": self._kda(g), "mla_decode": self._mla(g)}
         g.eliminate_dead_code()
         counts["gated_head_rmsnorm"] = self._norms(g, gated=True)
@@ -103,7 +106,10 @@ class PdlSwap(LingcPass):
         g.eliminate_dead_code()
         counts["mla_kv_write"] = self._kv_writes(g)
         g.eliminate_dead_code()
-        self.notes.insert(0, ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "no match")
+        summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "no match"
+        if self.gates_folded:
+            summary += f" (head gate folded into {self.gates_folded} mla_decode)"
+        self.notes.insert(0, summary)
         self._coverage(g)
         return sum(counts.values())
 
@@ -559,8 +565,40 @@ class PdlSwap(LingcPass):
                 except ValueError as e:
                     return str(e)
             o_lat.replace_all_uses_with(out)
+            self.gates_folded += self._fold_head_gate(g, out, T, H)
             return None
         return "no assignment of the inputs reproduces the mla_decode reference"
+
+    @staticmethod
+    def _fold_head_gate(g: fx.Graph, out: fx.Node, T: int, H: int) -> bool:
+        """o = (o_lat @ W_uv) * sigmoid(G)[..., None], G [T, H]: the gate moves into mla_decode
+        (o_lat * sigmoid(G) before the W_uv product: equal up to fp32 rounding, declared), which
+        drops the sigmoid and multiply kernels of every MLA layer."""
+        views = lambda n: n.op == "call_function" and (  # noqa: E731  (layout copies included)
+            n.target in VIEW_OPS or n.target is aten.clone.default)
+        prods = [u for u in descendants([out], views) if is_call(u, aten.bmm.default, aten.mm.default)]
+        if len(prods) != 1:
+            return False
+        n = prods[0]
+        while len(n.users) == 1 and views(next(iter(n.users))):
+            n = next(iter(n.users))
+        if len(n.users) != 1 or (shape(n) or ())[:2] != (T, H):
+            return False
+        m = next(iter(n.users))
+        if not is_call(m, aten.mul.Tensor) or shape(m) != shape(n):
+            return False
+        s = m.args[1] if m.args[0] is n else m.args[0]
+        while is_call(s, *VIEW_OPS):
+            s = s.args[0]
+        if not is_call(s, aten.sigmoid.default):
+            return False
+        gate = strip(s.args[0])
+        order = {x: i for i, x in enumerate(g.nodes)}
+        if shape(gate) != (T, H) or not val(gate).is_floating_point() or order[gate] > order[out]:
+            return False
+        out.update_arg(5, gate)
+        m.replace_all_uses_with(n)
+        return True
 
     def _mla_probe(self, nodes, leaves, o_lat, kv, pos, q_lat, q_rope, freq, T, L):
         gen = torch.Generator().manual_seed(0)
@@ -703,7 +741,7 @@ def _leftover_reason(n: fx.Node, cache_write: set) -> str:
         return "token embedding gather"
     if isinstance(n.target, torch._ops.OpOverload) and n.target.namespace == "_c10d_functional":
         return "tensor-parallel collectives (NCCL kernels: a PDL chain ends and restarts at each)"
-    return "glue outside the matched cores (MLA head gate, layout copies, sampling)"
+    return "glue outside the matched cores (layout copies, sampling, an unfolded MLA head gate)"
 
 
 def _widest_part(leaf: fx.Node, T: int, W: int) -> tuple[fx.Node, list[fx.Node]]:

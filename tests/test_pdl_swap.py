@@ -81,6 +81,9 @@ def test_tiny_forward_numbers_and_counts(tiny, T):
     assert "aten.copy_" not in r
     for gone in ("aten.select_scatter", "aten.index_put", "aten.amax", "aten.rsqrt", "aten.cos"):
         assert gone not in r, gone
+    # MLA's head gate is folded into mla_decode: no sigmoid and no multiply kernel left.
+    assert "aten.sigmoid" not in r and "aten.mul.Tensor" not in r
+    assert "head gate folded into 2 mla_decode" in st.notes[0]
     assert st.ops_after < st.ops_before // 3
 
 
@@ -267,10 +270,10 @@ def test_expect_dump(tiny):
     st = stat(report, "pdl_swap")
     assert_expected_inline(f"{st.matches} matches, ops {st.ops_before} -> {st.ops_after}\n" + "\n".join(st.notes) + "\n",
                            """\
-27 matches, ops 1049 -> 264
-4 kda_chain, 2 mla_decode, 4 gated_head_rmsnorm, 15 rmsnorm, 2 mla_kv_write
-PDL coverage 52/65 kernel-launching ops (80%)
-left 8: glue outside the matched cores (MLA head gate, layout copies, sampling) [clone x4, mul x2, sigmoid x2]
+27 matches, ops 1049 -> 258
+4 kda_chain, 2 mla_decode, 4 gated_head_rmsnorm, 15 rmsnorm, 2 mla_kv_write (head gate folded into 2 mla_decode)
+PDL coverage 52/61 kernel-launching ops (85%)
+left 4: glue outside the matched cores (layout copies, sampling, an unfolded MLA head gate) [clone x4]
 left 4: absorbed MLA products q_nope @ W_uk, o_lat @ W_uv (library GEMM) [bmm x4]
 left 1: token embedding gather [embedding x1]
 chain L0 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > swiglu_gemm_separate > gemm
