@@ -143,9 +143,8 @@ def test_tp2_tokens_identical_to_tp1_on_every_rank(tp1, tp2):
 
 def test_tp2_compiled_plain_and_speculative_equal_eager(tp1, tp2):
     for res in tp2:
-        assert res["plain"] == tp1["greedy"]
-        assert res["spec"] == tp1["greedy"][:len(res["spec"])] or res["spec"][:48] == tp1["greedy"]
-        assert res["spec"][:48] == res["plain"]
+        assert res["plain"] == tp1["greedy"]                    # 48 tokens
+        assert len(res["spec"]) == 64 and res["spec"][:48] == tp1["greedy"]
     assert tp2[0]["spec"] == tp2[1]["spec"] and tp2[0]["accepts"] == tp2[1]["accepts"]
 
 
