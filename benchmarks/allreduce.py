@@ -54,6 +54,7 @@ one_shot / one_shot_copy): 4 GPUs bf16 [2560] 15.7 / 7.8 / 6.8, bf16 [6, 2560] 1
 
 from __future__ import annotations
 
+import abc
 import argparse
 import json
 import os
@@ -128,20 +129,21 @@ def _compare(out: torch.Tensor, ref: torch.Tensor, exact: bool, dtype) -> str | 
 
 
 # ---------------------------------------------------------------------------------------------
-# methods: each returns (prepare, step); prepare() runs collectively before anything else, step()
-# does one all-reduce of the method's static input and returns its output.
+# methods: prepare() runs collectively before anything else (buffers, rendezvous; nothing for
+# NCCL), step() does one all-reduce of the method's static input and returns its output.
 
 
-class _Method:
+class _Method(abc.ABC):
     def __init__(self, name: str, x: torch.Tensor, group, group_name: str):
         self.name, self.x, self.group, self.group_name = name, x, group, group_name
         self.graph = name.endswith(" graph")
 
     def prepare(self) -> None:
-        pass
+        """Collective setup before the first step; NCCL through funcol needs none."""
 
+    @abc.abstractmethod
     def step(self) -> torch.Tensor:
-        raise NotImplementedError
+        """One all-reduce of self.x; returns the reduced tensor."""
 
 
 class _NcclFuncol(_Method):
@@ -376,7 +378,7 @@ def _run_cell(name: str, msg: tuple, ctx: dict) -> dict[str, Any]:
 
 
 class _CellError(Exception):
-    pass
+    """A method failed at one stage of one table cell; the row records it and the run goes on."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import torch
 
+from lingc.runtime.registry import register_op
+
 _BUFFERS: dict[tuple, torch.Tensor] = {}
 
 
@@ -38,8 +40,7 @@ def _symm_buffer(x: torch.Tensor, group_name: str) -> torch.Tensor:
     return buf
 
 
-@torch.library.custom_op("lingc::one_shot_all_reduce", mutates_args=())
-def one_shot_all_reduce(x: torch.Tensor, group_name: str) -> torch.Tensor:
+def _one_shot_all_reduce(x: torch.Tensor, group_name: str) -> torch.Tensor:
     """Sum of x over the ranks of `group_name` (every rank gets the same bits)."""
     if not x.is_cuda:
         import torch.distributed as dist
@@ -53,6 +54,8 @@ def one_shot_all_reduce(x: torch.Tensor, group_name: str) -> torch.Tensor:
     return out
 
 
-@one_shot_all_reduce.register_fake
-def _(x, group_name):
+def _one_shot_all_reduce_fake(x, group_name):
     return torch.empty_like(x)
+
+
+one_shot_all_reduce = register_op("one_shot_all_reduce", _one_shot_all_reduce, _one_shot_all_reduce_fake)

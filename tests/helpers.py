@@ -37,3 +37,21 @@ def assert_close(actual: torch.Tensor, ref: torch.Tensor, rtol_rms: float) -> No
         raise AssertionError(
             f"relative RMS error {err:.3e} > {rtol_rms:.1e}; max |diff| {diff.max().item():.3e} at {worst}"
         )
+
+
+def run_sm90_compile_check(script: str) -> None:
+    """Run `script` (a real, not interpreted, Triton compile for an H200, usually through the
+    bundled ptxas) in a fresh interpreter without TRITON_INTERPRET, from the repository root;
+    skip when the bundled ptxas is missing, else assert it exited cleanly."""
+    import os
+    import subprocess
+    import sys
+
+    import pytest
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if r.returncode != 0 and "ptxas" in r.stderr and "No such file" in r.stderr:
+        pytest.skip("triton's bundled ptxas is not installed")
+    assert r.returncode == 0, r.stderr[-3000:]

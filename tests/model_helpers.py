@@ -54,3 +54,18 @@ def cache_tensors_close(a: Ling3Cache, b: Ling3Cache, tol: float, kv_rows: int |
     for j, (x, y) in enumerate(zip(a.kv, b.kv)):
         n = x.shape[1] if kv_rows is None else kv_rows
         assert_rel_close(x[:, :n], y[:, :n], tol, f"MLA cache {j}")
+
+
+def chain_accepting(model: Ling3ForCausalLM, base: Ling3Cache, j: int, start: int, steps: int = 5,
+                    vocab: int = 300) -> torch.Tensor:
+    """A verify chain at positions start..start+steps whose first j drafts equal the target's
+    greedy picks (from `base`, left untouched) and whose draft j+1 does not."""
+    pos = torch.arange(start, start + steps + 1)
+    ch = torch.zeros(steps + 1, dtype=torch.long)
+    ch[0] = 7
+    with torch.no_grad():
+        for i in range(1, steps + 1):
+            lg, _ = model(ch[:i], pos[:i], base.clone())
+            y = int(lg[-1].argmax())
+            ch[i] = y if i <= j else (y + 1) % vocab
+    return ch

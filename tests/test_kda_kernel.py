@@ -13,15 +13,13 @@ FMA contraction) after up to 8 recurrent steps. Conv windows are copies of input
 bit for bit.
 """
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from helpers import assert_close
+from helpers import assert_close, run_sm90_compile_check
 from lingc.models.kda_math import kda_gate, kda_recurrent, l2norm, short_conv
 from lingc.runtime.kernels.kda import (
     kda_chain,
@@ -397,12 +395,7 @@ _COMPILE_CHECK = textwrap.dedent("""
 def test_kernel_compiles_for_sm90_without_spills():
     # The real (non-interpreted) compile for an H200 at flash-tp4-rank shapes, both modes, with
     # the bundled ptxas: catches register/shared-memory blowups without a GPU.
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", _COMPILE_CHECK], env=env, capture_output=True, text=True,
-                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if r.returncode != 0 and "ptxas" in r.stderr and "No such file" in r.stderr:
-        pytest.skip("triton's bundled ptxas is not installed")
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_sm90_compile_check(_COMPILE_CHECK)
 
 
 # GPU: flash-tp4-rank shapes, PDL inside a CUDA graph.

@@ -11,16 +11,13 @@ in-chunk cumsum, the K reductions, the triangular solve as an explicit inverse) 
 on the CPU: ~5e-7; 2e-5 allowed there, 1e-4 on the GPU (exp2-based exp, FMA contraction, long
 prompts).
 """
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from helpers import assert_close
+from helpers import assert_close, run_sm90_compile_check
 from lingc.models.kda_math import kda_chunked, kda_recurrent, l2norm
 from lingc.runtime.kernels.kda_prefill import (
     kda_prefill,
@@ -255,12 +252,7 @@ _COMPILE_CHECK = textwrap.dedent("""
 def test_kernels_compile_for_sm90():
     # The real (non-interpreted) compile for an H200 at flash-tp4-rank shapes, with the bundled
     # ptxas: catches what the interpreter lets through (dot shapes, layouts, PDL intrinsics).
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", _COMPILE_CHECK], env=env, capture_output=True, text=True,
-                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if r.returncode != 0 and "ptxas" in r.stderr and "No such file" in r.stderr:
-        pytest.skip("triton's bundled ptxas is not installed")
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_sm90_compile_check(_COMPILE_CHECK)
 
 
 # GPU: flash-tp4-rank shapes.

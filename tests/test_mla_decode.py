@@ -14,16 +14,13 @@ Tolerances (relative RMS vs the fp32 reference): fp32 caches use fp32 dots (2e-6
 use hi/lo-split bf16 dots whose fp32 operand keeps ~16 bits (5e-5 under the interpreter, whose
 bf16 cast truncates; the GPU rounds to nearest).
 """
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from helpers import assert_close, graph_edge_types
+from helpers import assert_close, graph_edge_types, run_sm90_compile_check
 from lingc.models import Ling3Cache
 from lingc.models.layers import apply_rope_interleaved, rope_inv_freq
 from lingc.runtime.kernels.mla_decode import mla_decode, mla_decode_reference
@@ -400,12 +397,7 @@ _COMPILE_CHECK = textwrap.dedent("""
 def test_kernels_compile_for_sm90_without_spills():
     # The real compile for an H200 at flash-tp4-rank shapes (context 8192, RoPE and gate fused)
     # with the bundled ptxas: PDL wait present, no register spills.
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", _COMPILE_CHECK], env=env, capture_output=True, text=True,
-                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if r.returncode != 0 and "ptxas" in r.stderr and "No such file" in r.stderr:
-        pytest.skip("triton's bundled ptxas is not installed")
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_sm90_compile_check(_COMPILE_CHECK)
 
 
 # GPU: flash-tp4-rank shapes (8 heads per rank, kv_lora_rank 512, rope 64, bf16 cache).

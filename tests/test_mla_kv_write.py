@@ -4,13 +4,11 @@ written."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
+from helpers import run_sm90_compile_check
 
 import lingc.runtime.kernels.mla_kv_write  # noqa: F401
 from lingc.models.layers import rope_inv_freq
@@ -92,7 +90,4 @@ _COMPILE_CHECK = textwrap.dedent("""
 def test_kernel_compiles_for_sm90():
     """The real (not interpreted) Triton compile for an H200 at Ling-3's shapes (R=512, P=64,
     bf16, PDL on): catches what the interpreter accepts and the compiler does not."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", _COMPILE_CHECK], env=env, capture_output=True, text=True,
-                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_sm90_compile_check(_COMPILE_CHECK)

@@ -17,16 +17,13 @@ output). bf16 on the GPU at the real shapes 5e-3: both sides round the activatio
 an activation one ulp apart where the fp32 sums straddle a rounding boundary moves the output.
 """
 import importlib
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from helpers import assert_close, graph_edge_types
+from helpers import assert_close, graph_edge_types, run_sm90_compile_check
 from lingc.models.moe import swiglu as eager_swiglu
 from lingc.runtime.kernels.gemm_common import split_k_tickets
 from lingc.runtime.kernels.moe_experts import moe_experts, moe_experts_reference
@@ -497,12 +494,7 @@ _COMPILE_CHECK = textwrap.dedent("""
 
 def test_kernels_compile_for_sm90_without_spills():
     # The real (non-interpreted) compile for an H200 at the table's shapes with the bundled ptxas.
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", _COMPILE_CHECK], env=env, capture_output=True, text=True,
-                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if r.returncode != 0 and "ptxas" in r.stderr and "No such file" in r.stderr:
-        pytest.skip("triton's bundled ptxas is not installed")
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_sm90_compile_check(_COMPILE_CHECK)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -12,16 +12,13 @@ sum and the rsqrt/sigmoid implementations differ (fp32: 1e-6). bf16 outputs may 
 rounding (the interpreter's fp32->bf16 cast truncates: runtime/kernels/swiglu_gemm/README.md), so
 bf16 is held to 4e-3, and the bf16 residual add, a single rounding, to one ulp.
 """
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from helpers import assert_close, graph_edge_types
+from helpers import assert_close, graph_edge_types, run_sm90_compile_check
 from lingc.models.kda_math import gated_head_rmsnorm as model_gated_head_rmsnorm
 from lingc.models.layers import RMSNorm
 from lingc.runtime.kernels.norms import (
@@ -364,12 +361,7 @@ _COMPILE_CHECK = textwrap.dedent("""
 def test_kernels_compile_for_sm90_with_weights_before_the_wait():
     # The real compile for an H200 at flash-tp4-rank shapes with the bundled ptxas: PDL wait
     # present, the first global load (the weight) issued before it, no spills.
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", _COMPILE_CHECK], env=env, capture_output=True, text=True,
-                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if r.returncode != 0 and "ptxas" in r.stderr and "No such file" in r.stderr:
-        pytest.skip("triton's bundled ptxas is not installed")
-    assert r.returncode == 0, r.stderr[-3000:]
+    run_sm90_compile_check(_COMPILE_CHECK)
 
 
 # GPU: flash-tp4-rank shapes, PDL inside a CUDA graph.

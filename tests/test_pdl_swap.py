@@ -11,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from backend_helpers import pinned_graph_text, run_and_report, stat
 from expecttest import assert_expected_inline
-from model_helpers import assert_rel_close, randomize_cache_, tiny_model
+from model_helpers import assert_rel_close, chain_accepting, randomize_cache_, tiny_model
 
 import lingc.runtime.relay  # noqa: F401  (registers the relay ops)
 from lingc.models import Ling3Cache
@@ -87,25 +87,12 @@ def test_tiny_forward_numbers_and_counts(tiny, T):
     assert st.ops_after < st.ops_before // 3
 
 
-def chain_accepting(model, base, j, S=5):
-    """A chain whose first j drafts equal the target's greedy picks and whose draft j+1 does not."""
-    pos = torch.arange(P, P + S + 1)
-    ch = torch.zeros(S + 1, dtype=torch.long)
-    ch[0] = 7
-    with torch.no_grad():
-        for i in range(1, S + 1):
-            lg, _ = model(ch[:i], pos[:i], base.clone())
-            y = int(lg[-1].argmax())
-            ch[i] = y if i <= j else (y + 1) % VOCAB
-    return ch
-
-
 @pytest.mark.parametrize("j", [1, 5])
 def test_tiny_verify_staged(tiny, j):
     """T=6 verify: stage_commit + pdl_swap give kda_chain (staged) + kda_commit; the committed
     state equals the from-scratch state after j accepted drafts and the pass-off graph."""
     model, base = tiny
-    chain = chain_accepting(model, base, j)
+    chain = chain_accepting(model, base, j, start=P, vocab=VOCAB)
     pos = torch.arange(P, P + 6)
     report, out, cache = compare_on_off(verify_fn(model), (chain, pos), base, "verify")
     r = rows(report)

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 from backend_helpers import compile_lingc, pinned_graph_text, run_and_report, stat
 from expecttest import assert_expected_inline
-from model_helpers import assert_rel_close, randomize_cache_, tiny_model
+from model_helpers import assert_rel_close, chain_accepting, randomize_cache_, tiny_model
 
 import lingc.runtime.relay  # noqa: F401  (registers the relay ops)
 from lingc.backend import compile_reports
@@ -42,19 +42,6 @@ def setup():
     return model, base
 
 
-def chain_accepting(model, base, j: int) -> torch.Tensor:
-    """A chain whose first j drafts equal the target's greedy picks and whose draft j+1 does not."""
-    pos = torch.arange(P, P + S + 1)
-    ch = torch.zeros(S + 1, dtype=torch.long)
-    ch[0] = 7
-    with torch.no_grad():
-        for i in range(1, S + 1):
-            lg, _ = model(ch[:i], pos[:i], base.clone())
-            y = int(lg[-1].argmax())
-            ch[i] = y if i <= j else (y + 1) % VOCAB
-    return ch
-
-
 def compiled_verify(model, **options):
     disable = options.pop("disable", [])
     return compile_lingc(verify_fn(model), role="verify", disable_passes=OTHER + disable, **options)
@@ -73,7 +60,7 @@ def test_forced_rejection_at_every_position(setup, staged):
     fn = compiled_verify(model, disable=[] if staged else ["stage_commit"])
     corrupted = 0
     for j in range(S + 1):
-        chain = chain_accepting(model, base, j)
+        chain = chain_accepting(model, base, j, start=P, steps=S, vocab=VOCAB)
         cache, accept = run_verify(fn, base, chain)
         assert accept == j
         ref = base.clone()
@@ -91,7 +78,7 @@ def test_forced_rejection_at_every_position(setup, staged):
 
 def test_all_accepted_equals_unstaged_graph_exactly(setup):
     model, base = setup
-    chain = chain_accepting(model, base, S)
+    chain = chain_accepting(model, base, S, start=P, steps=S, vocab=VOCAB)
     staged, a1 = run_verify(compiled_verify(model), base, chain)
     plain, a2 = run_verify(compiled_verify(model, disable=["stage_commit"]), base, chain)
     assert a1 == a2 == S
@@ -102,7 +89,7 @@ def test_all_accepted_equals_unstaged_graph_exactly(setup):
 def test_counts_and_notes(setup):
     model, base = setup
     cache = base.clone()
-    args = (chain_accepting(model, base, 2), torch.arange(P, P + S + 1), cache)
+    args = (chain_accepting(model, base, 2, start=P, steps=S, vocab=VOCAB), torch.arange(P, P + S + 1), cache)
     _, report = run_and_report(verify_fn(model), *args, role="verify", disable_passes=OTHER)
     st = stat(report, "stage_commit")
     n_kda = len(model.config.kda_layers)
@@ -118,7 +105,8 @@ def test_counts_and_notes(setup):
 
 def test_only_in_verify_role(setup):
     model, base = setup
-    _, report = run_and_report(verify_fn(model), chain_accepting(model, base, 1),
+    chain = chain_accepting(model, base, 1, start=P, steps=S, vocab=VOCAB)
+    _, report = run_and_report(verify_fn(model), chain,
                                torch.arange(P, P + S + 1), base.clone(), role="forward", disable_passes=OTHER)
     assert stat(report, "stage_commit").skipped == "not for role forward"
 
@@ -196,7 +184,8 @@ def test_verdict_reference():
 def test_expect_dump(setup):
     model, base = setup
     from lingc.dump import format_summary
-    _, report = run_and_report(verify_fn(model), chain_accepting(model, base, 2),
+    chain = chain_accepting(model, base, 2, start=P, steps=S, vocab=VOCAB)
+    _, report = run_and_report(verify_fn(model), chain,
                                torch.arange(P, P + S + 1), base.clone(), role="verify", disable_passes=OTHER)
     text = format_summary([s for s in report.stats if s.name in ("stage_commit", "cleanup")], "verify",
                           timings=False)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import torch
 
+from lingc.runtime.registry import register_op
+
 __all__ = ["greedy_verdict", "state_commit", "host_refill", "greedy_verdict_reference"]
 
 
@@ -71,16 +73,8 @@ def _host_refill_fake(host_buffer, device_value, what):
     return _host_refill(host_buffer, device_value, what)
 
 
-def _register(name, fn, fake, schema):
-    if hasattr(torch.ops.lingc, name):
-        return getattr(torch.ops.lingc, name)
-    op = torch.library.custom_op(f"lingc::{name}", fn, mutates_args=(), schema=schema)
-    op.register_fake(fake)
-    return op
-
-
-greedy_verdict = _register("greedy_verdict", _greedy_verdict, _greedy_verdict_fake,
-                           "(Tensor chain, Tensor target) -> Tensor")
-state_commit = _register("state_commit", _state_commit, _state_commit_fake, "(Tensor accept) -> Tensor")
-host_refill = _register("host_refill", _host_refill, _host_refill_fake,
-                        "(Tensor host_buffer, Tensor device_value, str what) -> Tensor")
+greedy_verdict = register_op("greedy_verdict", _greedy_verdict, _greedy_verdict_fake,
+                             schema="(Tensor chain, Tensor target) -> Tensor")
+state_commit = register_op("state_commit", _state_commit, _state_commit_fake, schema="(Tensor accept) -> Tensor")
+host_refill = register_op("host_refill", _host_refill, _host_refill_fake,
+                          schema="(Tensor host_buffer, Tensor device_value, str what) -> Tensor")

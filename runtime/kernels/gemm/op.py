@@ -16,6 +16,8 @@ own launch (same reasoning as swiglu_gemm/op.py).
 """
 import torch
 
+from lingc.runtime.registry import register_op
+
 from .naive import gemm_argmax_reference, gemm_reference
 
 __all__ = ["MAX_WEIGHTS", "gemm", "gemm_argmax", "check_gemm_args", "check_gemm_argmax_args"]
@@ -117,15 +119,5 @@ _SCHEMAS = {
 }
 
 
-def _register(name, impl, fake):
-    # Idempotent: the module can be imported twice (reload, or under a second name) and the
-    # dispatcher refuses a second definition of the same name.
-    if hasattr(torch.ops.lingc, name):
-        return getattr(torch.ops.lingc, name)
-    op = torch.library.custom_op(f"lingc::{name}", impl, mutates_args=(), schema=_SCHEMAS[name])
-    op.register_fake(fake)
-    return op
-
-
-gemm = _register("gemm", _gemm, _gemm_fake)
-gemm_argmax = _register("gemm_argmax", _gemm_argmax, _gemm_argmax_fake)
+gemm = register_op("gemm", _gemm, _gemm_fake, schema=_SCHEMAS["gemm"])
+gemm_argmax = register_op("gemm_argmax", _gemm_argmax, _gemm_argmax_fake, schema=_SCHEMAS["gemm_argmax"])

@@ -27,6 +27,8 @@ from typing import Optional
 
 import torch
 
+from lingc.runtime.registry import register_op
+
 from .naive import kda_chain_reference, kda_commit_reference
 
 __all__ = ["kda_chain", "kda_commit", "check_kda_chain_args", "check_kda_commit_args", "MAX_T", "CONV_WIDTH"]
@@ -187,16 +189,6 @@ def _kda_commit_fake(state, conv_window, stage_states, stage_windows, index) -> 
     check_kda_commit_args(state, conv_window, stage_states, stage_windows, index)
 
 
-def _register(name, impl, fake, mutates_args):
-    # Idempotent: the module can be imported twice (reload, or under a second name) and the
-    # dispatcher refuses a second definition of the same name.
-    if hasattr(torch.ops.lingc, name):
-        return getattr(torch.ops.lingc, name)
-    op = torch.library.custom_op(f"lingc::{name}", mutates_args=mutates_args)(impl)
-    op.register_fake(fake)
-    return op
-
-
-kda_chain = _register("kda_chain", _kda_chain, _kda_chain_fake,
-                      ("conv_window", "state", "stage_states", "stage_windows"))
-kda_commit = _register("kda_commit", _kda_commit, _kda_commit_fake, ("state", "conv_window"))
+kda_chain = register_op("kda_chain", _kda_chain, _kda_chain_fake,
+                        ("conv_window", "state", "stage_states", "stage_windows"))
+kda_commit = register_op("kda_commit", _kda_commit, _kda_commit_fake, ("state", "conv_window"))

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import torch
 
+from lingc.runtime.registry import register_op
+
 from .naive import kda_prefill_reference
 
 __all__ = ["kda_prefill", "check_kda_prefill_args"]
@@ -68,14 +70,4 @@ def _kda_prefill_fake(q, k, v, g, beta, state):
             state.new_empty((H, K, V), dtype=torch.float32))
 
 
-def _register(name, impl, fake):
-    # Idempotent: the module can be imported twice (reload, or under a second name) and the
-    # dispatcher refuses a second definition of the same name.
-    if hasattr(torch.ops.lingc, name):
-        return getattr(torch.ops.lingc, name)
-    op = torch.library.custom_op(f"lingc::{name}", mutates_args=())(impl)
-    op.register_fake(fake)
-    return op
-
-
-kda_prefill = _register("kda_prefill", _kda_prefill, _kda_prefill_fake)
+kda_prefill = register_op("kda_prefill", _kda_prefill, _kda_prefill_fake)

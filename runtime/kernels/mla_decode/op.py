@@ -26,6 +26,8 @@ import math
 
 import torch
 
+from lingc.runtime.registry import register_op
+
 from .naive import mla_decode_reference
 
 __all__ = ["MAX_T", "MAX_HEADS", "mla_decode", "check_mla_decode_args"]
@@ -118,14 +120,4 @@ _SCHEMA = ("(Tensor q_lat, Tensor q_rope, Tensor kv_cache, Tensor positions, flo
            "Tensor? rope_inv_freq=None) -> Tensor")
 
 
-def _register():
-    # Idempotent: the module can be imported twice (reload, or under a second name) and the
-    # dispatcher refuses a second definition of the same name.
-    if hasattr(torch.ops.lingc, "mla_decode"):
-        return torch.ops.lingc.mla_decode
-    op = torch.library.custom_op("lingc::mla_decode", _mla_decode, mutates_args=(), schema=_SCHEMA)
-    op.register_fake(_mla_decode_fake)
-    return op
-
-
-mla_decode = _register()
+mla_decode = register_op("mla_decode", _mla_decode, _mla_decode_fake, schema=_SCHEMA)

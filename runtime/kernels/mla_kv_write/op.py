@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from lingc.runtime.registry import register_op
+
 from .naive import mla_kv_write_reference
 
 __all__ = ["mla_kv_write", "check_mla_kv_write_args"]
@@ -53,9 +55,8 @@ def check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache) -> None:
             raise ValueError(f"{op}: {name} is on {t.device} but c is on {c.device}")
 
 
-@torch.library.custom_op("lingc::mla_kv_write", mutates_args=("cache",))
-def mla_kv_write(c: torch.Tensor, k_rope: torch.Tensor, positions: torch.Tensor,
-                 inv_freq: torch.Tensor, cache: torch.Tensor) -> None:
+def _mla_kv_write(c: torch.Tensor, k_rope: torch.Tensor, positions: torch.Tensor,
+                  inv_freq: torch.Tensor, cache: torch.Tensor) -> None:
     check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache)
     if not c.is_cuda:
         mla_kv_write_reference(c, k_rope, positions.long(), inv_freq, cache)
@@ -64,7 +65,8 @@ def mla_kv_write(c: torch.Tensor, k_rope: torch.Tensor, positions: torch.Tensor,
     mla_kv_write_triton(c, k_rope, positions.contiguous(), inv_freq, cache)
 
 
-@mla_kv_write.register_fake
-def _(c, k_rope, positions, inv_freq, cache):
+def _mla_kv_write_fake(c, k_rope, positions, inv_freq, cache) -> None:
     check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache)
-    return None
+
+
+mla_kv_write = register_op("mla_kv_write", _mla_kv_write, _mla_kv_write_fake, mutates_args=("cache",))

@@ -14,6 +14,8 @@ gemm/op.py (our own PDL launch).
 """
 import torch
 
+from lingc.runtime.registry import register_op
+
 from .naive import align_sizes, moe_align_reference
 
 __all__ = ["moe_align", "check_moe_align_args"]
@@ -55,14 +57,4 @@ def _moe_align_fake(topk_ids, num_experts, block_size, shared_expert):
 _SCHEMA = "(Tensor topk_ids, int num_experts, int block_size, bool shared_expert) -> (Tensor, Tensor, Tensor)"
 
 
-def _register():
-    # Idempotent: the module can be imported twice (reload) and the dispatcher refuses a second
-    # definition of the same name.
-    if hasattr(torch.ops.lingc, "moe_align"):
-        return torch.ops.lingc.moe_align
-    op = torch.library.custom_op("lingc::moe_align", _moe_align, mutates_args=(), schema=_SCHEMA)
-    op.register_fake(_moe_align_fake)
-    return op
-
-
-moe_align = _register()
+moe_align = register_op("moe_align", _moe_align, _moe_align_fake, schema=_SCHEMA)

@@ -28,6 +28,8 @@ import math
 
 import torch
 
+from lingc.runtime.registry import register_op
+
 from .naive import moe_experts_reference
 
 __all__ = ["moe_experts", "check_moe_experts_args"]
@@ -124,14 +126,4 @@ _SCHEMA = ("(Tensor x, Tensor topk_ids, Tensor topk_weights, Tensor w_gate, Tens
            "Tensor? shared_gate, Tensor? shared_up, Tensor? shared_down, float limit, float shared_limit) -> Tensor")
 
 
-def _register():
-    # Idempotent: the module can be imported twice (reload) and the dispatcher refuses a second
-    # definition of the same name.
-    if hasattr(torch.ops.lingc, "moe_experts"):
-        return torch.ops.lingc.moe_experts
-    op = torch.library.custom_op("lingc::moe_experts", _moe_experts, mutates_args=(), schema=_SCHEMA)
-    op.register_fake(_moe_experts_fake)
-    return op
-
-
-moe_experts = _register()
+moe_experts = register_op("moe_experts", _moe_experts, _moe_experts_fake, schema=_SCHEMA)

@@ -12,6 +12,8 @@ on CUDA (the one-launch Triton kernel, PDL-launched on Hopper). A ``custom_op`` 
 """
 import torch
 
+from lingc.runtime.registry import register_op
+
 from .naive import moe_router_reference
 
 __all__ = ["moe_router", "check_moe_router_args"]
@@ -74,14 +76,4 @@ _SCHEMA = ("(Tensor x, Tensor gate_w, Tensor expert_bias, int n_group, int topk_
            "float routed_scaling, bool renormalize) -> (Tensor, Tensor)")
 
 
-def _register():
-    # Idempotent: the module can be imported twice (reload) and the dispatcher refuses a second
-    # definition of the same name.
-    if hasattr(torch.ops.lingc, "moe_router"):
-        return torch.ops.lingc.moe_router
-    op = torch.library.custom_op("lingc::moe_router", _moe_router, mutates_args=(), schema=_SCHEMA)
-    op.register_fake(_moe_router_fake)
-    return op
-
-
-moe_router = _register()
+moe_router = register_op("moe_router", _moe_router, _moe_router_fake, schema=_SCHEMA)

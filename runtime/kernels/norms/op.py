@@ -24,6 +24,8 @@ import math
 
 import torch
 
+from lingc.runtime.registry import register_op
+
 from .naive import gated_head_rmsnorm_reference, rmsnorm_reference
 
 __all__ = ["MAX_D", "rmsnorm", "gated_head_rmsnorm", "check_rmsnorm_args", "check_gated_head_rmsnorm_args"]
@@ -138,15 +140,6 @@ _SCHEMAS = {
 }
 
 
-def _register(name, impl, fake):
-    # Idempotent: the module can be imported twice (reload, or under a second name) and the
-    # dispatcher refuses a second definition of the same name.
-    if hasattr(torch.ops.lingc, name):
-        return getattr(torch.ops.lingc, name)
-    op = torch.library.custom_op(f"lingc::{name}", impl, mutates_args=(), schema=_SCHEMAS[name])
-    op.register_fake(fake)
-    return op
-
-
-rmsnorm = _register("rmsnorm", _rmsnorm, _rmsnorm_fake)
-gated_head_rmsnorm = _register("gated_head_rmsnorm", _gated_head_rmsnorm, _gated_head_rmsnorm_fake)
+rmsnorm = register_op("rmsnorm", _rmsnorm, _rmsnorm_fake, schema=_SCHEMAS["rmsnorm"])
+gated_head_rmsnorm = register_op("gated_head_rmsnorm", _gated_head_rmsnorm, _gated_head_rmsnorm_fake,
+                                 schema=_SCHEMAS["gated_head_rmsnorm"])

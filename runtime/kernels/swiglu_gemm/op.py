@@ -18,6 +18,8 @@ import math
 
 import torch
 
+from lingc.runtime.registry import register_op
+
 from .naive import deinterleave_gate_up, swiglu_gemm_reference_separate
 
 __all__ = ["swiglu_gemm", "swiglu_gemm_separate", "check_swiglu_gemm_args"]
@@ -95,15 +97,5 @@ def _swiglu_gemm_separate_fake(x: torch.Tensor, w_gate: torch.Tensor, w_up: torc
     return x.new_empty((*x.shape[:-1], w_gate.shape[0]))
 
 
-def _register(name, impl, fake):
-    # Idempotent: the module can be imported twice (reload, or under a second name) and the
-    # dispatcher refuses a second definition of the same name.
-    if hasattr(torch.ops.lingc, name):
-        return getattr(torch.ops.lingc, name)
-    op = torch.library.custom_op(f"lingc::{name}", mutates_args=())(impl)
-    op.register_fake(fake)
-    return op
-
-
-swiglu_gemm = _register("swiglu_gemm", _swiglu_gemm, _swiglu_gemm_fake)
-swiglu_gemm_separate = _register("swiglu_gemm_separate", _swiglu_gemm_separate, _swiglu_gemm_separate_fake)
+swiglu_gemm = register_op("swiglu_gemm", _swiglu_gemm, _swiglu_gemm_fake)
+swiglu_gemm_separate = register_op("swiglu_gemm_separate", _swiglu_gemm_separate, _swiglu_gemm_separate_fake)
