@@ -2,7 +2,7 @@
 
     python -m benchmarks.decode --preset flash-tp4-rank --context 8192 --out OUT
         [--modes eager,eager-nextn,inductor,reduce-overhead,reduce-overhead-pdl,lingc,lingc-nextn]
-        [--lingc-inductor 0|1] [--tokens 128]
+        [--lingc-inductor 0|1] [--tokens 128] [--profile]
     torchrun --nproc-per-node N -m benchmarks.decode --tp N --preset flash ...   (tensor parallel)
 
 Tensor parallel: `--preset` names the whole model and every rank builds its slice (random
@@ -200,7 +200,8 @@ def run_inductor(model, cache, ctx, tokens, mode):
     return dict(step_ms=ms, wall_ms=wall, host_ms=None, tokens_per_step=1.0, compile_s=compile_s)
 
 
-def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl", progress=True):
+def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl", progress=True,
+              profile=False):
     from lingc.runtime.relay.engine import Engine
     eng = Engine(model, max_len=ctx + tokens * (STEPS + 1) + 64, steps=STEPS,
                  options={"inductor": bool(lingc_inductor), "allreduce": allreduce}, progress=progress)
@@ -226,13 +227,41 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
     per_graph = {}
     for role in roles:
         per_graph[role] = _events_ms(lambda: eng._steps[role](), reps=20)
+    kernels = {role: kernel_profile(eng._steps[role]) for role in roles} if profile else None
     return dict(step_ms=sum(per_graph.values()), wall_ms=wall,
                 host_ms=statistics.median(st.host_s) * 1e3,
                 tokens_per_step=len(out) / max(1, st.steps), compile_s=compile_s,
                 collectives=collectives_per_step(roles),
                 per_graph_ms=per_graph, ahead=st.ahead / max(1, st.launched - 1),
                 captured={r_: eng._steps[r_].captured for r_ in roles},
-                graphs=[i.format() for i in eng.graph_infos()])
+                graphs=[i.format() for i in eng.graph_infos()], kernel_profile=kernels)
+
+
+def kernel_profile(step, replays: int = 5, top: int = 15) -> list[dict]:
+    """GPU time per kernel name over one step (torch.profiler around `replays` replays of the
+    step's graph): [{kernel, us_per_step, calls_per_step}], the `top` largest. Kernels overlap
+    under PDL, so the sum may exceed the step time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    torch.cuda.synchronize()
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(replays):
+                step()
+            torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001  (the timing stands without the breakdown)
+        return [{"kernel": f"profiling failed: {type(e).__name__}: {e}"[:200], "us_per_step": 0.0,
+                 "calls_per_step": 0.0}]
+    rows = []
+    for ev in prof.key_averages():
+        us = getattr(ev, "device_time_total", None)
+        if us is None:
+            us = getattr(ev, "cuda_time_total", 0.0)
+        if us > 0:
+            rows.append({"kernel": ev.key[:80], "us_per_step": us / replays, "calls_per_step": ev.count / replays})
+    rows.sort(key=lambda r: -r["us_per_step"])
+    return rows[:top]
 
 
 def main(argv=None) -> int:
@@ -244,6 +273,8 @@ def main(argv=None) -> int:
     ap.add_argument("--lingc-inductor", type=int, default=1)
     ap.add_argument("--tp", type=int, default=1, help="tensor-parallel size (= torchrun's world size)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--profile", action="store_true",
+                    help="lingc modes: also GPU time per kernel name in each graph (torch.profiler)")
     args = ap.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in ALL_MODES]
@@ -304,7 +335,8 @@ def main(argv=None) -> int:
                 res = run_inductor(model, cache, ctx, args.tokens, mode)
             else:
                 res = run_lingc(model, ctx, args.tokens, "nextn" in mode, args.lingc_inductor,
-                                "symm_mem" if mode.endswith("-symm") else "nccl", progress=lead)
+                                "symm_mem" if mode.endswith("-symm") else "nccl", progress=lead,
+                                profile=args.profile)
         except Exception as e:  # a failing mode is reported, the others still run
             res = {"error": f"{type(e).__name__}: {e}"}
             print(f"rank {tp.rank}: {mode} failed: {res['error']}", flush=True)
@@ -347,6 +379,10 @@ def main(argv=None) -> int:
                   f"captured {r['captured']}")
             for g in r.get("graphs", []):
                 print("   ", g)
+        for role, rows in (r.get("kernel_profile") or {}).items():
+            print(f"{m} {role}: GPU us per step by kernel (PDL overlaps them)")
+            for k in rows:
+                print(f"    {k['us_per_step']:9.1f} us  {k['calls_per_step']:6.1f} calls  {k['kernel']}")
     return 0
 
 

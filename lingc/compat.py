@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable, Sequence
 
 import torch
@@ -14,7 +15,52 @@ def inductor_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) ->
     from torch._inductor.compile_fx import compile_fx_inner
     from torch._inductor.utils import BoxedBool
 
-    return compile_fx_inner(gm, example_inputs, is_inference=True, cudagraphs=BoxedBool(False))
+    with short_lowering_messages():
+        return compile_fx_inner(gm, example_inputs, is_inference=True, cudagraphs=BoxedBool(False))
+
+
+def describe_lowering_arg(arg: Any) -> str:
+    """One line for an argument of an Inductor lowering: type, size and dtype, never the IR."""
+    if isinstance(arg, (list, tuple)):
+        return "[" + ", ".join(describe_lowering_arg(a) for a in arg[:8]) + (", ..." if len(arg) > 8 else "") + "]"
+    size = getattr(arg, "get_size", None)
+    if callable(size):
+        try:
+            dtype = getattr(arg, "get_dtype", lambda: None)()
+            return f"{type(arg).__name__}(size={list(size())}, dtype={dtype})"
+        except Exception:               # noqa: BLE001  (a node without a layout yet)
+            return type(arg).__name__
+    text = repr(arg) if isinstance(arg, (int, float, bool, str, type(None), torch.dtype, torch.device)) \
+        else type(arg).__name__
+    return text[:120]
+
+
+def _short_operator_str(target: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
+    lines = [f"target: {target}"] + [f"args[{i}]: {describe_lowering_arg(a)}" for i, a in enumerate(args)]
+    if kwargs:
+        lines.append("kwargs: {" + ", ".join(f"{k}: {describe_lowering_arg(v)}" for k, v in kwargs.items()) + "}")
+    return "\n".join("  " + line for line in lines)
+
+
+@contextlib.contextmanager
+def short_lowering_messages():
+    """Inductor describes a lowering's arguments (in its "implicit fallback" log line and in
+    LoweringException) by str() of their IR, which recurses through every producer without
+    memoisation: on the relay's draft graph (four unrolled forwards) one such message ran for
+    minutes on the GPU machine (torch 2.11). While lingc calls Inductor, the arguments are
+    described by type, size and dtype instead."""
+    import torch._inductor.exc
+
+    cls = getattr(torch._inductor.exc, "OperatorIssue", None)
+    if cls is None or "operator_str" not in cls.__dict__:
+        yield
+        return
+    old = cls.__dict__["operator_str"]
+    cls.operator_str = staticmethod(_short_operator_str)
+    try:
+        yield
+    finally:
+        cls.operator_str = old
 
 
 def aot_inference_backend(fw_compiler: Callable, decompositions: dict) -> Callable:

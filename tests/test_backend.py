@@ -266,3 +266,31 @@ def test_inductor_path_forward_role(tiny):
     report = compile_reports[n]
     assert report.role == "forward" and report.kernels.inductor_kernels
     torch.testing.assert_close(logits, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_inductor_lowering_messages_never_print_the_ir():
+    """Inductor's lowering messages str() their IR arguments, recursing through every producer
+    (minutes on the relay's draft graph): inside lingc's Inductor call they say type, size and
+    dtype, and Inductor's own formatter is back afterwards."""
+    from torch._inductor.exc import MissingOperatorWithoutDecomp, OperatorIssue
+
+    from lingc import compat
+
+    class DeepIR:
+        def get_size(self):
+            return [6, 2560]
+
+        def get_dtype(self):
+            return torch.bfloat16
+
+        def __str__(self):
+            raise AssertionError("the IR was printed")
+
+    before = OperatorIssue.__dict__["operator_str"]
+    with compat.short_lowering_messages():
+        msg = str(MissingOperatorWithoutDecomp("lingc.op", [DeepIR(), 3, [DeepIR()]], {"out": DeepIR()}))
+    assert "args[0]: DeepIR(size=[6, 2560], dtype=torch.bfloat16)" in msg and "args[1]: 3" in msg
+    assert "kwargs: {out: DeepIR(size=[6, 2560], dtype=torch.bfloat16)}" in msg
+    assert OperatorIssue.__dict__["operator_str"] is before
+    with pytest.raises(AssertionError, match="the IR was printed"):
+        MissingOperatorWithoutDecomp("lingc.op", [DeepIR()], {})

@@ -401,13 +401,22 @@ def test_kernel_compiles_for_sm90_without_spills():
 # GPU: flash-tp4-rank shapes, PDL inside a CUDA graph.
 
 
+def ref_args_on_cpu(x, **kw):
+    """ref_args with every tensor, the conv-weight list's included, moved to the CPU reference."""
+    def cpu(a):
+        if isinstance(a, (list, tuple)):
+            return type(a)(cpu(b) for b in a)
+        return a.cpu() if torch.is_tensor(a) else a
+    return [cpu(a) for a in ref_args(x, **kw)]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("staged", [False, True], ids=["persistent", "staged"])
 @pytest.mark.parametrize("T", [1, 6, 8])
 def test_gpu_flash_tp4_rank_matches_reference(T, staged):
     x = make_inputs(T, 8, 128, torch.bfloat16, seed=90 + T)
     o, state, window, ss, sw = run_kernel(x, staged)
-    ref = kda_chain_reference(*(a.cpu() if torch.is_tensor(a) else a for a in ref_args(x)))
+    ref = kda_chain_reference(*ref_args_on_cpu(x))
     assert_close(o, ref.o, 1e-4)
     if staged:
         assert_close(ss, ref.stage_states, 1e-4)
@@ -466,14 +475,15 @@ def test_gpu_cuda_graph_with_pdl():
         reset()
         graph.replay()
         torch.cuda.synchronize()
-        cpu = lambda x, **kw: (a.cpu() if torch.is_tensor(a) else a for a in ref_args(x, **kw))  # noqa: E731
         decoded = []
         for i, (x, out) in enumerate(zip(layers, outs)):
-            r = kda_chain_reference(*cpu(prefix({**x, "state": x["state0"], "conv_window": x["window0"]}, 1)))
+            start = {**x, "state": x["state0"], "conv_window": x["window0"]}
+            r = kda_chain_reference(*ref_args_on_cpu(prefix(start, 1)))
             assert_close(out, r.o, 1e-4)
             decoded.append(r)
         v = layers[0]
-        verify = kda_chain_reference(*cpu({**v, "state": decoded[0].state, "conv_window": decoded[0].window}))
+        after_decode = {**v, "state": decoded[0].state, "conv_window": decoded[0].window}
+        verify = kda_chain_reference(*ref_args_on_cpu(after_decode))
         assert_close(outs[-1], verify.o, 1e-4)
         assert_close(v["state"], verify.stage_states[3], 1e-4)
         assert torch.equal(v["conv_window"].cpu(), verify.stage_windows[3])

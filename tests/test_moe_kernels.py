@@ -14,6 +14,7 @@ different order and an interpreter/torch sigmoid that may differ by an ulp). Ids
 exactly: random inputs keep their biased scores far apart relative to those differences, and
 the tie tests use integer-valued logits, which are exact in every summation order.
 """
+import textwrap
 import types
 
 import numpy as np
@@ -21,6 +22,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from helpers import run_sm90_compile_check
 from lingc.models.moe import grouped_topk
 from lingc.runtime.kernels.moe_align import align_sizes, moe_align, moe_align_reference
 from lingc.runtime.kernels.moe_align import kernel as align_kernel
@@ -270,6 +272,47 @@ def test_router_broken_variants_are_caught():
     with pytest.raises(AssertionError, match="expert set|order"):
         assert_router_matches(*run_router(x, w, bias, n_group), flipped_ids, flipped[1])
     assert_router_matches(*run_router(x, w, bias, n_group), *good)
+
+
+_ROUTER_COMPILE_CHECK = textwrap.dedent("""
+    import os, re, subprocess, tempfile, triton
+    from triton.backends.compiler import GPUTarget
+    from lingc.runtime.kernels.moe_router.kernel import SEL_ROWS, _moe_router_kernel, router_block_e, router_num_warps
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    fn = _moe_router_kernel
+    for wdt in ("*bf16", "*fp32"):
+        ptrs = dict(x_ptr="*bf16", w_ptr=wdt, bias_ptr="*fp32", logits_ptr="*fp32", ticket_ptr="*i32",
+                    ids_ptr="*i32", wts_ptr="*fp32")
+        ints = ["T", "H", "stride_xt", "stride_we", "stride_lt", "stride_it", "stride_wt"]
+        block_e = router_block_e(512)
+        const = dict(stride_xh=1, N_GROUP=8, GROUP_SIZE=64, TOPK_GROUP=4, TOP_K=8, RENORMALIZE=True,
+                     BLOCK_E=block_e, BLOCK_H=4096, G_PAD=8, GS_PAD=64, K_PAD=8, SEL_ROWS=SEL_ROWS, USE_GDC=True)
+        sig = {n: ptrs.get(n) or ("i32" if n in ints else "fp32" if n == "routed_scaling" else "constexpr")
+               for n in fn.arg_names}
+        attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in list(ptrs) + ints if n != "T"}
+        k = triton.compile(triton.compiler.ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32),
+                           options=dict(num_warps=router_num_warps(block_e, 2560), num_stages=1))
+        ptx = k.asm["ptx"]
+        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+            f.write(ptx)
+        r = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", f.name, "-o", os.devnull],
+                           capture_output=True, text=True, check=True)
+        info = r.stdout + r.stderr
+        assert " 0 bytes spill stores" in info, info
+        # The gate tile is requested before the wait: its loads sit ahead of griddepcontrol.wait.
+        before = ptx.split("griddepcontrol.wait")[0]
+        # [4, 4096] lanes over 256 threads: 64 per thread, 8 (bf16) / 16 (fp32) 16-byte loads.
+        v4 = len(re.findall(r"ld\\.global(\\.\\w+)*\\.v4", before))
+        assert v4 >= (8 if wdt == "*bf16" else 16), (wdt, v4)
+        assert "griddepcontrol.launch_dependents" in ptx
+        print(wdt, re.findall(r"Used \\d+ registers", info))
+""")
+
+
+def test_router_compiles_for_sm90_without_spills():
+    # The real (non-interpreted) compile for an H200 at Ling-3's shape with the bundled ptxas:
+    # the int64 selection keys and the [SEL_ROWS, 8, 64] selection tiles must not spill.
+    run_sm90_compile_check(_ROUTER_COMPILE_CHECK)
 
 
 # Router op.

@@ -7,9 +7,9 @@ temporary directory). The cases are module-level so spawned children can import 
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import tempfile
-import traceback
 
 import torch
 import torch.distributed as dist
@@ -20,28 +20,25 @@ PROMPT = [5, 17, 33, 2, 9, 41, 7]
 
 def spawn(case, world: int, **kwargs) -> list:
     with tempfile.TemporaryDirectory() as tmp:
+        # A failed rank raises out of its process at once, without the closing barrier (its peers
+        # may wait in a collective it never joins); start_processes then terminates the peers and
+        # raises the failed rank's traceback here.
         mp.start_processes(_main, args=(world, tmp, case, kwargs), nprocs=world, join=True,
                            start_method="spawn")
-        out = []
-        for r in range(world):
-            res = torch.load(os.path.join(tmp, f"rank{r}.pt"), weights_only=False)
-            if isinstance(res, dict) and "error" in res:
-                raise RuntimeError(f"rank {r} failed:\n{res['error']}")
-            out.append(res)
-        return out
+        return [torch.load(os.path.join(tmp, f"rank{r}.pt"), weights_only=False) for r in range(world)]
 
 
 def _main(rank: int, world: int, tmp: str, case, kwargs) -> None:
     from lingc.models.parallel import TensorParallel
+    hang_dump_s = float(os.environ.get("LINGC_TEST_HANG_DUMP_S", "0"))
+    if hang_dump_s > 0:                 # a rank stuck past this prints every thread's stack, exits
+        faulthandler.dump_traceback_later(hang_dump_s, exit=True)
     cuda = torch.cuda.is_available() and torch.cuda.device_count() >= world
     if cuda:
         torch.cuda.set_device(rank)
     dist.init_process_group("nccl" if cuda else "gloo", init_method=f"file://{tmp}/store",
                             rank=rank, world_size=world)
-    try:
-        res = case(TensorParallel.from_group(), **kwargs)
-    except Exception:                              # noqa: BLE001  (reported by the parent)
-        res = {"error": traceback.format_exc()}
+    res = case(TensorParallel.from_group(), **kwargs)
     torch.save(res, os.path.join(tmp, f"rank{rank}.pt"))
     dist.barrier()
     dist.destroy_process_group()

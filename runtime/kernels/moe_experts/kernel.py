@@ -65,15 +65,17 @@ class MoeExpertsConfig:
     down_warps: int
 
 
-# Fixed launch table keyed by (max(I, Is), H). Not yet measured on a GPU: the up-GEMM entries
-# take swiglu_gemm's H200 table for the same (N, K) (design B: whole chunk per CTA, in-launch
-# split-K), 60 (I = 192) / 240 (I = 768) CTAs per expert with 32 KB of weights each; the down-GEMM
-# tile [block_h, next_pow2(I)] holds 24 KB of weights (I = 192: 40 CTAs per expert) / 48 KB
-# (I = 768: 80 CTAs).
-# Registers (sm_90, ptxas -v, no spills): up 122 / 114, down 96 (5 CTAs per SM) / 182 (8 warps,
-# one CTA per SM; 16 columns at 4 warps took 214 and held half the bytes in flight).
+# Fixed launch table keyed by (max(I, Is), H). I = 192 is measured (H200, 40 cold layers,
+# `python -m benchmarks.moe_sweep`, 2026-11-29; results/moe_sweep_flash-tp4-rank.json): block_n 32
+# x split_k 10 (chunk 256, 16 KB of weights per CTA, 60 CTAs per expert) was the best of 11 over
+# T = 1 and 6 (16.2 / 52.2 us per layer for align + up + down, against 16.9 / 54.9 us for the
+# former 16 x 5 and 23.8 / 87.1 us for 16 x 3); the down-GEMM's block_h barely mattered (32 to
+# 128 within 2%, 16 is 18% slower). I = 768 takes swiglu_gemm's H200 entry for the same (N, K),
+# unmeasured here: 240 CTAs per expert with 32 KB of weights; down-GEMM tile [32, 1024] (48 KB).
+# Registers (sm_90, ptxas -v, no spills): down 96 (I = 192, 5 CTAs per SM) / 182 (8 warps, one
+# CTA per SM; 16 columns at 4 warps took 214 and held half the bytes in flight).
 CONFIGS: dict[tuple[int, int], MoeExpertsConfig] = {
-    (192, 2560): MoeExpertsConfig(block_n=16, split_k=5, up_warps=4, block_h=64, down_warps=4),
+    (192, 2560): MoeExpertsConfig(block_n=32, split_k=10, up_warps=4, block_h=64, down_warps=4),
     (768, 2560): MoeExpertsConfig(block_n=32, split_k=10, up_warps=4, block_h=32, down_warps=8),
 }
 

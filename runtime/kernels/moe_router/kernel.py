@@ -13,16 +13,19 @@ Design (README.md has the derivation):
   selection for all T rows, in the same launch; it resets the ticket to zero
   (``gemm_common.split_k_tickets``, the same scheme as the split-K GEMM). No CTA spins, so no
   co-residency is assumed.
-- Selection, per row, on a [G_PAD, GS_PAD] view of the E scores (group g, member j): group
-  top-1 by max, its lowest-index position removed, top-2 by max; group score m1 + m2; the
-  topk_group best groups by top_k-style repeated argmax; then top_k repeated argmaxes over the
-  kept groups' biased scores. Every argmax is "max, then the minimum index attaining it", so
-  the lowest index wins among equal values, exactly the rule of naive.py.
-- Weights: s at the picked experts (an exact masked sum of one element), renormalised
+- Selection, SEL_ROWS rows at once on [SEL_ROWS, G_PAD, GS_PAD] views of the scores (row, group
+  g, member j): every candidate is one int64 key (its score's order key << 32 | E - 1 - id), so
+  one max reduction gives the best score and, among equal scores, the lowest index: the rule of
+  naive.py. Group top-1 and top-2 (the top-1's key removed); group score m1 + m2; the topk_group
+  best groups by repeated max over group keys; then top_k repeated maxes over the kept groups'
+  keys. The measured reason: the former one-row-at-a-time selection cost ~6 us per row inside
+  the one elected CTA (H200: 8.7 us at T=1, 41.8 us at T=6, `benchmarks/moe_sweep.py`).
+- Weights: s at the picked experts (the sigmoid of their logits, gathered), renormalised
   (w / sum w) and scaled.
 
 Batch invariance: a row's logits come from the same code and the same reduction tree for any
-T (T is not specialised), and its selection is a per-row loop body; nothing mixes rows.
+T (T is not specialised), and its selection runs in the same SEL_ROWS-row tile whatever T is
+(padding rows are masked); nothing mixes rows.
 """
 import torch
 import triton
@@ -35,6 +38,8 @@ __all__ = ["moe_router_triton", "router_block_e", "router_num_warps"]
 
 # CTAs the matvec is spread over at most (H200: 132 SMs; 128 divides the expert counts).
 _TARGET_CTAS = 128
+# Rows the selection handles at once (decode: T <= 8 in one pass; never a function of T).
+SEL_ROWS = 4
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -45,7 +50,7 @@ def _moe_router_kernel(
     N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, TOPK_GROUP: tl.constexpr, TOP_K: tl.constexpr,
     RENORMALIZE: tl.constexpr,
     BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr, G_PAD: tl.constexpr, GS_PAD: tl.constexpr,
-    K_PAD: tl.constexpr, USE_GDC: tl.constexpr,
+    K_PAD: tl.constexpr, SEL_ROWS: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     E: tl.constexpr = N_GROUP * GROUP_SIZE
     pid = tl.program_id(0)
@@ -82,43 +87,84 @@ def _moe_router_kernel(
     tl.debug_barrier()
     ticket = tl.atomic_add(ticket_ptr, 1, sem="acq_rel", scope="gpu")
     if ticket == tl.num_programs(0) - 1:
-        garange = tl.arange(0, G_PAD)
-        kr = tl.arange(0, K_PAD)
-        neg_inf = float("-inf")
-        t = 0
-        while t < T:
-            # .cg: read the logits from L2, where the other CTAs' stores landed.
-            lg = tl.load(logits_ptr + t * stride_lt + eidx, mask=valid, other=0.0, cache_modifier=".cg")
-            s = tl.sigmoid(lg)
-            c = tl.where(valid, s + bias, neg_inf)
-            # Group score: top-1 + top-2 of the group (the top-1's lowest position removed).
-            m1 = tl.max(c, axis=1)
-            first = tl.min(tl.where(c == m1[:, None], j, GS_PAD), axis=1)
-            m2 = tl.max(tl.where(j == first[:, None], neg_inf, c), axis=1)
-            gscore = tl.where(garange < N_GROUP, m1 + m2, neg_inf)
-            keep = garange < 0
-            for _ in tl.static_range(TOPK_GROUP):
-                best = tl.max(gscore, axis=0)
-                gi = tl.min(tl.where(gscore == best, garange, G_PAD), axis=0)
-                keep = keep | (garange == gi)
-                gscore = tl.where(garange == gi, neg_inf, gscore)
-            cand = tl.where(keep[:, None] & valid, c, neg_inf)
-            ids = tl.zeros([K_PAD], dtype=tl.int32)
-            wsel = tl.zeros([K_PAD], dtype=tl.float32)
-            for i in tl.static_range(TOP_K):
-                best = tl.max(tl.max(cand, axis=1), axis=0)
-                pick = tl.min(tl.min(tl.where(cand == best, eidx, E), axis=1), axis=0)
-                sv = tl.sum(tl.sum(tl.where(eidx == pick, s, 0.0), axis=1), axis=0)
-                ids = tl.where(kr == i, pick, ids)
-                wsel = tl.where(kr == i, sv, wsel)
-                cand = tl.where(eidx == pick, neg_inf, cand)
-            if RENORMALIZE:
-                wsel = wsel / tl.sum(wsel, axis=0)
-            wsel = wsel * routed_scaling
-            tl.store(ids_ptr + t * stride_it + kr, ids, mask=kr < TOP_K)
-            tl.store(wts_ptr + t * stride_wt + kr, wsel, mask=kr < TOP_K)
-            t += 1
+        _select(logits_ptr, bias, eidx, valid, ids_ptr, wts_ptr, T, routed_scaling,
+                stride_lt, stride_it, stride_wt, E, N_GROUP, GROUP_SIZE, TOPK_GROUP, TOP_K, RENORMALIZE,
+                G_PAD, K_PAD, SEL_ROWS)
         tl.atomic_xchg(ticket_ptr, 0, sem="relaxed", scope="gpu")  # ready for the next launch
+
+
+@triton.jit
+def _order_key(v):
+    """fp32 -> int32 whose signed order is v's order (-inf lowest; -0.0 sorts below +0.0, which
+    sigmoid + bias cannot produce: s > 0)."""
+    b = v.to(tl.int32, bitcast=True)
+    return tl.where(b < 0, b ^ 0x7FFFFFFF, b)
+
+
+@triton.jit
+def _key_value(key):
+    """The fp32 value in the high half of a packed (order key, tie-break) int64 key."""
+    b = (key >> 32).to(tl.int32)
+    return tl.where(b < 0, b ^ 0x7FFFFFFF, b).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _select(
+    logits_ptr, bias, eidx, valid, ids_ptr, wts_ptr, T, routed_scaling,
+    stride_lt, stride_it, stride_wt,
+    E: tl.constexpr, N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, TOPK_GROUP: tl.constexpr,
+    TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr, G_PAD: tl.constexpr, K_PAD: tl.constexpr,
+    SEL_ROWS: tl.constexpr,
+):
+    """Grouped top-k of SEL_ROWS rows at once, on [SEL_ROWS, G_PAD, GS_PAD] views of the logits.
+
+    Each candidate is one int64 key, (order key of its score) << 32 | (E - 1 - expert id), so a
+    single max reduction yields the best score AND, among equal scores, the lowest id (the tie
+    rule of naive.py); keys are distinct, so removing the winner is an equality test. Rows go
+    SEL_ROWS at a time whatever T is (same shapes, same code for every row: batch invariant)."""
+    neg_inf = float("-inf")
+    lowest = -9223372036854775808            # below every key (a key's high half is >= key(-inf))
+    e3 = eidx[None, :, :]
+    v3 = valid[None, :, :]
+    tie3 = tl.where(v3, E - 1 - e3, 0).to(tl.int64)
+    gar = tl.arange(0, G_PAD)[None, :]
+    gtie = (G_PAD - 1 - gar).to(tl.int64)
+    kr = tl.arange(0, K_PAD)[None, :]
+    r0 = 0
+    while r0 < T:
+        rows3 = r0 + tl.arange(0, SEL_ROWS)[:, None, None]
+        # .cg: read the logits from L2, where the other CTAs' stores landed.
+        lg = tl.load(logits_ptr + rows3 * stride_lt + e3, mask=(rows3 < T) & v3, other=0.0, cache_modifier=".cg")
+        c = tl.where(v3, tl.sigmoid(lg) + bias[None, :, :], neg_inf)
+        key = (_order_key(c).to(tl.int64) << 32) | tie3
+        # Group score: top-1 + top-2 of the group (the top-1's lowest position removed).
+        k1 = tl.max(key, axis=2)
+        k2 = tl.max(tl.where(key == k1[:, :, None], lowest, key), axis=2)
+        gscore = tl.where(gar < N_GROUP, _key_value(k1) + _key_value(k2), neg_inf)
+        gkey = (_order_key(gscore).to(tl.int64) << 32) | gtie
+        keep = gkey == lowest
+        for _ in tl.static_range(TOPK_GROUP):
+            best = tl.max(gkey, axis=1)
+            hit = gkey == best[:, None]
+            keep = keep | hit
+            gkey = tl.where(hit, lowest, gkey)
+        key = tl.where(keep[:, :, None] & v3, key, lowest)
+        ids = tl.zeros([SEL_ROWS, K_PAD], dtype=tl.int32)
+        for i in tl.static_range(TOP_K):
+            best = tl.max(tl.max(key, axis=2), axis=1)
+            ids = tl.where(kr == i, (E - 1 - (best & 0x7FFFFFFF)).to(tl.int32)[:, None], ids)
+            key = tl.where(key == best[:, None, None], lowest, key)
+        rows2 = r0 + tl.arange(0, SEL_ROWS)[:, None]
+        mask = (rows2 < T) & (kr < TOP_K)
+        # The weights are the unbiased scores at the picked experts.
+        lsel = tl.load(logits_ptr + rows2 * stride_lt + ids, mask=mask, other=0.0, cache_modifier=".cg")
+        wsel = tl.where(kr < TOP_K, tl.sigmoid(lsel), 0.0)
+        if RENORMALIZE:
+            wsel = wsel / tl.sum(wsel, axis=1)[:, None]
+        wsel = wsel * routed_scaling
+        tl.store(ids_ptr + rows2 * stride_it + kr, ids, mask=mask)
+        tl.store(wts_ptr + rows2 * stride_wt + kr, wsel, mask=mask)
+        r0 += SEL_ROWS
 
 
 def router_block_e(num_experts: int) -> int:
@@ -185,7 +231,7 @@ def moe_router_triton(
         N_GROUP=n_group, GROUP_SIZE=group_size, TOPK_GROUP=topk_group, TOP_K=top_k,
         RENORMALIZE=bool(renormalize),
         BLOCK_E=block_e, BLOCK_H=triton.next_power_of_2(h), G_PAD=triton.next_power_of_2(n_group),
-        GS_PAD=triton.next_power_of_2(group_size), K_PAD=triton.next_power_of_2(top_k),
+        GS_PAD=triton.next_power_of_2(group_size), K_PAD=triton.next_power_of_2(top_k), SEL_ROWS=SEL_ROWS,
         USE_GDC=use_pdl, num_warps=router_num_warps(block_e, h),
         **({"launch_pdl": True} if use_pdl else {}),
     )

@@ -1,0 +1,134 @@
+"""Sweep launch configurations of the fused-MoE expert kernels on the GPU, and break a layer's
+time into its launches, to fill the fixed table in runtime/kernels/moe_experts/kernel.py
+(tuning happens here, never on the captured path).
+
+    python -m benchmarks.moe_sweep --out benchmarks/results [--preset flash-tp4-rank] [--t 1 6]
+
+Conditions as in ``benchmarks.kernels_moe``: ``--layers`` distinct MoE layers with random weights
+(cold: each call of a replay reads another layer's experts), the routing of each layer computed
+once by lingc's router, then timed inside one CUDA graph with PDL on. Rows:
+
+- ``router``          the router launch alone (gate GEMV + grouped top-k)
+- ``align``           moe_align alone
+- ``experts <cfg>``   align + up-GEMM + down-GEMM/combine with config ``cfg`` (the table's first)
+
+Each candidate is checked against the fp32 reference first (rel. RMS <= 5e-3) and the floor is
+the distinct selected experts' bytes plus the shared expert's over the copy bandwidth measured in
+the same run. The config with the least summed time over the swept T is printed (the table cannot
+depend on T).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import copy_bandwidth_gbps, markdown_table, require_cuda, time_in_graph, write_json
+from benchmarks.kernels_moe import build_layers, lingc_routing, reference_layer, rel_rms
+from lingc.models.config import preset
+from lingc.runtime.kernels.moe_align.kernel import moe_align_triton
+from lingc.runtime.kernels.moe_experts.kernel import MoeExpertsConfig, config_for, moe_experts_triton
+
+RTOL_RMS = 5e-3
+
+
+def candidates(n_max: int, h: int) -> list[MoeExpertsConfig]:
+    """The table's entry first, then up-GEMM (block_n, split_k, warps) and down-GEMM (block_h,
+    warps) variants around it, one side varied at a time."""
+    base = config_for(n_max, h)
+    ups = [(16, 5, 4), (16, 10, 4), (16, 3, 8), (8, 5, 4), (8, 10, 4), (32, 10, 4), (16, 20, 4)]
+    downs = [(64, 4), (32, 4), (16, 4), (128, 8), (32, 2)]
+    out = [base]
+    out += [MoeExpertsConfig(bn, sk, w, base.block_h, base.down_warps) for bn, sk, w in ups]
+    out += [MoeExpertsConfig(base.block_n, base.split_k, base.up_warps, bh, w) for bh, w in downs]
+    seen, uniq = set(), []
+    for c in out:
+        if c not in seen:
+            seen.add(c)
+            uniq.append(c)
+    return uniq
+
+
+def label(c: MoeExpertsConfig) -> str:
+    return f"up n{c.block_n} k{c.split_k} w{c.up_warps} | down h{c.block_h} w{c.down_warps}"
+
+
+def expert_bytes(moe, ids: torch.Tensor) -> int:
+    e = moe.experts.w13[0].nbytes + moe.experts.w2[0].nbytes
+    return int(torch.unique(ids).numel()) * e + sum(p.nbytes for p in moe.shared_experts.parameters())
+
+
+def experts_call(cfg: MoeExpertsConfig):
+    def fn(x, moe, ids, w):
+        inter, s, w13 = moe.experts.inter, moe.shared_experts, moe.experts.w13
+        return moe_experts_triton(x, ids, w, w13[:, :inter], w13[:, inter:], moe.experts.w2,
+                                  s.gate_proj.weight, s.up_proj.weight, s.down_proj.weight,
+                                  moe.experts.limit, s.limit, config=cfg)
+    return fn
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--preset", default="flash-tp4-rank")
+    parser.add_argument("--layers", type=int, default=40)
+    parser.add_argument("--t", type=int, nargs="+", default=[1, 6])
+    parser.add_argument("--replays", type=int, default=20)
+    args = parser.parse_args(argv)
+    device = require_cuda()
+    copy_gbps = copy_bandwidth_gbps()
+    cfg = preset(args.preset, torch_dtype="bfloat16")
+    layers = build_layers(cfg, args.layers, device)
+    n_max = max(cfg.moe_intermediate_size, cfg.moe_shared_expert_intermediate_size)
+    gen = torch.Generator(device=device).manual_seed(1)
+    rows = []
+    for t in args.t:
+        xs = [torch.randn(t, cfg.hidden_size, generator=gen, device=device).to(cfg.dtype) for _ in layers]
+        with torch.no_grad():
+            routed = [lingc_routing(x, moe) for x, moe in zip(xs, layers)]
+        sets = [(x, moe, ids, w) for x, moe, (ids, w) in zip(xs, layers, routed)]
+        nbytes = sum(expert_bytes(moe, ids) for _, moe, ids, _ in sets) / len(sets)
+        floor_us = nbytes / (copy_gbps * 1e9) * 1e6
+        router = time_in_graph(lambda x, moe: lingc_routing(x, moe), [(x, moe) for x, moe in zip(xs, layers)],
+                               replays=args.replays)
+        rows.append({"T": t, "what": "router", "us": router.us_per_call})
+        align = time_in_graph(lambda ids: moe_align_triton(ids, cfg.num_experts, 16, True),
+                              [(ids,) for _, _, ids, _ in sets], replays=args.replays)
+        rows.append({"T": t, "what": "align", "us": align.us_per_call})
+        for c in candidates(n_max, cfg.hidden_size):
+            fn = experts_call(c)
+            with torch.no_grad():
+                err = max(rel_rms(fn(*s), reference_layer(s[0], s[1], s[2], s[3])) for s in sets)
+            if err > RTOL_RMS:
+                rows.append({"T": t, "what": label(c), "config": c, "err": err, "us": None,
+                             "note": "WRONG: not timed"})
+                continue
+            timing = time_in_graph(fn, sets, replays=args.replays)
+            us = timing.us_per_call
+            rows.append({"T": t, "what": label(c), "config": c, "err": err, "us": us, "floor_us": floor_us,
+                         "x_floor": us / floor_us, "gbps": nbytes / (us * 1e-6) / 1e9})
+        print(f"T={t}: experts floor {floor_us:.2f} us ({nbytes / 1e6:.1f} MB)", flush=True)
+    totals: dict[str, float] = {}
+    for r in rows:
+        if "config" in r and r["us"] is not None:
+            totals[r["what"]] = totals.get(r["what"], 0.0) + r["us"]
+    complete = {k: v for k, v in totals.items()
+                if sum(1 for r in rows if r["what"] == k and r["us"] is not None) == len(args.t)}
+    best = min(complete, key=complete.get) if complete else None
+    for r in rows:
+        r["best"] = "<-" if r["what"] == best else ""
+    print(f"copy bandwidth {copy_gbps:.0f} GB/s")
+    print(markdown_table(rows, [("T", "T", "d"), ("what", "what", "s"), ("us", "us/layer", ".2f"),
+                                ("x_floor", "x floor", ".2f"), ("gbps", "GB/s", ".0f"), ("err", "rel RMS", ".1e"),
+                                ("best", "best", "s")]))
+    print(f"best over T={args.t}: {best}")
+    path = write_json(args.out / f"moe_sweep_{args.preset}.json",
+                      {"benchmark": "moe_sweep", "preset": args.preset, "layers": args.layers,
+                       "copy_gbps": copy_gbps, "rows": rows, "best": best})
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

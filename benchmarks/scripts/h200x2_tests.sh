@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The GPU test suite on a 2-GPU H200 host (the device tool's nvidia-h200-x2), in one call:
+#   phase 1, in parallel: GPU 0 every single-GPU test file but the relay's; GPU 1 the relay's
+#   phase 2: the 2-GPU tensor-parallel tests on both GPUs.
+# Each log line carries the seconds since its phase began, so a cut run still says where time went.
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-deps --no-build-isolation .whl/*.whl > "$OUT/install.log" 2>&1
+python3 -m pip install -q --no-deps --no-build-isolation -e . >> "$OUT/install.log" 2>&1
+stamp() { python3 -u -c "import sys,time;t=time.time();[print(f'{time.time()-t:7.1f} {l}',end='',flush=True) for l in sys.stdin]"; }
+P1=${P1:-380}; P2=${P2:-170}
+PYT="python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -v --durations=15"
+(CUDA_VISIBLE_DEVICES=0 timeout $P1 $PYT tests --ignore=tests/test_tensor_parallel.py \
+    --ignore=tests/test_relay.py 2>&1 | stamp > "$OUT/pytest_gpu.log"; echo "rc ${PIPESTATUS[0]}" >> "$OUT/pytest_gpu.log") &
+(CUDA_VISIBLE_DEVICES=1 timeout $P1 $PYT tests/test_relay.py 2>&1 | stamp > "$OUT/pytest_relay.log";
+ echo "rc ${PIPESTATUS[0]}" >> "$OUT/pytest_relay.log") &
+wait
+timeout $P2 $PYT tests/test_tensor_parallel.py 2>&1 | stamp > "$OUT/pytest_tp2.log"; echo "rc ${PIPESTATUS[0]}" >> "$OUT/pytest_tp2.log"
