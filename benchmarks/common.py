@@ -136,15 +136,17 @@ def time_in_graph(
 
 
 def environment() -> dict[str, Any]:
-    """What a result depends on: GPU, driver-visible CUDA, library versions, time."""
+    """What a result depends on: GPU (or "cpu" in a smoke run), driver-visible CUDA, library
+    versions, time."""
     import triton
 
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    gpu = {"gpu": "none (CPU)"}
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        gpu = {"gpu": props.name, "sm_count": props.multi_processor_count,
+               "l2_bytes": getattr(props, "L2_cache_size", None), "capability": f"{props.major}.{props.minor}"}
     return {
-        "gpu": props.name,
-        "sm_count": props.multi_processor_count,
-        "l2_bytes": getattr(props, "L2_cache_size", None),
-        "capability": f"{props.major}.{props.minor}",
+        **gpu,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "triton": triton.__version__,

@@ -2,8 +2,17 @@
 
     python -m benchmarks.decode --preset flash-tp4-rank --context 8192 --out OUT
         [--modes eager,eager-nextn,inductor,reduce-overhead,reduce-overhead-pdl,lingc,lingc-nextn]
-        [--lingc-inductor 0|1] [--tokens 128] [--profile]
+        [--lingc-inductor 0|1] [--tokens 128] [--steps 3 4 5 6 7 8] [--profile]
     torchrun --nproc-per-node N -m benchmarks.decode --tp N --preset flash ...   (tensor parallel)
+    python -m benchmarks.decode --smoke --out OUT       (CPU, tiny preset: exercises every path)
+
+`--steps` sets the relay depth (draft forwards per step, draft tokens = steps + 1); several values
+sweep it: each relay mode runs once per depth ("lingc-nextn s=4"), with its own floor, so a user
+can pick the depth from step time x accept length. `--profile` adds, per lingc graph, device time
+by kernel name and a Chrome trace (OUT/trace_<mode>_<role>.json). Sanity: every lingc relay run's
+greedy tokens must equal plain lingc's from the same synthetic state (printed, and
+`spec_equals_plain` in the JSON). Output: the table on stdout, OUT/decode.json, and OUT/decode.png
+when matplotlib is installed (else `python -m benchmarks.plot` draws it anywhere).
 
 Tensor parallel: `--preset` names the whole model and every rank builds its slice (random
 weights, the same slices a checkpoint would give); the ranks run every mode in lockstep and rank 0
@@ -43,10 +52,36 @@ ALL_MODES = ["eager", "eager-nextn", "inductor", "reduce-overhead", "reduce-over
              "lingc", "lingc-nextn", "lingc-symm", "lingc-nextn-symm"]   # -symm: allreduce="symm_mem"
 ARTICLE_ACCEPT = 3.25
 STEPS = 5
+DEFAULTS = dict(preset="flash-tp4-rank", context=8192, tokens=128, modes="eager,lingc,lingc-nextn")
+SMOKE = dict(preset="tiny", context=64, tokens=8, modes="eager,eager-nextn,lingc,lingc-nextn")
+DEV = "cuda"             # "cpu" in a --smoke run
+
+
+def _sync() -> None:
+    if DEV == "cuda":
+        torch.cuda.synchronize()
 
 
 def _events_ms(fn, reps, warmup=2):
-    return statistics.median(event_times_ms(fn, reps, warmup))
+    """Median ms per call: CUDA events on the GPU, wall clock in a CPU smoke run."""
+    if DEV == "cuda":
+        return statistics.median(event_times_ms(fn, reps, warmup))
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def cpu_copy_bandwidth_gbps(nbytes: int = 256 * 1024**2, reps: int = 5) -> float:
+    """Host memory copy bandwidth (read + write), for the smoke run's floor."""
+    src = torch.empty(nbytes, dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    ms = _events_ms(lambda: dst.copy_(src), reps, warmup=1)
+    return 2 * nbytes / (ms * 1e-3) / 1e9
 
 
 def fill_synthetic(cache: Ling3Cache, seed: int = 1) -> None:
@@ -150,14 +185,14 @@ def collectives_per_step(roles) -> int:
 
 def run_eager(model, cache, ctx, tokens):
     step = _step_fn(model)
-    ids = torch.tensor([7], device="cuda")
-    pos = torch.tensor([ctx], device="cuda")
+    ids = torch.tensor([7], device=DEV)
+    pos = torch.tensor([ctx], device=DEV)
     with torch.no_grad():
         ms = _events_ms(lambda: step(ids, pos, cache), reps=5)
     return dict(step_ms=ms, wall_ms=ms, host_ms=None, tokens_per_step=1.0, compile_s=0.0)
 
 
-def run_eager_nextn(model, cache, ctx, tokens):
+def run_eager_nextn(model, cache, ctx, tokens, steps=STEPS):
     """The reference speculative loop (snapshot + replay, host syncs), from a short prompt in the
     same full-size cache."""
     from lingc.decoding.reference import speculative_generate
@@ -165,11 +200,11 @@ def run_eager_nextn(model, cache, ctx, tokens):
     last = [time.perf_counter()]
 
     def on_step(step, c):
-        torch.cuda.synchronize()
+        _sync()
         now = time.perf_counter()
         times.append(now - last[0])
         last[0] = now
-    speculative_generate(model, list(range(3, 19)), 14, steps=STEPS, eos_token_id=None,
+    speculative_generate(model, list(range(3, 19)), 14, steps=steps, eos_token_id=None,
                          cache=cache, on_step=on_step)
     wall = statistics.median(times[1:]) * 1e3 if len(times) > 1 else times[0] * 1e3
     return dict(step_ms=None, wall_ms=wall, host_ms=None, tokens_per_step=None, compile_s=0.0)
@@ -184,31 +219,34 @@ def run_inductor(model, cache, ctx, tokens, mode):
         kwargs = {"options": {"triton.cudagraphs": True, "triton.enable_pdl": True}}
     torch._dynamo.reset()
     compiled = torch.compile(step, fullgraph=True, dynamic=False, **kwargs)
-    ids = torch.tensor([7], device="cuda")
-    pos = torch.tensor([ctx], device="cuda")
+    ids = torch.tensor([7], device=DEV)
+    pos = torch.tensor([ctx], device=DEV)
     t0 = time.perf_counter()
     with torch.no_grad():
         compiled(ids, pos, cache)
-        torch.cuda.synchronize()
+        _sync()
         compile_s = time.perf_counter() - t0
         ms = _events_ms(lambda: compiled(ids, pos, cache), reps=20, warmup=3)
         t1 = time.perf_counter()
         for _ in range(20):
             compiled(ids, pos, cache)
-        torch.cuda.synchronize()
+        _sync()
         wall = (time.perf_counter() - t1) / 20 * 1e3
     return dict(step_ms=ms, wall_ms=wall, host_ms=None, tokens_per_step=1.0, compile_s=compile_s)
 
 
 def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl", progress=True,
-              profile=False):
+              profile=None, steps=STEPS, max_steps=STEPS):
+    """``profile``: None, or the path prefix of the Chrome traces to write (one per graph).
+    ``max_steps``: the deepest relay of the run; every engine gets the same cache size, so the
+    same synthetic context, and the relay's tokens can be checked against plain decode's."""
     from lingc.runtime.relay.engine import Engine
-    eng = Engine(model, max_len=ctx + tokens * (STEPS + 1) + 64, steps=STEPS,
+    eng = Engine(model, max_len=ctx + (tokens + 8) * (max_steps + 1) + 64, steps=steps,
                  options={"inductor": bool(lingc_inductor), "allreduce": allreduce}, progress=progress)
     roles = ("draft", "verify", "extend") if speculative else ("decode",)
     t0 = time.perf_counter()
     eng.prepare(roles)
-    torch.cuda.synchronize()
+    _sync()
     compile_s = time.perf_counter() - t0
     fill_synthetic(eng.cache)
     r = eng.relay
@@ -217,47 +255,57 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
     r.seed.fill_(11)
     r.dh.normal_()
     kind = "nextn" if speculative else None
-    list(eng.resume(8, kind))                       # warm-up steps (not timed)
-    torch.cuda.synchronize()
+    warm = list(eng.resume(8, kind))                # warm-up steps (not timed)
+    _sync()
     t1 = time.perf_counter()
     out = list(eng.resume(tokens, kind))
-    torch.cuda.synchronize()
+    _sync()
     wall = (time.perf_counter() - t1) / eng.stats.launched * 1e3
     st = eng.stats
-    per_graph = {}
-    for role in roles:
-        per_graph[role] = _events_ms(lambda: eng._steps[role](), reps=20)
-    kernels = {role: kernel_profile(eng._steps[role]) for role in roles} if profile else None
+    per_graph, kernels = {}, None
+    with torch.no_grad():          # as the engine runs them (an uncaptured step would recompile)
+        for role in roles:
+            per_graph[role] = _events_ms(lambda: eng._steps[role](), reps=20)
+        if profile is not None:
+            kernels = {role: kernel_profile(eng._steps[role], trace=f"{profile}_{role}.json") for role in roles}
     return dict(step_ms=sum(per_graph.values()), wall_ms=wall,
                 host_ms=statistics.median(st.host_s) * 1e3,
                 tokens_per_step=len(out) / max(1, st.steps), compile_s=compile_s,
                 collectives=collectives_per_step(roles),
                 per_graph_ms=per_graph, ahead=st.ahead / max(1, st.launched - 1),
                 captured={r_: eng._steps[r_].captured for r_ in roles},
-                graphs=[i.format() for i in eng.graph_infos()], kernel_profile=kernels)
+                graphs=[i.format() for i in eng.graph_infos()], kernel_profile=kernels,
+                tokens=[int(t) for t in warm + out])
 
 
-def kernel_profile(step, replays: int = 5, top: int = 15) -> list[dict]:
-    """GPU time per kernel name over one step (torch.profiler around `replays` replays of the
-    step's graph): [{kernel, us_per_step, calls_per_step}], the `top` largest. Kernels overlap
-    under PDL, so the sum may exceed the step time."""
+def kernel_profile(step, trace: str | None = None, replays: int = 5, top: int = 15) -> list[dict]:
+    """Device time per kernel name over one step (torch.profiler around `replays` replays of the
+    step's graph): [{kernel, us_per_step, calls_per_step}], the `top` largest, and the Chrome
+    trace of those replays at `trace`. Kernels overlap under PDL (a dependent starts early and
+    waits), so the sum may exceed the step time. In a CPU smoke run: CPU time per op."""
     from torch.profiler import ProfilerActivity, profile
 
     step()
-    torch.cuda.synchronize()
+    _sync()
+    activity = ProfilerActivity.CUDA if DEV == "cuda" else ProfilerActivity.CPU
     try:
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with profile(activities=[activity]) as prof:
             for _ in range(replays):
                 step()
-            torch.cuda.synchronize()
+            _sync()
+        if trace:
+            prof.export_chrome_trace(trace)
     except Exception as e:  # noqa: BLE001  (the timing stands without the breakdown)
         return [{"kernel": f"profiling failed: {type(e).__name__}: {e}"[:200], "us_per_step": 0.0,
                  "calls_per_step": 0.0}]
     rows = []
     for ev in prof.key_averages():
-        us = getattr(ev, "device_time_total", None)
-        if us is None:
-            us = getattr(ev, "cuda_time_total", 0.0)
+        if DEV == "cuda":
+            us = getattr(ev, "device_time_total", None)
+            if us is None:
+                us = getattr(ev, "cuda_time_total", 0.0)
+        else:
+            us = ev.self_cpu_time_total
         if us > 0:
             rows.append({"kernel": ev.key[:80], "us_per_step": us / replays, "calls_per_step": ev.count / replays})
     rows.sort(key=lambda r: -r["us_per_step"])
@@ -265,84 +313,114 @@ def kernel_profile(step, replays: int = 5, top: int = 15) -> list[dict]:
 
 
 def main(argv=None) -> int:
+    global DEV
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--preset", default="flash-tp4-rank")
-    ap.add_argument("--context", type=int, default=8192)
-    ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--modes", default="eager,lingc,lingc-nextn")
+    ap.add_argument("--preset", help=f"default {DEFAULTS['preset']} ({SMOKE['preset']} with --smoke)")
+    ap.add_argument("--context", type=int, help=f"default {DEFAULTS['context']} ({SMOKE['context']} with --smoke)")
+    ap.add_argument("--tokens", type=int, help=f"default {DEFAULTS['tokens']} ({SMOKE['tokens']} with --smoke)")
+    ap.add_argument("--modes", help=f"comma-separated, of {ALL_MODES}; default {DEFAULTS['modes']} "
+                                    f"({SMOKE['modes']} with --smoke)")
     ap.add_argument("--lingc-inductor", type=int, default=1)
     ap.add_argument("--tp", type=int, default=1, help="tensor-parallel size (= torchrun's world size)")
+    ap.add_argument("--steps", type=int, nargs="+", default=[STEPS],
+                    help="NEXTN relay depth(s): draft forwards per step (draft tokens = steps + 1); "
+                         "several values sweep the relay modes (e.g. --steps 3 4 5 6 7 8)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--profile", action="store_true",
-                    help="lingc modes: also GPU time per kernel name in each graph (torch.profiler)")
+                    help="lingc modes: device time per kernel in each graph, and a Chrome trace of "
+                         "each graph (OUT/trace_<mode>_<role>.json, chrome://tracing or Perfetto)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CPU smoke run of the whole path (tiny preset unless given, lingc leftovers as ATen "
+                         "ops, wall-clock timing)")
     args = ap.parse_args(argv)
+    for k, v in (SMOKE if args.smoke else DEFAULTS).items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    if args.smoke:
+        DEV = "cpu"
+        args.lingc_inductor = 0
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in ALL_MODES]
     if bad:
         raise SystemExit(f"unknown mode(s) {bad}; valid: {ALL_MODES}")
-    require_cuda()
+    if any(k < 1 for k in args.steps):
+        raise SystemExit(f"--steps {args.steps}: every depth must be >= 1 (draft tokens = steps + 1)")
+    if DEV == "cuda":
+        require_cuda()
     tp = init_from_env()
     if tp.size != args.tp:
         raise SystemExit(f"--tp {args.tp} but {tp.size} process(es) are running: launch with "
                          f"torchrun --nproc-per-node {args.tp} -m benchmarks.decode --tp {args.tp} ...")
     lead = tp.rank == 0
     out = Path(args.out)
-    bw = copy_bandwidth_gbps()
+    out.mkdir(parents=True, exist_ok=True)
+    bw = copy_bandwidth_gbps() if DEV == "cuda" else cpu_copy_bandwidth_gbps()
     full = preset(args.preset, router_dtype="bf16")
-    model = build_model(full, device="cuda", dtype=torch.bfloat16, seed=0, progress=lead, tp=tp)
+    model = build_model(full, device=DEV, dtype=torch.bfloat16, seed=0, progress=lead, tp=tp)
     cfg = model.config
     ctx = args.context
     ar_us = {}
-    if tp.enabled:
+    if tp.enabled and DEV == "cuda":
         ar_us = {"T1": allreduce_graph_us(tp, cfg.hidden_size),
                  "T6": allreduce_graph_us(tp, 6 * cfg.hidden_size)}
         if any(m.endswith("-symm") for m in modes):
             ar_us.update(symm_T1=allreduce_graph_us(tp, cfg.hidden_size, symm=True),
                          symm_T6=allreduce_graph_us(tp, 6 * cfg.hidden_size, symm=True))
 
-    cache = Ling3Cache.allocate(cfg, ctx + 128, device="cuda")
+    cache = Ling3Cache.allocate(cfg, ctx + 128, device=DEV)
     fill_synthetic(cache)
     floor = Floor(model, ctx)
-    ids1, ids6 = torch.tensor([7], device="cuda"), torch.arange(7, 13, device="cuda")
-    pos1, pos6 = torch.tensor([ctx], device="cuda"), torch.arange(ctx, ctx + 6, device="cuda")
-    h1 = torch.randn(1, cfg.hidden_size, device="cuda", dtype=torch.bfloat16)
-    h6 = torch.randn(6, cfg.hidden_size, device="cuda", dtype=torch.bfloat16)
-    e_t1 = floor.distinct_experts(lambda: model(ids1, pos1, cache))
-    e_t6 = floor.distinct_experts(lambda: model(ids6, pos6, cache))
-    e_d1 = floor.distinct_experts(lambda: model.draft(ids1, pos1, h1, cache))
-    e_d6 = floor.distinct_experts(lambda: model.draft(ids6, pos6, h6, cache))
-    plain_bytes = floor.bytes(1, [], e_t1)
-    relay_bytes = floor.bytes(STEPS + 1, [1] * (STEPS - 1) + [STEPS + 1], e_t6 + (STEPS - 1) * e_d1 + e_d6)
-    floors = {"plain": plain_bytes / (bw * 1e9) * 1e3, "relay": relay_bytes / (bw * 1e9) * 1e3}
+
+    def experts(T: int, draft: bool) -> int:
+        ids, pos = torch.arange(7, 7 + T, device=DEV), torch.arange(ctx, ctx + T, device=DEV)
+        if not draft:
+            return floor.distinct_experts(lambda: model(ids, pos, cache))
+        h = torch.randn(T, cfg.hidden_size, device=DEV, dtype=torch.bfloat16)
+        return floor.distinct_experts(lambda: model.draft(ids, pos, h, cache))
+
+    e_d1 = experts(1, True)
+    plain_bytes = floor.bytes(1, [], experts(1, False))
+    relay_bytes = {k: floor.bytes(k + 1, [1] * (k - 1) + [k + 1], experts(k + 1, False) + (k - 1) * e_d1
+                                  + experts(k + 1, True)) for k in args.steps}
+    floors = {"plain": plain_bytes / (bw * 1e9) * 1e3}
+    floors.update({("relay" if len(args.steps) == 1 else f"relay s={k}"): b / (bw * 1e9) * 1e3
+                   for k, b in relay_bytes.items()})
     say = print if lead else (lambda *a, **k: None)
-    say(f"copy bandwidth {bw:.0f} GB/s; floor{' per rank' if tp.enabled else ''} plain step "
-        f"{floors['plain']:.3f} ms ({plain_bytes / 1e9:.2f} GB), relay step {floors['relay']:.3f} ms "
-        f"({relay_bytes / 1e9:.2f} GB)")
+    say(f"{'host memory ' if DEV == 'cpu' else ''}copy bandwidth {bw:.0f} GB/s; floor"
+        f"{' per rank' if tp.enabled else ''} plain step {floors['plain']:.3f} ms ({plain_bytes / 1e9:.2f} GB), "
+        + ", ".join(f"relay step (steps={k}) {b / (bw * 1e9) * 1e3:.3f} ms ({b / 1e9:.2f} GB)"
+                    for k, b in relay_bytes.items()))
     if ar_us:
         say(f"all-reduce in a CUDA graph ({tp.size} ranks), us: " + ", ".join(
             f"{k} {v:.1f}" for k, v in ar_us.items()))
 
+    # (mode, depth) runs: relay modes once per --steps value, named "<mode> s=<k>" in a sweep.
+    runs = [(m, k) for m in modes for k in (args.steps if "nextn" in m else [None])]
     results = {}
-    for mode in modes:
+    for mode, k in runs:
+        name = mode if k is None or len(args.steps) == 1 else f"{mode} s={k}"
         t0 = time.perf_counter()
-        say(f"== {mode}", flush=True)
+        say(f"== {name}", flush=True)
         try:
             if mode == "eager":
                 res = run_eager(model, cache, ctx, args.tokens)
             elif mode == "eager-nextn":
-                res = run_eager_nextn(model, cache, ctx, args.tokens)
+                res = run_eager_nextn(model, cache, ctx, args.tokens, steps=k)
             elif mode.startswith("inductor") or mode.startswith("reduce"):
                 res = run_inductor(model, cache, ctx, args.tokens, mode)
             else:
+                trace = str(out / f"trace_{name.replace(' ', '_').replace('=', '')}") if args.profile else None
                 res = run_lingc(model, ctx, args.tokens, "nextn" in mode, args.lingc_inductor,
                                 "symm_mem" if mode.endswith("-symm") else "nccl", progress=lead,
-                                profile=args.profile)
+                                profile=trace, steps=k or STEPS, max_steps=max(args.steps + [STEPS]))
         except Exception as e:  # a failing mode is reported, the others still run
             res = {"error": f"{type(e).__name__}: {e}"}
-            print(f"rank {tp.rank}: {mode} failed: {res['error']}", flush=True)
+            print(f"rank {tp.rank}: {name} failed: {res['error']}", flush=True)
         res["mode_s"] = time.perf_counter() - t0
         relay = "nextn" in mode
-        res["floor_ms"] = floors["relay" if relay else "plain"]
+        if relay:
+            res["steps"] = k
+        res["floor_ms"] = relay_bytes[k] / (bw * 1e9) * 1e3 if relay else floors["plain"]
         if res.get("wall_ms"):
             tps = res.get("tokens_per_step") or 1.0
             res["tpot_ms"] = res["wall_ms"] / tps
@@ -355,17 +433,23 @@ def main(argv=None) -> int:
             key = ("symm_" if mode.endswith("-symm") else "") + ("T6" if relay else "T1")
             res["allreduce_ms_est"] = res["collectives"] * ar_us[key] / 1e3
             res["allreduce_share"] = res["allreduce_ms_est"] / res["step_ms"]
-        results[mode] = res
+        results[name] = res
         if lead:
             write_json(out / _json_name(args), _payload(args, bw, floors, results, tp, ar_us))
+    sanity = spec_equals_plain(results)
+    if lead and sanity:
+        write_json(out / _json_name(args), {**_payload(args, bw, floors, results, tp, ar_us),
+                                            "spec_equals_plain": sanity})
     if not lead:
         return 0
 
     rows = [dict(mode=m, **{k: v for k, v in r.items() if not isinstance(v, (dict, list))})
             for m, r in results.items()]
     split = f", {tp.size}-way tensor parallel (per-rank floor)" if tp.enabled else ""
-    print(f"\n{args.preset}{split}, context {ctx}, random weights (accept lengths are not meaningful)\n")
-    print(markdown_table(rows, [("mode", "mode", "s"), ("step_ms", "GPU step ms", ".3f"),
+    where = "CPU SMOKE RUN (wall-clock times of the tiny model: they exercise the path, they measure nothing)" \
+        if DEV == "cpu" else "random weights (accept lengths are not meaningful)"
+    print(f"\n{args.preset}{split}, context {ctx}, {where}\n")
+    print(markdown_table(rows, [("mode", "mode", "s"), ("step_ms", "GPU step ms" if DEV == "cuda" else "step ms", ".3f"),
                                 ("wall_ms", "wall/step ms", ".3f"), ("host_ms", "host/step ms", ".3f"),
                                 ("tokens_per_step", "tokens/step", ".2f"), ("tpot_ms", "TPOT ms", ".3f"),
                                 ("tok_s", "tok/s", ".1f"), ("floor_ms", "floor ms", ".3f"),
@@ -380,10 +464,38 @@ def main(argv=None) -> int:
             for g in r.get("graphs", []):
                 print("   ", g)
         for role, rows in (r.get("kernel_profile") or {}).items():
-            print(f"{m} {role}: GPU us per step by kernel (PDL overlaps them)")
+            print(f"{m} {role}: {'GPU' if DEV == 'cuda' else 'CPU'} us per step by kernel (PDL overlaps them)")
             for k in rows:
                 print(f"    {k['us_per_step']:9.1f} us  {k['calls_per_step']:6.1f} calls  {k['kernel']}")
+    for name, same in sanity.items():
+        print(f"greedy output of {name} == lingc plain over the same steps: "
+              f"{'yes' if same else 'NO: THE RELAY CHANGED THE OUTPUT'}")
+    json_path = out / _json_name(args)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print(f"\nwrote {json_path} (no matplotlib here: python -m benchmarks.plot {json_path} --out PNG "
+              f"draws the chart on any machine with the bench extra)")
+    else:
+        from . import plot
+        plot.main([str(json_path), "--out", str(json_path.with_suffix(".png"))])
+        print(f"wrote {json_path}")
     return 0
+
+
+def spec_equals_plain(results: dict) -> dict[str, bool]:
+    """For each lingc relay run: are its greedy tokens (warm-up and timed, from the same synthetic
+    state) the plain lingc run's, over the shorter of the two? Empty without a plain lingc run."""
+    plain = results.get("lingc", {}).get("tokens")
+    if not plain:
+        return {}
+    out = {}
+    for name, r in results.items():
+        toks = r.get("tokens")
+        if name.startswith("lingc-nextn") and toks:
+            n = min(len(toks), len(plain))
+            out[name] = toks[:n] == plain[:n]
+    return out
 
 
 def _json_name(args) -> str:

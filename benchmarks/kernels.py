@@ -2,6 +2,7 @@
 medians, the copy-bandwidth floor in the same run).
 
     python -m benchmarks.kernels --out OUT [--only swiglu,gemm,kda,moe,attn] [--inductor]
+    python -m benchmarks.kernels --out OUT --smoke     # CPU: the benchmarks with a smoke mode
 
 Each benchmark writes its own JSON and prints its markdown table; this runner runs them in one
 process, keeps going when one fails (and says which), and writes OUT/kernels_summary.json with
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import time
 import traceback
 from pathlib import Path
@@ -26,6 +28,9 @@ BENCHES = {
     "attn": ("kernels_attn", []),
 }
 NO_INDUCTOR = {"gemm": [], "moe": ["--inductor"], "attn": ["--no-inductor"]}
+# Benchmarks with a CPU smoke mode (tiny preset, kernels under the Triton interpreter, wall-clock
+# timing) and its arguments; the others time CUDA graphs and need a GPU.
+SMOKE = {"moe": ["--smoke"]}
 WITH_INDUCTOR = {"gemm": ["--inductor"]}
 
 
@@ -35,15 +40,26 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default=",".join(BENCHES))
     ap.add_argument("--inductor", action="store_true",
                     help="include the torch.compile columns (slow: Inductor compiles each shape)")
+    ap.add_argument("--smoke", action="store_true",
+                    help=f"CPU smoke run of the benchmarks that have one ({sorted(SMOKE)}); the others are "
+                         f"listed as GPU-only")
     args = ap.parse_args(argv)
     names = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = [n for n in names if n not in BENCHES]
     if unknown:
         raise SystemExit(f"unknown benchmark(s) {unknown}; valid: {sorted(BENCHES)}")
+    if args.smoke:
+        # Before any kernel module is imported: triton.jit decides at decoration time.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     summary = {}
     for name in names:
         module, extra = BENCHES[name]
-        extra = extra + (WITH_INDUCTOR.get(name, []) if args.inductor else NO_INDUCTOR.get(name, []))
+        if args.smoke and name not in SMOKE:
+            summary[name] = {"status": "GPU only: no CPU smoke mode", "seconds": 0.0}
+            write_json(args.out / "kernels_summary.json", summary)
+            continue
+        extra = SMOKE[name] if args.smoke else \
+            extra + (WITH_INDUCTOR.get(name, []) if args.inductor else NO_INDUCTOR.get(name, []))
         print(f"\n=== {name}: python -m benchmarks.{module} --out {args.out} {' '.join(extra)}", flush=True)
         t0 = time.perf_counter()
         try:
@@ -56,7 +72,7 @@ def main(argv=None) -> int:
         write_json(args.out / "kernels_summary.json", summary)
     for name, s in summary.items():
         print(f"{name:<8} {s['status']}  ({s['seconds']:.0f} s)")
-    return 0 if all(s["status"] == "ok" for s in summary.values()) else 1
+    return 0 if all(s["status"] == "ok" or s["status"].startswith("GPU only") for s in summary.values()) else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,59 @@
+"""CPU smoke runs of the two benchmark entry points, as a user would start them: benchmarks.decode
+(eager, the eager relay, lingc plain and the lingc relay at two depths, with --profile) and the
+kernel runner benchmarks.kernels. They check the outputs' shape and the relay's sanity check, not
+the times (wall clock of a tiny model on 2 cores). CUDA is hidden so they stay CPU tests."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(args, tmp_path, timeout):
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1", LINGC_PROGRESS="0")
+    try:
+        r = subprocess.run([sys.executable, "-m", *args, "--out", str(tmp_path)], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"smoke run took over {timeout} s:\n{e.stdout}\n{e.stderr}")
+    assert r.returncode == 0, f"rc {r.returncode}\nstdout:\n{r.stdout[-4000:]}\nstderr:\n{r.stderr[-4000:]}"
+    return r.stdout
+
+
+def test_decode_smoke_with_depth_sweep_and_profile(tmp_path):
+    out = run(["benchmarks.decode", "--smoke", "--modes", "eager,lingc,lingc-nextn", "--steps", "2", "3",
+               "--tokens", "6", "--profile"], tmp_path, timeout=240)
+    assert "CPU SMOKE RUN" in out and "| mode | step ms | wall/step ms |" in out
+    data = json.loads((tmp_path / "decode.json").read_text())
+    assert data["preset"] == "tiny" and data["env"]["gpu"] == "none (CPU)"
+    assert set(data["results"]) == {"eager", "lingc", "lingc-nextn s=2", "lingc-nextn s=3"}
+    for name in ("lingc-nextn s=2", "lingc-nextn s=3"):
+        r = data["results"][name]
+        assert "error" not in r, r
+        assert r["steps"] == int(name[-1]) and set(r["per_graph_ms"]) == {"draft", "verify", "extend"}
+        assert r["tpot_ms"] > 0 and r["x_floor"] > 0 and r["tpot_projected_ms"] > 0
+    # A deeper relay reads more: its floor is higher.
+    assert data["floor_ms"]["relay s=3"] > data["floor_ms"]["relay s=2"] > data["floor_ms"]["plain"]
+    assert data["spec_equals_plain"] == {"lingc-nextn s=2": True, "lingc-nextn s=3": True}
+    assert "greedy output of lingc-nextn s=3 == lingc plain over the same steps: yes" in out
+    for role in ("draft", "verify", "extend"):
+        trace = json.loads((tmp_path / f"trace_lingc-nextn_s3_{role}.json").read_text())
+        assert any("lingc::" in ev.get("name", "") for ev in trace["traceEvents"]), role
+    assert (tmp_path / "trace_lingc_decode.json").exists()
+    assert data["results"]["lingc"]["kernel_profile"]["decode"][0]["us_per_step"] > 0
+
+
+def test_kernels_runner_smoke(tmp_path):
+    out = run(["benchmarks.kernels", "--smoke"], tmp_path, timeout=180)
+    summary = {n: s for n, s in json.loads((tmp_path / "kernels_summary.json").read_text()).items()
+               if n != "environment"}
+    assert summary["moe"]["status"] == "ok"
+    assert {n for n, s in summary.items() if s["status"] == "GPU only: no CPU smoke mode"} == \
+        {"swiglu", "gemm", "kda", "attn"}
+    moe = json.loads((tmp_path / "kernels_moe_tiny.json").read_text())
+    assert moe["all_correct"] and {r["variant"] for r in moe["rows"]} >= {"lingc", "eager"}
+    assert "| T | variant | us/layer |" in out
