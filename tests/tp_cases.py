@@ -31,8 +31,13 @@ def spawn(case, world: int, **kwargs) -> list:
 def _main(rank: int, world: int, tmp: str, case, kwargs) -> None:
     from lingc.models.parallel import TensorParallel
     hang_dump_s = float(os.environ.get("LINGC_TEST_HANG_DUMP_S", "0"))
-    if hang_dump_s > 0:                 # a rank stuck past this prints every thread's stack, exits
-        faulthandler.dump_traceback_later(hang_dump_s, exit=True)
+    if hang_dump_s > 0:
+        # A rank still running after this many seconds writes every thread's stack (to
+        # LINGC_TEST_HANG_DUMP_DIR/rank<r>.stacks when set, which outlives a cut pytest run) and
+        # exits.
+        dump_dir = os.environ.get("LINGC_TEST_HANG_DUMP_DIR")
+        sink = open(os.path.join(dump_dir, f"rank{rank}.stacks"), "w") if dump_dir else None  # noqa: SIM115
+        faulthandler.dump_traceback_later(hang_dump_s, exit=True, **({"file": sink} if sink else {}))
     cuda = torch.cuda.is_available() and torch.cuda.device_count() >= world
     if cuda:
         torch.cuda.set_device(rank)

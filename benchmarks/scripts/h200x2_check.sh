@@ -4,7 +4,8 @@
 #     GPU 0  the MoE sweep (router and expert kernels per launch), then flash-tp4-rank decode with
 #            lingc plain and relay, with a per-kernel profile of each graph
 #     GPU 1  the GPU tests of the MoE kernels and of the relay (a stack dump past TEST_S)
-#   phase 2: the 2-GPU tensor-parallel tests (each rank dumps its stacks past HANG_S)
+#   phase 2: the 2-GPU tensor-parallel tests (each rank writes its stacks to $OUT/rank<r>.stacks
+#            past HANG_S)
 # Triton's cache is seeded from .triton_cache.tar.gz when carried in and goes back out as
 # $OUT/triton_cache.tar.gz. Logs and JSON under $OUT.
 set -u
@@ -25,5 +26,5 @@ START=$(date +%s); left() { echo $((P1 - ($(date +%s) - START))); }
 (CUDA_VISIBLE_DEVICES=1 timeout $P1 $PYT --timeout $TEST_S --timeout-method thread \
     ${TESTS:-tests/test_moe_kernels.py tests/test_moe_experts.py tests/test_relay.py} 2>&1 | stamp > "$OUT/pytest_gpu.log") &
 wait
-LINGC_TEST_HANG_DUMP_S=$HANG_S timeout $P2 $PYT tests/test_tensor_parallel.py 2>&1 | stamp > "$OUT/pytest_tp2.log"
+LINGC_TEST_HANG_DUMP_S=$HANG_S LINGC_TEST_HANG_DUMP_DIR="$OUT" timeout $P2 $PYT tests/test_tensor_parallel.py 2>&1 | stamp > "$OUT/pytest_tp2.log"
 tar czf "$OUT/triton_cache.tar.gz" -C "$TRITON_CACHE_DIR" .; rm -rf "$OUT/d"; ls -la "$OUT"

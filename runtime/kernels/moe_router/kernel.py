@@ -38,7 +38,8 @@ __all__ = ["moe_router_triton", "router_block_e", "router_num_warps"]
 
 # CTAs the matvec is spread over at most (H200: 132 SMs; 128 divides the expert counts).
 _TARGET_CTAS = 128
-# Rows the selection handles at once (decode: T <= 8 in one pass; never a function of T).
+# Rows the selection handles at once (T <= 4 in one pass, T = 6 in two; never a function of T:
+# batch invariance). 8 spills on sm_90 (README.md).
 SEL_ROWS = 4
 
 
@@ -88,7 +89,7 @@ def _moe_router_kernel(
     ticket = tl.atomic_add(ticket_ptr, 1, sem="acq_rel", scope="gpu")
     if ticket == tl.num_programs(0) - 1:
         _select(logits_ptr, bias, eidx, valid, ids_ptr, wts_ptr, T, routed_scaling,
-                stride_lt, stride_it, stride_wt, E, N_GROUP, GROUP_SIZE, TOPK_GROUP, TOP_K, RENORMALIZE,
+                stride_lt, stride_it, stride_wt, E, N_GROUP, TOPK_GROUP, TOP_K, RENORMALIZE,
                 G_PAD, K_PAD, SEL_ROWS)
         tl.atomic_xchg(ticket_ptr, 0, sem="relaxed", scope="gpu")  # ready for the next launch
 
@@ -112,9 +113,8 @@ def _key_value(key):
 def _select(
     logits_ptr, bias, eidx, valid, ids_ptr, wts_ptr, T, routed_scaling,
     stride_lt, stride_it, stride_wt,
-    E: tl.constexpr, N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, TOPK_GROUP: tl.constexpr,
-    TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr, G_PAD: tl.constexpr, K_PAD: tl.constexpr,
-    SEL_ROWS: tl.constexpr,
+    E: tl.constexpr, N_GROUP: tl.constexpr, TOPK_GROUP: tl.constexpr, TOP_K: tl.constexpr,
+    RENORMALIZE: tl.constexpr, G_PAD: tl.constexpr, K_PAD: tl.constexpr, SEL_ROWS: tl.constexpr,
 ):
     """Grouped top-k of SEL_ROWS rows at once, on [SEL_ROWS, G_PAD, GS_PAD] views of the logits.
 
@@ -142,7 +142,7 @@ def _select(
         k2 = tl.max(tl.where(key == k1[:, :, None], lowest, key), axis=2)
         gscore = tl.where(gar < N_GROUP, _key_value(k1) + _key_value(k2), neg_inf)
         gkey = (_order_key(gscore).to(tl.int64) << 32) | gtie
-        keep = gkey == lowest
+        keep = gkey == lowest                  # all False
         for _ in tl.static_range(TOPK_GROUP):
             best = tl.max(gkey, axis=1)
             hit = gkey == best[:, None]
