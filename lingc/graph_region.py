@@ -103,27 +103,25 @@ def region(outputs: list[fx.Node], is_leaf: Callable[[fx.Node], bool]) -> tuple[
     return sorted(inside, key=order.__getitem__), leaves
 
 
-def is_constant(n: fx.Node, memo: dict | None = None) -> bool:
-    """n depends on no graph input (iota, full, arange and views of them)."""
-    memo = {} if memo is None else memo
-    # Iterative (post-order): a 42-layer graph is deeper than Python's recursion limit.
-    stack = [n]
-    while stack:
-        cur = stack[-1]
-        if cur in memo:
-            stack.pop()
-            continue
-        if cur.op != "call_function":
-            memo[cur] = False
-            stack.pop()
-            continue
-        todo = [a for a in cur.all_input_nodes if a not in memo]
-        if todo:
-            stack.extend(todo)
-            continue
-        memo[cur] = all(memo[a] for a in cur.all_input_nodes)
-        stack.pop()
-    return memo[n]
+def is_constant(n: fx.Node) -> bool:
+    """n depends on no graph input (iota, full, arange and views of them).
+
+    Breadth first, stopping at the first input reached: a computed value usually meets a weight or
+    an activation within a hop or two, while a walk of its whole ancestry (the first version) made
+    region() quadratic in depth. Iterative: a 42-layer graph is deeper than Python's recursion
+    limit."""
+    seen, frontier = {n}, [n]
+    while frontier:
+        nxt = []
+        for cur in frontier:
+            if cur.op != "call_function":
+                return False
+            for a in cur.all_input_nodes:
+                if a not in seen:
+                    seen.add(a)
+                    nxt.append(a)
+        frontier = nxt
+    return True
 
 
 def widen_leaf(leaf: fx.Node, want: Callable[[fx.Node], bool]) -> tuple[fx.Node, list[fx.Node]]:

@@ -23,10 +23,16 @@ def test_allreduce_smoke_gloo(tmp_path):
     # --standalone: a free rendezvous port, so concurrent runs do not collide on 29500
     cmd = ["torchrun", "--standalone", "--nproc-per-node", "2", "-m", "benchmarks.allreduce",
            "--out", str(tmp_path), "--iters", "5"]
-    try:
-        r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"smoke run took over {TIMEOUT_S} s:\n{e.stdout}\n{e.stderr}")
+    for attempt in range(2):
+        try:
+            r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired as e:
+            pytest.fail(f"smoke run took over {TIMEOUT_S} s:\n{e.stdout}\n{e.stderr}")
+        # gloo's teardown on the CPU build sometimes aborts a rank after the last barrier
+        # ("terminate called without an active exception", seen once in CI, 2026-11-29): that
+        # one signature is run again, once; anything else fails at once.
+        if r.returncode == 0 or "terminate called without an active exception" not in r.stderr:
+            break
     assert r.returncode == 0, f"rc {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
     assert "| message | method | us per all-reduce | GB/s algbw |" in r.stdout
 
