@@ -382,13 +382,16 @@ def main(argv=None) -> int:
     plain_bytes = floor.bytes(1, [], experts(1, False))
     relay_bytes = {k: floor.bytes(k + 1, [1] * (k - 1) + [k + 1], experts(k + 1, False) + (k - 1) * e_d1
                                   + experts(k + 1, True)) for k in args.steps}
-    floors = {"plain": plain_bytes / (bw * 1e9) * 1e3}
-    floors.update({("relay" if len(args.steps) == 1 else f"relay s={k}"): b / (bw * 1e9) * 1e3
-                   for k, b in relay_bytes.items()})
+    def floor_ms(nbytes: int) -> float:
+        return nbytes / (bw * 1e9) * 1e3
+
+    relay_floor = {k: floor_ms(b) for k, b in relay_bytes.items()}
+    floors = {"plain": floor_ms(plain_bytes)}
+    floors.update({("relay" if len(args.steps) == 1 else f"relay s={k}"): f for k, f in relay_floor.items()})
     say = print if lead else (lambda *a, **k: None)
     say(f"{'host memory ' if DEV == 'cpu' else ''}copy bandwidth {bw:.0f} GB/s; floor"
         f"{' per rank' if tp.enabled else ''} plain step {floors['plain']:.3f} ms ({plain_bytes / 1e9:.2f} GB), "
-        + ", ".join(f"relay step (steps={k}) {b / (bw * 1e9) * 1e3:.3f} ms ({b / 1e9:.2f} GB)"
+        + ", ".join(f"relay step (steps={k}) {relay_floor[k]:.3f} ms ({b / 1e9:.2f} GB)"
                     for k, b in relay_bytes.items()))
     if ar_us:
         say(f"all-reduce in a CUDA graph ({tp.size} ranks), us: " + ", ".join(
@@ -420,7 +423,7 @@ def main(argv=None) -> int:
         relay = "nextn" in mode
         if relay:
             res["steps"] = k
-        res["floor_ms"] = relay_bytes[k] / (bw * 1e9) * 1e3 if relay else floors["plain"]
+        res["floor_ms"] = relay_floor[k] if relay else floors["plain"]
         if res.get("wall_ms"):
             tps = res.get("tokens_per_step") or 1.0
             res["tpot_ms"] = res["wall_ms"] / tps

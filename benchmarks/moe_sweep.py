@@ -42,12 +42,7 @@ def candidates(n_max: int, h: int) -> list[MoeExpertsConfig]:
     out = [base]
     out += [MoeExpertsConfig(bn, sk, w, base.block_h, base.down_warps) for bn, sk, w in ups]
     out += [MoeExpertsConfig(base.block_n, base.split_k, base.up_warps, bh, w) for bh, w in downs]
-    seen, uniq = set(), []
-    for c in out:
-        if c not in seen:
-            seen.add(c)
-            uniq.append(c)
-    return uniq
+    return list(dict.fromkeys(out))          # deduplicated, the table's entry first
 
 
 def label(c: MoeExpertsConfig) -> str:

@@ -40,8 +40,8 @@ def assert_close(actual: torch.Tensor, ref: torch.Tensor, rtol_rms: float) -> No
 
 
 def run_sm90_compile_check(script: str) -> None:
-    """Run `script` (a real, not interpreted, Triton compile for an H200, usually through the
-    bundled ptxas) in a fresh interpreter without TRITON_INTERPRET, from the repository root;
+    """Run `script` (a real, not interpreted, Triton compile for an H200, usually through
+    `sm90.compile_sm90` and the bundled ptxas) in a fresh interpreter without TRITON_INTERPRET, from the repository root;
     skip when the bundled ptxas is missing, else assert it exited cleanly."""
     import os
     import subprocess
@@ -49,9 +49,11 @@ def run_sm90_compile_check(script: str) -> None:
 
     import pytest
 
+    tests = os.path.dirname(os.path.abspath(__file__))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (tests, env.get("PYTHONPATH")) if p)  # for `import sm90`
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                       cwd=os.path.dirname(tests))
     if r.returncode != 0 and "ptxas" in r.stderr and "No such file" in r.stderr:
         pytest.skip("triton's bundled ptxas is not installed")
     assert r.returncode == 0, r.stderr[-3000:]

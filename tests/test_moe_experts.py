@@ -427,11 +427,10 @@ def test_config_is_a_function_of_shape_only():
 # griddepcontrol.wait.
 
 _COMPILE_CHECK = textwrap.dedent("""
-    import os, re, subprocess, tempfile, triton
-    from triton.backends.compiler import GPUTarget
+    import re, triton
+    from sm90 import compile_sm90, divisible_by_16, signature
     from lingc.runtime.kernels.moe_experts.kernel import (_moe_up_kernel, _moe_down_kernel, config_for, BLOCK_M,
                                                           COMBINE_T)
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
     V4 = r"ld\\.global(\\.\\w+)*\\.v4"
 
     def max_loads_before_a_wait(ptx):
@@ -441,19 +440,10 @@ _COMPILE_CHECK = textwrap.dedent("""
         return max(len(re.findall(V4, b)) for b in blocks)
 
     def build(fn, ptrs, ints, floats, const, warps):
-        sig = {n: ptrs.get(n) or ("i32" if n in ints else "fp32" if n in floats else "constexpr") for n in fn.arg_names}
         # Pointers 16-byte aligned, integer arguments divisible by 16 (what the launcher's
         # specialisation sees at H = 2560 with the model's strides), except the counts.
-        attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in list(ptrs) + ints
-                 if n not in ("T", "P", "NB", "stride_wt")}
-        k = triton.compile(triton.compiler.ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32),
-                           options=dict(num_warps=warps, num_stages=1))
-        ptx = k.asm["ptx"]
-        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-            f.write(ptx)
-        r = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", f.name, "-o", os.devnull],
-                           capture_output=True, text=True, check=True)
-        info = r.stdout + r.stderr
+        attrs = divisible_by_16(fn, [n for n in list(ptrs) + ints if n not in ("T", "P", "NB", "stride_wt")])
+        ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, floats), const, attrs, num_warps=warps)
         assert " 0 bytes spill stores" in info, info
         assert "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx
         return ptx, info

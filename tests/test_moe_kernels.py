@@ -275,10 +275,9 @@ def test_router_broken_variants_are_caught():
 
 
 _ROUTER_COMPILE_CHECK = textwrap.dedent("""
-    import os, re, subprocess, tempfile, triton
-    from triton.backends.compiler import GPUTarget
+    import re
+    from sm90 import compile_sm90, divisible_by_16, signature
     from lingc.runtime.kernels.moe_router.kernel import SEL_ROWS, _moe_router_kernel, router_block_e, router_num_warps
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
     fn = _moe_router_kernel
     for wdt in ("*bf16", "*fp32"):
         ptrs = dict(x_ptr="*bf16", w_ptr=wdt, bias_ptr="*fp32", logits_ptr="*fp32", ticket_ptr="*i32",
@@ -287,17 +286,9 @@ _ROUTER_COMPILE_CHECK = textwrap.dedent("""
         block_e = router_block_e(512)
         const = dict(stride_xh=1, N_GROUP=8, GROUP_SIZE=64, TOPK_GROUP=4, TOP_K=8, RENORMALIZE=True,
                      BLOCK_E=block_e, BLOCK_H=4096, G_PAD=8, GS_PAD=64, K_PAD=8, SEL_ROWS=SEL_ROWS, USE_GDC=True)
-        sig = {n: ptrs.get(n) or ("i32" if n in ints else "fp32" if n == "routed_scaling" else "constexpr")
-               for n in fn.arg_names}
-        attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in list(ptrs) + ints if n != "T"}
-        k = triton.compile(triton.compiler.ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32),
-                           options=dict(num_warps=router_num_warps(block_e, 2560), num_stages=1))
-        ptx = k.asm["ptx"]
-        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-            f.write(ptx)
-        r = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", f.name, "-o", os.devnull],
-                           capture_output=True, text=True, check=True)
-        info = r.stdout + r.stderr
+        attrs = divisible_by_16(fn, [n for n in list(ptrs) + ints if n != "T"])
+        ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, ["routed_scaling"]), const, attrs,
+                                 num_warps=router_num_warps(block_e, 2560))
         assert " 0 bytes spill stores" in info, info
         # The gate tile is requested before the wait: its loads sit ahead of griddepcontrol.wait.
         before = ptx.split("griddepcontrol.wait")[0]

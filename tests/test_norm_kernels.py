@@ -328,23 +328,15 @@ def test_configs_depend_on_shape_only():
 
 
 _COMPILE_CHECK = textwrap.dedent("""
-    import os, subprocess, tempfile, triton
-    from triton.backends.compiler import GPUTarget
+    from sm90 import compile_sm90
     from lingc.runtime.kernels.norms.kernel import (_rmsnorm_kernel, _gated_head_rmsnorm_kernel,
                                                     rmsnorm_config, gated_config)
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 
     def check(fn, sig, const, num_warps):
-        src = triton.compiler.ASTSource(fn, {**sig, **{k: "constexpr" for k in const}}, const)
-        k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, num_stages=1))
-        ptx = k.asm["ptx"]
+        ptx, info = compile_sm90(fn, sig, const, num_warps=num_warps)
         wait = ptx.index("griddepcontrol.wait")
         assert ptx.index("ld.global") < wait, "the weight load must be issued before the wait"
-        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-            f.write(ptx)
-        r = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", f.name, "-o", os.devnull],
-                           capture_output=True, text=True, check=True)
-        assert " 0 bytes spill stores" in r.stdout + r.stderr, r.stdout + r.stderr
+        assert " 0 bytes spill stores" in info, info
 
     c = rmsnorm_config(2560)
     for has_res in (False, True):

@@ -6,16 +6,9 @@
 #     GPU 1  the GPU tests of the MoE kernels and of the relay (a stack dump past TEST_S)
 #   phase 2: the 2-GPU tensor-parallel tests (each rank writes its stacks to $OUT/rank<r>.stacks
 #            past HANG_S)
-# Triton's cache is seeded from .triton_cache.tar.gz when carried in and goes back out as
-# $OUT/triton_cache.tar.gz. Logs and JSON under $OUT.
+# Setup (environment, install, Triton cache): device_env.sh. Logs and JSON under $OUT.
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
-export TRITON_CACHE_DIR=$PWD/.triton_cache; mkdir -p "$TRITON_CACHE_DIR"
-[ -f .triton_cache.tar.gz ] && tar xzf .triton_cache.tar.gz -C "$TRITON_CACHE_DIR"
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-deps --no-build-isolation .whl/*.whl > "$OUT/install.log" 2>&1
-python3 -m pip install -q --no-deps --no-build-isolation -e . >> "$OUT/install.log" 2>&1
-stamp() { python3 -u -c "import sys,time;t=time.time();[print(f'{time.time()-t:7.1f} {l}',end='',flush=True) for l in sys.stdin]"; }
+source "$(dirname "$0")/device_env.sh"
 P1=${P1:-330}; P2=${P2:-190}; TEST_S=${TEST_S:-200}; HANG_S=${HANG_S:-160}
 PYT="python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -v --durations=10"
 BENCH="--preset flash-tp4-rank --context 8192 --lingc-inductor 0 --tokens 96"
@@ -27,4 +20,4 @@ START=$(date +%s); left() { echo $((P1 - ($(date +%s) - START))); }
     ${TESTS:-tests/test_moe_kernels.py tests/test_moe_experts.py tests/test_relay.py} 2>&1 | stamp > "$OUT/pytest_gpu.log") &
 wait
 LINGC_TEST_HANG_DUMP_S=$HANG_S LINGC_TEST_HANG_DUMP_DIR="$OUT" timeout $P2 $PYT tests/test_tensor_parallel.py 2>&1 | stamp > "$OUT/pytest_tp2.log"
-tar czf "$OUT/triton_cache.tar.gz" -C "$TRITON_CACHE_DIR" .; rm -rf "$OUT/d"; ls -la "$OUT"
+save_triton_cache; rm -rf "$OUT/d"; ls -la "$OUT"

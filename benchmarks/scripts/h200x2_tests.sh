@@ -4,11 +4,7 @@
 #   phase 2: the 2-GPU tensor-parallel tests on both GPUs.
 # Each log line carries the seconds since its phase began, so a cut run still says where time went.
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-deps --no-build-isolation .whl/*.whl > "$OUT/install.log" 2>&1
-python3 -m pip install -q --no-deps --no-build-isolation -e . >> "$OUT/install.log" 2>&1
-stamp() { python3 -u -c "import sys,time;t=time.time();[print(f'{time.time()-t:7.1f} {l}',end='',flush=True) for l in sys.stdin]"; }
+source "$(dirname "$0")/device_env.sh"
 P1=${P1:-380}; P2=${P2:-170}
 PYT="python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -v --durations=15"
 (CUDA_VISIBLE_DEVICES=0 timeout $P1 $PYT tests --ignore=tests/test_tensor_parallel.py \

@@ -4,10 +4,7 @@
 # Inductor reduce-overhead, eager. Rank 0 writes $OUT/flash_tp4/decode_tp4.json and the log.
 # DEBUG_TESTS (optional) runs those GPU tests first on GPU 0 with -x, for their tracebacks.
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-deps --no-build-isolation .whl/*.whl > "$OUT/install.log" 2>&1
-python3 -m pip install -q --no-deps --no-build-isolation -e . >> "$OUT/install.log" 2>&1
+source "$(dirname "$0")/device_env.sh"
 i=0
 for t in ${DEBUG_TESTS:-}; do   # one pytest per test id, each with its own time limit
   i=$((i + 1))

@@ -5,10 +5,7 @@
 #   GPU 3     the single-GPU GPU test suite
 # Logs and JSON go under $OUT. NVLink multicast stays off.
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-deps --no-build-isolation .whl/*.whl > "$OUT/install.log" 2>&1
-python3 -m pip install -q --no-deps --no-build-isolation -e . >> "$OUT/install.log" 2>&1
+source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=index,name,memory.total --format=csv > "$OUT/gpus.csv"
 LIMIT=${LIMIT:-530}
 BENCH="--preset flash-tp4-rank --context 8192 --lingc-inductor 0 --tokens 96"

@@ -6,10 +6,7 @@
 #             643d5fc and 3d0f3e4, and the modes not measured yet (Inductor, reduce-overhead-pdl,
 #             eager-nextn)
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-deps --no-build-isolation .whl/*.whl > "$OUT/install.log" 2>&1
-python3 -m pip install -q --no-deps --no-build-isolation -e . >> "$OUT/install.log" 2>&1
+source "$(dirname "$0")/device_env.sh"
 LIMIT=${LIMIT:-540}
 (CUDA_VISIBLE_DEVICES=0 timeout $LIMIT python3 -m pytest -m gpu -p no:logging --tb=short -v --durations=20 \
     tests --ignore=tests/test_tensor_parallel.py > "$OUT/pytest_gpu.log" 2>&1; echo "rc $?" >> "$OUT/pytest_gpu.log") &

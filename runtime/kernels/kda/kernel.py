@@ -79,6 +79,13 @@ def config_for(h: int, k: int, v: int) -> KdaConfig:
 
 
 @triton.jit
+def _conv_taps(w_ptr, ch, mask):
+    """The four conv taps [ch, 4] of channels ch, oldest first."""
+    return (tl.load(w_ptr + ch * 4 + 0, mask=mask, other=0.0), tl.load(w_ptr + ch * 4 + 1, mask=mask, other=0.0),
+            tl.load(w_ptr + ch * 4 + 2, mask=mask, other=0.0), tl.load(w_ptr + ch * 4 + 3, mask=mask, other=0.0))
+
+
+@triton.jit
 def _conv_silu(x0, x1, x2, x, w0, w1, w2, w3):
     """Depthwise conv over (x0, x1, x2 = window oldest first, x = new input), taps summed in
     order as kda_math.short_conv does, then SiLU."""
@@ -111,18 +118,9 @@ def _kda_chain_kernel(
     m2 = mk[:, None] & mv[None, :]
 
     # Producer-independent loads (weights), issued before the wait.
-    wq0 = tl.load(wq_ptr + cqk * 4 + 0, mask=mk, other=0.0)
-    wq1 = tl.load(wq_ptr + cqk * 4 + 1, mask=mk, other=0.0)
-    wq2 = tl.load(wq_ptr + cqk * 4 + 2, mask=mk, other=0.0)
-    wq3 = tl.load(wq_ptr + cqk * 4 + 3, mask=mk, other=0.0)
-    wk0 = tl.load(wk_ptr + cqk * 4 + 0, mask=mk, other=0.0)
-    wk1 = tl.load(wk_ptr + cqk * 4 + 1, mask=mk, other=0.0)
-    wk2 = tl.load(wk_ptr + cqk * 4 + 2, mask=mk, other=0.0)
-    wk3 = tl.load(wk_ptr + cqk * 4 + 3, mask=mk, other=0.0)
-    wv0 = tl.load(wv_ptr + cv * 4 + 0, mask=mv, other=0.0)
-    wv1 = tl.load(wv_ptr + cv * 4 + 1, mask=mv, other=0.0)
-    wv2 = tl.load(wv_ptr + cv * 4 + 2, mask=mv, other=0.0)
-    wv3 = tl.load(wv_ptr + cv * 4 + 3, mask=mv, other=0.0)
+    wq0, wq1, wq2, wq3 = _conv_taps(wq_ptr, cqk, mk)
+    wk0, wk1, wk2, wk3 = _conv_taps(wk_ptr, cqk, mk)
+    wv0, wv1, wv2, wv3 = _conv_taps(wv_ptr, cv, mv)
     a = tl.exp(tl.load(alog_ptr + h).to(tl.float32))
     dtb = tl.load(dtb_ptr + cqk, mask=mk, other=0.0).to(tl.float32)
 

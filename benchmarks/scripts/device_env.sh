@@ -1,0 +1,16 @@
+# Sourced by the device scripts here: the setting every device call needs.
+#   - NVLink multicast off (the device tool's rule), unbuffered Python output;
+#   - OUT (the device tool's output folder, /tmp/out elsewhere);
+#   - the carried wheels (.whl) and this checkout installed, logs in $OUT/install.log;
+#   - Triton's cache in .triton_cache, seeded from .triton_cache.tar.gz when that is carried in
+#     (a warm cache skips minutes of JIT); `save_triton_cache` packs it into $OUT;
+#   - `stamp`: prefixes each line read with the seconds since it started (a cut run still says
+#     where the time went).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
+export TRITON_CACHE_DIR=$PWD/.triton_cache; mkdir -p "$TRITON_CACHE_DIR"
+[ -f .triton_cache.tar.gz ] && tar xzf .triton_cache.tar.gz -C "$TRITON_CACHE_DIR"
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-deps --no-build-isolation .whl/*.whl > "$OUT/install.log" 2>&1
+python3 -m pip install -q --no-deps --no-build-isolation -e . >> "$OUT/install.log" 2>&1
+stamp() { python3 -u -c "import sys,time;t=time.time();[print(f'{time.time()-t:7.1f} {l}',end='',flush=True) for l in sys.stdin]"; }
+save_triton_cache() { tar czf "$OUT/triton_cache.tar.gz" -C "$TRITON_CACHE_DIR" .; }

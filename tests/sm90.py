@@ -1,0 +1,44 @@
+"""The real sm_90 compile behind the kernels' compile checks: Triton to PTX for an H200, then the
+bundled ptxas for the register and spill report. Imported by the check scripts that
+`helpers.run_sm90_compile_check` runs in a fresh interpreter (with tests/ on the path)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+
+PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+
+
+def compile_sm90(fn, signature: dict, constants: dict, attrs: dict | None = None, num_warps: int = 4,
+                 num_stages: int = 1) -> tuple[str, str]:
+    """(PTX, `ptxas -v` report) of the Triton kernel `fn` for sm_90a. Constants missing from
+    `signature` are marked constexpr; `attrs` are ASTSource attributes (e.g. divisibility)."""
+    sig = {**signature, **{k: "constexpr" for k in constants if k not in signature}}
+    src = triton.compiler.ASTSource(fn, sig, constants, attrs or {})
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                         options=dict(num_warps=num_warps, num_stages=num_stages)).asm["ptx"]
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(ptx)
+    try:
+        r = subprocess.run([PTXAS, "-v", "--gpu-name", "sm_90a", f.name, "-o", os.devnull],
+                           capture_output=True, text=True, check=True)
+    finally:
+        os.unlink(f.name)
+    return ptx, r.stdout + r.stderr
+
+
+def signature(fn, ptrs: dict, ints, floats=()) -> dict:
+    """fn's Triton signature: `ptrs` name -> pointer type, `ints` i32, `floats` fp32, the rest
+    constexpr."""
+    return {n: ptrs.get(n) or ("i32" if n in ints else "fp32" if n in floats else "constexpr")
+            for n in fn.arg_names}
+
+
+def divisible_by_16(fn, names) -> dict:
+    """ASTSource attributes declaring `names` 16-divisible (aligned pointers, strides), as the
+    launcher's specialisation sees them at the model's shapes."""
+    return {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in names}
