@@ -234,14 +234,11 @@ def test_router_matches_model_grouped_topk(e, n_group, dtype):
     torch.testing.assert_close(wts.cpu(), ref_w, atol=WEIGHT_ATOL, rtol=0)
 
 
-def test_router_logits_workspace_and_ticket():
+def test_router_logits_workspace():
     x, w, bias = make_router_inputs(6, 64, 40, torch.float32, seed=61)
     logits = torch.full((6, 64), float("nan"), device=DEVICE)
     run_router(x, w, bias, 8, logits_out=logits)
     torch.testing.assert_close(logits.cpu(), exact_logits(x, w), atol=1e-5, rtol=1e-5)
-    from lingc.runtime.kernels.gemm_common import split_k_tickets
-
-    assert int(split_k_tickets(x.device, 1)[0]) == 0  # the last CTA reset its ticket
 
 
 # A broken kernel or reference must fail the comparisons above.
@@ -277,17 +274,16 @@ def test_router_broken_variants_are_caught():
 _ROUTER_COMPILE_CHECK = textwrap.dedent("""
     import re
     from sm90 import compile_sm90, divisible_by_16, signature
-    from lingc.runtime.kernels.moe_router.kernel import SEL_ROWS, _moe_router_kernel, router_block_e, router_num_warps
-    fn = _moe_router_kernel
+    from lingc.runtime.kernels.moe_router.kernel import (
+        SELECT_WARPS, _moe_router_logits_kernel, _moe_router_select_kernel, router_block_e, router_num_warps)
+    fn = _moe_router_logits_kernel
+    block_e = router_block_e(512)
     for wdt in ("*bf16", "*fp32"):
-        ptrs = dict(x_ptr="*bf16", w_ptr=wdt, bias_ptr="*fp32", logits_ptr="*fp32", ticket_ptr="*i32",
-                    ids_ptr="*i32", wts_ptr="*fp32")
-        ints = ["T", "H", "stride_xt", "stride_we", "stride_lt", "stride_it", "stride_wt"]
-        block_e = router_block_e(512)
-        const = dict(stride_xh=1, N_GROUP=8, GROUP_SIZE=64, TOPK_GROUP=4, TOP_K=8, RENORMALIZE=True,
-                     BLOCK_E=block_e, BLOCK_H=4096, G_PAD=8, GS_PAD=64, K_PAD=8, SEL_ROWS=SEL_ROWS, USE_GDC=True)
+        ptrs = dict(x_ptr="*bf16", w_ptr=wdt, logits_ptr="*fp32")
+        ints = ["T", "H", "stride_xt", "stride_we", "stride_lt"]
+        const = dict(stride_xh=1, E=512, BLOCK_E=block_e, BLOCK_H=4096, USE_GDC=True)
         attrs = divisible_by_16(fn, [n for n in list(ptrs) + ints if n != "T"])
-        ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, ["routed_scaling"]), const, attrs,
+        ptx, info = compile_sm90(fn, signature(fn, ptrs, ints), const, attrs,
                                  num_warps=router_num_warps(block_e, 2560))
         assert " 0 bytes spill stores" in info, info
         # The gate tile is requested before the wait: its loads sit ahead of griddepcontrol.wait.
@@ -296,13 +292,26 @@ _ROUTER_COMPILE_CHECK = textwrap.dedent("""
         v4 = len(re.findall(r"ld\\.global(\\.\\w+)*\\.v4", before))
         assert v4 >= (8 if wdt == "*bf16" else 16), (wdt, v4)
         assert "griddepcontrol.launch_dependents" in ptx
-        print(wdt, re.findall(r"Used \\d+ registers", info))
+        print("logits", wdt, re.findall(r"Used \\d+ registers", info))
+    fn = _moe_router_select_kernel
+    ptrs = dict(logits_ptr="*fp32", bias_ptr="*fp32", ids_ptr="*i32", wts_ptr="*fp32")
+    ints = ["stride_lt", "stride_it", "stride_wt"]
+    const = dict(N_GROUP=8, GROUP_SIZE=64, TOPK_GROUP=4, TOP_K=8, RENORMALIZE=True, G_PAD=8, GS_PAD=64,
+                 K_PAD=8, USE_GDC=True)
+    ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, ["routed_scaling"]), const,
+                             divisible_by_16(fn, list(ptrs) + ints), num_warps=SELECT_WARPS)
+    assert " 0 bytes spill stores" in info, info
+    # One warp: every reduction is warp shuffles, no shared memory, no CTA barrier.
+    assert "bar.sync" not in ptx and "st.shared" not in ptx and "shfl.sync" in ptx
+    assert "ld.global" in ptx.split("griddepcontrol.wait")[0]   # the bias, before the wait
+    print("select", re.findall(r"Used \\d+ registers", info))
 """)
 
 
 def test_router_compiles_for_sm90_without_spills():
     # The real (non-interpreted) compile for an H200 at Ling-3's shape with the bundled ptxas:
-    # the int64 selection keys and the [SEL_ROWS, 8, 64] selection tiles must not spill.
+    # the gate tile's 16-byte loads before the wait; the one-warp selection with its int64 keys
+    # neither spills nor leaves the warp.
     run_sm90_compile_check(_ROUTER_COMPILE_CHECK)
 
 

@@ -1,5 +1,5 @@
 """The Ling-3 MoE router (gate matvec + sigmoid + biased grouped top-k + renormalised weights)
-in one launch: reference, Triton kernel, custom op.
+in two PDL-chained launches: reference, Triton kernels, custom op.
 
 Importing this package registers ``torch.ops.lingc.moe_router``. The Triton launcher
 (``.kernel``) is imported on first CUDA use, so the CPU path needs no triton.

@@ -7,7 +7,7 @@ expert_bias fp32 [E]; returns (topk_ids int32 [T, top_k], topk_weights fp32 [T, 
 naive.py gives the exact math and the tie rule (lowest index wins).
 
 The fused_moe pass emits it, so it must trace (fake impl), run on the CPU (the reference) and
-on CUDA (the one-launch Triton kernel, PDL-launched on Hopper). A ``custom_op`` rather than a
+on CUDA (the two Triton kernels, PDL-launched on Hopper). A ``custom_op`` rather than a
 ``triton_op`` for the reason given in gemm/op.py: an opaque op keeps our own PDL launch.
 """
 import torch
