@@ -1,0 +1,221 @@
+"""The glue pdl_swap rewrites once the attention cores and norms are lingc ops: the small ATen
+kernels between them, each a full (non-programmatic) edge in the captured graph.
+
+    before:  o = clone(reshape(lingc.kda_chain(...)))          a copy of a fresh, contiguous value
+    after:   o = reshape(lingc.kda_chain(...))
+
+    before:  y = convert(view(lingc.gated_head_rmsnorm(..., None)), bf16)
+    after:   y = view(lingc.gated_head_rmsnorm(..., bf16))       (rounded once, in the kernel)
+
+    before:  q32 = convert(view(q), f32) ; w32 = convert(slice(W), f32)      (W a parameter)
+             out = bmm(views(q32), views(w32)) [; convert(view(out), bf16)]
+    after:   out = lingc.head_matmul(views(q), views(slice(W)), True [, bf16])
+
+    before:  y = convert(convert(x_bf16, f32), bf16)             after: y = x_bf16
+
+The last is MLA's absorbed products (q_nope @ W_uk, o_lat @ W_uv^T per head): ATen upcasts the
+bf16 weight slice to a fresh fp32 copy every step, then runs a library bmm. On flash-tp4-rank's
+decode graph these were 28 elementwise kernels and 14 library GEMMs per step.
+
+Why each is exact:
+- a clone is dropped only when its input is contiguous (so the clone has the same layout), its
+  storage is a lingc op's output (custom ops return fresh tensors, never an alias of an input)
+  and nothing in the graph writes the input or the clone in place (read from the op schemas);
+- a cast moves into the op that produced its input only through view ops (which commute with an
+  elementwise cast) and only into an op that computes in fp32 and rounds once to ``out_dtype``;
+- the bmm's operands are rebuilt by replaying their view chain on the pre-cast tensors (a cast
+  from a narrower float type to fp32 is exact and head_matmul upcasts in registers); a chain
+  that does not replay as views on the narrower tensor's strides is left alone. ``b_is_weight``
+  is set only for a parameter no op of the graph writes (read before the kernel's PDL wait).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+from lingc.graph_build import emit
+from lingc.graph_match import CASTS, aten, is_call
+from lingc.graph_region import shape, val
+from lingc.pass_manager import VIEW_OPS
+
+__all__ = ["absorbed_products", "drop_fresh_clones", "drop_round_trips", "fold_casts"]
+
+lingc_ops = torch.ops.lingc
+_FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _is_lingc(n) -> bool:
+    return (isinstance(n, fx.Node) and n.op == "call_function"
+            and isinstance(n.target, torch._ops.OpOverload) and n.target.namespace == "lingc")
+
+
+def _view_root(n: fx.Node) -> tuple[fx.Node, list[fx.Node]]:
+    """(the node whose storage n views, the view nodes from it to n in order)."""
+    chain = []
+    while is_call(n, *VIEW_OPS):
+        chain.append(n)
+        n = n.args[0]
+    return n, chain[::-1]
+
+
+def _writes(user: fx.Node, n: fx.Node) -> bool:
+    """Whether `user` writes `n` in place (an argument its schema marks as written)."""
+    schema = getattr(user.target, "_schema", None)
+    if schema is None:
+        return False
+    for i, arg in enumerate(schema.arguments):
+        info = arg.alias_info
+        if info is None or not info.is_write:
+            continue
+        v = user.args[i] if i < len(user.args) else user.kwargs.get(arg.name)
+        if v is n or (isinstance(v, (list, tuple)) and any(x is n for x in v)):
+            return True
+    return False
+
+
+def _written(n: fx.Node) -> bool:
+    """Whether any op writes n or a view of it in place."""
+    stack, seen = [n], set()
+    while stack:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        for u in x.users:
+            if _writes(u, x):
+                return True
+            if is_call(u, *VIEW_OPS):
+                stack.append(u)
+    return False
+
+
+def drop_fresh_clones(g: fx.Graph) -> int:
+    count = 0
+    for n in list(g.nodes):
+        if not is_call(n, aten.clone.default) or n.kwargs.get("memory_format") not in (None, torch.preserve_format,
+                                                                                          torch.contiguous_format):
+            continue
+        x = n.args[0]
+        root, _ = _view_root(x)
+        if not (_is_lingc(root) and val(x).is_contiguous() and not _written(root) and not _written(n)):
+            continue
+        n.replace_all_uses_with(x)
+        g.erase_node(n)
+        count += 1
+    return count
+
+
+# lingc ops that compute in fp32 and round once to an optional out_dtype: op -> its argument index.
+_OUT_DTYPE_ARG = {"gated_head_rmsnorm": 4, "head_matmul": 3}
+
+
+def fold_casts(g: fx.Graph) -> int:
+    count = 0
+    for n in list(g.nodes):
+        if n.graph is None or not _is_lingc(n):
+            continue
+        idx = _OUT_DTYPE_ARG.get(n.target._schema.name.split("::")[-1])
+        if idx is None or (len(n.args) > idx and n.args[idx] is not None) or val(n).dtype != torch.float32:
+            continue
+        chain, cur = [], n
+        while len(cur.users) == 1:
+            u = next(iter(cur.users))
+            if is_call(u, *VIEW_OPS) and u.args[0] is cur:
+                chain.append(u)
+                cur = u
+                continue
+            break
+        cast = next(iter(cur.users)) if len(cur.users) == 1 else None
+        if cast is None or not is_call(cast, *CASTS) or val(cast).dtype not in _FLOATS:
+            continue
+        args = list(n.args) + [None] * (idx + 1 - len(n.args))
+        args[idx] = val(cast).dtype
+        with g.inserting_before(cast):
+            y = emit(g, n.target, *args)
+            for v in chain:
+                y = emit(g, v.target, y, *v.args[1:], **v.kwargs)
+        cast.replace_all_uses_with(y)
+        count += 1
+    return count
+
+
+def drop_round_trips(g: fx.Graph) -> int:
+    """cast(cast(x, fp32), x.dtype) with x bf16 / fp16 -> x: the upcast is exact, so the pair is
+    the identity (the dense MLP's SwiGLU output on its way to the down projection)."""
+    count = 0
+    for n in list(g.nodes):
+        if not is_call(n, *CASTS) or not is_call(n.args[0], *CASTS):
+            continue
+        x = n.args[0].args[0]
+        if val(n.args[0]).dtype == torch.float32 and val(x).dtype in (torch.bfloat16, torch.float16) \
+                and val(n).dtype == val(x).dtype:
+            n.replace_all_uses_with(x)
+            count += 1
+    return count
+
+
+def _uncast(n: fx.Node):
+    """n = views(cast(src)) with src a narrower-or-equal float: (src, the views), else (n, [])."""
+    root, chain = _view_root(n)
+    if is_call(root, *CASTS) and val(root).dtype == torch.float32 and val(root.args[0]).dtype in _FLOATS:
+        return root.args[0], chain
+    return n, []
+
+
+def _replay(g: fx.Graph, src: fx.Node, chain: list[fx.Node]) -> fx.Node:
+    y = src
+    for v in chain:
+        y = emit(g, v.target, y, *v.args[1:], **v.kwargs)
+    return y
+
+
+def absorbed_products(g: fx.Graph) -> tuple[int, int]:
+    """fp32 bmm of few rows -> lingc.head_matmul (see the module docstring): (products
+    rewritten, transposing copies saved by the heads_inner layout)."""
+    from lingc.runtime.kernels.head_matmul import MAX_ROWS
+    from lingc.runtime.kernels.head_matmul.kernel import MAX_K
+
+    count = saved = 0
+    for n in list(g.nodes):
+        if not is_call(n, aten.bmm.default) or val(n).dtype != torch.float32:
+            continue
+        a, b = n.args
+        _, m, k = shape(a)
+        if m > MAX_ROWS or k > MAX_K:
+            continue
+        (a_src, a_chain), (b_src, b_chain) = _uncast(a), _uncast(b)
+        b_root, _ = _view_root(b_src)
+        weight = b_root.op == "placeholder" and not _written(b_root)
+        try:
+            with g.inserting_before(n):
+                new_a = _replay(g, a_src, a_chain)
+                new_b = _replay(g, b_src, b_chain)
+                new = emit(g, lingc_ops.head_matmul.default, new_a, new_b, weight)
+        except (RuntimeError, ValueError):
+            continue                      # a view that does not replay on the narrower strides
+        n.replace_all_uses_with(new)
+        saved += _heads_inner_if_it_saves_a_copy(g, new)
+        count += 1
+    return count, saved
+
+
+def _heads_inner_if_it_saves_a_copy(g: fx.Graph, new: fx.Node) -> bool:
+    """When new's views end in a contiguous clone (o [H, T, V] -> [T, H, V] for o_proj) that the
+    [T, H, V] storage layout makes a no-op: the heads_inner product with its views replayed takes
+    the clone's place (the old product and views go dead)."""
+    chain, cur = [], new
+    while len(cur.users) == 1 and is_call(next(iter(cur.users)), *VIEW_OPS):
+        cur = next(iter(cur.users))
+        chain.append(cur)
+    clone = next(iter(cur.users)) if len(cur.users) == 1 else None
+    if not chain or not is_call(clone, aten.clone.default) or val(cur).is_contiguous():
+        return False
+    with g.inserting_before(clone):
+        alt = emit(g, new.target, *new.args, None, True)
+        probe = _replay(g, alt, chain)
+    if not val(probe).is_contiguous():
+        return False                      # dead nodes: the caller's dead-code pass drops them
+    clone.replace_all_uses_with(probe)
+    g.erase_node(clone)
+    return True

@@ -1,0 +1,104 @@
+"""pdl_swap's glue rewrites (passes/pdl_glue.py): MLA's absorbed products on lingc.head_matmul,
+copies of fresh values dropped, casts folded into their producers or dropped as exact round
+trips. On the tiny model in bf16 (where the casts exist): numbers with pdl_swap on vs off, what
+is left in the kernel table; on small foreign modules: each rule fires where it is exact and
+stays away where it is not."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+from backend_helpers import run_and_report, stat
+from model_helpers import assert_rel_close, randomize_cache_, tiny_model
+
+from lingc.models import Ling3Cache
+
+P = 4
+
+
+def rows(report):
+    return {op: n for _, op, n, _ in report.kernels.rows}
+
+
+@pytest.fixture(scope="module")
+def tiny_bf16():
+    model = tiny_model(torch_dtype="bfloat16")
+    cache = randomize_cache_(Ling3Cache.allocate(model.config, 32), seed=3, rows=P)
+    return model, cache
+
+
+@pytest.mark.parametrize("T", [1, 6])
+def test_tiny_bf16_leaves_only_the_embedding_and_the_logits_cast(tiny_bf16, T):
+    model, base = tiny_bf16
+    ids, pos = torch.randint(0, 300, (T,), generator=torch.Generator().manual_seed(T)), torch.arange(P, P + T)
+    outs = {}
+    for off in ([], ["pdl_swap"]):
+        c = base.clone()
+        out, report = run_and_report(model, ids, pos, c, role="forward", disable_passes=off)
+        outs[bool(off)] = (out, report)
+    (on, report), (off, _) = outs[False], outs[True]
+    assert_rel_close(on[0].float(), off[0].float(), 2e-2, "logits, pdl_swap on vs off (bf16)")
+    r = rows(report)
+    mla = len(model.config.mla_layers)
+    assert r["lingc.head_matmul"] == 2 * mla
+    assert "aten.bmm" not in r and "aten.clone" not in r
+    # the one cast left is the logits' upcast at the graph output
+    assert r.get("prims.convert_element_type", 0) == 1, r
+    note = " ".join(stat(report, "pdl_swap").notes)
+    kda = len(model.config.kda_layers)
+    # T=1: each KDA layer's copy of its chain output; T=6: each MLA layer's [H, T, V] -> [T, H, V]
+    # transpose, made a no-op by the heads_inner layout
+    assert f"glue: {kda if T == 1 else mla} copies of fresh values dropped" in note, note
+
+
+class HeadProducts(nn.Module):
+    """A foreign absorbed-attention block: per-head products written with bmm and .float()."""
+
+    def __init__(self, h=4, k=24, n=40):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(h, k, n, dtype=torch.bfloat16))
+
+    def forward(self, x):                          # x [T, H, K] bf16
+        y = torch.bmm(x.transpose(0, 1).float(), self.w.float())        # [H, T, N] fp32
+        return (y.transpose(0, 1).contiguous().reshape(x.shape[0], -1) * 2).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("T", [1, 3])
+def test_foreign_bmm_becomes_head_matmul(T):
+    m = HeadProducts()
+    x = torch.randn(T, 4, 24, dtype=torch.bfloat16)
+    out, report = run_and_report(m, x, role="forward")
+    r = rows(report)
+    assert r.get("lingc.head_matmul") == 1 and "aten.bmm" not in r, r
+    assert torch.equal(out, m(x))                  # the CPU op is the same fp32 product
+
+
+class ClonedInput(nn.Module):
+    """A clone of a graph input (its storage is not a fresh op output) must stay."""
+
+    def forward(self, x, buf):
+        c = buf.clone()
+        buf.add_(1)
+        return c + x
+
+
+def test_clone_of_an_input_is_kept():
+    x, buf = torch.randn(8), torch.randn(8)
+    b0 = buf.clone()
+    out, report = run_and_report(ClonedInput(), x, buf, role="forward")
+    assert torch.equal(out, b0 + x)
+    assert rows(report).get("aten.clone", 0) >= 1
+
+
+class Widening(nn.Module):
+    """bf16 -> fp32 -> fp16 is not a round trip: the casts stay."""
+
+    def forward(self, x):
+        return (x * 3).float().to(torch.float16) + 1
+
+
+def test_cast_pairs_that_are_not_round_trips_stay():
+    x = torch.randn(6, dtype=torch.bfloat16)
+    out, report = run_and_report(Widening(), x, role="forward")
+    assert torch.equal(out, Widening()(x))
