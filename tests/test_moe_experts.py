@@ -549,8 +549,9 @@ def test_gpu_router_experts_chain_under_graph_capture(disable_pdl, monkeypatch):
     graph = torch.cuda.CUDAGraph(keep_graph=True)
     with torch.cuda.graph(graph):
         captured = step()
-    # router, moe_align, up-GEMM, down-GEMM: three edges, programmatic with PDL.
-    assert graph_edge_types(graph) == [0 if disable_pdl else 1] * 3
+    # router logits, router selection, moe_align, up-GEMM, down-GEMM: four edges, programmatic
+    # with PDL.
+    assert graph_edge_types(graph) == [0 if disable_pdl else 1] * 4
     graph.instantiate()
     for seed in (232, 233):
         x.copy_(_gpu_problem(6, seed=seed)["x"])
