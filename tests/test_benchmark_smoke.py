@@ -57,3 +57,25 @@ def test_kernels_runner_smoke(tmp_path):
     moe = json.loads((tmp_path / "kernels_moe_tiny.json").read_text())
     assert moe["all_correct"] and {r["variant"] for r in moe["rows"]} >= {"lingc", "eager"}
     assert "| T | variant | us/layer |" in out
+
+
+def test_invariance_probe_finds_nothing_on_the_tiny_model_and_names_a_broken_op(capsys, monkeypatch):
+    """benchmarks.invariance_probe in-process (CPU): no difference on the tiny model in fp32; a
+    router made T-dependent is named."""
+    from benchmarks import invariance_probe
+
+    assert invariance_probe.main(["--preset", "tiny", "--layers", "3", "--dtype", "float32"]) == 0
+    assert "every lingc op's rows agree" in capsys.readouterr().out
+    # A router whose CPU path mixes rows (one [T, H] product for all rows, then a T-dependent
+    # perturbation standing in for a T-dependent summation order) is caught and named.
+    import lingc.runtime.kernels.moe_router.op as router_op
+
+    real = router_op.moe_router_reference
+
+    def mixing(x, *a):
+        ids, w = real(x, *a)
+        return ids, w * (1 + 1e-6 * (x.shape[0] > 1))
+    monkeypatch.setattr(router_op, "moe_router_reference", mixing)
+    assert invariance_probe.main(["--preset", "tiny", "--layers", "3", "--dtype", "float32"]) == 1
+    out = capsys.readouterr().out
+    assert "first difference at lingc op" in out and "moe_router" in out, out

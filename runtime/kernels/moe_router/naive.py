@@ -33,9 +33,10 @@ __all__ = ["router_logits", "grouped_topk_reference", "moe_router_reference"]
 
 def router_logits(x: torch.Tensor, gate_w: torch.Tensor) -> torch.Tensor:
     """fp32 [T, E] = x @ gate_w.T, one row at a time (a single [T, H] product may choose a
-    T-dependent blocking, which would break batch invariance)."""
+    T-dependent blocking, which would break batch invariance), each row copied to a fresh buffer
+    first (the CPU BLAS takes another path for a row at an unaligned offset: bits differ)."""
     xf, wf = x.float(), gate_w.float()
-    rows = [F.linear(xf[t : t + 1], wf) for t in range(xf.shape[0])]
+    rows = [F.linear(xf[t : t + 1].clone(), wf) for t in range(xf.shape[0])]
     return torch.cat(rows) if rows else xf.new_empty(0, wf.shape[0])
 
 
@@ -75,6 +76,13 @@ def moe_router_reference(
     routed_scaling: float,
     renormalize: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The whole router (module docstring): (topk_ids int32 [T, top_k], topk_weights fp32)."""
+    """The whole router (module docstring): (topk_ids int32 [T, top_k], topk_weights fp32).
+
+    Row by row: a [T, top_k] sum (the renormalisation) is vectorised across rows on the CPU in a
+    T-dependent order, and a row's bits must not depend on T (batch invariance)."""
+    if x.shape[0] > 1:
+        rows = [moe_router_reference(x[t:t + 1].clone(), gate_w, expert_bias, n_group, topk_group, top_k,
+                                     routed_scaling, renormalize) for t in range(x.shape[0])]
+        return torch.cat([r[0] for r in rows]), torch.cat([r[1] for r in rows])
     scores = torch.sigmoid(router_logits(x, gate_w))
     return grouped_topk_reference(scores, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
