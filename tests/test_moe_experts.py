@@ -26,6 +26,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from helpers import assert_close, graph_edge_types, run_sm90_compile_check
 from lingc.models.moe import swiglu as eager_swiglu
 from lingc.runtime.kernels.gemm_common import split_k_tickets
+import lingc.runtime.kernels.moe_router  # noqa: F401  (registers lingc::moe_router for the chain test)
 from lingc.runtime.kernels.moe_experts import moe_experts, moe_experts_reference
 from lingc.runtime.kernels.moe_experts import kernel as experts_kernel
 from lingc.runtime.kernels.moe_experts.kernel import (

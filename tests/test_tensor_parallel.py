@@ -202,3 +202,23 @@ def test_tp2_on_gpus_symm_allreduce_equals_nccl():
         assert r["symm_mem"]["table"].get("lingc.one_shot_all_reduce") == 12
         assert r["symm_mem"]["tokens"] == r["nccl"]["tokens"]
     assert res[0]["symm_mem"]["tokens"] == res[1]["symm_mem"]["tokens"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                    reason="needs 2 GPUs")
+def test_tp2_on_gpus_mid_size_fp32_matches_tp1():
+    """flash-tp4-rank's shapes (hidden 2560, 512 experts of 192, KDA 8 heads x 128, MLA rank 512)
+    cut to 6 layers (5 KDA + 1 MLA; 2 dense, 4 MoE) in fp32, one GPU vs two: the eager prefill
+    logits agree within 1e-4, the eager greedy tokens are identical, and on both ranks lingc's
+    relay (NCCL inside the CUDA graphs) gives lingc plain decode's tokens, identical on the ranks."""
+    kw = dict(preset_name="flash-tp4-rank", num_hidden_layers=6, torch_dtype="float32", new_tokens=24,
+              spec_tokens=24, sample_tokens=4, options={"inductor": False})
+    tp1 = spawn(relay_case, 1, **kw)[0]
+    tp2 = spawn(relay_case, 2, **kw)
+    for r, res in enumerate(tp2):
+        assert_rel_close(res["logits"], tp1["logits"], 1e-4, f"rank {r} prefill logits, TP2 vs TP1")
+        assert res["greedy"] == tp1["greedy"], f"rank {r}: eager greedy tokens, TP2 vs TP1"
+        assert res["spec"] == res["plain"], f"rank {r}: lingc relay vs lingc plain"
+    assert tp1["spec"] == tp1["plain"]
+    assert tp2[0]["plain"] == tp2[1]["plain"] and tp2[0]["spec"] == tp2[1]["spec"]

@@ -243,7 +243,9 @@ class Engine:
     def resume(self, max_new_tokens: int, speculative: str | None = "nextn",
                stop: Sequence[int] = ()) -> Iterator[int]:
         """Continue greedy generation from the current cache and relay buffers, without a reset
-        or prefill (benchmarks start from a synthetic context this way)."""
+        or prefill (benchmarks start from a synthetic context this way). On CUDA, steps launched
+        ahead of the last token yielded have already run when this returns: a following resume()
+        continues after their tokens, which were never yielded."""
         roles = ("draft", "verify", "extend") if speculative else ("decode",)
         self.prepare(roles)
         self.stats = EngineStats()
