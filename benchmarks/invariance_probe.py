@@ -1,7 +1,7 @@
 """Which op breaks batch invariance? Position j of a compiled T-token chain must give the bits of
 decoding positions 0..j one at a time (design.md); greedy speculative == greedy plain rests on it.
 
-    python -m benchmarks.invariance_probe [--preset flash-tp4-rank] [--layers 6] [--t 6]
+    python -m benchmarks.invariance_probe [--preset flash-tp4-rank] [--layers 6] [--t 6] [--context 32]
 
 Compiles the model's forward with lingc at T=1 and at T=t (role "forward", ATen leftovers), runs
 T=1 t times from a random cache and the t-token chain once from the same cache, recording the
@@ -103,11 +103,12 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--t", type=int, default=6)
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--context", type=int, default=32, help="cache rows before the chain (random)")
     args = ap.parse_args(argv)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     cfg = preset(args.preset, num_hidden_layers=args.layers, torch_dtype=args.dtype)
     model = build_model(cfg, device=dev, seed=0, progress=False)
-    base = Ling3Cache.allocate(cfg, 64, device=dev)
+    base = Ling3Cache.allocate(cfg, args.context + 2 * args.t, device=dev)
     gen = torch.Generator(device=dev).manual_seed(1)
     for x in base.tensors():
         x.copy_(0.3 * torch.randn(x.shape, generator=gen, device=dev, dtype=torch.float32))
@@ -117,7 +118,7 @@ def main(argv=None) -> int:
                          options={"role": "forward", "inductor": False})
     t = args.t
     ids = torch.randint(0, cfg.vocab_size, (t,), generator=gen, device=dev)
-    pos = torch.arange(32, 32 + t, device=dev)
+    pos = torch.arange(args.context, args.context + t, device=dev)
     try:
         with torch.no_grad():
             seq_cache = base.clone()
