@@ -133,7 +133,9 @@ def main(argv=None) -> int:
     print(f"{args.preset} x {args.layers} layers, {args.dtype}, {dev}: {len(ch)} lingc ops in the chain graph, "
           f"{len(dec[0])} in the decode graph")
     hidden_ok = all(torch.equal(seq[j][1][0], chain[1][j]) for j in range(t))
-    print(f"final hidden rows equal bitwise: {hidden_ok}")
+    logits_ok = all(torch.equal(seq[j][0][0], chain[0][j]) for j in range(t))
+    print(f"final hidden rows equal bitwise: {hidden_ok}; logits rows: {logits_ok}; "
+          f"logits finite: {bool(torch.isfinite(chain[0]).all())}, max |logit| {float(chain[0].float().abs().max()):.3g}")
     for j in range(t):
         for k, ((n1, o1, i1), (n6, o6, i6)) in enumerate(zip(dec[j], ch)):
             if name(n1) != name(n6):
