@@ -236,3 +236,37 @@ def test_relay_graphs_use_the_same_kernels_as_plain_decode(model):
     assert counts["draft"]["lingc.mla_kv_write"] == counts["draft"]["lingc.mla_decode"] == STEPS - 1
     assert "aten.index_put" not in counts["draft"] and "aten.select_scatter" not in counts["draft"]
     assert counts["draft"]["aten.copy_"] == 1                          # the chain, not the cache
+
+
+def test_resume_continues_from_the_state_whatever_ran_before(engine, gold):
+    """Engine.resume (benchmarks continue from a given state with it) reads each step's tokens
+    from the right ring slot after anything else has run the step graphs: a finished request
+    with its run-ahead step, direct replays of a graph. Plain and speculative resumes from the
+    same state give the eager greedy continuation."""
+    engine.prepare()                               # a first capture resets the cache: before the snapshot
+    engine.generate(PROMPT, 4, speculative=None, eos_token_id=None)
+    snap = engine.cache.clone()
+    rsnap = [t.clone() for t in engine.relay.tensors()]
+
+    def restore():
+        engine.cache.copy_(snap)
+        for t, s in zip(engine.relay.tensors(), rsnap):
+            t.copy_(s)
+
+    j = int(engine.relay.n) - len(PROMPT)          # x is gold[j]: the next token is gold[j + 1]
+    a = list(engine.resume(6, None))
+    restore()
+    for _ in range(3):                             # moves the in-graph ring counter by 3
+        engine._steps["decode"]()
+    restore()
+    b = list(engine.resume(6, None))
+    restore()
+    c = list(engine.resume(6, "nextn"))
+    assert a == gold[j + 1:j + 7]
+    assert b == a and c == a
+
+
+def test_resume_before_the_graphs_exist_says_so(model):
+    eng = Engine(model, max_len=64, steps=STEPS, options=OPTS, progress=False)
+    with pytest.raises(ValueError, match=r"engine.prepare\(\('decode',\)\)"):
+        next(eng.resume(2, None))

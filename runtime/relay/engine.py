@@ -247,8 +247,16 @@ class Engine:
         ahead of the last token yielded have already run when this returns: a following resume()
         continues after their tokens, which were never yielded."""
         roles = ("draft", "verify", "extend") if speculative else ("decode",)
-        self.prepare(roles)
+        missing = [r for r in roles if r not in self._steps]
+        if missing:
+            raise ValueError(f"resume(speculative={speculative!r}) needs the step graphs {missing} compiled "
+                             f"first: call engine.prepare({tuple(roles)}) before setting up the state "
+                             f"to resume from (a first capture resets the cache and relay buffers)")
         self.stats = EngineStats()
+        # The host reads step k's tokens from ring slot k % RING; the graphs write slot
+        # ring_k % RING. Steps run outside this loop (a previous resume's run-ahead, direct
+        # replays of the graphs) have moved ring_k on: restart it (stream-ordered, after them).
+        self.ring_k.zero_()
         yield from self._until(self._relay_loop(roles), max_new_tokens, set(stop))
 
     @staticmethod
