@@ -116,8 +116,9 @@ def fold_casts(g: fx.Graph) -> int:
         if n.graph is None or not _is_lingc(n):
             continue
         idx = _OUT_DTYPE_ARG.get(n.target._schema.name.split("::")[-1])
-        if idx is None or (len(n.args) > idx and n.args[idx] is not None) or val(n).dtype != torch.float32:
-            continue
+        if (idx is None or n.kwargs or (len(n.args) > idx and n.args[idx] is not None)
+                or val(n).dtype != torch.float32):
+            continue                      # (lingc's passes emit these ops with positional args)
         chain, cur = [], n
         while len(cur.users) == 1:
             u = next(iter(cur.users))
