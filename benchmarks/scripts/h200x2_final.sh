@@ -19,4 +19,4 @@ LINGC_TEST_HANG_DUMP_S=$((${P2:-230} - 15)) LINGC_TEST_HANG_DUMP_DIR="$OUT" time
     tests/test_tensor_parallel.py 2>&1 | stamp > "$OUT/pytest_tp2.log"
 timeout ${P3:-165} torchrun --nproc-per-node 2 -m benchmarks.decode --tp 2 --preset flash $BENCH --tokens 32 \
     --out "$OUT/f" 2>&1 | stamp > "$OUT/flash_tp2.log"; cp "$OUT/f/decode_tp2.json" "$OUT/decode_flash_tp2.json"
-rm -rf "$OUT/d" "$OUT/f"; ls -la "$OUT"
+save_triton_cache; rm -rf "$OUT/d" "$OUT/f"; ls -la "$OUT"
