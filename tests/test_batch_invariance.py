@@ -32,3 +32,13 @@ def test_chain_rows_equal_sequential_decode_bitwise(dtype):
         assert torch.equal(lg[0], logits6[j]), f"logits of position {j} depend on T"
     for a, b in zip(cache.recurrent_tensors(), chain_cache.recurrent_tensors()):
         assert torch.equal(a, b)                     # the final state too
+
+
+@pytest.mark.gpu
+def test_gpu_flash_tp4_rank_chain_rows_equal_sequential_decode(capsys):
+    """The same on the GPU at flash-tp4-rank's shapes (6 layers: KDA, MLA, dense and MoE; bf16),
+    through benchmarks.invariance_probe, which names the first lingc op whose rows differ."""
+    from benchmarks import invariance_probe
+
+    rc = invariance_probe.main(["--preset", "flash-tp4-rank", "--layers", "6"])
+    assert rc == 0, capsys.readouterr().out

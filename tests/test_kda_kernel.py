@@ -492,3 +492,17 @@ def test_op_takes_the_conv_weights_as_a_list():
         check_kda_chain_args(**args)
     with pytest.raises(RuntimeError, match=r"List\[Tensor\]"):
         kda_chain(**args)
+
+
+@pytest.mark.gpu
+def test_gpu_staged_and_persistent_agree_bitwise_at_flash_tp4_rank_shapes():
+    """The relay's verify runs the staged kernel, plain decode the persistent one: position j of a
+    staged chain must be the persistent kernel's j+1-token result bit for bit, at the shapes and
+    table config of flash-tp4-rank (8 heads x 128, bf16), or greedy speculative != plain."""
+    x = make_inputs(6, 8, 128, torch.bfloat16, seed=61)
+    cfg = config_for(8, 128, 128)
+    o6, _, _, ss6, sw6 = run_kernel(x, staged=True, config=cfg)
+    for n in range(1, 7):
+        o, state, window, _, _ = run_kernel(prefix(x, n), staged=False, config=cfg)
+        assert torch.equal(o, o6[:n]), f"outputs of a {n}-token persistent chain differ from the staged one"
+        assert torch.equal(state, ss6[n - 1]) and torch.equal(window, sw6[n - 1]), f"state after {n} tokens"
