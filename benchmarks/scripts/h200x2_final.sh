@@ -12,8 +12,8 @@ PYT="python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -v --
 BENCH="--context 8192 --lingc-inductor 0 --modes lingc,lingc-nextn"
 (CUDA_VISIBLE_DEVICES=0 timeout ${P1:-170} python3 -m benchmarks.decode --preset flash-tp4-rank $BENCH --tokens 48 \
     --out "$OUT/d" 2>&1 | stamp > "$OUT/decode.log"; cp "$OUT/d/decode.json" "$OUT/decode_lingc.json") &
-(CUDA_VISIBLE_DEVICES=1 timeout ${P1:-170} $PYT ${TESTS:-tests/test_moe_experts.py tests/test_head_matmul.py \
-    tests/test_relay.py} 2>&1 | stamp > "$OUT/pytest_gpu.log") &
+(CUDA_VISIBLE_DEVICES=1 timeout ${P1:-200} $PYT ${TESTS:-tests/test_moe_experts.py tests/test_head_matmul.py \
+    tests/test_relay.py tests/test_kda_kernel.py tests/test_batch_invariance.py} 2>&1 | stamp > "$OUT/pytest_gpu.log") &
 wait
 LINGC_TEST_HANG_DUMP_S=$((${P2:-230} - 15)) LINGC_TEST_HANG_DUMP_DIR="$OUT" timeout ${P2:-230} $PYT \
     tests/test_tensor_parallel.py 2>&1 | stamp > "$OUT/pytest_tp2.log"
