@@ -69,10 +69,6 @@ def _capture():
     return graphs, restore
 
 
-def _rows(x, t_axis, j):
-    return x.select(t_axis, j) if t_axis is not None else x
-
-
 def _t_axis(a, b, t):
     """The axis where a (decode) is 1 and b (chain) is t, shapes otherwise equal."""
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.dim() != b.dim():

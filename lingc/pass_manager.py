@@ -147,22 +147,31 @@ def lower_emitted_composites(graph: fx.Graph) -> int:
     return n
 
 
-def mutated_placeholders(gm: fx.GraphModule) -> set[int]:
-    """Indices of placeholders written by the graph (through any chain of views)."""
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    index = {n: i for i, n in enumerate(placeholders)}
-    out: set[int] = set()
-    for n in gm.graph.nodes:
+def written_bases(graph: fx.Graph) -> set[fx.Node]:
+    """The nodes whose storage some op writes in place, directly or through any chain of views
+    (the arguments op schemas mark as written, followed back through the views)."""
+    out: set[fx.Node] = set()
+    for n in graph.nodes:
         if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
             continue
-        for arg, spec in zip(n.args, n.target._schema.arguments):
-            if spec.alias_info is not None and spec.alias_info.is_write and isinstance(arg, fx.Node):
-                base = arg
+        for i, spec in enumerate(n.target._schema.arguments):
+            if spec.alias_info is None or not spec.alias_info.is_write:
+                continue
+            arg = n.args[i] if i < len(n.args) else n.kwargs.get(spec.name)
+            for base in (arg if isinstance(arg, (list, tuple)) else [arg]):
+                if not isinstance(base, fx.Node):
+                    continue
                 while base.op == "call_function" and base.target in VIEW_OPS:
                     base = base.args[0]
-                if base in index:
-                    out.add(index[base])
+                out.add(base)
     return out
+
+
+def mutated_placeholders(gm: fx.GraphModule) -> set[int]:
+    """Indices of placeholders written by the graph (through any chain of views)."""
+    written = written_bases(gm.graph)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return {i for i, n in enumerate(placeholders) if n in written}
 
 
 def run_on_clones(gm: fx.GraphModule, inputs: Sequence[Any]) -> list[torch.Tensor]:

@@ -37,7 +37,7 @@ import torch.fx as fx
 from lingc.graph_build import emit
 from lingc.graph_match import CASTS, aten, is_call
 from lingc.graph_region import shape, val
-from lingc.pass_manager import VIEW_OPS
+from lingc.pass_manager import VIEW_OPS, written_bases
 
 __all__ = ["absorbed_products", "drop_fresh_clones", "drop_round_trips", "fold_casts"]
 
@@ -59,46 +59,16 @@ def _view_root(n: fx.Node) -> tuple[fx.Node, list[fx.Node]]:
     return n, chain[::-1]
 
 
-def _writes(user: fx.Node, n: fx.Node) -> bool:
-    """Whether `user` writes `n` in place (an argument its schema marks as written)."""
-    schema = getattr(user.target, "_schema", None)
-    if schema is None:
-        return False
-    for i, arg in enumerate(schema.arguments):
-        info = arg.alias_info
-        if info is None or not info.is_write:
-            continue
-        v = user.args[i] if i < len(user.args) else user.kwargs.get(arg.name)
-        if v is n or (isinstance(v, (list, tuple)) and any(x is n for x in v)):
-            return True
-    return False
-
-
-def _written(n: fx.Node) -> bool:
-    """Whether any op writes n or a view of it in place."""
-    stack, seen = [n], set()
-    while stack:
-        x = stack.pop()
-        if x in seen:
-            continue
-        seen.add(x)
-        for u in x.users:
-            if _writes(u, x):
-                return True
-            if is_call(u, *VIEW_OPS):
-                stack.append(u)
-    return False
-
-
 def drop_fresh_clones(g: fx.Graph) -> int:
     count = 0
+    written = written_bases(g)
     for n in list(g.nodes):
         if not is_call(n, aten.clone.default) or n.kwargs.get("memory_format") not in (None, torch.preserve_format,
                                                                                           torch.contiguous_format):
             continue
         x = n.args[0]
         root, _ = _view_root(x)
-        if not (_is_lingc(root) and val(x).is_contiguous() and not _written(root) and not _written(n)):
+        if not (_is_lingc(root) and val(x).is_contiguous() and root not in written and n not in written):
             continue
         n.replace_all_uses_with(x)
         g.erase_node(n)
@@ -178,6 +148,7 @@ def absorbed_products(g: fx.Graph) -> tuple[int, int]:
     from lingc.runtime.kernels.head_matmul.kernel import MAX_K
 
     count = saved = 0
+    written = written_bases(g)
     for n in list(g.nodes):
         if not is_call(n, aten.bmm.default) or val(n).dtype != torch.float32:
             continue
@@ -187,7 +158,7 @@ def absorbed_products(g: fx.Graph) -> tuple[int, int]:
             continue
         (a_src, a_chain), (b_src, b_chain) = _uncast(a), _uncast(b)
         b_root, _ = _view_root(b_src)
-        weight = b_root.op == "placeholder" and not _written(b_root)
+        weight = b_root.op == "placeholder" and b_root not in written
         try:
             with g.inserting_before(n):
                 new_a = _replay(g, a_src, a_chain)
