@@ -30,6 +30,10 @@ is written exactly once:
 Batch invariance in T: T is a runtime argument (not specialised, not a constexpr), the tile
 config depends on (H, K, V) only, and the loop body for token t reads nothing that depends on
 how many tokens follow; so position j's output and post-state are bitwise the same for any T > j.
+STAGED is a runtime argument too (not specialised): with it a constexpr, the staged and the
+persistent kernel were two compilations whose outputs differed in the last bits on the H200
+(2026-11-30, flash-tp4-rank shapes), so the relay's verify disagreed with plain decode; one
+binary for both modes makes position j of a staged chain the persistent result bit for bit.
 """
 from __future__ import annotations
 
@@ -96,14 +100,14 @@ def _conv_silu(x0, x1, x2, x, w0, w1, w2, w3):
     return y * tl.sigmoid(y)
 
 
-@triton.jit(do_not_specialize=["T"])
+@triton.jit(do_not_specialize=["T", "STAGED"])
 def _kda_chain_kernel(
     q_ptr, k_ptr, v_ptr, f_ptr, b_ptr,
     stride_q, stride_k, stride_v, stride_f, stride_b,
     wq_ptr, wk_ptr, wv_ptr, win_ptr, alog_ptr, dtb_ptr, state_ptr, o_ptr, sstate_ptr, swin_ptr, ticket_ptr,
-    T, lower_bound, scale, eps,
+    T, STAGED, lower_bound, scale, eps,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    NVB: tl.constexpr, STAGED: tl.constexpr, USE_GDC: tl.constexpr,
+    NVB: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     h = tl.program_id(0)
     vb = tl.program_id(1)
@@ -167,7 +171,7 @@ def _kda_chain_kernel(
         o = tl.sum(S * q[:, None], axis=0)                   # S^T q
         tl.store(o_ptr + t * H * V + h * V + offs_v, o, mask=mv)
 
-        if STAGED:
+        if STAGED != 0:
             tl.store(sstate_ptr + t * H * K * V + s_offs, S, mask=m2)
             sw = swin_ptr + t * 3 * D * WIN
             wdt = swin_ptr.dtype.element_ty
@@ -183,7 +187,7 @@ def _kda_chain_kernel(
                 tl.store(sw + (D + cqk) * WIN + 2, xk2.to(wdt), mask=mk)
         t += 1
 
-    if not STAGED:
+    if STAGED == 0:
         wdt = win_ptr.dtype.element_ty
         tl.store(state_ptr + s_offs, S, mask=m2)
         tl.store(win_ptr + (2 * D + cv) * WIN + 0, xv0.to(wdt), mask=mv)
@@ -281,8 +285,8 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
         q_raw.stride(0), k_raw.stride(0), v_raw.stride(0), f_raw.stride(0), b_raw.stride(0),
         conv_w[0], conv_w[1], conv_w[2], conv_window, a_log, dt_bias, state, out,
         stage_states if staged else state, stage_windows if staged else conv_window, tickets,
-        T, float(lower_bound), float(K) ** -0.5, _L2_EPS,
-        H=H, K=K, V=V, BK=triton.next_power_of_2(K), BV=cfg.bv, NVB=nvb, STAGED=staged,
+        T, int(staged), float(lower_bound), float(K) ** -0.5, _L2_EPS,
+        H=H, K=K, V=V, BK=triton.next_power_of_2(K), BV=cfg.bv, NVB=nvb,
         USE_GDC=use_pdl, num_warps=cfg.num_warps, num_stages=1, **launch,
     )
     return out
