@@ -99,9 +99,7 @@ class LingcPass(abc.ABC):
 
 def registered_passes() -> list[type[LingcPass]]:
     """Every lingc pass, in design.md's order (stage_commit, metadata_capture, fused_moe,
-    swiglu_epilogue, fuse_projections, pdl_swap), then fold_norms (norms into the GEMM after
-    them, once pdl_swap has made both lingc ops) and symm_allreduce (tensor parallel only)."""
-    from .passes.fold_norms import FoldNorms
+    swiglu_epilogue, fuse_projections, pdl_swap), then symm_allreduce (tensor parallel only)."""
     from .passes.fuse_projections import FuseProjections
     from .passes.fused_moe import FusedMoE
     from .passes.metadata_capture import MetadataCapture
@@ -110,7 +108,7 @@ def registered_passes() -> list[type[LingcPass]]:
     from .passes.swiglu_epilogue import SwiGLUEpilogue
     from .passes.symm_allreduce import SymmAllReduce
 
-    return [StageCommit, MetadataCapture, FusedMoE, SwiGLUEpilogue, FuseProjections, PdlSwap, FoldNorms,
+    return [StageCommit, MetadataCapture, FusedMoE, SwiGLUEpilogue, FuseProjections, PdlSwap,
             SymmAllReduce]
 
 

@@ -114,24 +114,6 @@ def config_for(n: int, k: int) -> GemmConfig:
     return _a(64, split_k)
 
 
-# Design B's whole weight chunk sits in registers next to the RMSNorm prologue's row chunks: at
-# most this many weight elements per CTA (16 KB of bf16: 32 registers a thread at 8 warps).
-_NORM_MAX_TILE = 64 * 128
-
-
-def norm_prologue_fits(n: int, k: int) -> bool:
-    """Whether the (N, K) GEMM takes the RMSNorm prologue (lingc::rmsnorm_gemm) without adding
-    register spills: design A (the weight streams through the pipeline's shared memory), or a
-    design-B tile of at most _NORM_MAX_TILE elements. flash-tp4-rank: the fused KDA projection
-    (5128 x 2560, design A) fits; MLA's (2176 x 2560, 64 x 512 tiles) does not, and the sm_90
-    compile check saw its prologue spill 500 bytes."""
-    cfg = config_for(n, k)
-    if not cfg.prefetch:
-        return True
-    chunk = triton.next_power_of_2(triton.cdiv(k, cfg.split_k))
-    return cfg.block_n * chunk <= _NORM_MAX_TILE
-
-
 def argmax_config_for(n: int, k: int) -> GemmConfig:
     """gemm_argmax's config for (N, K): its table entry, else design A (a K loop: there is no
     split to bound a design-B chunk) with the gemm rule's block_n."""

@@ -15,14 +15,6 @@ entire weight chunk is requested before ``gdc_wait``. Split-K partials (fp32) go
 the CTA that draws the last integer ticket of its output tile adds them in chunk order
 0..SPLIT_K-1 and runs the epilogue, in the same launch.
 
-RMSNorm prologue (``NORM``, the ``rmsnorm_gemm`` op): x is the sub-layer output, with the
-residual stream beside it; every CTA computes its rows' h = residual + x (rounded to x.dtype)
-and 1 / rms(h) over the whole row in NORM_BLOCK chunks after the wait (the row is a few KB and
-sits in L2), then feeds its K chunk as (h * rstd * norm_weight) rounded to x.dtype to the dot:
-norms/kernel.py's arithmetic, with the row reduction in fixed chunks. The CTAs of column block 0
-and K chunk 0 store h (the new residual). One kernel instead of the rmsnorm launch and its PDL
-edge.
-
 Batch invariance (design.md): BLOCK_M is 16 for every M (rows past M are masked to zero), the
 config is a function of (N, K) only, M is excluded from Triton's value specialisation, K tiles
 are folded into the fp32 accumulator in increasing order, and split-K partials are summed in a
@@ -40,12 +32,6 @@ from .op import MAX_WEIGHTS
 
 __all__ = ["gemm_triton", "block_plan", "k_plan", "dot_flags", "resolve_pdl"]
 
-# Row chunk of the RMSNorm prologue's sum of squares ([16, 256] tiles, ten for hidden 2560), and
-# the warps a prologue launch takes at least: the chunks sit in registers next to the weight tile
-# (sm_90 compile check: no spills at the flash-tp4-rank projections).
-_NORM_BLOCK = 256
-_NORM_WARPS = 8
-
 
 @triton.jit
 def _pick(pid_n, block_starts, values):
@@ -58,52 +44,10 @@ def _pick(pid_n, block_starts, values):
 
 
 @triton.jit
-def _row_rstd(x_ptr, res_ptr, nres_ptr, offs_m, mask_m, K, stride_xm, stride_xk, stride_rm, stride_nm, eps,
-              write_res, BLOCK_M: tl.constexpr, HAS_NRES: tl.constexpr, NORM_BLOCK: tl.constexpr,
-              NORM_CHUNKS: tl.constexpr):
-    """1 / rms(h) of rows offs_m, h = residual + x in x.dtype, summed over NORM_CHUNKS chunks of
-    NORM_BLOCK in order (a function of K only); stores h to the new residual where
-    ``write_res``. A static loop, so the chunks' loads can all be in flight at once (a runtime
-    loop would pay one L2 round trip per chunk)."""
-    ss = tl.zeros([BLOCK_M], dtype=tl.float32)
-    for c in tl.static_range(NORM_CHUNKS):
-        offs_d = c * NORM_BLOCK + tl.arange(0, NORM_BLOCK)
-        mask = mask_m[:, None] & (offs_d < K)[None, :]
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_d[None, :] * stride_xk, mask=mask, other=0.0)
-        if HAS_NRES:
-            r = tl.load(res_ptr + offs_m[:, None] * stride_rm + offs_d[None, :], mask=mask, other=0.0)
-            h = (r.to(tl.float32) + x.to(tl.float32)).to(x.dtype)
-        else:
-            h = x
-        tl.store(nres_ptr + offs_m[:, None] * stride_nm + offs_d[None, :], h, mask=mask & write_res)
-        hf = h.to(tl.float32)
-        ss += tl.sum(hf * hf, axis=1)
-    return tl.rsqrt(ss / K + eps)
-
-
-@triton.jit
-def _x_tile(x_ptrs, mask, offs_k, K, offs_m, res_ptr, stride_rm, nw_ptr, rstd, NORM: tl.constexpr,
-            HAS_NRES: tl.constexpr):
-    """The x operand of one K tile: x itself, or with NORM the normed h (the module docstring)."""
-    x = tl.load(x_ptrs, mask=mask, other=0.0)
-    if NORM:
-        if HAS_NRES:
-            r = tl.load(res_ptr + offs_m[:, None] * stride_rm + offs_k[None, :], mask=mask, other=0.0)
-            h = (r.to(tl.float32) + x.to(tl.float32)).to(x.dtype)
-        else:
-            h = x
-        wn = tl.load(nw_ptr + offs_k, mask=offs_k < K, other=0.0).to(tl.float32)
-        x = (h.to(tl.float32) * rstd[:, None] * wn[None, :]).to(x.dtype)
-    return x
-
-
-@triton.jit
 def _block_dot(
     x_ptr, w_ptr, stride_wn, rows, mask_n, offs_m, mask_m, k_first, K, stride_xm, stride_xk,
-    nres_in_ptr, nres_ptr, nw_ptr, stride_rm, stride_nm, eps, write_res,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_TILES: tl.constexpr,
-    EVEN_K: tl.constexpr, NORM: tl.constexpr, HAS_NRES: tl.constexpr, NORM_BLOCK: tl.constexpr,
-    NORM_CHUNKS: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
+    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     """fp32 [BLOCK_M, BLOCK_N] = x[offs_m, chunk] @ w[rows, chunk].T over the K_TILES tiles
     starting at k_first, in increasing k. The weight has unit K stride (checked by the op), so
@@ -117,19 +61,14 @@ def _block_dot(
     w_ptrs = w_ptr + rows[:, None] * stride_wn + offs_k[None, :]
     x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk
     mask_wk = mask_n[:, None]
+    mask_xk = mask_m[:, None]
     if not EVEN_K:
         mask_wk = mask_wk & (offs_k[None, :] < K)
+        mask_xk = mask_xk & (offs_k[None, :] < K)
     w = tl.load(w_ptrs, mask=mask_wk, other=0.0)
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
-    rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
-    if NORM:
-        rstd = _row_rstd(x_ptr, nres_in_ptr, nres_ptr, offs_m, mask_m, K, stride_xm, stride_xk, stride_rm, stride_nm,
-                         eps, write_res, BLOCK_M, HAS_NRES, NORM_BLOCK, NORM_CHUNKS)
-    mask_xk = mask_m[:, None]
-    if not EVEN_K:
-        mask_xk = mask_xk & (offs_k[None, :] < K)
-    x = _x_tile(x_ptrs, mask_xk, offs_k, K, offs_m, nres_in_ptr, stride_rm, nw_ptr, rstd, NORM, HAS_NRES)
+    x = tl.load(x_ptrs, mask=mask_xk, other=0.0)
     acc = dot_acc(x, w, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), DOT_PRECISION, DOT_UPCAST)
     for _ in range(1, K_TILES):
         offs_k += BLOCK_K
@@ -139,7 +78,7 @@ def _block_dot(
             mask_wk = mask_n[:, None] & (offs_k[None, :] < K)
             mask_xk = mask_m[:, None] & (offs_k[None, :] < K)
         w = tl.load(w_ptrs, mask=mask_wk, other=0.0)
-        x = _x_tile(x_ptrs, mask_xk, offs_k, K, offs_m, nres_in_ptr, stride_rm, nw_ptr, rstd, NORM, HAS_NRES)
+        x = tl.load(x_ptrs, mask=mask_xk, other=0.0)
         acc = dot_acc(x, w, acc, DOT_PRECISION, DOT_UPCAST)
     return acc
 
@@ -165,14 +104,13 @@ def _epilogue(
 
 @triton.jit(do_not_specialize=["M"])
 def _gemm_kernel(
-    x_ptr, out_ptr, ws_ptr, ticket_ptr, bias_ptr, res_ptr, mul_ptr, nres_in_ptr, nres_ptr, nw_ptr,
+    x_ptr, out_ptr, ws_ptr, ticket_ptr, bias_ptr, res_ptr, mul_ptr,
     w_ptrs, w_strides, w_rows, block_starts, col_starts,
     M, K,
     stride_xm, stride_xk, stride_om, stride_on, stride_ws_s, stride_ws_m,
-    stride_b, stride_rm, stride_rn, stride_gm, stride_gn, stride_nrm, stride_nm, eps,
+    stride_b, stride_rm, stride_rn, stride_gm, stride_gn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_TILES: tl.constexpr,
     SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
-    NORM: tl.constexpr, HAS_NRES: tl.constexpr, NORM_BLOCK: tl.constexpr, NORM_CHUNKS: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, HAS_MUL: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
@@ -192,9 +130,7 @@ def _gemm_kernel(
 
     acc = _block_dot(
         x_ptr, w_ptr, stride_wn, rows, mask_n, offs_m, mask_m, pid_k * K_TILES * BLOCK_K, K,
-        stride_xm, stride_xk, nres_in_ptr, nres_ptr, nw_ptr, stride_nrm, stride_nm, eps, (pid_n == 0) & (pid_k == 0),
-        BLOCK_M, BLOCK_N, BLOCK_K, K_TILES, EVEN_K, NORM, HAS_NRES, NORM_BLOCK, NORM_CHUNKS, DOT_PRECISION,
-        DOT_UPCAST, USE_GDC,
+        stride_xm, stride_xk, BLOCK_M, BLOCK_N, BLOCK_K, K_TILES, EVEN_K, DOT_PRECISION, DOT_UPCAST, USE_GDC,
     )
 
     out_ptrs = out_ptr + offs_m[:, None] * stride_om + cols[None, :] * stride_on
@@ -275,16 +211,13 @@ def gemm_triton(
     *,
     config: GemmConfig | None = None,
     use_pdl: bool | None = None,
-    norm: tuple | None = None,
 ) -> torch.Tensor:
     """Launch on x [M, K] and 1..MAX_WEIGHTS weights [N_i, K] (unit K stride, any row stride);
     returns out [M, sum N_i] in x.dtype (naive.gemm_reference).
 
     ``out`` may be any strided [M, sum N] tensor of x.dtype (tests pass NaN-filled buffers and
     windows of larger ones). ``config`` overrides the table (tests, tuning); ``use_pdl``
-    defaults to ``pdl_supported(x.device)``. ``norm`` = (norm_weight [K], norm_residual [M, K]
-    or None, eps, new_residual out [M, K]) runs the RMSNorm prologue (module docstring) on x.
-    Arguments are assumed validated by the op.
+    defaults to ``pdl_supported(x.device)``. Arguments are assumed validated by the op.
     """
     m, k = x.shape
     rows = [w.shape[0] for w in weights]
@@ -311,17 +244,8 @@ def gemm_triton(
         ws, tickets = out, out  # unused (SPLIT_K == 1 compiles the split-K branch out)
     # Absent epilogue operands: any pointer of the right kind; their branch is compiled out.
     bias_t, res_t, mul_t = (t if t is not None else out for t in (bias, residual, sigmoid_mul))
-    if norm is not None:
-        norm_w, norm_res, eps, new_res = norm
-        assert new_res.shape == (m, k) and new_res.dtype == x.dtype and (new_res.stride(1) == 1 or k <= 1)
-        assert norm_res is None or (norm_res.shape == (m, k) and (norm_res.stride(1) == 1 or k <= 1))
-        assert x.stride(1) == 1 or k <= 1
-        nres_in = norm_res if norm_res is not None else x
-    else:
-        norm_w, norm_res, eps, new_res, nres_in = x, None, 0.0, x, x
-    norm_block = min(_NORM_BLOCK, triton.next_power_of_2(max(k, 16)))
     _gemm_kernel[grid](
-        x, out, ws, tickets, bias_t, res_t, mul_t, nres_in, new_res, norm_w,
+        x, out, ws, tickets, bias_t, res_t, mul_t,
         tuple(weights), tuple(w.stride(0) for w in weights), tuple(rows), block_starts, col_starts,
         m, k,
         x.stride(0), x.stride(1), out.stride(0), out.stride(1),
@@ -329,14 +253,10 @@ def gemm_triton(
         bias.stride(0) if bias is not None else 0,
         *(residual.stride() if residual is not None else (0, 0)),
         *(sigmoid_mul.stride() if sigmoid_mul is not None else (0, 0)),
-        nres_in.stride(0), new_res.stride(0), float(eps),
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, BLOCK_K=block_k, K_TILES=k_tiles,
         SPLIT_K=split_k, EVEN_K=even_k,
-        NORM=norm is not None, HAS_NRES=norm is not None and norm_res is not None,
-        NORM_BLOCK=norm_block, NORM_CHUNKS=triton.cdiv(k, norm_block),
         HAS_BIAS=bias is not None, HAS_RES=residual is not None, HAS_MUL=sigmoid_mul is not None,
         USE_GDC=use_gdc, **dot_flags(x.dtype),
-        num_warps=max(cfg.num_warps, _NORM_WARPS) if norm is not None else cfg.num_warps,
-        num_stages=cfg.num_stages, **launch,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch,
     )
     return out

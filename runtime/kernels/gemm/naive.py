@@ -11,11 +11,6 @@ optional epilogues, in fp32, rounded once to ``x.dtype``:
 The gate comes before the residual because that is how the two compose in a block
 (``h + sigmoid(g) * o``); each is optional.
 
-``rmsnorm_gemm_reference(x, norm_weight, residual, eps, weights)``: the norms' RMSNorm with the
-residual add (norms/naive.rmsnorm_reference: ``(y, h)``, y rounded to x.dtype) and then
-``gemm_reference(y, weights)``; returns ``(out, h)``. The composition the rmsnorm_gemm op
-replaces, so on the CPU the fused op is bitwise the two ops it stands for.
-
 ``gemm_argmax_reference(x, w)``: ``(ids, max_logit)`` of the logits ``gemm_reference(x, [w])``,
 i.e. the logits rounded to ``x.dtype`` as the graph they replace would hold them, then
 ``torch.argmax`` over them: among equal maxima the lowest index wins, and NaN counts as larger
@@ -29,9 +24,7 @@ the ops' CPU implementations.
 import torch
 import torch.nn.functional as F
 
-from lingc.runtime.kernels.norms.naive import rmsnorm_reference
-
-__all__ = ["gemm_epilogue", "gemm_reference", "gemm_argmax_reference", "rmsnorm_gemm_reference"]
+__all__ = ["gemm_epilogue", "gemm_reference", "gemm_argmax_reference"]
 
 
 def gemm_epilogue(
@@ -69,13 +62,6 @@ def gemm_reference(
 ) -> torch.Tensor:
     """out [M, sum N] in x.dtype (module docstring)."""
     return gemm_epilogue(_rowwise_linear(x, weights), bias, residual, sigmoid_mul).to(x.dtype)
-
-
-def rmsnorm_gemm_reference(x: torch.Tensor, norm_weight: torch.Tensor, residual: torch.Tensor | None,
-                           eps: float, weights: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out [M, sum N] in x.dtype, new residual [M, K]) (module docstring)."""
-    y, h = rmsnorm_reference(x, norm_weight, residual, eps)
-    return gemm_reference(y, weights), h
 
 
 def gemm_argmax_reference(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -4,11 +4,6 @@
   Tensor? sigmoid_mul=None) -> Tensor``: x [M, K] times 1..8 weights [N_i, K] read in place
   (fused same-input projections: one launch, no concatenated copy), out [M, sum N_i] in x.dtype
   with the optional epilogues (naive.py gives the exact math).
-- ``torch.ops.lingc.rmsnorm_gemm(Tensor x, Tensor norm_weight, Tensor? residual, float eps,
-  Tensor[] weights) -> (Tensor out, Tensor new_residual)``: lingc::rmsnorm (h = residual + x,
-  y = RMSNorm(h) * norm_weight rounded to x.dtype) feeding lingc::gemm(y, weights), in one
-  launch: every GEMM CTA norms the rows it needs (kernel.py, "RMSNorm prologue"). What
-  pdl_swap's glue emits for a norm whose only consumer is a GEMM.
 - ``torch.ops.lingc.gemm_argmax(Tensor x, Tensor w) -> (Tensor, Tensor)``: (ids int64 [M],
   max_logit fp32 [M]) of x @ w.T rounded to x.dtype, ties to the lowest index as
   torch.argmax; the logits are never written.
@@ -23,12 +18,9 @@ import torch
 
 from lingc.runtime.registry import register_op
 
-from lingc.runtime.kernels.norms.op import check_rmsnorm_args
+from .naive import gemm_argmax_reference, gemm_reference
 
-from .naive import gemm_argmax_reference, gemm_reference, rmsnorm_gemm_reference
-
-__all__ = ["MAX_WEIGHTS", "gemm", "gemm_argmax", "rmsnorm_gemm", "check_gemm_args", "check_gemm_argmax_args",
-           "check_rmsnorm_gemm_args"]
+__all__ = ["MAX_WEIGHTS", "gemm", "gemm_argmax", "check_gemm_args", "check_gemm_argmax_args"]
 
 # Weight pointers one launch takes (KDA q/k/v/f/g/b is 6; larger groups are split by the pass).
 MAX_WEIGHTS = 8
@@ -82,16 +74,6 @@ def check_gemm_args(x, weights, bias=None, residual=None, sigmoid_mul=None) -> N
         _check_operand("sigmoid_mul", sigmoid_mul, x, (x.shape[0], n))
 
 
-def check_rmsnorm_gemm_args(x, norm_weight, residual, eps, weights) -> None:
-    """Raise ValueError naming the bad argument of ``rmsnorm_gemm`` (the norm's checks, then the
-    GEMM's on x's shape and dtype)."""
-    try:
-        check_rmsnorm_args(x, norm_weight, residual, eps)
-        check_gemm_args(x, weights)
-    except ValueError as e:
-        raise ValueError(f"rmsnorm_gemm: {e}") from None
-
-
 def check_gemm_argmax_args(x: torch.Tensor, w: torch.Tensor) -> None:
     """Raise ValueError naming the bad argument of ``gemm_argmax``."""
     _check_x("gemm_argmax", x)
@@ -115,23 +97,6 @@ def _gemm_fake(x, weights, bias=None, residual=None, sigmoid_mul=None):
     return x.new_empty((x.shape[0], sum(w.shape[0] for w in weights)))
 
 
-def _rmsnorm_gemm(x, norm_weight, residual, eps, weights):
-    check_rmsnorm_gemm_args(x, norm_weight, residual, eps, weights)
-    if not x.is_cuda:
-        return rmsnorm_gemm_reference(x, norm_weight, residual, eps, weights)
-    from .kernel import gemm_triton
-
-    new_residual = torch.empty_like(x, memory_format=torch.contiguous_format)
-    out = gemm_triton(x, weights, norm=(norm_weight, residual, eps, new_residual))
-    return out, new_residual
-
-
-def _rmsnorm_gemm_fake(x, norm_weight, residual, eps, weights):
-    check_rmsnorm_gemm_args(x, norm_weight, residual, eps, weights)
-    return x.new_empty((x.shape[0], sum(w.shape[0] for w in weights))), torch.empty_like(
-        x, memory_format=torch.contiguous_format)
-
-
 def _gemm_argmax(x, w):
     check_gemm_argmax_args(x, w)
     if not x.is_cuda:
@@ -151,10 +116,8 @@ _SCHEMAS = {
     "gemm": "(Tensor x, Tensor[] weights, Tensor? bias=None, Tensor? residual=None, "
     "Tensor? sigmoid_mul=None) -> Tensor",
     "gemm_argmax": "(Tensor x, Tensor w) -> (Tensor, Tensor)",
-    "rmsnorm_gemm": "(Tensor x, Tensor norm_weight, Tensor? residual, float eps, Tensor[] weights) -> (Tensor, Tensor)",
 }
 
 
 gemm = register_op("gemm", _gemm, _gemm_fake, schema=_SCHEMAS["gemm"])
-rmsnorm_gemm = register_op("rmsnorm_gemm", _rmsnorm_gemm, _rmsnorm_gemm_fake, schema=_SCHEMAS["rmsnorm_gemm"])
 gemm_argmax = register_op("gemm_argmax", _gemm_argmax, _gemm_argmax_fake, schema=_SCHEMAS["gemm_argmax"])
