@@ -21,8 +21,6 @@ import textwrap
 
 import pytest
 import torch
-import triton
-import triton.language as tl
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from helpers import assert_close, graph_edge_types, run_sm90_compile_check
@@ -233,20 +231,10 @@ def test_kernel_shared_expert_shapes(t, k, i, i_s):
     assert_close(run_kernel(pb), reference(pb), RTOL[torch.float32])
 
 
-@pytest.mark.parametrize("t, routing", [(1, "random"), (6, "pool"), (8, "same"), (3, "random")])
-def test_kernel_align_paths_agree(t, routing):
-    # Each CTA deriving its block from topk_ids (inline, the default for P <= 72), moe_align's
-    # single launch and its multi-launch fallback (forced) give the same bits.
-    pb = make_problem(t, torch.bfloat16, seed=70 + t, routing=routing)
-    inline = run_kernel(pb)
-    assert torch.equal(run_kernel(pb, inline_align=False), inline)
-    assert torch.equal(run_kernel(pb, inline_align=False, max_single_launch=0), inline)
-
-
-def test_kernel_inline_align_refuses_too_many_pairs():
-    pb = make_problem(16, torch.float32, seed=79)          # 80 pairs
-    with pytest.raises(AssertionError, match="at most 72 pairs, got 80"):
-        run_kernel(pb, inline_align=True)
+def test_kernel_align_fallback_path_agrees():
+    # The multi-launch align path forced at 30 pairs gives the same bits.
+    pb = make_problem(6, torch.bfloat16, seed=70, routing="pool")
+    assert torch.equal(run_kernel(pb, max_single_launch=0), run_kernel(pb))
 
 
 def test_kernel_empty_batch():
@@ -334,7 +322,7 @@ def test_split_k_reduction_never_elected_is_caught():
 
 def test_wrong_align_layout_is_caught(monkeypatch):
     # moe_align output with two pairs of different routed experts swapped: rows go to the wrong
-    # expert (the launched align path; the inline one is checked against it above).
+    # expert.
     pb = make_problem(6, torch.float32, seed=103)
     real = experts_kernel.moe_align_triton
 
@@ -347,28 +335,6 @@ def test_wrong_align_layout_is_caught(monkeypatch):
 
     monkeypatch.setattr(experts_kernel, "moe_align_triton", swapped)
     with pytest.raises(AssertionError, match="relative RMS error"):
-        assert_close(run_kernel(pb, inline_align=False), reference(pb), RTOL[torch.float32])
-
-
-from lingc.runtime.kernels.moe_align.kernel import block_of_layout as _real_block_of_layout  # noqa: E402
-
-
-@triton.jit
-def _shifted_block_of_layout(ids_ptr, P, K, stride_t, stride_k, block, NUM_EXPERTS: tl.constexpr,
-                             PAIRS_PER_TOKEN: tl.constexpr, BLOCK_SIZE: tl.constexpr, NP: tl.constexpr):
-    """block_of_layout with every block's pairs moved on by one (a wrong derivation)."""
-    total, expert, pairs = _real_block_of_layout(ids_ptr, P, K, stride_t, stride_k, block, NUM_EXPERTS,
-                                                 PAIRS_PER_TOKEN, BLOCK_SIZE, NP)
-    return total, expert, tl.where(pairs < P, (pairs + 1) % P, pairs)
-
-
-def test_wrong_inline_block_is_caught(monkeypatch):
-    # The inline layout with every block's pairs shifted by one slot is caught by the comparison
-    # with the reference.
-    pb = make_problem(6, torch.float32, seed=104)
-    monkeypatch.setitem(experts_kernel._moe_up_kernel.fn.__globals__, "block_of_layout", _shifted_block_of_layout)
-    # (the rows the shift leaves unwritten keep the workspaces' NaN poison)
-    with pytest.raises(AssertionError, match="relative RMS error|non-finite"):
         assert_close(run_kernel(pb), reference(pb), RTOL[torch.float32])
 
 
@@ -483,40 +449,37 @@ _COMPILE_CHECK = textwrap.dedent("""
         assert "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx
         return ptx, info
 
-    # The launched align (NP unused) and the inline one at T = 1, 6 and 8 (P = 9, 54, 72).
-    for n_max, inline, np_ in [(192, False, 16), (768, False, 16), (192, True, 16), (192, True, 64),
-                               (192, True, 128), (768, True, 16), (768, True, 64)]:
+    for n_max in (192, 768):
         cfg = config_for(n_max, 2560)
         # (the values of T, P and NB are not specialised: do_not_specialize)
         chunk = triton.next_power_of_2(triton.cdiv(2560, cfg.split_k))
         b = "*bf16"
-        ptrs = dict(x_ptr=b, ids_ptr="*i32", sorted_ptr="*i32", block_expert_ptr="*i32", total_ptr="*i32",
-                    wg_ptr=b, wu_ptr=b, sg_ptr=b, su_ptr=b, act_ptr=b, ws_ptr="*fp32", ticket_ptr="*i32")
+        ptrs = dict(x_ptr=b, sorted_ptr="*i32", block_expert_ptr="*i32", total_ptr="*i32", wg_ptr=b, wu_ptr=b,
+                    sg_ptr=b, su_ptr=b, act_ptr=b, ws_ptr="*fp32", ticket_ptr="*i32")
         ints = ["T", "P", "NB", "H", "I", "IS", "stride_xt", "stride_ge", "stride_gn", "stride_ue", "stride_un",
                 "stride_sgn", "stride_sun", "stride_act", "stride_ws_s", "stride_ws_p"]
-        const = dict(stride_xh=1, stride_it=8, stride_ik=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9,
-                     BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=triton.cdiv(2560, chunk),
-                     N_TILES=triton.cdiv(n_max, cfg.block_n), HAS_LIMIT=True, INLINE_ALIGN=inline, NP=np_,
-                     DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
+        const = dict(stride_xh=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9, BLOCK_M=BLOCK_M,
+                     BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=triton.cdiv(2560, chunk),
+                     N_TILES=triton.cdiv(n_max, cfg.block_n), HAS_LIMIT=True, DOT_PRECISION="tf32",
+                     DOT_UPCAST=False, USE_GDC=True)
         ptx, info = build(_moe_up_kernel, ptrs, ints, ["limit", "shared_limit"], const, cfg.up_warps)
         # The whole weight chunk in 16-byte loads (2*block_n x chunk bf16 over the CTA's threads),
         # the shared expert's before the wait.
         tile_loads = 2 * cfg.block_n * chunk * 2 // 16 // (32 * cfg.up_warps)
         assert max_loads_before_a_wait(ptx) >= tile_loads, ptx[-3000:]
         assert len(re.findall(V4, ptx)) >= 2 * tile_loads, ptx[-3000:]
-        print("up", n_max, inline, np_, [l for l in info.splitlines() if "registers" in l])
-        ptrs = dict(act_ptr=b, ids_ptr="*i32", sorted_ptr="*i32", block_expert_ptr="*i32", total_ptr="*i32",
-                    wd_ptr=b, sd_ptr=b, y_ptr="*fp32", topk_w_ptr="*fp32", out_ptr=b, ticket_ptr="*i32")
+        print("up", n_max, [l for l in info.splitlines() if "registers" in l])
+        ptrs = dict(act_ptr=b, sorted_ptr="*i32", block_expert_ptr="*i32", total_ptr="*i32", wd_ptr=b, sd_ptr=b,
+                    y_ptr="*fp32", topk_w_ptr="*fp32", out_ptr=b, ticket_ptr="*i32")
         ints = ["T", "P", "H", "I", "IS", "stride_act", "stride_de", "stride_dh", "stride_sdh", "stride_y",
                 "stride_wt", "stride_ot"]
-        const = dict(stride_it=8, stride_ik=1, stride_wk=1, stride_oh=1, NUM_EXPERTS=512, TOP_K=8,
-                     PAIRS_PER_TOKEN=9, HAS_SHARED=True, BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h,
-                     KPAD=triton.next_power_of_2(n_max), COMBINE_T=COMBINE_T, INLINE_ALIGN=inline, NP=np_,
+        const = dict(stride_wk=1, stride_oh=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9, HAS_SHARED=True,
+                     BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=triton.next_power_of_2(n_max), COMBINE_T=COMBINE_T,
                      DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
         ptx, info = build(_moe_down_kernel, ptrs, ints, [], const, cfg.down_warps)
         tile_loads = cfg.block_h * triton.next_power_of_2(n_max) * 2 // 16 // (32 * cfg.down_warps)
         assert max_loads_before_a_wait(ptx) >= tile_loads, ptx[-3000:]
-        print("down", n_max, inline, np_, [l for l in info.splitlines() if "registers" in l])
+        print("down", n_max, [l for l in info.splitlines() if "registers" in l])
 """)
 
 
@@ -587,9 +550,9 @@ def test_gpu_router_experts_chain_under_graph_capture(disable_pdl, monkeypatch):
     graph = torch.cuda.CUDAGraph(keep_graph=True)
     with torch.cuda.graph(graph):
         captured = step()
-    # router logits, router selection, up-GEMM, down-GEMM (the align inside both GEMMs): three
-    # edges, programmatic with PDL.
-    assert graph_edge_types(graph) == [0 if disable_pdl else 1] * 3
+    # router logits, router selection, moe_align, up-GEMM, down-GEMM: four edges, programmatic
+    # with PDL.
+    assert graph_edge_types(graph) == [0 if disable_pdl else 1] * 4
     graph.instantiate()
     for seed in (232, 233):
         x.copy_(_gpu_problem(6, seed=seed)["x"])

@@ -5,7 +5,7 @@ launches), and the single-launch variants keep per-expert counters, so their cos
 expert count (Ling-3: 512 + the shared expert). Here nothing is indexed by expert: every tensor
 is over pairs. With e_i the expert of pair i (i < P, padded to NP = next_pow2(P) lanes):
 
-    same[i, j]  = e_j == e_i and j valid                     [NP, NP], in chunks of 16 columns
+    same[i, j]  = e_j == e_i and j valid                     [NP, NP]
     rank_i      = sum_j same[i, j] * (j < i)                 stable rank within the bucket
     pop_i       = sum_j same[i, j]                           bucket population
     padded_i    = ceil(pop_i / B) * B
@@ -38,80 +38,10 @@ from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
 
 from .naive import align_sizes, moe_align_reference
 
-__all__ = ["SINGLE_LAUNCH_MAX_PAIRS", "moe_align_triton", "align_num_warps", "pair_layout", "block_of_layout",
-           "pair_lanes"]
+__all__ = ["SINGLE_LAUNCH_MAX_PAIRS", "moe_align_triton", "align_num_warps"]
 
 # Largest pair count of the single launch: T = 8 tokens x (8 routed + 1 shared) = 72.
 SINGLE_LAUNCH_MAX_PAIRS = 72
-
-
-@triton.jit
-def _pair_experts(ids_ptr, i, P, K, stride_t, stride_k, NUM_EXPERTS: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr):
-    """The expert of pairs i (NUM_EXPERTS for the shared slot K and for lanes past P), read
-    through L2 (.cg): the expert kernels read the ids from a producer two launches back."""
-    tok = i // PAIRS_PER_TOKEN
-    slot = i % PAIRS_PER_TOKEN
-    return tl.load(ids_ptr + tok * stride_t + slot * stride_k, mask=(i < P) & (slot < K), other=NUM_EXPERTS,
-                   cache_modifier=".cg")
-
-
-@triton.jit
-def pair_layout(ids_ptr, P, K, stride_t, stride_k,
-                NUM_EXPERTS: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                NP: tl.constexpr):
-    """The pair-axis layout of the module docstring, in registers: (i, valid, e, rank, pop,
-    padded, rep, offset, total) over NP pair lanes. Shared by the align kernel and the MoE
-    expert kernels that derive their blocks from topk_ids themselves.
-
-    The [NP, NP] comparisons go in column chunks of JC pairs ([NP, JC] and [JC, NP] tiles, the
-    chunk's experts read again from memory), so that a 4-warp GEMM CTA can afford them next to
-    its weight tile: a register tensor cannot be transposed, so the chunk's own rank and
-    population (for the offsets) come from the [JC, NP] comparison."""
-    JC: tl.constexpr = 16
-    i = tl.arange(0, NP)
-    valid = i < P
-    e = _pair_experts(ids_ptr, i, P, K, stride_t, stride_k, NUM_EXPERTS, PAIRS_PER_TOKEN)
-    rank = tl.zeros([NP], dtype=tl.int32)
-    pop = tl.zeros([NP], dtype=tl.int32)
-    offset = tl.zeros([NP], dtype=tl.int32)
-    for c in tl.static_range(0, NP, JC):
-        j = c + tl.arange(0, JC)
-        vj = j < P
-        ej = _pair_experts(ids_ptr, j, P, K, stride_t, stride_k, NUM_EXPERTS, PAIRS_PER_TOKEN)
-        same = (e[:, None] == ej[None, :]) & vj[None, :]                       # [NP, JC]
-        rank += tl.sum((same & (j[None, :] < i[:, None])).to(tl.int32), axis=1)
-        pop += tl.sum(same.to(tl.int32), axis=1)
-        same_j = (ej[:, None] == e[None, :]) & valid[None, :]                  # [JC, NP]
-        pop_j = tl.sum(same_j.to(tl.int32), axis=1)
-        rep_j = vj & (tl.sum((same_j & (i[None, :] < j[:, None])).to(tl.int32), axis=1) == 0)
-        padded_j = (pop_j + BLOCK_SIZE - 1) // BLOCK_SIZE * BLOCK_SIZE
-        before = rep_j[None, :] & (ej[None, :] < e[:, None])                   # [NP, JC]
-        offset += tl.sum(tl.where(before, padded_j[None, :], 0), axis=1)
-    padded = (pop + BLOCK_SIZE - 1) // BLOCK_SIZE * BLOCK_SIZE
-    rep = valid & (rank == 0)
-    total = tl.sum(tl.where(rep, padded, 0), axis=0)
-    return i, valid, e, rank, pop, padded, rep, offset, total
-
-
-@triton.jit
-def block_of_layout(ids_ptr, P, K, stride_t, stride_k, block,
-                    NUM_EXPERTS: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                    NP: tl.constexpr):
-    """(total_padded, expert, pairs[BLOCK_SIZE]) of block ``block`` of the layout: what the
-    align kernel would publish as total_padded, block_expert_ids[block] and
-    sorted_pair_ids[block * BLOCK_SIZE:][:BLOCK_SIZE], computed from topk_ids in registers (the
-    expert is NUM_EXPERTS for a block at or past the total; padding slots hold the sentinel P)."""
-    i, valid, e, rank, pop, padded, rep, offset, total = pair_layout(
-        ids_ptr, P, K, stride_t, stride_k, NUM_EXPERTS, PAIRS_PER_TOKEN, BLOCK_SIZE, NP)
-    start = block * BLOCK_SIZE
-    cover = valid & (offset <= start) & (start < offset + padded)   # the bucket holding the block
-    expert = tl.max(tl.where(cover, e, -1), axis=0)
-    expert = tl.where(expert < 0, NUM_EXPERTS, expert)
-    slots = start + tl.arange(0, BLOCK_SIZE)
-    match = valid[None, :] & ((offset + rank)[None, :] == slots[:, None])     # [BLOCK_SIZE, NP]
-    found = tl.sum(match.to(tl.int32), axis=1)
-    pairs = tl.where(found > 0, tl.sum(tl.where(match, i[None, :], 0), axis=1), P)
-    return total, expert, pairs
 
 
 @triton.jit
@@ -124,8 +54,21 @@ def _moe_align_kernel(
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
 
-    i, valid, e, rank, pop, padded, rep, offset, total = pair_layout(
-        ids_ptr, P, K, stride_t, stride_k, NUM_EXPERTS, PAIRS_PER_TOKEN, BLOCK_SIZE, NP)
+    i = tl.arange(0, NP)
+    valid = i < P
+    tok = i // PAIRS_PER_TOKEN
+    slot = i % PAIRS_PER_TOKEN
+    # Slot K (only with the shared expert) is the shared expert, id NUM_EXPERTS.
+    e = tl.load(ids_ptr + tok * stride_t + slot * stride_k, mask=valid & (slot < K), other=NUM_EXPERTS)
+
+    same = (e[:, None] == e[None, :]) & valid[None, :]
+    rank = tl.sum((same & (i[None, :] < i[:, None])).to(tl.int32), axis=1)
+    pop = tl.sum(same.to(tl.int32), axis=1)
+    padded = (pop + BLOCK_SIZE - 1) // BLOCK_SIZE * BLOCK_SIZE
+    rep = valid & (rank == 0)
+    before = rep[None, :] & (e[None, :] < e[:, None])
+    offset = tl.sum(tl.where(before, padded[None, :], 0), axis=1)
+    total = tl.sum(tl.where(rep, padded, 0), axis=0)
 
     tl.store(sorted_ptr + offset + rank, i, mask=valid)
     tl.store(total_ptr + i, tl.zeros([NP], dtype=tl.int32) + total, mask=i == 0)
@@ -144,11 +87,6 @@ def _moe_align_kernel(
     while q * BLOCK_SIZE < P:
         tl.store(block_ptr + offset // BLOCK_SIZE + q, e, mask=rep & (q * BLOCK_SIZE < padded))
         q += 1
-
-
-def pair_lanes(p: int) -> int:
-    """NP: the pair lanes of the layout for P pairs (a power of two, at least 16)."""
-    return max(16, triton.next_power_of_2(p))
 
 
 def align_num_warps(np_: int) -> int:
@@ -193,7 +131,7 @@ def moe_align_triton(
         return out
     if use_pdl is None:
         use_pdl = pdl_supported(dev)
-    np_ = pair_lanes(p)
+    np_ = max(16, triton.next_power_of_2(p))
     _moe_align_kernel[(1,)](
         topk_ids, sorted_ids, block_experts, total,
         p, k, topk_ids.stride(0), topk_ids.stride(1),

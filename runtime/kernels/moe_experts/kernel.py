@@ -1,8 +1,4 @@
-"""Triton fused-MoE experts for decode: up-GEMM(+SwiGLU) -> down-GEMM(+combine), PDL-chained.
-
-Up to 72 pairs (T <= 8) each CTA derives its block of the align layout below from topk_ids in
-registers (``INLINE_ALIGN``: moe_align/kernel.py's ``block_of_layout``), so there is no align
-launch; above that, moe_align runs first and the kernels read its buffers. Same layout, same bits.
+"""Triton fused-MoE experts for decode: align -> up-GEMM(+SwiGLU) -> down-GEMM(+combine), PDL-chained.
 
 Layout and derivations: README.md in this folder; reference: naive.py.
 
@@ -46,9 +42,7 @@ import triton.language as tl
 
 from lingc.runtime.kernels.gemm_common import BLOCK_M, split_k_tickets
 from lingc.runtime.kernels.gemm_common import dot_acc as _dot_acc
-from lingc.runtime.kernels.moe_align.kernel import (
-    SINGLE_LAUNCH_MAX_PAIRS, block_of_layout, moe_align_triton, pair_lanes,
-)
+from lingc.runtime.kernels.moe_align.kernel import SINGLE_LAUNCH_MAX_PAIRS, moe_align_triton
 from lingc.runtime.kernels.moe_align.naive import align_sizes
 from lingc.runtime.kernels.swiglu_gemm.kernel import _swiglu  # the SwiGLU epilogue (with clamp)
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait
@@ -137,17 +131,17 @@ def _up_tile(
 
 @triton.jit(do_not_specialize=["T", "P", "NB"])
 def _moe_up_kernel(
-    x_ptr, ids_ptr, sorted_ptr, block_expert_ptr, total_ptr,
+    x_ptr, sorted_ptr, block_expert_ptr, total_ptr,
     wg_ptr, wu_ptr, sg_ptr, su_ptr,
     act_ptr, ws_ptr, ticket_ptr,
     T, P, NB, H, I, IS,
-    stride_xt, stride_xh, stride_it, stride_ik,
+    stride_xt, stride_xh,
     stride_ge, stride_gn, stride_ue, stride_un, stride_sgn, stride_sun,
     stride_act, stride_ws_s, stride_ws_p,
     limit, shared_limit,
     NUM_EXPERTS: tl.constexpr, TOP_K: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    N_TILES: tl.constexpr, HAS_LIMIT: tl.constexpr, INLINE_ALIGN: tl.constexpr, NP: tl.constexpr,
+    N_TILES: tl.constexpr, HAS_LIMIT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     pid_k = tl.program_id(0)
@@ -176,21 +170,16 @@ def _moe_up_kernel(
                      x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh, stride_act, stride_ws_s,
                      stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT, DOT_PRECISION, DOT_UPCAST)
     else:
-        # A routed block: its expert id depends on the producer's output (the router's ids, or
-        # moe_align's layout), so everything waits. Blocks past the published ones, the shared
-        # expert's bucket (done above) and column tiles past I (I < Is) have nothing to do.
+        # A routed block: its expert id is the producer's (moe_align's) output, so everything
+        # waits. Blocks past the published ones, the shared expert's bucket (done above) and
+        # column tiles past I (I < Is) have nothing to do.
         pdl_wait(USE_GDC)
         pdl_launch_dependents(USE_GDC)
-        if INLINE_ALIGN:
-            total, e, pair = block_of_layout(ids_ptr, P, TOP_K, stride_it, stride_ik, pid_b,
-                                             NUM_EXPERTS, PAIRS_PER_TOKEN, BLOCK_M, NP)
-        else:
-            total = tl.load(total_ptr)
-            e = tl.load(block_expert_ptr + pid_b, mask=pid_b * BLOCK_M < total, other=NUM_EXPERTS)
+        total = tl.load(total_ptr)
+        e = tl.load(block_expert_ptr + pid_b, mask=pid_b * BLOCK_M < total, other=NUM_EXPERTS)
         if (e < NUM_EXPERTS) & (pid_n * BLOCK_N < I):
-            if not INLINE_ALIGN:
-                # Inside the published range: pid_b * 16 < total.
-                pair = tl.load(sorted_ptr + pid_b * BLOCK_M + tl.arange(0, BLOCK_M))
+            slots = pid_b * BLOCK_M + tl.arange(0, BLOCK_M)
+            pair = tl.load(sorted_ptr + slots)   # inside the published range: pid_b * 16 < total
             e64 = e.to(tl.int64)
             g_rows = tl.where(even, wg_ptr + e64 * stride_ge + j * stride_gn,
                               wu_ptr + e64 * stride_ue + j * stride_un)
@@ -203,28 +192,22 @@ def _moe_up_kernel(
 
 @triton.jit(do_not_specialize=["T", "P"])
 def _moe_down_kernel(
-    act_ptr, ids_ptr, sorted_ptr, block_expert_ptr, total_ptr,
+    act_ptr, sorted_ptr, block_expert_ptr, total_ptr,
     wd_ptr, sd_ptr, y_ptr, topk_w_ptr, out_ptr, ticket_ptr,
     T, P, H, I, IS,
-    stride_it, stride_ik, stride_act, stride_de, stride_dh, stride_sdh, stride_y, stride_wt, stride_wk, stride_ot, stride_oh,
+    stride_act, stride_de, stride_dh, stride_sdh, stride_y, stride_wt, stride_wk, stride_ot, stride_oh,
     NUM_EXPERTS: tl.constexpr, TOP_K: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr, HAS_SHARED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr, KPAD: tl.constexpr, COMBINE_T: tl.constexpr,
-    INLINE_ALIGN: tl.constexpr, NP: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     pid_h = tl.program_id(0)
     pid_b = tl.program_id(1)
-    # Before the wait: the layout's producer (the router with INLINE_ALIGN, else moe_align) ran
-    # two launches back and the up-GEMM waited for it before triggering this launch, so its
-    # outputs are complete (README.md); read them from L2 (.cg). The weights are
-    # producer-independent: the whole [BLOCK_H, I] tile is requested now.
-    if INLINE_ALIGN:
-        total, e, pair = block_of_layout(ids_ptr, P, TOP_K, stride_it, stride_ik, pid_b,
-                                         NUM_EXPERTS, PAIRS_PER_TOKEN, BLOCK_M, NP)
-        active = pid_b * BLOCK_M < total
-    else:
-        total = tl.load(total_ptr, cache_modifier=".cg")
-        active = pid_b * BLOCK_M < total
-        e = tl.load(block_expert_ptr + pid_b, mask=active, other=0, cache_modifier=".cg")
+    # Before the wait: moe_align ran two launches back and the up-GEMM waited for it before
+    # triggering this launch, so its outputs are complete (README.md); read them from L2 (.cg).
+    # The weights are producer-independent: the whole [BLOCK_H, I] tile is requested now.
+    total = tl.load(total_ptr, cache_modifier=".cg")
+    active = pid_b * BLOCK_M < total
+    e = tl.load(block_expert_ptr + pid_b, mask=active, other=0, cache_modifier=".cg")
     er = tl.minimum(e, NUM_EXPERTS - 1)
     base = wd_ptr + er.to(tl.int64) * stride_de
     stride_w = stride_dh
@@ -246,8 +229,8 @@ def _moe_down_kernel(
     if pid_b * BLOCK_M >= total:
         return
 
-    if not INLINE_ALIGN:
-        pair = tl.load(sorted_ptr + pid_b * BLOCK_M + tl.arange(0, BLOCK_M))
+    slots = pid_b * BLOCK_M + tl.arange(0, BLOCK_M)
+    pair = tl.load(sorted_ptr + slots)
     valid = pair < P
     a = tl.load(act_ptr + pair[:, None] * stride_act + offs_k[None, :], mask=valid[:, None] & mask_k[None, :],
                 other=0.0)
@@ -319,17 +302,13 @@ def moe_experts_triton(
     buffers: MoeExpertsBuffers | None = None,
     align_out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     max_single_launch: int = SINGLE_LAUNCH_MAX_PAIRS,
-    inline_align: bool | None = None,
 ) -> torch.Tensor:
-    """out [T, H] (naive.moe_experts_reference) in two launches (up-GEMM, down-GEMM) for P <= 72
-    pairs, each CTA deriving its block of the align layout from topk_ids in registers; above
-    that (or with ``inline_align=False``) in three, moe_align first.
+    """out [T, H] (naive.moe_experts_reference) in three launches: moe_align, up-GEMM, down-GEMM.
 
     ``out`` may be any strided [T, H] tensor of x.dtype; ``config`` overrides the table;
-    ``buffers`` (``alloc_buffers``) and ``align_out`` (moe_align's three outputs, when it runs)
-    let tests pass poisoned workspaces; ``max_single_launch`` is moe_align's. Arguments are
-    assumed validated by the op (weights with unit stride along H for gate/up and along I for
-    down).
+    ``buffers`` (``alloc_buffers``) and ``align_out`` (moe_align's three outputs) let tests pass
+    poisoned workspaces; ``max_single_launch`` is moe_align's. Arguments are assumed validated by
+    the op (weights with unit stride along H for gate/up and along I for down).
     """
     t, h = x.shape
     k = topk_ids.shape[1]
@@ -365,20 +344,10 @@ def moe_experts_triton(
     _, n_blocks = align_sizes(p, num_experts, BLOCK_M, has_shared)
     n_shared_blocks = triton.cdiv(t, BLOCK_M) if has_shared else 0
     tickets = split_k_tickets(dev, max((n_blocks + n_shared_blocks) * n_tiles, n_htiles))
-    if inline_align is None:
-        inline_align = p <= SINGLE_LAUNCH_MAX_PAIRS
-    if inline_align:
-        # NP (the pair lanes) differs between T = 1 and T = 6; it sizes integer tensors only (the
-        # layout), never a float one, so a token's products and sums are the same instructions.
-        assert p <= SINGLE_LAUNCH_MAX_PAIRS, f"inline align takes at most {SINGLE_LAUNCH_MAX_PAIRS} pairs, got {p}"
-        sorted_ids = block_experts = total = topk_ids      # not read
-        np_ = pair_lanes(p)
-    else:
-        sorted_ids, block_experts, total = moe_align_triton(
-            topk_ids, num_experts, BLOCK_M, has_shared, out=align_out, use_pdl=use_pdl,
-            max_single_launch=max_single_launch)
-        assert block_experts.shape == (n_blocks,)
-        np_ = 16
+    sorted_ids, block_experts, total = moe_align_triton(
+        topk_ids, num_experts, BLOCK_M, has_shared, out=align_out, use_pdl=use_pdl,
+        max_single_launch=max_single_launch)
+    assert block_experts.shape == (n_blocks,)
 
     sg, su, sd = (shared_gate, shared_up, shared_down) if has_shared else (w_gate, w_up, w_down)
     # A limit of 0 means no clamp; +inf clamps nothing, so one kernel serves a routed expert
@@ -390,30 +359,29 @@ def moe_experts_triton(
                DOT_UPCAST=interpreting() and x.dtype != torch.float32, USE_GDC=use_pdl)
     act, partials, y = buffers.act, buffers.partials, buffers.y
     ws = partials if partials is not None else act
-    align = dict(INLINE_ALIGN=inline_align, NP=np_)
     _moe_up_kernel[(split_k, n_tiles, n_blocks + n_shared_blocks)](
-        x, topk_ids, sorted_ids, block_experts, total,
+        x, sorted_ids, block_experts, total,
         w_gate, w_up, sg, su,
         act, ws, tickets,
         t, p, n_blocks, h, inter, inter_s,
-        x.stride(0), x.stride(1), topk_ids.stride(0), topk_ids.stride(1),
+        x.stride(0), x.stride(1),
         w_gate.stride(0), w_gate.stride(1), w_up.stride(0), w_up.stride(1), sg.stride(-2), su.stride(-2),
         act.stride(0), ws.stride(0) if partials is not None else 0, ws.stride(1) if partials is not None else 0,
         lim, lim_s,
         NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=split_k, N_TILES=n_tiles,
-        HAS_LIMIT=has_limit, **align, **dot,
+        HAS_LIMIT=has_limit, **dot,
         num_warps=cfg.up_warps, num_stages=1, **launch,
     )
     _moe_down_kernel[(n_htiles, n_blocks)](
-        act, topk_ids, sorted_ids, block_experts, total,
+        act, sorted_ids, block_experts, total,
         w_down, sd, y, topk_weights, out, tickets,
         t, p, h, inter, inter_s,
-        topk_ids.stride(0), topk_ids.stride(1), act.stride(0), w_down.stride(0), w_down.stride(1), sd.stride(-2), y.stride(0),
+        act.stride(0), w_down.stride(0), w_down.stride(1), sd.stride(-2), y.stride(0),
         topk_weights.stride(0), topk_weights.stride(1), out.stride(0), out.stride(1),
         NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp, HAS_SHARED=has_shared,
         BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=max(16, triton.next_power_of_2(n_max)), COMBINE_T=COMBINE_T,
-        **align, **dot,
+        **dot,
         num_warps=cfg.down_warps, num_stages=1, **launch,
     )
     return out
