@@ -373,8 +373,8 @@ _COMPILE_CHECK = textwrap.dedent("""
     ns = num_splits(L, cfg)
     sig = dict(ql_ptr="*fp32", qr_ptr="*bf16", kv_ptr="*bf16", pos_ptr="*i64", freq_ptr="*fp32", m_ptr="*fp32",
                l_ptr="*fp32", acc_ptr="*fp32", stride_qlt="i32", stride_qlh="i32", stride_qrt="i32",
-               stride_qrh="i32", stride_kv="i32", L="i32", scale="fp32")
-    const = dict(H=8, R=512, P=64, NS=ns, BH=16, BR=512, BP=64, BL=cfg.block_l, SPLIT_LEN=cfg.split_len,
+               stride_qrh="i32", stride_kv="i32", L="i32", scale="fp32", T="i32")
+    const = dict(H=8, R=512, P=64, NS=ns, HP=8, BH=16, BR=512, BP=64, BL=cfg.block_l, SPLIT_LEN=cfg.split_len,
                  ROPE=True, ROPE_RNE=False, SPLIT_Q=True, SPLIT_QR=False, SPLIT_P=True, DOT_PRECISION="ieee",
                  DOT_UPCAST=False, USE_GDC=True)
     check(_mla_split_kernel, sig, const, cfg.num_warps, cfg.num_stages)

@@ -2,13 +2,17 @@
 
 Math and the choice of inputs: README.md; reference: naive.py; custom op: op.py.
 
-Split kernel (``_mla_split_kernel``), grid (T, NS). Program (t, s) owns query t (all H heads at
-once: the latent cache row is shared by every head, MQA-style) and cache rows
-[s * SPLIT_LEN, (s + 1) * SPLIT_LEN) clipped to the rows query t sees (<= positions[t]). It walks
-them in tiles of BLOCK_L rows with the online softmax and stores its partial (running max m,
-running sum l, unnormalised acc [H, R]) to a workspace. A split wholly past positions[t] exits
-without writing (split 0 always writes). t is the fastest grid axis, so the T programs that read
-the same cache rows are scheduled together and all but the first hit L2.
+Split kernel (``_mla_split_kernel``), grid (cdiv(T, TQ), NS). A program's query tile has
+BH = max(16, HP) rows (HP = next_pow2(H)): TQ = BH / HP queries of all their heads at once (the
+latent cache row is shared by every head, MQA-style), so with H <= 8 (flash-tp4-rank: 8 heads a
+rank) two or more queries fill the 16 rows tl.dot needs anyway, and a verify chain reads each
+cache tile and runs its MMAs half as often. Program (q, s) owns queries q*TQ .. q*TQ+TQ-1 and
+cache rows [s * SPLIT_LEN, (s + 1) * SPLIT_LEN), each row of the tile masked to the rows its
+query sees (<= positions[t]). It walks them in tiles of BLOCK_L rows with the online softmax and
+stores each query's partial (running max m, running sum l, unnormalised acc [H, R]) to a
+workspace. A query whose positions end before the split writes nothing there (split 0 always
+writes). The query axis is the fastest grid axis, so the programs that read the same cache rows
+are scheduled together and all but the first hit L2.
 
 Dots. The cache is bf16 (the model's dtype); the query and the probabilities are fp32. Each fp32
 operand is split into hi = bf16(x) and lo = bf16(x - hi), and the tile product is
@@ -30,10 +34,13 @@ PDL. Nothing either kernel reads is a weight: the queries, positions, gate and t
 written by this step are all produced upstream, so both wait at entry; only rope_inv_freq (a
 constant buffer) is loaded before ``gdc_wait``.
 
-Batch invariance in T: T is only a grid size; SPLIT_LEN, BLOCK_L and every other constexpr come
-from (L, H, R, P) (config_for), never from T; program (t, s) reads only query t. So query t's
-partials and output are bitwise the same for any chain length, and a decode (T = 1) of a
-position equals that position's row of a verify chain. No float atomics anywhere.
+Batch invariance in T: T is only a grid size; SPLIT_LEN, BLOCK_L, the tile and every other
+constexpr come from (L, H, R, P) (config_for), never from T. A query's rows enter only their own
+rows of each product (tl.dot rows are independent, whichever tile row a query lands in), the
+tile's cache rows past a query's end are masked to p = 0 for it (0 * c adds exactly nothing), and
+its running max and sum are per row. So query t's partials and output are bitwise the same for
+any chain length, and a decode (T = 1) of a position equals that position's row of a verify
+chain (tests: CPU interpreter and GPU). No float atomics anywhere.
 """
 from __future__ import annotations
 
@@ -97,20 +104,22 @@ def _round_through(x, DT: tl.constexpr, EMULATE_RNE: tl.constexpr):
     return x.to(DT).to(tl.float32)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])
 def _mla_split_kernel(
     ql_ptr, qr_ptr, kv_ptr, pos_ptr, freq_ptr, m_ptr, l_ptr, acc_ptr,
     stride_qlt, stride_qlh, stride_qrt, stride_qrh, stride_kv, L, scale,
-    H: tl.constexpr, R: tl.constexpr, P: tl.constexpr, NS: tl.constexpr,
-    BH: tl.constexpr, BR: tl.constexpr, BP: tl.constexpr, BL: tl.constexpr, SPLIT_LEN: tl.constexpr,
-    ROPE: tl.constexpr, ROPE_RNE: tl.constexpr, SPLIT_Q: tl.constexpr, SPLIT_QR: tl.constexpr,
+    T, H: tl.constexpr, R: tl.constexpr, P: tl.constexpr, NS: tl.constexpr,
+    HP: tl.constexpr, BH: tl.constexpr, BR: tl.constexpr, BP: tl.constexpr, BL: tl.constexpr,
+    SPLIT_LEN: tl.constexpr, ROPE: tl.constexpr, ROPE_RNE: tl.constexpr, SPLIT_Q: tl.constexpr, SPLIT_QR: tl.constexpr,
     SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
-    t = tl.program_id(0)
+    TQ: tl.constexpr = BH // HP       # queries per program
     s = tl.program_id(1)
     KV_DT: tl.constexpr = kv_ptr.dtype.element_ty
-    offs_h = tl.arange(0, BH)
-    mh = offs_h < H
+    rows = tl.arange(0, BH)
+    t = tl.program_id(0) * TQ + rows // HP        # each tile row's query and head
+    h = rows % HP
+    mh = (h < H) & (t < T)
     offs_r = tl.arange(0, BR)
     mr = offs_r < R
     offs_p = tl.arange(0, BP)
@@ -122,20 +131,22 @@ def _mla_split_kernel(
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
 
-    pos = tl.load(pos_ptr + t).to(tl.int32)
+    pos = tl.load(pos_ptr + t, mask=t < T, other=0).to(tl.int32)
     last = tl.minimum(pos, L - 1)
     start = s * SPLIT_LEN
-    if (start <= last) | (s == 0):
-        end = tl.minimum(start + SPLIT_LEN, last + 1)
-        ql = tl.load(ql_ptr + t * stride_qlt + offs_h[:, None] * stride_qlh + offs_r[None, :],
+    active = mh & ((start <= last) | (s == 0))
+    if tl.max(active.to(tl.int32), axis=0) > 0:
+        end = tl.where(active, tl.minimum(start + SPLIT_LEN, last + 1), start)
+        end_any = tl.max(end, axis=0)
+        ql = tl.load(ql_ptr + t[:, None] * stride_qlt + h[:, None] * stride_qlh + offs_r[None, :],
                      mask=mh[:, None] & mr[None, :], other=0.0).to(tl.float32)
-        qr = tl.load(qr_ptr + t * stride_qrt + offs_h[:, None] * stride_qrh + offs_p[None, :],
+        qr = tl.load(qr_ptr + t[:, None] * stride_qrt + h[:, None] * stride_qrh + offs_p[None, :],
                      mask=mh[:, None] & mp[None, :], other=0.0).to(tl.float32)
         if ROPE:
             qe, qo = tl.split(tl.reshape(qr, [BH, BP // 2, 2]))
-            ang = pos.to(tl.float32) * freq
-            cos = tl.cos(ang)[None, :]
-            sin = tl.sin(ang)[None, :]
+            ang = pos.to(tl.float32)[:, None] * freq[None, :]
+            cos = tl.cos(ang)
+            sin = tl.sin(ang)
             qr = tl.reshape(tl.join(qe * cos - qo * sin, qe * sin + qo * cos), [BH, BP])
             qr = _round_through(qr, qr_ptr.dtype.element_ty, ROPE_RNE)    # the model rounds roped q
         ql_hi = ql.to(KV_DT)
@@ -149,13 +160,15 @@ def _mla_split_kernel(
         l_i = tl.zeros([BH], tl.float32)
         acc = tl.zeros([BH, BR], tl.float32)
         # A constexpr trip count (pipelined on the GPU; the interpreter cannot loop over a runtime
-        # bound). Tiles past `end` are fully masked: alpha = 1, p = 0, a bitwise no-op.
+        # bound). For a query, a tile past its end is fully masked: alpha = 1, p = 0, a bitwise
+        # no-op. Rows of queries with nothing in this split stay at m = -inf (the safe max keeps
+        # them free of NaN) and are not stored.
         for i in range(SPLIT_LEN // BL):
             offs_l = start + i * BL + tl.arange(0, BL)
-            ml = offs_l < end
-            rows = kv_ptr + offs_l.to(tl.int64)[:, None] * stride_kv
-            c = tl.load(rows + offs_r[None, :], mask=ml[:, None] & mr[None, :], other=0.0)
-            kr = tl.load(rows + R + offs_p[None, :], mask=ml[:, None] & mp[None, :], other=0.0)
+            ml = offs_l < end_any
+            kv_rows = kv_ptr + offs_l.to(tl.int64)[:, None] * stride_kv
+            c = tl.load(kv_rows + offs_r[None, :], mask=ml[:, None] & mr[None, :], other=0.0)
+            kr = tl.load(kv_rows + R + offs_p[None, :], mask=ml[:, None] & mp[None, :], other=0.0)
             sc = tl.zeros([BH, BL], tl.float32)
             sc = dot_acc(ql_hi, c, sc, DOT_PRECISION, DOT_UPCAST)
             if SPLIT_Q:
@@ -163,10 +176,11 @@ def _mla_split_kernel(
             sc = dot_acc(qr_hi, kr, sc, DOT_PRECISION, DOT_UPCAST)
             if SPLIT_QR:
                 sc = dot_acc(qr_lo, kr, sc, DOT_PRECISION, DOT_UPCAST)
-            sc = tl.where(ml[None, :], sc * scale, float("-inf"))
+            sc = tl.where(offs_l[None, :] < end[:, None], sc * scale, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(sc, axis=1))
-            alpha = tl.exp(m_i - m_new)
-            p = tl.exp(sc - m_new[:, None])
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp(m_i - m_safe)
+            p = tl.exp(sc - m_safe[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
             acc = acc * alpha[:, None]
             p_hi = p.to(KV_DT)
@@ -175,10 +189,10 @@ def _mla_split_kernel(
                 acc = dot_acc((p - p_hi.to(tl.float32)).to(KV_DT), tl.trans(c), acc, DOT_PRECISION, DOT_UPCAST)
             m_i = m_new
 
-        part = (t * H + offs_h) * NS + s
-        tl.store(m_ptr + part, m_i, mask=mh)
-        tl.store(l_ptr + part, l_i, mask=mh)
-        tl.store(acc_ptr + part.to(tl.int64)[:, None] * R + offs_r[None, :], acc, mask=mh[:, None] & mr[None, :])
+        part = (t * H + h) * NS + s
+        tl.store(m_ptr + part, m_i, mask=active)
+        tl.store(l_ptr + part, l_i, mask=active)
+        tl.store(acc_ptr + part.to(tl.int64)[:, None] * R + offs_r[None, :], acc, mask=active[:, None] & mr[None, :])
 
 
 @triton.jit
@@ -250,10 +264,12 @@ def mla_decode_triton(q_lat, q_rope, kv_cache, positions, scale: float, gate=Non
     launch = {"launch_pdl": True} if use_pdl else {}
     kv_bf16 = kv_cache.dtype != torch.float32
     rope = rope_inv_freq is not None
-    _mla_split_kernel[(T, ns)](
+    hp = triton.next_power_of_2(H)
+    bh = max(16, hp)
+    _mla_split_kernel[(triton.cdiv(T, bh // hp), ns)](
         q_lat, q_rope, kv_cache, positions, rope_inv_freq if rope else positions, m, l, acc,
         q_lat.stride(0), q_lat.stride(1), q_rope.stride(0), q_rope.stride(1), kv_cache.stride(0), L, float(scale),
-        H=H, R=R, P=P, NS=ns, BH=max(16, triton.next_power_of_2(H)), BR=max(16, triton.next_power_of_2(R)),
+        T, H=H, R=R, P=P, NS=ns, HP=hp, BH=bh, BR=max(16, triton.next_power_of_2(R)),
         BP=max(16, triton.next_power_of_2(P)), BL=cfg.block_l, SPLIT_LEN=cfg.split_len, ROPE=rope,
         ROPE_RNE=interpreting() and q_rope.dtype == torch.bfloat16,
         SPLIT_Q=kv_bf16 and q_lat.dtype != kv_cache.dtype, SPLIT_QR=kv_bf16 and q_rope.dtype != kv_cache.dtype,
