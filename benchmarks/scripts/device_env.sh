@@ -5,7 +5,11 @@
 #   - Triton's cache in .triton_cache, seeded from .triton_cache.tar.gz when that is carried in
 #     (a warm cache skips minutes of JIT); `save_triton_cache` packs it into $OUT (no IRs);
 #   - `stamp`: prefixes each line read with the seconds since it started (a cut run still says
-#     where the time went).
+#     where the time went);
+#   - `PYT`: the GPU test command (pytest -m gpu, verbose, the slowest DURATIONS tests listed);
+#   - `lingc_decode GPU SECONDS [decode args]`: flash-tp4-rank decode at context 8192, lingc plain
+#     and relay, 48 tokens (later arguments override), log to $OUT/decode.log, JSON to
+#     $OUT/decode_lingc.json (JSON in sub-folders does not always come back).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
 export TRITON_CACHE_DIR=$PWD/.triton_cache; mkdir -p "$TRITON_CACHE_DIR"
 [ -f .triton_cache.tar.gz ] && tar xzf .triton_cache.tar.gz -C "$TRITON_CACHE_DIR"
@@ -18,3 +22,10 @@ stamp() { python3 -u -c "import sys,time;t=time.time();[print(f'{time.time()-t:7
 # MB in session 5; this keeps ~40% of it).
 save_triton_cache() { tar czf "$OUT/triton_cache.tar.gz" -C "$TRITON_CACHE_DIR" --exclude="*.llir" \
     --exclude="*.ttir" --exclude="*.ttgir" --exclude="*.source" .; }
+PYT="python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -v --durations=${DURATIONS:-10}"
+lingc_decode() {
+    local gpu=$1 limit=$2; shift 2
+    CUDA_VISIBLE_DEVICES=$gpu timeout "$limit" python3 -m benchmarks.decode --preset flash-tp4-rank --context 8192 \
+        --lingc-inductor 0 --modes lingc,lingc-nextn --tokens 48 "$@" --out "$OUT/d" 2>&1 | stamp > "$OUT/decode.log"
+    cp "$OUT/d/decode.json" "$OUT/decode_lingc.json"; rm -rf "$OUT/d"
+}

@@ -9,19 +9,16 @@
 # Setup (environment, install, Triton cache): device_env.sh. Logs and JSON under $OUT (JSON also
 # copied to $OUT's root: files in sub-folders do not always come back).
 set -u
-source "$(dirname "$0")/device_env.sh"
+DURATIONS=15 source "$(dirname "$0")/device_env.sh"
 P1=${P1:-400}; P2=${P2:-130}
-PYT="python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -v --durations=15"
 START=$(date +%s); left() { echo $((P1 - ($(date +%s) - START))); }
 (CUDA_VISIBLE_DEVICES=0 timeout 70 python3 -m benchmarks.moe_sweep --out "$OUT" 2>&1 | stamp > "$OUT/moe_sweep.log"
  CUDA_VISIBLE_DEVICES=0 timeout 60 python3 -m benchmarks.kernels_attn --out "$OUT/attn" --no-inductor --no-norms \
     --split-len ${SPLITS:-32 64 256} 2>&1 | stamp > "$OUT/attn.log"; cp "$OUT"/attn/*.json "$OUT/" 2>/dev/null
- CUDA_VISIBLE_DEVICES=0 timeout $(left) python3 -m benchmarks.decode --preset flash-tp4-rank --context 8192 \
-    --lingc-inductor 0 --tokens ${TOKENS:-64} --modes ${MODES:-lingc,lingc-nextn} --profile --out "$OUT/d" 2>&1 \
-    | stamp > "$OUT/decode.log"; cp "$OUT/d/decode.json" "$OUT/decode_lingc.json") &
+ lingc_decode 0 $(left) --tokens ${TOKENS:-64} --modes ${MODES:-lingc,lingc-nextn} --profile) &
 (CUDA_VISIBLE_DEVICES=1 timeout $P1 $PYT --timeout 200 --timeout-method thread \
     ${TESTS:-tests --ignore=tests/test_tensor_parallel.py} 2>&1 | stamp > "$OUT/pytest_gpu.log") &
 wait
 LINGC_TEST_HANG_DUMP_S=$((P2 - 15)) LINGC_TEST_HANG_DUMP_DIR="$OUT" timeout $P2 $PYT tests/test_tensor_parallel.py 2>&1 \
     | stamp > "$OUT/pytest_tp2.log"
-save_triton_cache; rm -rf "$OUT/d" "$OUT/attn"; ls -la "$OUT"
+save_triton_cache; rm -rf "$OUT/attn"; ls -la "$OUT"

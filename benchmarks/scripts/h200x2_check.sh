@@ -10,14 +10,11 @@
 set -u
 source "$(dirname "$0")/device_env.sh"
 P1=${P1:-330}; P2=${P2:-190}; TEST_S=${TEST_S:-200}; HANG_S=${HANG_S:-160}
-PYT="python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -v --durations=10"
-BENCH="--preset flash-tp4-rank --context 8192 --lingc-inductor 0 --tokens 96"
 START=$(date +%s); left() { echo $((P1 - ($(date +%s) - START))); }
 (CUDA_VISIBLE_DEVICES=0 timeout 90 python3 -m benchmarks.moe_sweep --out "$OUT" 2>&1 | stamp > "$OUT/moe_sweep.log"
- CUDA_VISIBLE_DEVICES=0 timeout $(left) python3 -m benchmarks.decode $BENCH --modes ${MODES:-lingc,lingc-nextn} \
-    --profile --out "$OUT/d" 2>&1 | stamp > "$OUT/decode.log"; cp "$OUT/d/decode.json" "$OUT/decode_lingc.json") &
+ lingc_decode 0 $(left) --tokens 96 --modes ${MODES:-lingc,lingc-nextn} --profile) &
 (CUDA_VISIBLE_DEVICES=1 timeout $P1 $PYT --timeout $TEST_S --timeout-method thread \
     ${TESTS:-tests/test_moe_kernels.py tests/test_moe_experts.py tests/test_relay.py} 2>&1 | stamp > "$OUT/pytest_gpu.log") &
 wait
 LINGC_TEST_HANG_DUMP_S=$HANG_S LINGC_TEST_HANG_DUMP_DIR="$OUT" timeout $P2 $PYT tests/test_tensor_parallel.py 2>&1 | stamp > "$OUT/pytest_tp2.log"
-save_triton_cache; rm -rf "$OUT/d"; ls -la "$OUT"
+save_triton_cache; ls -la "$OUT"

@@ -8,10 +8,8 @@
 # Setup: device_env.sh. Logs and JSON under $OUT (JSON copied to its root).
 set -u
 source "$(dirname "$0")/device_env.sh"
-PYT="python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -v --durations=10"
 BENCH="--context 8192 --lingc-inductor 0 --modes lingc,lingc-nextn"
-(CUDA_VISIBLE_DEVICES=0 timeout ${P1:-170} python3 -m benchmarks.decode --preset flash-tp4-rank $BENCH --tokens 48 \
-    --out "$OUT/d" 2>&1 | stamp > "$OUT/decode.log"; cp "$OUT/d/decode.json" "$OUT/decode_lingc.json") &
+lingc_decode 0 ${P1:-170} &
 (CUDA_VISIBLE_DEVICES=1 timeout ${P1:-200} $PYT ${TESTS:-tests/test_moe_experts.py tests/test_head_matmul.py \
     tests/test_relay.py tests/test_kda_kernel.py tests/test_batch_invariance.py} 2>&1 | stamp > "$OUT/pytest_gpu.log") &
 wait
@@ -19,4 +17,4 @@ LINGC_TEST_HANG_DUMP_S=$((${P2:-230} - 15)) LINGC_TEST_HANG_DUMP_DIR="$OUT" time
     tests/test_tensor_parallel.py 2>&1 | stamp > "$OUT/pytest_tp2.log"
 timeout ${P3:-165} torchrun --nproc-per-node 2 -m benchmarks.decode --tp 2 --preset flash $BENCH --tokens 32 \
     --out "$OUT/f" 2>&1 | stamp > "$OUT/flash_tp2.log"; cp "$OUT/f/decode_tp2.json" "$OUT/decode_flash_tp2.json"
-save_triton_cache; rm -rf "$OUT/d" "$OUT/f"; ls -la "$OUT"
+save_triton_cache; rm -rf "$OUT/f"; ls -la "$OUT"

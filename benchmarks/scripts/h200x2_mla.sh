@@ -6,13 +6,10 @@
 # At most 8 files come back: the logs, two JSON, the Triton cache.
 set -u
 source "$(dirname "$0")/device_env.sh"
-PYT="python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -v --durations=10"
 (CUDA_VISIBLE_DEVICES=0 timeout ${P0:-90} python3 -m benchmarks.kernels_attn --out "$OUT/k" --no-inductor --no-norms \
     2>&1 | stamp > "$OUT/kernels_attn.log"; cp "$OUT/k/kernels_attn.json" "$OUT/kernels_attn.json"
- CUDA_VISIBLE_DEVICES=0 timeout ${P1:-230} python3 -m benchmarks.decode --preset flash-tp4-rank --context 8192 \
-    --lingc-inductor 0 --modes lingc,lingc-nextn --tokens 48 --out "$OUT/d" 2>&1 | stamp > "$OUT/decode.log"
- cp "$OUT/d/decode.json" "$OUT/decode_lingc.json") &
+ lingc_decode 0 ${P1:-230}) &
 (CUDA_VISIBLE_DEVICES=1 timeout ${P2:-200} $PYT tests/test_mla_decode.py tests/test_batch_invariance.py tests/test_relay.py \
     2>&1 | stamp > "$OUT/pytest_gpu.log") &
 wait
-save_triton_cache; rm -rf "$OUT/k" "$OUT/d"; find "$OUT" -maxdepth 1 -empty -delete; ls -la "$OUT"
+save_triton_cache; rm -rf "$OUT/k"; find "$OUT" -maxdepth 1 -empty -delete; ls -la "$OUT"

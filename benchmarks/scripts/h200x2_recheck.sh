@@ -7,13 +7,10 @@
 # files are dropped.
 set -u
 source "$(dirname "$0")/device_env.sh"
-PYT="python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -v --durations=10"
-(CUDA_VISIBLE_DEVICES=0 timeout ${P1:-200} python3 -m benchmarks.decode --preset flash-tp4-rank --context 8192 \
-    --lingc-inductor 0 --modes lingc,lingc-nextn --tokens 48 --out "$OUT/d" 2>&1 | stamp > "$OUT/decode.log"
- cp "$OUT/d/decode.json" "$OUT/decode_lingc.json") &
+lingc_decode 0 ${P1:-200} &
 (CUDA_VISIBLE_DEVICES=1 timeout ${P1:-200} $PYT ${TESTS:-tests/test_kda_kernel.py tests/test_batch_invariance.py} \
     2>&1 | stamp > "$OUT/pytest_gpu.log") &
 wait
 LINGC_TEST_HANG_DUMP_S=${HANG_S:-180} LINGC_TEST_HANG_DUMP_DIR="$OUT" timeout ${P2:-330} $PYT \
     tests/test_tensor_parallel.py 2>&1 | stamp > "$OUT/pytest_tp2.log"
-save_triton_cache; rm -rf "$OUT/d"; find "$OUT" -maxdepth 1 -empty -delete; ls -la "$OUT"
+save_triton_cache; find "$OUT" -maxdepth 1 -empty -delete; ls -la "$OUT"

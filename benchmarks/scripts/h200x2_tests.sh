@@ -4,9 +4,8 @@
 #   phase 2: the 2-GPU tensor-parallel tests on both GPUs.
 # Each log line carries the seconds since its phase began, so a cut run still says where time went.
 set -u
-source "$(dirname "$0")/device_env.sh"
+DURATIONS=15 source "$(dirname "$0")/device_env.sh"
 P1=${P1:-380}; P2=${P2:-170}
-PYT="python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -v --durations=15"
 (CUDA_VISIBLE_DEVICES=0 timeout $P1 $PYT tests --ignore=tests/test_tensor_parallel.py \
     --ignore=tests/test_relay.py 2>&1 | stamp > "$OUT/pytest_gpu.log"; echo "rc ${PIPESTATUS[0]}" >> "$OUT/pytest_gpu.log") &
 (CUDA_VISIBLE_DEVICES=1 timeout $P1 $PYT tests/test_relay.py 2>&1 | stamp > "$OUT/pytest_relay.log";

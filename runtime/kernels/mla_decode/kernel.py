@@ -110,8 +110,8 @@ def _mla_split_kernel(
     stride_qlt, stride_qlh, stride_qrt, stride_qrh, stride_kv, L, scale,
     T, H: tl.constexpr, R: tl.constexpr, P: tl.constexpr, NS: tl.constexpr,
     HP: tl.constexpr, BH: tl.constexpr, BR: tl.constexpr, BP: tl.constexpr, BL: tl.constexpr,
-    SPLIT_LEN: tl.constexpr, ROPE: tl.constexpr, ROPE_RNE: tl.constexpr, SPLIT_Q: tl.constexpr, SPLIT_QR: tl.constexpr,
-    SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
+    SPLIT_LEN: tl.constexpr, ROPE: tl.constexpr, ROPE_RNE: tl.constexpr, SPLIT_Q: tl.constexpr,
+    SPLIT_QR: tl.constexpr, SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     TQ: tl.constexpr = BH // HP       # queries per program
     s = tl.program_id(1)
