@@ -79,3 +79,40 @@ def test_invariance_probe_finds_nothing_on_the_tiny_model_and_names_a_broken_op(
     assert invariance_probe.main(["--preset", "tiny", "--layers", "3", "--dtype", "float32"]) == 1
     out = capsys.readouterr().out
     assert "first difference at lingc op" in out and "moe_router" in out, out
+
+
+def test_critical_path_charges_each_kernel_the_time_since_the_previous_end():
+    """Under PDL kernel B starts before A ends; B must be charged only what it adds past A's end."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from benchmarks.decode import critical_path_us
+
+    def ev(name, start, end, dev=torch.autograd.DeviceType.CUDA):
+        return SimpleNamespace(name=name, device_type=dev, time_range=SimpleNamespace(start=start, end=end))
+
+    events = [ev("b", 1.0, 12.0), ev("a", 0.0, 10.0), ev("c", 11.0, 20.0), ev("b", 19.0, 21.5),
+              ev("host", 0.0, 100.0, dev=torch.autograd.DeviceType.CPU)]
+    got = critical_path_us(events)
+    assert got == {"a": 10.0, "b": 2.0 + 1.5, "c": 8.0}
+    assert sum(got.values()) == 21.5          # the span of the device kernels
+
+
+def test_ncu_summary_splits_roles_and_converts_units(tmp_path, capsys):
+    from benchmarks.ncu_step import summarize
+
+    head = ('"ID","Kernel Name","gpu__time_duration.sum","dram__bytes_read.sum","dram__bytes_write.sum",'
+            '"launch__registers_per_thread","launch__grid_size","sm__warps_active.avg.pct_of_peak_sustained_active"')
+    rows = ['"0","_gemm_kernel","5","10","0.5","96","132","20"', '"1","_gemm_kernel","3","2","0","96","264","40"',
+            '"2","_kda_chain_kernel","2","1","1","128","64","10"']
+    (tmp_path / "ncu.csv").write_text("\n".join(["==PROF== Connected", head, '"","","usecond","Mbyte","Mbyte","","",""']
+                                                + rows) + "\n")
+    (tmp_path / "ncu_roles.json").write_text('[{"role": "decode", "kernels": 2}, {"role": "verify", "kernels": 1}]')
+    got = summarize(tmp_path / "ncu.csv", tmp_path)
+    gemm = got["decode"]["by_kernel"][0]
+    assert got["decode"]["kernels"] == 2 and gemm["calls"] == 2 and gemm["us"] == 8.0
+    assert gemm["read_mb"] == 12.0 and gemm["grid"] == 264 and gemm["occupancy_pct"] == 30.0
+    assert abs(gemm["tbps"] - 12.5 / 8.0) < 1e-9
+    assert got["verify"]["by_kernel"][0]["kernel"] == "_kda_chain_kernel" and got["verify"]["isolated_us_total"] == 2.0
+    assert "sum of isolated times 8.0 us" in capsys.readouterr().out
