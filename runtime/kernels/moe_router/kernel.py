@@ -63,11 +63,15 @@ def _moe_router_logits_kernel(
     # Row loops are while loops: the triton 3.6 interpreter cannot iterate range() over a
     # runtime scalar (numpy 2 refuses its 1-element handle as an index); on the GPU both lower
     # to the same scf loop.
+    # Row t + 1 is requested before row t is reduced, so a row's L2 latency overlaps the
+    # previous row's reduction (the same arithmetic per row whatever T is).
     t = 0
+    xv = tl.load(x_ptr + offs_h * stride_xh, mask=mask_h & (T > 0), other=0.0)
     while t < T:
-        xv = tl.load(x_ptr + t * stride_xt + offs_h * stride_xh, mask=mask_h, other=0.0).to(tl.float32)
-        logit = tl.sum(wf * xv[None, :], axis=1)
+        xn = tl.load(x_ptr + (t + 1) * stride_xt + offs_h * stride_xh, mask=mask_h & (t + 1 < T), other=0.0)
+        logit = tl.sum(wf * xv.to(tl.float32)[None, :], axis=1)
         tl.store(logits_ptr + t * stride_lt + rows, logit, mask=mask_e)
+        xv = xn
         t += 1
 
 
