@@ -16,7 +16,6 @@ fp32->bf16 cast truncates (tests/test_swiglu_gemm.py), here twice (the activatio
 output). bf16 on the GPU at the real shapes 5e-3: both sides round the activation to nearest, and
 an activation one ulp apart where the fp32 sums straddle a rounding boundary moves the output.
 """
-import dataclasses
 import importlib
 import textwrap
 
@@ -45,12 +44,6 @@ LIMITS = (2.0, 3.0)
 SPLIT_CONFIGS = [
     MoeExpertsConfig(block_n=8, split_k=3, up_warps=4, block_h=16, down_warps=4),
     MoeExpertsConfig(block_n=16, split_k=2, up_warps=4, block_h=32, down_warps=4),
-]
-# Persistent grids small enough that every CTA walks several items (and some items fall to a
-# CTA whose first item was the shared expert's), with and without split-K.
-PERSISTENT_CONFIGS = [
-    MoeExpertsConfig(block_n=8, split_k=3, up_warps=4, block_h=16, down_warps=4, up_ctas=5, down_ctas=3),
-    MoeExpertsConfig(block_n=16, split_k=1, up_warps=4, block_h=32, down_warps=4, up_ctas=2, down_ctas=7),
 ]
 
 
@@ -208,31 +201,6 @@ def test_kernel_split_k_matches_reference(t, config):
     assert_close(run_kernel(pb, config), reference(pb), RTOL[torch.bfloat16])
     # Every ticket is back at zero for the next call (or graph replay).
     assert int(split_k_tickets(pb["x"].device, 1).abs().sum()) == 0
-
-
-@pytest.mark.parametrize("config", PERSISTENT_CONFIGS, ids=["up5-down3-split3", "up2-down7"])
-@pytest.mark.parametrize("t, routing", [(1, "random"), (6, "pool"), (20, "random")])
-def test_persistent_grids_match_reference_and_one_shot_bits(t, routing, config):
-    # The persistent kernels run every item's arithmetic as the one-shot grids do: same bits.
-    # T = 20: two shared-expert blocks; 'pool': blocks shared by several tokens.
-    pb = make_problem(t, torch.bfloat16, seed=45 + t, h=96, routing=routing)
-    out = run_kernel(pb, config)
-    assert_close(out, reference(pb), RTOL[torch.bfloat16])
-    one_shot = dataclasses.replace(config, up_ctas=0, down_ctas=0)
-    assert torch.equal(out, run_kernel(pb, one_shot))
-    assert int(split_k_tickets(pb["x"].device, 1).abs().sum()) == 0
-
-
-def test_persistent_grids_without_shared_expert_and_narrow_shared():
-    cfg = PERSISTENT_CONFIGS[0]
-    for pb in (make_problem(6, torch.float32, seed=47, h=96, shared=False),
-               make_problem(6, torch.float32, seed=48, h=96, i=40, i_s=24)):
-        assert_close(run_kernel(pb, cfg), reference(pb), RTOL[torch.float32])
-
-
-def test_persistent_grids_batch_invariant():
-    pb = make_problem(8, torch.bfloat16, seed=82, routing="pool", h=96)
-    _batch_invariance(lambda q: run_kernel(q, PERSISTENT_CONFIGS[0]), pb)
 
 
 @pytest.mark.parametrize("layout", ["interleaved", "separate"])
@@ -463,8 +431,7 @@ _COMPILE_CHECK = textwrap.dedent("""
     import re, triton
     from sm90 import compile_sm90, divisible_by_16, signature
     from lingc.runtime.kernels.moe_experts.kernel import (_moe_up_kernel, _moe_down_kernel, config_for, BLOCK_M,
-                                                          COMBINE_T, _moe_up_persistent_kernel,
-                                                          _moe_down_persistent_kernel)
+                                                          COMBINE_T)
     V4 = r"ld\\.global(\\.\\w+)*\\.v4"
 
     def max_loads_before_a_wait(ptx):
@@ -513,39 +480,6 @@ _COMPILE_CHECK = textwrap.dedent("""
         tile_loads = cfg.block_h * triton.next_power_of_2(n_max) * 2 // 16 // (32 * cfg.down_warps)
         assert max_loads_before_a_wait(ptx) >= tile_loads, ptx[-3000:]
         print("down", n_max, [l for l in info.splitlines() if "registers" in l])
-
-    # The persistent kernels at I = 192, whatever the table picks: no spills; the down-GEMM's
-    # first weight tile, and the up-GEMM's for a CTA that starts on the shared expert, requested
-    # before the wait; each loop requests the next item's tile (three / two tile load sites).
-    cfg = config_for(192, 2560)
-    chunk = triton.next_power_of_2(triton.cdiv(2560, cfg.split_k))
-    ptrs = dict(x_ptr=b, sorted_ptr="*i32", block_expert_ptr="*i32", total_ptr="*i32", wg_ptr=b, wu_ptr=b,
-                sg_ptr=b, su_ptr=b, act_ptr=b, ws_ptr="*fp32", ticket_ptr="*i32")
-    ints = ["T", "P", "NB", "NSB", "H", "I", "IS", "stride_xt", "stride_ge", "stride_gn", "stride_ue", "stride_un",
-            "stride_sgn", "stride_sun", "stride_act", "stride_ws_s", "stride_ws_p"]
-    const = dict(stride_xh=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9, BLOCK_M=BLOCK_M,
-                 BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=triton.cdiv(2560, chunk),
-                 N_TILES=triton.cdiv(192, cfg.block_n), HAS_LIMIT=True, DOT_PRECISION="tf32",
-                 DOT_UPCAST=False, USE_GDC=True)
-    attrs = divisible_by_16(_moe_up_persistent_kernel,
-                            [n for n in list(ptrs) + ints if n not in ("T", "P", "NB", "NSB")])
-    ptx, info = compile_sm90(_moe_up_persistent_kernel, signature(_moe_up_persistent_kernel, ptrs, ints,
-                             ["limit", "shared_limit"]), const, attrs, num_warps=4)
-    assert " 0 bytes spill stores" in info, info
-    tile_loads = 2 * cfg.block_n * chunk * 2 // 16 // 128
-    assert max_loads_before_a_wait(ptx) >= tile_loads and len(re.findall(V4, ptx)) >= 3 * tile_loads, ptx[-3000:]
-    print("up persistent", [l for l in info.splitlines() if "registers" in l])
-    ptrs = dict(act_ptr=b, sorted_ptr="*i32", block_expert_ptr="*i32", total_ptr="*i32", wd_ptr=b, sd_ptr=b,
-                y_ptr="*fp32", topk_w_ptr="*fp32", out_ptr=b, ticket_ptr="*i32")
-    ints = ["T", "P", "H", "I", "IS", "stride_act", "stride_de", "stride_dh", "stride_sdh", "stride_y",
-            "stride_wt", "stride_ot"]
-    const = dict(stride_wk=1, stride_oh=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9, HAS_SHARED=True,
-                 BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=256, COMBINE_T=COMBINE_T,
-                 DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
-    ptx, info = build(_moe_down_persistent_kernel, ptrs, ints, [], const, 4)
-    tile_loads = cfg.block_h * 256 * 2 // 16 // 128
-    assert max_loads_before_a_wait(ptx) >= tile_loads and len(re.findall(V4, ptx)) >= 2 * tile_loads, ptx[-3000:]
-    print("down persistent", [l for l in info.splitlines() if "registers" in l])
 """)
 
 

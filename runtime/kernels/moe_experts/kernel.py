@@ -63,12 +63,6 @@ class MoeExpertsConfig:
     up_warps: int
     block_h: int  # down-GEMM: output columns per CTA, >= 16; K (= I) is loaded whole
     down_warps: int
-    # Persistent grids: 0 = one CTA per work item (the grids above); n > 0 = n CTAs that walk
-    # the work items in a strided loop, requesting the next item's weight tile before they
-    # multiply and reduce the current one (README.md, "Persistent grids"). Either way every
-    # item's arithmetic is the same, so the bits do not depend on it.
-    up_ctas: int = 0
-    down_ctas: int = 0
 
 
 # Fixed launch table keyed by (max(I, Is), H). I = 192 is measured (H200, 40 cold layers,
@@ -81,8 +75,7 @@ class MoeExpertsConfig:
 # Registers (sm_90, ptxas -v, no spills): down 96 (I = 192, 5 CTAs per SM) / 182 (8 warps, one
 # CTA per SM; 16 columns at 4 warps took 214 and held half the bytes in flight).
 CONFIGS: dict[tuple[int, int], MoeExpertsConfig] = {
-    (192, 2560): MoeExpertsConfig(block_n=32, split_k=10, up_warps=4, block_h=64, down_warps=4,
-                                  up_ctas=396, down_ctas=396),
+    (192, 2560): MoeExpertsConfig(block_n=32, split_k=10, up_warps=4, block_h=64, down_warps=4),
     (768, 2560): MoeExpertsConfig(block_n=32, split_k=10, up_warps=4, block_h=32, down_warps=8),
 }
 
@@ -197,39 +190,6 @@ def _moe_up_kernel(
                      stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT, DOT_PRECISION, DOT_UPCAST)
 
 
-@triton.jit
-def _combine_tile(
-    pid_h, nba, offs_h, mask_h, y_ptr, topk_w_ptr, out_ptr, ticket_ptr, T,
-    stride_y, stride_wt, stride_wk, stride_ot, stride_oh,
-    TOP_K: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr, HAS_SHARED: tl.constexpr, BLOCK_H: tl.constexpr,
-    COMBINE_T: tl.constexpr,
-):
-    """After a block's y rows of column tile pid_h are stored: take the tile's ticket; the last
-    of its nba active blocks combines the tile for every token, in slot order, shared last."""
-    tl.debug_barrier()
-    ticket = tl.atomic_add(ticket_ptr + pid_h, 1, sem="acq_rel", scope="gpu")
-    if ticket == nba - 1:
-        toks = tl.arange(0, COMBINE_T)
-        t0 = 0
-        # A while loop: the triton 3.6 interpreter cannot iterate range() over a runtime scalar.
-        while t0 < T:
-            t = t0 + toks
-            mask_t = t < T
-            mask_y = mask_t[:, None] & mask_h[None, :]
-            y_rows = y_ptr + (t * PAIRS_PER_TOKEN)[:, None] * stride_y + offs_h[None, :]
-            comb = tl.zeros((COMBINE_T, BLOCK_H), dtype=tl.float32)
-            for j in tl.static_range(TOP_K):
-                wj = tl.load(topk_w_ptr + t * stride_wt + j * stride_wk, mask=mask_t, other=0.0)
-                yj = tl.load(y_rows + j * stride_y, mask=mask_y, other=0.0, cache_modifier=".cg")
-                comb += wj[:, None] * yj
-            if HAS_SHARED:  # the shared expert is slot TOP_K, unscaled, added last
-                comb += tl.load(y_rows + TOP_K * stride_y, mask=mask_y, other=0.0, cache_modifier=".cg")
-            tl.store(out_ptr + t[:, None] * stride_ot + offs_h[None, :] * stride_oh,
-                     comb.to(out_ptr.dtype.element_ty), mask=mask_y)
-            t0 += COMBINE_T
-        tl.atomic_xchg(ticket_ptr + pid_h, 0, sem="relaxed", scope="gpu")  # ready for the next call
-
-
 @triton.jit(do_not_specialize=["T", "P"])
 def _moe_down_kernel(
     act_ptr, sorted_ptr, block_expert_ptr, total_ptr,
@@ -277,194 +237,29 @@ def _moe_down_kernel(
     acc = _dot_acc(a, w, tl.zeros((BLOCK_M, BLOCK_H), dtype=tl.float32), DOT_PRECISION, DOT_UPCAST)
     tl.store(y_ptr + pair[:, None] * stride_y + offs_h[None, :], acc, mask=valid[:, None] & mask_h[None, :])
 
-    _combine_tile(pid_h, total // BLOCK_M, offs_h, mask_h, y_ptr, topk_w_ptr, out_ptr, ticket_ptr, T,
-                  stride_y, stride_wt, stride_wk, stride_ot, stride_oh,
-                  TOP_K, PAIRS_PER_TOKEN, HAS_SHARED, BLOCK_H, COMBINE_T)
-
-
-@triton.jit
-def _up_item_weights(
-    it, S, n_items, block_expert_ptr, wg_ptr, wu_ptr, sg_ptr, su_ptr, I, IS, H,
-    stride_ge, stride_gn, stride_ue, stride_un, stride_sgn, stride_sun,
-    NUM_EXPERTS: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    N_TILES: tl.constexpr,
-):
-    """Work item ``it`` of the persistent up-GEMM: items [0, S) are the shared expert's (16
-    tokens x N_TILES column tiles x SPLIT_K chunks each), then moe_align's blocks in order.
-    Returns (weight tile, expert id, active); the tile is all zeros for an inactive item (past
-    n_items, the shared expert's bucket of the align layout, a column tile past the expert's
-    rows). Reads block_expert only for routed items below n_items."""
-    shared = it < S
-    r = tl.where(shared, it, it - S)
-    q = r // (N_TILES * SPLIT_K)
-    n = (r // SPLIT_K) % N_TILES
-    k = r % SPLIT_K
-    live = it < n_items
-    e = tl.load(block_expert_ptr + q, mask=live & (it >= S), other=NUM_EXPERTS)
-    n_e = tl.where(shared, IS, I)
-    active = live & (shared | (e < NUM_EXPERTS)) & (n * BLOCK_N < n_e)
-    rows_w = n * 2 * BLOCK_N + tl.arange(0, 2 * BLOCK_N)
-    j = rows_w // 2
-    even = rows_w % 2 == 0
-    offs_k = k * CHUNK_K + tl.arange(0, CHUNK_K)
-    e64 = tl.where(shared, 0, e).to(tl.int64)
-    routed_rows = tl.where(even, wg_ptr + e64 * stride_ge + j * stride_gn, wu_ptr + e64 * stride_ue + j * stride_un)
-    shared_rows = tl.where(even, sg_ptr + j * stride_sgn, su_ptr + j * stride_sun)
-    w_rows = tl.where(shared, shared_rows, routed_rows)
-    w = tl.load(w_rows[:, None] + offs_k[None, :], mask=active & (j < n_e)[:, None] & (offs_k < H)[None, :],
-                other=0.0)
-    return w, e, active
-
-
-@triton.jit(do_not_specialize=["T", "P", "NB", "NSB"])
-def _moe_up_persistent_kernel(
-    x_ptr, sorted_ptr, block_expert_ptr, total_ptr,
-    wg_ptr, wu_ptr, sg_ptr, su_ptr,
-    act_ptr, ws_ptr, ticket_ptr,
-    T, P, NB, NSB, H, I, IS,
-    stride_xt, stride_xh,
-    stride_ge, stride_gn, stride_ue, stride_un, stride_sgn, stride_sun,
-    stride_act, stride_ws_s, stride_ws_p,
-    limit, shared_limit,
-    NUM_EXPERTS: tl.constexpr, TOP_K: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    N_TILES: tl.constexpr, HAS_LIMIT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
-):
-    """The up-GEMM of ``_moe_up_kernel`` on a persistent grid: CTA c takes items c, c + G, ...
-    (G = the grid), and requests item i + G's weight tile before it multiplies and reduces item
-    i, so a CTA's epilogue (partials, ticket, SwiGLU) overlaps its next weight stream instead
-    of leaving the memory system idle between waves of one-shot CTAs. A CTA whose first item is
-    the shared expert's requests it before ``gdc_wait`` (its weights are producer-independent);
-    every other weight address depends on moe_align's output and is formed after the wait."""
-    ITEMS: tl.constexpr = N_TILES * SPLIT_K
-    G = tl.num_programs(0)
-    it = tl.program_id(0)
-    S = NSB * ITEMS
-    if it < S:
-        w, e, active = _up_item_weights(it, S, S, block_expert_ptr, wg_ptr, wu_ptr, sg_ptr, su_ptr, I, IS, H,
-                                        stride_ge, stride_gn, stride_ue, stride_un, stride_sgn, stride_sun,
-                                        NUM_EXPERTS, BLOCK_N, CHUNK_K, SPLIT_K, N_TILES)
-        pdl_wait(USE_GDC)
-        pdl_launch_dependents(USE_GDC)
-        total = tl.load(total_ptr)
-    else:
-        pdl_wait(USE_GDC)
-        pdl_launch_dependents(USE_GDC)
-        total = tl.load(total_ptr)
-        w, e, active = _up_item_weights(it, S, S + (total // BLOCK_M) * ITEMS, block_expert_ptr, wg_ptr, wu_ptr,
-                                        sg_ptr, su_ptr, I, IS, H, stride_ge, stride_gn, stride_ue, stride_un,
-                                        stride_sgn, stride_sun, NUM_EXPERTS, BLOCK_N, CHUNK_K, SPLIT_K, N_TILES)
-    n_items = S + (total // BLOCK_M) * ITEMS
-    while it < n_items:
-        nxt = it + G
-        w_next, e_next, active_next = _up_item_weights(
-            nxt, S, n_items, block_expert_ptr, wg_ptr, wu_ptr, sg_ptr, su_ptr, I, IS, H,
-            stride_ge, stride_gn, stride_ue, stride_un, stride_sgn, stride_sun,
-            NUM_EXPERTS, BLOCK_N, CHUNK_K, SPLIT_K, N_TILES)
-        if active:
-            shared = it < S
-            r = tl.where(shared, it, it - S)
-            q = r // ITEMS
-            pid_n = (r // SPLIT_K) % N_TILES
-            pid_k = r % SPLIT_K
-            rows_w = pid_n * 2 * BLOCK_N + tl.arange(0, 2 * BLOCK_N)
-            offs_k = pid_k * CHUNK_K + tl.arange(0, CHUNK_K)
-            lanes = tl.arange(0, BLOCK_M)
-            tok_s = q * BLOCK_M + lanes
-            pair_r = tl.load(sorted_ptr + q * BLOCK_M + lanes, mask=(it >= S) & (lanes >= 0), other=P)
-            pair = tl.where(shared, tok_s * PAIRS_PER_TOKEN + TOP_K, pair_r)
-            valid = tl.where(shared, tok_s < T, pair_r < P)
-            tok = tl.where(shared, tok_s, pair_r // PAIRS_PER_TOKEN)
-            tile = tl.where(shared, NB + q, q) * N_TILES + pid_n
-            _up_tile(w, tok, valid, pair, tl.where(shared, IS, I), tl.where(shared, shared_limit, limit), rows_w,
-                     offs_k, offs_k < H, tile, pid_k, pid_n, x_ptr, act_ptr, ws_ptr, ticket_ptr,
-                     stride_xt, stride_xh, stride_act, stride_ws_s, stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K,
-                     HAS_LIMIT, DOT_PRECISION, DOT_UPCAST)
-        it = nxt
-        w = w_next
-        e = e_next
-        active = active_next
-
-
-@triton.jit
-def _down_item_weights(
-    it, nba, n_items, block_expert_ptr, wd_ptr, sd_ptr, H, I, IS, stride_de, stride_dh, stride_sdh,
-    NUM_EXPERTS: tl.constexpr, HAS_SHARED: tl.constexpr, BLOCK_H: tl.constexpr, KPAD: tl.constexpr,
-):
-    """Work item ``it`` of the persistent down-GEMM: column tile it // nba of active block
-    it % nba (tile-major, so a column tile's blocks run together and its combine comes early).
-    Returns (weight tile [BLOCK_H, KPAD], expert id); zeros past n_items."""
-    live = it < n_items
-    b = it % nba
-    pid_h = it // nba
-    e = tl.load(block_expert_ptr + b, mask=live, other=0, cache_modifier=".cg")
-    er = tl.minimum(e, NUM_EXPERTS - 1)
-    base = wd_ptr + er.to(tl.int64) * stride_de
-    stride_w = stride_dh
-    k_e = I
-    if HAS_SHARED:
-        shared = e == NUM_EXPERTS
-        base = tl.where(shared, sd_ptr, base)
-        stride_w = tl.where(shared, stride_sdh, stride_dh)
-        k_e = tl.where(shared, IS, I)
-    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
-    offs_k = tl.arange(0, KPAD)
-    w = tl.load(base + offs_h[:, None] * stride_w + offs_k[None, :],
-                mask=live & (offs_h < H)[:, None] & (offs_k < k_e)[None, :], other=0.0)
-    return w, e
-
-
-@triton.jit(do_not_specialize=["T", "P"])
-def _moe_down_persistent_kernel(
-    act_ptr, sorted_ptr, block_expert_ptr, total_ptr,
-    wd_ptr, sd_ptr, y_ptr, topk_w_ptr, out_ptr, ticket_ptr,
-    T, P, H, I, IS,
-    stride_act, stride_de, stride_dh, stride_sdh, stride_y, stride_wt, stride_wk, stride_ot, stride_oh,
-    NUM_EXPERTS: tl.constexpr, TOP_K: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr, HAS_SHARED: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr, KPAD: tl.constexpr, COMBINE_T: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
-):
-    """The down-GEMM + combine of ``_moe_down_kernel`` on a persistent grid (items: column tile
-    x active block, strided over the CTAs, the next item's weight tile requested before the
-    current one is multiplied). The first item's tile is requested before ``gdc_wait``, as in
-    the one-shot kernel: moe_align ran two launches back (README.md, "PDL")."""
-    G = tl.num_programs(0)
-    it = tl.program_id(0)
-    total = tl.load(total_ptr, cache_modifier=".cg")
-    nba = tl.maximum(total // BLOCK_M, 1)
-    n_items = (total // BLOCK_M) * tl.cdiv(H, BLOCK_H)
-    w, e = _down_item_weights(it, nba, n_items, block_expert_ptr, wd_ptr, sd_ptr, H, I, IS, stride_de, stride_dh,
-                              stride_sdh, NUM_EXPERTS, HAS_SHARED, BLOCK_H, KPAD)
-    pdl_wait(USE_GDC)
-    pdl_launch_dependents(USE_GDC)
-    offs_k = tl.arange(0, KPAD)
-    while it < n_items:
-        nxt = it + G
-        w_next, e_next = _down_item_weights(nxt, nba, n_items, block_expert_ptr, wd_ptr, sd_ptr, H, I, IS,
-                                            stride_de, stride_dh, stride_sdh, NUM_EXPERTS, HAS_SHARED, BLOCK_H,
-                                            KPAD)
-        b = it % nba
-        pid_h = it // nba
-        offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
-        mask_h = offs_h < H
-        k_e = I
-        if HAS_SHARED:
-            k_e = tl.where(e == NUM_EXPERTS, IS, I)
-        mask_k = offs_k < k_e
-        slots = b * BLOCK_M + tl.arange(0, BLOCK_M)
-        pair = tl.load(sorted_ptr + slots)
-        valid = pair < P
-        a = tl.load(act_ptr + pair[:, None] * stride_act + offs_k[None, :], mask=valid[:, None] & mask_k[None, :],
-                    other=0.0)
-        acc = _dot_acc(a, w, tl.zeros((BLOCK_M, BLOCK_H), dtype=tl.float32), DOT_PRECISION, DOT_UPCAST)
-        tl.store(y_ptr + pair[:, None] * stride_y + offs_h[None, :], acc, mask=valid[:, None] & mask_h[None, :])
-        _combine_tile(pid_h, nba, offs_h, mask_h, y_ptr, topk_w_ptr, out_ptr, ticket_ptr, T,
-                      stride_y, stride_wt, stride_wk, stride_ot, stride_oh,
-                      TOP_K, PAIRS_PER_TOKEN, HAS_SHARED, BLOCK_H, COMBINE_T)
-        it = nxt
-        w = w_next
-        e = e_next
+    # The last active block of this column tile combines it for every token (ticket as above).
+    tl.debug_barrier()
+    ticket = tl.atomic_add(ticket_ptr + pid_h, 1, sem="acq_rel", scope="gpu")
+    if ticket == total // BLOCK_M - 1:
+        toks = tl.arange(0, COMBINE_T)
+        t0 = 0
+        # A while loop: the triton 3.6 interpreter cannot iterate range() over a runtime scalar.
+        while t0 < T:
+            t = t0 + toks
+            mask_t = t < T
+            mask_y = mask_t[:, None] & mask_h[None, :]
+            y_rows = y_ptr + (t * PAIRS_PER_TOKEN)[:, None] * stride_y + offs_h[None, :]
+            comb = tl.zeros((COMBINE_T, BLOCK_H), dtype=tl.float32)
+            for j in tl.static_range(TOP_K):
+                wj = tl.load(topk_w_ptr + t * stride_wt + j * stride_wk, mask=mask_t, other=0.0)
+                yj = tl.load(y_rows + j * stride_y, mask=mask_y, other=0.0, cache_modifier=".cg")
+                comb += wj[:, None] * yj
+            if HAS_SHARED:  # the shared expert is slot TOP_K, unscaled, added last
+                comb += tl.load(y_rows + TOP_K * stride_y, mask=mask_y, other=0.0, cache_modifier=".cg")
+            tl.store(out_ptr + t[:, None] * stride_ot + offs_h[None, :] * stride_oh,
+                     comb.to(out_ptr.dtype.element_ty), mask=mask_y)
+            t0 += COMBINE_T
+        tl.atomic_xchg(ticket_ptr + pid_h, 0, sem="relaxed", scope="gpu")  # ready for the next call
 
 
 @dataclass
@@ -530,7 +325,7 @@ def moe_experts_triton(
     if t == 0:
         return out
     cfg = config if config is not None else config_for(n_max, h)
-    assert 2 * cfg.block_n >= 16 and cfg.block_h >= 16 and cfg.split_k >= 1 and cfg.up_ctas >= 0 and cfg.down_ctas >= 0, cfg
+    assert 2 * cfg.block_n >= 16 and cfg.block_h >= 16 and cfg.split_k >= 1, cfg
     if use_pdl is None:
         use_pdl = pdl_supported(dev)
     assert not use_pdl or pdl_supported(dev), "PDL requested on a device without PDL support"
@@ -564,42 +359,29 @@ def moe_experts_triton(
                DOT_UPCAST=interpreting() and x.dtype != torch.float32, USE_GDC=use_pdl)
     act, partials, y = buffers.act, buffers.partials, buffers.y
     ws = partials if partials is not None else act
-    up_args = (
+    _moe_up_kernel[(split_k, n_tiles, n_blocks + n_shared_blocks)](
         x, sorted_ids, block_experts, total,
         w_gate, w_up, sg, su,
         act, ws, tickets,
-        t, p, n_blocks) + ((n_shared_blocks,) if cfg.up_ctas else ()) + (
-        h, inter, inter_s,
+        t, p, n_blocks, h, inter, inter_s,
         x.stride(0), x.stride(1),
         w_gate.stride(0), w_gate.stride(1), w_up.stride(0), w_up.stride(1), sg.stride(-2), su.stride(-2),
         act.stride(0), ws.stride(0) if partials is not None else 0, ws.stride(1) if partials is not None else 0,
         lim, lim_s,
-    )
-    up_meta = dict(
         NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=split_k, N_TILES=n_tiles,
         HAS_LIMIT=has_limit, **dot,
         num_warps=cfg.up_warps, num_stages=1, **launch,
     )
-    if cfg.up_ctas:
-        _moe_up_persistent_kernel[(cfg.up_ctas,)](*up_args, **up_meta)
-    else:
-        _moe_up_kernel[(split_k, n_tiles, n_blocks + n_shared_blocks)](*up_args, **up_meta)
-    down_args = (
+    _moe_down_kernel[(n_htiles, n_blocks)](
         act, sorted_ids, block_experts, total,
         w_down, sd, y, topk_weights, out, tickets,
         t, p, h, inter, inter_s,
         act.stride(0), w_down.stride(0), w_down.stride(1), sd.stride(-2), y.stride(0),
         topk_weights.stride(0), topk_weights.stride(1), out.stride(0), out.stride(1),
-    )
-    down_meta = dict(
         NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp, HAS_SHARED=has_shared,
         BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=max(16, triton.next_power_of_2(n_max)), COMBINE_T=COMBINE_T,
         **dot,
         num_warps=cfg.down_warps, num_stages=1, **launch,
     )
-    if cfg.down_ctas:
-        _moe_down_persistent_kernel[(cfg.down_ctas,)](*down_args, **down_meta)
-    else:
-        _moe_down_kernel[(n_htiles, n_blocks)](*down_args, **down_meta)
     return out
