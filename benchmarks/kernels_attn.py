@@ -10,6 +10,7 @@ context: positions L-6 .. L-1), q RoPE and the head gate fused. Variants:
 - ``lingc``         the op's Triton launcher, PDL-launched where supported
 - ``lingc-no-pdl``  the same launch without PDL
 - ``lingc-splitN``  MLA only, the split kernel at SPLIT_LEN = N instead of the table (``--split-len``)
+- ``lingc-sN-lB-stS-wW-crR-csC``  MLA only, a whole config (``--mla-config N,B,S,W[,R[,C]]``)
 - ``eager``         the model's own code: the decoder's bf16 residual add + layers.RMSNorm's expression;
                     kda_math.gated_head_rmsnorm + the cast before o_proj; mla.py's absorbed core
                     (RoPE of q, fp32 einsums over the whole cache, masked softmax), gated on o_lat
@@ -158,7 +159,25 @@ def _eager_mla(q_lat, q_rope, kv_cache, positions, gate, inv_freq):
     return o_lat * torch.sigmoid(gate.float()).unsqueeze(-1)
 
 
-def bench_mla(L, T, copy_gbps, replays, inductor, split_lens):
+def parse_mla_config(spec: str) -> MlaDecodeConfig:
+    """'split_len,block_l,num_stages,num_warps[,combine_block_r[,combine_block_s]]' -> a config."""
+    try:
+        vals = [int(v) for v in spec.split(",")]
+        names = ["split_len", "block_l", "num_stages", "num_warps", "combine_block_r", "combine_block_s"]
+        if not 4 <= len(vals) <= len(names):
+            raise ValueError(f"{len(vals)} numbers")
+        return MlaDecodeConfig(**dict(zip(names, vals)))
+    except (ValueError, AssertionError) as e:
+        raise SystemExit(f"--mla-config {spec!r}: want split_len,block_l,num_stages,num_warps"
+                         f"[,combine_block_r[,combine_block_s]] (split_len a multiple of block_l >= 16): {e}")
+
+
+def mla_config_label(c: MlaDecodeConfig) -> str:
+    return (f"lingc-s{c.split_len}-l{c.block_l}-st{c.num_stages}-w{c.num_warps}"
+            f"-cr{c.combine_block_r}-cs{c.combine_block_s}")
+
+
+def bench_mla(L, T, copy_gbps, replays, inductor, split_lens, configs=()):
     gen = torch.Generator(device="cuda").manual_seed(L + T)
     cache_bytes = L * (RANK + ROPE) * 2
     floor_bytes = cache_bytes + T * MLA_H * (RANK * 4 + ROPE * 2) + T * MLA_H * RANK * 4
@@ -188,6 +207,8 @@ def bench_mla(L, T, copy_gbps, replays, inductor, split_lens):
     variants = {"lingc": lingc(table, True), "lingc-no-pdl": lingc(table, False)}
     for n in split_lens:
         variants[f"lingc-split{n}"] = lingc(MlaDecodeConfig(split_len=n, num_warps=table.num_warps), True)
+    for c in configs:
+        variants[mla_config_label(c)] = lingc(c, True)
     eager = lambda x: _eager_mla(x["q_lat"], x["q_rope"], x["kv"], positions, x["gate"], inv_freq)  # noqa: E731
     variants["eager"] = eager
     if inductor:
@@ -215,11 +236,15 @@ def main(argv=None):
                         help="MLA cache capacities (default 8192 65536)")
     parser.add_argument("--split-len", type=int, nargs="*", default=[],
                         help="extra MLA split lengths to time (multiples of 32), for the config table")
+    parser.add_argument("--mla-config", action="append", default=[], metavar="SPEC",
+                        help="an extra MLA config to time: split_len,block_l,num_stages,num_warps"
+                             "[,combine_block_r[,combine_block_s]] (repeatable)")
     parser.add_argument("--replays", type=int, default=30, help="graph replays per timing")
     parser.add_argument("--no-inductor", action="store_true", help="skip the torch.compile columns")
     parser.add_argument("--no-norms", action="store_true")
     parser.add_argument("--no-mla", action="store_true")
     args = parser.parse_args(argv)
+    mla_configs = [parse_mla_config(c) for c in args.mla_config]
     require_cuda()
 
     copy_gbps = copy_bandwidth_gbps()
@@ -229,7 +254,7 @@ def main(argv=None):
             rows += bench_norms(T, copy_gbps, args.replays, not args.no_inductor)
         if not args.no_mla:
             for L in args.context:
-                rows += bench_mla(L, T, copy_gbps, args.replays, not args.no_inductor, args.split_len)
+                rows += bench_mla(L, T, copy_gbps, args.replays, not args.no_inductor, args.split_len, mla_configs)
     all_correct = all(r["correct"] for r in rows)
     if all_correct:
         _speedups(rows)

@@ -100,6 +100,18 @@ def _conv_silu(x0, x1, x2, x, w0, w1, w2, w3):
     return y * tl.sigmoid(y)
 
 
+@triton.jit
+def _token_inputs(q_ptr, k_ptr, v_ptr, f_ptr, b_ptr, stride_q, stride_k, stride_v, stride_f, stride_b,
+                  t, T, h, cqk, cv, mk, mv):
+    """Token t's raw q, k, v, f (this program's channels) and b (its head) in fp32; zeros past T."""
+    live = t < T
+    return (tl.load(q_ptr + t * stride_q + cqk, mask=mk & live, other=0.0).to(tl.float32),
+            tl.load(k_ptr + t * stride_k + cqk, mask=mk & live, other=0.0).to(tl.float32),
+            tl.load(v_ptr + t * stride_v + cv, mask=mv & live, other=0.0).to(tl.float32),
+            tl.load(f_ptr + t * stride_f + cqk, mask=mk & live, other=0.0).to(tl.float32),
+            tl.load(b_ptr + t * stride_b + h, mask=live, other=0.0).to(tl.float32))
+
+
 @triton.jit(do_not_specialize=["T", "STAGED"])
 def _kda_chain_kernel(
     q_ptr, k_ptr, v_ptr, f_ptr, b_ptr,
@@ -145,13 +157,15 @@ def _kda_chain_kernel(
     S = tl.load(state_ptr + s_offs, mask=m2, other=0.0)
 
     # A while loop rather than range(T): the interpreter cannot take a runtime bound in range().
+    # Token t + 1's inputs are requested before token t is computed, so their L2 latency overlaps
+    # the serial work of the recurrence instead of adding to it (the same arithmetic per token).
     t = 0
+    nq, nk, nv, nf, nb = _token_inputs(q_ptr, k_ptr, v_ptr, f_ptr, b_ptr, stride_q, stride_k, stride_v, stride_f,
+                                       stride_b, 0, T, h, cqk, cv, mk, mv)
     while t < T:
-        xq = tl.load(q_ptr + t * stride_q + cqk, mask=mk, other=0.0).to(tl.float32)
-        xk = tl.load(k_ptr + t * stride_k + cqk, mask=mk, other=0.0).to(tl.float32)
-        xv = tl.load(v_ptr + t * stride_v + cv, mask=mv, other=0.0).to(tl.float32)
-        fx = tl.load(f_ptr + t * stride_f + cqk, mask=mk, other=0.0).to(tl.float32)
-        bx = tl.load(b_ptr + t * stride_b + h).to(tl.float32)
+        xq, xk, xv, fx, bx = nq, nk, nv, nf, nb
+        nq, nk, nv, nf, nb = _token_inputs(q_ptr, k_ptr, v_ptr, f_ptr, b_ptr, stride_q, stride_k, stride_v,
+                                           stride_f, stride_b, t + 1, T, h, cqk, cv, mk, mv)
 
         q = _conv_silu(xq0, xq1, xq2, xq, wq0, wq1, wq2, wq3)
         k = _conv_silu(xk0, xk1, xk2, xk, wk0, wk1, wk2, wk3)
