@@ -206,7 +206,8 @@ def bench_mla(L, T, copy_gbps, replays, inductor, split_lens, configs=()):
 
     variants = {"lingc": lingc(table, True), "lingc-no-pdl": lingc(table, False)}
     for n in split_lens:
-        variants[f"lingc-split{n}"] = lingc(MlaDecodeConfig(split_len=n, num_warps=table.num_warps), True)
+        variants[f"lingc-split{n}"] = lingc(MlaDecodeConfig(split_len=n, block_l=min(table.block_l, n),
+                                                                 num_warps=table.num_warps), True)
     for c in configs:
         variants[mla_config_label(c)] = lingc(c, True)
     eager = lambda x: _eager_mla(x["q_lat"], x["q_rope"], x["kv"], positions, x["gate"], inv_freq)  # noqa: E731

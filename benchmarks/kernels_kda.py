@@ -114,7 +114,11 @@ def bench_T(T, bvs, replays, copies_override):
     copies = copies_override or max(MIN_LAYERS, cold_copies(layer_bytes))
     layers = [_layer(T, gen, staged) for _ in range(copies)]
     x0 = layers[0]
-    ref = kda_chain_reference(*(a.cpu() if torch.is_tensor(a) else a for a in _args(x0)))
+    def cpu(a):
+        if isinstance(a, list):          # the conv weights
+            return [w.cpu() for w in a]
+        return a.cpu() if torch.is_tensor(a) else a
+    ref = kda_chain_reference(*(cpu(a) for a in _args(x0)))
     table = config_for(H, K, K)
 
     def lingc(cfg, pdl, stage):

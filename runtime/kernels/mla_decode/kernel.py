@@ -66,9 +66,9 @@ MIN_SPLIT_LEN = 128
 @dataclass(frozen=True)
 class MlaDecodeConfig:
     split_len: int            # cache rows per split (a multiple of block_l)
-    block_l: int = 32         # cache rows per tile (>= 16: tl.dot's smallest K/N)
+    block_l: int = 64         # cache rows per tile (>= 16: tl.dot's smallest K/N)
     num_warps: int = 4
-    num_stages: int = 2
+    num_stages: int = 3
     combine_block_r: int = 64     # latent columns per combine program
     combine_block_s: int = 32     # splits per combine chunk
 
