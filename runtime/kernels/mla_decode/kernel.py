@@ -80,8 +80,9 @@ class MlaDecodeConfig:
 def config_for(L: int, H: int, R: int, P: int) -> MlaDecodeConfig:
     """The launch config for a cache capacity L and head shape: a function of the shape only,
     never of T or of the positions. SPLIT_LEN = max(128, next_pow2(L / 128)): 8192 -> 64 splits
-    of 128 rows, 65536 -> 128 of 512, 262144 -> 128 of 2048. Not yet swept on the GPU
-    (benchmarks/kernels_attn.py --split-len sweeps it)."""
+    of 128 rows, 65536 -> 128 of 512, 262144 -> 128 of 2048. The split length and the tile (64
+    rows, 3 stages: the dataclass defaults) are the best of the H200 sweeps in
+    benchmarks/results (``benchmarks.kernels_attn --split-len / --mla-config``)."""
     split = max(MIN_SPLIT_LEN, triton.next_power_of_2(triton.cdiv(L, TARGET_SPLITS)))
     bh = max(16, triton.next_power_of_2(H))
     warps = 4 if bh * triton.next_power_of_2(R) <= 16 * 256 else 8     # 4 warps spill at 16 x 512
