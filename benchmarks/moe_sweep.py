@@ -3,6 +3,7 @@ time into its launches, to fill the fixed table in runtime/kernels/moe_experts/k
 (tuning happens here, never on the captured path).
 
     python -m benchmarks.moe_sweep --out benchmarks/results [--preset flash-tp4-rank] [--t 1 6]
+        [--set grid|regs|all]
 
 Conditions as in ``benchmarks.kernels_moe``: ``--layers`` distinct MoE layers with random weights
 (cold: each call of a replay reads another layer's experts), the routing of each layer computed
@@ -20,6 +21,7 @@ depend on T).
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -33,20 +35,25 @@ from lingc.runtime.kernels.moe_experts.kernel import MoeExpertsConfig, config_fo
 RTOL_RMS = 5e-3
 
 
-def candidates(n_max: int, h: int) -> list[MoeExpertsConfig]:
-    """The table's entry first, then up-GEMM (block_n, split_k, warps) and down-GEMM (block_h,
-    warps) variants around it, one side varied at a time."""
+def candidates(n_max: int, h: int, which: str = "all") -> list[MoeExpertsConfig]:
+    """The table's entry first, then variants around it. ``which``: "grid" varies the up-GEMM
+    (block_n, split_k, warps) and the down-GEMM (block_h, warps), one side at a time; "regs" the
+    up-GEMM's register cap (0 = the compiler's choice, 96 = five 4-warp CTAs per SM); "all" both."""
     base = config_for(n_max, h)
-    ups = [(16, 5, 4), (16, 10, 4), (16, 3, 8), (8, 5, 4), (8, 10, 4), (32, 10, 4), (16, 20, 4)]
-    downs = [(64, 4), (32, 4), (16, 4), (128, 8), (32, 2)]
     out = [base]
-    out += [MoeExpertsConfig(bn, sk, w, base.block_h, base.down_warps) for bn, sk, w in ups]
-    out += [MoeExpertsConfig(base.block_n, base.split_k, base.up_warps, bh, w) for bh, w in downs]
+    if which in ("grid", "all"):
+        ups = [(16, 5, 4), (16, 10, 4), (16, 3, 8), (8, 5, 4), (8, 10, 4), (32, 10, 4), (16, 20, 4)]
+        downs = [(64, 4), (32, 4), (16, 4), (128, 8), (32, 2)]
+        out += [replace(base, block_n=bn, split_k=sk, up_warps=w) for bn, sk, w in ups]
+        out += [replace(base, block_h=bh, down_warps=w) for bh, w in downs]
+    if which in ("regs", "all"):
+        out += [replace(base, up_maxnreg=r) for r in (0, 96)]
     return list(dict.fromkeys(out))          # deduplicated, the table's entry first
 
 
 def label(c: MoeExpertsConfig) -> str:
-    return f"up n{c.block_n} k{c.split_k} w{c.up_warps} | down h{c.block_h} w{c.down_warps}"
+    regs = f" r{c.up_maxnreg}" if c.up_maxnreg else ""
+    return f"up n{c.block_n} k{c.split_k} w{c.up_warps}{regs} | down h{c.block_h} w{c.down_warps}"
 
 
 def expert_bytes(moe, ids: torch.Tensor) -> int:
@@ -70,6 +77,8 @@ def main(argv=None) -> int:
     parser.add_argument("--layers", type=int, default=40)
     parser.add_argument("--t", type=int, nargs="+", default=[1, 6])
     parser.add_argument("--replays", type=int, default=20)
+    parser.add_argument("--set", choices=["grid", "regs", "all"], default="all",
+                        help="which variants around the table's entry to time (candidates())")
     args = parser.parse_args(argv)
     device = require_cuda()
     copy_gbps = copy_bandwidth_gbps()
@@ -91,7 +100,7 @@ def main(argv=None) -> int:
         align = time_in_graph(lambda ids: moe_align_triton(ids, cfg.num_experts, 16, True),
                               [(ids,) for _, _, ids, _ in sets], replays=args.replays)
         rows.append({"T": t, "what": "align", "us": align.us_per_call})
-        for c in candidates(n_max, cfg.hidden_size):
+        for c in candidates(n_max, cfg.hidden_size, args.set):
             fn = experts_call(c)
             with torch.no_grad():
                 err = max(rel_rms(fn(*s), reference_layer(s[0], s[1], s[2], s[3])) for s in sets)

@@ -14,13 +14,16 @@ PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bi
 
 
 def compile_sm90(fn, signature: dict, constants: dict, attrs: dict | None = None, num_warps: int = 4,
-                 num_stages: int = 1) -> tuple[str, str]:
+                 num_stages: int = 1, maxnreg: int | None = None) -> tuple[str, str]:
     """(PTX, `ptxas -v` report) of the Triton kernel `fn` for sm_90a. Constants missing from
-    `signature` are marked constexpr; `attrs` are ASTSource attributes (e.g. divisibility)."""
+    `signature` are marked constexpr; `attrs` are ASTSource attributes (e.g. divisibility);
+    `maxnreg` caps the registers per thread as the launch option of that name does."""
     sig = {**signature, **{k: "constexpr" for k in constants if k not in signature}}
     src = triton.compiler.ASTSource(fn, sig, constants, attrs or {})
-    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                         options=dict(num_warps=num_warps, num_stages=num_stages)).asm["ptx"]
+    options = dict(num_warps=num_warps, num_stages=num_stages)
+    if maxnreg:
+        options["maxnreg"] = maxnreg
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
         f.write(ptx)
     try:

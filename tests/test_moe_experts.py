@@ -440,11 +440,12 @@ _COMPILE_CHECK = textwrap.dedent("""
         blocks = [re.split(r"\\n[$]L__BB\\w+:", seg)[-1] for seg in ptx.split("griddepcontrol.wait")[:-1]]
         return max(len(re.findall(V4, b)) for b in blocks)
 
-    def build(fn, ptrs, ints, floats, const, warps):
+    def build(fn, ptrs, ints, floats, const, warps, maxnreg=0):
         # Pointers 16-byte aligned, integer arguments divisible by 16 (what the launcher's
         # specialisation sees at H = 2560 with the model's strides), except the counts.
-        attrs = divisible_by_16(fn, [n for n in list(ptrs) + ints if n not in ("T", "P", "NB", "stride_wt")])
-        ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, floats), const, attrs, num_warps=warps)
+        attrs = divisible_by_16(fn, [n for n in list(ptrs) + ints if n not in ("T", "P", "NB", "NSB", "stride_wt")])
+        ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, floats), const, attrs, num_warps=warps,
+                                 maxnreg=maxnreg or None)
         assert " 0 bytes spill stores" in info, info
         assert "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx
         return ptx, info
@@ -456,13 +457,13 @@ _COMPILE_CHECK = textwrap.dedent("""
         b = "*bf16"
         ptrs = dict(x_ptr=b, sorted_ptr="*i32", block_expert_ptr="*i32", total_ptr="*i32", wg_ptr=b, wu_ptr=b,
                     sg_ptr=b, su_ptr=b, act_ptr=b, ws_ptr="*fp32", ticket_ptr="*i32")
-        ints = ["T", "P", "NB", "H", "I", "IS", "stride_xt", "stride_ge", "stride_gn", "stride_ue", "stride_un",
+        ints = ["T", "P", "NB", "NSB", "H", "I", "IS", "stride_xt", "stride_ge", "stride_gn", "stride_ue", "stride_un",
                 "stride_sgn", "stride_sun", "stride_act", "stride_ws_s", "stride_ws_p"]
         const = dict(stride_xh=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9, BLOCK_M=BLOCK_M,
                      BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=triton.cdiv(2560, chunk),
                      N_TILES=triton.cdiv(n_max, cfg.block_n), HAS_LIMIT=True, DOT_PRECISION="tf32",
                      DOT_UPCAST=False, USE_GDC=True)
-        ptx, info = build(_moe_up_kernel, ptrs, ints, ["limit", "shared_limit"], const, cfg.up_warps)
+        ptx, info = build(_moe_up_kernel, ptrs, ints, ["limit", "shared_limit"], const, cfg.up_warps, cfg.up_maxnreg)
         # The whole weight chunk in 16-byte loads (2*block_n x chunk bf16 over the CTA's threads),
         # the shared expert's before the wait.
         tile_loads = 2 * cfg.block_n * chunk * 2 // 16 // (32 * cfg.up_warps)

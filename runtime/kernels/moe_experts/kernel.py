@@ -8,12 +8,12 @@ blocks of 16 slots padded with the sentinel P, ``block_expert_ids[b]`` is block 
 ``total_padded`` the published slot count. Every block holds ONE expert, so a CTA reads one
 expert's weights and multiplies them with up to 16 gathered token rows.
 
-Up-GEMM (``_moe_up_kernel``), grid ``(split_k, n_tiles, n_blocks + cdiv(T, 16))``: a
+Up-GEMM (``_moe_up_kernel``), grid ``(split_k, n_tiles, cdiv(T, 16) + n_blocks)``: a
 CTA owns one block, ``BLOCK_N`` activation columns (2*BLOCK_N weight rows, gate and up
-interleaved as in swiglu_gemm) and one H chunk of ``CHUNK_K``. The CTAs past moe_align's blocks
-own the shared expert, 16 tokens each (the shared expert's bucket in the align layout is skipped
-by the routed CTAs): its weights are producer-independent, so they load their tile before
-``gdc_wait``. A routed CTA's expert id is its producer's output, so it waits first, exits when
+interleaved as in swiglu_gemm) and one H chunk of ``CHUNK_K``. The first cdiv(T, 16) blocks of
+the grid own the shared expert, 16 tokens each (the shared expert's bucket in the align layout is
+skipped by the routed CTAs): its weights are producer-independent, so they load their tile
+before ``gdc_wait``, and being first in the grid they are scheduled first. A routed CTA's expert id is its producer's output, so it waits first, exits when
 its block starts at or past ``total_padded``, then loads its whole weight chunk in one load. Then
 the 16 gathered x rows, one ``tl.dot`` and, with ``split_k > 1``, the fp32 partial stored by pair;
 the chunk that draws the last integer ticket of its (block, tile) sums the partials in chunk
@@ -63,6 +63,9 @@ class MoeExpertsConfig:
     up_warps: int
     block_h: int  # down-GEMM: output columns per CTA, >= 16; K (= I) is loaded whole
     down_warps: int
+    # ptxas register cap per thread for the up-GEMM (0 = the compiler's choice): fewer registers,
+    # more resident CTAs, so a T = 1 grid fits one wave (and later waves start sooner).
+    up_maxnreg: int = 0
 
 
 # Fixed launch table keyed by (max(I, Is), H). I = 192 is measured (H200, 40 cold layers,
@@ -75,7 +78,7 @@ class MoeExpertsConfig:
 # Registers (sm_90, ptxas -v, no spills): down 96 (I = 192, 5 CTAs per SM) / 182 (8 warps, one
 # CTA per SM; 16 columns at 4 warps took 214 and held half the bytes in flight).
 CONFIGS: dict[tuple[int, int], MoeExpertsConfig] = {
-    (192, 2560): MoeExpertsConfig(block_n=32, split_k=10, up_warps=4, block_h=64, down_warps=4),
+    (192, 2560): MoeExpertsConfig(block_n=32, split_k=10, up_warps=4, block_h=64, down_warps=4, up_maxnreg=96),
     (768, 2560): MoeExpertsConfig(block_n=32, split_k=10, up_warps=4, block_h=32, down_warps=8),
 }
 
@@ -129,12 +132,12 @@ def _up_tile(
             tl.atomic_xchg(ticket_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next call
 
 
-@triton.jit(do_not_specialize=["T", "P", "NB"])
+@triton.jit(do_not_specialize=["T", "P", "NB", "NSB"])
 def _moe_up_kernel(
     x_ptr, sorted_ptr, block_expert_ptr, total_ptr,
     wg_ptr, wu_ptr, sg_ptr, su_ptr,
     act_ptr, ws_ptr, ticket_ptr,
-    T, P, NB, H, I, IS,
+    T, P, NB, NSB, H, I, IS,
     stride_xt, stride_xh,
     stride_ge, stride_gn, stride_ue, stride_un, stride_sgn, stride_sun,
     stride_act, stride_ws_s, stride_ws_p,
@@ -154,38 +157,41 @@ def _moe_up_kernel(
     even = rows_w % 2 == 0
     offs_k = pid_k * CHUNK_K + tl.arange(0, CHUNK_K)
     mask_k = offs_k < H
-    tile = pid_b * N_TILES + pid_n
 
-    if pid_b >= NB:
-        # Past moe_align's NB blocks: the shared expert, 16 tokens per CTA. Its weights are
+    if pid_b < NSB:
+        # The first NSB blocks of the grid: the shared expert, 16 tokens per CTA. They come first
+        # so they are scheduled first, while the router and moe_align run. Its weights are
         # producer-independent, so the tile is requested before the wait.
         s_rows = tl.where(even, sg_ptr + j * stride_sgn, su_ptr + j * stride_sun)
         w = tl.load(s_rows[:, None] + offs_k[None, :], mask=(j < IS)[:, None] & mask_k[None, :], other=0.0)
         pdl_wait(USE_GDC)
         pdl_launch_dependents(USE_GDC)
         if pid_n * BLOCK_N < IS:       # else a column tile past Is (Is < I)
-            tok = (pid_b - NB) * BLOCK_M + tl.arange(0, BLOCK_M)
+            tok = pid_b * BLOCK_M + tl.arange(0, BLOCK_M)
             pair = tok * PAIRS_PER_TOKEN + TOP_K   # the shared expert is every token's last pair
-            _up_tile(w, tok, tok < T, pair, IS, shared_limit, rows_w, offs_k, mask_k, tile, pid_k, pid_n,
+            _up_tile(w, tok, tok < T, pair, IS, shared_limit, rows_w, offs_k, mask_k, (NB + pid_b) * N_TILES + pid_n,
+                     pid_k, pid_n,
                      x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh, stride_act, stride_ws_s,
                      stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT, DOT_PRECISION, DOT_UPCAST)
     else:
         # A routed block: its expert id is the producer's (moe_align's) output, so everything
         # waits. Blocks past the published ones, the shared expert's bucket (done above) and
         # column tiles past I (I < Is) have nothing to do.
+        b = pid_b - NSB
         pdl_wait(USE_GDC)
         pdl_launch_dependents(USE_GDC)
         total = tl.load(total_ptr)
-        e = tl.load(block_expert_ptr + pid_b, mask=pid_b * BLOCK_M < total, other=NUM_EXPERTS)
+        e = tl.load(block_expert_ptr + b, mask=b * BLOCK_M < total, other=NUM_EXPERTS)
         if (e < NUM_EXPERTS) & (pid_n * BLOCK_N < I):
-            slots = pid_b * BLOCK_M + tl.arange(0, BLOCK_M)
-            pair = tl.load(sorted_ptr + slots)   # inside the published range: pid_b * 16 < total
+            slots = b * BLOCK_M + tl.arange(0, BLOCK_M)
+            pair = tl.load(sorted_ptr + slots)   # inside the published range: b * 16 < total
             e64 = e.to(tl.int64)
             g_rows = tl.where(even, wg_ptr + e64 * stride_ge + j * stride_gn,
                               wu_ptr + e64 * stride_ue + j * stride_un)
             w = tl.load(g_rows[:, None] + offs_k[None, :], mask=(j < I)[:, None] & mask_k[None, :], other=0.0)
             # The sentinel P marks padding.
-            _up_tile(w, pair // PAIRS_PER_TOKEN, pair < P, pair, I, limit, rows_w, offs_k, mask_k, tile, pid_k,
+            _up_tile(w, pair // PAIRS_PER_TOKEN, pair < P, pair, I, limit, rows_w, offs_k, mask_k, b * N_TILES + pid_n,
+                     pid_k,
                      pid_n, x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh, stride_act, stride_ws_s,
                      stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT, DOT_PRECISION, DOT_UPCAST)
 
@@ -359,11 +365,11 @@ def moe_experts_triton(
                DOT_UPCAST=interpreting() and x.dtype != torch.float32, USE_GDC=use_pdl)
     act, partials, y = buffers.act, buffers.partials, buffers.y
     ws = partials if partials is not None else act
-    _moe_up_kernel[(split_k, n_tiles, n_blocks + n_shared_blocks)](
+    _moe_up_kernel[(split_k, n_tiles, n_shared_blocks + n_blocks)](
         x, sorted_ids, block_experts, total,
         w_gate, w_up, sg, su,
         act, ws, tickets,
-        t, p, n_blocks, h, inter, inter_s,
+        t, p, n_blocks, n_shared_blocks, h, inter, inter_s,
         x.stride(0), x.stride(1),
         w_gate.stride(0), w_gate.stride(1), w_up.stride(0), w_up.stride(1), sg.stride(-2), su.stride(-2),
         act.stride(0), ws.stride(0) if partials is not None else 0, ws.stride(1) if partials is not None else 0,
@@ -372,6 +378,7 @@ def moe_experts_triton(
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=split_k, N_TILES=n_tiles,
         HAS_LIMIT=has_limit, **dot,
         num_warps=cfg.up_warps, num_stages=1, **launch,
+        **({"maxnreg": cfg.up_maxnreg} if cfg.up_maxnreg and not interpreting() else {}),
     )
     _moe_down_kernel[(n_htiles, n_blocks)](
         act, sorted_ids, block_experts, total,
