@@ -38,7 +38,8 @@ RTOL_RMS = 5e-3
 def candidates(n_max: int, h: int, which: str = "all") -> list[MoeExpertsConfig]:
     """The table's entry first, then variants around it. ``which``: "grid" varies the up-GEMM
     (block_n, split_k, warps) and the down-GEMM (block_h, warps), one side at a time; "regs" the
-    up-GEMM's register cap (0 = the compiler's choice, 96 = five 4-warp CTAs per SM); "all" both."""
+    register caps (0 = the compiler's choice; up 96 = five 4-warp CTAs per SM, down 80 = six);
+    "all" both."""
     base = config_for(n_max, h)
     out = [base]
     if which in ("grid", "all"):
@@ -48,12 +49,14 @@ def candidates(n_max: int, h: int, which: str = "all") -> list[MoeExpertsConfig]
         out += [replace(base, block_h=bh, down_warps=w) for bh, w in downs]
     if which in ("regs", "all"):
         out += [replace(base, up_maxnreg=r) for r in (0, 96)]
+        out += [replace(base, up_maxnreg=96, down_maxnreg=80)]
     return list(dict.fromkeys(out))          # deduplicated, the table's entry first
 
 
 def label(c: MoeExpertsConfig) -> str:
     regs = f" r{c.up_maxnreg}" if c.up_maxnreg else ""
-    return f"up n{c.block_n} k{c.split_k} w{c.up_warps}{regs} | down h{c.block_h} w{c.down_warps}"
+    dregs = f" r{c.down_maxnreg}" if c.down_maxnreg else ""
+    return f"up n{c.block_n} k{c.split_k} w{c.up_warps}{regs} | down h{c.block_h} w{c.down_warps}{dregs}"
 
 
 def expert_bytes(moe, ids: torch.Tensor) -> int:

@@ -16,6 +16,7 @@ fp32->bf16 cast truncates (tests/test_swiglu_gemm.py), here twice (the activatio
 output). bf16 on the GPU at the real shapes 5e-3: both sides round the activation to nearest, and
 an activation one ulp apart where the fp32 sums straddle a rounding boundary moves the output.
 """
+import dataclasses
 import importlib
 import textwrap
 
@@ -477,7 +478,7 @@ _COMPILE_CHECK = textwrap.dedent("""
         const = dict(stride_wk=1, stride_oh=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9, HAS_SHARED=True,
                      BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=triton.next_power_of_2(n_max), COMBINE_T=COMBINE_T,
                      DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
-        ptx, info = build(_moe_down_kernel, ptrs, ints, [], const, cfg.down_warps)
+        ptx, info = build(_moe_down_kernel, ptrs, ints, [], const, cfg.down_warps, cfg.down_maxnreg)
         tile_loads = cfg.block_h * triton.next_power_of_2(n_max) * 2 // 16 // (32 * cfg.down_warps)
         assert max_loads_before_a_wait(ptx) >= tile_loads, ptx[-3000:]
         print("down", n_max, [l for l in info.splitlines() if "registers" in l])
@@ -521,6 +522,27 @@ def test_gpu_full_flash_intermediate(t):
     # I = Is = 768 (the un-sharded model) with the table's 768 entry.
     pb = _gpu_problem(t, seed=210 + t, i=768, i_s=768, e=64)
     assert_close(run_kernel(pb), _gpu_reference(pb), RTOL_GPU_BF16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("t", [1, 6])
+def test_gpu_register_caps_keep_the_bits(t):
+    # A register cap changes residency, not arithmetic: the table's capped config gives the bits
+    # of the same config without caps.
+    pb = _gpu_problem(t, seed=215 + t)
+    cfg = config_for(192, 2560)
+    uncapped = dataclasses.replace(cfg, up_maxnreg=0, down_maxnreg=0)
+    capped = dataclasses.replace(cfg, up_maxnreg=96, down_maxnreg=80)
+    out = run_kernel(pb, uncapped)
+    assert torch.equal(run_kernel(pb, capped), out)
+    assert_close(out, _gpu_reference(pb), RTOL_GPU_BF16)
+
+
+def test_register_caps_are_dropped_by_the_interpreter():
+    # Under TRITON_INTERPRET the launch option does not exist: the launcher leaves it out.
+    pb = make_problem(6, torch.bfloat16, seed=216)
+    cfg = dataclasses.replace(config_for(40, 64), up_maxnreg=96, down_maxnreg=80)
+    assert_close(run_kernel(pb, cfg), reference(pb), RTOL[torch.bfloat16])
 
 
 @pytest.mark.gpu

@@ -66,6 +66,7 @@ class MoeExpertsConfig:
     # ptxas register cap per thread for the up-GEMM (0 = the compiler's choice): fewer registers,
     # more resident CTAs, so a T = 1 grid fits one wave (and later waves start sooner).
     up_maxnreg: int = 0
+    down_maxnreg: int = 0  # the same for the down-GEMM
 
 
 # Fixed launch table keyed by (max(I, Is), H). I = 192 is measured (H200, 40 cold layers,
@@ -390,5 +391,6 @@ def moe_experts_triton(
         BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=max(16, triton.next_power_of_2(n_max)), COMBINE_T=COMBINE_T,
         **dot,
         num_warps=cfg.down_warps, num_stages=1, **launch,
+        **({"maxnreg": cfg.down_maxnreg} if cfg.down_maxnreg and not interpreting() else {}),
     )
     return out
