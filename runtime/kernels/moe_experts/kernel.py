@@ -71,13 +71,14 @@ class MoeExpertsConfig:
 
 # Fixed launch table keyed by (max(I, Is), H). I = 192 is measured (H200, 40 cold layers,
 # `python -m benchmarks.moe_sweep`, 2026-11-29; results/moe_sweep_flash-tp4-rank.json): block_n 32
-# x split_k 10 (chunk 256, 16 KB of weights per CTA, 60 CTAs per expert) was the best of 11 over
+# x split_k 10 (chunk 256, 32 KB of weights per CTA, 60 CTAs per expert) was the best of 11 over
 # T = 1 and 6 (16.2 / 52.2 us per layer for align + up + down, against 16.9 / 54.9 us for the
 # former 16 x 5 and 23.8 / 87.1 us for 16 x 3); the down-GEMM's block_h barely mattered (32 to
 # 128 within 2%, 16 is 18% slower). I = 768 takes swiglu_gemm's H200 entry for the same (N, K),
 # unmeasured here: 240 CTAs per expert with 32 KB of weights; down-GEMM tile [32, 1024] (48 KB).
 # Registers (sm_90, ptxas -v, no spills): down 96 (I = 192, 5 CTAs per SM) / 182 (8 warps, one
-# CTA per SM; 16 columns at 4 warps took 214 and held half the bytes in flight).
+# CTA per SM; 16 columns at 4 warps took 214 and held half the bytes in flight); up 114, capped at
+# 96 for I = 192 so five CTAs fit an SM (T = 1: 16.0 -> 13.9 us, T = 6: 48.7 -> 48.0 us, session 7).
 CONFIGS: dict[tuple[int, int], MoeExpertsConfig] = {
     (192, 2560): MoeExpertsConfig(block_n=32, split_k=10, up_warps=4, block_h=64, down_warps=4, up_maxnreg=96),
     (768, 2560): MoeExpertsConfig(block_n=32, split_k=10, up_warps=4, block_h=32, down_warps=8),
