@@ -8,8 +8,9 @@ H in {64, 96}, I = 24, shared Is = 40 (so the shared expert has more column tile
 routed ones), k = 4, T in {1, 2, 6, 8, 16, 20} (T = 16 has 80 pairs: moe_align's multi-launch path).
 
 Every kernel run writes into a NaN-poisoned ``out`` and NaN-poisoned workspaces, with moe_align's
-unpublished tail filled with a valid-looking pair (0) and expert (E - 1): a row the kernels
-forget, or a block past ``total_padded`` they process, shows up in the output.
+buffers pre-filled with a valid-looking pair (0) and expert (E - 1): a row the kernels forget, or
+an unpublished slot they read, shows up in the output (moe_align overwrites the whole block list,
+marking the blocks past ``total_padded`` "no expert").
 
 Tolerances (relative RMS): fp32 1e-5 (summation order only). bf16 1e-2: the interpreter's
 fp32->bf16 cast truncates (tests/test_swiglu_gemm.py), here twice (the activation and the

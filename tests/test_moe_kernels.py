@@ -26,6 +26,7 @@ from helpers import run_sm90_compile_check
 from lingc.models.moe import grouped_topk
 from lingc.runtime.kernels.moe_align import align_sizes, moe_align, moe_align_reference
 from lingc.runtime.kernels.moe_align import kernel as align_kernel
+from lingc.runtime.kernels.moe_align.naive import no_expert
 from lingc.runtime.kernels.moe_align.kernel import SINGLE_LAUNCH_MAX_PAIRS, moe_align_triton
 from lingc.runtime.kernels.moe_router import grouped_topk_reference, moe_router, moe_router_reference, router_logits
 from lingc.runtime.kernels.moe_router.kernel import moe_router_triton, router_block_e
@@ -419,6 +420,8 @@ def check_align(out, topk_ids, num_experts, block_size, shared_expert):
     assert n == ref_total, f"total {n} != reference {ref_total}"
     assert pub == ref_sorted, f"sorted_pair_ids {pub} != reference {ref_sorted}"
     assert pub_blocks == ref_blocks, f"block_expert_ids {pub_blocks} != reference {ref_blocks}"
+    tail = block_experts[n // block_size:].tolist()
+    assert tail == [no_expert(num_experts)] * len(tail), f"block tail {tail}: every entry must be 'no expert'"
 
 
 def pair_expert_list(topk_ids, num_experts, shared_expert):
@@ -492,7 +495,7 @@ def test_align_fallback_above_single_launch(t, k, shared):
     a = run_align(small, 64, 16, True, max_single_launch=0)
     b = run_align(small, 64, 16, True)
     n = int(b[2][0])
-    assert torch.equal(a[2], b[2]) and torch.equal(a[0][:n], b[0][:n]) and torch.equal(a[1][: n // 16], b[1][: n // 16])
+    assert torch.equal(a[2], b[2]) and torch.equal(a[0][:n], b[0][:n]) and torch.equal(a[1], b[1])
 
 
 def test_align_sizes():
@@ -502,12 +505,14 @@ def test_align_sizes():
     assert align_sizes(5, 16, 1, False) == (5, 5)
 
 
-def test_align_tail_is_left_unwritten():
-    # The kernel writes nothing past total_padded (documented), so the poison stays there.
+def test_align_slot_tail_unwritten_block_tail_no_expert():
+    # The kernel writes no slot past total_padded (documented), so the poison stays there; every
+    # block past it says "no expert" (E + 1), which consumers skip from the id alone.
     ids = make_ids(1, 4, 16, "one", seed=11)
     sorted_ids, block_experts, total = run_align(ids, 16, 4, False)
     assert int(total[0]) == 4
-    assert (sorted_ids[4:] == POISON).all() and (block_experts[1:] == POISON).all()
+    assert (sorted_ids[4:] == POISON).all()
+    assert block_experts[0] == ids[0, 0] and (block_experts[1:] == 17).all() and no_expert(16) == 17
 
 
 # A broken kernel must fail check_align.

@@ -16,8 +16,9 @@ is over pairs. With e_i the expert of pair i (i < P, padded to NP = next_pow2(P)
 Then every pair writes ``sorted[offset_i + rank_i] = i``; lane 0 writes the total; each
 representative writes the sentinel P into its bucket's padding slots [offset + pop, offset +
 padded) and its expert id into its blocks offset/B .. (offset + padded)/B - 1, one masked vector
-store over the pair lanes per slot / block step. Slots and blocks past the total are not
-written (naive.py: the tail is unspecified and consumers never read it).
+store over the pair lanes per slot / block step; the lanes then write "no expert" (E + 1) into
+every block past the total. Slots past the total are not written (naive.py: unspecified, never
+read).
 
 Cost: O(NP^2) comparisons in registers. ``align_num_warps`` gives each thread at most 16 lanes
 of an [NP, NP] tensor; compiled for sm_90 (ptxas -v), NP = 64 (P in 33..64) takes 8 warps and
@@ -47,7 +48,7 @@ SINGLE_LAUNCH_MAX_PAIRS = 72
 @triton.jit
 def _moe_align_kernel(
     ids_ptr, sorted_ptr, block_ptr, total_ptr,
-    P, K, stride_t, stride_k,
+    P, K, NBLK, stride_t, stride_k,
     NUM_EXPERTS: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr, BLOCK_SIZE: tl.constexpr,
     NP: tl.constexpr, USE_GDC: tl.constexpr,
 ):
@@ -86,6 +87,13 @@ def _moe_align_kernel(
     q = 0
     while q * BLOCK_SIZE < P:
         tl.store(block_ptr + offset // BLOCK_SIZE + q, e, mask=rep & (q * BLOCK_SIZE < padded))
+        q += 1
+    # The block tail: "no expert" (naive.no_expert), so a consumer skips it from the id alone.
+    none = tl.zeros([NP], dtype=tl.int32) + (NUM_EXPERTS + 1)
+    q = 0
+    while q * NP < NBLK:
+        b = total // BLOCK_SIZE + q * NP + i
+        tl.store(block_ptr + b, none, mask=b < NBLK)
         q += 1
 
 
@@ -134,7 +142,7 @@ def moe_align_triton(
     np_ = max(16, triton.next_power_of_2(p))
     _moe_align_kernel[(1,)](
         topk_ids, sorted_ids, block_experts, total,
-        p, k, topk_ids.stride(0), topk_ids.stride(1),
+        p, k, blocks, topk_ids.stride(0), topk_ids.stride(1),
         NUM_EXPERTS=num_experts, PAIRS_PER_TOKEN=kp, BLOCK_SIZE=block_size,
         NP=np_,
         USE_GDC=use_pdl, num_warps=align_num_warps(np_),

@@ -11,13 +11,13 @@ expert id:
   bucket after bucket, each bucket's pairs in increasing pair id (stable), then padded up to a
   multiple of block_size with the sentinel P (not a pair id: consumers mask it).
 - ``block_expert_ids`` int32 [cdiv(len(sorted_pair_ids), block_size)]: the expert of each
-  block of block_size slots.
+  block of block_size slots, and ``num_experts + 1`` ("no expert", ``no_expert(num_experts)``)
+  for every block past total_padded.
 - ``total_padded`` int32 [1]: the number of published slots (a multiple of block_size).
 
-Only ``sorted_pair_ids[:total_padded]`` and ``block_expert_ids[:total_padded // block_size]``
-are published; what lies beyond is unspecified (the Triton kernel leaves it unwritten,
-consumers never read it: their CTAs exit when their block starts at or past total_padded).
-Here the tail holds the sentinel and the last expert id.
+``sorted_pair_ids`` past total_padded is unspecified (the Triton kernel leaves it unwritten,
+consumers never read it); here it holds the sentinel. The block tail is specified so that a
+consumer can skip an unused block from its expert id alone, without reading total_padded first.
 
 Implementation: device ops only (no host sync, graph-capturable): a per-expert count by
 ``index_add_``, padded counts, exclusive offsets by cumsum, a stable sort of the experts for the
@@ -27,7 +27,13 @@ assert).
 """
 import torch
 
-__all__ = ["pair_experts", "align_sizes", "moe_align_reference"]
+__all__ = ["pair_experts", "align_sizes", "moe_align_reference", "no_expert"]
+
+
+def no_expert(num_experts: int) -> int:
+    """The block expert id of blocks past total_padded: above every routed id and the shared
+    expert's (num_experts)."""
+    return num_experts + 1
 
 
 def pair_experts(topk_ids: torch.Tensor, num_experts: int, shared_expert: bool) -> torch.Tensor:
@@ -67,4 +73,5 @@ def moe_align_reference(
     starts = torch.arange(blocks, device=dev) * block_size
     block_experts = torch.searchsorted(ends, starts, right=True).clamp_(max=n_buckets - 1)
     total = ends[-1:].to(torch.int32)
+    block_experts = torch.where(starts < ends[-1:], block_experts, no_expert(num_experts))
     return sorted_ids, block_experts.to(torch.int32), total

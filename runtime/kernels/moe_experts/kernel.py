@@ -13,10 +13,11 @@ CTA owns one block, ``BLOCK_N`` activation columns (2*BLOCK_N weight rows, gate 
 interleaved as in swiglu_gemm) and one H chunk of ``CHUNK_K``. The first cdiv(T, 16) blocks of
 the grid own the shared expert, 16 tokens each (the shared expert's bucket in the align layout is
 skipped by the routed CTAs): its weights are producer-independent, so they load their tile
-before ``gdc_wait``, and being first in the grid they are scheduled first. A routed CTA's expert id is its producer's output, so it waits first, exits when
-its block starts at or past ``total_padded``, then loads its whole weight chunk in one load. Then
-the 16 gathered x rows, one ``tl.dot`` and, with ``split_k > 1``, the fp32 partial stored by pair;
-the chunk that draws the last integer ticket of its (block, tile) sums the partials in chunk
+before ``gdc_wait``, and being first in the grid they are scheduled first. A routed CTA's expert
+id is its producer's output, so it waits first, reads its block's expert id (moe_align marks the
+blocks past ``total_padded`` "no expert", E + 1, so no total is read first), skips ids >= E, then
+loads its whole weight chunk in one load. Then the 16 gathered x rows, one ``tl.dot`` and, with
+``split_k > 1``, the fp32 partial stored by pair; the chunk that draws the last integer ticket of its (block, tile) sums the partials in chunk
 order 0..split_k-1 and applies the SwiGLU epilogue (swiglu_gemm's, with the clamp), rounding the
 activation to x.dtype into ``act[pair]``.
 
@@ -177,16 +178,16 @@ def _moe_up_kernel(
                      stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT, DOT_PRECISION, DOT_UPCAST)
     else:
         # A routed block: its expert id is the producer's (moe_align's) output, so everything
-        # waits. Blocks past the published ones, the shared expert's bucket (done above) and
-        # column tiles past I (I < Is) have nothing to do.
+        # waits. Blocks past the published ones (moe_align marks them E + 1: no total_padded
+        # read on this path), the shared expert's bucket (E, done above) and column tiles past
+        # I (I < Is) have nothing to do.
         b = pid_b - NSB
         pdl_wait(USE_GDC)
         pdl_launch_dependents(USE_GDC)
-        total = tl.load(total_ptr)
-        e = tl.load(block_expert_ptr + b, mask=b * BLOCK_M < total, other=NUM_EXPERTS)
+        e = tl.load(block_expert_ptr + b)
         if (e < NUM_EXPERTS) & (pid_n * BLOCK_N < I):
             slots = b * BLOCK_M + tl.arange(0, BLOCK_M)
-            pair = tl.load(sorted_ptr + slots)   # inside the published range: b * 16 < total
+            pair = tl.load(sorted_ptr + slots)   # a published block (e < E), so inside the range
             e64 = e.to(tl.int64)
             g_rows = tl.where(even, wg_ptr + e64 * stride_ge + j * stride_gn,
                               wu_ptr + e64 * stride_ue + j * stride_un)
