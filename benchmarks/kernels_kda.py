@@ -64,6 +64,13 @@ def _args(x):
             x["a_log"], x["dt_bias"], x["state"], LOWER_BOUND)
 
 
+def _to_cpu(a):
+    """An argument of _args on the CPU (the conv weights are a list of tensors)."""
+    if isinstance(a, list):
+        return [w.cpu() for w in a]
+    return a.cpu() if torch.is_tensor(a) else a
+
+
 def _eager(x):
     """lingc/models/kda.py's math on whole [T, ...] tensors, cache writes as copy_."""
     T = x["q_raw"].shape[0]
@@ -114,11 +121,7 @@ def bench_T(T, bvs, replays, copies_override):
     copies = copies_override or max(MIN_LAYERS, cold_copies(layer_bytes))
     layers = [_layer(T, gen, staged) for _ in range(copies)]
     x0 = layers[0]
-    def cpu(a):
-        if isinstance(a, list):          # the conv weights
-            return [w.cpu() for w in a]
-        return a.cpu() if torch.is_tensor(a) else a
-    ref = kda_chain_reference(*(cpu(a) for a in _args(x0)))
+    ref = kda_chain_reference(*(_to_cpu(a) for a in _args(x0)))
     table = config_for(H, K, K)
 
     def lingc(cfg, pdl, stage):

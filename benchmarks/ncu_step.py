@@ -1,10 +1,10 @@
 """One captured lingc step of flash-tp4-rank under Nsight Compute: each kernel's own time and DRAM bytes.
 
-    ncu --profile-from-start off --graph-profiling node --clock-control none --csv --page raw --print-units base \\
-        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__registers_per_thread,\\
-launch__grid_size,launch__block_size,sm__warps_active.avg.pct_of_peak_sustained_active \\
-        --log-file OUT/ncu.csv python -m benchmarks.ncu_step --roles decode verify --out OUT
-    python -m benchmarks.ncu_step --summarize OUT/ncu.csv --out OUT
+    python -m benchmarks.ncu_step --ncu-command --out OUT     # prints the ncu command line to run:
+    ncu --profile-from-start off --graph-profiling node --clock-control none --csv --page raw \\
+        --print-units base --metrics METRICS --log-file OUT/ncu.csv \\
+        python3 -m benchmarks.ncu_step --roles decode verify --out OUT
+    python -m benchmarks.ncu_step --summarize OUT/ncu.csv --out OUT   # the table by kernel name
 
 The first form compiles and captures the steps of `--roles` (as the decode benchmark does, from
 the same synthetic context) and replays each step's graph once between cudaProfilerStart and
@@ -31,9 +31,17 @@ METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.
            "sm__warps_active.avg.pct_of_peak_sustained_active")
 
 
+def ncu_command(roles: list[str], out: Path, ncu: str = "ncu") -> str:
+    """The Nsight Compute command line that profiles `run` (METRICS, base units, CSV)."""
+    return (f"{ncu} --profile-from-start off --graph-profiling node --clock-control none --csv --page raw "
+            f"--print-units base --metrics {','.join(METRICS)} --log-file {out / 'ncu.csv'} "
+            f"python3 -m benchmarks.ncu_step --roles {' '.join(roles)} --out {out}")
+
+
 def run(roles: list[str], context: int, out: Path) -> None:
     from lingc.models import build_model, preset
     from lingc.runtime.relay.engine import Engine
+    from lingc.runtime.relay.graphs import describe
 
     from .decode import fill_synthetic
 
@@ -47,8 +55,6 @@ def run(roles: list[str], context: int, out: Path) -> None:
     r.x.fill_(7)
     r.seed.fill_(11)
     r.dh.normal_(generator=torch.Generator(device=r.dh.device).manual_seed(5))
-    from lingc.runtime.relay.graphs import describe
-
     order = []
     with torch.no_grad():
         for role in roles:
@@ -137,8 +143,12 @@ def main(argv=None) -> int:
     ap.add_argument("--context", type=int, default=8192)
     ap.add_argument("--out", default="ncu_out")
     ap.add_argument("--summarize", help="an ncu --csv --page raw log to summarise instead of running")
+    ap.add_argument("--ncu-command", action="store_true", help="print the ncu command line that profiles a run")
     args = ap.parse_args(argv)
     out = Path(args.out)
+    if args.ncu_command:
+        print(ncu_command(args.roles, out))
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     if args.summarize:
         summarize(Path(args.summarize), out)

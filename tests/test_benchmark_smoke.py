@@ -116,3 +116,13 @@ def test_ncu_summary_splits_roles_and_converts_units(tmp_path, capsys):
     assert abs(gemm["tbps"] - 12.5 / 8.0) < 1e-9
     assert got["verify"]["by_kernel"][0]["kernel"] == "_kda_chain_kernel" and got["verify"]["isolated_us_total"] == 2.0
     assert "sum of isolated times 8.0 us" in capsys.readouterr().out
+
+
+def test_ncu_command_profiles_the_run_into_the_summarised_log(tmp_path):
+    from benchmarks.ncu_step import METRICS, ncu_command
+
+    cmd = ncu_command(["decode"], tmp_path).split()
+    assert cmd[0] == "ncu" and "--profile-from-start" in cmd and "--print-units" in cmd
+    assert cmd[cmd.index("--metrics") + 1].split(",") == list(METRICS)
+    assert cmd[cmd.index("--log-file") + 1] == str(tmp_path / "ncu.csv")
+    assert cmd[-5:] == ["benchmarks.ncu_step", "--roles", "decode", "--out", str(tmp_path)]

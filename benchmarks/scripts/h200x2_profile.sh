@@ -8,10 +8,8 @@ set -u
 source "$(dirname "$0")/device_env.sh"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 lingc_decode 0 ${P0:-300} --profile &
-(CUDA_VISIBLE_DEVICES=1 timeout ${P1:-420} "$NCU" --profile-from-start off --graph-profiling node --clock-control none \
-    --csv --page raw --print-units base \
-    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__registers_per_thread,launch__grid_size,launch__block_size,sm__warps_active.avg.pct_of_peak_sustained_active \
-    --log-file "$OUT/ncu.csv" python3 -m benchmarks.ncu_step --roles decode verify --out "$OUT" 2>&1 | stamp > "$OUT/ncu_run.log"
+(CUDA_VISIBLE_DEVICES=1 timeout ${P1:-420} $(python3 -m benchmarks.ncu_step --ncu-command --out "$OUT" | sed "s|^ncu |$NCU |") \
+    2>&1 | stamp > "$OUT/ncu_run.log"
  python3 -m benchmarks.ncu_step --summarize "$OUT/ncu.csv" --out "$OUT" > "$OUT/ncu_summary.md" 2>&1
  rm -f "$OUT/ncu_roles.json"; gzip -f "$OUT/ncu.csv") &
 wait
