@@ -89,11 +89,11 @@ def _moe_align_kernel(
         tl.store(block_ptr + offset // BLOCK_SIZE + q, e, mask=rep & (q * BLOCK_SIZE < padded))
         q += 1
     # The block tail: "no expert" (naive.no_expert), so a consumer skips it from the id alone.
-    none = tl.zeros([NP], dtype=tl.int32) + (NUM_EXPERTS + 1)
+    no_expert_ids = tl.zeros([NP], dtype=tl.int32) + (NUM_EXPERTS + 1)
     q = 0
     while q * NP < NBLK:
         b = total // BLOCK_SIZE + q * NP + i
-        tl.store(block_ptr + b, none, mask=b < NBLK)
+        tl.store(block_ptr + b, no_expert_ids, mask=b < NBLK)
         q += 1
 
 
