@@ -90,6 +90,17 @@ def fill_synthetic(cache: Ling3Cache, seed: int = 1) -> None:
         t.normal_(0, 0.3, generator=g)
 
 
+def synthetic_start(eng, context: int) -> None:
+    """The synthetic context of an Engine: the same cache and relay inputs for every engine and
+    run (decoding continues at position ``context``)."""
+    fill_synthetic(eng.cache)
+    r = eng.relay
+    r.n.fill_(context)
+    r.x.fill_(7)
+    r.seed.fill_(11)
+    r.dh.normal_(generator=torch.Generator(device=r.dh.device).manual_seed(5))
+
+
 # -- the floor ------------------------------------------------------------------------------------
 
 class Floor:
@@ -248,16 +259,7 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
     eng.prepare(roles)
     _sync()
     compile_s = time.perf_counter() - t0
-    def start() -> None:
-        """The synthetic context: the same cache and relay inputs for every engine and run."""
-        fill_synthetic(eng.cache)
-        r = eng.relay
-        r.n.fill_(ctx)
-        r.x.fill_(7)
-        r.seed.fill_(11)
-        r.dh.normal_(generator=torch.Generator(device=r.dh.device).manual_seed(5))
-
-    start()
+    synthetic_start(eng, ctx)
     kind = "nextn" if speculative else None
     list(eng.resume(8, kind))                       # warm-up steps (not timed)
     _sync()
@@ -275,7 +277,7 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
     # The tokens for the speculative == plain check come from one uninterrupted run from the
     # synthetic context: between two resume() calls the steps launched ahead of the last token
     # read have already advanced the cache, by a different number of tokens in each mode.
-    start()
+    synthetic_start(eng, ctx)
     check = list(eng.resume(tokens, kind))
     _sync()
     return dict(step_ms=sum(per_graph.values()), wall_ms=wall,

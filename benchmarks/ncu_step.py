@@ -43,18 +43,13 @@ def run(roles: list[str], context: int, out: Path) -> None:
     from lingc.runtime.relay.engine import Engine
     from lingc.runtime.relay.graphs import describe
 
-    from .decode import fill_synthetic
+    from .decode import synthetic_start
 
     model = build_model(preset("flash-tp4-rank", router_dtype="bf16"), device="cuda", dtype=torch.bfloat16,
                         seed=0, progress=True)
     eng = Engine(model, max_len=context + 512, options={"inductor": False}, progress=True)
     eng.prepare(roles)
-    fill_synthetic(eng.cache)
-    r = eng.relay
-    r.n.fill_(context)
-    r.x.fill_(7)
-    r.seed.fill_(11)
-    r.dh.normal_(generator=torch.Generator(device=r.dh.device).manual_seed(5))
+    synthetic_start(eng, context)
     order = []
     with torch.no_grad():
         for role in roles:

@@ -457,7 +457,7 @@ _COMPILE_CHECK = textwrap.dedent("""
         # (the values of T, P and NB are not specialised: do_not_specialize)
         chunk = triton.next_power_of_2(triton.cdiv(2560, cfg.split_k))
         b = "*bf16"
-        ptrs = dict(x_ptr=b, sorted_ptr="*i32", block_expert_ptr="*i32", total_ptr="*i32", wg_ptr=b, wu_ptr=b,
+        ptrs = dict(x_ptr=b, sorted_ptr="*i32", block_expert_ptr="*i32", wg_ptr=b, wu_ptr=b,
                     sg_ptr=b, su_ptr=b, act_ptr=b, ws_ptr="*fp32", ticket_ptr="*i32")
         ints = ["T", "P", "NB", "NSB", "H", "I", "IS", "stride_xt", "stride_ge", "stride_gn", "stride_ue", "stride_un",
                 "stride_sgn", "stride_sun", "stride_act", "stride_ws_s", "stride_ws_p"]

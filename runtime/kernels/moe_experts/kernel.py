@@ -17,9 +17,9 @@ before ``gdc_wait``, and being first in the grid they are scheduled first. A rou
 id is its producer's output, so it waits first, reads its block's expert id (moe_align marks the
 blocks past ``total_padded`` "no expert", E + 1, so no total is read first), skips ids >= E, then
 loads its whole weight chunk in one load. Then the 16 gathered x rows, one ``tl.dot`` and, with
-``split_k > 1``, the fp32 partial stored by pair; the chunk that draws the last integer ticket of its (block, tile) sums the partials in chunk
-order 0..split_k-1 and applies the SwiGLU epilogue (swiglu_gemm's, with the clamp), rounding the
-activation to x.dtype into ``act[pair]``.
+``split_k > 1``, the fp32 partial stored by pair; the chunk that draws the last integer ticket of
+its (block, tile) sums the partials in chunk order 0..split_k-1 and applies the SwiGLU epilogue
+(swiglu_gemm's, with the clamp), rounding the activation to x.dtype into ``act[pair]``.
 
 Down-GEMM + combine (``_moe_down_kernel``), grid ``(n_htiles, n_blocks)``: a CTA owns
 one block and ``BLOCK_H`` output columns over the whole intermediate size. Its weight tile is
@@ -81,7 +81,8 @@ class MoeExpertsConfig:
 # CTA per SM; 16 columns at 4 warps took 214 and held half the bytes in flight); up 114, capped at
 # 96 for I = 192 so five CTAs fit an SM (T = 1: 16.0 -> 13.9 us, T = 6: 48.7 -> 48.0 us, session 7).
 CONFIGS: dict[tuple[int, int], MoeExpertsConfig] = {
-    (192, 2560): MoeExpertsConfig(block_n=32, split_k=10, up_warps=4, block_h=64, down_warps=4, up_maxnreg=96),
+    (192, 2560): MoeExpertsConfig(block_n=32, split_k=10, up_warps=4, block_h=64, down_warps=4,
+                                  up_maxnreg=96),
     (768, 2560): MoeExpertsConfig(block_n=32, split_k=10, up_warps=4, block_h=32, down_warps=8),
 }
 
@@ -137,7 +138,7 @@ def _up_tile(
 
 @triton.jit(do_not_specialize=["T", "P", "NB", "NSB"])
 def _moe_up_kernel(
-    x_ptr, sorted_ptr, block_expert_ptr, total_ptr,
+    x_ptr, sorted_ptr, block_expert_ptr,
     wg_ptr, wu_ptr, sg_ptr, su_ptr,
     act_ptr, ws_ptr, ticket_ptr,
     T, P, NB, NSB, H, I, IS,
@@ -172,8 +173,8 @@ def _moe_up_kernel(
         if pid_n * BLOCK_N < IS:       # else a column tile past Is (Is < I)
             tok = pid_b * BLOCK_M + tl.arange(0, BLOCK_M)
             pair = tok * PAIRS_PER_TOKEN + TOP_K   # the shared expert is every token's last pair
-            _up_tile(w, tok, tok < T, pair, IS, shared_limit, rows_w, offs_k, mask_k, (NB + pid_b) * N_TILES + pid_n,
-                     pid_k, pid_n,
+            tile = (NB + pid_b) * N_TILES + pid_n     # shared tiles after the routed ones
+            _up_tile(w, tok, tok < T, pair, IS, shared_limit, rows_w, offs_k, mask_k, tile, pid_k, pid_n,
                      x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh, stride_act, stride_ws_s,
                      stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT, DOT_PRECISION, DOT_UPCAST)
     else:
@@ -193,9 +194,8 @@ def _moe_up_kernel(
                               wu_ptr + e64 * stride_ue + j * stride_un)
             w = tl.load(g_rows[:, None] + offs_k[None, :], mask=(j < I)[:, None] & mask_k[None, :], other=0.0)
             # The sentinel P marks padding.
-            _up_tile(w, pair // PAIRS_PER_TOKEN, pair < P, pair, I, limit, rows_w, offs_k, mask_k, b * N_TILES + pid_n,
-                     pid_k,
-                     pid_n, x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh, stride_act, stride_ws_s,
+            _up_tile(w, pair // PAIRS_PER_TOKEN, pair < P, pair, I, limit, rows_w, offs_k, mask_k,
+                     b * N_TILES + pid_n, pid_k, pid_n, x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh, stride_act, stride_ws_s,
                      stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT, DOT_PRECISION, DOT_UPCAST)
 
 
@@ -269,6 +269,12 @@ def _moe_down_kernel(
                      comb.to(out_ptr.dtype.element_ty), mask=mask_y)
             t0 += COMBINE_T
         tl.atomic_xchg(ticket_ptr + pid_h, 0, sem="relaxed", scope="gpu")  # ready for the next call
+
+
+def _register_cap(maxnreg: int) -> dict:
+    """The launch option capping ptxas registers per thread (0 = none). The interpreter has no
+    such option."""
+    return {"maxnreg": maxnreg} if maxnreg and not interpreting() else {}
 
 
 @dataclass
@@ -369,7 +375,7 @@ def moe_experts_triton(
     act, partials, y = buffers.act, buffers.partials, buffers.y
     ws = partials if partials is not None else act
     _moe_up_kernel[(split_k, n_tiles, n_shared_blocks + n_blocks)](
-        x, sorted_ids, block_experts, total,
+        x, sorted_ids, block_experts,
         w_gate, w_up, sg, su,
         act, ws, tickets,
         t, p, n_blocks, n_shared_blocks, h, inter, inter_s,
@@ -380,8 +386,7 @@ def moe_experts_triton(
         NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=split_k, N_TILES=n_tiles,
         HAS_LIMIT=has_limit, **dot,
-        num_warps=cfg.up_warps, num_stages=1, **launch,
-        **({"maxnreg": cfg.up_maxnreg} if cfg.up_maxnreg and not interpreting() else {}),
+        num_warps=cfg.up_warps, num_stages=1, **launch, **_register_cap(cfg.up_maxnreg),
     )
     _moe_down_kernel[(n_htiles, n_blocks)](
         act, sorted_ids, block_experts, total,
@@ -392,7 +397,6 @@ def moe_experts_triton(
         NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp, HAS_SHARED=has_shared,
         BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=max(16, triton.next_power_of_2(n_max)), COMBINE_T=COMBINE_T,
         **dot,
-        num_warps=cfg.down_warps, num_stages=1, **launch,
-        **({"maxnreg": cfg.down_maxnreg} if cfg.down_maxnreg and not interpreting() else {}),
+        num_warps=cfg.down_warps, num_stages=1, **launch, **_register_cap(cfg.down_maxnreg),
     )
     return out
