@@ -268,12 +268,13 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
     _sync()
     wall = (time.perf_counter() - t1) / eng.stats.launched * 1e3
     st = eng.stats
-    per_graph, kernels = {}, None
+    per_graph, kernels, sequence = {}, None, None
     with torch.no_grad():          # as the engine runs them (an uncaptured step would recompile)
         for role in roles:
             per_graph[role] = _events_ms(lambda: eng._steps[role](), reps=20)
         if profile is not None:
             kernels = {role: kernel_profile(eng._steps[role], trace=f"{profile}_{role}.json") for role in roles}
+            sequence = {role: kernel_sequence(f"{profile}_{role}.json") for role in roles}
     # The tokens for the speculative == plain check come from one uninterrupted run from the
     # synthetic context: between two resume() calls the steps launched ahead of the last token
     # read have already advanced the cache, by a different number of tokens in each mode.
@@ -286,7 +287,7 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
                 collectives=collectives_per_step(roles),
                 per_graph_ms=per_graph, ahead=st.ahead / max(1, st.launched - 1),
                 captured={r_: eng._steps[r_].captured for r_ in roles},
-                graphs=[i.format() for i in eng.graph_infos()], kernel_profile=kernels,
+                graphs=[i.format() for i in eng.graph_infos()], kernel_profile=kernels, kernel_sequence=sequence,
                 tokens=[int(t) for t in check])
 
 
@@ -329,6 +330,32 @@ def kernel_profile(step, trace: str | None = None, replays: int = 5, top: int = 
                          "critical_us_per_step": critical.get(ev.key, us) / replays})
     rows.sort(key=lambda r: -r["critical_us_per_step"])
     return rows[:top]
+
+
+def kernel_sequence(trace: str, replays: int = 5) -> list[dict]:
+    """The kernels of one replay in the Chrome trace that ``kernel_profile`` wrote, in order of
+    their end: [{kernel, grid, critical_us, us}], critical_us as in ``critical_path_us`` (the
+    time since the previous kernel's end). The grid tells apart launches of one kernel at
+    different shapes (the fused KDA projection from o_proj). [] without a readable trace."""
+    import json
+
+    try:
+        with open(trace) as f:
+            events = json.load(f).get("traceEvents", [])
+    except (OSError, ValueError):
+        return []
+    kernels = sorted((e["ts"] + e.get("dur", 0.0), e) for e in events
+                     if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "ts" in e)
+    if not kernels:
+        return []
+    per_replay = len(kernels) // replays
+    out, prev = [], None
+    for end, e in kernels[per_replay:2 * per_replay]:  # the second replay: the first follows a sync
+        out.append({"kernel": e.get("name", "?")[:60], "grid": e.get("args", {}).get("grid"),
+                    "critical_us": round(end - (prev if prev is not None else e["ts"]), 2),
+                    "us": round(e.get("dur", 0.0), 2)})
+        prev = end
+    return out
 
 
 def critical_path_us(events) -> dict[str, float]:

@@ -42,16 +42,21 @@ def _b(block_n, split_k, num_warps=4):
 
 def candidates(n: int, k: int) -> list[GemmConfig]:
     """The table's config, then B and A variants around it (deduplicated, table first): up to
-    8 for a small weight, 13 for a large one."""
+    14 for a small weight, 16 for a large one."""
     def b(block_n, chunk, num_warps=4):
         return _b(block_n, triton.cdiv(k, chunk), num_warps)
 
+    # No split (split_k 1): no partials, no ticket, so no L2 round trips after the dot: thin
+    # blocks (16-32 rows) make the CTAs instead, each reading whole rows.
+    no_split = [_a(16, 1), _a(16, 1, block_k=256, num_stages=3), _a(32, 1, block_k=256, num_stages=3)]
     if n * k * 2 <= SMALL_BYTES:
         out = [b(16, 256), b(32, 256), b(32, 512), b(64, 256), b(64, 512, 8), _a(32, 2), _a(64, 2)]
+        out += [b(16, k), b(16, k, 8), b(32, k, 8)] if k <= 1024 else []
+        out += no_split
     else:
         out = [b(32, 512), b(64, 256), b(64, 512, 8), _a(32, 1), _a(32, 2), _a(64, 1), _a(64, 2), _a(64, 4),
                _a(128, 1, num_warps=8), _a(128, 2, num_warps=8), _a(64, 1, block_k=256, num_stages=3),
-               _a(64, 2, block_k=64, num_stages=6)]
+               _a(64, 2, block_k=64, num_stages=6)] + no_split
     # A chunks of at least 4 tiles (fewer leave the pipeline empty).
     out = [c for c in out if c.prefetch or triton.cdiv(k, c.block_k) >= 4 * c.split_k]
     return _unique([config_for(n, k)] + out)

@@ -13,11 +13,17 @@ The rule every lingc kernel follows (the kernel takes ``USE_GDC: tl.constexpr``)
 2. ``pdl_wait(USE_GDC)`` comes before the first read of anything a previous kernel may have
    written (activations, caches, state, workspaces) AND before the first write to global memory:
    the previous kernel may still be reading the buffer this kernel is about to overwrite.
-3. ``pdl_launch_dependents(USE_GDC)`` comes after the wait; lingc kernels call it right after.
-   It only lets the next kernel's CTAs be scheduled early (once every CTA of this grid has
-   called it, so they never take a slot this grid still needs); the next kernel's own wait
-   still blocks until this kernel has fully completed, so the placement affects speed, never
-   results.
+3. ``pdl_launch_dependents(USE_GDC)`` comes right after the wait. It only lets the next
+   kernel's CTAs be scheduled early (once every CTA of this grid has called it, so they never
+   take a slot this grid still needs); the next kernel's own wait still blocks until this kernel
+   has fully completed, so the placement affects speed, never results.
+
+   ``LINGC_PDL_TRIGGER=early`` (read once, at import) moves the trigger ahead of the wait, after
+   the weight prefetch: then kernel i + 2 may be scheduled, and stream its weights, while kernel
+   i still runs (its own wait is on i + 1, which cannot finish before i), so the look-ahead of a
+   chain is as deep as the SMs have room for, not one kernel. No deadlock: a kernel is launched
+   only once every CTA of its predecessor is resident, so a waiting CTA never holds a slot that
+   an earlier kernel needs.
 
 Host side: launch with ``**launch_kwargs(device)`` and pass ``USE_GDC=pdl_supported(device)``.
 The two must agree: a kernel launched with ``launch_pdl=True`` but without the wait would race
@@ -36,7 +42,15 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-__all__ = ["interpreting", "pdl_supported", "launch_kwargs", "pdl_wait", "pdl_launch_dependents"]
+__all__ = ["interpreting", "pdl_supported", "launch_kwargs", "pdl_wait", "pdl_launch_dependents", "EARLY_TRIGGER"]
+
+_TRIGGERS = ("late", "early")
+_trigger = os.environ.get("LINGC_PDL_TRIGGER", "late")
+if _trigger not in _TRIGGERS:
+    raise ValueError(f"LINGC_PDL_TRIGGER={_trigger!r}: expected one of {_TRIGGERS}")
+# A global constexpr: Triton folds it into every kernel's cache key, so the two placements never
+# share a compiled binary.
+EARLY_TRIGGER = tl.constexpr(_trigger == "early")
 
 
 def interpreting() -> bool:
@@ -74,11 +88,15 @@ def launch_kwargs(device) -> dict:
 def pdl_wait(USE_GDC: tl.constexpr):
     """Block until the previous kernel on the stream has completed (no-op when USE_GDC is False)."""
     if USE_GDC:
+        if EARLY_TRIGGER:
+            gdc_launch_dependents()
         gdc_wait()
 
 
 @triton.jit
 def pdl_launch_dependents(USE_GDC: tl.constexpr):
-    """Allow the next PDL kernel to be scheduled (no-op when USE_GDC is False)."""
+    """Allow the next PDL kernel to be scheduled (no-op when USE_GDC is False, or when
+    ``EARLY_TRIGGER`` already did it in ``pdl_wait``)."""
     if USE_GDC:
-        gdc_launch_dependents()
+        if not EARLY_TRIGGER:
+            gdc_launch_dependents()
