@@ -23,7 +23,11 @@ The rule every lingc kernel follows (the kernel takes ``USE_GDC: tl.constexpr``)
    i still runs (its own wait is on i + 1, which cannot finish before i), so the look-ahead of a
    chain is as deep as the SMs have room for, not one kernel. No deadlock: a kernel is launched
    only once every CTA of its predecessor is resident, so a waiting CTA never holds a slot that
-   an earlier kernel needs.
+   an earlier kernel needs. What the early placement takes away: with the late one, kernel
+   i + 1 starts only after kernel i - 1 has completed, so it may read i - 1's outputs before its
+   own wait. A kernel whose successor relies on that (the MoE up-GEMM: the down-GEMM reads
+   moe_align's block table before its wait) calls ``pdl_wait_then_release`` instead, which
+   keeps the late placement in either mode.
 
 Host side: launch with ``**launch_kwargs(device)`` and pass ``USE_GDC=pdl_supported(device)``.
 The two must agree: a kernel launched with ``launch_pdl=True`` but without the wait would race
@@ -42,7 +46,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-__all__ = ["interpreting", "pdl_supported", "launch_kwargs", "pdl_wait", "pdl_launch_dependents", "EARLY_TRIGGER"]
+__all__ = ["interpreting", "pdl_supported", "launch_kwargs", "pdl_wait", "pdl_launch_dependents", "pdl_wait_then_release",
+           "EARLY_TRIGGER"]
 
 _TRIGGERS = ("late", "early")
 _trigger = os.environ.get("LINGC_PDL_TRIGGER", "late")
@@ -100,3 +105,13 @@ def pdl_launch_dependents(USE_GDC: tl.constexpr):
     if USE_GDC:
         if not EARLY_TRIGGER:
             gdc_launch_dependents()
+
+
+@triton.jit
+def pdl_wait_then_release(USE_GDC: tl.constexpr):
+    """``pdl_wait`` then ``pdl_launch_dependents`` in that order whatever LINGC_PDL_TRIGGER says:
+    for a kernel whose successor reads, before its own wait, what this kernel's predecessor
+    wrote (rule 3 above)."""
+    if USE_GDC:
+        gdc_wait()
+        gdc_launch_dependents()

@@ -430,7 +430,8 @@ def test_config_is_a_function_of_shape_only():
 # griddepcontrol.wait.
 
 _COMPILE_CHECK = textwrap.dedent("""
-    import re, triton
+    import os, re, triton
+    os.environ["LINGC_PDL_TRIGGER"] = TRIGGER
     from sm90 import compile_sm90, divisible_by_16, signature
     from lingc.runtime.kernels.moe_experts.kernel import (_moe_up_kernel, _moe_down_kernel, config_for, BLOCK_M,
                                                           COMBINE_T)
@@ -466,6 +467,10 @@ _COMPILE_CHECK = textwrap.dedent("""
                      N_TILES=triton.cdiv(n_max, cfg.block_n), HAS_LIMIT=True, DOT_PRECISION="tf32",
                      DOT_UPCAST=False, USE_GDC=True)
         ptx, info = build(_moe_up_kernel, ptrs, ints, ["limit", "shared_limit"], const, cfg.up_warps, cfg.up_maxnreg)
+        # Each of the two paths waits, then releases the down-GEMM (which reads moe_align's
+        # output before its own wait), whatever LINGC_PDL_TRIGGER says.
+        order = re.findall(r"griddepcontrol\.(wait|launch_dependents)", ptx)
+        assert order == ["wait", "launch_dependents"] * 2, order
         # The whole weight chunk in 16-byte loads (2*block_n x chunk bf16 over the CTA's threads),
         # the shared expert's before the wait.
         tile_loads = 2 * cfg.block_n * chunk * 2 // 16 // (32 * cfg.up_warps)
@@ -486,9 +491,11 @@ _COMPILE_CHECK = textwrap.dedent("""
 """)
 
 
-def test_kernels_compile_for_sm90_without_spills():
-    # The real (non-interpreted) compile for an H200 at the table's shapes with the bundled ptxas.
-    run_sm90_compile_check(_COMPILE_CHECK)
+@pytest.mark.parametrize("trigger", ["late", "early"])
+def test_kernels_compile_for_sm90_without_spills(trigger):
+    # The real (non-interpreted) compile for an H200 at the table's shapes with the bundled ptxas,
+    # in both PDL trigger placements (runtime/pdl.py).
+    run_sm90_compile_check(f"TRIGGER = {trigger!r}\n" + _COMPILE_CHECK)
 
 
 # ----------------------------------------------------------------------------------------------

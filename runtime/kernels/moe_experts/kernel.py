@@ -46,7 +46,7 @@ from lingc.runtime.kernels.gemm_common import dot_acc as _dot_acc
 from lingc.runtime.kernels.moe_align.kernel import SINGLE_LAUNCH_MAX_PAIRS, moe_align_triton
 from lingc.runtime.kernels.moe_align.naive import align_sizes
 from lingc.runtime.kernels.swiglu_gemm.kernel import _swiglu  # the SwiGLU epilogue (with clamp)
-from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait
+from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait, pdl_wait_then_release
 
 __all__ = [
     "BLOCK_M", "COMBINE_T", "CONFIGS", "MoeExpertsBuffers", "MoeExpertsConfig", "alloc_buffers", "config_for",
@@ -168,8 +168,9 @@ def _moe_up_kernel(
         # producer-independent, so the tile is requested before the wait.
         s_rows = tl.where(even, sg_ptr + j * stride_sgn, su_ptr + j * stride_sun)
         w = tl.load(s_rows[:, None] + offs_k[None, :], mask=(j < IS)[:, None] & mask_k[None, :], other=0.0)
-        pdl_wait(USE_GDC)
-        pdl_launch_dependents(USE_GDC)
+        # Released only after the wait, in either trigger placement: the down-GEMM reads
+        # moe_align's output before its own wait (runtime/pdl.py, rule 3).
+        pdl_wait_then_release(USE_GDC)
         if pid_n * BLOCK_N < IS:       # else a column tile past Is (Is < I)
             tok = pid_b * BLOCK_M + tl.arange(0, BLOCK_M)
             pair = tok * PAIRS_PER_TOKEN + TOP_K   # the shared expert is every token's last pair
@@ -183,8 +184,7 @@ def _moe_up_kernel(
         # read on this path), the shared expert's bucket (E, done above) and column tiles past
         # I (I < Is) have nothing to do.
         b = pid_b - NSB
-        pdl_wait(USE_GDC)
-        pdl_launch_dependents(USE_GDC)
+        pdl_wait_then_release(USE_GDC)
         e = tl.load(block_expert_ptr + b)
         if (e < NUM_EXPERTS) & (pid_n * BLOCK_N < I):
             slots = b * BLOCK_M + tl.arange(0, BLOCK_M)
