@@ -112,7 +112,7 @@ def main(argv=None) -> int:
     }
     rows = []
     for name, fn in cases.items():
-        t = time_in_graph(fn, list(range(copies)), replays=20)
+        t = time_in_graph(fn, [(i,) for i in range(copies)], replays=20)
         rows.append({"case": name, "us": t.us_per_call})
         print(f"{name:45s} {t.us_per_call:8.2f} us", flush=True)
     us = {r["case"]: r["us"] for r in rows}
