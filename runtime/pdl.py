@@ -18,16 +18,18 @@ The rule every lingc kernel follows (the kernel takes ``USE_GDC: tl.constexpr``)
    take a slot this grid still needs); the next kernel's own wait still blocks until this kernel
    has fully completed, so the placement affects speed, never results.
 
-   ``LINGC_PDL_TRIGGER=early`` (read once, at import) moves the trigger ahead of the wait, after
+   ``LINGC_PDL_TRIGGER`` (read once, at import) can move the trigger ahead of the wait, after
    the weight prefetch: then kernel i + 2 may be scheduled, and stream its weights, while kernel
-   i still runs (its own wait is on i + 1, which cannot finish before i), so the look-ahead of a
-   chain is as deep as the SMs have room for, not one kernel. No deadlock: a kernel is launched
-   only once every CTA of its predecessor is resident, so a waiting CTA never holds a slot that
-   an earlier kernel needs. What the early placement takes away: with the late one, kernel
-   i + 1 starts only after kernel i - 1 has completed, so it may read i - 1's outputs before its
-   own wait. A kernel whose successor relies on that (the MoE up-GEMM: the down-GEMM reads
-   moe_align's block table before its wait) calls ``pdl_wait_then_release`` instead, which
-   keeps the late placement in either mode.
+   i still runs (its own wait is on i + 1, which cannot finish before i). ``late``: every
+   kernel triggers after its wait. ``small``: the short latency-bound kernels that call
+   ``pdl_wait_small`` (the norms) trigger before it, so the projection after a norm streams its
+   weights during the kernel before the norm. ``early``: every kernel does. No deadlock: a
+   kernel is launched only once every CTA of its predecessor is resident, so a waiting CTA
+   never holds a slot that an earlier kernel needs. What an early trigger takes away: with the
+   late one, kernel i + 1 starts only after kernel i - 1 has completed, so it may read i - 1's
+   outputs before its own wait. A kernel whose successor relies on that (the MoE up-GEMM: the
+   down-GEMM reads moe_align's block table before its wait) calls ``pdl_wait_then_release``,
+   which keeps the late placement in every mode.
 
 Host side: launch with ``**launch_kwargs(device)`` and pass ``USE_GDC=pdl_supported(device)``.
 The two must agree: a kernel launched with ``launch_pdl=True`` but without the wait would race
@@ -47,15 +49,16 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 __all__ = ["interpreting", "pdl_supported", "launch_kwargs", "pdl_wait", "pdl_launch_dependents", "pdl_wait_then_release",
-           "EARLY_TRIGGER"]
+           "pdl_wait_small", "EARLY_TRIGGER", "EARLY_TRIGGER_SMALL"]
 
-_TRIGGERS = ("late", "early")
+_TRIGGERS = ("late", "small", "early")
 _trigger = os.environ.get("LINGC_PDL_TRIGGER", "late")
 if _trigger not in _TRIGGERS:
     raise ValueError(f"LINGC_PDL_TRIGGER={_trigger!r}: expected one of {_TRIGGERS}")
-# A global constexpr: Triton folds it into every kernel's cache key, so the two placements never
+# Global constexprs: Triton folds them into every kernel's cache key, so the placements never
 # share a compiled binary.
 EARLY_TRIGGER = tl.constexpr(_trigger == "early")
+EARLY_TRIGGER_SMALL = tl.constexpr(_trigger in ("small", "early"))
 
 
 def interpreting() -> bool:
@@ -94,6 +97,17 @@ def pdl_wait(USE_GDC: tl.constexpr):
     """Block until the previous kernel on the stream has completed (no-op when USE_GDC is False)."""
     if USE_GDC:
         if EARLY_TRIGGER:
+            gdc_launch_dependents()
+        gdc_wait()
+
+
+@triton.jit
+def pdl_wait_small(USE_GDC: tl.constexpr):
+    """``pdl_wait`` for a short latency-bound kernel: releases the dependents before waiting
+    under LINGC_PDL_TRIGGER=small or early. Its ``pdl_launch_dependents`` after the wait is then
+    a second trigger of the same CTA, which has no effect."""
+    if USE_GDC:
+        if EARLY_TRIGGER_SMALL:
             gdc_launch_dependents()
         gdc_wait()
 

@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
+from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait_small
 
 __all__ = ["MAX_D", "NormConfig", "rmsnorm_config", "gated_config", "rmsnorm_triton", "gated_head_rmsnorm_triton"]
 
@@ -64,7 +64,7 @@ def _rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, new_res_ptr, stride_x, strid
     m = offs < D
     w = tl.load(w_ptr + offs, mask=m, other=0.0).to(tl.float32)   # producer-independent
 
-    pdl_wait(USE_GDC)
+    pdl_wait_small(USE_GDC)
     pdl_launch_dependents(USE_GDC)
 
     x = tl.load(x_ptr + row * stride_x + offs, mask=m, other=0.0)
@@ -90,7 +90,7 @@ def _gated_head_rmsnorm_kernel(o_ptr, g_ptr, w_ptr, out_ptr, stride_ot, stride_o
     m2 = (offs_h < H)[:, None] & mv[None, :]
     w = tl.load(w_ptr + offs_v, mask=mv, other=0.0).to(tl.float32)  # producer-independent
 
-    pdl_wait(USE_GDC)
+    pdl_wait_small(USE_GDC)
     pdl_launch_dependents(USE_GDC)
 
     o = tl.load(o_ptr + t * stride_ot + offs_h[:, None] * stride_oh + offs_v[None, :],
