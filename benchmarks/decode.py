@@ -344,8 +344,9 @@ def kernel_sequence(trace: str, replays: int = 5) -> list[dict]:
             events = json.load(f).get("traceEvents", [])
     except (OSError, ValueError):
         return []
-    kernels = sorted((e["ts"] + e.get("dur", 0.0), e) for e in events
-                     if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "ts" in e)
+    kernels = sorted(((e["ts"] + e.get("dur", 0.0), e) for e in events
+                      if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "ts" in e),
+                     key=lambda p: p[0])  # by end only: two kernels may end together
     if not kernels:
         return []
     per_replay = len(kernels) // replays

@@ -108,12 +108,12 @@ def test_kernel_sequence_orders_one_replay_by_end_with_grids(tmp_path):
         return {"cat": "kernel", "name": name, "ts": ts, "dur": dur, "args": {"grid": grid}}
 
     replay = lambda t0: [k("gemm", t0 + 1, 9, [1, 81, 2]), k("norm", t0, 2, [1, 1, 1]),  # noqa: E731
-                         k("gemm", t0 + 9, 4, [1, 40, 4])]
+                         k("gemm", t0 + 9, 4, [1, 40, 4]), k("copy", t0 + 12, 1, [1, 1, 1])]
     trace = tmp_path / "t.json"
     trace.write_text(json.dumps({"traceEvents": replay(0) + replay(100) + [{"cat": "cpu_op", "ts": 0, "dur": 5}]}))
     got = kernel_sequence(str(trace), replays=2)
     assert [(r["kernel"], r["grid"], r["critical_us"], r["us"]) for r in got] == [
-        ("norm", [1, 1, 1], 2, 2), ("gemm", [1, 81, 2], 8, 9), ("gemm", [1, 40, 4], 3, 4)]
+        ("norm", [1, 1, 1], 2, 2), ("gemm", [1, 81, 2], 8, 9), ("gemm", [1, 40, 4], 3, 4), ("copy", [1, 1, 1], 0, 1)]
     assert kernel_sequence(str(tmp_path / "missing.json")) == []
 
 
