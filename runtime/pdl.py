@@ -21,9 +21,12 @@ The rule every lingc kernel follows (the kernel takes ``USE_GDC: tl.constexpr``)
    ``LINGC_PDL_TRIGGER`` (read once, at import) can move the trigger ahead of the wait, after
    the weight prefetch: then kernel i + 2 may be scheduled, and stream its weights, while kernel
    i still runs (its own wait is on i + 1, which cannot finish before i). ``late``: every
-   kernel triggers after its wait. ``small``: the short latency-bound kernels that call
-   ``pdl_wait_small`` (the norms) trigger before it, so the projection after a norm streams its
-   weights during the kernel before the norm. ``early``: every kernel does. No deadlock: a
+   kernel triggers after its wait. ``small`` (the default): the short latency-bound kernels that
+   call ``pdl_wait_small`` (RMSNorm, the gated head norm, the MLA cache write, combine and head
+   matmuls) trigger before it, so the projection after one streams its weights during the
+   kernel before it; on flash-tp4-rank this took a decode step from 1.98 to 1.88 ms (H200,
+   benchmarks/results/README.md, session 8). ``early``: every kernel does; measured, it only
+   moved time around (the MoE and the KDA chain lost what the GEMMs gained). No deadlock: a
    kernel is launched only once every CTA of its predecessor is resident, so a waiting CTA
    never holds a slot that an earlier kernel needs. What an early trigger takes away: with the
    late one, kernel i + 1 starts only after kernel i - 1 has completed, so it may read i - 1's
@@ -52,7 +55,7 @@ __all__ = ["interpreting", "pdl_supported", "launch_kwargs", "pdl_wait", "pdl_la
            "pdl_wait_small", "EARLY_TRIGGER", "EARLY_TRIGGER_SMALL"]
 
 _TRIGGERS = ("late", "small", "early")
-_trigger = os.environ.get("LINGC_PDL_TRIGGER", "late")
+_trigger = os.environ.get("LINGC_PDL_TRIGGER", "small")
 if _trigger not in _TRIGGERS:
     raise ValueError(f"LINGC_PDL_TRIGGER={_trigger!r}: expected one of {_TRIGGERS}")
 # Global constexprs: Triton folds them into every kernel's cache key, so the placements never
