@@ -22,10 +22,9 @@ The rule every lingc kernel follows (the kernel takes ``USE_GDC: tl.constexpr``)
    the weight prefetch: then kernel i + 2 may be scheduled, and stream its weights, while kernel
    i still runs (its own wait is on i + 1, which cannot finish before i). ``late``: every
    kernel triggers after its wait. ``small`` (the default): the short latency-bound kernels that
-   call ``pdl_wait_small`` (RMSNorm, the gated head norm, the MLA cache write, combine and head
-   matmuls) trigger before it, so the projection after one streams its weights during the
-   kernel before it; on flash-tp4-rank this took a decode step from 1.98 to 1.88 ms (H200,
-   benchmarks/results/README.md, session 8). ``early``: every kernel does; measured, it only
+   call ``pdl_wait_small`` (RMSNorm and the gated head norm) trigger before it, so the
+   projection after one streams its weights during the kernel before it; on flash-tp4-rank
+   this took a decode step from 1.98 to 1.88 ms (H200, benchmarks/results/README.md, session 8). ``early``: every kernel does; measured, it only
    moved time around (the MoE and the KDA chain lost what the GEMMs gained). No deadlock: a
    kernel is launched only once every CTA of its predecessor is resident, so a waiting CTA
    never holds a slot that an earlier kernel needs. What an early trigger takes away: with the

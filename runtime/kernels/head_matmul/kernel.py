@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait_small
+from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
 
 __all__ = ["MAX_K", "TILE_ELEMS", "head_matmul_block_n", "head_matmul_triton"]
 
@@ -43,9 +43,9 @@ def _head_matmul_kernel(
     b_mask = mask_k[:, None] & mask_n[None, :]
     if B_IS_WEIGHT:
         bt = tl.load(b_ptrs, mask=b_mask, other=0.0)
-        pdl_wait_small(USE_GDC)
+        pdl_wait(USE_GDC)
     else:
-        pdl_wait_small(USE_GDC)
+        pdl_wait(USE_GDC)
         bt = tl.load(b_ptrs, mask=b_mask, other=0.0)
     pdl_launch_dependents(USE_GDC)
     bf = bt.to(tl.float32)
