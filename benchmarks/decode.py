@@ -9,7 +9,8 @@
 `--steps` sets the relay depth (draft forwards per step, draft tokens = steps + 1); several values
 sweep it: each relay mode runs once per depth ("lingc-nextn s=4"), with its own floor, so a user
 can pick the depth from step time x accept length. `--profile` adds, per lingc graph, device time
-by kernel name and a Chrome trace (OUT/trace_<mode>_<role>.json). Sanity: every lingc relay run's
+by kernel name, a Chrome trace (OUT/trace_<mode>_<role>.json) and the kernel sequence of one
+replay with grids (in the JSON; `python -m benchmarks.sequence` compares two runs). Sanity: every lingc relay run's
 greedy tokens must equal plain lingc's from the same synthetic state (printed, and
 `spec_equals_plain` in the JSON). Output: the table on stdout, OUT/decode.json, and OUT/decode.png
 when matplotlib is installed (else `python -m benchmarks.plot` draws it anywhere).

@@ -144,3 +144,36 @@ def test_ncu_command_profiles_the_run_into_the_summarised_log(tmp_path):
     assert cmd[cmd.index("--metrics") + 1].split(",") == list(METRICS)
     assert cmd[cmd.index("--log-file") + 1] == str(tmp_path / "ncu.csv")
     assert cmd[-5:] == ["benchmarks.ncu_step", "--roles", "decode", "--out", str(tmp_path)]
+
+
+def _sequence_json(path, seq, mode="lingc", graph="decode"):
+    import json
+
+    path.write_text(json.dumps({"results": {mode: {"kernel_sequence": {graph: seq}}}}))
+    return path
+
+
+def test_sequence_views_compare_two_profiles(tmp_path, capsys):
+    from benchmarks.sequence import by_kernel_rows, main, window_rows
+
+    def k(name, grid, us):
+        return {"kernel": name, "grid": grid, "critical_us": us, "us": us}
+
+    a = [k("norm", [1, 1, 1], 1.0), k("gemm", [1, 81, 2], 11.5), k("norm", [1, 1, 1], 1.0), k("gemm", [1, 40, 4], 5.0)]
+    b = [k("norm", [1, 1, 1], 1.2), k("gemm", [1, 81, 2], 10.0), k("norm", [1, 1, 1], 1.1), k("chain", [8, 16, 1], 2.5)]
+    rows = window_rows([a, b], 1, 10)
+    assert [(r["pos"], r["grid"], r["f0"], r["f1"]) for r in rows] == [
+        (1, "1x81x2", "11.50", "10.00"), (2, "1x1x1", "1.00", "1.10"), (3, "1x40x4", "5.00", "2.50*")]
+    totals = by_kernel_rows([a, b], top=2)
+    assert [(r["kernel"], r["grid"], r["f0"], r["f1"]) for r in totals] == [
+        ("gemm", "1x81x2", "11.5", "10.0 (-1.5)"), ("gemm", "1x40x4", "5.0", "0.0 (-5.0)"),
+        ("all kernels", "", "18.5", "14.8")]
+    fa, fb = _sequence_json(tmp_path / "a.json", a), _sequence_json(tmp_path / "b.json", b)
+    assert main([str(fa), str(fb), "--by-kernel"]) == 0
+    assert "| gemm | 1x40x4 | 5.0 | 0.0 (-5.0) |" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match=r"no mode 'lingc-nextn'; it has \['lingc'\]"):
+        main([str(fa), "--mode", "lingc-nextn"])
+    with pytest.raises(SystemExit, match=r"no kernel sequence for graph 'verify'.*run decode with --profile"):
+        main([str(fa), "--graph", "verify"])
+    with pytest.raises(SystemExit):
+        main([str(fa), "--window", "9:3"])
