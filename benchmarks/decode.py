@@ -48,6 +48,7 @@ from lingc.models.moe import MoE
 from lingc.models.parallel import init_from_env
 
 from .common import copy_bandwidth_gbps, environment, event_times_ms, markdown_table, require_cuda, write_json
+from .sequence import by_kind
 
 ALL_MODES = ["eager", "eager-nextn", "inductor", "reduce-overhead", "reduce-overhead-pdl",
              "lingc", "lingc-nextn", "lingc-symm", "lingc-nextn-symm"]   # -symm: allreduce="symm_mem"
@@ -536,6 +537,10 @@ def main(argv=None) -> int:
             for k in rows:
                 print(f"    {k.get('critical_us_per_step', 0.0):9.1f} us critical  {k['us_per_step']:9.1f} us  "
                       f"{k['calls_per_step']:6.1f} calls  {k['kernel']}")
+            seq = (r.get("kernel_sequence") or {}).get(role)
+            if seq:
+                kinds = ", ".join(f"{kind} {us:.0f} ({n})" for kind, (us, n) in by_kind(seq).items())
+                print(f"    by kind, us critical (launches) in one replay: {kinds}")
     for name, same in sanity.items():
         print(f"greedy output of {name} == lingc plain over the same steps: "
               f"{'yes' if same else 'NO: THE RELAY CHANGED THE OUTPUT'}")

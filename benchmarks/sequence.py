@@ -12,6 +12,8 @@ with one column per file:
   whose kernel at a position differs is marked ``*`` (the graphs are not the same there).
 - ``--by-kernel``: critical us summed per (kernel, grid) over the whole sequence, the largest
   first, with each later file's difference from the first.
+- ``--by-kind``: the same summed per kind of work (``KINDS``: projection GEMMs, MoE experts,
+  router and align, KDA, MLA, norms, the lm_head, other), the view `benchmarks.decode` prints.
 
 This is how an A/B of a launch setting is read: which kernels gained, which lost.
 """
@@ -23,7 +25,39 @@ from pathlib import Path
 
 from benchmarks.common import markdown_table
 
-__all__ = ["load_sequence", "window_rows", "by_kernel_rows", "main"]
+__all__ = ["KINDS", "kind_of", "by_kind", "load_sequence", "window_rows", "by_kernel_rows", "by_kind_rows", "main"]
+
+# Kind of work of a lingc kernel, by the prefix of its Triton kernel name (first match wins);
+# anything else (ATen copies, index ops, NCCL) is "other".
+KINDS = (
+    ("lm_head (GEMM + argmax)", ("_gemm_argmax",)),
+    ("projection GEMMs", ("_gemm_kernel", "_swiglu_gemm")),
+    ("MoE experts", ("_moe_up", "_moe_down")),
+    ("MoE router + align", ("_moe_router", "_moe_align")),
+    ("KDA chain + commit", ("_kda",)),
+    ("MLA", ("_mla", "_head_matmul")),
+    ("norms", ("_rmsnorm", "_gated_head_rmsnorm")),
+)
+OTHER = "other (ATen, copies, collectives)"
+
+
+def kind_of(kernel: str) -> str:
+    for kind, prefixes in KINDS:
+        if kernel.startswith(prefixes):
+            return kind
+    return OTHER
+
+
+def by_kind(seq: list[dict]) -> dict[str, tuple[float, int]]:
+    """{kind: (critical us, launches)} over one replay's sequence, in ``KINDS`` order, other last;
+    kinds with no kernel left out."""
+    out: dict[str, list] = {k: [0.0, 0] for k, _ in KINDS}
+    out[OTHER] = [0.0, 0]
+    for k in seq:
+        acc = out[kind_of(k["kernel"])]
+        acc[0] += k["critical_us"]
+        acc[1] += 1
+    return {k: (round(v[0], 2), v[1]) for k, v in out.items() if v[1]}
 
 
 def load_sequence(path: Path, mode: str, graph: str) -> list[dict]:
@@ -85,6 +119,28 @@ def by_kernel_rows(seqs: list[list[dict]], top: int) -> list[dict]:
     return rows
 
 
+def by_kind_rows(seqs: list[list[dict]]) -> list[dict]:
+    """One row per kind of work (``by_kind``): each sequence's critical us and launches, later
+    sequences with their difference from the first."""
+    kinds = [by_kind(s) for s in seqs]
+    names = [k for k, _ in KINDS] + [OTHER]
+    rows = []
+    for name in names:
+        if not any(name in k for k in kinds):
+            continue
+        row = {"kind": name}
+        base = kinds[0].get(name, (0.0, 0))[0]
+        for j, k in enumerate(kinds):
+            us, n = k.get(name, (0.0, 0))
+            row[f"f{j}"] = f"{us:.1f} ({n})" if j == 0 else f"{us:.1f} ({n}) {us - base:+.1f}"
+        rows.append(row)
+    row = {"kind": "all"}
+    for j, k in enumerate(kinds):
+        row[f"f{j}"] = f"{sum(us for us, _ in k.values()):.1f} ({sum(n for _, n in k.values())})"
+    rows.append(row)
+    return rows
+
+
 def _window(text: str) -> tuple[int, int]:
     try:
         a, b = (int(v) for v in text.split(":"))
@@ -103,6 +159,7 @@ def main(argv=None) -> int:
     view = ap.add_mutually_exclusive_group()
     view.add_argument("--window", type=_window, default=(0, 40), help="START:STOP positions (default 0:40)")
     view.add_argument("--by-kernel", action="store_true", help="critical us summed per kernel and grid")
+    view.add_argument("--by-kind", action="store_true", help="critical us (launches) summed per kind of work")
     ap.add_argument("--top", type=int, default=25, help="rows of --by-kernel")
     args = ap.parse_args(argv)
     seqs = [load_sequence(p, args.mode, args.graph) for p in args.json]
@@ -111,7 +168,9 @@ def main(argv=None) -> int:
     for j, p in enumerate(args.json):
         print(f"f{j} = {p}")
     print()
-    if args.by_kernel:
+    if args.by_kind:
+        print(markdown_table(by_kind_rows(seqs), [("kind", "kind", "s")] + cols))
+    elif args.by_kernel:
         print(markdown_table(by_kernel_rows(seqs, args.top), [("kernel", "kernel", "s"), ("grid", "grid", "s")] + cols))
     else:
         print(markdown_table(window_rows(seqs, *args.window),

@@ -171,6 +171,20 @@ def test_sequence_views_compare_two_profiles(tmp_path, capsys):
     fa, fb = _sequence_json(tmp_path / "a.json", a), _sequence_json(tmp_path / "b.json", b)
     assert main([str(fa), str(fb), "--by-kernel"]) == 0
     assert "| gemm | 1x40x4 | 5.0 | 0.0 (-5.0) |" in capsys.readouterr().out
+    assert main([str(fa), str(fb), "--by-kind"]) == 0
+    assert "| all | 18.5 (4) | 14.8 (4) |" in capsys.readouterr().out
+
+
+def test_by_kind_sorts_lingc_kernels_into_kinds_and_the_rest_into_other():
+    from benchmarks.sequence import OTHER, by_kind
+
+    seq = [{"kernel": n, "critical_us": us} for n, us in [
+        ("_rmsnorm_kernel", 1.0), ("_gemm_kernel", 10.0), ("_kda_chain_kernel", 4.0), ("_gated_head_rmsnorm_kernel", 1.0),
+        ("_gemm_argmax_kernel", 60.0), ("_moe_router_select_kernel", 3.5), ("_moe_up_kernel", 9.0),
+        ("_head_matmul_kernel", 1.5), ("Memcpy DtoD (Device -> Device)", 2.0)]]
+    assert by_kind(seq) == {"lm_head (GEMM + argmax)": (60.0, 1), "projection GEMMs": (10.0, 1),
+                            "MoE experts": (9.0, 1), "MoE router + align": (3.5, 1), "KDA chain + commit": (4.0, 1),
+                            "MLA": (1.5, 1), "norms": (2.0, 2), OTHER: (2.0, 1)}
     with pytest.raises(SystemExit, match=r"no mode 'lingc-nextn'; it has \['lingc'\]"):
         main([str(fa), "--mode", "lingc-nextn"])
     with pytest.raises(SystemExit, match=r"no kernel sequence for graph 'verify'.*run decode with --profile"):
