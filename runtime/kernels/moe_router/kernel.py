@@ -20,7 +20,7 @@ Design (README.md has the derivation and the measurements behind it):
   the selection of every row with the logits kernel's 8 warps; its cross-warp reductions cost
   ~6 us per row done one at a time, and still 21 us at T=6 with four rows at a time (H200,
   `benchmarks/moe_sweep.py`). PDL keeps the second launch's start hidden behind the first.
-- Weights: s at the picked experts (the sigmoid of their logits, gathered), renormalised
+- Weights: s at the picked experts (the sigmoid of their logits, from registers), renormalised
   (w / sum w) and scaled.
 
 Batch invariance: a row's logits come from the same code and the same reduction tree for any
