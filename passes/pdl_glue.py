@@ -13,7 +13,12 @@ kernels between them, each a full (non-programmatic) edge in the captured graph.
 
     before:  y = convert(convert(x_bf16, f32), bf16)             after: y = x_bf16
 
-The last is MLA's absorbed products (q_nope @ W_uk, o_lat @ W_uv^T per head): ATen upcasts the
+    before:  copy_(buf, copy(x, v))                              (functionalisation's epilogue)
+    after:   copy_(buf, v)
+    before:  copy_(buf, slice_scatter(buf, copy(s, v), d, a, b))
+    after:   copy_(slice(buf, d, a, b), v)
+
+The fourth is MLA's absorbed products (q_nope @ W_uk, o_lat @ W_uv^T per head): ATen upcasts the
 bf16 weight slice to a fresh fp32 copy every step, then runs a library bmm. On flash-tp4-rank's
 decode graph these were 28 elementwise kernels and 14 library GEMMs per step.
 
@@ -26,7 +31,14 @@ Why each is exact:
 - the bmm's operands are rebuilt by replaying their view chain on the pre-cast tensors (a cast
   from a narrower float type to fp32 is exact and head_matmul upcasts in registers); a chain
   that does not replay as views on the narrower tensor's strides is left alone. ``b_is_weight``
-  is set only for a parameter no op of the graph writes (read before the kernel's PDL wait).
+  is set only for a parameter no op of the graph writes (read before the kernel's PDL wait);
+- an epilogue write (the copy_ into a mutated input that functionalisation appends) takes its
+  value straight from v, without the snapshot copy, only when v's storage is written by no op of
+  the graph (so the snapshot and v hold the same values when the epilogue runs) and v already
+  has the snapshot's shape and dtype; a slice_scatter into the buffer becomes a write of the
+  slice only when that copy_ is the only op writing the buffer (the other elements keep the
+  values the slice_scatter would have copied). Each removed snapshot is one copy kernel, and on
+  the GPU a full (non-PDL) edge, at the end of every relay step.
 """
 
 from __future__ import annotations
@@ -39,7 +51,7 @@ from lingc.graph_match import CASTS, aten, is_call
 from lingc.graph_region import shape, val
 from lingc.pass_manager import VIEW_OPS, written_bases
 
-__all__ = ["absorbed_products", "drop_fresh_clones", "drop_round_trips", "fold_casts"]
+__all__ = ["absorbed_products", "direct_epilogue_writes", "drop_fresh_clones", "drop_round_trips", "fold_casts"]
 
 lingc_ops = torch.ops.lingc
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -122,6 +134,63 @@ def drop_round_trips(g: fx.Graph) -> int:
         if val(n.args[0]).dtype == torch.float32 and val(x).dtype in (torch.bfloat16, torch.float16) \
                 and val(n).dtype == val(x).dtype:
             n.replace_all_uses_with(x)
+            count += 1
+    return count
+
+
+def _unsnapshot(v, written: set) -> object:
+    """v = copy(x, src) with src of v's shape and dtype and src's storage written by no op: src;
+    else v."""
+    if not (is_call(v, aten.copy.default) and len(v.args) == 2 and not v.kwargs and len(v.users) == 1):
+        return v
+    src = v.args[1]
+    if not isinstance(src, fx.Node) or _view_root(src)[0] in written:
+        return v
+    a, b = val(src), val(v)
+    return src if a.shape == b.shape and a.dtype == b.dtype else v
+
+
+def _slice_args(n: fx.Node) -> tuple | None:
+    """(dim, start, end, step) of a slice_scatter node, or None when they are not plain values."""
+    names = ("dim", "start", "end", "step")
+    defaults = {"dim": 0, "start": None, "end": None, "step": 1}
+    vals = dict(zip(names, n.args[2:]))
+    vals.update({k: v for k, v in n.kwargs.items() if k in names})
+    out = tuple(vals.get(k, defaults[k]) for k in names)
+    return None if any(isinstance(v, fx.Node) for v in out) else out
+
+
+def direct_epilogue_writes(g: fx.Graph) -> int:
+    """The snapshot copies feeding the epilogue writes into mutated inputs, removed (the module
+    docstring says when that is exact). Returns the writes changed."""
+    count = 0
+    written = written_bases(g)
+    writes: dict[fx.Node, int] = {}
+    for n in g.nodes:
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
+            for i, spec in enumerate(n.target._schema.arguments):
+                arg = n.args[i] if i < len(n.args) else n.kwargs.get(spec.name)
+                if spec.alias_info is not None and spec.alias_info.is_write and isinstance(arg, fx.Node):
+                    root = _view_root(arg)[0]
+                    writes[root] = writes.get(root, 0) + 1
+    for c in list(g.nodes):
+        if not (is_call(c, aten.copy_.default) and len(c.args) == 2 and not c.kwargs and not c.users):
+            continue
+        dst, v = c.args
+        if not (isinstance(dst, fx.Node) and dst.op == "placeholder"):
+            continue
+        if (is_call(v, aten.slice_scatter.default) and v.args[0] is dst and len(v.users) == 1
+                and writes.get(dst) == 1 and _slice_args(v) is not None):
+            src = _unsnapshot(v.args[1], written)
+            with g.inserting_before(c):
+                part = emit(g, aten.slice.Tensor, dst, *_slice_args(v))
+                emit(g, aten.copy_.default, part, src)
+            g.erase_node(c)
+            count += 1
+            continue
+        src = _unsnapshot(v, written)
+        if src is not v:
+            c.args = (dst, src)
             count += 1
     return count
 

@@ -119,11 +119,14 @@ class PdlSwap(LingcPass):
         clones += pdl_glue.drop_fresh_clones(g)
         casts = pdl_glue.fold_casts(g) + pdl_glue.drop_round_trips(g)
         g.eliminate_dead_code()
+        epilogue = pdl_glue.direct_epilogue_writes(g)
+        g.eliminate_dead_code()
         summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "no match"
         if self.gates_folded:
             summary += f" (head gate folded into {self.gates_folded} mla_decode)"
-        if clones or casts:
-            summary += f"; glue: {clones} copies of fresh values dropped, {casts} casts folded or dropped"
+        if clones or casts or epilogue:
+            summary += (f"; glue: {clones} copies of fresh values dropped, {casts} casts folded or dropped, "
+                        f"{epilogue} epilogue writes made direct")
         self.notes.insert(0, summary)
         self._coverage(g)
         return sum(counts.values())

@@ -102,3 +102,58 @@ def test_cast_pairs_that_are_not_round_trips_stay():
     x = torch.randn(6, dtype=torch.bfloat16)
     out, report = run_and_report(Widening(), x, role="forward")
     assert torch.equal(out, Widening()(x))
+
+
+class EpilogueWrites(nn.Module):
+    """The relay decode step's tail, written foreign: a fresh token into a slice of one buffer and
+    into another, and a counter advanced."""
+
+    def forward(self, x, emitted, last, n):
+        y = (x * 2).sum(-1, keepdim=True).long()
+        emitted[:1].copy_(y)
+        last.copy_(y)
+        n.copy_(n + 1)
+
+
+def test_epilogue_writes_lose_their_snapshot_copies():
+    x = torch.randn(8) * 4
+    args = [torch.full((6,), -1), torch.full((1,), -1), torch.tensor([5])]
+    want = [a.clone() for a in args]
+    EpilogueWrites()(x, *want)
+    _, report = run_and_report(EpilogueWrites(), x, *args, role="forward")
+    assert all(torch.equal(a, b) for a, b in zip(args, want)), (args, want)
+    r = rows(report)
+    assert "aten.copy" not in r and "aten.slice_scatter" not in r, r
+    assert "3 epilogue writes made direct" in " ".join(stat(report, "pdl_swap").notes)
+    off = run_and_report(EpilogueWrites(), x, *[torch.zeros_like(a) for a in args], role="forward",
+                         disable_passes=["pdl_swap"])[1]
+    assert rows(off).get("aten.copy", 0) >= 2 and rows(off).get("aten.slice_scatter", 0) == 1, rows(off)
+
+
+class Swap(nn.Module):
+    """a <- b and b <- old a: the snapshot of b feeding a's write must stay (b is written after)."""
+
+    def forward(self, a, b):
+        t = a.clone()
+        a.copy_(b)
+        b.copy_(t)
+
+
+class TwoSlices(nn.Module):
+    """Two slices of one buffer written: its slice_scatter chain is not a single-slice write."""
+
+    def forward(self, x, buf):
+        buf[:1].copy_(x[:1] + 1)
+        buf[2:3].copy_(x[1:2] * 3)
+
+
+def test_epilogue_writes_stay_where_the_snapshot_matters():
+    a, b = torch.randn(4), torch.randn(4)
+    a0, b0 = a.clone(), b.clone()
+    _, report = run_and_report(Swap(), a, b, role="forward")
+    assert torch.equal(a, b0) and torch.equal(b, a0)
+    x, buf = torch.randn(2), torch.randn(4)
+    want = buf.clone()
+    TwoSlices()(x, want)
+    run_and_report(TwoSlices(), x, buf, role="forward")
+    assert torch.equal(buf, want)
