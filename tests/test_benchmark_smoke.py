@@ -173,6 +173,12 @@ def test_sequence_views_compare_two_profiles(tmp_path, capsys):
     assert "| gemm | 1x40x4 | 5.0 | 0.0 (-5.0) |" in capsys.readouterr().out
     assert main([str(fa), str(fb), "--by-kind"]) == 0
     assert "| all | 18.5 (4) | 14.8 (4) |" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match=r"no mode 'lingc-nextn'; it has \['lingc'\]"):
+        main([str(fa), "--mode", "lingc-nextn"])
+    with pytest.raises(SystemExit, match=r"no kernel sequence for graph 'verify'.*run decode with --profile"):
+        main([str(fa), "--graph", "verify"])
+    with pytest.raises(SystemExit):
+        main([str(fa), "--window", "9:3"])
 
 
 def test_by_kind_sorts_lingc_kernels_into_kinds_and_the_rest_into_other():
@@ -185,9 +191,3 @@ def test_by_kind_sorts_lingc_kernels_into_kinds_and_the_rest_into_other():
     assert by_kind(seq) == {"lm_head (GEMM + argmax)": (60.0, 1), "projection GEMMs": (10.0, 1),
                             "MoE experts": (9.0, 1), "MoE router + align": (3.5, 1), "KDA chain + commit": (4.0, 1),
                             "MLA": (1.5, 1), "norms": (2.0, 2), OTHER: (2.0, 1)}
-    with pytest.raises(SystemExit, match=r"no mode 'lingc-nextn'; it has \['lingc'\]"):
-        main([str(fa), "--mode", "lingc-nextn"])
-    with pytest.raises(SystemExit, match=r"no kernel sequence for graph 'verify'.*run decode with --profile"):
-        main([str(fa), "--graph", "verify"])
-    with pytest.raises(SystemExit):
-        main([str(fa), "--window", "9:3"])
