@@ -20,7 +20,7 @@ Design (README.md has the derivation and the measurements behind it):
   the selection of every row with the logits kernel's 8 warps; its cross-warp reductions cost
   ~6 us per row done one at a time, and still 21 us at T=6 with four rows at a time (H200,
   `benchmarks/moe_sweep.py`). PDL keeps the second launch's start hidden behind the first.
-- Weights: s at the picked experts (the sigmoid of their logits, from registers), renormalised
+- Weights: s at the picked experts (the sigmoid of their logits, gathered), renormalised
   (w / sum w) and scaled.
 
 Batch invariance: a row's logits come from the same code and the same reduction tree for any
@@ -117,8 +117,7 @@ def _moe_router_select_kernel(
     pdl_launch_dependents(USE_GDC)
 
     lg = tl.load(logits_ptr + t * stride_lt + eidx, mask=valid, other=0.0)
-    s = tl.sigmoid(lg)
-    c = tl.where(valid, s + bias, neg_inf)
+    c = tl.where(valid, tl.sigmoid(lg) + bias, neg_inf)
     key = (_order_key(c).to(tl.int64) << 32) | tl.where(valid, E - 1 - eidx, 0).to(tl.int64)
     # Group score: top-1 + top-2 of the group (the top-1's lowest position removed).
     k1 = tl.max(key, axis=1)
@@ -135,20 +134,14 @@ def _moe_router_select_kernel(
     key = tl.where(keep[:, None] & valid, key, lowest)
     kr = tl.arange(0, K_PAD)
     ids = tl.zeros([K_PAD], dtype=tl.int32)
-    slot = tl.full([G_PAD, GS_PAD], -1, dtype=tl.int32)   # each candidate's pick rank, -1 if none
     for i in tl.static_range(TOP_K):
         best = tl.max(tl.max(key, axis=1), axis=0)
         ids = tl.where(kr == i, (E - 1 - (best & 0x7FFFFFFF)).to(tl.int32), ids)
-        hit = key == best
-        slot = tl.where(hit, i, slot)
-        key = tl.where(hit, lowest, key)
+        key = tl.where(key == best, lowest, key)
     mask = kr < TOP_K
-    # The weights are the unbiased scores at the picked experts, taken from the registers (one
-    # sum per pick over a single non-zero term: exact) rather than reloaded from L2 after the
-    # loop, which put a dependent memory round trip at the end of every row's selection.
-    wsel = tl.zeros([K_PAD], dtype=tl.float32)
-    for i in tl.static_range(TOP_K):
-        wsel = tl.where(kr == i, tl.sum(tl.sum(tl.where(slot == i, s, 0.0), axis=1), axis=0), wsel)
+    # The weights are the unbiased scores at the picked experts.
+    lsel = tl.load(logits_ptr + t * stride_lt + ids, mask=mask, other=0.0)
+    wsel = tl.where(mask, tl.sigmoid(lsel), 0.0)
     if RENORMALIZE:
         wsel = wsel / tl.sum(wsel, axis=0)
     wsel = wsel * routed_scaling
