@@ -10,8 +10,8 @@
 sweep it: each relay mode runs once per depth ("lingc-nextn s=4"), with its own floor, so a user
 can pick the depth from step time x accept length. `--profile` adds, per lingc graph, device time
 by kernel name, a Chrome trace (OUT/trace_<mode>_<role>.json) and the kernel sequence of one
-replay with grids (in the JSON; `python -m benchmarks.sequence` compares two runs). Sanity: every lingc relay run's
-greedy tokens must equal plain lingc's from the same synthetic state (printed, and
+replay with grids (in the JSON; `python -m benchmarks.sequence` compares two runs). Sanity: every
+lingc relay run's greedy tokens must equal plain lingc's from the same synthetic state (printed, and
 `spec_equals_plain` in the JSON). Output: the table on stdout, OUT/decode.json, and OUT/decode.png
 when matplotlib is installed (else `python -m benchmarks.plot` draws it anywhere).
 
@@ -37,6 +37,7 @@ measured in the same run, with the routed experts counted from the router's real
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from pathlib import Path
@@ -289,7 +290,8 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
                 collectives=collectives_per_step(roles),
                 per_graph_ms=per_graph, ahead=st.ahead / max(1, st.launched - 1),
                 captured={r_: eng._steps[r_].captured for r_ in roles},
-                graphs=[i.format() for i in eng.graph_infos()], kernel_profile=kernels, kernel_sequence=sequence,
+                graphs=[i.format() for i in eng.graph_infos()], kernel_profile=kernels,
+                kernel_sequence=sequence,
                 tokens=[int(t) for t in check])
 
 
@@ -339,8 +341,6 @@ def kernel_sequence(trace: str, replays: int = 5) -> list[dict]:
     their end: [{kernel, grid, critical_us, us}], critical_us as in ``critical_path_us`` (the
     time since the previous kernel's end). The grid tells apart launches of one kernel at
     different shapes (the fused KDA projection from o_proj). [] without a readable trace."""
-    import json
-
     try:
         with open(trace) as f:
             events = json.load(f).get("traceEvents", [])

@@ -172,7 +172,8 @@ def main(argv=None) -> int:
     print("\nbest over M (first row of each shape is the current table):\n" + "\n".join(entries))
     for r in rows:
         r.pop("cfg")
-    write_json(args.out / f"gemm_sweep_{args.preset}{'_hot' if args.hot else ''}.json", {"copy_gbps": copy_gbps, "rows": rows, "entries": entries})
+    name = f"gemm_sweep_{args.preset}{'_hot' if args.hot else ''}.json"
+    write_json(args.out / name, {"copy_gbps": copy_gbps, "rows": rows, "entries": entries})
     return 0
 
 

@@ -147,10 +147,11 @@ def lower_emitted_composites(graph: fx.Graph) -> int:
     return n
 
 
-def written_bases(graph: fx.Graph) -> set[fx.Node]:
-    """The nodes whose storage some op writes in place, directly or through any chain of views
-    (the arguments op schemas mark as written, followed back through the views)."""
-    out: set[fx.Node] = set()
+def write_counts(graph: fx.Graph) -> dict[fx.Node, int]:
+    """For each node whose storage some op writes in place, directly or through any chain of
+    views (the arguments op schemas mark as written, followed back through the views): how many
+    written arguments reach it."""
+    out: dict[fx.Node, int] = {}
     for n in graph.nodes:
         if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
             continue
@@ -163,8 +164,13 @@ def written_bases(graph: fx.Graph) -> set[fx.Node]:
                     continue
                 while base.op == "call_function" and base.target in VIEW_OPS:
                     base = base.args[0]
-                out.add(base)
+                out[base] = out.get(base, 0) + 1
     return out
+
+
+def written_bases(graph: fx.Graph) -> set[fx.Node]:
+    """The nodes whose storage some op writes in place (``write_counts``' keys)."""
+    return set(write_counts(graph))
 
 
 def mutated_placeholders(gm: fx.GraphModule) -> set[int]:

@@ -49,7 +49,7 @@ import torch.fx as fx
 from lingc.graph_build import emit
 from lingc.graph_match import CASTS, aten, is_call
 from lingc.graph_region import shape, val
-from lingc.pass_manager import VIEW_OPS, written_bases
+from lingc.pass_manager import VIEW_OPS, write_counts, written_bases
 
 __all__ = ["absorbed_products", "direct_epilogue_writes", "drop_fresh_clones", "drop_round_trips", "fold_casts"]
 
@@ -164,27 +164,19 @@ def direct_epilogue_writes(g: fx.Graph) -> int:
     """The snapshot copies feeding the epilogue writes into mutated inputs, removed (the module
     docstring says when that is exact). Returns the writes changed."""
     count = 0
-    written = written_bases(g)
-    writes: dict[fx.Node, int] = {}
-    for n in g.nodes:
-        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
-            for i, spec in enumerate(n.target._schema.arguments):
-                arg = n.args[i] if i < len(n.args) else n.kwargs.get(spec.name)
-                if spec.alias_info is not None and spec.alias_info.is_write and isinstance(arg, fx.Node):
-                    root = _view_root(arg)[0]
-                    writes[root] = writes.get(root, 0) + 1
+    writes = write_counts(g)
+    written = set(writes)
     for c in list(g.nodes):
         if not (is_call(c, aten.copy_.default) and len(c.args) == 2 and not c.kwargs and not c.users):
             continue
         dst, v = c.args
         if not (isinstance(dst, fx.Node) and dst.op == "placeholder"):
             continue
-        if (is_call(v, aten.slice_scatter.default) and v.args[0] is dst and len(v.users) == 1
-                and writes.get(dst) == 1 and _slice_args(v) is not None):
-            src = _unsnapshot(v.args[1], written)
+        part = _slice_args(v) if is_call(v, aten.slice_scatter.default) else None
+        if part is not None and v.args[0] is dst and len(v.users) == 1 and writes.get(dst) == 1:
             with g.inserting_before(c):
-                part = emit(g, aten.slice.Tensor, dst, *_slice_args(v))
-                emit(g, aten.copy_.default, part, src)
+                view = emit(g, aten.slice.Tensor, dst, *part)
+                emit(g, aten.copy_.default, view, _unsnapshot(v.args[1], written))
             g.erase_node(c)
             count += 1
             continue

@@ -24,8 +24,9 @@ The rule every lingc kernel follows (the kernel takes ``USE_GDC: tl.constexpr``)
    kernel triggers after its wait. ``small`` (the default): the short latency-bound kernels that
    call ``pdl_wait_small`` (RMSNorm and the gated head norm) trigger before it, so the
    projection after one streams its weights during the kernel before it; on flash-tp4-rank
-   this took a decode step from 1.98 to 1.88 ms (H200, benchmarks/results/README.md, session 8). ``early``: every kernel does; measured, it only
-   moved time around (the MoE and the KDA chain lost what the GEMMs gained). No deadlock: a
+   this took a decode step from 1.98 to 1.88 ms (H200, benchmarks/results/README.md, session
+   8). ``early``: every kernel does; measured, it only moved time around (the MoE and the KDA
+   chain lost what the GEMMs gained). No deadlock: a
    kernel is launched only once every CTA of its predecessor is resident, so a waiting CTA
    never holds a slot that an earlier kernel needs. What an early trigger takes away: with the
    late one, kernel i + 1 starts only after kernel i - 1 has completed, so it may read i - 1's
@@ -50,8 +51,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-__all__ = ["interpreting", "pdl_supported", "launch_kwargs", "pdl_wait", "pdl_launch_dependents", "pdl_wait_then_release",
-           "pdl_wait_small", "EARLY_TRIGGER", "EARLY_TRIGGER_SMALL"]
+__all__ = ["interpreting", "pdl_supported", "launch_kwargs", "pdl_wait", "pdl_wait_small",
+           "pdl_launch_dependents", "pdl_wait_then_release", "EARLY_TRIGGER", "EARLY_TRIGGER_SMALL"]
 
 _TRIGGERS = ("late", "small", "early")
 _trigger = os.environ.get("LINGC_PDL_TRIGGER", "small")

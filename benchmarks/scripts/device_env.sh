@@ -9,7 +9,10 @@
 #   - `PYT`: the GPU test command (pytest -m gpu, verbose, the slowest DURATIONS tests listed);
 #   - `lingc_decode GPU SECONDS [decode args]`: flash-tp4-rank decode at context 8192, lingc plain
 #     and relay, 48 tokens (later arguments override), log to $OUT/decode.log, JSON to
-#     $OUT/decode_lingc.json (JSON in sub-folders does not always come back).
+#     $OUT/decode_lingc.json (JSON in sub-folders does not always come back);
+#   - `decode_as GPU NAME SECONDS MODES TOKENS [VAR=value ...]`: the same with --profile, the
+#     given modes and tokens and environment, $PRELUDE (Python, e.g. a launch-table override)
+#     run first in the same process, log and JSON as $OUT/NAME.log and $OUT/NAME.json.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
 export TRITON_CACHE_DIR=$PWD/.triton_cache; mkdir -p "$TRITON_CACHE_DIR"
 [ -f .triton_cache.tar.gz ] && tar xzf .triton_cache.tar.gz -C "$TRITON_CACHE_DIR"
@@ -28,4 +31,13 @@ lingc_decode() {
     CUDA_VISIBLE_DEVICES=$gpu timeout "$limit" python3 -m benchmarks.decode --preset flash-tp4-rank --context 8192 \
         --lingc-inductor 0 --modes lingc,lingc-nextn --tokens 48 "$@" --out "$OUT/d" 2>&1 | stamp > "$OUT/decode.log"
     cp "$OUT/d/decode.json" "$OUT/decode_lingc.json"; rm -rf "$OUT/d"
+}
+decode_as() {
+    local gpu=$1 name=$2 limit=$3 modes=$4 tokens=$5; shift 5
+    env CUDA_VISIBLE_DEVICES=$gpu "$@" timeout "$limit" python3 -c "${PRELUDE:-}
+from benchmarks.decode import main
+raise SystemExit(main(['--preset', 'flash-tp4-rank', '--context', '8192', '--lingc-inductor', '0',
+                       '--modes', '$modes', '--tokens', '$tokens', '--profile', '--out', '$OUT/$name']))" 2>&1 \
+        | stamp > "$OUT/$name.log"
+    cp "$OUT/$name/decode.json" "$OUT/$name.json"; rm -rf "$OUT/$name"
 }

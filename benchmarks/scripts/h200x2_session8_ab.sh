@@ -7,22 +7,14 @@
 #          projection chain, then decode with a no-split table for them (late trigger).
 set -u
 source "$(dirname "$0")/device_env.sh"
-plain() {  # plain GPU NAME LIMIT [env...] : lingc plain decode, log + JSON as NAME
-    local gpu=$1 name=$2 limit=$3; shift 3
-    env CUDA_VISIBLE_DEVICES=$gpu "$@" timeout "$limit" python3 -c "$PRELUDE
-from benchmarks.decode import main
-raise SystemExit(main(['--preset', 'flash-tp4-rank', '--context', '8192', '--lingc-inductor', '0',
-                       '--modes', 'lingc', '--tokens', '32', '--profile', '--out', '$OUT/$name']))" 2>&1 | stamp > "$OUT/$name.log"
-    cp "$OUT/$name/decode.json" "$OUT/$name.json"; rm -rf "$OUT/$name"
-}
-(PRELUDE="" plain 0 decode_late 260
- PRELUDE="" plain 0 decode_early 260 LINGC_PDL_TRIGGER=early) &
+(decode_as 0 decode_late 260 lingc 32 LINGC_PDL_TRIGGER=late
+ decode_as 0 decode_early 260 lingc 32 LINGC_PDL_TRIGGER=early) &
 (CUDA_VISIBLE_DEVICES=1 timeout 150 python3 -m benchmarks.gemm_sweep --out "$OUT/g" --m 1 6 \
     --shapes "KDA fused q/k/v/f/g/b" "KDA o_proj / MLA dense" "MLA fused q/kv_a/g" 2>&1 | stamp > "$OUT/gemm_sweep.log"
  cp "$OUT"/g/*.json "$OUT/gemm_sweep.json"; rm -rf "$OUT/g"
  PRELUDE="import lingc.runtime.kernels.gemm.config as c
 c.CONFIGS[(2560, 1024)] = c._b(16, 1)
 c.CONFIGS[(5128, 2560)] = c._a(32, 1)
-c.CONFIGS[(2120, 2560)] = c._a(16, 1)" plain 1 decode_nosplit 260) &
+c.CONFIGS[(2120, 2560)] = c._a(16, 1)" decode_as 1 decode_nosplit 260 lingc 32 LINGC_PDL_TRIGGER=late) &
 wait
 save_triton_cache; find "$OUT" -maxdepth 1 -empty -delete; ls -la "$OUT"
