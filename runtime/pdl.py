@@ -22,7 +22,8 @@ The rule every lingc kernel follows (the kernel takes ``USE_GDC: tl.constexpr``)
    the weight prefetch: then kernel i + 2 may be scheduled, and stream its weights, while kernel
    i still runs (its own wait is on i + 1, which cannot finish before i). ``late``: every
    kernel triggers after its wait. ``small`` (the default): the short latency-bound kernels that
-   call ``pdl_wait_small`` (RMSNorm and the gated head norm) trigger before it, so the
+   call ``pdl_wait_small`` (RMSNorm, the gated head norm, and MLA's glue: the cache write,
+   the split combine, the per-head absorptions) trigger before it, so the
    projection after one streams its weights during the kernel before it; on flash-tp4-rank
    this took a decode step from 1.98 to 1.88 ms (H200, benchmarks/results/README.md, session
    8). ``early``: every kernel does; measured, it only moved time around (the MoE and the KDA

@@ -1,5 +1,5 @@
 """Where lingc kernels release their dependents (runtime/pdl.py), checked in real sm_90 PTX: the
-RMSNorm kernel (a "small" kernel: ``pdl_wait_small``) and the router's logits kernel (every other
+RMSNorm kernel and MLA's per-head absorption (two "small" kernels: ``pdl_wait_small``) and the router's logits kernel (every other
 kernel: ``pdl_wait``) under LINGC_PDL_TRIGGER=late / small / early; an unknown setting is refused
 at import with the valid ones named."""
 import os
@@ -17,6 +17,7 @@ _CHECK = textwrap.dedent("""
     from sm90 import compile_sm90
     from lingc.runtime.kernels.norms.kernel import _rmsnorm_kernel, rmsnorm_config
     from lingc.runtime.kernels.moe_router.kernel import _moe_router_logits_kernel
+    from lingc.runtime.kernels.head_matmul.kernel import _head_matmul_kernel
 
     def order(ptx):
         load, trigger, wait = (ptx.index(s) for s in ("ld.global", "griddepcontrol.launch_dependents",
@@ -28,6 +29,13 @@ _CHECK = textwrap.dedent("""
     sig = dict(x_ptr="*bf16", res_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", new_res_ptr="*bf16",
                stride_x="i32", stride_r="i32", D="i32", eps="fp32")
     ptx, _ = compile_sm90(_rmsnorm_kernel, sig, dict(BLOCK=c.block, HAS_RESIDUAL=True, USE_GDC=True), num_warps=c.num_warps)
+    assert order(ptx) == ("late" if TRIGGER == "late" else "early"), TRIGGER
+
+    sig = dict(a_ptr="*fp32", b_ptr="*bf16", out_ptr="*bf16", M="i32", K="i32", N="i32",
+               **{s: "i32" for s in ("stride_ab", "stride_am", "stride_ak", "stride_bb", "stride_bk",
+                                     "stride_bn", "stride_ob", "stride_om")})
+    ptx, _ = compile_sm90(_head_matmul_kernel, sig, dict(BLOCK_K=128, BLOCK_N=32, B_IS_WEIGHT=True, USE_GDC=True),
+                          num_warps=4)
     assert order(ptx) == ("late" if TRIGGER == "late" else "early"), TRIGGER
 
     sig = dict(x_ptr="*bf16", w_ptr="*bf16", logits_ptr="*fp32", T="i32", H="i32", stride_xt="i32",

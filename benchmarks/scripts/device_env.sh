@@ -12,7 +12,10 @@
 #     $OUT/decode_lingc.json (JSON in sub-folders does not always come back);
 #   - `decode_as GPU NAME SECONDS MODES TOKENS [VAR=value ...]`: the same with --profile, the
 #     given modes and tokens and environment, $PRELUDE (Python, e.g. a launch-table override)
-#     run first in the same process, log and JSON as $OUT/NAME.log and $OUT/NAME.json.
+#     run first in the same process, log and JSON as $OUT/NAME.log and $OUT/NAME.json;
+#   - `base_setup`: the baseline of an A/B, a `git archive` carried in as .base.tar.gz, installed
+#     (not editable) under /tmp/base; `BASE=1 decode_as ...` then runs the baseline's lingc and
+#     benchmarks, so two commits run side by side in one call.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
 export TRITON_CACHE_DIR=$PWD/.triton_cache; mkdir -p "$TRITON_CACHE_DIR"
 [ -f .triton_cache.tar.gz ] && tar xzf .triton_cache.tar.gz -C "$TRITON_CACHE_DIR"
@@ -32,12 +35,19 @@ lingc_decode() {
         --lingc-inductor 0 --modes lingc,lingc-nextn --tokens 48 "$@" --out "$OUT/d" 2>&1 | stamp > "$OUT/decode.log"
     cp "$OUT/d/decode.json" "$OUT/decode_lingc.json"; rm -rf "$OUT/d"
 }
+base_setup() {
+    mkdir -p /tmp/base/src /tmp/base/run && tar xzf .base.tar.gz -C /tmp/base/src
+    python3 -m pip install -q --no-deps --no-build-isolation --target /tmp/base/pkgs /tmp/base/src \
+        >> "$OUT/install.log" 2>&1
+    cp -r /tmp/base/src/benchmarks /tmp/base/run/   # run from there: no lingc sources on the path
+}
 decode_as() {
-    local gpu=$1 name=$2 limit=$3 modes=$4 tokens=$5; shift 5
+    local gpu=$1 name=$2 limit=$3 modes=$4 tokens=$5 here=$PWD; shift 5
+    [ "${BASE:-0}" = 1 ] && { cd /tmp/base/run; set -- PYTHONPATH=/tmp/base/pkgs "$@"; }
     env CUDA_VISIBLE_DEVICES=$gpu "$@" timeout "$limit" python3 -c "${PRELUDE:-}
 from benchmarks.decode import main
 raise SystemExit(main(['--preset', 'flash-tp4-rank', '--context', '8192', '--lingc-inductor', '0',
                        '--modes', '$modes', '--tokens', '$tokens', '--profile', '--out', '$OUT/$name']))" 2>&1 \
         | stamp > "$OUT/$name.log"
-    cp "$OUT/$name/decode.json" "$OUT/$name.json"; rm -rf "$OUT/$name"
+    cp "$OUT/$name/decode.json" "$OUT/$name.json"; rm -rf "$OUT/$name"; cd "$here"
 }

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
+from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait_small
 
 __all__ = ["MAX_K", "TILE_ELEMS", "head_matmul_block_n", "head_matmul_triton"]
 
@@ -41,11 +41,13 @@ def _head_matmul_kernel(
     mask_n = offs_n < N
     b_ptrs = b_ptr + h * stride_bb + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
     b_mask = mask_k[:, None] & mask_n[None, :]
+    # A small kernel (runtime/pdl.py): after the latent output absorption comes the o_proj GEMM,
+    # which streams its weight while this one runs.
     if B_IS_WEIGHT:
         bt = tl.load(b_ptrs, mask=b_mask, other=0.0)
-        pdl_wait(USE_GDC)
+        pdl_wait_small(USE_GDC)
     else:
-        pdl_wait(USE_GDC)
+        pdl_wait_small(USE_GDC)
         bt = tl.load(b_ptrs, mask=b_mask, other=0.0)
     pdl_launch_dependents(USE_GDC)
     bf = bt.to(tl.float32)

@@ -51,7 +51,7 @@ import triton
 import triton.language as tl
 
 from lingc.runtime.kernels.gemm_common import dot_acc
-from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait
+from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait, pdl_wait_small
 
 __all__ = ["MlaDecodeConfig", "config_for", "num_splits", "mla_decode_triton", "TARGET_SPLITS", "MIN_SPLIT_LEN"]
 
@@ -207,7 +207,8 @@ def _mla_combine_kernel(
     offs_r = tl.program_id(2) * BRC + tl.arange(0, BRC)
     mr = offs_r < R
 
-    pdl_wait(USE_GDC)
+    # A small kernel: the output absorption after it streams w_vc while this one runs.
+    pdl_wait_small(USE_GDC)
     pdl_launch_dependents(USE_GDC)
 
     pos = tl.load(pos_ptr + t).to(tl.int32)

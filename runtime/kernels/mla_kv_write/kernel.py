@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lingc.runtime.pdl import launch_kwargs, pdl_launch_dependents, pdl_supported, pdl_wait
+from lingc.runtime.pdl import launch_kwargs, pdl_launch_dependents, pdl_supported, pdl_wait_small
 
 MAX_R = 8192        # one program holds the latent row (Ling-3: 512)
 
@@ -24,7 +24,8 @@ def _mla_kv_write_kernel(c_ptr, k_ptr, pos_ptr, freq_ptr, cache_ptr, stride_c, s
     mh = offs_h < HALF
     freq = tl.load(freq_ptr + offs_h, mask=mh, other=0.0)             # producer-independent
 
-    pdl_wait(USE_GDC)
+    # A small kernel: its successor (the q absorption) streams w_kc while this one runs.
+    pdl_wait_small(USE_GDC)
     pdl_launch_dependents(USE_GDC)
 
     pos = tl.load(pos_ptr + t).to(tl.int64)
