@@ -462,7 +462,7 @@ _COMPILE_CHECK = textwrap.dedent("""
                     sg_ptr=b, su_ptr=b, act_ptr=b, ws_ptr="*fp32", ticket_ptr="*i32")
         ints = ["T", "P", "NB", "NSB", "H", "I", "IS", "stride_xt", "stride_ge", "stride_gn", "stride_ue", "stride_un",
                 "stride_sgn", "stride_sun", "stride_act", "stride_ws_s", "stride_ws_p"]
-        const = dict(stride_xh=1, stride_ik=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9, BLOCK_M=BLOCK_M,
+        const = dict(stride_xh=1, stride_ik=1, NUM_EXPERTS=512, TOP_K=8, K_PAD=8, PAIRS_PER_TOKEN=9, BLOCK_M=BLOCK_M,
                      BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=triton.cdiv(2560, chunk),
                      N_TILES=triton.cdiv(n_max, cfg.block_n), HAS_LIMIT=True, ROW_LINES=chunk * 2 // 128,
                      DOT_PRECISION="tf32",
