@@ -157,3 +157,47 @@ def test_epilogue_writes_stay_where_the_snapshot_matters():
     TwoSlices()(x, want)
     run_and_report(TwoSlices(), x, buf, role="forward")
     assert torch.equal(buf, want)
+
+
+class GatedHeadOut(nn.Module):
+    """A foreign attention output block: per-head RMSNorm of the fp32 core output (written as
+    x / sqrt(mean + eps)), a weight, a sigmoid gate, then a bias-free output projection in bf16."""
+
+    def __init__(self, h=4, v=16, n=40, also_return_norm=False):
+        super().__init__()
+        g = torch.Generator().manual_seed(1)
+        self.norm_w = nn.Parameter((1 + 0.1 * torch.randn(v, generator=g)).to(torch.bfloat16))
+        self.out = nn.Linear(h * v, n, bias=False, dtype=torch.bfloat16)
+        self.also_return_norm = also_return_norm
+
+    def forward(self, core, gate):                  # core [T, H, V] fp32, gate [T, H, V] bf16
+        y = core / torch.sqrt(core.pow(2).mean(-1, keepdim=True) + 1e-5) * self.norm_w.float()
+        y = (y * torch.sigmoid(gate.float())).to(torch.bfloat16).reshape(core.shape[0], -1)
+        out = self.out(y)
+        return (out, y) if self.also_return_norm else out
+
+
+@pytest.mark.parametrize("T", [1, 3])
+def test_foreign_gated_head_norm_folds_into_its_projection(T):
+    m = GatedHeadOut()
+    gen = torch.Generator().manual_seed(T)
+    core, gate = torch.randn(T, 4, 16, generator=gen), torch.randn(T, 4, 16, generator=gen).to(torch.bfloat16)
+    out, report = run_and_report(m, core, gate, role="forward")
+    r = rows(report)
+    assert r.get("lingc.gemm_head_norm") == 1 and "lingc.gated_head_rmsnorm" not in r and "lingc.gemm" not in r, r
+    assert "1 gated_head_rmsnorm folded into the o_proj gemm" in " ".join(stat(report, "pdl_swap").notes)
+    # The CPU op is the two references: bf16 norm output, fp32-accumulated product rounded once.
+    assert_rel_close(out.float(), m(core, gate).float(), 1e-2, "folded vs eager")
+    _, off = run_and_report(m, core, gate, role="forward", disable_passes=["pdl_swap"])
+    assert "lingc.gemm_head_norm" not in rows(off)
+
+
+def test_gated_head_norm_read_twice_is_not_folded():
+    # The normalised tensor is also an output: the norm must still be computed on its own.
+    m = GatedHeadOut(also_return_norm=True)
+    core, gate = torch.randn(2, 4, 16), torch.randn(2, 4, 16).to(torch.bfloat16)
+    (out, y), report = run_and_report(m, core, gate, role="forward")
+    r = rows(report)
+    assert r.get("lingc.gated_head_rmsnorm") == 1 and "lingc.gemm_head_norm" not in r, r
+    ref_out, ref_y = m(core, gate)
+    assert_rel_close(y.float(), ref_y.float(), 1e-2, "norm output")

@@ -14,8 +14,7 @@ interleaved as in swiglu_gemm) and one H chunk of ``CHUNK_K``. The first cdiv(T,
 the grid own the shared expert, 16 tokens each (the shared expert's bucket in the align layout is
 skipped by the routed CTAs): its weights are producer-independent, so they load their tile
 before ``gdc_wait``, and being first in the grid they are scheduled first. A routed CTA's expert
-id is its producer's output (with one token its L2 prefetch guesses it before the wait:
-``_prefetch_predicted_chunk``), so it waits first, reads its block's expert id (moe_align marks the
+id is its producer's output, so it waits first, reads its block's expert id (moe_align marks the
 blocks past ``total_padded`` "no expert", E + 1, so no total is read first), skips ids >= E, then
 loads its whole weight chunk in one load. Then the 16 gathered x rows, one ``tl.dot`` and, with
 ``split_k > 1``, the fp32 partial stored by pair; the chunk that draws the last integer ticket of
@@ -137,52 +136,19 @@ def _up_tile(
             tl.atomic_xchg(ticket_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next call
 
 
-@triton.jit
-def _prefetch_predicted_chunk(ids_ptr, stride_ik, wg_ptr, wu_ptr, stride_ge, stride_gn, stride_ue, stride_un,
-                              T, b, I, even, j, pid_k, pid_n, NUM_EXPERTS: tl.constexpr, TOP_K: tl.constexpr,
-                              K_PAD: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK_K: tl.constexpr,
-                              ROW_LINES: tl.constexpr):
-    """Before the wait, one token only (decode, draft): pull routed block b's weight chunk into L2.
-
-    A token's TOP_K experts are distinct, so moe_align gives each its own block, in increasing
-    id: block b's expert is the id of rank b among the router's ids. Those are the router's
-    output, two launches back; moe_align waited for them before it released this launch
-    (runtime/pdl.py, rule 3), so they can be read now, and the chunk's HBM stream overlaps
-    moe_align instead of following it. Only a prefetch: no register holds it and the block's
-    expert is still read from moe_align's output after the wait, so a wrong guess (repeated ids,
-    a placement that releases this launch early) costs bandwidth, never a wrong result."""
-    if (T == 1) & (b < TOP_K) & (pid_n * BLOCK_N < I):
-        # One vector load per warp, through L1: hundreds of CTAs read these 32 bytes, and
-        # per-thread scalar loads of them queued on one L2 line (measured: +6.5 us per layer).
-        # A stale line would only spoil the guess.
-        kr = tl.arange(0, K_PAD)
-        ids = tl.load(ids_ptr + kr * stride_ik, mask=kr < TOP_K, other=0x7FFFFFFF)
-        rank = tl.sum((ids[None, :] < ids[:, None]).to(tl.int32), axis=1)
-        e = tl.max(tl.where((rank == b) & (kr < TOP_K), ids, -1), axis=0)
-        if (e >= 0) & (e < NUM_EXPERTS):
-            e64 = e.to(tl.int64)
-            jr = tl.minimum(j, I - 1)  # rows past I (I < Is) repeat the last row: a harmless prefetch
-            rows = tl.where(even, wg_ptr + e64 * stride_ge + jr * stride_gn, wu_ptr + e64 * stride_ue + jr * stride_un)
-            # The chunk's 128-byte lines: ROW_LINES per weight row.
-            seg = tl.arange(0, ROW_LINES) * (128 // (wg_ptr.dtype.element_ty.primitive_bitwidth // 8))
-            lines = (rows[:, None] + pid_k * CHUNK_K + seg[None, :]).to(tl.pointer_type(tl.int8))
-            tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [lines],
-                                      dtype=tl.int32, is_pure=False, pack=1)
-
-
 @triton.jit(do_not_specialize=["T", "P", "NB", "NSB"])
 def _moe_up_kernel(
-    x_ptr, ids_ptr, sorted_ptr, block_expert_ptr,
+    x_ptr, sorted_ptr, block_expert_ptr,
     wg_ptr, wu_ptr, sg_ptr, su_ptr,
     act_ptr, ws_ptr, ticket_ptr,
     T, P, NB, NSB, H, I, IS,
-    stride_xt, stride_xh, stride_ik,
+    stride_xt, stride_xh,
     stride_ge, stride_gn, stride_ue, stride_un, stride_sgn, stride_sun,
     stride_act, stride_ws_s, stride_ws_p,
     limit, shared_limit,
-    NUM_EXPERTS: tl.constexpr, TOP_K: tl.constexpr, K_PAD: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr,
+    NUM_EXPERTS: tl.constexpr, TOP_K: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    N_TILES: tl.constexpr, HAS_LIMIT: tl.constexpr, ROW_LINES: tl.constexpr,
+    N_TILES: tl.constexpr, HAS_LIMIT: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     pid_k = tl.program_id(0)
@@ -218,10 +184,6 @@ def _moe_up_kernel(
         # read on this path), the shared expert's bucket (E, done above) and column tiles past
         # I (I < Is) have nothing to do.
         b = pid_b - NSB
-        if USE_GDC:
-            _prefetch_predicted_chunk(ids_ptr, stride_ik, wg_ptr, wu_ptr, stride_ge, stride_gn, stride_ue,
-                                      stride_un, T, b, I, even, j, pid_k, pid_n, NUM_EXPERTS, TOP_K, K_PAD,
-                                      BLOCK_N, CHUNK_K, ROW_LINES)
         pdl_wait_then_release(USE_GDC)
         e = tl.load(block_expert_ptr + b)
         if (e < NUM_EXPERTS) & (pid_n * BLOCK_N < I):
@@ -413,17 +375,17 @@ def moe_experts_triton(
     act, partials, y = buffers.act, buffers.partials, buffers.y
     ws = partials if partials is not None else act
     _moe_up_kernel[(split_k, n_tiles, n_shared_blocks + n_blocks)](
-        x, topk_ids, sorted_ids, block_experts,
+        x, sorted_ids, block_experts,
         w_gate, w_up, sg, su,
         act, ws, tickets,
         t, p, n_blocks, n_shared_blocks, h, inter, inter_s,
-        x.stride(0), x.stride(1), topk_ids.stride(1),
+        x.stride(0), x.stride(1),
         w_gate.stride(0), w_gate.stride(1), w_up.stride(0), w_up.stride(1), sg.stride(-2), su.stride(-2),
         act.stride(0), ws.stride(0) if partials is not None else 0, ws.stride(1) if partials is not None else 0,
         lim, lim_s,
-        NUM_EXPERTS=num_experts, TOP_K=k, K_PAD=triton.next_power_of_2(k), PAIRS_PER_TOKEN=kp,
+        NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=split_k, N_TILES=n_tiles,
-        HAS_LIMIT=has_limit, ROW_LINES=max(1, chunk * w_gate.element_size() // 128), **dot,
+        HAS_LIMIT=has_limit, **dot,
         num_warps=cfg.up_warps, num_stages=1, **launch, **_register_cap(cfg.up_maxnreg),
     )
     _moe_down_kernel[(n_htiles, n_blocks)](
