@@ -13,10 +13,6 @@ kernels between them, each a full (non-programmatic) edge in the captured graph.
 
     before:  y = convert(convert(x_bf16, f32), bf16)             after: y = x_bf16
 
-    before:  y = view(lingc.gated_head_rmsnorm(o, g, w, eps, dt), [T, H*V])
-             out = lingc.gemm(y, Ws)                              (KDA's output norm, then o_proj)
-    after:   out = lingc.gemm_head_norm(o, g, w, eps, Ws)        (the norm in the GEMM's prologue)
-
     before:  copy_(buf, copy(x, v))                              (functionalisation's epilogue)
     after:   copy_(buf, v)
     before:  copy_(buf, slice_scatter(buf, copy(s, v), d, a, b))
@@ -36,12 +32,6 @@ Why each is exact:
   from a narrower float type to fp32 is exact and head_matmul upcasts in registers); a chain
   that does not replay as views on the narrower tensor's strides is left alone. ``b_is_weight``
   is set only for a parameter no op of the graph writes (read before the kernel's PDL wait);
-- a gated head norm goes into the GEMM that is its only reader (through one view that
-  flattens the heads) only when the norm rounds to the weights' dtype and the GEMM has no
-  epilogue; gemm_head_norm is defined as that composition (its CPU path runs the two
-  references), and on the GPU it normalises each K chunk of o, which holds whole heads, in the
-  GEMM's prologue (runtime/kernels/gemm, head_norm_fusable), or runs the two kernels. One
-  kernel and one round trip through memory less per KDA layer;
 - an epilogue write (the copy_ into a mutated input that functionalisation appends) takes its
   value straight from v, without the snapshot copy, only when v's storage is written by no op of
   the graph (so the snapshot and v hold the same values when the epilogue runs) and v already
@@ -61,8 +51,7 @@ from lingc.graph_match import CASTS, aten, is_call
 from lingc.graph_region import shape, val
 from lingc.pass_manager import VIEW_OPS, write_counts, written_bases
 
-__all__ = ["absorbed_products", "direct_epilogue_writes", "drop_fresh_clones", "drop_round_trips", "fold_casts",
-           "fold_head_norms"]
+__all__ = ["absorbed_products", "direct_epilogue_writes", "drop_fresh_clones", "drop_round_trips", "fold_casts"]
 
 lingc_ops = torch.ops.lingc
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -130,30 +119,6 @@ def fold_casts(g: fx.Graph) -> int:
             for v in chain:
                 y = emit(g, v.target, y, *v.args[1:], **v.kwargs)
         cast.replace_all_uses_with(y)
-        count += 1
-    return count
-
-
-def fold_head_norms(g: fx.Graph) -> int:
-    count = 0
-    for n in list(g.nodes):
-        if not is_call(n, lingc_ops.gemm.default) or n.kwargs or any(a is not None for a in n.args[2:]):
-            continue
-        x, weights = n.args[0], n.args[1]
-        if not (is_call(x, *VIEW_OPS) and len(x.users) == 1):
-            continue
-        y = x.args[0]
-        if not (is_call(y, lingc_ops.gated_head_rmsnorm.default) and len(y.users) == 1 and not y.kwargs):
-            continue
-        t, h, v = shape(y)
-        if tuple(shape(x)) != (t, h * v) or val(y).dtype != val(weights[0]).dtype:
-            continue
-        o, gate, w, eps = y.args[:4]
-        with g.inserting_before(n):
-            new = emit(g, lingc_ops.gemm_head_norm.default, o, gate, w, eps, list(weights))
-        n.replace_all_uses_with(new)
-        for dead in (n, x, y):
-            g.erase_node(dead)
         count += 1
     return count
 

@@ -54,8 +54,7 @@ same in decode and verify graphs.
     after:   lingc.head_matmul(q_nope, W_uk, True) ; ... ; no clone, casts inside the producers
 
 The glue between the kernels (the absorbed MLA products, copies of fresh values, casts after a
-lingc op, KDA's output norm moved into its o_proj GEMM) is pdl_glue.py's, with the reasons each
-rewrite is exact.
+lingc op) is pdl_glue.py's, with the reasons each rewrite is exact.
 """
 
 from __future__ import annotations
@@ -99,7 +98,6 @@ class PdlSwap(LingcPass):
     tolerance = (1e-4, 1e-4)
 
     def apply(self, gm: fx.GraphModule) -> int:
-        import lingc.runtime.kernels.gemm  # noqa: F401  (registers lingc::gemm_head_norm)
         import lingc.runtime.kernels.head_matmul  # noqa: F401
         import lingc.runtime.kernels.kda  # noqa: F401  (registers lingc::kda_chain, kda_commit)
         import lingc.runtime.kernels.mla_decode  # noqa: F401
@@ -121,20 +119,17 @@ class PdlSwap(LingcPass):
         clones += pdl_glue.drop_fresh_clones(g)
         casts = pdl_glue.fold_casts(g) + pdl_glue.drop_round_trips(g)
         g.eliminate_dead_code()
-        heads = pdl_glue.fold_head_norms(g)
         epilogue = pdl_glue.direct_epilogue_writes(g)
         g.eliminate_dead_code()
         summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "no match"
         if self.gates_folded:
             summary += f" (head gate folded into {self.gates_folded} mla_decode)"
-        if heads:
-            summary += f"; {heads} gated_head_rmsnorm folded into the o_proj gemm (gemm_head_norm)"
         if clones or casts or epilogue:
             summary += (f"; glue: {clones} copies of fresh values dropped, {casts} casts folded or dropped, "
                         f"{epilogue} epilogue writes made direct")
         self.notes.insert(0, summary)
         self._coverage(g)
-        return sum(counts.values()) + heads
+        return sum(counts.values())
 
     # -- norms --------------------------------------------------------------------------------
 

@@ -44,9 +44,8 @@ def rows(report):
 def expected_counts(cfg):
     kda, mla = len(cfg.kda_layers), len(cfg.mla_layers)
     # input + post-attention norm per layer, MLA's kv_a_layernorm, the final norm
-    # and MLA's two absorbed products (q_nope @ W_uk, o_lat @ W_uv) per layer; KDA's output
-    # norm runs in its o_proj GEMM's prologue
-    return {"lingc.kda_chain": kda, "lingc.gated_head_rmsnorm": 0, "lingc.gemm_head_norm": kda, "lingc.mla_decode": mla,
+    # and MLA's two absorbed products (q_nope @ W_uk, o_lat @ W_uv) per layer
+    return {"lingc.kda_chain": kda, "lingc.gated_head_rmsnorm": kda, "lingc.mla_decode": mla,
             "lingc.mla_kv_write": mla, "lingc.rmsnorm": 2 * cfg.num_hidden_layers + mla + 1,
             "lingc.head_matmul": 2 * mla}
 
@@ -260,15 +259,15 @@ def test_expect_dump(tiny):
     st = stat(report, "pdl_swap")
     assert_expected_inline(f"{st.matches} matches, ops {st.ops_before} -> {st.ops_after}\n" + "\n".join(st.notes) + "\n",
                            """\
-31 matches, ops 1049 -> 246
-4 kda_chain, 2 mla_decode, 4 gated_head_rmsnorm, 15 rmsnorm, 2 mla_kv_write, 4 head_matmul (head gate folded into 2 mla_decode); 4 gated_head_rmsnorm folded into the o_proj gemm (gemm_head_norm); glue: 4 copies of fresh values dropped, 0 casts folded or dropped, 0 epilogue writes made direct
-PDL coverage 52/53 kernel-launching ops (98%)
+31 matches, ops 1049 -> 254
+4 kda_chain, 2 mla_decode, 4 gated_head_rmsnorm, 15 rmsnorm, 2 mla_kv_write, 4 head_matmul (head gate folded into 2 mla_decode); glue: 4 copies of fresh values dropped, 0 casts folded or dropped, 0 epilogue writes made direct
+PDL coverage 56/57 kernel-launching ops (98%)
 left 1: token embedding gather [embedding x1]
-chain L0 KDA: rmsnorm > gemm > kda_chain > gemm_head_norm > rmsnorm > swiglu_gemm_separate > gemm
-chain L1 KDA: rmsnorm > gemm > kda_chain > gemm_head_norm > rmsnorm > moe_router > moe_experts
+chain L0 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > swiglu_gemm_separate > gemm
+chain L1 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > moe_router > moe_experts
 chain L2 MLA: rmsnorm > gemm > rmsnorm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > rmsnorm > moe_router > moe_experts
-chain L3 KDA: rmsnorm > gemm > kda_chain > gemm_head_norm > rmsnorm > moe_router > moe_experts
-chain L4 KDA: rmsnorm > gemm > kda_chain > gemm_head_norm > rmsnorm > moe_router > moe_experts
+chain L3 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > moe_router > moe_experts
+chain L4 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > moe_router > moe_experts
 chain L5 MLA: rmsnorm > gemm > rmsnorm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > rmsnorm > moe_router > moe_experts
 chain head: rmsnorm > gemm
 """)

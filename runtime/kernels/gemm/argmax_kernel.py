@@ -75,8 +75,7 @@ def _gemm_argmax_kernel(
 
     acc = _block_dot(
         x_ptr, w_ptr, stride_wn, rows, mask_n, offs_m, mask_m, 0, K, stride_xm, stride_xk,
-        x_ptr, x_ptr, 0, 0, 0.0,  # no head norm
-        BLOCK_M, BLOCK_N, BLOCK_K, K_TILES, EVEN_K, False, 1, DOT_PRECISION, DOT_UPCAST, USE_GDC,
+        BLOCK_M, BLOCK_N, BLOCK_K, K_TILES, EVEN_K, DOT_PRECISION, DOT_UPCAST, USE_GDC,
     )
     if ROUND_TO_BF16:  # the logits as a bf16 graph would hold them (ties included)
         acc = acc.to(tl.bfloat16).to(tl.float32)

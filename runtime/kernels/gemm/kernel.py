@@ -30,7 +30,7 @@ from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported
 from .config import GemmConfig, config_for
 from .op import MAX_WEIGHTS
 
-__all__ = ["gemm_triton", "block_plan", "k_plan", "dot_flags", "head_norm_fusable", "resolve_pdl"]
+__all__ = ["gemm_triton", "block_plan", "k_plan", "dot_flags", "resolve_pdl"]
 
 
 @triton.jit
@@ -44,24 +44,10 @@ def _pick(pid_n, block_starts, values):
 
 
 @triton.jit
-def _head_norm(x, gate, nw, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, HEAD_DIM: tl.constexpr):
-    """naive.gated_head_rmsnorm_reference on a [BLOCK_M, BLOCK_K] tile that holds whole heads of
-    HEAD_DIM: per (row, head) RMSNorm in fp32, times the norm weight ``nw`` ([HEAD_DIM], fp32),
-    times sigmoid(gate); the norm kernel's order of operations."""
-    HEADS: tl.constexpr = BLOCK_K // HEAD_DIM
-    o = tl.reshape(x.to(tl.float32), (BLOCK_M, HEADS, HEAD_DIM))
-    ms = tl.sum(o * o, axis=2) / HEAD_DIM
-    y = o * tl.rsqrt(ms + eps)[:, :, None] * nw[None, None, :]
-    return tl.reshape(y, (BLOCK_M, BLOCK_K)) * tl.sigmoid(gate.to(tl.float32))
-
-
-@triton.jit
 def _block_dot(
     x_ptr, w_ptr, stride_wn, rows, mask_n, offs_m, mask_m, k_first, K, stride_xm, stride_xk,
-    hn_gate_ptr, hn_w_ptr, stride_hm, stride_hk, hn_eps,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_TILES: tl.constexpr,
-    EVEN_K: tl.constexpr, HEAD_NORM: tl.constexpr, HEAD_DIM: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
+    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     """fp32 [BLOCK_M, BLOCK_N] = x[offs_m, chunk] @ w[rows, chunk].T over the K_TILES tiles
     starting at k_first, in increasing k. The weight has unit K stride (checked by the op), so
@@ -70,13 +56,7 @@ def _block_dot(
     Issues the first weight tile (design B: the whole chunk) before waiting for the producer,
     then triggers the dependents at once: the next kernel's CTAs are only scheduled after all of
     ours have triggered, so they take no slot we need and start their own weight prefetch while
-    we stream (runtime/pdl.py).
-
-    HEAD_NORM: x is KDA's attention output o, and each tile is first replaced by
-    gated_head_rmsnorm(o, gate, hn_w) rounded to the weight's dtype (``_head_norm``; the host
-    guarantees whole heads per tile and no K masking: ``head_norm_fusable``). The norm weight,
-    a parameter, is loaded before the wait; the gate [M, K] (strides stride_hm, stride_hk)
-    after it."""
+    we stream (runtime/pdl.py)."""
     offs_k = k_first + tl.arange(0, BLOCK_K)
     w_ptrs = w_ptr + rows[:, None] * stride_wn + offs_k[None, :]
     x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk
@@ -86,15 +66,9 @@ def _block_dot(
         mask_wk = mask_wk & (offs_k[None, :] < K)
         mask_xk = mask_xk & (offs_k[None, :] < K)
     w = tl.load(w_ptrs, mask=mask_wk, other=0.0)
-    if HEAD_NORM:
-        nw = tl.load(hn_w_ptr + tl.arange(0, HEAD_DIM)).to(tl.float32)  # every tile starts a head
-        g_ptrs = hn_gate_ptr + offs_m[:, None] * stride_hm + offs_k[None, :] * stride_hk
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
     x = tl.load(x_ptrs, mask=mask_xk, other=0.0)
-    if HEAD_NORM:
-        gate = tl.load(g_ptrs, mask=mask_xk, other=0.0)
-        x = _head_norm(x, gate, nw, hn_eps, BLOCK_M, BLOCK_K, HEAD_DIM).to(w.dtype)
     acc = dot_acc(x, w, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), DOT_PRECISION, DOT_UPCAST)
     for _ in range(1, K_TILES):
         offs_k += BLOCK_K
@@ -105,10 +79,6 @@ def _block_dot(
             mask_xk = mask_m[:, None] & (offs_k[None, :] < K)
         w = tl.load(w_ptrs, mask=mask_wk, other=0.0)
         x = tl.load(x_ptrs, mask=mask_xk, other=0.0)
-        if HEAD_NORM:
-            g_ptrs += BLOCK_K * stride_hk
-            gate = tl.load(g_ptrs, mask=mask_xk, other=0.0)
-            x = _head_norm(x, gate, nw, hn_eps, BLOCK_M, BLOCK_K, HEAD_DIM).to(w.dtype)
         acc = dot_acc(x, w, acc, DOT_PRECISION, DOT_UPCAST)
     return acc
 
@@ -134,15 +104,14 @@ def _epilogue(
 
 @triton.jit(do_not_specialize=["M"])
 def _gemm_kernel(
-    x_ptr, out_ptr, ws_ptr, ticket_ptr, bias_ptr, res_ptr, mul_ptr, hn_gate_ptr, hn_w_ptr,
+    x_ptr, out_ptr, ws_ptr, ticket_ptr, bias_ptr, res_ptr, mul_ptr,
     w_ptrs, w_strides, w_rows, block_starts, col_starts,
     M, K,
     stride_xm, stride_xk, stride_om, stride_on, stride_ws_s, stride_ws_m,
-    stride_b, stride_rm, stride_rn, stride_gm, stride_gn, stride_hm, stride_hk, hn_eps,
+    stride_b, stride_rm, stride_rn, stride_gm, stride_gn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_TILES: tl.constexpr,
     SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, HAS_MUL: tl.constexpr,
-    HEAD_NORM: tl.constexpr, HEAD_DIM: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     # Axis 0 is M so the CTAs that share a weight block (M > 16) are scheduled together.
@@ -161,8 +130,7 @@ def _gemm_kernel(
 
     acc = _block_dot(
         x_ptr, w_ptr, stride_wn, rows, mask_n, offs_m, mask_m, pid_k * K_TILES * BLOCK_K, K,
-        stride_xm, stride_xk, hn_gate_ptr, hn_w_ptr, stride_hm, stride_hk, hn_eps,
-        BLOCK_M, BLOCK_N, BLOCK_K, K_TILES, EVEN_K, HEAD_NORM, HEAD_DIM, DOT_PRECISION, DOT_UPCAST, USE_GDC,
+        stride_xm, stride_xk, BLOCK_M, BLOCK_N, BLOCK_K, K_TILES, EVEN_K, DOT_PRECISION, DOT_UPCAST, USE_GDC,
     )
 
     out_ptrs = out_ptr + offs_m[:, None] * stride_om + cols[None, :] * stride_on
@@ -233,28 +201,6 @@ def resolve_pdl(device: torch.device, use_pdl: bool | None) -> tuple[bool, dict]
     return use_pdl, ({"launch_pdl": True} if use_pdl else {})
 
 
-def head_norm_fusable(n: int, k: int, head_dim: int, config: GemmConfig | None = None) -> str | None:
-    """Why a gemm of (N, K) under ``config`` (default: the table's) cannot run the gated head
-    norm of ``head_dim`` in its prologue, or None when it can: design B (one chunk per CTA),
-    every chunk holding whole heads (a power-of-two head_dim dividing it, chunks starting on head
-    boundaries) and no chunk masked along K."""
-    if head_dim < 1 or head_dim & (head_dim - 1):
-        return f"head dim {head_dim} is not a power of two"
-    if k % head_dim:
-        return f"K={k} is not a multiple of the head dim {head_dim}"
-    cfg = config if config is not None else config_for(n, k)
-    if not cfg.prefetch:
-        # Measured with sm_90 ptxas: the pipelined K loop with the norm in it needs more than
-        # 255 registers per thread (KDA o_proj of the full model, 2 to 4 stages), and spills.
-        return "design A (a pipelined K loop) runs out of registers with the norm in its prologue"
-    block_k, _, _, even_k = k_plan(k, cfg)
-    if block_k % head_dim:
-        return f"the K tile {block_k} of the launch config does not hold whole heads of {head_dim}"
-    if not even_k:
-        return f"the launch config masks K={k} (tiles of {block_k})"
-    return None
-
-
 def gemm_triton(
     x: torch.Tensor,
     weights: list[torch.Tensor],
@@ -263,42 +209,29 @@ def gemm_triton(
     sigmoid_mul: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     *,
-    head_norm: tuple[torch.Tensor, torch.Tensor, float, int] | None = None,
     config: GemmConfig | None = None,
     use_pdl: bool | None = None,
 ) -> torch.Tensor:
     """Launch on x [M, K] and 1..MAX_WEIGHTS weights [N_i, K] (unit K stride, any row stride);
-    returns out [M, sum N_i] in the weights' dtype (naive.gemm_reference).
+    returns out [M, sum N_i] in x.dtype (naive.gemm_reference).
 
-    ``head_norm`` = (gate [M, K], norm weight [head_dim], eps, head_dim): x is KDA's attention
-    output, normalised per head in the prologue (naive.gemm_head_norm_reference); x and gate may
-    then be fp32 while the weights are bf16. ``head_norm_fusable`` must allow the shape.
-
-    ``out`` may be any strided [M, sum N] tensor of that dtype (tests pass NaN-filled buffers and
+    ``out`` may be any strided [M, sum N] tensor of x.dtype (tests pass NaN-filled buffers and
     windows of larger ones). ``config`` overrides the table (tests, tuning); ``use_pdl``
     defaults to ``pdl_supported(x.device)``. Arguments are assumed validated by the op.
     """
     m, k = x.shape
     rows = [w.shape[0] for w in weights]
     n = sum(rows)
-    dtype = weights[0].dtype
     assert 1 <= len(weights) <= MAX_WEIGHTS, len(weights)
-    assert head_norm is not None or x.dtype == dtype, (x.dtype, dtype)
-    assert all(w.shape[1] == k and w.dtype == dtype and (w.stride(1) == 1 or k <= 1) for w in weights), (
+    assert all(w.shape[1] == k and w.dtype == x.dtype and (w.stride(1) == 1 or k <= 1) for w in weights), (
         x.shape, [(w.shape, w.dtype, w.stride()) for w in weights])
     if out is None:
-        out = torch.empty((m, n), device=x.device, dtype=dtype)
-    assert out.shape == (m, n) and out.dtype == dtype, (out.shape, out.dtype)
+        out = torch.empty((m, n), device=x.device, dtype=x.dtype)
+    assert out.shape == (m, n) and out.dtype == x.dtype, (out.shape, out.dtype)
     if m == 0 or n == 0:
         return out
     cfg = config if config is not None else config_for(n, k)
     assert cfg.block_n >= 16 and (cfg.prefetch or cfg.block_k >= 16), cfg
-    if head_norm is not None:
-        gate, norm_w, eps, head_dim = head_norm
-        assert head_norm_fusable(n, k, head_dim, cfg) is None, head_norm_fusable(n, k, head_dim, cfg)
-        assert gate.shape == x.shape and norm_w.shape == (head_dim,) and norm_w.is_contiguous()
-    else:
-        gate, norm_w, eps, head_dim = out, out, 0.0, 1  # unused (HEAD_NORM compiles the branch out)
     use_gdc, launch = resolve_pdl(x.device, use_pdl)
 
     block_starts, col_starts, blocks = block_plan(rows, cfg.block_n)
@@ -312,7 +245,7 @@ def gemm_triton(
     # Absent epilogue operands: any pointer of the right kind; their branch is compiled out.
     bias_t, res_t, mul_t = (t if t is not None else out for t in (bias, residual, sigmoid_mul))
     _gemm_kernel[grid](
-        x, out, ws, tickets, bias_t, res_t, mul_t, gate, norm_w,
+        x, out, ws, tickets, bias_t, res_t, mul_t,
         tuple(weights), tuple(w.stride(0) for w in weights), tuple(rows), block_starts, col_starts,
         m, k,
         x.stride(0), x.stride(1), out.stride(0), out.stride(1),
@@ -320,12 +253,10 @@ def gemm_triton(
         bias.stride(0) if bias is not None else 0,
         *(residual.stride() if residual is not None else (0, 0)),
         *(sigmoid_mul.stride() if sigmoid_mul is not None else (0, 0)),
-        *(gate.stride() if head_norm is not None else (0, 0)), float(eps),
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, BLOCK_K=block_k, K_TILES=k_tiles,
         SPLIT_K=split_k, EVEN_K=even_k,
         HAS_BIAS=bias is not None, HAS_RES=residual is not None, HAS_MUL=sigmoid_mul is not None,
-        HEAD_NORM=head_norm is not None, HEAD_DIM=head_dim,
-        USE_GDC=use_gdc, **dot_flags(dtype),
+        USE_GDC=use_gdc, **dot_flags(x.dtype),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch,
     )
     return out

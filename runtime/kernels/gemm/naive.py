@@ -24,7 +24,7 @@ the ops' CPU implementations.
 import torch
 import torch.nn.functional as F
 
-__all__ = ["gemm_epilogue", "gemm_reference", "gemm_argmax_reference", "gemm_head_norm_reference"]
+__all__ = ["gemm_epilogue", "gemm_reference", "gemm_argmax_reference"]
 
 
 def gemm_epilogue(
@@ -69,14 +69,3 @@ def gemm_argmax_reference(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tenso
     logits = gemm_reference(x, [w]).float()
     ids = torch.argmax(logits, dim=1)
     return ids, logits.gather(1, ids[:, None])[:, 0]
-
-
-def gemm_head_norm_reference(o: torch.Tensor, gate: torch.Tensor, norm_weight: torch.Tensor, eps: float,
-                             weights: list[torch.Tensor]) -> torch.Tensor:
-    """KDA's output norm then its o_proj: gated_head_rmsnorm(o, gate, norm_weight) [T, H, V]
-    rounded once to the weights' dtype, flattened to [T, H*V], times cat(weights).T
-    (gemm_reference). Row by row, like both references it is made of."""
-    from lingc.runtime.kernels.norms.naive import gated_head_rmsnorm_reference
-
-    y = gated_head_rmsnorm_reference(o, gate, norm_weight, eps, weights[0].dtype)
-    return gemm_reference(y.reshape(o.shape[0], -1), weights)

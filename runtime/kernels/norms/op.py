@@ -75,9 +75,9 @@ def check_rmsnorm_args(x, weight, residual, eps) -> None:
     _check_eps(op, eps)
 
 
-def check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype=None, op: str = "gated_head_rmsnorm") -> None:
-    """Raise ValueError naming the bad argument of ``gated_head_rmsnorm`` (or of ``op``, an op
-    that takes the same arguments: gemm_head_norm)."""
+def check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype=None) -> None:
+    """Raise ValueError naming the bad argument of ``gated_head_rmsnorm``."""
+    op = "gated_head_rmsnorm"
     if o.dim() != 3:
         raise ValueError(f"{op}: o must be [T, H, V] (3-d; view [T, H*V] as [T, H, V]), got shape {_shape(o)}")
     T, H, V = o.shape
