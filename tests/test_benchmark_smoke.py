@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -191,3 +192,21 @@ def test_by_kind_sorts_lingc_kernels_into_kinds_and_the_rest_into_other():
     assert by_kind(seq) == {"lm_head (GEMM + argmax)": (60.0, 1), "projection GEMMs": (10.0, 1),
                             "MoE experts": (9.0, 1), "MoE router + align": (3.5, 1), "KDA chain + commit": (4.0, 1),
                             "MLA": (1.5, 1), "norms": (2.0, 2), OTHER: (2.0, 1)}
+
+
+@pytest.mark.parametrize("n, chunk_bytes", [(10000, 4096), (1024, 16384), (333, 512)])
+def test_read_probe_kernel_folds_each_chunk(n, chunk_bytes):
+    # benchmarks.read_probe's kernel (interpreter on the CPU): CTA i stores the xor of its chunk
+    # of int32 lanes, every chunk's word is written, the tail chunk is masked.
+    from benchmarks.read_probe import read
+
+    gen = torch.Generator().manual_seed(n)
+    src = torch.randint(-2**31, 2**31 - 1, (n,), generator=gen, dtype=torch.int32)
+    lanes = chunk_bytes // 4
+    ctas = -(-n // lanes)
+    out = torch.full((ctas + 1,), 12345, dtype=torch.int32)
+    read(src, out, chunk_bytes, use_pdl=False)
+    want = [0] * ctas
+    for i, v in enumerate(src.tolist()):
+        want[i // lanes] ^= v
+    assert out[:ctas].tolist() == want and out[ctas].item() == 12345
