@@ -40,17 +40,24 @@ def _b(block_n, split_k, num_warps=4):
     return GemmConfig(block_n, 0, split_k, num_warps, 1, prefetch=True)
 
 
+def _c(rows, num_warps=4):
+    return GemmConfig(rows, 0, 1, num_warps, 1, gemv=True)
+
+
 def candidates(n: int, k: int) -> list[GemmConfig]:
-    """The table's config, then B and A variants around it (deduplicated, table first): up to
-    14 for a small weight, 20 for a large one."""
+    """The table's config, then B, A and C variants around it (deduplicated, table first): up
+    to 17 for a small weight, 25 for a large one."""
     def b(block_n, chunk, num_warps=4):
         return _b(block_n, triton.cdiv(k, chunk), num_warps)
 
     # No split (split_k 1): no partials, no ticket, so no L2 round trips after the dot: thin
     # blocks (16-32 rows) make the CTAs instead, each reading whole rows.
     no_split = [_a(16, 1), _a(16, 1, block_k=256, num_stages=3), _a(32, 1, block_k=256, num_stages=3)]
+    # Design C (whole rows per CTA, CUDA cores, no split) and, for large weights, design-B chunks
+    # of 16 KB: the CTA size at which a chain of pure reads streamed fastest (read_probe.py).
+    gemv = [_c(4), _c(8, 8), _c(16, 8)]
     if n * k * 2 <= SMALL_BYTES:
-        out = [b(16, 256), b(32, 256), b(32, 512), b(64, 256), b(64, 512, 8), _a(32, 2), _a(64, 2)]
+        out = [b(16, 256), b(32, 256), b(32, 512), b(64, 256), b(64, 512, 8), _a(32, 2), _a(64, 2)] + gemv
         out += [b(16, k), b(16, k, 8), b(32, k, 8)] if k <= 1024 else []
         out += no_split
     else:
@@ -58,8 +65,9 @@ def candidates(n: int, k: int) -> list[GemmConfig]:
                _a(128, 1, num_warps=8), _a(128, 2, num_warps=8), _a(64, 1, block_k=256, num_stages=3),
                _a(64, 2, block_k=64, num_stages=6), _a(64, 2, num_warps=8), _a(64, 4, num_warps=8),
                _a(32, 2, num_warps=8, num_stages=6), _a(64, 2, block_k=64, num_stages=8, num_warps=8)] + no_split
+        out += [b(32, 256), b(16, 512)] + gemv
     # A chunks of at least 4 tiles (fewer leave the pipeline empty).
-    out = [c for c in out if c.prefetch or triton.cdiv(k, c.block_k) >= 4 * c.split_k]
+    out = [c for c in out if c.prefetch or c.gemv or triton.cdiv(k, c.block_k) >= 4 * c.split_k]
     return _unique([config_for(n, k)] + out)
 
 
@@ -80,6 +88,8 @@ def _unique(configs: list[GemmConfig]) -> list[GemmConfig]:
 
 
 def name_of(c: GemmConfig) -> str:
+    if c.gemv:
+        return f"C rows{c.block_n} w{c.num_warps}"
     if c.prefetch:
         return f"B bn{c.block_n} sk{c.split_k} w{c.num_warps}"
     return f"A bn{c.block_n} sk{c.split_k} bk{c.block_k} st{c.num_stages} w{c.num_warps}"

@@ -210,3 +210,20 @@ def test_read_probe_kernel_folds_each_chunk(n, chunk_bytes):
     for i, v in enumerate(src.tolist()):
         want[i // lanes] ^= v
     assert out[:ctas].tolist() == want and out[ctas].item() == 12345
+
+
+def test_gemm_sweep_candidates_start_with_the_table_and_include_each_design():
+    # Every shape of the preset: the table's config first, no repeats, designs A (where K holds
+    # enough tiles), B and C among the candidates, each named by the sweep's printout.
+    from benchmarks.gemm_sweep import candidates, name_of
+    from benchmarks.kernels_gemm import SHAPES
+    from lingc.runtime.kernels.gemm.config import config_for
+
+    for label, (k, rows) in SHAPES["flash-tp4-rank"].items():
+        n = sum(rows)
+        cands = candidates(n, k)
+        assert cands[0] == config_for(n, k) and len(set(cands)) == len(cands), label
+        names = [name_of(c) for c in cands]
+        kinds = {nm[0] for nm in names}
+        # (design A needs 4 K tiles of 128 per chunk: none for the shared expert's K = 192)
+        assert kinds == ({"A", "B", "C"} if k >= 512 else {"B", "C"}), (label, names)

@@ -10,11 +10,13 @@ differs); bf16 1e-2 under the interpreter (its fp32->bf16 cast truncates, so out
 one ulp below the reference's); bf16 on the GPU 4e-3 (both sides round to nearest once from fp32
 sums that differ only in order).
 """
+import textwrap
+
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from helpers import assert_close, graph_edge_types
+from helpers import assert_close, graph_edge_types, run_sm90_compile_check
 from lingc.runtime.kernels.gemm import gemm, gemm_argmax, gemm_argmax_reference, gemm_reference
 from lingc.runtime.kernels.gemm import kernel as gemm_kernel
 from lingc.runtime.kernels.gemm.argmax_kernel import gemm_argmax_triton
@@ -42,6 +44,9 @@ CONFIG_CASES = {
     "A-bn32-bk32-s2": GemmConfig(32, 32, 2),
     "B-s3": GemmConfig(16, 0, 3, prefetch=True),
     "B-s1": GemmConfig(16, 0, 1, prefetch=True),
+    # Design C (gemv_kernel.py): whole rows per CTA; K=40 is tiles of 32 + 8, K=96 of 64 + 32.
+    "C-r4": GemmConfig(4, 0, 1, num_stages=1, gemv=True),
+    "C-r16-w8": GemmConfig(16, 0, 1, num_warps=8, num_stages=1, gemv=True),
 }
 
 
@@ -88,8 +93,8 @@ def test_kernel_configs_match_reference(k, dtype, config):
 EPILOGUES = [("bias",), ("residual",), ("sigmoid_mul",), ("bias", "residual", "sigmoid_mul")]
 
 
-@pytest.mark.parametrize("config", [None, CONFIG_CASES["A-bk16-s3"], CONFIG_CASES["B-s3"]],
-                         ids=["table", "A-split", "B-split"])
+@pytest.mark.parametrize("config", [None, CONFIG_CASES["A-bk16-s3"], CONFIG_CASES["B-s3"], CONFIG_CASES["C-r4"]],
+                         ids=["table", "A-split", "B-split", "C"])
 @pytest.mark.parametrize("which", EPILOGUES, ids=lambda w: "+".join(w))
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_kernel_epilogues(dtype, which, config):
@@ -113,12 +118,12 @@ def test_kernel_strided_weights_and_x():
     x = wide_x[:, ::2]
     weights = [fused[:37, :k], fused[37:44, :k], wide[:, 8 : 8 + k], tall[::2, :k]]
     assert [w.stride(0) for w in weights] == [2 * k, 2 * k, 2 * k, 4 * k]
-    for config in (None, CONFIG_CASES["A-bn32-bk32-s2"], CONFIG_CASES["B-s3"]):
+    for config in (None, CONFIG_CASES["A-bn32-bk32-s2"], CONFIG_CASES["B-s3"], CONFIG_CASES["C-r4"]):
         assert_close(run_kernel(x, weights, config), gemm_reference(x, weights), RTOL[torch.float32])
 
 
-@pytest.mark.parametrize("config", [None, CONFIG_CASES["A-bk16-s3"], CONFIG_CASES["B-s3"]],
-                         ids=["table", "A-split", "B-split"])
+@pytest.mark.parametrize("config", [None, CONFIG_CASES["A-bk16-s3"], CONFIG_CASES["B-s3"], CONFIG_CASES["C-r4"]],
+                         ids=["table", "A-split", "B-split", "C"])
 def test_kernel_writes_only_its_output(config):
     # out is a strided window of a sentinel-filled buffer: the window must be fully written and
     # every element outside it must keep its exact sentinel bits.
@@ -147,7 +152,8 @@ def test_kernel_degenerate_shapes():
 @pytest.mark.parametrize("config, dtype", [
     (None, torch.float32), (None, torch.bfloat16),
     (CONFIG_CASES["A-bk16-s3"], torch.bfloat16), (CONFIG_CASES["B-s3"], torch.float32),
-], ids=["table-fp32", "table-bf16", "A-split-bf16", "B-split-fp32"])
+    (CONFIG_CASES["C-r4"], torch.bfloat16), (CONFIG_CASES["C-r16-w8"], torch.float32),
+], ids=["table-fp32", "table-bf16", "A-split-bf16", "B-split-fp32", "C-bf16", "C-r16-fp32"])
 def test_kernel_batch_invariant(config, dtype):
     x, weights = make_inputs(16, 96, (24, 7, 37), dtype, seed=11)
     epi = make_epilogue(16, 68, dtype, seed=12, which=("bias", "residual"))
@@ -521,6 +527,21 @@ def test_gpu_epilogues(name, which, model_weights):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("rows, warps", [(4, 4), (8, 8), (16, 8)])
+@pytest.mark.parametrize("name", ["tp4 KDA fused", "tp4 KDA o_proj", "tp4 shared down", "tp4 KDA b"])
+def test_gpu_design_c_model_shapes(name, rows, warps, model_weights):
+    # Design C (a sweep candidate) on the real shapes: the reference, and a row's bits for any M.
+    k, _ = MODEL_SHAPES[name]
+    weights = model_weights(name)
+    cfg = GemmConfig(rows, 0, 1, num_warps=warps, num_stages=1, gemv=True)
+    x, _ = make_inputs(16, k, (), torch.bfloat16, seed=rows + k)
+    singles = torch.cat([run_kernel(x[i : i + 1].clone(), weights, cfg) for i in range(16)])
+    assert_close(singles, gemm_reference(x, weights), RTOL_GPU_BF16)
+    for m in (2, 6, 16):
+        assert torch.equal(run_kernel(x[:m], weights, cfg), singles[:m]), f"{name}: M={m} rows differ from M=1"
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", ["tp4 KDA fused", "tp4 MLA fused", "tp4 KDA o_proj", "tp4 shared down",
                                   "tp4 KDA b", "flash KDA q/k/v/f/g", "tp4 lm_head"])
 def test_gpu_batch_invariant(name, model_weights):
@@ -609,3 +630,44 @@ def test_gpu_pdl_chain_under_graph_capture(disable_pdl, monkeypatch):
     assert_close(static_out[0], gemm_reference(h2, w_kda), 2 * RTOL_GPU_BF16)
     for got, want in zip(eager, chain(x)):
         assert torch.equal(got, want)
+
+
+_DESIGN_C_COMPILE_CHECK = textwrap.dedent("""
+    import re
+    from sm90 import compile_sm90, divisible_by_16, signature
+    from lingc.runtime.kernels.gemm.gemv_kernel import _gemv_kernel, k_tiles_pow2
+    from lingc.runtime.kernels.gemm.kernel import block_plan
+
+    fn = _gemv_kernel
+    for rows_list, k in (([1024] * 5 + [8], 2560), ([2560], 1024), ([2560], 192)):
+        for rows, warps in ((4, 4), (8, 8), (16, 8)):
+            starts, cols, _ = block_plan(rows_list, rows)
+            nw = len(rows_list)
+            ptrs = dict(x_ptr="*bf16", out_ptr="*bf16", bias_ptr="*bf16", res_ptr="*bf16", mul_ptr="*bf16")
+            sig = signature(fn, ptrs, ["M", "K", "stride_xm", "stride_om"])
+            sig.update(w_ptrs=("*bf16",) * nw, w_strides=("i32",) * nw, w_rows=("i32",) * nw,
+                       block_starts="constexpr", col_starts="constexpr")
+            k1, k2 = k_tiles_pow2(k)
+            const = dict(block_starts=starts, col_starts=cols, stride_xk=1, stride_on=1, stride_b=0, stride_rm=0,
+                         stride_rn=0, stride_gm=0, stride_gn=0, ROWS=rows, K1=k1, K2=k2, HAS_BIAS=False,
+                         HAS_RES=False, HAS_MUL=False, USE_GDC=True)
+            attrs = divisible_by_16(fn, ["x_ptr", "out_ptr", "K", "stride_xm", "stride_om"])
+            for a in ("w_ptrs", "w_strides"):
+                for i in range(nw):
+                    attrs[(fn.arg_names.index(a), i)] = [["tt.divisibility", 16]]
+            ptx, info = compile_sm90(fn, sig, const, attrs, num_warps=warps)
+            assert " 0 bytes spill stores" in info, (k, rows, info)
+            # The rows are requested before the wait, in 16-byte loads wherever a thread holds
+            # at least 8 bf16 of the first tile (not K=192's 4 or 8 rows of 128).
+            head = ptx.split("griddepcontrol.wait")[0]
+            assert "ld.global" in head, (k, rows)
+            if rows * k1 >= 8 * 32 * warps:
+                assert re.search(r"ld\\.global(\\.\\w+)*\\.v4", head), (k, rows)
+            print(k, rows, [l for l in info.splitlines() if "registers" in l])
+""")
+
+
+def test_design_c_compiles_for_sm90_without_spills():
+    # Design C at the flash-tp4-rank shapes its sweep candidates run: no spills, 16-byte row
+    # loads before griddepcontrol.wait (the real sm_90 compile and ptxas).
+    run_sm90_compile_check(_DESIGN_C_COMPILE_CHECK)

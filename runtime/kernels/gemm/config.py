@@ -14,7 +14,11 @@ Two designs, as in the SwiGLU kernel (benchmarks/results/swiglu_sweep_h200.json)
   latency, not bandwidth, dominates. Best there: 64 rows x 256 (7.9 MB: 240 CTAs), 64 rows x
   512 with 8 warps (15.7 MB: 240 CTAs), 32 rows x 512 (2 MB).
 
-Split-K (either design) writes fp32 partials; the CTA drawing the last ticket of its output tile
+Design C (``gemv=True``, gemv_kernel.py): ``block_n`` whole weight rows per CTA, all of K loaded
+before ``gdc_wait``, the products on CUDA cores, no split-K. A sweep candidate; no table entry
+uses it until a sweep has measured it best.
+
+Split-K (A or B) writes fp32 partials; the CTA drawing the last ticket of its output tile
 adds them in chunk order 0..split_k-1 in the same launch (no float atomics, no second kernel).
 
 How the table below was chosen (by reasoning from that sweep; ``python -m
@@ -42,6 +46,7 @@ class GemmConfig:
     num_warps: int = 4
     num_stages: int = 4  # design A's pipeline depth (design B has no loop: 1)
     prefetch: bool = False  # design B
+    gemv: bool = False  # design C (gemv_kernel.py): block_n whole rows per CTA, no split, no dot
 
 
 def _a(block_n, split_k, block_k=128, num_warps=4, num_stages=4):
@@ -50,6 +55,10 @@ def _a(block_n, split_k, block_k=128, num_warps=4, num_stages=4):
 
 def _b(block_n, split_k, num_warps=4):
     return GemmConfig(block_n, 0, split_k, num_warps, 1, prefetch=True)
+
+
+def _c(rows, num_warps=4):
+    return GemmConfig(rows, 0, 1, num_warps, 1, gemv=True)
 
 
 # (N, K): config.  MB = bf16 weight bytes; CTAs = column blocks x K chunks.

@@ -11,7 +11,8 @@ unrolled at compile time over the tuple's length. No weight is copied or re-laid
 
 Designs (config.py): A loops over K_TILES tiles of BLOCK_K with a software pipeline; B is the
 same code with one tile of the whole chunk (K_TILES = 1, BLOCK_K = chunk, one stage), so its
-entire weight chunk is requested before ``gdc_wait``. Split-K partials (fp32) go to a workspace;
+entire weight chunk is requested before ``gdc_wait``; C (whole rows, CUDA cores, no split) is
+gemv_kernel.py's, launched from ``gemm_triton`` too. Split-K partials (fp32) go to a workspace;
 the CTA that draws the last integer ticket of its output tile adds them in chunk order
 0..SPLIT_K-1 and runs the epilogue, in the same launch.
 
@@ -231,6 +232,11 @@ def gemm_triton(
     if m == 0 or n == 0:
         return out
     cfg = config if config is not None else config_for(n, k)
+    if cfg.gemv:
+        assert cfg.block_n >= 1 and cfg.block_n & (cfg.block_n - 1) == 0 and cfg.split_k == 1, cfg
+        from .gemv_kernel import gemv_triton
+
+        return gemv_triton(x, weights, bias, residual, sigmoid_mul, out, cfg, use_pdl)
     assert cfg.block_n >= 16 and (cfg.prefetch or cfg.block_k >= 16), cfg
     use_gdc, launch = resolve_pdl(x.device, use_pdl)
 

@@ -1,0 +1,119 @@
+"""Design C of the decode GEMM: a GEMV on CUDA cores, a few whole weight rows per CTA.
+
+Why: a chain of kernels that only read reaches 76% of the copy bandwidth on 26 MB with many
+small CTAs (16 KB each, loaded before the PDL wait; benchmarks/read_probe.py, H200), where the
+tensor-core designs A and B run ~160 CTAs of 32-160 KB with split-K partials and a ticket
+reduction, and reach 60%. Design C is the read probe's shape with the arithmetic added: CTA i
+owns ``ROWS`` rows of one weight over the WHOLE of K (no split, no partials, no ticket), loads
+them before ``gdc_wait`` as at most two power-of-two tiles (K = K1 + K2, K1 the largest power of
+two <= K, K2 the power of two covering the rest, masked), then for each of the M rows of x
+(the next row's x requested before the current one is reduced) computes ROWS dot products in
+fp32 (products of the two operands upcast, one ``tl.sum`` per tile, tile 1 then tile 2) and runs
+the same epilogue as the other designs. With M = 1 every weight byte feeds one FMA, so the
+tensor cores buy nothing; at M = 6 the FMAs are still far below the bytes' time.
+
+Batch invariance: the per-row arithmetic is the loop body, the same for every M, and the tiles
+and their reduction trees are functions of (K, ROWS, num_warps) only. A row's bits therefore do
+not depend on M; they differ from designs A and B in the last bits (another summation order),
+which is why a shape's design comes from the launch table, never from M.
+
+It is a candidate of ``benchmarks.gemm_sweep`` (``config._c``); the launch table picks it only
+where a sweep measured it best.
+"""
+import torch
+import triton
+import triton.language as tl
+
+from lingc.runtime.pdl import pdl_launch_dependents, pdl_wait
+
+from .config import GemmConfig
+from .kernel import _epilogue, _pick, block_plan, resolve_pdl
+
+__all__ = ["gemv_triton", "k_tiles_pow2"]
+
+
+def k_tiles_pow2(k: int) -> tuple[int, int]:
+    """(K1, K2): K1 the largest power of two <= K, K2 the smallest power of two >= K - K1 (0 when
+    K is a power of two). K = 2560: (2048, 512); 1024: (1024, 0); 1536: (1024, 512); 40: (32, 8)."""
+    if k <= 0:
+        return 1, 0
+    k1 = 1 << (k.bit_length() - 1)
+    return k1, (triton.next_power_of_2(k - k1) if k > k1 else 0)
+
+
+@triton.jit
+def _row_dot(w1, w2, x_ptr, stride_xk, k1, k2, mask_k1, mask_k2, K2: tl.constexpr):
+    """fp32 [ROWS] = w1 @ x[k1] + w2 @ x[k2] for the x row at x_ptr: one sum per tile, in order."""
+    xa = tl.load(x_ptr + k1 * stride_xk, mask=mask_k1, other=0.0).to(tl.float32)
+    acc = tl.sum(w1.to(tl.float32) * xa[None, :], axis=1)
+    if K2 > 0:
+        xb = tl.load(x_ptr + k2 * stride_xk, mask=mask_k2, other=0.0).to(tl.float32)
+        acc += tl.sum(w2.to(tl.float32) * xb[None, :], axis=1)
+    return acc
+
+
+@triton.jit(do_not_specialize=["M"])
+def _gemv_kernel(
+    x_ptr, out_ptr, bias_ptr, res_ptr, mul_ptr,
+    w_ptrs, w_strides, w_rows, block_starts, col_starts,
+    M, K,
+    stride_xm, stride_xk, stride_om, stride_on,
+    stride_b, stride_rm, stride_rn, stride_gm, stride_gn,
+    ROWS: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, HAS_MUL: tl.constexpr, USE_GDC: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    w_ptr = _pick(pid_n, block_starts, w_ptrs)
+    stride_wn = _pick(pid_n, block_starts, w_strides)
+    n_rows = _pick(pid_n, block_starts, w_rows)
+    rows = (pid_n - _pick(pid_n, block_starts, block_starts)) * ROWS + tl.arange(0, ROWS)
+    mask_n = rows < n_rows
+    cols = _pick(pid_n, block_starts, col_starts) + rows
+    k1 = tl.arange(0, K1)
+    mask_k1 = k1 < K                      # only K = 0 (K1 = 1) masks the first tile
+    k2 = K1 + tl.arange(0, max(K2, 1))
+    mask_k2 = k2 < K
+    # The CTA's whole rows, requested before the wait (producer-independent).
+    w_row = w_ptr + rows[:, None] * stride_wn
+    w1 = tl.load(w_row + k1[None, :], mask=mask_n[:, None] & mask_k1[None, :], other=0.0)
+    w2 = w1
+    if K2 > 0:
+        w2 = tl.load(w_row + k2[None, :], mask=mask_n[:, None] & mask_k2[None, :], other=0.0)
+
+    pdl_wait(USE_GDC)
+    pdl_launch_dependents(USE_GDC)
+
+    # A while loop: the triton 3.6 interpreter cannot range() over a runtime scalar.
+    m = 0
+    while m < M:
+        acc = _row_dot(w1, w2, x_ptr + m * stride_xm, stride_xk, k1, k2, mask_k1, mask_k2, K2)
+        offs_m = m + tl.arange(0, 1)
+        y = _epilogue(acc[None, :], offs_m, cols, offs_m < M, mask_n, bias_ptr, res_ptr, mul_ptr, stride_b,
+                      stride_rm, stride_rn, stride_gm, stride_gn, HAS_BIAS, HAS_RES, HAS_MUL)
+        tl.store(out_ptr + offs_m[:, None] * stride_om + cols[None, :] * stride_on,
+                 y.to(out_ptr.dtype.element_ty), mask=mask_n[None, :])
+        m += 1
+
+
+def gemv_triton(x: torch.Tensor, weights: list[torch.Tensor], bias, residual, sigmoid_mul, out: torch.Tensor,
+                cfg: GemmConfig, use_pdl: bool | None) -> torch.Tensor:
+    """Design C launch of ``kernel.gemm_triton`` (which validates and allocates ``out``)."""
+    m, k = x.shape
+    rows = [w.shape[0] for w in weights]
+    block_starts, col_starts, blocks = block_plan(rows, cfg.block_n)
+    k1, k2 = k_tiles_pow2(k)
+    use_gdc, launch = resolve_pdl(x.device, use_pdl)
+    bias_t, res_t, mul_t = (t if t is not None else out for t in (bias, residual, sigmoid_mul))
+    _gemv_kernel[(blocks,)](
+        x, out, bias_t, res_t, mul_t,
+        tuple(weights), tuple(w.stride(0) for w in weights), tuple(rows), block_starts, col_starts,
+        m, k,
+        x.stride(0), x.stride(1), out.stride(0), out.stride(1),
+        bias.stride(0) if bias is not None else 0,
+        *(residual.stride() if residual is not None else (0, 0)),
+        *(sigmoid_mul.stride() if sigmoid_mul is not None else (0, 0)),
+        ROWS=cfg.block_n, K1=k1, K2=k2,
+        HAS_BIAS=bias is not None, HAS_RES=residual is not None, HAS_MUL=sigmoid_mul is not None,
+        USE_GDC=use_gdc, num_warps=cfg.num_warps, num_stages=1, **launch,
+    )
+    return out
