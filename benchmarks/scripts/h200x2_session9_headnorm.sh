@@ -5,6 +5,7 @@
 #   GPU 0: flash-tp4-rank decode (context 8192, lingc plain and relay, --profile) on this
 #          checkout, then the test files test_[a-k]*;
 #   GPU 1: the same decode on the baseline bd5efd2 (carried as .base.tar.gz), then the others.
+# Ran at ba5c2b6; the head-norm fold was reverted since (results README, session 9).
 set -u
 DURATIONS=8 source "$(dirname "$0")/device_env.sh"
 base_setup

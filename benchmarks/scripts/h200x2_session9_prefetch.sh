@@ -4,6 +4,7 @@
 #   GPU 0: flash-tp4-rank decode (context 8192, lingc plain and relay, --profile) on this
 #          checkout, then the MoE and PDL GPU tests;
 #   GPU 1: the same decode on the baseline bd5efd2 (carried as .base.tar.gz).
+# Ran at aa8b1c7 (call 2) and f995229 (call 3); both reverted since (results README, session 9).
 set -u
 DURATIONS=5 source "$(dirname "$0")/device_env.sh"
 base_setup

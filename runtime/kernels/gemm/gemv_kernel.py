@@ -7,9 +7,11 @@ reduction, and reach 60%. Design C is the read probe's shape with the arithmetic
 owns ``ROWS`` rows of one weight over the WHOLE of K (no split, no partials, no ticket), loads
 them before ``gdc_wait`` as at most two power-of-two tiles (K = K1 + K2, K1 the largest power of
 two <= K, K2 the power of two covering the rest, masked), then for each of the M rows of x
-(the next row's x requested before the current one is reduced) computes ROWS dot products in
-fp32 (products of the two operands upcast, one ``tl.sum`` per tile, tile 1 then tile 2) and runs
-the same epilogue as the other designs. With M = 1 every weight byte feeds one FMA, so the
+computes ROWS dot products in fp32 (products of the two operands upcast, one ``tl.sum`` per
+tile, tile 1 then tile 2) and runs the same epilogue as the other designs. (Each row's x is
+loaded when its turn comes: an M = 6 call pays six L2 round trips after the wait. Requesting the
+next row's x before reducing the current one, as the router's logits kernel does, is the first
+thing to try if a sweep finds design C slow at M = 6.) With M = 1 every weight byte feeds one FMA, so the
 tensor cores buy nothing; at M = 6 the FMAs are still far below the bytes' time.
 
 Batch invariance: the per-row arithmetic is the loop body, the same for every M, and the tiles
