@@ -63,6 +63,12 @@ def _gemm_case(mb: float):
     return None
 
 
+def _row(mb: float, what: str, nbytes: int, us: float, copy_gbps: float) -> dict:
+    """One table row: us per call, GB/s and the share of the copy bandwidth for ``nbytes``."""
+    gbps = nbytes / (us * 1e3)
+    return dict(mb=mb, what=what, us=us, gbps=gbps, pct=100 * gbps / copy_gbps)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -81,25 +87,23 @@ def main(argv=None) -> int:
         copies = cold_copies(nbytes, minimum=4)
         bufs = [torch.empty(nbytes // 4, dtype=torch.int32, device=dev) for _ in range(copies)]
         out = torch.empty(max(1, nbytes // (min(args.chunk_kb) * 1024)) + 1, dtype=torch.int32, device=dev)
-        floor_us = nbytes / (bw * 1e3)
         for chunk_kb in args.chunk_kb:
             for pdl in (True, False):
                 t = time_in_graph(lambda b: read(b, out, chunk_kb * 1024, pdl), [(b,) for b in bufs],
                                   replays=args.replays)
-                rows.append(dict(mb=mb, what=f"read, {chunk_kb} KB per CTA" + ("" if pdl else ", no PDL"),
-                                 us=t.us_per_call, gbps=nbytes / (t.us_per_call * 1e3), pct=100 * floor_us / t.us_per_call))
+                what = f"read, {chunk_kb} KB per CTA" + ("" if pdl else ", no PDL")
+                rows.append(_row(mb, what, nbytes, t.us_per_call, bw))
                 print(rows[-1], flush=True)
         del bufs
         case = _gemm_case(mb)
         if case is not None:
             name, n, k = case
-            ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) for _ in range(cold_copies(n * k * 2, minimum=4))]
+            wbytes = n * k * 2
+            ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) for _ in range(cold_copies(wbytes, minimum=4))]
             x = torch.randn(1, k, device=dev, dtype=torch.bfloat16)
             y = torch.empty(1, n, device=dev, dtype=torch.bfloat16)
             t = time_in_graph(lambda w: gemm_triton(x, [w], out=y), [(w,) for w in ws], replays=args.replays)
-            gb = n * k * 2
-            rows.append(dict(mb=mb, what=f"lingc gemm M=1 ({name}, table config)", us=t.us_per_call,
-                             gbps=gb / (t.us_per_call * 1e3), pct=100 * (gb / (bw * 1e3)) / t.us_per_call))
+            rows.append(_row(mb, f"lingc gemm M=1 ({name}, table config)", wbytes, t.us_per_call, bw))
             print(rows[-1], flush=True)
             del ws
         torch.cuda.empty_cache()

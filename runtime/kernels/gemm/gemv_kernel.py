@@ -8,11 +8,11 @@ owns ``ROWS`` rows of one weight over the WHOLE of K (no split, no partials, no 
 them before ``gdc_wait`` as at most two power-of-two tiles (K = K1 + K2, K1 the largest power of
 two <= K, K2 the power of two covering the rest, masked), then for each of the M rows of x
 computes ROWS dot products in fp32 (products of the two operands upcast, one ``tl.sum`` per
-tile, tile 1 then tile 2) and runs the same epilogue as the other designs. (Each row's x is
-loaded when its turn comes: an M = 6 call pays six L2 round trips after the wait. Requesting the
-next row's x before reducing the current one, as the router's logits kernel does, is the first
-thing to try if a sweep finds design C slow at M = 6.) With M = 1 every weight byte feeds one FMA, so the
-tensor cores buy nothing; at M = 6 the FMAs are still far below the bytes' time.
+tile, tile 1 then tile 2) and runs the same epilogue as the other designs. With M = 1 every
+weight byte feeds one FMA, so the tensor cores buy nothing; at M = 6 the FMAs are still far below
+the bytes' time. (Each row's x is loaded when its turn comes: an M = 6 call pays six L2 round
+trips after the wait. Requesting the next row's x before reducing the current one, as the
+router's logits kernel does, is the first thing to try if a sweep finds design C slow at M = 6.)
 
 Batch invariance: the per-row arithmetic is the loop body, the same for every M, and the tiles
 and their reduction trees are functions of (K, ROWS, num_warps) only. A row's bits therefore do
@@ -29,7 +29,7 @@ import triton.language as tl
 from lingc.runtime.pdl import pdl_launch_dependents, pdl_wait
 
 from .config import GemmConfig
-from .kernel import _epilogue, _pick, block_plan, resolve_pdl
+from .kernel import _epilogue, _weight_block, block_plan, resolve_pdl
 
 __all__ = ["gemv_triton", "k_tiles_pow2"]
 
@@ -65,12 +65,8 @@ def _gemv_kernel(
     HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, HAS_MUL: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
-    w_ptr = _pick(pid_n, block_starts, w_ptrs)
-    stride_wn = _pick(pid_n, block_starts, w_strides)
-    n_rows = _pick(pid_n, block_starts, w_rows)
-    rows = (pid_n - _pick(pid_n, block_starts, block_starts)) * ROWS + tl.arange(0, ROWS)
-    mask_n = rows < n_rows
-    cols = _pick(pid_n, block_starts, col_starts) + rows
+    w_ptr, stride_wn, rows, mask_n, cols = _weight_block(pid_n, w_ptrs, w_strides, w_rows, block_starts,
+                                                         col_starts, ROWS)
     k1 = tl.arange(0, K1)
     mask_k1 = k1 < K                      # only K = 0 (K1 = 1) masks the first tile
     k2 = K1 + tl.arange(0, max(K2, 1))

@@ -45,6 +45,19 @@ def _pick(pid_n, block_starts, values):
 
 
 @triton.jit
+def _weight_block(pid_n, w_ptrs, w_strides, w_rows, block_starts, col_starts, BLOCK_N: tl.constexpr):
+    """Column block pid_n of a launch over a list of weights: (its weight's pointer, that
+    weight's row stride, the block's BLOCK_N row indices in it, their mask, their output
+    columns). Each weight has its own run of blocks (``block_plan``)."""
+    w_ptr = _pick(pid_n, block_starts, w_ptrs)
+    stride_wn = _pick(pid_n, block_starts, w_strides)
+    rows = (pid_n - _pick(pid_n, block_starts, block_starts)) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = rows < _pick(pid_n, block_starts, w_rows)
+    cols = _pick(pid_n, block_starts, col_starts) + rows
+    return w_ptr, stride_wn, rows, mask_n, cols
+
+
+@triton.jit
 def _block_dot(
     x_ptr, w_ptr, stride_wn, rows, mask_n, offs_m, mask_m, k_first, K, stride_xm, stride_xk,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_TILES: tl.constexpr,
@@ -120,12 +133,8 @@ def _gemm_kernel(
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
 
-    w_ptr = _pick(pid_n, block_starts, w_ptrs)
-    stride_wn = _pick(pid_n, block_starts, w_strides)
-    n_rows = _pick(pid_n, block_starts, w_rows)
-    rows = (pid_n - _pick(pid_n, block_starts, block_starts)) * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_n = rows < n_rows
-    cols = _pick(pid_n, block_starts, col_starts) + rows  # output columns of this block
+    w_ptr, stride_wn, rows, mask_n, cols = _weight_block(pid_n, w_ptrs, w_strides, w_rows, block_starts,
+                                                         col_starts, BLOCK_N)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     mask_m = offs_m < M
 
