@@ -40,8 +40,8 @@ def _b(block_n, split_k, num_warps=4):
     return GemmConfig(block_n, 0, split_k, num_warps, 1, prefetch=True)
 
 
-def _c(rows, num_warps=4):
-    return GemmConfig(rows, 0, 1, num_warps, 1, gemv=True)
+def _c(rows, num_warps=4, num_stages=1):
+    return GemmConfig(rows, 0, 1, num_warps, num_stages, gemv=True)
 
 
 def candidates(n: int, k: int) -> list[GemmConfig]:
@@ -55,7 +55,8 @@ def candidates(n: int, k: int) -> list[GemmConfig]:
     no_split = [_a(16, 1), _a(16, 1, block_k=256, num_stages=3), _a(32, 1, block_k=256, num_stages=3)]
     # Design C (whole rows per CTA, CUDA cores, no split) and, for large weights, design-B chunks
     # of 16 KB: the CTA size at which a chain of pure reads streamed fastest (read_probe.py).
-    gemv = [_c(4), _c(8, 8), _c(16, 8)]
+    # One weight row per warp (a warp-local reduction), with and without the x look-ahead.
+    gemv = [_c(4), _c(4, 4, 2), _c(8, 8), _c(8, 8, 2), _c(2, 2)]
     if n * k * 2 <= SMALL_BYTES:
         out = [b(16, 256), b(32, 256), b(32, 512), b(64, 256), b(64, 512, 8), _a(32, 2), _a(64, 2)] + gemv
         out += [b(16, k), b(16, k, 8), b(32, k, 8)] if k <= 1024 else []
@@ -89,7 +90,7 @@ def _unique(configs: list[GemmConfig]) -> list[GemmConfig]:
 
 def name_of(c: GemmConfig) -> str:
     if c.gemv:
-        return f"C rows{c.block_n} w{c.num_warps}"
+        return f"C rows{c.block_n} w{c.num_warps}{' ahead' if c.num_stages > 1 else ''}"
     if c.prefetch:
         return f"B bn{c.block_n} sk{c.split_k} w{c.num_warps}"
     return f"A bn{c.block_n} sk{c.split_k} bk{c.block_k} st{c.num_stages} w{c.num_warps}"

@@ -13,9 +13,9 @@ import lingc.runtime.kernels.gemm.config as _cfg
 
 
 def _parse(name):
-    m = re.fullmatch(r"C rows(\d+) w(\d+)", name)
+    m = re.fullmatch(r"C rows(\d+) w(\d+)( ahead)?", name)
     if m:
-        return _cfg._c(int(m[1]), int(m[2]))
+        return _cfg._c(int(m[1]), int(m[2]), 2 if m[3] else 1)
     m = re.fullmatch(r"B bn(\d+) sk(\d+) w(\d+)", name)
     if m:
         return _cfg._b(int(m[1]), int(m[2]), int(m[3]))

@@ -44,7 +44,7 @@ class GemmConfig:
     block_k: int  # design A: K tile (power of two >= 16); design B: unused (0)
     split_k: int  # K chunks; > 1: partials reduced in the same launch by the last ticket
     num_warps: int = 4
-    num_stages: int = 4  # design A's pipeline depth (design B has no loop: 1)
+    num_stages: int = 4  # design A's pipeline depth; B: 1; C: 2 = the next x row loaded ahead
     prefetch: bool = False  # design B
     gemv: bool = False  # design C (gemv_kernel.py): block_n whole rows per CTA, no split, no dot
 
@@ -57,8 +57,8 @@ def _b(block_n, split_k, num_warps=4):
     return GemmConfig(block_n, 0, split_k, num_warps, 1, prefetch=True)
 
 
-def _c(rows, num_warps=4):
-    return GemmConfig(rows, 0, 1, num_warps, 1, gemv=True)
+def _c(rows, num_warps=4, num_stages=1):
+    return GemmConfig(rows, 0, 1, num_warps, num_stages, gemv=True)
 
 
 # (N, K): config.  MB = bf16 weight bytes; CTAs = column blocks x K chunks.

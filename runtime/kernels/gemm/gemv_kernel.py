@@ -31,7 +31,9 @@ from lingc.runtime.pdl import pdl_launch_dependents, pdl_wait
 from .config import GemmConfig
 from .kernel import _epilogue, _weight_block, block_plan, resolve_pdl
 
-__all__ = ["gemv_triton", "k_tiles_pow2"]
+__all__ = ["gemv_triton", "k_tiles_pow2", "tile_shape"]
+
+LANE_SPAN = 256  # K elements one warp covers with a 16-byte bf16 load per lane
 
 
 def k_tiles_pow2(k: int) -> tuple[int, int]:
@@ -43,15 +45,35 @@ def k_tiles_pow2(k: int) -> tuple[int, int]:
     return k1, (triton.next_power_of_2(k - k1) if k > k1 else 0)
 
 
+def tile_shape(kt: int) -> tuple[int, int]:
+    """(chunks, width) of a power-of-two K tile: width = min(256, kt) (one warp's 32 lanes x 8
+    bf16, a 16-byte load each), chunks = kt / width."""
+    width = min(LANE_SPAN, kt)
+    return kt // width, width
+
+
 @triton.jit
-def _row_dot(w1, w2, x_ptr, stride_xk, k1, k2, mask_k1, mask_k2, K2: tl.constexpr):
-    """fp32 [ROWS] = w1 @ x[k1] + w2 @ x[k2] for the x row at x_ptr: one sum per tile, in order."""
-    xa = tl.load(x_ptr + k1 * stride_xk, mask=mask_k1, other=0.0).to(tl.float32)
-    acc = tl.sum(w1.to(tl.float32) * xa[None, :], axis=1)
-    if K2 > 0:
-        xb = tl.load(x_ptr + k2 * stride_xk, mask=mask_k2, other=0.0).to(tl.float32)
-        acc += tl.sum(w2.to(tl.float32) * xb[None, :], axis=1)
-    return acc
+def _load_w(w_row, rows_mask, K_FIRST: tl.constexpr, C: tl.constexpr, W: tl.constexpr, K):
+    """The rows' K tile [K_FIRST, K_FIRST + C * W) as [ROWS, C, W] (masked past K)."""
+    kk = K_FIRST + tl.arange(0, C)[None, :, None] * W + tl.arange(0, W)[None, None, :]
+    return tl.load(w_row + kk, mask=rows_mask & (kk < K), other=0.0)
+
+
+@triton.jit
+def _load_x(x_row, m_ok, stride_xk, ROWS: tl.constexpr, K_FIRST: tl.constexpr, C: tl.constexpr,
+            W: tl.constexpr, K):
+    """One x row's K tile, as [ROWS, C, W] (zeros when not m_ok): the row repeated along the rows
+    axis, so that it is loaded in the weight tile's layout (each warp reads the row it
+    multiplies; a [1, C, W] load gets a layout of its own and a shared-memory shuffle per row)."""
+    kk = (K_FIRST + tl.zeros([ROWS, 1, 1], tl.int32) + tl.arange(0, C)[None, :, None] * W
+          + tl.arange(0, W)[None, None, :])
+    return tl.load(x_row + kk * stride_xk, mask=m_ok & (kk < K), other=0.0)
+
+
+@triton.jit
+def _tile_dot(w, x):
+    """fp32 [ROWS]: the chunks summed per lane slot, in chunk order, then one warp's lanes."""
+    return tl.sum(tl.sum(w.to(tl.float32) * x.to(tl.float32), axis=1), axis=1)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -61,35 +83,55 @@ def _gemv_kernel(
     M, K,
     stride_xm, stride_xk, stride_om, stride_on,
     stride_b, stride_rm, stride_rn, stride_gm, stride_gn,
-    ROWS: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr,
+    ROWS: tl.constexpr, K1: tl.constexpr, C1: tl.constexpr, W1: tl.constexpr,
+    K2: tl.constexpr, C2: tl.constexpr, W2: tl.constexpr, X_AHEAD: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, HAS_MUL: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     w_ptr, stride_wn, rows, mask_n, cols = _weight_block(pid_n, w_ptrs, w_strides, w_rows, block_starts,
                                                          col_starts, ROWS)
-    k1 = tl.arange(0, K1)
-    mask_k1 = k1 < K                      # only K = 0 (K1 = 1) masks the first tile
-    k2 = K1 + tl.arange(0, max(K2, 1))
-    mask_k2 = k2 < K
     # The CTA's whole rows, requested before the wait (producer-independent).
-    w_row = w_ptr + rows[:, None] * stride_wn
-    w1 = tl.load(w_row + k1[None, :], mask=mask_n[:, None] & mask_k1[None, :], other=0.0)
+    w_row = w_ptr + rows[:, None, None] * stride_wn
+    rows_mask = mask_n[:, None, None]
+    w1 = _load_w(w_row, rows_mask, 0, C1, W1, K)
     w2 = w1
     if K2 > 0:
-        w2 = tl.load(w_row + k2[None, :], mask=mask_n[:, None] & mask_k2[None, :], other=0.0)
+        w2 = _load_w(w_row, rows_mask, K1, C2, W2, K)
 
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
 
-    # A while loop: the triton 3.6 interpreter cannot range() over a runtime scalar.
+    # X_AHEAD: row m + 1's x is requested before row m is reduced, so its L2 round trip hides
+    # behind the arithmetic (one more x tile in registers: fewer CTAs per SM). Either way the
+    # arithmetic of a row is the same. A while loop: the triton 3.6 interpreter cannot range()
+    # over a runtime scalar.
+    x1 = _load_x(x_ptr, 0 < M, stride_xk, ROWS, 0, C1, W1, K)
+    x2 = x1
+    if K2 > 0:
+        x2 = _load_x(x_ptr, 0 < M, stride_xk, ROWS, K1, C2, W2, K)
     m = 0
     while m < M:
-        acc = _row_dot(w1, w2, x_ptr + m * stride_xm, stride_xk, k1, k2, mask_k1, mask_k2, K2)
+        nxt = x_ptr + (m + 1) * stride_xm
+        if X_AHEAD:
+            n1 = _load_x(nxt, m + 1 < M, stride_xk, ROWS, 0, C1, W1, K)
+            n2 = n1
+            if K2 > 0:
+                n2 = _load_x(nxt, m + 1 < M, stride_xk, ROWS, K1, C2, W2, K)
+        acc = _tile_dot(w1, x1)
+        if K2 > 0:
+            acc += _tile_dot(w2, x2)
         offs_m = m + tl.arange(0, 1)
         y = _epilogue(acc[None, :], offs_m, cols, offs_m < M, mask_n, bias_ptr, res_ptr, mul_ptr, stride_b,
                       stride_rm, stride_rn, stride_gm, stride_gn, HAS_BIAS, HAS_RES, HAS_MUL)
         tl.store(out_ptr + offs_m[:, None] * stride_om + cols[None, :] * stride_on,
                  y.to(out_ptr.dtype.element_ty), mask=mask_n[None, :])
+        if X_AHEAD:
+            x1 = n1
+            x2 = n2
+        else:
+            x1 = _load_x(nxt, m + 1 < M, stride_xk, ROWS, 0, C1, W1, K)
+            if K2 > 0:
+                x2 = _load_x(nxt, m + 1 < M, stride_xk, ROWS, K1, C2, W2, K)
         m += 1
 
 
@@ -100,6 +142,7 @@ def gemv_triton(x: torch.Tensor, weights: list[torch.Tensor], bias, residual, si
     rows = [w.shape[0] for w in weights]
     block_starts, col_starts, blocks = block_plan(rows, cfg.block_n)
     k1, k2 = k_tiles_pow2(k)
+    (c1, w1), (c2, w2) = tile_shape(k1), tile_shape(max(k2, 1))
     use_gdc, launch = resolve_pdl(x.device, use_pdl)
     bias_t, res_t, mul_t = (t if t is not None else out for t in (bias, residual, sigmoid_mul))
     _gemv_kernel[(blocks,)](
@@ -110,7 +153,7 @@ def gemv_triton(x: torch.Tensor, weights: list[torch.Tensor], bias, residual, si
         bias.stride(0) if bias is not None else 0,
         *(residual.stride() if residual is not None else (0, 0)),
         *(sigmoid_mul.stride() if sigmoid_mul is not None else (0, 0)),
-        ROWS=cfg.block_n, K1=k1, K2=k2,
+        ROWS=cfg.block_n, K1=k1, C1=c1, W1=w1, K2=k2, C2=c2, W2=w2, X_AHEAD=cfg.num_stages > 1,
         HAS_BIAS=bias is not None, HAS_RES=residual is not None, HAS_MUL=sigmoid_mul is not None,
         USE_GDC=use_gdc, num_warps=cfg.num_warps, num_stages=1, **launch,
     )
