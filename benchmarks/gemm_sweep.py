@@ -55,8 +55,8 @@ def candidates(n: int, k: int) -> list[GemmConfig]:
     no_split = [_a(16, 1), _a(16, 1, block_k=256, num_stages=3), _a(32, 1, block_k=256, num_stages=3)]
     # Design C (whole rows per CTA, CUDA cores, no split) and, for large weights, design-B chunks
     # of 16 KB: the CTA size at which a chain of pure reads streamed fastest (read_probe.py).
-    # One weight row per warp (a warp-local reduction), with and without the x look-ahead.
-    gemv = [_c(4), _c(4, 4, 2), _c(8, 8), _c(8, 8, 2), _c(2, 2)]
+    # With and without the x look-ahead; 32-64 K values of a row per thread.
+    gemv = [_c(4), _c(4, 4, 2), _c(4, 8, 2), _c(8, 8, 2), _c(2, 4, 2), _c(2, 2, 2)]
     if n * k * 2 <= SMALL_BYTES:
         out = [b(16, 256), b(32, 256), b(32, 512), b(64, 256), b(64, 512, 8), _a(32, 2), _a(64, 2)] + gemv
         out += [b(16, k), b(16, k, 8), b(32, k, 8)] if k <= 1024 else []

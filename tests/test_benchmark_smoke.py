@@ -194,6 +194,20 @@ def test_by_kind_sorts_lingc_kernels_into_kinds_and_the_rest_into_other():
                             "MLA": (1.5, 1), "norms": (2.0, 2), OTHER: (2.0, 1)}
 
 
+def test_every_lingc_triton_kernel_has_a_kind():
+    # A kernel added to runtime/ without a KINDS entry would be summed into "other" by --by-kind
+    # (as design C's _gemv_kernel was at first): every jitted kernel of the package is classified.
+    import re
+    from pathlib import Path
+
+    from benchmarks.sequence import OTHER, kind_of
+
+    runtime = Path(__file__).resolve().parents[1] / "runtime"
+    names = {m for f in runtime.rglob("*.py") for m in re.findall(r"^def (_\w+_kernel)\(", f.read_text(), re.M)}
+    assert len(names) >= 20, sorted(names)
+    assert {n for n in names if kind_of(n) == OTHER} == set()
+
+
 @pytest.mark.parametrize("n, chunk_bytes", [(10000, 4096), (1024, 16384), (333, 512)])
 def test_read_probe_kernel_folds_each_chunk(n, chunk_bytes):
     # benchmarks.read_probe's kernel (interpreter on the CPU): CTA i stores the xor of its chunk

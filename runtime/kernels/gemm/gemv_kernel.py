@@ -31,9 +31,7 @@ from lingc.runtime.pdl import pdl_launch_dependents, pdl_wait
 from .config import GemmConfig
 from .kernel import _epilogue, _weight_block, block_plan, resolve_pdl
 
-__all__ = ["gemv_triton", "k_tiles_pow2", "tile_shape"]
-
-LANE_SPAN = 256  # K elements one warp covers with a 16-byte bf16 load per lane
+__all__ = ["gemv_triton", "k_tiles_pow2"]
 
 
 def k_tiles_pow2(k: int) -> tuple[int, int]:
@@ -45,35 +43,18 @@ def k_tiles_pow2(k: int) -> tuple[int, int]:
     return k1, (triton.next_power_of_2(k - k1) if k > k1 else 0)
 
 
-def tile_shape(kt: int) -> tuple[int, int]:
-    """(chunks, width) of a power-of-two K tile: width = min(256, kt) (one warp's 32 lanes x 8
-    bf16, a 16-byte load each), chunks = kt / width."""
-    width = min(LANE_SPAN, kt)
-    return kt // width, width
-
-
 @triton.jit
-def _load_w(w_row, rows_mask, K_FIRST: tl.constexpr, C: tl.constexpr, W: tl.constexpr, K):
-    """The rows' K tile [K_FIRST, K_FIRST + C * W) as [ROWS, C, W] (masked past K)."""
-    kk = K_FIRST + tl.arange(0, C)[None, :, None] * W + tl.arange(0, W)[None, None, :]
+def _load_w(w_row, rows_mask, K_FIRST: tl.constexpr, KT: tl.constexpr, K):
+    """The rows' K tile [K_FIRST, K_FIRST + KT) as [ROWS, KT] (masked past K)."""
+    kk = K_FIRST + tl.arange(0, KT)[None, :]
     return tl.load(w_row + kk, mask=rows_mask & (kk < K), other=0.0)
 
 
 @triton.jit
-def _load_x(x_row, m_ok, stride_xk, ROWS: tl.constexpr, K_FIRST: tl.constexpr, C: tl.constexpr,
-            W: tl.constexpr, K):
-    """One x row's K tile, as [ROWS, C, W] (zeros when not m_ok): the row repeated along the rows
-    axis, so that it is loaded in the weight tile's layout (each warp reads the row it
-    multiplies; a [1, C, W] load gets a layout of its own and a shared-memory shuffle per row)."""
-    kk = (K_FIRST + tl.zeros([ROWS, 1, 1], tl.int32) + tl.arange(0, C)[None, :, None] * W
-          + tl.arange(0, W)[None, None, :])
-    return tl.load(x_row + kk * stride_xk, mask=m_ok & (kk < K), other=0.0)
-
-
-@triton.jit
-def _tile_dot(w, x):
-    """fp32 [ROWS]: the chunks summed per lane slot, in chunk order, then one warp's lanes."""
-    return tl.sum(tl.sum(w.to(tl.float32) * x.to(tl.float32), axis=1), axis=1)
+def _load_x(x_row, m_ok, stride_xk, K_FIRST: tl.constexpr, KT: tl.constexpr, K):
+    """One x row's K tile as [1, KT] (zeros when not m_ok), converted to fp32 once."""
+    kk = K_FIRST + tl.arange(0, KT)[None, :]
+    return tl.load(x_row + kk * stride_xk, mask=m_ok & (kk < K), other=0.0).to(tl.float32)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -83,43 +64,45 @@ def _gemv_kernel(
     M, K,
     stride_xm, stride_xk, stride_om, stride_on,
     stride_b, stride_rm, stride_rn, stride_gm, stride_gn,
-    ROWS: tl.constexpr, K1: tl.constexpr, C1: tl.constexpr, W1: tl.constexpr,
-    K2: tl.constexpr, C2: tl.constexpr, W2: tl.constexpr, X_AHEAD: tl.constexpr,
+    ROWS: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr, X_AHEAD: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, HAS_MUL: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     w_ptr, stride_wn, rows, mask_n, cols = _weight_block(pid_n, w_ptrs, w_strides, w_rows, block_starts,
                                                          col_starts, ROWS)
     # The CTA's whole rows, requested before the wait (producer-independent).
-    w_row = w_ptr + rows[:, None, None] * stride_wn
-    rows_mask = mask_n[:, None, None]
-    w1 = _load_w(w_row, rows_mask, 0, C1, W1, K)
+    w_row = w_ptr + rows[:, None] * stride_wn
+    rows_mask = mask_n[:, None]
+    w1 = _load_w(w_row, rows_mask, 0, K1, K)
     w2 = w1
     if K2 > 0:
-        w2 = _load_w(w_row, rows_mask, K1, C2, W2, K)
+        w2 = _load_w(w_row, rows_mask, K1, K2, K)
 
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
+    # Converted once, not per x row: the per-row work is then one FMA per weight element.
+    w1 = w1.to(tl.float32)
+    w2 = w2.to(tl.float32)
 
     # X_AHEAD: row m + 1's x is requested before row m is reduced, so its L2 round trip hides
     # behind the arithmetic (one more x tile in registers: fewer CTAs per SM). Either way the
     # arithmetic of a row is the same. A while loop: the triton 3.6 interpreter cannot range()
     # over a runtime scalar.
-    x1 = _load_x(x_ptr, 0 < M, stride_xk, ROWS, 0, C1, W1, K)
+    x1 = _load_x(x_ptr, 0 < M, stride_xk, 0, K1, K)
     x2 = x1
     if K2 > 0:
-        x2 = _load_x(x_ptr, 0 < M, stride_xk, ROWS, K1, C2, W2, K)
+        x2 = _load_x(x_ptr, 0 < M, stride_xk, K1, K2, K)
     m = 0
     while m < M:
         nxt = x_ptr + (m + 1) * stride_xm
         if X_AHEAD:
-            n1 = _load_x(nxt, m + 1 < M, stride_xk, ROWS, 0, C1, W1, K)
+            n1 = _load_x(nxt, m + 1 < M, stride_xk, 0, K1, K)
             n2 = n1
             if K2 > 0:
-                n2 = _load_x(nxt, m + 1 < M, stride_xk, ROWS, K1, C2, W2, K)
-        acc = _tile_dot(w1, x1)
+                n2 = _load_x(nxt, m + 1 < M, stride_xk, K1, K2, K)
+        acc = tl.sum(w1 * x1, axis=1)
         if K2 > 0:
-            acc += _tile_dot(w2, x2)
+            acc += tl.sum(w2 * x2, axis=1)
         offs_m = m + tl.arange(0, 1)
         y = _epilogue(acc[None, :], offs_m, cols, offs_m < M, mask_n, bias_ptr, res_ptr, mul_ptr, stride_b,
                       stride_rm, stride_rn, stride_gm, stride_gn, HAS_BIAS, HAS_RES, HAS_MUL)
@@ -129,9 +112,9 @@ def _gemv_kernel(
             x1 = n1
             x2 = n2
         else:
-            x1 = _load_x(nxt, m + 1 < M, stride_xk, ROWS, 0, C1, W1, K)
+            x1 = _load_x(nxt, m + 1 < M, stride_xk, 0, K1, K)
             if K2 > 0:
-                x2 = _load_x(nxt, m + 1 < M, stride_xk, ROWS, K1, C2, W2, K)
+                x2 = _load_x(nxt, m + 1 < M, stride_xk, K1, K2, K)
         m += 1
 
 
@@ -142,7 +125,6 @@ def gemv_triton(x: torch.Tensor, weights: list[torch.Tensor], bias, residual, si
     rows = [w.shape[0] for w in weights]
     block_starts, col_starts, blocks = block_plan(rows, cfg.block_n)
     k1, k2 = k_tiles_pow2(k)
-    (c1, w1), (c2, w2) = tile_shape(k1), tile_shape(max(k2, 1))
     use_gdc, launch = resolve_pdl(x.device, use_pdl)
     bias_t, res_t, mul_t = (t if t is not None else out for t in (bias, residual, sigmoid_mul))
     _gemv_kernel[(blocks,)](
@@ -153,7 +135,7 @@ def gemv_triton(x: torch.Tensor, weights: list[torch.Tensor], bias, residual, si
         bias.stride(0) if bias is not None else 0,
         *(residual.stride() if residual is not None else (0, 0)),
         *(sigmoid_mul.stride() if sigmoid_mul is not None else (0, 0)),
-        ROWS=cfg.block_n, K1=k1, C1=c1, W1=w1, K2=k2, C2=c2, W2=w2, X_AHEAD=cfg.num_stages > 1,
+        ROWS=cfg.block_n, K1=k1, K2=k2, X_AHEAD=cfg.num_stages > 1,
         HAS_BIAS=bias is not None, HAS_RES=residual is not None, HAS_MUL=sigmoid_mul is not None,
         USE_GDC=use_gdc, num_warps=cfg.num_warps, num_stages=1, **launch,
     )
