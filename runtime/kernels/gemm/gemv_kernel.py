@@ -45,16 +45,17 @@ def k_tiles_pow2(k: int) -> tuple[int, int]:
 
 @triton.jit
 def _load_w(w_row, rows_mask, K_FIRST: tl.constexpr, KT: tl.constexpr, K):
-    """The rows' K tile [K_FIRST, K_FIRST + KT) as [ROWS, KT] (masked past K)."""
+    """The rows' K tile [K_FIRST, K_FIRST + KT) as [ROWS, KT] (masked past K). Read once, so
+    not kept in L1 (.cg): the SM's L1 holds the x rows that all its CTAs read."""
     kk = K_FIRST + tl.arange(0, KT)[None, :]
-    return tl.load(w_row + kk, mask=rows_mask & (kk < K), other=0.0)
+    return tl.load(w_row + kk, mask=rows_mask & (kk < K), other=0.0, cache_modifier=".cg")
 
 
 @triton.jit
 def _load_x(x_row, m_ok, stride_xk, K_FIRST: tl.constexpr, KT: tl.constexpr, K):
     """One x row's K tile as [1, KT] (zeros when not m_ok), converted to fp32 once."""
     kk = K_FIRST + tl.arange(0, KT)[None, :]
-    return tl.load(x_row + kk * stride_xk, mask=m_ok & (kk < K), other=0.0).to(tl.float32)
+    return tl.load(x_row + kk * stride_xk, mask=m_ok & (kk < K), other=0.0, cache_modifier=".ca").to(tl.float32)
 
 
 @triton.jit(do_not_specialize=["M"])
