@@ -15,8 +15,8 @@ Two designs, as in the SwiGLU kernel (benchmarks/results/swiglu_sweep_h200.json)
   512 with 8 warps (15.7 MB: 240 CTAs), 32 rows x 512 (2 MB).
 
 Design C (``gemv=True``, gemv_kernel.py): ``block_n`` whole weight rows per CTA, all of K loaded
-before ``gdc_wait``, the products on CUDA cores, no split-K. A sweep candidate; no table entry
-uses it until a sweep has measured it best.
+before ``gdc_wait``, the products on CUDA cores, no split-K. A sweep candidate: fastest at M = 1,
+1.5-2x slower at M = 6 (session 10), and the table cannot depend on M, so no entry uses it.
 
 Split-K (A or B) writes fp32 partials; the CTA drawing the last ticket of its output tile
 adds them in chunk order 0..split_k-1 in the same launch (no float atomics, no second kernel).

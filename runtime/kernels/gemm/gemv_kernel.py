@@ -6,13 +6,23 @@ tensor-core designs A and B run ~160 CTAs of 32-160 KB with split-K partials and
 reduction, and reach 60%. Design C is the read probe's shape with the arithmetic added: CTA i
 owns ``ROWS`` rows of one weight over the WHOLE of K (no split, no partials, no ticket), loads
 them before ``gdc_wait`` as at most two power-of-two tiles (K = K1 + K2, K1 the largest power of
-two <= K, K2 the power of two covering the rest, masked), then for each of the M rows of x
-computes ROWS dot products in fp32 (products of the two operands upcast, one ``tl.sum`` per
-tile, tile 1 then tile 2) and runs the same epilogue as the other designs. With M = 1 every
-weight byte feeds one FMA, so the tensor cores buy nothing; at M = 6 the FMAs are still far below
-the bytes' time. (Each row's x is loaded when its turn comes: an M = 6 call pays six L2 round
-trips after the wait. Requesting the next row's x before reducing the current one, as the
-router's logits kernel does, is the first thing to try if a sweep finds design C slow at M = 6.)
+two <= K, K2 the power of two covering the rest, masked), converts them to fp32 once, then for
+each of the M rows of x (converted once per row) computes ROWS dot products in fp32 (one
+``tl.sum`` per tile, tile 1 then tile 2) and runs the same epilogue as the other designs. The K
+of a tile is spread over all the CTA's threads (16-byte loads), so a row's x is read and
+converted once per CTA, not once per weight row. With ``num_stages`` 2 the next row's x is
+requested before the current one is reduced. Weight loads bypass L1 (``.cg``: read once); x
+loads stay there (``.ca``: every CTA of an SM reads the same rows).
+
+Measured (H200, session 10, ``python -m benchmarks.gemm_sweep --m 1 6``, results README): the
+fastest M = 1 design on every decode projection shape (fused KDA 8.6 us against 10.0 for the
+table's design A; o_proj 2.6 against 3.7), but 1.5-2x slower than A and B at M = 6 (fused KDA
+18 against 9.8 us): every row adds ~1.9 us there, whether the per-row work is three ALU ops per
+weight element or one, whether x comes from L2 or L1. Batch invariance forbids choosing the
+design by M, so no table entry uses it (plain decode would gain 0.14 ms a step, the relay would
+lose 0.4). Earlier forms, for the record: one weight row per warp ([ROWS, chunks, 256] tiles,
+warp-local reductions) was ALU-bound at M = 6 (each warp converted its own copy of x and its
+weights again per row).
 
 Batch invariance: the per-row arithmetic is the loop body, the same for every M, and the tiles
 and their reduction trees are functions of (K, ROWS, num_warps) only. A row's bits therefore do
@@ -20,7 +30,7 @@ not depend on M; they differ from designs A and B in the last bits (another summ
 which is why a shape's design comes from the launch table, never from M.
 
 It is a candidate of ``benchmarks.gemm_sweep`` (``config._c``); the launch table picks it only
-where a sweep measured it best.
+where a sweep measured it best over the M values the relay runs.
 """
 import torch
 import triton
