@@ -239,6 +239,28 @@ def test_kernel_align_fallback_path_agrees():
     assert torch.equal(run_kernel(pb, max_single_launch=0), run_kernel(pb))
 
 
+@pytest.mark.parametrize("shared, config", [(True, None), (False, None), (True, SPLIT_CONFIGS[1])],
+                         ids=["shared", "no-shared", "split-k"])
+def test_kernel_one_token_slot_layout_equals_aligned(shared, config):
+    # One token runs without moe_align (block j = slot j, ids read from topk_ids, here with a
+    # non-unit stride): the same bits as the aligned layout, and the reference.
+    pb = make_problem(1, torch.bfloat16, seed=72, shared=shared, h=96 if config else SMALL["h"])
+    pb["topk_ids"] = _strided(pb["topk_ids"])
+    got = run_kernel(pb, config)
+    assert torch.equal(got, run_kernel(pb, config, align_one_token=True))
+    assert_close(got, reference(pb), RTOL[torch.bfloat16])
+
+
+def test_kernel_one_token_slot_layout_launches_no_align(monkeypatch):
+    calls = []
+    real = experts_kernel.moe_align_triton
+    monkeypatch.setattr(experts_kernel, "moe_align_triton", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    run_kernel(make_problem(1, torch.float32, seed=73))
+    assert calls == []
+    run_kernel(make_problem(2, torch.float32, seed=73))
+    assert calls == [1]
+
+
 def test_kernel_empty_batch():
     pb = make_problem(0, torch.float32, seed=71)
     assert run_kernel(pb).shape == (0, SMALL["h"])
@@ -453,41 +475,42 @@ _COMPILE_CHECK = textwrap.dedent("""
         assert "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx
         return ptx, info
 
-    for n_max in (192, 768):
+    for n_max, slot in ((192, False), (768, False), (192, True)):
+        # slot: one token's slot layout (no moe_align launch; ids read from the router's output)
         cfg = config_for(n_max, 2560)
         # (the values of T, P and NB are not specialised: do_not_specialize)
         chunk = triton.next_power_of_2(triton.cdiv(2560, cfg.split_k))
         b = "*bf16"
-        ptrs = dict(x_ptr=b, sorted_ptr="*i32", block_expert_ptr="*i32", wg_ptr=b, wu_ptr=b,
+        ptrs = dict(x_ptr=b, sorted_ptr="*i32", block_expert_ptr="*i32", ids_ptr="*i32", wg_ptr=b, wu_ptr=b,
                     sg_ptr=b, su_ptr=b, act_ptr=b, ws_ptr="*fp32", ticket_ptr="*i32")
         ints = ["T", "P", "NB", "NSB", "H", "I", "IS", "stride_xt", "stride_ge", "stride_gn", "stride_ue", "stride_un",
                 "stride_sgn", "stride_sun", "stride_act", "stride_ws_s", "stride_ws_p"]
-        const = dict(stride_xh=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9, BLOCK_M=BLOCK_M,
+        const = dict(stride_xh=1, stride_ik=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9, BLOCK_M=BLOCK_M,
                      BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=triton.cdiv(2560, chunk),
-                     N_TILES=triton.cdiv(n_max, cfg.block_n), HAS_LIMIT=True, DOT_PRECISION="tf32",
-                     DOT_UPCAST=False, USE_GDC=True)
+                     N_TILES=triton.cdiv(n_max, cfg.block_n), HAS_LIMIT=True, SLOT_BLOCKS=slot,
+                     DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
         ptx, info = build(_moe_up_kernel, ptrs, ints, ["limit", "shared_limit"], const, cfg.up_warps, cfg.up_maxnreg)
         # Each of the two paths waits, then releases the down-GEMM (which reads moe_align's
         # output before its own wait), whatever LINGC_PDL_TRIGGER says.
-        order = re.findall(r"griddepcontrol\.(wait|launch_dependents)", ptx)
+        order = re.findall(r"griddepcontrol\\.(wait|launch_dependents)", ptx)
         assert order == ["wait", "launch_dependents"] * 2, order
         # The whole weight chunk in 16-byte loads (2*block_n x chunk bf16 over the CTA's threads),
         # the shared expert's before the wait.
         tile_loads = 2 * cfg.block_n * chunk * 2 // 16 // (32 * cfg.up_warps)
         assert max_loads_before_a_wait(ptx) >= tile_loads, ptx[-3000:]
         assert len(re.findall(V4, ptx)) >= 2 * tile_loads, ptx[-3000:]
-        print("up", n_max, [l for l in info.splitlines() if "registers" in l])
-        ptrs = dict(act_ptr=b, sorted_ptr="*i32", block_expert_ptr="*i32", total_ptr="*i32", wd_ptr=b, sd_ptr=b,
-                    y_ptr="*fp32", topk_w_ptr="*fp32", out_ptr=b, ticket_ptr="*i32")
+        print("up", n_max, slot, [l for l in info.splitlines() if "registers" in l])
+        ptrs = dict(act_ptr=b, sorted_ptr="*i32", block_expert_ptr="*i32", total_ptr="*i32", ids_ptr="*i32",
+                    wd_ptr=b, sd_ptr=b, y_ptr="*fp32", topk_w_ptr="*fp32", out_ptr=b, ticket_ptr="*i32")
         ints = ["T", "P", "H", "I", "IS", "stride_act", "stride_de", "stride_dh", "stride_sdh", "stride_y",
                 "stride_wt", "stride_ot"]
-        const = dict(stride_wk=1, stride_oh=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9, HAS_SHARED=True,
-                     BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=triton.next_power_of_2(n_max), COMBINE_T=COMBINE_T,
-                     DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
+        const = dict(stride_wk=1, stride_oh=1, stride_ik=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9,
+                     HAS_SHARED=True, BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=triton.next_power_of_2(n_max),
+                     COMBINE_T=COMBINE_T, SLOT_BLOCKS=slot, DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
         ptx, info = build(_moe_down_kernel, ptrs, ints, [], const, cfg.down_warps, cfg.down_maxnreg)
         tile_loads = cfg.block_h * triton.next_power_of_2(n_max) * 2 // 16 // (32 * cfg.down_warps)
         assert max_loads_before_a_wait(ptx) >= tile_loads, ptx[-3000:]
-        print("down", n_max, [l for l in info.splitlines() if "registers" in l])
+        print("down", n_max, slot, [l for l in info.splitlines() if "registers" in l])
 """)
 
 
@@ -560,13 +583,15 @@ def test_gpu_batch_invariant(routing):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("t", [1, 6])
 @pytest.mark.parametrize("disable_pdl", [False, True], ids=["pdl", "no-pdl"])
-def test_gpu_router_experts_chain_under_graph_capture(disable_pdl, monkeypatch):
+def test_gpu_router_experts_chain_under_graph_capture(disable_pdl, t, monkeypatch):
+    # T = 1 runs the slot layout: the down-GEMM reads the router's ids before its wait.
     if disable_pdl:
         monkeypatch.setenv("LINGC_DISABLE_PDL", "1")
     elif not pdl_supported(DEVICE):
         pytest.skip("PDL needs compute capability >= 9")
-    pb = _gpu_problem(6, seed=230)
+    pb = _gpu_problem(t, seed=230)
     gen = torch.Generator(device=DEVICE).manual_seed(231)
     gate_w = (torch.randn(512, 2560, generator=gen, device=DEVICE) / 2560**0.5).to(torch.bfloat16)
     bias = 0.1 * torch.randn(512, generator=gen, device=DEVICE)
@@ -581,12 +606,12 @@ def test_gpu_router_experts_chain_under_graph_capture(disable_pdl, monkeypatch):
     graph = torch.cuda.CUDAGraph(keep_graph=True)
     with torch.cuda.graph(graph):
         captured = step()
-    # router logits, router selection, moe_align, up-GEMM, down-GEMM: four edges, programmatic
-    # with PDL.
-    assert graph_edge_types(graph) == [0 if disable_pdl else 1] * 4
+    # router logits, router selection, moe_align (not for one token), up-GEMM, down-GEMM: four
+    # edges (three), programmatic with PDL.
+    assert graph_edge_types(graph) == [0 if disable_pdl else 1] * (4 if t > 1 else 3)
     graph.instantiate()
     for seed in (232, 233):
-        x.copy_(_gpu_problem(6, seed=seed)["x"])
+        x.copy_(_gpu_problem(t, seed=seed)["x"])
         graph.replay()
         fresh = step()
         torch.cuda.synchronize()

@@ -1,4 +1,5 @@
-"""Triton fused-MoE experts for decode: align -> up-GEMM(+SwiGLU) -> down-GEMM(+combine), PDL-chained.
+"""Triton fused-MoE experts for decode: align -> up-GEMM(+SwiGLU) -> down-GEMM(+combine), PDL-chained
+(one token: up-GEMM -> down-GEMM on the slot layout, no align launch; README.md, "One token").
 
 Layout and derivations: README.md in this folder; reference: naive.py.
 
@@ -138,17 +139,17 @@ def _up_tile(
 
 @triton.jit(do_not_specialize=["T", "P", "NB", "NSB"])
 def _moe_up_kernel(
-    x_ptr, sorted_ptr, block_expert_ptr,
+    x_ptr, sorted_ptr, block_expert_ptr, ids_ptr,
     wg_ptr, wu_ptr, sg_ptr, su_ptr,
     act_ptr, ws_ptr, ticket_ptr,
     T, P, NB, NSB, H, I, IS,
-    stride_xt, stride_xh,
+    stride_xt, stride_xh, stride_ik,
     stride_ge, stride_gn, stride_ue, stride_un, stride_sgn, stride_sun,
     stride_act, stride_ws_s, stride_ws_p,
     limit, shared_limit,
     NUM_EXPERTS: tl.constexpr, TOP_K: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    N_TILES: tl.constexpr, HAS_LIMIT: tl.constexpr,
+    N_TILES: tl.constexpr, HAS_LIMIT: tl.constexpr, SLOT_BLOCKS: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     pid_k = tl.program_id(0)
@@ -179,16 +180,23 @@ def _moe_up_kernel(
                      x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh, stride_act, stride_ws_s,
                      stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT, DOT_PRECISION, DOT_UPCAST)
     else:
-        # A routed block: its expert id is the producer's (moe_align's) output, so everything
-        # waits. Blocks past the published ones (moe_align marks them E + 1: no total_padded
-        # read on this path), the shared expert's bucket (E, done above) and column tiles past
-        # I (I < Is) have nothing to do.
+        # A routed block: its expert id is the producer's output (moe_align's; with SLOT_BLOCKS,
+        # the router's: block b is the one token's slot b), so everything waits. Blocks past the
+        # published ones (moe_align marks them E + 1: no total_padded read on this path), the
+        # shared expert's bucket (E, done above) and column tiles past I (I < Is) have nothing
+        # to do.
         b = pid_b - NSB
         pdl_wait_then_release(USE_GDC)
-        e = tl.load(block_expert_ptr + b)
+        if SLOT_BLOCKS:
+            e = tl.load(ids_ptr + b * stride_ik)
+        else:
+            e = tl.load(block_expert_ptr + b)
         if (e < NUM_EXPERTS) & (pid_n * BLOCK_N < I):
             slots = b * BLOCK_M + tl.arange(0, BLOCK_M)
-            pair = tl.load(sorted_ptr + slots)   # a published block (e < E), so inside the range
+            if SLOT_BLOCKS:
+                pair = tl.where(slots == b * BLOCK_M, b, P)   # the block's one pair, then padding
+            else:
+                pair = tl.load(sorted_ptr + slots)   # a published block (e < E), so inside the range
             e64 = e.to(tl.int64)
             g_rows = tl.where(even, wg_ptr + e64 * stride_ge + j * stride_gn,
                               wu_ptr + e64 * stride_ue + j * stride_un)
@@ -201,22 +209,31 @@ def _moe_up_kernel(
 
 @triton.jit(do_not_specialize=["T", "P"])
 def _moe_down_kernel(
-    act_ptr, sorted_ptr, block_expert_ptr, total_ptr,
+    act_ptr, sorted_ptr, block_expert_ptr, total_ptr, ids_ptr,
     wd_ptr, sd_ptr, y_ptr, topk_w_ptr, out_ptr, ticket_ptr,
     T, P, H, I, IS,
-    stride_act, stride_de, stride_dh, stride_sdh, stride_y, stride_wt, stride_wk, stride_ot, stride_oh,
+    stride_act, stride_de, stride_dh, stride_sdh, stride_y, stride_wt, stride_wk, stride_ot, stride_oh, stride_ik,
     NUM_EXPERTS: tl.constexpr, TOP_K: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr, HAS_SHARED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr, KPAD: tl.constexpr, COMBINE_T: tl.constexpr,
+    SLOT_BLOCKS: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     pid_h = tl.program_id(0)
     pid_b = tl.program_id(1)
-    # Before the wait: moe_align ran two launches back and the up-GEMM waited for it before
-    # triggering this launch, so its outputs are complete (README.md); read them from L2 (.cg).
-    # The weights are producer-independent: the whole [BLOCK_H, I] tile is requested now.
-    total = tl.load(total_ptr, cache_modifier=".cg")
-    active = pid_b * BLOCK_M < total
-    e = tl.load(block_expert_ptr + pid_b, mask=active, other=0, cache_modifier=".cg")
+    # Before the wait: moe_align (with SLOT_BLOCKS, the router) ran two launches back and the
+    # up-GEMM waited for it before triggering this launch, so its outputs are complete
+    # (README.md); read them from L2 (.cg). The weights are producer-independent: the whole
+    # [BLOCK_H, I] tile is requested now.
+    if SLOT_BLOCKS:
+        # One token, block b = its slot b (the shared expert's is slot TOP_K): no align layout.
+        total = PAIRS_PER_TOKEN * BLOCK_M
+        active = pid_b < PAIRS_PER_TOKEN
+        e = tl.load(ids_ptr + tl.minimum(pid_b, TOP_K - 1) * stride_ik, cache_modifier=".cg")
+        e = tl.where(pid_b < TOP_K, e, NUM_EXPERTS)
+    else:
+        total = tl.load(total_ptr, cache_modifier=".cg")
+        active = pid_b * BLOCK_M < total
+        e = tl.load(block_expert_ptr + pid_b, mask=active, other=0, cache_modifier=".cg")
     er = tl.minimum(e, NUM_EXPERTS - 1)
     base = wd_ptr + er.to(tl.int64) * stride_de
     stride_w = stride_dh
@@ -239,7 +256,10 @@ def _moe_down_kernel(
         return
 
     slots = pid_b * BLOCK_M + tl.arange(0, BLOCK_M)
-    pair = tl.load(sorted_ptr + slots)
+    if SLOT_BLOCKS:
+        pair = tl.where(slots == pid_b * BLOCK_M, pid_b, P)
+    else:
+        pair = tl.load(sorted_ptr + slots)
     valid = pair < P
     a = tl.load(act_ptr + pair[:, None] * stride_act + offs_k[None, :], mask=valid[:, None] & mask_k[None, :],
                 other=0.0)
@@ -317,8 +337,11 @@ def moe_experts_triton(
     buffers: MoeExpertsBuffers | None = None,
     align_out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     max_single_launch: int = SINGLE_LAUNCH_MAX_PAIRS,
+    align_one_token: bool = False,
 ) -> torch.Tensor:
-    """out [T, H] (naive.moe_experts_reference) in three launches: moe_align, up-GEMM, down-GEMM.
+    """out [T, H] (naive.moe_experts_reference) in three launches: moe_align, up-GEMM, down-GEMM;
+    for one token in two (the slot layout: block j holds the token's slot j, read straight from
+    ``topk_ids``, unless ``align_one_token``).
 
     ``out`` may be any strided [T, H] tensor of x.dtype; ``config`` overrides the table;
     ``buffers`` (``alloc_buffers``) and ``align_out`` (moe_align's three outputs) let tests pass
@@ -356,13 +379,24 @@ def moe_experts_triton(
     assert (buffers.partials is None) == (split_k == 1)
     # The ticket buffer first: its one-time allocation launches a fill, which must not sit
     # between the three launches below (the down-GEMM relies on their order, README.md).
-    _, n_blocks = align_sizes(p, num_experts, BLOCK_M, has_shared)
+    # One token: its k + 1 experts are distinct blocks by construction, so the slot layout needs
+    # no align launch (the up-GEMM's routed blocks are its k slots, the down-GEMM's its k + 1).
+    # A token's bits do not depend on which block its row sits in (module docstring).
+    slot_blocks = t == 1 and not align_one_token
+    if slot_blocks:
+        n_blocks, up_blocks = kp, k
+    else:
+        _, n_blocks = align_sizes(p, num_experts, BLOCK_M, has_shared)
+        up_blocks = n_blocks
     n_shared_blocks = triton.cdiv(t, BLOCK_M) if has_shared else 0
     tickets = split_k_tickets(dev, max((n_blocks + n_shared_blocks) * n_tiles, n_htiles))
-    sorted_ids, block_experts, total = moe_align_triton(
-        topk_ids, num_experts, BLOCK_M, has_shared, out=align_out, use_pdl=use_pdl,
-        max_single_launch=max_single_launch)
-    assert block_experts.shape == (n_blocks,)
+    if slot_blocks:
+        sorted_ids = block_experts = total = topk_ids   # unread: the kernels take topk_ids
+    else:
+        sorted_ids, block_experts, total = moe_align_triton(
+            topk_ids, num_experts, BLOCK_M, has_shared, out=align_out, use_pdl=use_pdl,
+            max_single_launch=max_single_launch)
+        assert block_experts.shape == (n_blocks,)
 
     sg, su, sd = (shared_gate, shared_up, shared_down) if has_shared else (w_gate, w_up, w_down)
     # A limit of 0 means no clamp; +inf clamps nothing, so one kernel serves a routed expert
@@ -374,28 +408,29 @@ def moe_experts_triton(
                DOT_UPCAST=interpreting() and x.dtype != torch.float32, USE_GDC=use_pdl)
     act, partials, y = buffers.act, buffers.partials, buffers.y
     ws = partials if partials is not None else act
-    _moe_up_kernel[(split_k, n_tiles, n_shared_blocks + n_blocks)](
-        x, sorted_ids, block_experts,
+    _moe_up_kernel[(split_k, n_tiles, n_shared_blocks + up_blocks)](
+        x, sorted_ids, block_experts, topk_ids,
         w_gate, w_up, sg, su,
         act, ws, tickets,
-        t, p, n_blocks, n_shared_blocks, h, inter, inter_s,
-        x.stride(0), x.stride(1),
+        t, p, up_blocks, n_shared_blocks, h, inter, inter_s,
+        x.stride(0), x.stride(1), topk_ids.stride(1),
         w_gate.stride(0), w_gate.stride(1), w_up.stride(0), w_up.stride(1), sg.stride(-2), su.stride(-2),
         act.stride(0), ws.stride(0) if partials is not None else 0, ws.stride(1) if partials is not None else 0,
         lim, lim_s,
         NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=split_k, N_TILES=n_tiles,
-        HAS_LIMIT=has_limit, **dot,
+        HAS_LIMIT=has_limit, SLOT_BLOCKS=slot_blocks, **dot,
         num_warps=cfg.up_warps, num_stages=1, **launch, **_register_cap(cfg.up_maxnreg),
     )
     _moe_down_kernel[(n_htiles, n_blocks)](
-        act, sorted_ids, block_experts, total,
+        act, sorted_ids, block_experts, total, topk_ids,
         w_down, sd, y, topk_weights, out, tickets,
         t, p, h, inter, inter_s,
         act.stride(0), w_down.stride(0), w_down.stride(1), sd.stride(-2), y.stride(0),
-        topk_weights.stride(0), topk_weights.stride(1), out.stride(0), out.stride(1),
+        topk_weights.stride(0), topk_weights.stride(1), out.stride(0), out.stride(1), topk_ids.stride(1),
         NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp, HAS_SHARED=has_shared,
         BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=max(16, triton.next_power_of_2(n_max)), COMBINE_T=COMBINE_T,
+        SLOT_BLOCKS=slot_blocks,
         **dot,
         num_warps=cfg.down_warps, num_stages=1, **launch, **_register_cap(cfg.down_maxnreg),
     )
