@@ -10,8 +10,9 @@ Conditions as in ``benchmarks.kernels_moe``: ``--layers`` distinct MoE layers wi
 once by lingc's router, then timed inside one CUDA graph with PDL on. Rows:
 
 - ``router``          the router launch alone (gate GEMV + grouped top-k)
-- ``align``           moe_align alone
-- ``experts <cfg>``   align + up-GEMM + down-GEMM/combine with config ``cfg`` (the table's first)
+- ``align``           moe_align alone (T > 1: one token runs without it)
+- ``experts <cfg>``   align + up-GEMM + down-GEMM/combine with config ``cfg`` (the table's first);
+                      one token: up-GEMM + down-GEMM/combine on the slot layout, no align
 
 Each candidate is checked against the fp32 reference first (rel. RMS <= 5e-3) and the floor is
 the distinct selected experts' bytes plus the shared expert's over the copy bandwidth measured in
