@@ -3,7 +3,9 @@
 #   - OUT (the device tool's output folder, /tmp/out elsewhere);
 #   - the carried wheels (.whl) and this checkout installed, logs in $OUT/install.log;
 #   - Triton's cache in .triton_cache, seeded from .triton_cache.tar.gz when that is carried in
-#     (a warm cache skips minutes of JIT); `save_triton_cache` packs it into $OUT (no IRs);
+#     (a warm cache skips minutes of JIT); every process logs the entries it hits or writes
+#     (triton_used/used_triton_cache.py), and `save_triton_cache` packs only those into $OUT
+#     (no IRs), so the carried cache holds what the code in use compiles;
 #   - `stamp`: prefixes each line read with the seconds since it started (a cut run still says
 #     where the time went);
 #   - `PYT`: the GPU test command (pytest -m gpu, verbose, the slowest DURATIONS tests listed);
@@ -18,6 +20,9 @@
 #     benchmarks, so two commits run side by side in one call.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
 export TRITON_CACHE_DIR=$PWD/.triton_cache; mkdir -p "$TRITON_CACHE_DIR"
+export TRITON_CACHE_MANAGER=used_triton_cache:UsedEntriesCacheManager TRITON_USED_LOG=$PWD/.triton_used.txt
+TRITON_USED_PATH=$PWD/benchmarks/scripts/triton_used
+export PYTHONPATH=$TRITON_USED_PATH${PYTHONPATH:+:$PYTHONPATH}
 [ -f .triton_cache.tar.gz ] && tar xzf .triton_cache.tar.gz -C "$TRITON_CACHE_DIR"
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation .whl/*.whl > "$OUT/install.log" 2>&1
@@ -26,8 +31,14 @@ stamp() { python3 -u -c "import sys,time;t=time.time();[print(f'{time.time()-t:7
 # Without the intermediate IRs (a cache hit needs the cubin, the json metadata, the ptx lingc's
 # tests read, and the launcher .so): a whole cache grew past what the device tool returns (18.7
 # MB in session 5; this keeps ~40% of it).
-save_triton_cache() { tar czf "$OUT/triton_cache.tar.gz" -C "$TRITON_CACHE_DIR" --exclude="*.llir" \
-    --exclude="*.ttir" --exclude="*.ttgir" --exclude="*.source" .; }
+save_triton_cache() {
+    local list=$PWD/.triton_used.sorted
+    sort -u "$TRITON_USED_LOG" 2>/dev/null | while read -r k; do [ -d "$TRITON_CACHE_DIR/$k" ] && echo "$k"; done > "$list"
+    [ -s "$list" ] || echo . > "$list"    # nothing logged: the whole cache
+    tar czf "$OUT/triton_cache.tar.gz" -C "$TRITON_CACHE_DIR" --exclude="*.llir" --exclude="*.ttir" \
+        --exclude="*.ttgir" --exclude="*.source" -T "$list"
+    echo "triton cache: $(wc -l < "$list") entries packed, $(du -h "$OUT/triton_cache.tar.gz" | cut -f1)"
+}
 PYT="python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -v --durations=${DURATIONS:-10}"
 lingc_decode() {
     local gpu=$1 limit=$2; shift 2
@@ -43,7 +54,7 @@ base_setup() {
 }
 decode_as() {
     local gpu=$1 name=$2 limit=$3 modes=$4 tokens=$5 here=$PWD; shift 5
-    [ "${BASE:-0}" = 1 ] && { cd /tmp/base/run; set -- PYTHONPATH=/tmp/base/pkgs "$@"; }
+    [ "${BASE:-0}" = 1 ] && { cd /tmp/base/run; set -- PYTHONPATH=/tmp/base/pkgs:$TRITON_USED_PATH "$@"; }
     env CUDA_VISIBLE_DEVICES=$gpu "$@" timeout "$limit" python3 -c "${PRELUDE:-}
 from benchmarks.decode import main
 raise SystemExit(main(['--preset', 'flash-tp4-rank', '--context', '8192', '--lingc-inductor', '0',
