@@ -38,9 +38,17 @@ def main(argv=None) -> int:
         if r.get("tpot_projected_ms"):
             ax.plot([x - 0.2], [r["tpot_projected_ms"]], "v", color="#d9822b",
                     label="TPOT at accept 3.25 (projected)")
+            ax.text(x - 0.2, r["tpot_projected_ms"] * 0.9, f"{r['tpot_projected_ms']:.2f}", ha="center",
+                    va="top", fontsize=8, color="white")
         ax.text(x - 0.2, r["tpot_ms"] * 1.1, f"{r['tpot_ms']:.2f}", ha="center", fontsize=8)
+        ax.text(x + 0.2, r["floor_ms"] * 1.1, f"{r['floor_ms']:.2f}", ha="center", fontsize=8, color="#666666")
     ax.set_xticks(list(xs), names)
     ax.set_yscale("log")
+    # Plain numbers on the log axis (not 4 x 10^0).
+    from matplotlib.ticker import FormatStrFormatter
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+    ax.set_ylim(top=max(tpot) * 1.4)   # room for the value labels
     ax.set_ylabel("ms per output token")
     ax.set_title(f"{d['preset']}, context {d['context']}, {d['weights']}, {d['env'].get('gpu', '')}",
                  fontsize=9)
