@@ -241,3 +241,19 @@ def test_gemm_sweep_candidates_start_with_the_table_and_include_each_design():
         kinds = {nm[0] for nm in names}
         # (design A needs 4 K tiles of 128 per chunk: none for the shared expert's K = 192)
         assert kinds == ({"A", "B", "C"} if k >= 512 else {"B", "C"}), (label, names)
+
+
+def test_plot_draws_a_decode_json(tmp_path):
+    # benchmarks.plot on a decode JSON of two modes (one with a projected TPOT): a PNG is written.
+    pytest.importorskip("matplotlib")
+    import json
+
+    from benchmarks.plot import main
+
+    d = {"preset": "flash-tp4-rank", "context": 8192, "weights": "random bf16", "env": {"gpu": "X"},
+         "results": {"lingc": {"tpot_ms": 1.86, "floor_ms": 0.65},
+                     "lingc-nextn": {"tpot_ms": 4.49, "floor_ms": 1.90, "tpot_projected_ms": 1.38}}}
+    src = tmp_path / "decode.json"
+    src.write_text(json.dumps(d))
+    assert main([str(src), "--out", str(tmp_path / "d.png")]) == 0
+    assert (tmp_path / "d.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
