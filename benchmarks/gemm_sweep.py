@@ -9,7 +9,8 @@ For each shape of ``benchmarks.kernels_gemm.SHAPES`` (fused groups as their weig
 the column blocks depend on the list) the candidates are the table's config first, then design
 B variants (whole chunk before gdc_wait: block_n x chunk 256 or 512) and design A variants
 (pipelined K loop: block_n, split_k, block_k, stages), fewer of the design that cannot win
-(A below ~12 MB, B above). Each candidate is checked against the reference first, then timed as
+(A below ~12 MB, B above), and design C variants (whole weight rows per CTA on CUDA cores: rows,
+warps, x look-ahead; fastest at M = 1, slow at M = 6, session 10). Each candidate is checked against the reference first, then timed as
 in kernels_gemm (cold weights, CUDA graph of many calls, PDL on). The best per (shape, M) is
 marked, and the config with the least total time over the swept M values (the table cannot
 depend on M) is printed as a table entry to paste.
