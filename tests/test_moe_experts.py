@@ -251,6 +251,17 @@ def test_kernel_one_token_slot_layout_equals_aligned(shared, config):
     assert_close(got, reference(pb), RTOL[torch.bfloat16])
 
 
+def test_kernel_one_token_repeated_expert_ids():
+    # The op takes any topk_ids: a token naming one expert in several slots gets one block per
+    # slot on the slot layout (the expert read twice), the aligned layout one block of several
+    # rows; both equal the reference, to the bit with each other.
+    pb = make_problem(1, torch.float32, seed=74)
+    pb["topk_ids"] = torch.tensor([[3, 9, 3, 3]], dtype=torch.int32, device=pb["x"].device)
+    got = run_kernel(pb)
+    assert torch.equal(got, run_kernel(pb, align_one_token=True))
+    assert_close(got, reference(pb), RTOL[torch.float32])
+
+
 def test_kernel_one_token_slot_layout_launches_no_align(monkeypatch):
     calls = []
     real = experts_kernel.moe_align_triton
