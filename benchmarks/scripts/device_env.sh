@@ -20,13 +20,15 @@
 #     benchmarks, so two commits run side by side in one call.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
 export TRITON_CACHE_DIR=$PWD/.triton_cache; mkdir -p "$TRITON_CACHE_DIR"
-export TRITON_CACHE_MANAGER=used_triton_cache:UsedEntriesCacheManager TRITON_USED_LOG=$PWD/.triton_used.txt
 TRITON_USED_PATH=$PWD/benchmarks/scripts/triton_used
-export PYTHONPATH=$TRITON_USED_PATH${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=$TRITON_USED_PATH${PYTHONPATH:+:$PYTHONPATH} TRITON_USED_LOG=$PWD/.triton_used.txt
 [ -f .triton_cache.tar.gz ] && tar xzf .triton_cache.tar.gz -C "$TRITON_CACHE_DIR"
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation .whl/*.whl > "$OUT/install.log" 2>&1
 python3 -m pip install -q --no-deps --no-build-isolation -e . >> "$OUT/install.log" 2>&1
+# Only if the manager imports: a bad TRITON_CACHE_MANAGER would fail every Triton compile.
+python3 -c "import used_triton_cache" 2>> "$OUT/install.log" \
+    && export TRITON_CACHE_MANAGER=used_triton_cache:UsedEntriesCacheManager
 stamp() { python3 -u -c "import sys,time;t=time.time();[print(f'{time.time()-t:7.1f} {l}',end='',flush=True) for l in sys.stdin]"; }
 # Without the intermediate IRs (a cache hit needs the cubin, the json metadata, the ptx lingc's
 # tests read, and the launcher .so): a whole cache grew past what the device tool returns (18.7
