@@ -18,6 +18,7 @@ depend on M) is printed as a table entry to paste.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 import torch
@@ -27,22 +28,10 @@ from benchmarks.common import cold_copies, copy_bandwidth_gbps, markdown_table, 
 from benchmarks.kernels_gemm import LM_HEAD, SHAPES
 from lingc.runtime.kernels.gemm import gemm_reference
 from lingc.runtime.kernels.gemm.argmax_kernel import gemm_argmax_triton
-from lingc.runtime.kernels.gemm.config import GemmConfig, argmax_config_for, config_for
+from lingc.runtime.kernels.gemm.config import GemmConfig, _a, _b, _c, argmax_config_for, config_for
 from lingc.runtime.kernels.gemm.kernel import gemm_triton
 
 SMALL_BYTES = 12 * 1024**2  # design B territory below (config.py)
-
-
-def _a(block_n, split_k, block_k=128, num_warps=4, num_stages=4):
-    return GemmConfig(block_n, block_k, split_k, num_warps, num_stages)
-
-
-def _b(block_n, split_k, num_warps=4):
-    return GemmConfig(block_n, 0, split_k, num_warps, 1, prefetch=True)
-
-
-def _c(rows, num_warps=4, num_stages=1):
-    return GemmConfig(rows, 0, 1, num_warps, num_stages, gemv=True)
 
 
 def candidates(n: int, k: int) -> list[GemmConfig]:
@@ -183,7 +172,7 @@ def main(argv=None) -> int:
                                 ("err", "err", ".1e"), ("best", "best", "s")]))
     print("\nbest over M (first row of each shape is the current table):\n" + "\n".join(entries))
     for r in rows:
-        r.pop("cfg")
+        r["cfg"] = dataclasses.asdict(r["cfg"])   # so a table can be rebuilt from the JSON
     name = f"gemm_sweep_{args.preset}{'_hot' if args.hot else ''}.json"
     write_json(args.out / name, {"copy_gbps": copy_gbps, "rows": rows, "entries": entries})
     return 0

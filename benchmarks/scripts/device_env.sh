@@ -15,6 +15,11 @@
 #   - `decode_as GPU NAME SECONDS MODES TOKENS [VAR=value ...]`: the same with --profile, the
 #     given modes and tokens and environment, $PRELUDE (Python, e.g. a launch-table override)
 #     run first in the same process, log and JSON as $OUT/NAME.log and $OUT/NAME.json;
+#   - `gemm_sweep_as GPU SECONDS SHAPE...`: benchmarks.gemm_sweep at M 1 and 6 on the named
+#     shapes (DECODE_SHAPES: the decode step's projections), log $OUT/gemm_sweep.log, JSON
+#     $OUT/gemm_sweep.json (moved in whole: a caller waiting for it never reads half a file);
+#   - `decode_on_sweep GPU NAME SECONDS MODES TOKENS DESIGN`: decode_as with each swept shape on
+#     that sweep's best config of DESIGN (A, B, C; empty: any), prelude_sweep_table.py;
 #   - `base_setup`: the baseline of an A/B, a `git archive` carried in as .base.tar.gz, installed
 #     (not editable) under /tmp/base; `BASE=1 decode_as ...` then runs the baseline's lingc and
 #     benchmarks, so two commits run side by side in one call.
@@ -47,6 +52,18 @@ lingc_decode() {
     CUDA_VISIBLE_DEVICES=$gpu timeout "$limit" python3 -m benchmarks.decode --preset flash-tp4-rank --context 8192 \
         --lingc-inductor 0 --modes lingc,lingc-nextn --tokens 48 "$@" --out "$OUT/d" 2>&1 | stamp > "$OUT/decode.log"
     cp "$OUT/d/decode.json" "$OUT/decode_lingc.json"; rm -rf "$OUT/d"
+}
+DECODE_SHAPES=("KDA fused q/k/v/f/g/b" "KDA o_proj / MLA dense" "MLA fused q/kv_a/g" "MLP down" "NEXTN eh_proj")
+gemm_sweep_as() {
+    local gpu=$1 limit=$2; shift 2
+    CUDA_VISIBLE_DEVICES=$gpu timeout "$limit" python3 -m benchmarks.gemm_sweep --out "$OUT/g" --m 1 6 \
+        --shapes "$@" 2>&1 | stamp > "$OUT/gemm_sweep.log"
+    cp "$OUT"/g/*.json "$OUT/gemm_sweep.json.tmp"; mv "$OUT/gemm_sweep.json.tmp" "$OUT/gemm_sweep.json"
+    rm -rf "$OUT/g"
+}
+decode_on_sweep() {
+    PRELUDE="exec(open('benchmarks/scripts/prelude_sweep_table.py').read())" \
+        decode_as "$1" "$2" "$3" "$4" "$5" SWEEP_JSON="$OUT/gemm_sweep.json" SWEEP_DESIGN="$6"
 }
 base_setup() {
     mkdir -p /tmp/base/src /tmp/base/run && tar xzf .base.tar.gz -C /tmp/base/src

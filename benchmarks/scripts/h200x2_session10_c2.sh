@@ -9,11 +9,7 @@ set -u
 DURATIONS=5 source "$(dirname "$0")/device_env.sh"
 (CUDA_VISIBLE_DEVICES=0 timeout 150 $PYT tests/test_gemm.py 2>&1 | stamp > "$OUT/pytest_gemm.log"
  decode_as 0 decode_table 200 lingc,lingc-nextn 48) &
-(CUDA_VISIBLE_DEVICES=1 timeout 150 python3 -m benchmarks.gemm_sweep --out "$OUT/g" --m 1 6 \
-    --shapes "KDA fused q/k/v/f/g/b" "KDA o_proj / MLA dense" "MLA fused q/kv_a/g" "MLP down" "NEXTN eh_proj" 2>&1 \
-    | stamp > "$OUT/gemm_sweep.log"
- cp "$OUT"/g/*.json "$OUT/gemm_sweep.json"; rm -rf "$OUT/g"
- PRELUDE="exec(open('benchmarks/scripts/prelude_sweep_table.py').read())" \
-     decode_as 1 decode_c 200 lingc,lingc-nextn 48 SWEEP_JSON="$OUT/gemm_sweep.json" SWEEP_DESIGN=C) &
+(gemm_sweep_as 1 150 "${DECODE_SHAPES[@]}"
+ decode_on_sweep 1 decode_c 200 lingc,lingc-nextn 48 C) &
 wait
 save_triton_cache; find "$OUT" -maxdepth 1 -empty -delete; ls -la "$OUT"

@@ -9,12 +9,8 @@ set -u
 DURATIONS=15 source "$(dirname "$0")/device_env.sh"
 (CUDA_VISIBLE_DEVICES=0 timeout 420 $PYT --timeout 200 --timeout-method thread \
     tests --ignore=tests/test_tensor_parallel.py 2>&1 | stamp > "$OUT/pytest_gpu.log"; save_triton_cache) &
-(CUDA_VISIBLE_DEVICES=1 timeout 220 python3 -m benchmarks.gemm_sweep --out "$OUT/g" --m 1 6 \
-    --shapes "KDA fused q/k/v/f/g/b" "KDA o_proj / MLA dense" "MLA fused q/kv_a/g" "MLP down" 2>&1 \
-    | stamp > "$OUT/gemm_sweep.log"
- cp "$OUT"/g/*.json "$OUT/gemm_sweep.json"; rm -rf "$OUT/g"
+(gemm_sweep_as 1 220 "${DECODE_SHAPES[@]:0:4}"
  decode_as 1 decode_table 150 lingc 32
- PRELUDE="exec(open('benchmarks/scripts/prelude_sweep_table.py').read())" \
-     decode_as 1 decode_c 150 lingc 32 SWEEP_JSON="$OUT/gemm_sweep.json" SWEEP_DESIGN=C) &
+ decode_on_sweep 1 decode_c 150 lingc 32 C) &
 wait
 find "$OUT" -maxdepth 1 -empty -delete; ls -la "$OUT"

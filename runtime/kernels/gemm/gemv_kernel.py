@@ -68,6 +68,16 @@ def _load_x(x_row, m_ok, stride_xk, K_FIRST: tl.constexpr, KT: tl.constexpr, K):
     return tl.load(x_row + kk * stride_xk, mask=m_ok & (kk < K), other=0.0, cache_modifier=".ca").to(tl.float32)
 
 
+@triton.jit
+def _load_x_row(x_row, m_ok, stride_xk, K1: tl.constexpr, K2: tl.constexpr, K):
+    """One x row as its two K tiles (the second = the first when K2 = 0, unused)."""
+    x1 = _load_x(x_row, m_ok, stride_xk, 0, K1, K)
+    x2 = x1
+    if K2 > 0:
+        x2 = _load_x(x_row, m_ok, stride_xk, K1, K2, K)
+    return x1, x2
+
+
 @triton.jit(do_not_specialize=["M"])
 def _gemv_kernel(
     x_ptr, out_ptr, bias_ptr, res_ptr, mul_ptr,
@@ -99,18 +109,12 @@ def _gemv_kernel(
     # behind the arithmetic (one more x tile in registers: fewer CTAs per SM). Either way the
     # arithmetic of a row is the same. A while loop: the triton 3.6 interpreter cannot range()
     # over a runtime scalar.
-    x1 = _load_x(x_ptr, 0 < M, stride_xk, 0, K1, K)
-    x2 = x1
-    if K2 > 0:
-        x2 = _load_x(x_ptr, 0 < M, stride_xk, K1, K2, K)
+    x1, x2 = _load_x_row(x_ptr, 0 < M, stride_xk, K1, K2, K)
     m = 0
     while m < M:
         nxt = x_ptr + (m + 1) * stride_xm
         if X_AHEAD:
-            n1 = _load_x(nxt, m + 1 < M, stride_xk, 0, K1, K)
-            n2 = n1
-            if K2 > 0:
-                n2 = _load_x(nxt, m + 1 < M, stride_xk, K1, K2, K)
+            n1, n2 = _load_x_row(nxt, m + 1 < M, stride_xk, K1, K2, K)
         acc = tl.sum(w1 * x1, axis=1)
         if K2 > 0:
             acc += tl.sum(w2 * x2, axis=1)
@@ -120,12 +124,9 @@ def _gemv_kernel(
         tl.store(out_ptr + offs_m[:, None] * stride_om + cols[None, :] * stride_on,
                  y.to(out_ptr.dtype.element_ty), mask=mask_n[None, :])
         if X_AHEAD:
-            x1 = n1
-            x2 = n2
+            x1, x2 = n1, n2
         else:
-            x1 = _load_x(nxt, m + 1 < M, stride_xk, 0, K1, K)
-            if K2 > 0:
-                x2 = _load_x(nxt, m + 1 < M, stride_xk, K1, K2, K)
+            x1, x2 = _load_x_row(nxt, m + 1 < M, stride_xk, K1, K2, K)
         m += 1
 
 
