@@ -257,3 +257,38 @@ def test_plot_draws_a_decode_json(tmp_path):
     src.write_text(json.dumps(d))
     assert main([str(src), "--out", str(tmp_path / "d.png")]) == 0
     assert (tmp_path / "d.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+
+def test_inductor_relay_times_the_forwards_the_relay_floor_counts(monkeypatch):
+    """The Inductor relay mode compiles the draft (T=1, T=steps+1) and the target (T=steps+1) and
+    charges the step (steps - 1) draft calls plus one verify and one extend. Run here through a
+    backend that records each compiled graph (its first input's length: T) and counts its runs."""
+    from benchmarks import decode
+    from lingc.models import Ling3Cache, build_model, preset
+
+    monkeypatch.setattr(decode, "DEV", "cpu")
+    model = build_model(preset("tiny"), device="cpu", dtype=torch.float32, seed=0)
+    cache = Ling3Cache.allocate(model.config, 64, device="cpu")
+    runs = []
+
+    def backend(gm, example_inputs):
+        name = f"{gm.code.count('lm_head')}:{[tuple(x.shape) for x in example_inputs if x.dim() == 1]}"
+
+        def call(*args):
+            runs.append(name)
+            return gm.forward(*args)
+        return call
+
+    res = decode.run_inductor_relay(model, cache, 16, "reduce-overhead-nextn", steps=3,
+                                    compile_kwargs={"backend": backend})
+    assert set(res["per_graph_ms"]) == {"draft T=1", "verify T=4", "extend T=4"}
+    per = res["per_graph_ms"]
+    assert res["step_ms"] == pytest.approx(2 * per["draft T=1"] + per["verify T=4"] + per["extend T=4"])
+    assert res["wall_ms"] > 0 and res["compile_s"] > 0
+    assert len(set(runs)) == 3                      # three graphs: draft T=1, verify, extend
+    # The timed back-to-back steps (5 after one warm-up): 2 drafts at T=1, a verify, an extend each.
+    step = runs[-4:]
+    assert runs[-24:] == step * 6 and step[0] == step[1] != step[2] != step[3] != step[0]
+    assert decode.inductor_kwargs("reduce-overhead-nextn") == {"mode": "reduce-overhead"}
+    assert decode.inductor_kwargs("inductor-nextn") == {}

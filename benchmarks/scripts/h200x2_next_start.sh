@@ -8,9 +8,9 @@
 #          made compile + capture take 92 s per mode in session 10.
 set -u
 DURATIONS=15 source "$(dirname "$0")/device_env.sh"
-(CUDA_VISIBLE_DEVICES=0 timeout 420 $PYT --timeout 200 --timeout-method thread \
+(CUDA_VISIBLE_DEVICES=0 timeout 480 $PYT --timeout 200 --timeout-method thread \
     tests --ignore=tests/test_tensor_parallel.py 2>&1 | stamp > "$OUT/pytest_gpu.log") &
-(decode_as 1 decode_head 300 lingc,lingc-nextn 48) &
+(decode_as 1 decode_head 480 lingc,lingc-nextn 48) &
 wait
 save_triton_cache
 find "$OUT" -maxdepth 1 -empty -delete; ls -la "$OUT"
