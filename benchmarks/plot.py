@@ -34,19 +34,22 @@ def main(argv=None) -> int:
     xs = range(len(rows))
     ax.bar([x - 0.2 for x in xs], tpot, width=0.4, label="TPOT (measured)", color="#3b6ea8")
     ax.bar([x + 0.2 for x in xs], floor, width=0.4, label="floor (bytes / copy BW)", color="#bbbbbb")
+    legend_done = False
     for x, (m, r) in zip(xs, rows):
         if r.get("tpot_projected_ms"):
             ax.plot([x - 0.2], [r["tpot_projected_ms"]], "v", color="#d9822b",
-                    label="TPOT at accept 3.25 (projected)")
+                    label=None if legend_done else "TPOT at accept 3.25 (projected)")
+            legend_done = True
             ax.text(x - 0.2, r["tpot_projected_ms"] * 0.9, f"{r['tpot_projected_ms']:.2f}", ha="center",
                     va="top", fontsize=8, color="white")
         ax.text(x - 0.2, r["tpot_ms"] * 1.1, f"{r['tpot_ms']:.2f}", ha="center", fontsize=8)
         ax.text(x + 0.2, r["floor_ms"] * 1.1, f"{r['floor_ms']:.2f}", ha="center", fontsize=8, color="#666666")
     ax.set_xticks(list(xs), names)
     ax.set_yscale("log")
-    # Plain numbers on the log axis (not 4 x 10^0).
-    from matplotlib.ticker import FormatStrFormatter
+    # Plain numbers on the log axis (not 4 x 10^0), minor ticks labelled at 2 and 5 only.
+    from matplotlib.ticker import FormatStrFormatter, LogLocator
     ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
     ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
     ax.set_ylim(top=max(tpot) * 1.4)   # room for the value labels
     ax.set_ylabel("ms per output token")
