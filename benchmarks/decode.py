@@ -236,10 +236,31 @@ def inductor_kwargs(mode: str) -> dict:
     return {}
 
 
+def static_cache_for_cudagraphs(cache, kwargs: dict) -> int:
+    """For Inductor's CUDA-graph modes: mark the cache tensors as static inputs, so that
+    cudagraph trees capture a step that writes them (a mutated non-static input makes Inductor
+    skip its CUDA graphs, "mutated inputs"); the benchmark's cache lives at fixed addresses like
+    a serving engine's. Returns the cudagraph-skip counter to compare after the first call."""
+    from torch._dynamo.utils import counters
+    if kwargs.get("mode") == "reduce-overhead" or kwargs.get("options", {}).get("triton.cudagraphs"):
+        for t in cache.tensors():
+            torch._dynamo.mark_static_address(t)
+    return counters["inductor"]["cudagraph_skips"]
+
+
+def cudagraphs_used(kwargs: dict, skips_before: int) -> bool | None:
+    """True / False for a CUDA-graph mode (no skip counted since ``skips_before``), else None."""
+    from torch._dynamo.utils import counters
+    if kwargs.get("mode") == "reduce-overhead" or kwargs.get("options", {}).get("triton.cudagraphs"):
+        return counters["inductor"]["cudagraph_skips"] == skips_before
+    return None
+
+
 def run_inductor(model, cache, ctx, tokens, mode):
     step = _step_fn(model)
     kwargs = inductor_kwargs(mode)
     torch._dynamo.reset()
+    skips = static_cache_for_cudagraphs(cache, kwargs)
     compiled = torch.compile(step, fullgraph=True, dynamic=False, **kwargs)
     ids = torch.tensor([7], device=DEV)
     pos = torch.tensor([ctx], device=DEV)
@@ -254,7 +275,8 @@ def run_inductor(model, cache, ctx, tokens, mode):
             compiled(ids, pos, cache)
         _sync()
         wall = (time.perf_counter() - t1) / 20 * 1e3
-    return dict(step_ms=ms, wall_ms=wall, host_ms=None, tokens_per_step=1.0, compile_s=compile_s)
+    return dict(step_ms=ms, wall_ms=wall, host_ms=None, tokens_per_step=1.0, compile_s=compile_s,
+                inductor_cudagraphs=cudagraphs_used(kwargs, skips))
 
 
 def run_inductor_relay(model, cache, ctx, mode, steps=STEPS, compile_kwargs=None):
@@ -278,6 +300,7 @@ def run_inductor_relay(model, cache, ctx, mode, steps=STEPS, compile_kwargs=None
         return logits.argmax(-1), dh
 
     torch._dynamo.reset()
+    skips = static_cache_for_cudagraphs(cache, kwargs)
     target_c = torch.compile(target, fullgraph=True, dynamic=False, **kwargs)
     draft_c = torch.compile(draft, fullgraph=True, dynamic=False, **kwargs)
     n = steps + 1
@@ -308,7 +331,8 @@ def run_inductor_relay(model, cache, ctx, mode, steps=STEPS, compile_kwargs=None
         _sync()
         wall = (time.perf_counter() - t1) / 5 * 1e3
     return dict(step_ms=sum(per_call[name] * k for name, (_, k) in calls.items()), wall_ms=wall,
-                host_ms=None, tokens_per_step=None, compile_s=compile_s, per_graph_ms=per_call)
+                host_ms=None, tokens_per_step=None, compile_s=compile_s, per_graph_ms=per_call,
+                inductor_cudagraphs=cudagraphs_used(kwargs, skips))
 
 
 def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl", progress=True,
@@ -589,6 +613,8 @@ def main(argv=None) -> int:
                                 ("compile_s", "compile+capture s", ".1f"),
                                 ("allreduce_share", "all-reduce share (est.)", ".0%")]))
     for m, r in results.items():
+        if r.get("inductor_cudagraphs") is not None:
+            print(f"{m}: Inductor's CUDA graphs {'used' if r['inductor_cudagraphs'] else 'SKIPPED (see its warning)'}")
         if "per_graph_ms" in r:
             extra = (f"; launch ahead {r.get('ahead', 0):.0%}; captured {r['captured']}"
                      if "captured" in r else " (per call; the step runs the draft T=1 call steps - 1 times)")

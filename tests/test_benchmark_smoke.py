@@ -292,3 +292,21 @@ def test_inductor_relay_times_the_forwards_the_relay_floor_counts(monkeypatch):
     assert runs[-24:] == step * 6 and step[0] == step[1] != step[2] != step[3] != step[0]
     assert decode.inductor_kwargs("reduce-overhead-nextn") == {"mode": "reduce-overhead"}
     assert decode.inductor_kwargs("inductor-nextn") == {}
+
+
+def test_inductor_cudagraph_modes_mark_the_cache_static():
+    """reduce-overhead modes hand cudagraph trees a cache at fixed addresses (else Inductor skips
+    its CUDA graphs: "mutated inputs"); the default mode leaves the cache alone."""
+    from benchmarks import decode
+    from lingc.models import Ling3Cache, preset
+
+    cfg = preset("tiny")
+    plain, graphed = (Ling3Cache.allocate(cfg, 16, device="cpu") for _ in range(2))
+    decode.static_cache_for_cudagraphs(plain, decode.inductor_kwargs("inductor"))
+    assert not any(hasattr(t, "_dynamo_static_input_type") for t in plain.tensors())
+    for mode in ("reduce-overhead", "reduce-overhead-pdl", "reduce-overhead-nextn"):
+        c = Ling3Cache.allocate(cfg, 16, device="cpu")
+        skips = decode.static_cache_for_cudagraphs(c, decode.inductor_kwargs(mode))
+        assert all(getattr(t, "_dynamo_static_input_type", None) == "unguarded" for t in c.tensors()), mode
+        assert decode.cudagraphs_used(decode.inductor_kwargs(mode), skips) is True
+    assert decode.cudagraphs_used(decode.inductor_kwargs("inductor"), 0) is None
