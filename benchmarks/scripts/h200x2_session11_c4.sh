@@ -8,7 +8,7 @@ set -u
 source "$(dirname "$0")/device_env.sh"
 run_modes() {   # GPU NAME MODES
     CUDA_VISIBLE_DEVICES=$1 timeout 575 python3 -m benchmarks.decode --preset flash-tp4-rank --context 8192 \
-        --lingc-inductor 0 --tokens 32 --modes "$3" --out "$OUT/$2" 2>&1 | grep -v "^W1130\|Online softmax\|split the reduction\|important use case\|softmax\.$\|warnings.warn\|^$" \
+        --lingc-inductor 0 --tokens 32 --modes "$3" --out "$OUT/$2" 2>&1 | grep --line-buffered -v "^W1130\|Online softmax\|split the reduction\|important use case\|softmax\.$\|warnings.warn\|^$" \
         | stamp > "$OUT/$2.log"
     cp "$OUT/$2/decode.json" "$OUT/$2.json"; cp "$OUT/$2/decode.png" "$OUT/$2.png" 2>/dev/null; rm -rf "$OUT/$2"
 }
