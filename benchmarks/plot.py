@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     names = [m for m, _ in rows]
     tpot = [r["tpot_ms"] for _, r in rows]
     floor = [r["floor_ms"] for _, r in rows]
-    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=120)
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.15 * len(rows) + 2.5), 4.0), dpi=120)
     xs = range(len(rows))
     ax.bar([x - 0.2 for x in xs], tpot, width=0.4, label="TPOT (measured)", color="#3b6ea8")
     ax.bar([x + 0.2 for x in xs], floor, width=0.4, label="floor (bytes / copy BW)", color="#bbbbbb")
@@ -44,7 +44,7 @@ def main(argv=None) -> int:
                     va="top", fontsize=8, color="white")
         ax.text(x - 0.2, r["tpot_ms"] * 1.1, f"{r['tpot_ms']:.2f}", ha="center", fontsize=8)
         ax.text(x + 0.2, r["floor_ms"] * 1.1, f"{r['floor_ms']:.2f}", ha="center", fontsize=8, color="#666666")
-    ax.set_xticks(list(xs), names)
+    ax.set_xticks(list(xs), names, rotation=20 if len(rows) > 4 else 0, ha="right" if len(rows) > 4 else "center")
     ax.set_yscale("log")
     # Plain numbers on the log axis (not 4 x 10^0), minor ticks labelled at 2 and 5 only.
     from matplotlib.ticker import FormatStrFormatter, LogLocator
@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     ax.set_ylabel("ms per output token")
     ax.set_title(f"{d['preset']}, context {d['context']}, {d['weights']}, {d['env'].get('gpu', '')}",
                  fontsize=9)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))   # beside the bars, never on them
     fig.tight_layout()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out)
