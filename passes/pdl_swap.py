@@ -395,7 +395,12 @@ class PdlSwap(LingcPass):
         # projection no conv weight claims is f.
         inside = set(nodes)
         order = {n: i for i, n in enumerate(nodes)}
-        desc = {n: descendants([n]) & inside for n in raws + conv}
+        # The walks go through the region and its inputs only, not through every later layer:
+        # region() stops only at inputs, so a path that left the region and came back would enter
+        # it through another input, and KDA's inputs (projections, parameters) do not feed one
+        # another.
+        local = inside | set(leaves)
+        desc = {n: descendants([n], local.__contains__) & inside for n in raws + conv}
         pair = {}
         for c in conv:
             meet = {r: min((order[u] for u in desc[r] & desc[c]), default=len(order)) for r in raws}

@@ -126,6 +126,7 @@ class StageCommit(LingcPass):
         slot of the state, the form AOT gives ``state[slot].copy_(S)``), ``copy(ph, V)``, or V.
         """
         out = []
+        order = {n: i for i, n in enumerate(g.nodes)}
         for n in g.nodes:
             if not (is_call(n, aten.copy_.default) and n.args[0].op == "placeholder"):
                 continue
@@ -140,7 +141,7 @@ class StageCommit(LingcPass):
             if path and not is_call(inner, aten.copy.default):
                 self.notes.append(f"{ph.name}: slot write of an unrecognised form, not staged")
                 continue
-            if ph not in _ancestors(value):
+            if value not in _descendants(ph, until=order[value], order=order):
                 self.notes.append(f"{ph.name}: overwritten without reading it (not recurrent), not staged")
                 continue
             out.append((n, ph, path, value))
@@ -161,9 +162,14 @@ class StageCommit(LingcPass):
     # -- per-position values ------------------------------------------------------------------
 
     def _variants(self, g: fx.Graph, ph: fx.Node, value: fx.Node, T: int, tok: dict) -> list[fx.Node]:
-        cone = _ancestors(value) | {value}
-        dep = _descendants(ph)
+        # Only the part of the graph between the state's read and its new value matters: the
+        # nodes downstream of ph up to `value` (dep) and, of value's ancestors, those among them
+        # (cone). Window slices, the recurrence's spine and the clones all lie there (each is
+        # downstream of ph and upstream of value), so bounding both walks changes no result and
+        # keeps the pass linear in depth (whole-graph walks per state made it quadratic).
         order = {n: i for i, n in enumerate(g.nodes)}
+        dep = _descendants(ph, until=order[value], order=order)
+        cone = _ancestors(value, within=dep) | {value}
         windows = [n for n in cone if _is_window_slice(n, T, tok, dep)]
         if windows:
             return [value if j == T - 1 else self._clone(g, value, {
@@ -211,21 +217,23 @@ class StageCommit(LingcPass):
         return mapping[value]
 
 
-def _ancestors(n: fx.Node) -> set[fx.Node]:
+def _ancestors(n: fx.Node, within: set | None = None) -> set[fx.Node]:
+    """n's ancestors; with `within`, only through (and only) nodes of that set."""
     seen, stack = set(), [n]
     while stack:
         for a in _args(stack.pop()):
-            if a not in seen:
+            if a not in seen and (within is None or a in within):
                 seen.add(a)
                 stack.append(a)
     return seen
 
 
-def _descendants(n: fx.Node) -> set[fx.Node]:
+def _descendants(n: fx.Node, until: int | None = None, order: dict | None = None) -> set[fx.Node]:
+    """n's descendants; with `until` (a position in `order`), only those at or before it."""
     seen, stack = set(), [n]
     while stack:
         for u in stack.pop().users:
-            if u not in seen:
+            if u not in seen and (until is None or order.get(u, until + 1) <= until):
                 seen.add(u)
                 stack.append(u)
     return seen
