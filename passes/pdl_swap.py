@@ -10,7 +10,9 @@ the dump reports PDL coverage and each layer's chain of lingc ops.
                                  state[slot], lower_bound, None, None)   (in place: no copy_ left)
     verify (the staged form stage_commit leaves: stack(V_0..V_T-1)[accept] written back):
              o = lingc.kda_chain(..., stages = aten.empty([T, ...]))     (state untouched)
-             lingc.kda_commit(state[slot], window[slot], stages..., accept)  at the epilogue
+             lingc.kda_commit(state[slot], window[slot], stages..., accept)  at the epilogue,
+             then every layer's commit of one shape in one lingc.kda_commit_many(states,
+             windows, stages..., accept)   (cdiv(layers, 8) launches instead of one per layer)
 
     before:  rmsnorm_per_head(o) * w * sigmoid(g)        after: lingc.gated_head_rmsnorm(o, g, w, eps)
 
@@ -99,7 +101,7 @@ class PdlSwap(LingcPass):
 
     def apply(self, gm: fx.GraphModule) -> int:
         import lingc.runtime.kernels.head_matmul  # noqa: F401
-        import lingc.runtime.kernels.kda  # noqa: F401  (registers lingc::kda_chain, kda_commit)
+        import lingc.runtime.kernels.kda  # noqa: F401  (registers lingc::kda_chain, kda_commit(_many))
         import lingc.runtime.kernels.mla_decode  # noqa: F401
         import lingc.runtime.kernels.mla_kv_write  # noqa: F401
         import lingc.runtime.kernels.norms  # noqa: F401
@@ -108,6 +110,7 @@ class PdlSwap(LingcPass):
         self.gates_folded = 0
         counts = {"kda_chain": self._kda(g), "mla_decode": self._mla(g)}
         g.eliminate_dead_code()
+        counts["kda_commit_many"] = self._merge_commits(g)
         counts["gated_head_rmsnorm"] = self._norms(g, gated=True)
         g.eliminate_dead_code()
         counts["rmsnorm"] = self._norms(g, gated=False)
@@ -377,6 +380,35 @@ class PdlSwap(LingcPass):
             return "state stored [V, K] in a verify graph: kda_commit writes the [K, V] layout"
         self._kda_rewrite(g, st, win, o, found, T, H, A)
         return None
+
+    def _merge_commits(self, g: fx.Graph) -> int:
+        """A verify graph's per-layer kda_commits (one per KDA layer, at the epilogue) -> one
+        kda_commit_many per accept index and layer shape: 35 launches of ~1.7 us each on the
+        step's critical path become cdiv(35, COMMIT_GROUP). The earlier commits move down to the
+        last one's place, so nothing between them may touch their states or windows."""
+        groups: dict[tuple, list[fx.Node]] = {}
+        for n in g.nodes:
+            if is_call(n, lingc_ops.kda_commit.default):
+                state, window, ss, sw, idx = n.args
+                key = (idx, *((shape(a), val(a).dtype) for a in (state, window, ss, sw)))
+                groups.setdefault(key, []).append(n)
+        order = {n: i for i, n in enumerate(g.nodes)}
+        merged = 0
+        for ns in groups.values():
+            if len(ns) < 2:
+                continue
+            mine = set(ns)
+            touched = {view_base(a) for n in ns for a in n.args[:2]}
+            between = [n for n in g.nodes if order[ns[0]] < order[n] < order[ns[-1]] and n not in mine]
+            if any(view_base(a) in touched for n in between for a in n.all_input_nodes):
+                self.notes.append(f"{len(ns)} kda_commits not merged: a node between them touches their states")
+                continue
+            with g.inserting_after(ns[-1]):
+                emit(g, lingc_ops.kda_commit_many.default, *([n.args[i] for n in ns] for i in range(4)), ns[0].args[4])
+            for n in ns:
+                g.erase_node(n)
+            merged += 1
+        return merged
 
     def _kda_roles(self, leaves, nodes, state_ph, win_ph, T, H, A):
         D = H * A

@@ -22,12 +22,14 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from helpers import assert_close, run_sm90_compile_check
 from lingc.models.kda_math import kda_gate, kda_recurrent, l2norm, short_conv
 from lingc.runtime.kernels.kda import (
+    kda_commit_many,
     kda_chain,
     kda_chain_reference,
     kda_commit,
     staged_windows_reference,
 )
-from lingc.runtime.kernels.kda.kernel import KdaConfig, config_for, kda_chain_triton, kda_commit_triton
+from lingc.runtime.kernels.kda.kernel import (COMMIT_GROUP, KdaConfig, config_for, kda_chain_triton,
+                                              kda_commit_many_triton, kda_commit_triton)
 from lingc.runtime.pdl import pdl_supported
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -203,6 +205,45 @@ def test_commit_copies_the_chosen_position(impl, index_shape):
         else:
             kda_commit(state, window, ss, sw, index)
         assert torch.equal(state, ss[i]) and torch.equal(window, sw[i])
+
+
+def _commit_many_buffers(n, H, K, D, seed, device=DEVICE, P=6):
+    """n layers' poisoned destinations and fresh random stages (state [H, K, K] fp32, window
+    [3, D, 3] bf16)."""
+    g = torch.Generator().manual_seed(seed)
+    states = [torch.full((H, K, K), float("nan"), device=device) for _ in range(n)]
+    windows = [torch.full((3, D, 3), float("nan"), device=device, dtype=torch.bfloat16) for _ in range(n)]
+    ss = [torch.randn(P, H, K, K, generator=g).to(device) for _ in range(n)]
+    sw = [torch.randn(P, 3, D, 3, generator=g).to(device, torch.bfloat16) for _ in range(n)]
+    return states, windows, ss, sw
+
+
+@pytest.mark.parametrize("n", [1, 3, COMMIT_GROUP, COMMIT_GROUP + 1, 2 * COMMIT_GROUP + 1])
+@pytest.mark.parametrize("impl", ["triton", "op"])
+def test_commit_many_copies_every_layers_chosen_position(impl, n):
+    # Every element of every layer is written (NaN-poisoned destinations), from its own layer's
+    # stage (fresh random stages per layer), across launch-group boundaries.
+    for i in (0, 5):
+        states, windows, ss, sw = _commit_many_buffers(n, 2, 16, 8, seed=60 + n + i)
+        index = torch.tensor([i], device=states[0].device)
+        if impl == "triton":
+            kda_commit_many_triton(states, windows, ss, sw, index, block=256)
+        else:
+            kda_commit_many(states, windows, ss, sw, index)
+        for j in range(n):
+            assert torch.equal(states[j], ss[j][i]) and torch.equal(windows[j], sw[j][i]), (j, i)
+
+
+def test_commit_many_rejects_ragged_or_mixed_layers():
+    states, windows, ss, sw = _commit_many_buffers(3, 2, 16, 8, seed=70, device="cpu")
+    idx = torch.tensor(1)
+    with pytest.raises(ValueError, match="stage_windows has 2 entries, states has 3"):
+        kda_commit_many(states, windows, ss, sw[:2], idx)
+    with pytest.raises(ValueError, match="states is empty"):
+        kda_commit_many([], [], [], [], idx)
+    other = _commit_many_buffers(1, 4, 16, 8, seed=71, device="cpu")
+    with pytest.raises(ValueError, match=r"states\[2\] is \(4, 16, 16\).*one call commits layers of one shape"):
+        kda_commit_many(states[:2] + other[0], windows[:2] + other[1], ss[:2] + other[2], sw[:2] + other[3], idx)
 
 
 def test_stage_then_commit_equals_decoding_the_accepted_prefix():
@@ -384,6 +425,21 @@ _COMPILE_CHECK = textwrap.dedent("""
 """)
 
 
+def test_commit_many_compiles_for_sm90():
+    # The per-layer pointer pick (tl.where on pointers) must survive the real compile, not only
+    # the interpreter; the wait comes before the index load.
+    run_sm90_compile_check(textwrap.dedent("""
+        from sm90 import compile_sm90
+        from lingc.runtime.kernels.kda.kernel import COMMIT_GROUP, _kda_commit_many_kernel
+        sig = {"index_ptr": "*i64", "N_STATE": "i32", "N_WIN": "i32"}
+        for i in range(COMMIT_GROUP):
+            sig.update({f"s{i}": "*fp32", f"w{i}": "*bf16", f"ss{i}": "*fp32", f"sw{i}": "*bf16"})
+        ptx, info = compile_sm90(_kda_commit_many_kernel, sig, dict(BLOCK=4096, USE_GDC=True), num_warps=4)
+        assert ptx.index("griddepcontrol.wait") < ptx.index("ld.global"), "index read before the wait"
+        assert " 0 bytes spill stores" in info, info
+    """))
+
+
 def test_kernel_compiles_for_sm90_without_spills():
     # The real (non-interpreted) compile for an H200 at flash-tp4-rank shapes, both modes, with
     # the bundled ptxas: catches register/shared-memory blowups without a GPU.
@@ -506,3 +562,24 @@ def test_gpu_staged_and_persistent_agree_bitwise_at_flash_tp4_rank_shapes():
         o, state, window, _, _ = run_kernel(prefix(x, n), staged=False, config=cfg)
         assert torch.equal(o, o6[:n]), f"outputs of a {n}-token persistent chain differ from the staged one"
         assert torch.equal(state, ss6[n - 1]) and torch.equal(window, sw6[n - 1]), f"state after {n} tokens"
+
+
+@pytest.mark.gpu
+def test_gpu_commit_many_flash_layers_in_a_cuda_graph():
+    # A verify graph's merged commit at flash-tp4-rank's shapes (8 heads x 128 x 128, D = 1024),
+    # 35 layers (5 launches), captured with PDL; the index changes between replays on the device.
+    states, windows, ss, sw = _commit_many_buffers(35, 8, 128, 1024, seed=80, device="cuda")
+    index = torch.tensor([2], device="cuda")
+    kda_commit_many(states, windows, ss, sw, index)          # warm-up (compiles) outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kda_commit_many(states, windows, ss, sw, index)
+    for i in (5, 0, 3):
+        for t in states + windows:
+            t.fill_(float("nan"))
+        index.fill_(i)
+        graph.replay()
+        torch.cuda.synchronize()
+        for j in range(35):
+            assert torch.equal(states[j], ss[j][i]) and torch.equal(windows[j], sw[j][i]), (j, i)

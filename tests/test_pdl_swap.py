@@ -91,15 +91,17 @@ def test_tiny_forward_numbers_and_counts(tiny, T):
 
 @pytest.mark.parametrize("j", [1, 5])
 def test_tiny_verify_staged(tiny, j):
-    """T=6 verify: stage_commit + pdl_swap give kda_chain (staged) + kda_commit; the committed
-    state equals the from-scratch state after j accepted drafts and the pass-off graph."""
+    """T=6 verify: stage_commit + pdl_swap give kda_chain (staged) per layer and one
+    kda_commit_many for all of them; the committed state equals the from-scratch state after j
+    accepted drafts and the pass-off graph."""
     model, base = tiny
     chain = chain_accepting(model, base, j, start=P, vocab=VOCAB)
     pos = torch.arange(P, P + 6)
     report, out, cache = compare_on_off(verify_fn(model), (chain, pos), base, "verify")
     r = rows(report)
     n_kda = len(model.config.kda_layers)
-    assert r["lingc.kda_chain"] == r["lingc.kda_commit"] == n_kda
+    assert r["lingc.kda_chain"] == n_kda and r["lingc.kda_commit_many"] == 1 and "lingc.kda_commit" not in r
+    assert ", 1 kda_commit_many," in stat(report, "pdl_swap").notes[0]
     assert r["lingc.mla_decode"] == len(model.config.mla_layers)
     assert "aten.index.Tensor" not in r                # no stack(V_0..V_T-1)[accept] left
     assert r["lingc.mla_kv_write"] == len(model.config.mla_layers) and "aten.copy_" not in r
@@ -271,3 +273,52 @@ chain L4 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm >
 chain L5 MLA: rmsnorm > gemm > rmsnorm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > rmsnorm > moe_router > moe_experts
 chain head: rmsnorm > gemm
 """)
+
+
+def _commit_graph(reader_between: bool):
+    """Two layers' kda_commits at a graph's end, optionally with a read of layer 0's state between
+    them (which the merge must not move a commit across)."""
+    import torch.fx as fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from lingc.graph_build import emit
+    import lingc.runtime.kernels.kda  # noqa: F401
+
+    g = fx.Graph()
+    with FakeTensorMode() as mode:
+        vals = [torch.empty(2, 4, 4), torch.empty(3, 8, 3), torch.empty(6, 2, 4, 4), torch.empty(6, 3, 8, 3)]
+        idx = torch.empty((), dtype=torch.int64)
+    phs = []
+    for layer in range(2):
+        layer_phs = []
+        for i, v in enumerate(vals):
+            ph = g.placeholder(f"l{layer}_{i}")
+            ph.meta["val"] = mode.from_tensor(v) if not isinstance(v, torch._subclasses.FakeTensor) else v
+            layer_phs.append(ph)
+        phs.append(layer_phs)
+    accept = g.placeholder("accept")
+    accept.meta["val"] = idx
+    emit(g, torch.ops.lingc.kda_commit.default, *phs[0], accept)
+    extra = emit(g, torch.ops.aten.sum.default, phs[0][0]) if reader_between else None
+    emit(g, torch.ops.lingc.kda_commit.default, *phs[1], accept)
+    g.output(extra)
+    return g
+
+
+@pytest.mark.parametrize("reader_between", [False, True])
+def test_commit_merge_never_moves_a_commit_past_a_reader(reader_between):
+    from lingc.options import LingcOptions
+    from lingc.pass_manager import PassContext
+    from lingc.passes.pdl_swap import PdlSwap
+
+    g = _commit_graph(reader_between)
+    p = PdlSwap(PassContext(LingcOptions(), []))
+    merged = p._merge_commits(g)
+    ops = [n.target for n in g.nodes if n.op == "call_function"]
+    if reader_between:
+        assert merged == 0 and ops.count(torch.ops.lingc.kda_commit.default) == 2
+        assert any("not merged" in note for note in p.notes)
+    else:
+        assert merged == 1 and ops == [torch.ops.lingc.kda_commit_many.default]
+        many = next(n for n in g.nodes if n.op == "call_function")
+        assert [a.name for a in many.args[0]] == ["l0_0", "l1_0"] and many.args[4].name == "accept"

@@ -45,7 +45,8 @@ import triton.language as tl
 
 from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
 
-__all__ = ["CONV_WIDTH", "KdaConfig", "CONFIGS", "config_for", "kda_chain_triton", "kda_commit_triton"]
+__all__ = ["COMMIT_GROUP", "CONV_WIDTH", "KdaConfig", "CONFIGS", "config_for", "kda_chain_triton",
+           "kda_commit_many_triton", "kda_commit_triton"]
 
 # The short-conv kernel size the kernel is written for (Ling-3: short_conv_kernel_size 4). The
 # window holds CONV_WIDTH - 1 = 3 past inputs per channel, kept as three register vectors.
@@ -245,6 +246,47 @@ def _kda_commit_kernel(state_ptr, win_ptr, sstate_ptr, swin_ptr, index_ptr, N_ST
         tl.store(win_ptr + offs, tl.load(swin_ptr + idx * N_WIN + offs, mask=m), mask=m)
 
 
+# Layers one kda_commit_many launch copies: its pointer arguments are spelled out (Triton takes no
+# pointer arrays without a device table, which a captured graph would have to keep alive).
+COMMIT_GROUP = 8
+
+
+@triton.jit
+def _pick(layer, i: tl.constexpr, p, current):
+    return tl.where(layer == i, p, current)
+
+
+@triton.jit
+def _kda_commit_many_kernel(index_ptr, N_STATE, N_WIN,
+                            s0, w0, ss0, sw0, s1, w1, ss1, sw1, s2, w2, ss2, sw2, s3, w3, ss3, sw3,
+                            s4, w4, ss4, sw4, s5, w5, ss5, sw5, s6, w6, ss6, sw6, s7, w7, ss7, sw7,
+                            BLOCK: tl.constexpr, USE_GDC: tl.constexpr):
+    """_kda_commit_kernel for up to COMMIT_GROUP layers of one shape: program (b, layer) copies
+    block b of that layer's state and window (grid axis 1 is the layer)."""
+    pid = tl.program_id(0)
+    layer = tl.program_id(1)
+    dst_s, dst_w, src_s, src_w = s0, w0, ss0, sw0
+    dst_s, dst_w, src_s, src_w = _pick(layer, 1, s1, dst_s), _pick(layer, 1, w1, dst_w), _pick(layer, 1, ss1, src_s), _pick(layer, 1, sw1, src_w)
+    dst_s, dst_w, src_s, src_w = _pick(layer, 2, s2, dst_s), _pick(layer, 2, w2, dst_w), _pick(layer, 2, ss2, src_s), _pick(layer, 2, sw2, src_w)
+    dst_s, dst_w, src_s, src_w = _pick(layer, 3, s3, dst_s), _pick(layer, 3, w3, dst_w), _pick(layer, 3, ss3, src_s), _pick(layer, 3, sw3, src_w)
+    dst_s, dst_w, src_s, src_w = _pick(layer, 4, s4, dst_s), _pick(layer, 4, w4, dst_w), _pick(layer, 4, ss4, src_s), _pick(layer, 4, sw4, src_w)
+    dst_s, dst_w, src_s, src_w = _pick(layer, 5, s5, dst_s), _pick(layer, 5, w5, dst_w), _pick(layer, 5, ss5, src_s), _pick(layer, 5, sw5, src_w)
+    dst_s, dst_w, src_s, src_w = _pick(layer, 6, s6, dst_s), _pick(layer, 6, w6, dst_w), _pick(layer, 6, ss6, src_s), _pick(layer, 6, sw6, src_w)
+    dst_s, dst_w, src_s, src_w = _pick(layer, 7, s7, dst_s), _pick(layer, 7, w7, dst_w), _pick(layer, 7, ss7, src_s), _pick(layer, 7, sw7, src_w)
+    state_blocks = tl.cdiv(N_STATE, BLOCK)
+    pdl_wait(USE_GDC)
+    pdl_launch_dependents(USE_GDC)
+    idx = tl.load(index_ptr).to(tl.int64)
+    if pid < state_blocks:
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+        m = offs < N_STATE
+        tl.store(dst_s + offs, tl.load(src_s + idx * N_STATE + offs, mask=m), mask=m)
+    else:
+        offs = (pid - state_blocks) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < N_WIN
+        tl.store(dst_w + offs, tl.load(src_w + idx * N_WIN + offs, mask=m), mask=m)
+
+
 _TICKETS: dict[tuple, torch.Tensor] = {}
 
 
@@ -319,3 +361,25 @@ def kda_commit_triton(state, conv_window, stage_states, stage_windows, index, *,
     grid = (triton.cdiv(n_state, block) + triton.cdiv(n_win, block),)
     _kda_commit_kernel[grid](state, conv_window, stage_states, stage_windows, index, n_state, n_win,
                              BLOCK=block, USE_GDC=use_pdl, num_warps=4, **launch)
+
+
+def kda_commit_many_triton(states, conv_windows, stage_states, stage_windows, index, *,
+                           block: int = 4096, use_pdl: bool | None = None) -> None:
+    """kda_commit_triton for L layers of one shape in cdiv(L, COMMIT_GROUP) launches (a verify
+    step's 35 per-layer commits were 35 launches of ~1.7 us each on its critical path)."""
+    n = len(states)
+    for group in (states, conv_windows, stage_states, stage_windows):
+        assert len(group) == n and all(t.is_contiguous() for t in group), "commit buffers must be contiguous"
+    n_state, n_win = states[0].numel(), conv_windows[0].numel()
+    if use_pdl is None:
+        use_pdl = pdl_supported(states[0].device)
+    launch = {"launch_pdl": True} if use_pdl else {}
+    blocks = triton.cdiv(n_state, block) + triton.cdiv(n_win, block)
+    for g0 in range(0, n, COMMIT_GROUP):
+        layers = range(g0, min(g0 + COMMIT_GROUP, n))
+        ptrs = []
+        for i in range(COMMIT_GROUP):
+            j = layers[i] if i < len(layers) else layers[0]     # unused slots repeat a real layer
+            ptrs += [states[j], conv_windows[j], stage_states[j], stage_windows[j]]
+        _kda_commit_many_kernel[(blocks, len(layers))](index, n_state, n_win, *ptrs, BLOCK=block,
+                                                       USE_GDC=use_pdl, num_warps=4, **launch)

@@ -13,6 +13,9 @@
 - ``torch.ops.lingc.kda_commit(state, conv_window, stage_states, stage_windows, index) -> None``
   Copies stage position ``index`` (a 0-d or [1] integer tensor on the state's device, e.g. the
   in-graph verdict's accept count) into state and conv_window, in place, without a host sync.
+- ``torch.ops.lingc.kda_commit_many(states, conv_windows, stage_states, stage_windows, index)``
+  The same for a list of layers of one shape (lists of equal length), in one launch per
+  COMMIT_GROUP layers: pdl_swap merges a verify graph's per-layer commits into it.
 
 The pdl_swap and stage_commit passes emit these; they must trace (fake impls), run on the CPU (the
 references in naive.py: the CPU path stays a first-class, batch-invariant target) and on CUDA (the
@@ -31,7 +34,8 @@ from lingc.runtime.registry import register_op
 
 from .naive import kda_chain_reference, kda_commit_reference
 
-__all__ = ["kda_chain", "kda_commit", "check_kda_chain_args", "check_kda_commit_args", "MAX_T", "CONV_WIDTH"]
+__all__ = ["kda_chain", "kda_commit", "kda_commit_many", "check_kda_chain_args", "check_kda_commit_args",
+           "check_kda_commit_many_args", "MAX_T", "CONV_WIDTH"]
 
 MAX_T = 16          # lingc.models.kda.RECURRENT_MAX_T: longer inputs take the chunked form
 CONV_WIDTH = 4      # the kernel keeps the W-1 = 3 window columns in registers
@@ -144,6 +148,26 @@ def check_kda_commit_args(state, conv_window, stage_states, stage_windows, index
             raise ValueError(f"{op}: {name} is on {x.device} but state is on {state.device}")
 
 
+def check_kda_commit_many_args(states, conv_windows, stage_states, stage_windows, index) -> None:
+    """Raise ValueError naming the bad argument of ``kda_commit_many``."""
+    op = "kda_commit_many"
+    n = len(states)
+    if n == 0:
+        raise ValueError(f"{op}: states is empty (one entry per layer to commit)")
+    for name, group in (("conv_windows", conv_windows), ("stage_states", stage_states),
+                        ("stage_windows", stage_windows)):
+        if len(group) != n:
+            raise ValueError(f"{op}: {name} has {len(group)} entries, states has {n}")
+    for i in range(n):
+        check_kda_commit_args(states[i], conv_windows[i], stage_states[i], stage_windows[i], index)
+        for name, group in (("states", states), ("conv_windows", conv_windows), ("stage_states", stage_states),
+                            ("stage_windows", stage_windows)):
+            x, ref = group[i], group[0]
+            if x.shape != ref.shape or x.dtype != ref.dtype or x.device != ref.device:
+                raise ValueError(f"{op}: {name}[{i}] is {_shape(x)} {x.dtype} on {x.device}, {name}[0] is "
+                                 f"{_shape(ref)} {ref.dtype} on {ref.device}: one call commits layers of one shape")
+
+
 def _kda_chain(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.Tensor, f_raw: torch.Tensor,
                b_raw: torch.Tensor, conv_w: list[torch.Tensor], conv_window: torch.Tensor, a_log: torch.Tensor,
                dt_bias: torch.Tensor, state: torch.Tensor, lower_bound: float,
@@ -189,6 +213,26 @@ def _kda_commit_fake(state, conv_window, stage_states, stage_windows, index) -> 
     check_kda_commit_args(state, conv_window, stage_states, stage_windows, index)
 
 
+def _kda_commit_many(states: list[torch.Tensor], conv_windows: list[torch.Tensor],
+                     stage_states: list[torch.Tensor], stage_windows: list[torch.Tensor],
+                     index: torch.Tensor) -> None:
+    check_kda_commit_many_args(states, conv_windows, stage_states, stage_windows, index)
+    groups = (states, conv_windows, stage_states, stage_windows)
+    if states[0].is_cuda and all(t.is_contiguous() for g in groups for t in g):
+        from .kernel import kda_commit_many_triton
+
+        kda_commit_many_triton(states, conv_windows, stage_states, stage_windows, index)
+        return
+    for args in zip(*groups):
+        kda_commit_reference(*args, index)
+
+
+def _kda_commit_many_fake(states, conv_windows, stage_states, stage_windows, index) -> None:
+    check_kda_commit_many_args(states, conv_windows, stage_states, stage_windows, index)
+
+
 kda_chain = register_op("kda_chain", _kda_chain, _kda_chain_fake,
                         ("conv_window", "state", "stage_states", "stage_windows"))
 kda_commit = register_op("kda_commit", _kda_commit, _kda_commit_fake, ("state", "conv_window"))
+kda_commit_many = register_op("kda_commit_many", _kda_commit_many, _kda_commit_many_fake,
+                              ("states", "conv_windows"))
