@@ -285,6 +285,7 @@ class PdlSwap(LingcPass):
         """Epilogue copy_(ph, new) of a slot (select_scatter(ph, copy(select(ph, 0, s), X), 0, s))
         or of the whole placeholder (copy_(ph, X)); X is staged when it is stack(..)[accept]."""
         out = []
+        order = {n: i for i, n in enumerate(g.nodes)}
         for n in g.nodes:
             if not (is_call(n, aten.copy_.default) and _placeholder(n.args[0])):
                 continue
@@ -303,7 +304,7 @@ class PdlSwap(LingcPass):
                     stack, accept = idx.args[0], idx.args[1][0]
                     path += [x, idx]
             s = shape(x)
-            if s is None or ph not in ancestors([stack or x]):
+            if s is None or not _reads(stack or x, ph, order):
                 continue
             kind = None
             if val(x).dtype == torch.float32 and len(s) == 3 and s[1] == s[2]:
@@ -318,12 +319,14 @@ class PdlSwap(LingcPass):
     def _readout(self, st: dict, T: int, H: int, V: int) -> fx.Node | None:
         """The state's read-out o: the first [T, H, V]-sized value that every other use of the state
         (outside its own write) goes through."""
-        spine = ancestors([st["value"]]) | {st["value"]}
+        # Every set below is taken inside dep (the state's descendants): a path from a node of
+        # dep stays in dep, so the ancestor walks need not go back through earlier layers.
         dep = descendants([st["ph"]])
+        spine = _ancestors_within(st["value"], dep) | {st["value"]}
         rest = dep - spine - set(st["path"])
         order = {n: i for i, n in enumerate(st["ph"].graph.nodes)}
         for c in sorted((n for n in rest if numel(n) == T * H * V), key=order.__getitem__):
-            if rest <= ancestors([c]) | descendants([c]) | {c}:
+            if rest <= _ancestors_within(c, dep) | descendants([c]) | {c}:
                 return c
         return None
 
@@ -855,3 +858,21 @@ def _chains(lingc: list[fx.Node]) -> list[tuple[str, list[str]]]:
         else:
             out.append(("head" if out else "embed", ch))
     return out
+
+
+def _reads(value: fx.Node, ph: fx.Node, order: dict) -> bool:
+    """Whether `value` depends on `ph`: a forward walk from ph that stops at value's position in
+    the graph (`order`), instead of walking value's whole ancestry back through earlier layers."""
+    end = order[value]
+    return value in descendants([ph], lambda u: order.get(u, end + 1) < end)
+
+
+def _ancestors_within(n: fx.Node, within: set) -> set[fx.Node]:
+    """n's ancestors through (and among) the nodes of `within`."""
+    seen, stack = set(), [n]
+    while stack:
+        for a in stack.pop().all_input_nodes:
+            if a in within and a not in seen:
+                seen.add(a)
+                stack.append(a)
+    return seen
