@@ -236,13 +236,17 @@ def inductor_kwargs(mode: str) -> dict:
     return {}
 
 
+def _cudagraph_mode(kwargs: dict) -> bool:
+    return kwargs.get("mode") == "reduce-overhead" or bool(kwargs.get("options", {}).get("triton.cudagraphs"))
+
+
 def static_cache_for_cudagraphs(cache, kwargs: dict) -> int:
     """For Inductor's CUDA-graph modes: mark the cache tensors as static inputs, so that
     cudagraph trees capture a step that writes them (a mutated non-static input makes Inductor
     skip its CUDA graphs, "mutated inputs"); the benchmark's cache lives at fixed addresses like
     a serving engine's. Returns the cudagraph-skip counter to compare after the first call."""
     from torch._dynamo.utils import counters
-    if kwargs.get("mode") == "reduce-overhead" or kwargs.get("options", {}).get("triton.cudagraphs"):
+    if _cudagraph_mode(kwargs):
         for t in cache.tensors():
             torch._dynamo.mark_static_address(t)
     return counters["inductor"]["cudagraph_skips"]
@@ -251,7 +255,7 @@ def static_cache_for_cudagraphs(cache, kwargs: dict) -> int:
 def cudagraphs_used(kwargs: dict, skips_before: int) -> bool | None:
     """True / False for a CUDA-graph mode (no skip counted since ``skips_before``), else None."""
     from torch._dynamo.utils import counters
-    if kwargs.get("mode") == "reduce-overhead" or kwargs.get("options", {}).get("triton.cudagraphs"):
+    if _cudagraph_mode(kwargs):
         return counters["inductor"]["cudagraph_skips"] == skips_before
     return None
 

@@ -49,11 +49,12 @@ def numel(n) -> int:
     return v.numel() if isinstance(v, torch.Tensor) else -1
 
 
-def ancestors(nodes: Iterable[fx.Node]) -> set[fx.Node]:
+def ancestors(nodes: Iterable[fx.Node], within: set[fx.Node] | None = None) -> set[fx.Node]:
+    """Every node `nodes` depend on; with `within`, only through (and only) nodes of that set."""
     seen, stack = set(), list(nodes)
     while stack:
         for a in stack.pop().all_input_nodes:
-            if a not in seen:
+            if a not in seen and (within is None or a in within):
                 seen.add(a)
                 stack.append(a)
     return seen
@@ -70,6 +71,19 @@ def descendants(nodes: Iterable[fx.Node], through: Callable[[fx.Node], bool] = l
                 if through(u):
                     stack.append(u)
     return seen
+
+
+def descendants_upto(n: fx.Node, end: int, order: dict[fx.Node, int]) -> set[fx.Node]:
+    """n's descendants at or before graph position `end` (`order`: node -> position): the part of
+    the graph between n and the node at `end`, without walking every later layer."""
+    before = lambda u: order.get(u, end + 1) <= end  # noqa: E731
+    return {u for u in descendants([n], before) if before(u)}
+
+
+def depends_on(value: fx.Node, src: fx.Node, order: dict[fx.Node, int]) -> bool:
+    """Whether `value` depends on `src`: a forward walk from src that stops at value's position,
+    instead of walking value's whole ancestry back through earlier layers."""
+    return value in descendants_upto(src, order[value], order)
 
 
 SPLITS = {aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int, aten.chunk.default}

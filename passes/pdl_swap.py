@@ -71,8 +71,8 @@ from lingc.compat import real_tensor_mode
 from lingc.graph_build import emit
 from lingc.graph_match import CASTS, aten, is_call, scalar, strip
 from lingc.graph_text import target_name
-from lingc.graph_region import (ancestors, descendants, is_heavy, numel, random_like, region, region_module,
-                                rel_err, run_region, shape, val, view_base, widen_leaf)
+from lingc.graph_region import (ancestors, depends_on, descendants, is_heavy, numel, random_like, region,
+                                region_module, rel_err, run_region, shape, val, view_base, widen_leaf)
 from lingc.kernel_table import classify
 from lingc.pass_manager import VIEW_OPS, LingcPass
 
@@ -304,7 +304,7 @@ class PdlSwap(LingcPass):
                     stack, accept = idx.args[0], idx.args[1][0]
                     path += [x, idx]
             s = shape(x)
-            if s is None or not _reads(stack or x, ph, order):
+            if s is None or not depends_on(stack or x, ph, order):
                 continue
             kind = None
             if val(x).dtype == torch.float32 and len(s) == 3 and s[1] == s[2]:
@@ -322,11 +322,11 @@ class PdlSwap(LingcPass):
         # Every set below is taken inside dep (the state's descendants): a path from a node of
         # dep stays in dep, so the ancestor walks need not go back through earlier layers.
         dep = descendants([st["ph"]])
-        spine = _ancestors_within(st["value"], dep) | {st["value"]}
+        spine = ancestors([st["value"]], within=dep) | {st["value"]}
         rest = dep - spine - set(st["path"])
         order = {n: i for i, n in enumerate(st["ph"].graph.nodes)}
         for c in sorted((n for n in rest if numel(n) == T * H * V), key=order.__getitem__):
-            if rest <= _ancestors_within(c, dep) | descendants([c]) | {c}:
+            if rest <= ancestors([c], within=dep) | descendants([c]) | {c}:
                 return c
         return None
 
@@ -859,20 +859,3 @@ def _chains(lingc: list[fx.Node]) -> list[tuple[str, list[str]]]:
             out.append(("head" if out else "embed", ch))
     return out
 
-
-def _reads(value: fx.Node, ph: fx.Node, order: dict) -> bool:
-    """Whether `value` depends on `ph`: a forward walk from ph that stops at value's position in
-    the graph (`order`), instead of walking value's whole ancestry back through earlier layers."""
-    end = order[value]
-    return value in descendants([ph], lambda u: order.get(u, end + 1) < end)
-
-
-def _ancestors_within(n: fx.Node, within: set) -> set[fx.Node]:
-    """n's ancestors through (and among) the nodes of `within`."""
-    seen, stack = set(), [n]
-    while stack:
-        for a in stack.pop().all_input_nodes:
-            if a in within and a not in seen:
-                seen.add(a)
-                stack.append(a)
-    return seen

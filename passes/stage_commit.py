@@ -40,6 +40,7 @@ import torch.fx as fx
 
 from lingc.graph_build import emit
 from lingc.graph_match import CASTS, is_call
+from lingc.graph_region import ancestors, depends_on, descendants_upto
 from lingc.pass_manager import LingcPass
 from lingc.runtime.relay import ops as _relay_ops  # noqa: F401  (registers torch.ops.lingc.host_refill etc.)
 
@@ -141,7 +142,7 @@ class StageCommit(LingcPass):
             if path and not is_call(inner, aten.copy.default):
                 self.notes.append(f"{ph.name}: slot write of an unrecognised form, not staged")
                 continue
-            if value not in _descendants(ph, until=order[value], order=order):
+            if not depends_on(value, ph, order):
                 self.notes.append(f"{ph.name}: overwritten without reading it (not recurrent), not staged")
                 continue
             out.append((n, ph, path, value))
@@ -168,8 +169,8 @@ class StageCommit(LingcPass):
         # downstream of ph and upstream of value), so bounding both walks changes no result and
         # keeps the pass linear in depth (whole-graph walks per state made it quadratic).
         order = {n: i for i, n in enumerate(g.nodes)}
-        dep = _descendants(ph, until=order[value], order=order)
-        cone = _ancestors(value, within=dep) | {value}
+        dep = descendants_upto(ph, order[value], order)
+        cone = ancestors([value], within=dep) | {value}
         windows = [n for n in cone if _is_window_slice(n, T, tok, dep)]
         if windows:
             return [value if j == T - 1 else self._clone(g, value, {
@@ -215,28 +216,6 @@ class StageCommit(LingcPass):
             else:
                 mapping[n] = g.node_copy(n, sub)
         return mapping[value]
-
-
-def _ancestors(n: fx.Node, within: set | None = None) -> set[fx.Node]:
-    """n's ancestors; with `within`, only through (and only) nodes of that set."""
-    seen, stack = set(), [n]
-    while stack:
-        for a in _args(stack.pop()):
-            if a not in seen and (within is None or a in within):
-                seen.add(a)
-                stack.append(a)
-    return seen
-
-
-def _descendants(n: fx.Node, until: int | None = None, order: dict | None = None) -> set[fx.Node]:
-    """n's descendants; with `until` (a position in `order`), only those at or before it."""
-    seen, stack = set(), [n]
-    while stack:
-        for u in stack.pop().users:
-            if u not in seen and (until is None or order.get(u, until + 1) <= until):
-                seen.add(u)
-                stack.append(u)
-    return seen
 
 
 def _positions(g: fx.Graph, T: int) -> dict[fx.Node, int]:

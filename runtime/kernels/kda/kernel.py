@@ -227,11 +227,10 @@ def _kda_chain_kernel(
 
 
 @triton.jit
-def _kda_commit_kernel(state_ptr, win_ptr, sstate_ptr, swin_ptr, index_ptr, N_STATE, N_WIN,
-                       BLOCK: tl.constexpr, USE_GDC: tl.constexpr):
-    """state <- stage_states[index], window <- stage_windows[index]; the index is read on the
-    device (after the wait: the verdict kernel wrote it)."""
-    pid = tl.program_id(0)
+def _commit_block(pid, state_ptr, win_ptr, sstate_ptr, swin_ptr, index_ptr, N_STATE, N_WIN,
+                  BLOCK: tl.constexpr, USE_GDC: tl.constexpr):
+    """Block pid of the copy stage[index] -> (state, window): the state's blocks, then the
+    window's."""
     state_blocks = tl.cdiv(N_STATE, BLOCK)
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
@@ -244,6 +243,15 @@ def _kda_commit_kernel(state_ptr, win_ptr, sstate_ptr, swin_ptr, index_ptr, N_ST
         offs = (pid - state_blocks) * BLOCK + tl.arange(0, BLOCK)
         m = offs < N_WIN
         tl.store(win_ptr + offs, tl.load(swin_ptr + idx * N_WIN + offs, mask=m), mask=m)
+
+
+@triton.jit
+def _kda_commit_kernel(state_ptr, win_ptr, sstate_ptr, swin_ptr, index_ptr, N_STATE, N_WIN,
+                       BLOCK: tl.constexpr, USE_GDC: tl.constexpr):
+    """state <- stage_states[index], window <- stage_windows[index]; the index is read on the
+    device (after the wait: the verdict kernel wrote it)."""
+    _commit_block(tl.program_id(0), state_ptr, win_ptr, sstate_ptr, swin_ptr, index_ptr, N_STATE, N_WIN,
+                  BLOCK, USE_GDC)
 
 
 # Layers one kda_commit_many launch copies: its pointer arguments are spelled out (Triton takes no
@@ -273,18 +281,7 @@ def _kda_commit_many_kernel(index_ptr, N_STATE, N_WIN,
     dst_s, dst_w, src_s, src_w = _pick(layer, 5, s5, dst_s), _pick(layer, 5, w5, dst_w), _pick(layer, 5, ss5, src_s), _pick(layer, 5, sw5, src_w)
     dst_s, dst_w, src_s, src_w = _pick(layer, 6, s6, dst_s), _pick(layer, 6, w6, dst_w), _pick(layer, 6, ss6, src_s), _pick(layer, 6, sw6, src_w)
     dst_s, dst_w, src_s, src_w = _pick(layer, 7, s7, dst_s), _pick(layer, 7, w7, dst_w), _pick(layer, 7, ss7, src_s), _pick(layer, 7, sw7, src_w)
-    state_blocks = tl.cdiv(N_STATE, BLOCK)
-    pdl_wait(USE_GDC)
-    pdl_launch_dependents(USE_GDC)
-    idx = tl.load(index_ptr).to(tl.int64)
-    if pid < state_blocks:
-        offs = pid * BLOCK + tl.arange(0, BLOCK)
-        m = offs < N_STATE
-        tl.store(dst_s + offs, tl.load(src_s + idx * N_STATE + offs, mask=m), mask=m)
-    else:
-        offs = (pid - state_blocks) * BLOCK + tl.arange(0, BLOCK)
-        m = offs < N_WIN
-        tl.store(dst_w + offs, tl.load(src_w + idx * N_WIN + offs, mask=m), mask=m)
+    _commit_block(pid, dst_s, dst_w, src_s, src_w, index_ptr, N_STATE, N_WIN, BLOCK, USE_GDC)
 
 
 _TICKETS: dict[tuple, torch.Tensor] = {}
