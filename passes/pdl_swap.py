@@ -72,7 +72,8 @@ from lingc.graph_build import emit
 from lingc.graph_match import CASTS, aten, is_call, scalar, strip
 from lingc.graph_text import target_name
 from lingc.graph_region import (ancestors, depends_on, descendants, is_heavy, numel, random_like, region,
-                                region_module, rel_err, run_region, shape, val, view_base, widen_leaf)
+                                region_key, region_module, rel_err, run_region, shape, val, view_base,
+                                widen_leaf)
 from lingc.kernel_table import classify
 from lingc.pass_manager import VIEW_OPS, LingcPass
 
@@ -83,6 +84,7 @@ MAX_T = 16
 PROBE_TOL = {torch.float32: 1e-4}          # other dtypes: 3e-2
 SLOT_WRITES = {aten.select_scatter.default}
 KERNEL_DIMS_OK = (1, 2, 3)
+NODE_KEYS = {"qkv", "f", "conv", "b", "a_log", "dt_bias"}    # the KDA probe's result fields that are leaves
 
 
 def _placeholder(n) -> bool:
@@ -98,6 +100,7 @@ def _param(n) -> fx.Node | None:
 class PdlSwap(LingcPass):
     name = "pdl_swap"
     tolerance = (1e-4, 1e-4)
+    reuse_probes = True          # off: every layer's region is probed (tests compare the two)
 
     def apply(self, gm: fx.GraphModule) -> int:
         import lingc.runtime.kernels.head_matmul  # noqa: F401
@@ -108,6 +111,7 @@ class PdlSwap(LingcPass):
 
         g = gm.graph
         self.gates_folded = 0
+        self._probes, self.probes_reused = {}, 0
         counts = {"kda_chain": self._kda(g), "mla_decode": self._mla(g)}
         g.eliminate_dead_code()
         counts["kda_commit_many"] = self._merge_commits(g)
@@ -130,6 +134,8 @@ class PdlSwap(LingcPass):
         if clones or casts or epilogue:
             summary += (f"; glue: {clones} copies of fresh values dropped, {casts} casts folded or dropped, "
                         f"{epilogue} epilogue writes made direct")
+        if self.probes_reused:
+            summary += f"; {len(self._probes)} region probes run, {self.probes_reused} reused for repeated layers"
         self.notes.insert(0, summary)
         self._coverage(g)
         return sum(counts.values())
@@ -318,15 +324,29 @@ class PdlSwap(LingcPass):
 
     def _readout(self, st: dict, T: int, H: int, V: int) -> fx.Node | None:
         """The state's read-out o: the first [T, H, V]-sized value that every other use of the state
-        (outside its own write) goes through."""
+        (outside its own write) goes through: each use before it is one of its ancestors, each use
+        after it one of its descendants."""
         # Every set below is taken inside dep (the state's descendants): a path from a node of
         # dep stays in dep, so the ancestor walks need not go back through earlier layers.
         dep = descendants([st["ph"]])
         spine = ancestors([st["value"]], within=dep) | {st["value"]}
         rest = dep - spine - set(st["path"])
         order = {n: i for i, n in enumerate(st["ph"].graph.nodes)}
-        for c in sorted((n for n in rest if numel(n) == T * H * V), key=order.__getitem__):
-            if rest <= ancestors([c], within=dep) | descendants([c]) | {c}:
+        seq = sorted(dep, key=order.__getitem__)
+        uses = [n for n in seq if n in rest]
+        for i, c in enumerate(uses):
+            if numel(c) != T * H * V or not set(uses[:i]) <= ancestors([c], within=dep):
+                continue
+            # One forward scan of dep in graph order marks c's descendants (they all lie in dep)
+            # and stops at the first later use that is not one: a wrong candidate fails within a
+            # few nodes instead of costing a walk of every later layer.
+            down = {c}
+            for n in seq[seq.index(c) + 1:]:
+                if any(a in down for a in n.all_input_nodes):
+                    down.add(n)
+                elif n in rest:
+                    break
+            else:
                 return c
         return None
 
@@ -447,6 +467,32 @@ class PdlSwap(LingcPass):
                     dt_bias=dt_bias[0])
 
     def _kda_probe(self, nodes, leaves, outs, roles, st, win, T, H, A):
+        """The probe, once per form of the region: a layer whose region, roles and hint equal an
+        earlier one's (region_key) would draw the same inputs and run the same candidates, so it
+        takes that probe's outcome, mapped onto its own leaves."""
+        at = {leaf: i for i, leaf in enumerate(leaves)}
+        ix = lambda n: at[n]  # noqa: E731
+        hint = getattr(self, "_kda_hint", None)
+        key = ("kda", region_key(nodes, leaves, outs), tuple(map(ix, roles["qkv"])),
+               tuple((ix(r), ix(c)) for r, c in roles["pair"].items()),
+               *(ix(roles[k]) for k in ("f", "b", "a_log", "dt_bias")), ix(st["ph"]), ix(win["ph"]),
+               st["staged"], st["slot"], T, H, A, hint)
+        memo = self._probes.get(key) if self.reuse_probes else None
+        if memo is None:
+            found = self._kda_probe_run(nodes, leaves, outs, roles, st, win, T, H, A)
+            memo = found if isinstance(found, str) else (
+                {k: (tuple(map(ix, v)) if isinstance(v, (list, tuple)) else ix(v)) if k in NODE_KEYS else v
+                 for k, v in found.items()}, self._kda_hint)
+            self._probes[key] = memo
+        else:
+            self.probes_reused += 1
+        if isinstance(memo, str):
+            return memo
+        found, self._kda_hint = memo
+        return {k: ([leaves[i] for i in v] if isinstance(v, tuple) else leaves[v]) if k in NODE_KEYS else v
+                for k, v in found.items()}
+
+    def _kda_probe_run(self, nodes, leaves, outs, roles, st, win, T, H, A):
         gen = torch.Generator().manual_seed(0)
         scale = {roles["b"]: 1.0, roles["a_log"]: 0.5, st["ph"]: 0.3}
         inputs = [random_like(n, gen, scale.get(n, 1.0)) for n in leaves]
@@ -683,6 +729,18 @@ class PdlSwap(LingcPass):
         return True
 
     def _mla_probe(self, nodes, leaves, o_lat, kv, pos, q_lat, q_rope, freq, T, L):
+        """Once per form of the region, as _kda_probe: (scale, rope) or None."""
+        at = {leaf: i for i, leaf in enumerate(leaves)}
+        cache, kv_chain = kv
+        key = ("mla", region_key(nodes, leaves, [o_lat]), region_key(kv_chain, [cache], kv_chain[-1:]),
+               at[cache], at[pos], at[q_lat], at[q_rope], at.get(freq), T, L)
+        if key in self._probes and self.reuse_probes:
+            self.probes_reused += 1
+        else:
+            self._probes[key] = self._mla_probe_run(nodes, leaves, o_lat, kv, pos, q_lat, q_rope, freq, T, L)
+        return self._probes[key]
+
+    def _mla_probe_run(self, nodes, leaves, o_lat, kv, pos, q_lat, q_rope, freq, T, L):
         gen = torch.Generator().manual_seed(0)
         inputs = []
         for n in leaves:

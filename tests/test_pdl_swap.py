@@ -262,7 +262,7 @@ def test_expect_dump(tiny):
     assert_expected_inline(f"{st.matches} matches, ops {st.ops_before} -> {st.ops_after}\n" + "\n".join(st.notes) + "\n",
                            """\
 31 matches, ops 1049 -> 254
-4 kda_chain, 2 mla_decode, 4 gated_head_rmsnorm, 15 rmsnorm, 2 mla_kv_write, 4 head_matmul (head gate folded into 2 mla_decode); glue: 4 copies of fresh values dropped, 0 casts folded or dropped, 0 epilogue writes made direct
+4 kda_chain, 2 mla_decode, 4 gated_head_rmsnorm, 15 rmsnorm, 2 mla_kv_write, 4 head_matmul (head gate folded into 2 mla_decode); glue: 4 copies of fresh values dropped, 0 casts folded or dropped, 0 epilogue writes made direct; 3 region probes run, 3 reused for repeated layers
 PDL coverage 56/57 kernel-launching ops (98%)
 left 1: token embedding gather [embedding x1]
 chain L0 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > swiglu_gemm_separate > gemm
@@ -322,3 +322,26 @@ def test_commit_merge_never_moves_a_commit_past_a_reader(reader_between):
         assert merged == 1 and ops == [torch.ops.lingc.kda_commit_many.default]
         many = next(n for n in g.nodes if n.op == "call_function")
         assert [a.name for a in many.args[0]] == ["l0_0", "l1_0"] and many.args[4].name == "accept"
+
+
+def test_probe_reuse_changes_nothing(tiny, tmp_path, monkeypatch):
+    """Layers whose regions are equal (graph_region.region_key) take the first such layer's probe
+    outcome: the graph pdl_swap leaves is the same, node for node, as when every layer is probed."""
+    from lingc.passes.pdl_swap import PdlSwap
+    model, base = tiny
+    chain = chain_accepting(model, base, 3, start=P, vocab=VOCAB)
+    pos = torch.arange(P, P + 6)
+    final, note = {}, {}
+    for reuse in (True, False):
+        monkeypatch.setattr(PdlSwap, "reuse_probes", reuse)
+        out_dir = tmp_path / f"reuse_{reuse}"
+        _, report = run_and_report(verify_fn(model), chain, pos, base.clone(), role="verify",
+                                   dump_dir=str(out_dir))
+        note[reuse] = stat(report, "pdl_swap").notes[0]
+        final[reuse] = next(out_dir.glob("*/99-final.txt")).read_text()
+    # 4 KDA layers: one probe without a hint, one with the first layer's assignment as the hint,
+    # two reused; 2 MLA layers: one probe, one reused.
+    assert "3 region probes run, 3 reused for repeated layers" in note[True]
+    assert "reused" not in note[False]
+    assert final[True] == final[False]
+    assert final[True].count("lingc.kda_chain") >= len(model.config.kda_layers)
