@@ -310,3 +310,18 @@ def test_inductor_cudagraph_modes_mark_the_cache_static():
         assert all(getattr(t, "_dynamo_static_input_type", None) == "unguarded" for t in c.tensors()), mode
         assert decode.cudagraphs_used(decode.inductor_kwargs(mode), skips) is True
     assert decode.cudagraphs_used(decode.inductor_kwargs("inductor"), 0) is None
+
+
+def test_compile_time_reports_each_role_and_pass(tmp_path):
+    out = run(["benchmarks.compile_time", "--preset", "tiny", "--layers", "3", "--roles", "verify",
+               "decode", "--inductor", "0"], tmp_path, timeout=240)
+    assert "compile (no capture on the CPU): tiny, 3 layers" in out and "| role | wall s |" in out
+    data = json.loads((tmp_path / "compile_time.json").read_text())
+    assert [r["role"] for r in data["roles"]] == ["verify", "decode"]
+    verify, decode = data["roles"]
+    # stage_commit is for the relay's verify graph only: timed there, skipped (None) for decode.
+    assert verify["per_pass_s"]["stage_commit"] > 0 and decode["per_pass_s"]["stage_commit"] is None
+    for r in data["roles"]:
+        assert r["graphs"] == 1 and r["per_pass_s"]["pdl_swap"] > 0
+        assert 0 < r["passes_s"] < r["wall_s"]
+    assert data["total_s"] == pytest.approx(verify["wall_s"] + decode["wall_s"])
