@@ -34,7 +34,7 @@ def measure(preset_name: str, layers: int | None, experts: int | None, roles, st
             inductor: bool, dump_dir: str | None) -> dict:
     from lingc.backend import compile_reports
     from lingc.models import build_model, preset
-    from runtime.relay.engine import Engine
+    from lingc.runtime.relay.engine import Engine
 
     overrides = {}
     if layers is not None:
