@@ -1,8 +1,10 @@
-"""Building nodes in a pass: every new node gets a `meta["val"]` computed by running its target
-under the graph's fake mode, so later passes and Inductor see valid shapes and dtypes."""
+"""Building and cleaning nodes in a pass: every new node gets a `meta["val"]` computed by running
+its target under the graph's fake mode, so later passes and Inductor see valid shapes and dtypes;
+dead code goes through one fast sweep with torch's verdicts."""
 
 from __future__ import annotations
 
+import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_map
 
@@ -28,3 +30,41 @@ def emit(graph: fx.Graph, target, *args, **kwargs) -> fx.Node:
     with _fake_mode(list(args) + list(kwargs.values())):
         node.meta["val"] = target(*tree_map(val, args), **tree_map(val, kwargs))
     return node
+
+
+def eliminate_dead_code(graph: fx.Graph) -> int:
+    """`graph.eliminate_dead_code()` with the same verdicts, for passes that clean up often.
+
+    torch asks `Node.is_impure` of every node, which costs ~10 us each (schema, effect and
+    random-op checks) and lints the whole graph first: 17 calls on a 42-layer verify graph
+    (~16k nodes) took 2.6 of the passes' 8.4 s on the CPU. A call_function node's verdict
+    depends only on its target (higher-order ops excepted: they look at their arguments), so it
+    is asked once per target here. Graphs with subgraph modules go to torch's version, which also
+    cleans those. The pass manager lints after every pass. Returns the number of nodes removed.
+    """
+    owner = graph.owning_module
+    if owner is not None and any(isinstance(m, fx.GraphModule) for m in owner.children()):
+        before = len(graph.nodes)
+        graph.eliminate_dead_code()
+        return before - len(graph.nodes)
+    impure_random = True
+    if torch._guards.TracingContext.try_get():     # as torch decides it
+        import torch._inductor.config as inductor_config
+
+        impure_random = inductor_config.fallback_random
+    verdicts: dict = {}
+
+    def impure(node: fx.Node) -> bool:
+        t = node.target
+        if node.op != "call_function" or isinstance(t, torch._ops.HigherOrderOperator):
+            return node.is_impure(impure_random)
+        if t not in verdicts:
+            verdicts[t] = node.is_impure(impure_random)
+        return verdicts[t]
+
+    removed = 0
+    for node in reversed(graph.nodes):
+        if not node.users and not impure(node):
+            graph.erase_node(node)
+            removed += 1
+    return removed

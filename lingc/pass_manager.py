@@ -21,6 +21,7 @@ import torch
 import torch.fx as fx
 
 from .compat import real_tensor_mode
+from .graph_build import eliminate_dead_code
 from .graph_text import count_ops
 from .options import ROLES, LingcOptions
 
@@ -89,7 +90,7 @@ class LingcPass(abc.ABC):
         before = count_ops(gm)
         t0 = time.perf_counter()
         matches = self.apply(gm)
-        gm.graph.eliminate_dead_code()
+        eliminate_dead_code(gm.graph)
         gm.graph.lint()                  # a broken graph is blamed on the pass that broke it
         if self.ctx.options.verify:      # verify runs the module next; else the cleanup recompiles
             gm.recompile()
@@ -255,7 +256,7 @@ class PassManager:
         before = count_ops(gm)
         t0 = time.perf_counter()
         lower_emitted_composites(gm.graph)
-        gm.graph.eliminate_dead_code()
+        eliminate_dead_code(gm.graph)
         gm.graph.lint()
         gm.recompile()
         stats.append(PassStats("cleanup", 0, before, count_ops(gm), (time.perf_counter() - t0) * 1e3))

@@ -43,7 +43,7 @@ import operator
 import torch
 import torch.fx as fx
 
-from lingc.graph_build import emit
+from lingc.graph_build import eliminate_dead_code, emit
 from lingc.graph_match import CASTS, RESHAPES, aten, is_call, prims, strip, weight_source
 from lingc.pass_manager import LingcPass
 
@@ -79,7 +79,7 @@ class FuseProjections(LingcPass):
 
         graph = gm.graph
         matches = self._argmax(graph)
-        graph.eliminate_dead_code()          # the logits GEMMs the argmax fusion replaced
+        eliminate_dead_code(graph)           # the logits GEMMs the argmax fusion replaced
         # Keyed by the input's value: reshapes of one tensor to one shape are the same values,
         # which is how matmul on [1, T, H] reaches the graph (a view per projection).
         groups: dict[tuple, list[tuple[fx.Node, fx.Node, fx.Node]]] = {}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
+from lingc.graph_build import eliminate_dead_code
 from lingc.graph_match import is_call
 from lingc.pass_manager import LingcPass
 from lingc.runtime.relay import ops as _relay_ops  # noqa: F401  (registers torch.ops.lingc.host_refill etc.)
@@ -39,7 +40,7 @@ class MetadataCapture(LingcPass):
             g.erase_node(n)
             refilled.append(f"{what} (was {host.name})")
         if refilled:
-            g.eliminate_dead_code()
+            eliminate_dead_code(g)
             gm.recompile()
             unread = [p.name for p in g.nodes if p.op == "placeholder" and not p.users]
             self.notes.append("computed on the device: " + ", ".join(refilled))

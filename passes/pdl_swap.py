@@ -68,7 +68,7 @@ import torch
 import torch.fx as fx
 
 from lingc.compat import real_tensor_mode
-from lingc.graph_build import emit
+from lingc.graph_build import eliminate_dead_code, emit
 from lingc.graph_match import CASTS, aten, is_call, scalar, strip
 from lingc.graph_text import target_name
 from lingc.graph_region import (ancestors, depends_on, descendants, is_heavy, numel, random_like, region,
@@ -113,21 +113,21 @@ class PdlSwap(LingcPass):
         self.gates_folded = 0
         self._probes, self.probes_reused = {}, 0
         counts = {"kda_chain": self._kda(g), "mla_decode": self._mla(g)}
-        g.eliminate_dead_code()
+        eliminate_dead_code(g)
         counts["kda_commit_many"] = self._merge_commits(g)
         counts["gated_head_rmsnorm"] = self._norms(g, gated=True)
-        g.eliminate_dead_code()
+        eliminate_dead_code(g)
         counts["rmsnorm"] = self._norms(g, gated=False)
-        g.eliminate_dead_code()
+        eliminate_dead_code(g)
         counts["mla_kv_write"] = self._kv_writes(g)
-        g.eliminate_dead_code()
+        eliminate_dead_code(g)
         counts["head_matmul"], clones = pdl_glue.absorbed_products(g)
-        g.eliminate_dead_code()
+        eliminate_dead_code(g)
         clones += pdl_glue.drop_fresh_clones(g)
         casts = pdl_glue.fold_casts(g) + pdl_glue.drop_round_trips(g)
-        g.eliminate_dead_code()
+        eliminate_dead_code(g)
         epilogue = pdl_glue.direct_epilogue_writes(g)
-        g.eliminate_dead_code()
+        eliminate_dead_code(g)
         summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "no match"
         if self.gates_folded:
             summary += f" (head gate folded into {self.gates_folded} mla_decode)"

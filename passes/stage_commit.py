@@ -38,7 +38,7 @@ import operator
 import torch
 import torch.fx as fx
 
-from lingc.graph_build import emit
+from lingc.graph_build import eliminate_dead_code, emit
 from lingc.graph_match import CASTS, is_call
 from lingc.graph_region import ancestors, depends_on, descendants_upto
 from lingc.pass_manager import LingcPass
@@ -107,7 +107,7 @@ class StageCommit(LingcPass):
             self.notes.append(f"{ph.name}: {kind} staged over {T} positions")
         commits[0].replace_all_uses_with(accept)
         g.erase_node(commits[0])
-        g.eliminate_dead_code()
+        eliminate_dead_code(g)
         gm.recompile()
         return matches
 
