@@ -7,8 +7,9 @@
 #          triton_cache.tar.gz over .triton_cache.tar.gz);
 #   GPU 1: flash-tp4-rank decode, lingc plain and relay with --profile, on this checkout; then,
 #          in a fresh process, compile + capture per role and per pass (benchmarks.compile_time,
-#          as the decode benchmark's lingc modes: Inductor off): session 12 cut pdl_swap's time
-#          on the CPU only (819a670), against session 11's 60.5 s for the relay's roles.
+#          as the decode benchmark's lingc modes: Inductor off): session 12 cut the passes' time
+#          on the CPU only (819a670 pdl_swap probes, e3e431f dead-code sweep), against session
+#          11's 60.5 s for the relay's roles.
 set -u
 DURATIONS=15 source "$(dirname "$0")/device_env.sh"
 (CUDA_VISIBLE_DEVICES=0 timeout 480 $PYT --timeout 200 --timeout-method thread \
