@@ -64,9 +64,14 @@ def candidates(n: int, k: int) -> list[GemmConfig]:
 
 def argmax_candidates(n: int, k: int) -> list[GemmConfig]:
     """The table's argmax config, then K-loop variants (gemm_argmax has no split-K)."""
+    # Fewer stages and thinner blocks use less shared memory per CTA, so more CTAs are resident
+    # and the last wave is fuller (the lm_head table entry runs 614 CTAs of 80 KB: ~2 per SM).
     return _unique([argmax_config_for(n, k), _a(32, 1), _a(64, 1), _a(64, 1, block_k=256, num_stages=3),
                     _a(64, 1, num_stages=3), _a(64, 1, num_stages=5), _a(128, 1, num_warps=8),
-                    _a(64, 1, block_k=64, num_stages=6)])
+                    _a(64, 1, block_k=64, num_stages=6), _a(16, 1), _a(16, 1, block_k=256, num_stages=3),
+                    _a(32, 1, num_stages=3), _a(32, 1, block_k=256, num_stages=3), _a(32, 1, num_stages=2),
+                    _a(64, 1, num_stages=2), _a(64, 1, num_warps=8), _a(64, 1, num_warps=8, num_stages=3),
+                    _a(128, 1, num_warps=8, num_stages=3), _a(32, 1, block_k=64, num_stages=6)])
 
 
 def _unique(configs: list[GemmConfig]) -> list[GemmConfig]:

@@ -54,29 +54,65 @@ class RecompileError(RuntimeError):
     """Raised under fail_on_recompile when a graph that already exists is compiled again."""
 
 
+def _compile_wrapper() -> object | None:
+    """The ``torch.compile`` call (torch's backend wrapper object) that is compiling now, found
+    on the stack above the backend; None if torch's layout differs (then every wrapper counts
+    as one)."""
+    frame = sys._getframe(1)
+    for _ in range(8):
+        frame = frame.f_back
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if type(owner).__name__ == "_TorchCompileWrapper":
+            return owner
+    return None
+
+
 class _RecompileWatch:
     """A recompile, for lingc, is a second compile of the same frame with the same input shapes
-    (lingc's contract is one graph per role and shape; a new shape, e.g. T=6 after T=1, is a new
-    graph). The reasons come from Dynamo's guard-failure record; each cause warns once."""
+    under the same backend (lingc's contract is one graph per role and shape). A new shape, e.g.
+    T=6 after T=1, is a new graph; so is the first compile under a ``torch.compile`` call whose
+    options differ from every earlier one's (e.g. a second engine): Dynamo does not reuse the
+    earlier graphs for it and reports them as BACKEND_MATCH failures, which are not this compile's
+    cause. Calls with equal options share graphs (torch's wrapper equality), so they count as one
+    backend. The reasons come from Dynamo's guard-failure record; each cause warns once."""
 
     def __init__(self) -> None:
         self.seen: set[tuple] = set()
         self.reasons_seen = 0
         self.warned: set[str] = set()
+        self.wrappers: list[object] = []     # one per distinct backend, in the order first seen
 
-    def check(self, example_inputs: Sequence[Any], opts: LingcOptions) -> None:
+    def _backend_key(self, wrapper: object | None) -> int:
+        """Index of the first wrapper seen that equals ``wrapper`` (torch's equality: same
+        backend, options, mode and dynamic), which is when Dynamo reuses one call's graphs for
+        another; -1 for none."""
+        if wrapper is None:
+            return -1
+        for i, w in enumerate(self.wrappers):
+            try:
+                if w is wrapper or w == wrapper:
+                    return i
+            except Exception:      # options whose == does not give a bool: not the same backend
+                continue
+        self.wrappers.append(wrapper)
+        return len(self.wrappers) - 1
+
+    def check(self, example_inputs: Sequence[Any], opts: LingcOptions, wrapper: object | None = None) -> None:
         frame_id, frame_compile = compat.current_frame_compile_id()
         if frame_compile == 0:           # Dynamo's first compile of this frame (also after a reset)
             self.seen = {sig for sig in self.seen if sig[0] != frame_id}
         reasons = compat.guard_failure_reasons()
         new_reasons, self.reasons_seen = reasons[self.reasons_seen:], len(reasons)
-        sig = (frame_id, opts.role, tuple(
+        sig = (frame_id, self._backend_key(wrapper), opts.role, tuple(
             (tuple(x.shape), x.dtype, str(x.device)) if isinstance(x, torch.Tensor) else type(x).__name__
             for x in example_inputs))
         if sig not in self.seen:
             self.seen.add(sig)
             return
-        cause = "; ".join(new_reasons) or "unknown guard failure (run with TORCH_LOGS=recompiles)"
+        own = [r for r in new_reasons if "BACKEND_MATCH" not in r]   # other calls' graphs: not ours
+        cause = "; ".join(own) or "unknown guard failure (run with TORCH_LOGS=recompiles)"
         msg = (f"lingc: frame {frame_id} (role {opts.role}) is being recompiled for inputs it was "
                f"already compiled for, because: {cause}. Pass changing values as device tensors, "
                f"not Python numbers or new objects.")
@@ -144,6 +180,6 @@ def lingc_backend(gm: fx.GraphModule, example_inputs: list[Any],
                                        for x in example_inputs):
         raise ValueError("lingc compiles inference graphs only: an input requires grad. Call the "
                          "model under torch.no_grad() or model.requires_grad_(False)")
-    _watch.check(example_inputs, opts)
+    _watch.check(example_inputs, opts, _compile_wrapper())
     compiler = GraphCompiler(opts, list(example_inputs))
     return compat.aot_inference_backend(compiler, compat.decomposition_table())(gm, example_inputs)

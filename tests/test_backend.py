@@ -202,6 +202,37 @@ def test_recompile_warns_once_per_cause_and_can_fail():
     f(torch.randn(6), 5)            # a new shape is a new graph, not a recompile
 
 
+def test_second_torch_compile_with_other_options_is_not_a_recompile():
+    """Each engine calls torch.compile with its own options: its first compile of a function an
+    earlier call compiled is a new graph (Dynamo: BACKEND_MATCH), not a recompile, even under
+    fail_on_recompile. Calls with equal options share graphs, so a changed int under the second
+    one is a recompile whose reason names the int, not the other call's backend."""
+    def fn(x, n):
+        return torch.sin(x) * n
+
+    torch._dynamo.reset()
+    x = torch.randn(4)
+
+    def call(f, *args):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            f(*args)
+        return [str(m.message) for m in w if "recompiled" in str(m.message)]
+
+    opts = {"inductor": False}
+    first = torch.compile(fn, backend="lingc", dynamic=False, options=dict(opts))
+    assert call(first, x, 2) == []
+    strict = torch.compile(fn, backend="lingc", dynamic=False, options={**opts, "fail_on_recompile": True})
+    assert call(strict, x, 2) == []                 # compiles: the first call's graph is another backend's
+    same = torch.compile(fn, backend="lingc", dynamic=False, options=dict(opts))
+    n = len(compile_reports)
+    assert call(same, x, 2) == [] and len(compile_reports) == n    # equal options: the first graph reused
+    msgs = call(same, x, 3)
+    assert len(msgs) == 1 and "n == 2" in msgs[0].replace("L['n']", "n") and "BACKEND_MATCH" not in msgs[0], msgs
+    with pytest.raises(Exception, match="recompiled"):
+        strict(x, 4)
+
+
 def test_new_shape_is_not_a_recompile(tiny):
     step = compile_lingc(tiny, role="decode", fail_on_recompile=True)
     for T in (1, 6):
