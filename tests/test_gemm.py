@@ -19,7 +19,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from helpers import assert_close, graph_edge_types, run_sm90_compile_check
 from lingc.runtime.kernels.gemm import gemm, gemm_argmax, gemm_argmax_reference, gemm_reference
 from lingc.runtime.kernels.gemm import kernel as gemm_kernel
-from lingc.runtime.kernels.gemm.argmax_kernel import gemm_argmax_triton
+from lingc.runtime.kernels.gemm.argmax_kernel import EMPTY_KEY, SLOT_CAPACITY, argmax_slots, gemm_argmax_triton
 from lingc.runtime.kernels.gemm.config import (
     ARGMAX_CONFIGS,
     CONFIGS,
@@ -182,6 +182,7 @@ def test_split_tickets_return_to_zero():
     first = run_kernel(x, weights, CONFIG_CASES["B-s3"])
     ids, _ = gemm_argmax_triton(x, w)
     assert int(split_k_tickets(x.device, 1).abs().sum()) == 0
+    assert bool((argmax_slots(x.device, 1) == EMPTY_KEY).all())   # gemm_argmax's key slots emptied
     assert torch.equal(run_kernel(x, weights, CONFIG_CASES["B-s3"]), first)
     assert torch.equal(gemm_argmax_triton(x, w)[0], ids)
 
@@ -229,7 +230,7 @@ def run_argmax(x, w, config=None):
 
 @pytest.mark.parametrize("n", [37, 300])
 @pytest.mark.parametrize("k", [40, 96])
-@pytest.mark.parametrize("m", [1, 6, 16])
+@pytest.mark.parametrize("m", [1, 6, 16, 20])
 def test_argmax_matches_reference_fp32(m, k, n):
     x, (w,) = make_inputs(m, k, (n,), torch.float32, seed=100 * m + k + n)
     ids, best = run_argmax(x, w)
@@ -307,6 +308,11 @@ def test_argmax_inf_nan_and_large_values():
         assert torch.allclose(best, ref_best, rtol=1e-5, equal_nan=True), (name, best, ref_best)
     assert run_argmax(x, cases["all"])[0].tolist() == [33, 0, 33, 33, 33, 33]
     assert run_argmax(x, cases["inf"])[0].tolist()[2] == 20
+
+
+def test_argmax_rows_beyond_the_slots_are_refused():
+    with pytest.raises(ValueError, match="SLOT_CAPACITY"):
+        argmax_slots(torch.device(DEVICE), SLOT_CAPACITY + 1)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -672,3 +678,37 @@ def test_design_c_compiles_for_sm90_without_spills():
     # Design C at the flash-tp4-rank shapes its sweep candidates run: no spills, 16-byte row
     # loads before griddepcontrol.wait (the real sm_90 compile and ptxas).
     run_sm90_compile_check(_DESIGN_C_COMPILE_CHECK)
+
+_ARGMAX_COMPILE_CHECK = textwrap.dedent("""
+    import re
+    from sm90 import compile_sm90, divisible_by_16, signature
+    from lingc.runtime.kernels.gemm.argmax_kernel import _gemm_argmax_kernel
+    from lingc.runtime.kernels.gemm.config import argmax_config_for
+    from lingc.runtime.kernels.gemm.kernel import k_plan
+
+    fn = _gemm_argmax_kernel
+    for n, k in ((39296, 2560), (157184, 2560)):
+        cfg = argmax_config_for(n, k)
+        block_k, k_tiles, _, even_k = k_plan(k, cfg)
+        ptrs = dict(x_ptr="*bf16", w_ptr="*bf16", ids_ptr="*i64", max_ptr="*fp32", slot_ptr="*i64",
+                    ticket_ptr="*i32")
+        sig = signature(fn, ptrs, ["M", "N", "K", "stride_xm", "stride_wn"])
+        const = dict(stride_xk=1, BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=block_k, K_TILES=k_tiles,
+                     EVEN_K=even_k, N_BLOCKS=-(-n // cfg.block_n), ROUND_TO_BF16=True, DOT_PRECISION="tf32",
+                     DOT_UPCAST=False, USE_GDC=True)
+        attrs = divisible_by_16(fn, ["x_ptr", "w_ptr", "K", "stride_xm", "stride_wn"])
+        ptx, info = compile_sm90(fn, sig, const, attrs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        assert " 0 bytes spill stores" in info, (n, info)
+        # One 64-bit integer max per row into the key slots, no float atomics; the first weight
+        # tile is requested before the wait.
+        assert re.search(r"atom\\.global(\\.\\w+)*\\.max\\.s64", ptx), n
+        assert not re.search(r"atom\\.global(\\.\\w+)*\\.add\\.f32", ptx), n
+        assert "cp.async" in ptx.split("griddepcontrol.wait")[0] or "ld.global" in ptx.split("griddepcontrol.wait")[0], n
+        print(n, k, [l for l in info.splitlines() if "registers" in l])
+""")
+
+
+def test_argmax_compiles_for_sm90_with_integer_atomics():
+    # The lm_head shapes: no spills, the packed keys folded with atom.max.s64 (sm_90 compile).
+    run_sm90_compile_check(_ARGMAX_COMPILE_CHECK)
+

@@ -4,14 +4,22 @@ The lm_head is the largest weight of a decode step (201 MB on flash-tp4-rank); a
 only needs the argmax of its row, so writing [M, vocab] logits and reading them back is pure
 overhead. One launch: CTA (pid_m, pid_n) computes the logits of its BLOCK_N vocabulary rows with
 the GEMM's own K loop (kernel._block_dot), rounds them to x.dtype (the logits tensor the graph
-would have held), reduces them to one (max, argmax) per row and writes that partial; the CTA that
-draws the last ticket of its M block reduces the partials of all column blocks in block order
-and writes ids (int64) and max_logit (fp32). No float atomics; the ticket is an integer count.
+would have held) and reduces each row to one packed key (below), which it folds into the row's
+slot with an integer ``atomic_max``. The CTA that draws the last ticket of its M block unpacks
+the slots into ids (int64) and max_logit (fp32) and empties them again. No float atomics.
 
-Order of the (value, index) pairs, as torch.argmax: NaN is larger than every number (the first
-NaN wins); among equal values the lowest index wins. That order is total, so the result does not
-depend on how the pairs are combined; the final reduction still runs in fixed block order.
-Columns past N are -inf with indices >= N, so they never beat a real column.
+The key of a logit v at column i is (order key of v) << 32 | (2^31 - 1 - i): the order key is
+v's fp32 bits mapped so that signed integer order is numeric order, with every NaN mapped to
+the largest key and -0.0 to +0.0 (equal values, as torch.argmax compares them). So the largest
+key is torch.argmax's pick: NaN above every number (the first NaN wins), among equal values the
+lowest index. That order is total, so the result does not depend on the order in which CTAs
+fold their keys. Columns past N get the lowest key and never win.
+
+Why packed atomics (session 13): the former form stored one (max, index) partial per CTA and
+row, and the last CTA reduced all 614 of them (flash-tp4-rank's lm_head) in a loop after every
+other CTA had finished; with that tail the kernel took 60 us where the same GEMM writing its
+logits takes 49 us (H200, ``benchmarks/scripts/probe_gemv_draft.py``). Now the last CTA reads M
+slots.
 
 Batch invariance as in kernel.py: BLOCK_M = 16 for every M, config from (N, K) only, M not
 specialised. With the same config as gemm (the lm_head entries of config.ARGMAX_CONFIGS), the
@@ -26,44 +34,39 @@ from lingc.runtime.kernels.gemm_common import BLOCK_M, split_k_tickets
 from .config import GemmConfig, argmax_config_for
 from .kernel import _block_dot, dot_flags, k_plan, resolve_pdl
 
-__all__ = ["gemm_argmax_triton", "REDUCE_BLOCK"]
+__all__ = ["gemm_argmax_triton", "argmax_slots", "SLOT_CAPACITY", "EMPTY_KEY"]
 
-# Partials (x 16 rows) the last CTA reduces per step of its pipelined loop: the full lm_head's
-# 2456 blocks take 20 steps. Compiled for sm_90, 256 per step raised the whole kernel to ~210
-# registers per thread (128: ~110, as the K loop alone), which would cost occupancy.
-REDUCE_BLOCK = 128
-_INDEX_PAD = 2**31 - 1  # index of a padding entry: loses every tie
+_INDEX_MAX = 2**31 - 1          # N must stay below it (the low half of a key is _INDEX_MAX - index)
+EMPTY_KEY = -(2**63)            # a slot with no key yet: below every key a column can produce
+SLOT_CAPACITY = 1 << 14         # rows (M) one launch may reduce
 
 
 @triton.jit
-def _argmax_combine(va, ia, vb, ib):
-    """Elementwise: the larger (value, index) pair in torch.argmax's order (module docstring)."""
-    a_nan = va != va
-    b_nan = vb != vb
-    take_a = (va > vb) | ((va == vb) & (ia < ib)) | (a_nan & (~b_nan | (ia < ib)))
-    return tl.where(take_a, va, vb), tl.where(take_a, ia, ib)
-
-
-@triton.jit
-def _row_argmax(v, idx):
-    """Per row of [R, C]: the largest (value, index) pair in torch.argmax's order, by plain max
-    and min reductions (the maximum ignoring NaN, then the lowest index holding it, or holding a
-    NaN if the row has one); same result as reducing with _argmax_combine."""
+def _argmax_keys(v, idx):
+    """int64 keys of fp32 logits v at columns idx (module docstring): a larger key is
+    torch.argmax's preference."""
     is_nan = v != v
-    has_nan = tl.max(is_nan.to(tl.int32), 1) > 0
-    best = tl.max(tl.where(is_nan, float("-inf"), v), 1)
-    holds = tl.where(has_nan[:, None], is_nan, v == best[:, None])
-    best_idx = tl.min(tl.where(holds, idx, 2147483647), 1)
-    return tl.where(has_nan, float("nan"), best), best_idx
+    b = (v + 0.0).to(tl.int32, bitcast=True)               # -0.0 + 0.0 = +0.0
+    order = tl.where(b < 0, b ^ 0x7FFFFFFF, b)
+    order = tl.where(is_nan, 0x7FFFFFFF, order)             # every NaN above +inf
+    return (order.to(tl.int64) << 32) | (2147483647 - idx).to(tl.int64)
+
+
+@triton.jit
+def _key_value(key):
+    """The fp32 logit of a key (a NaN for the NaN key)."""
+    order = (key >> 32).to(tl.int32)
+    b = tl.where(order < 0, order ^ 0x7FFFFFFF, order)
+    return b.to(tl.float32, bitcast=True)
 
 
 @triton.jit(do_not_specialize=["M"])
 def _gemm_argmax_kernel(
-    x_ptr, w_ptr, ids_ptr, max_ptr, part_val_ptr, part_idx_ptr, ticket_ptr,
+    x_ptr, w_ptr, ids_ptr, max_ptr, slot_ptr, ticket_ptr,
     M, N, K,
-    stride_xm, stride_xk, stride_wn, stride_pm,
+    stride_xm, stride_xk, stride_wn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_TILES: tl.constexpr,
-    EVEN_K: tl.constexpr, N_BLOCKS: tl.constexpr, REDUCE_BLOCK: tl.constexpr, ROUND_TO_BF16: tl.constexpr,
+    EVEN_K: tl.constexpr, N_BLOCKS: tl.constexpr, ROUND_TO_BF16: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
@@ -79,33 +82,39 @@ def _gemm_argmax_kernel(
     )
     if ROUND_TO_BF16:  # the logits as a bf16 graph would hold them (ties included)
         acc = acc.to(tl.bfloat16).to(tl.float32)
-    logits = tl.where(mask_n[None, :], acc, float("-inf"))
-    idx = tl.broadcast_to(rows[None, :], (BLOCK_M, BLOCK_N))
-    idx = tl.where(mask_n[None, :], idx, 2147483647)
-    best, best_idx = _row_argmax(logits, idx)
-
-    part = offs_m * stride_pm + pid_n
-    tl.store(part_val_ptr + part, best, mask=mask_m)
-    tl.store(part_idx_ptr + part, best_idx, mask=mask_m)
-    # Partials stored by every thread before the ticket (barrier); acq_rel at GPU scope makes
-    # every CTA's partials visible to the one that draws the last ticket.
+    keys = _argmax_keys(acc, tl.broadcast_to(rows[None, :], (BLOCK_M, BLOCK_N)))
+    keys = tl.where(mask_n[None, :], keys, -9223372036854775808)
+    tl.atomic_max(slot_ptr + offs_m, tl.max(keys, axis=1), mask=mask_m, sem="relaxed", scope="gpu")
+    # Every thread's atomic is issued before the ticket (barrier), and the ticket is acq_rel at
+    # GPU scope: the CTA that draws the last ticket sees every CTA's keys in the slots.
     tl.debug_barrier()
     ticket = tl.atomic_add(ticket_ptr + pid_m, 1, sem="acq_rel", scope="gpu")
     if ticket == N_BLOCKS - 1:
-        best = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-        best_idx = tl.full((BLOCK_M,), 2147483647, tl.int32)
-        offs_b = tl.arange(0, REDUCE_BLOCK)
-        for start in tl.range(0, N_BLOCKS, REDUCE_BLOCK, num_stages=3):  # pipelined loads
-            blk = start + offs_b
-            mask = mask_m[:, None] & (blk < N_BLOCKS)[None, :]
-            ptrs = offs_m[:, None] * stride_pm + blk[None, :]
-            v = tl.load(part_val_ptr + ptrs, mask=mask, other=float("-inf"), cache_modifier=".cg")
-            i = tl.load(part_idx_ptr + ptrs, mask=mask, other=2147483647, cache_modifier=".cg")
-            v, i = _row_argmax(v, i)
-            best, best_idx = _argmax_combine(best, best_idx, v, i)
-        tl.store(ids_ptr + offs_m, best_idx.to(tl.int64), mask=mask_m)
-        tl.store(max_ptr + offs_m, best, mask=mask_m)
-        tl.atomic_xchg(ticket_ptr + pid_m, 0, sem="relaxed", scope="gpu")  # ready for the next call
+        best = tl.load(slot_ptr + offs_m, mask=mask_m, other=0, cache_modifier=".cg")
+        tl.store(ids_ptr + offs_m, 2147483647 - (best & 0xFFFFFFFF), mask=mask_m)
+        tl.store(max_ptr + offs_m, _key_value(best), mask=mask_m)
+        # Ready for the next call: the slots empty, the ticket zero.
+        tl.store(slot_ptr + offs_m, tl.full((BLOCK_M,), -9223372036854775808, tl.int64), mask=mask_m)
+        tl.atomic_xchg(ticket_ptr + pid_m, 0, sem="relaxed", scope="gpu")
+
+
+_SLOTS: dict[tuple, torch.Tensor] = {}
+
+
+def argmax_slots(device: torch.device, m: int) -> torch.Tensor:
+    """The device's int64 key slots (``SLOT_CAPACITY`` of them, each ``EMPTY_KEY``) for a launch
+    over ``m`` rows. Allocated once per device and never replaced (a captured CUDA graph bakes in
+    the address); every launch leaves its slots empty again, as split-K launches leave their
+    tickets at zero (gemm_common.split_k_tickets, whose one-stream rule applies here too)."""
+    if m > SLOT_CAPACITY:
+        raise ValueError(f"gemm_argmax: M={m} rows exceed SLOT_CAPACITY={SLOT_CAPACITY}; take the argmax "
+                         f"of full logits (lingc.gemm) for larger batches")
+    key = (device.type, device.index)
+    t = _SLOTS.get(key)
+    if t is None:
+        t = torch.full((SLOT_CAPACITY,), EMPTY_KEY, dtype=torch.int64, device=device)
+        _SLOTS[key] = t
+    return t
 
 
 def gemm_argmax_triton(
@@ -129,21 +138,20 @@ def gemm_argmax_triton(
         return ids, best
     cfg = config if config is not None else argmax_config_for(n, k)
     assert cfg.split_k == 1 and cfg.block_n >= 16 and (cfg.prefetch or cfg.block_k >= 16), cfg
-    assert n < _INDEX_PAD, n
+    assert n < _INDEX_MAX, n
     use_gdc, launch = resolve_pdl(x.device, use_pdl)
 
     block_k, k_tiles, _, even_k = k_plan(k, cfg)
     n_blocks = triton.cdiv(n, cfg.block_n)
     grid = (triton.cdiv(m, BLOCK_M), n_blocks)
-    part_val = torch.empty((m, n_blocks), device=x.device, dtype=torch.float32)
-    part_idx = torch.empty((m, n_blocks), device=x.device, dtype=torch.int32)
+    # The slots before the launch: their first allocation runs a fill kernel.
+    slots = argmax_slots(x.device, m)
     _gemm_argmax_kernel[grid](
-        x, w, ids, best, part_val, part_idx, split_k_tickets(x.device, grid[0]),
+        x, w, ids, best, slots, split_k_tickets(x.device, grid[0]),
         m, n, k,
-        x.stride(0), x.stride(1), w.stride(0), part_val.stride(0),
+        x.stride(0), x.stride(1), w.stride(0),
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, BLOCK_K=block_k, K_TILES=k_tiles, EVEN_K=even_k,
-        N_BLOCKS=n_blocks, REDUCE_BLOCK=min(REDUCE_BLOCK, triton.next_power_of_2(n_blocks)),
-        ROUND_TO_BF16=x.dtype == torch.bfloat16, USE_GDC=use_gdc, **dot_flags(x.dtype),
+        N_BLOCKS=n_blocks, ROUND_TO_BF16=x.dtype == torch.bfloat16, USE_GDC=use_gdc, **dot_flags(x.dtype),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch,
     )
     return ids, best
