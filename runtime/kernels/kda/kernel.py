@@ -11,8 +11,16 @@ receiving them, and the K reduction of a column happens whole inside one program
 BV comes from a fixed table keyed by (H, K, V), never by T (see config_for).
 
 PDL. Producer-independent loads come before ``gdc_wait``: the three conv weights of the
-program's channels, A_log[h] and dt_bias. The raw projections (the previous kernel's outputs),
-the state and the windows are read after it, and every store comes after it.
+program's channels, A_log[h] and dt_bias, and (session 13) the state tile and the conv windows.
+Those two are not the previous kernel's outputs: their last writer is this layer's chain of an
+earlier step (persistent mode), the commit at the end of an earlier verify graph, or the prefill,
+and in a lingc graph at least one kernel that releases its dependents only after its own wait
+(the projection GEMM right before the chain) stands between that writer and this launch, so it
+has completed when this kernel starts (runtime/pdl.py, rule 3; the same argument as the MoE
+down-GEMM's early read of moe_align's table). Under LINGC_PDL_TRIGGER=early no kernel gives that
+guarantee, so there they are read after the wait (``STATE_BEFORE_WAIT``). Taking the state's
+cold read (4 KB per program) off the path after the wait leaves only the raw projections (the
+previous kernel's outputs, from L2) there. Every store comes after the wait.
 
 Conv windows. Every program needs its head's q and k windows; the v window of a channel is
 needed only by the program owning that channel. Ownership of the writes, so that every element
@@ -43,10 +51,14 @@ import torch
 import triton
 import triton.language as tl
 
-from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
+from lingc.runtime.pdl import EARLY_TRIGGER, pdl_launch_dependents, pdl_supported, pdl_wait
 
 __all__ = ["COMMIT_GROUP", "CONV_WIDTH", "KdaConfig", "CONFIGS", "config_for", "kda_chain_triton",
            "kda_commit_many_triton", "kda_commit_triton"]
+
+# The state tile and the windows are loaded before gdc_wait except when every kernel triggers
+# its dependents early (module docstring, "PDL"). A global constexpr: part of the cache key.
+STATE_BEFORE_WAIT = tl.constexpr(not EARLY_TRIGGER.value)
 
 # The short-conv kernel size the kernel is written for (Ling-3: short_conv_kernel_size 4). The
 # window holds CONV_WIDTH - 1 = 3 past inputs per channel, kept as three register vectors.
@@ -141,10 +153,12 @@ def _kda_chain_kernel(
     a = tl.exp(tl.load(alog_ptr + h).to(tl.float32))
     dtb = tl.load(dtb_ptr + cqk, mask=mk, other=0.0).to(tl.float32)
 
-    pdl_wait(USE_GDC)
-    pdl_launch_dependents(USE_GDC)
+    if not STATE_BEFORE_WAIT:
+        pdl_wait(USE_GDC)
+        pdl_launch_dependents(USE_GDC)
 
-    # Windows (oldest first) and the state tile, after the wait: a previous kernel wrote them.
+    # Windows (oldest first) and the state tile (module docstring, "PDL": before the wait
+    # unless every kernel triggers early).
     xq0 = tl.load(win_ptr + cqk * WIN + 0, mask=mk, other=0.0).to(tl.float32)
     xq1 = tl.load(win_ptr + cqk * WIN + 1, mask=mk, other=0.0).to(tl.float32)
     xq2 = tl.load(win_ptr + cqk * WIN + 2, mask=mk, other=0.0).to(tl.float32)
@@ -156,6 +170,10 @@ def _kda_chain_kernel(
     xv2 = tl.load(win_ptr + (2 * D + cv) * WIN + 2, mask=mv, other=0.0).to(tl.float32)
     s_offs = h * K * V + offs_k[:, None] * V + offs_v[None, :]
     S = tl.load(state_ptr + s_offs, mask=m2, other=0.0)
+
+    if STATE_BEFORE_WAIT:
+        pdl_wait(USE_GDC)
+        pdl_launch_dependents(USE_GDC)
 
     # A while loop rather than range(T): the interpreter cannot take a runtime bound in range().
     # Token t + 1's inputs are requested before token t is computed, so their L2 latency overlaps
