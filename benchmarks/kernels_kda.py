@@ -124,11 +124,15 @@ def bench_T(T, bvs, replays, copies_override):
     ref = kda_chain_reference(*(_to_cpu(a) for a in _args(x0)))
     table = config_for(H, K, K)
 
+    # As pdl_swap marks a model's chains: each call reads another layer copy's state, written
+    # `copies` calls earlier, so the state may be read before the PDL wait (not with one copy).
+    ready = copies > 1
+
     def lingc(cfg, pdl, stage):
         def run(x):
             return kda_chain_triton(*_args(x), x["stage_states"] if stage else None,
                                     x["stage_windows"] if stage else None, x["out"], config=cfg,
-                                    use_pdl=None if pdl else False)
+                                    state_ready=ready, use_pdl=None if pdl else False)
         return run
 
     variants = {}

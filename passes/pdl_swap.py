@@ -285,7 +285,33 @@ class PdlSwap(LingcPass):
                 self.notes.append(f"{st['ph'].name}: KDA chain left ({why})")
             else:
                 matches += 1
+        if matches:
+            self._mark_state_ready(g)
         return matches
+
+    def _mark_state_ready(self, g: fx.Graph) -> None:
+        """``state_ready=True`` on every kda_chain whose state and conv window are graph inputs
+        (or slots of them) that no lingc KDA op earlier in this graph writes: their last writer
+        ran before the graph, behind the projection GEMM that feeds the chain, so the kernel may
+        read them before its PDL wait (runtime/kernels/kda/kernel.py, "PDL"). A transposed copy,
+        or a second chain on the same input, keeps the read after the wait."""
+        def input_base(x):
+            if isinstance(x, fx.Node) and x.op == "placeholder":
+                return x
+            if is_call(x, aten.select.int) and isinstance(x.args[0], fx.Node) and x.args[0].op == "placeholder":
+                return x.args[0]
+            return None
+
+        written: set = set()
+        for n in g.nodes:
+            if is_call(n, lingc_ops.kda_commit.default):
+                written.update(b for b in map(input_base, n.args[:2]) if b is not None)
+            if not is_call(n, lingc_ops.kda_chain.default):
+                continue
+            bases = [input_base(n.args[6]), input_base(n.args[9])]       # conv_window, state
+            if all(b is not None and b not in written for b in bases):
+                n.kwargs = {**n.kwargs, "state_ready": True}
+            written.update(b for b in bases if b is not None)
 
     def _state_writes(self, g: fx.Graph) -> list[dict]:
         """Epilogue copy_(ph, new) of a slot (select_scatter(ph, copy(select(ph, 0, s), X), 0, s))

@@ -34,9 +34,11 @@ The rule every lingc kernel follows (the kernel takes ``USE_GDC: tl.constexpr``)
    outputs before its own wait. A kernel whose successor relies on that (the MoE up-GEMM: the
    down-GEMM reads moe_align's block table before its wait) calls ``pdl_wait_then_release``,
    which keeps the late placement in every mode. The KDA chain reads its recurrent state and
-   conv windows before its wait: their last writer lies behind the projection GEMM that feeds
-   the chain, which triggers after its wait in the late and small placements; under ``early``
-   the chain reads them after its wait (kda/kernel.py).
+   conv windows before its wait when pdl_swap marks them ``state_ready`` (inputs of the graph
+   that nothing in it writes before the chain): their last writer then lies behind the
+   projection GEMM that feeds the chain, which triggers after its wait in the late and small
+   placements; unmarked, or under ``early``, the chain reads them after its wait
+   (kda/kernel.py).
 
 Host side: launch with ``**launch_kwargs(device)`` and pass ``USE_GDC=pdl_supported(device)``.
 The two must agree: a kernel launched with ``launch_pdl=True`` but without the wait would race

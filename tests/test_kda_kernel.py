@@ -417,7 +417,8 @@ _COMPILE_CHECK = textwrap.dedent("""
     sig.update(ticket_ptr="*i32", lower_bound="fp32", scale="fp32", eps="fp32")
     cfg = config_for(8, 128, 128)
     for staged in (False, True):
-        const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv, STAGED=staged, USE_GDC=True)
+        const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv, STAGED=staged,
+                     STATE_BEFORE_WAIT=True, USE_GDC=True)
         ptx, info = compile_sm90(_kda_chain_kernel, sig, const, num_warps=cfg.num_warps)
         assert "griddepcontrol.wait" in ptx
         print(staged, info)

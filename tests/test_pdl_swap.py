@@ -89,6 +89,52 @@ def test_tiny_forward_numbers_and_counts(tiny, T):
     assert st.ops_after < st.ops_before // 3
 
 
+def final_graph_text(report) -> str:
+    from pathlib import Path
+    return (Path(report.dump_dir) / "99-final.txt").read_text()
+
+
+@pytest.mark.parametrize("role", ["decode", "verify"])
+def test_state_ready_on_every_chain_of_the_tiny_model(tiny, role, tmp_path):
+    """Each layer's state and window are graph inputs that nothing in the graph writes before its
+    chain, so pdl_swap lets every kda_chain read them before the PDL wait; a second chain on the
+    same input would not (see test_state_ready_not_on_a_second_chain_of_one_state)."""
+    model, base = tiny
+    if role == "decode":
+        fn, args = model, (torch.tensor([5]), torch.tensor([P]))
+    else:
+        fn, args = verify_fn(model), (chain_accepting(model, base, 2, start=P, vocab=VOCAB), torch.arange(P, P + 6))
+    _, report = run_and_report(fn, *args, base.clone(), role=role, dump_dir=str(tmp_path))
+    text = final_graph_text(report)
+    n = len(model.config.kda_layers)
+    assert text.count("lingc.kda_chain(") == n and text.count("state_ready=True") == n
+
+
+def test_state_ready_not_on_a_second_chain_of_one_state():
+    """pdl_swap leaves a KDA layer applied twice to one state to ATen today; should two chains on
+    one input ever meet, only the first may read it before the wait (its writer, the first
+    chain, runs in this graph). Also: a slot (select) of an input counts as the input, and a
+    transposed temporary never qualifies."""
+    import torch.fx as fx
+
+    from lingc.graph_match import aten
+    from lingc.passes.pdl_swap import PdlSwap
+
+    g = fx.Graph()
+    st, win, other_st, other_win, x = (g.placeholder(n) for n in ("st", "win", "st2", "win2", "x"))
+    chain = torch.ops.lingc.kda_chain.default
+
+    def call(window, state):
+        return g.call_function(chain, (x, x, x, x, x, [x, x, x], window, x, x, state, -5.0, None, None))
+
+    first = call(g.call_function(aten.select.int, (win, 0, 0)), g.call_function(aten.select.int, (st, 0, 0)))
+    second = call(win, st)
+    transposed = call(other_win, g.call_function(aten.clone.default, (other_st,)))
+    g.output((first, second, transposed))
+    PdlSwap._mark_state_ready(None, g)
+    assert [n.kwargs.get("state_ready", False) for n in (first, second, transposed)] == [True, False, False]
+
+
 @pytest.mark.parametrize("j", [1, 5])
 def test_tiny_verify_staged(tiny, j):
     """T=6 verify: stage_commit + pdl_swap give kda_chain (staged) per layer and one
@@ -187,17 +233,19 @@ class ForeignKDA(nn.Module):
 
 @pytest.mark.parametrize("vk", [True, False])
 @pytest.mark.parametrize("T", [1, 3])
-def test_foreign_kda_layer(vk, T):
+def test_foreign_kda_layer(vk, T, tmp_path):
     m = ForeignKDA(vk)
     x = torch.randn(T, 24)
     state, window = 0.3 * torch.randn(1, H, K, K), torch.randn(1, 3, D, 3)
     ref_s, ref_w = state.clone(), window.clone()
     with torch.no_grad():
         ref = m(x, ref_s, ref_w)
-    out, report = run_and_report(m, x, state, window)
+    out, report = run_and_report(m, x, state, window, dump_dir=str(tmp_path))
     st = stat(report, "pdl_swap")
     assert rows(report).get("lingc.kda_chain", 0) == 1, st.notes
     assert ("transposed copy" in " ".join(st.notes)) == vk
+    # The transposed copy is written right before the chain: its state is read after the wait.
+    assert final_graph_text(report).count("state_ready=True") == (0 if vk else 1)
     assert_rel_close(out, ref, 1e-5, "foreign KDA output")
     assert_rel_close(state, ref_s, 1e-5, "foreign KDA state")
     assert_rel_close(window, ref_w, 1e-5, "foreign KDA conv window")

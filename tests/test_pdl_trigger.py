@@ -44,21 +44,26 @@ _CHECK = textwrap.dedent("""
                           num_warps=8)
     assert order(ptx) == ("early" if TRIGGER == "early" else "late"), TRIGGER
 
-    # The KDA chain reads its state tile and bf16 conv windows before the wait unless every kernel
-    # triggers early (kda/kernel.py, "PDL"); the token inputs (bf16 too) always come after it.
+    # The KDA chain reads its state tile and bf16 conv windows before the wait when pdl_swap vouches
+    # for them (state_ready) and the trigger placement keeps its guarantee (not under early);
+    # the token inputs (bf16 too) always come after it.
     import re
-    from lingc.runtime.kernels.kda.kernel import _kda_chain_kernel, config_for
+    from lingc.runtime.kernels.kda.kernel import _kda_chain_kernel, config_for, state_before_wait
+    assert state_before_wait(True, True) == (TRIGGER != "early")
+    assert not state_before_wait(False, True) and not state_before_wait(True, False)
     sig = {n: "*bf16" for n in ["q_ptr", "k_ptr", "v_ptr", "f_ptr", "b_ptr", "win_ptr", "swin_ptr"]}
     sig.update({n: "i32" for n in ["stride_q", "stride_k", "stride_v", "stride_f", "stride_b", "T", "STAGED"]})
     sig.update({n: "*fp32" for n in ["wq_ptr", "wk_ptr", "wv_ptr", "alog_ptr", "dtb_ptr", "state_ptr", "o_ptr",
                                      "sstate_ptr"]})
     sig.update(ticket_ptr="*i32", lower_bound="fp32", scale="fp32", eps="fp32")
     cfg = config_for(8, 128, 128)
-    const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv, USE_GDC=True)
-    ptx, _ = compile_sm90(_kda_chain_kernel, sig, const, num_warps=cfg.num_warps)
-    head = ptx.split("griddepcontrol.wait")[0]
-    bf16_before = re.search(r"ld\.global(\.\w+)*\.[bu]16", head) is not None
-    assert bf16_before == (TRIGGER != "early"), (TRIGGER, bf16_before)
+    for early_read in (True, False):
+        const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv,
+                     STATE_BEFORE_WAIT=state_before_wait(early_read, True), USE_GDC=True)
+        ptx, _ = compile_sm90(_kda_chain_kernel, sig, const, num_warps=cfg.num_warps)
+        head = ptx.split("griddepcontrol.wait")[0]
+        bf16_before = re.search(r"ld\\.global(\\.\\w+)*\\.[bu]16", head) is not None
+        assert bf16_before == (early_read and TRIGGER != "early"), (TRIGGER, early_read, bf16_before)
 """)
 
 

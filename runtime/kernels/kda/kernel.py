@@ -11,16 +11,17 @@ receiving them, and the K reduction of a column happens whole inside one program
 BV comes from a fixed table keyed by (H, K, V), never by T (see config_for).
 
 PDL. Producer-independent loads come before ``gdc_wait``: the three conv weights of the
-program's channels, A_log[h] and dt_bias, and (session 13) the state tile and the conv windows.
-Those two are not the previous kernel's outputs: their last writer is this layer's chain of an
-earlier step (persistent mode), the commit at the end of an earlier verify graph, or the prefill,
-and in a lingc graph at least one kernel that releases its dependents only after its own wait
-(the projection GEMM right before the chain) stands between that writer and this launch, so it
-has completed when this kernel starts (runtime/pdl.py, rule 3; the same argument as the MoE
-down-GEMM's early read of moe_align's table). Under LINGC_PDL_TRIGGER=early no kernel gives that
-guarantee, so there they are read after the wait (``STATE_BEFORE_WAIT``). Taking the state's
-cold read (4 KB per program) off the path after the wait leaves only the raw projections (the
-previous kernel's outputs, from L2) there. Every store comes after the wait.
+program's channels, A_log[h] and dt_bias. With ``state_ready`` (the op's flag, set by pdl_swap)
+the state tile and the conv windows are read before it too (session 13: the state's cold read,
+4 KB per program, leaves the path after the wait, where only the raw projections remain, the
+previous kernel's outputs, from L2). The flag says that their last writer is not in this graph
+before the chain: it is this layer's chain of an earlier step, the commit at the end of an
+earlier verify graph, or the prefill, and at least one kernel that releases its dependents only
+after its own wait (the projection GEMM feeding the chain) stands between that writer and this
+launch, so it has completed when this kernel starts (runtime/pdl.py, rule 3; the argument of the
+MoE down-GEMM's early read of moe_align's table). Without the flag (a direct call of the op, two
+chains on one state back to back, the transposed copy of an independently written layer) and
+under LINGC_PDL_TRIGGER=early they are read after the wait. Every store comes after the wait.
 
 Conv windows. Every program needs its head's q and k windows; the v window of a channel is
 needed only by the program owning that channel. Ownership of the writes, so that every element
@@ -54,11 +55,7 @@ import triton.language as tl
 from lingc.runtime.pdl import EARLY_TRIGGER, pdl_launch_dependents, pdl_supported, pdl_wait
 
 __all__ = ["COMMIT_GROUP", "CONV_WIDTH", "KdaConfig", "CONFIGS", "config_for", "kda_chain_triton",
-           "kda_commit_many_triton", "kda_commit_triton"]
-
-# The state tile and the windows are loaded before gdc_wait except when every kernel triggers
-# its dependents early (module docstring, "PDL"). A global constexpr: part of the cache key.
-STATE_BEFORE_WAIT = tl.constexpr(not EARLY_TRIGGER.value)
+           "kda_commit_many_triton", "kda_commit_triton", "state_before_wait"]
 
 # The short-conv kernel size the kernel is written for (Ling-3: short_conv_kernel_size 4). The
 # window holds CONV_WIDTH - 1 = 3 past inputs per channel, kept as three register vectors.
@@ -132,7 +129,7 @@ def _kda_chain_kernel(
     wq_ptr, wk_ptr, wv_ptr, win_ptr, alog_ptr, dtb_ptr, state_ptr, o_ptr, sstate_ptr, swin_ptr, ticket_ptr,
     T, STAGED, lower_bound, scale, eps,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    NVB: tl.constexpr, USE_GDC: tl.constexpr,
+    NVB: tl.constexpr, STATE_BEFORE_WAIT: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     h = tl.program_id(0)
     vb = tl.program_id(1)
@@ -157,8 +154,8 @@ def _kda_chain_kernel(
         pdl_wait(USE_GDC)
         pdl_launch_dependents(USE_GDC)
 
-    # Windows (oldest first) and the state tile (module docstring, "PDL": before the wait
-    # unless every kernel triggers early).
+    # Windows (oldest first) and the state tile (module docstring, "PDL": before the wait when
+    # the caller vouches that their writer has completed).
     xq0 = tl.load(win_ptr + cqk * WIN + 0, mask=mk, other=0.0).to(tl.float32)
     xq1 = tl.load(win_ptr + cqk * WIN + 1, mask=mk, other=0.0).to(tl.float32)
     xq2 = tl.load(win_ptr + cqk * WIN + 2, mask=mk, other=0.0).to(tl.float32)
@@ -322,10 +319,19 @@ def _row_major(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
+def state_before_wait(state_ready: bool, use_pdl: bool) -> bool:
+    """Whether the chain reads the state and windows before its PDL wait: only when the caller
+    vouches for their writer (``state_ready``), PDL is on, and the kernel before the chain
+    triggers its dependents after its own wait (not under LINGC_PDL_TRIGGER=early)."""
+    return bool(state_ready and use_pdl and not EARLY_TRIGGER.value)
+
+
 def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state,
                      lower_bound: float, stage_states=None, stage_windows=None, out=None, *,
-                     config: KdaConfig | None = None, use_pdl: bool | None = None) -> torch.Tensor:
+                     state_ready: bool = False, config: KdaConfig | None = None,
+                     use_pdl: bool | None = None) -> torch.Tensor:
     """Launch the chain over T = q_raw.shape[0] tokens; returns o [T, H, V] fp32 (``out`` if given).
+    ``state_ready``: the state and window may be read before the PDL wait (module docstring).
 
     Persistent mode (stage_states is None): state and conv_window are updated in place.
     Staged mode: stage_states[t] / stage_windows[t] get position t's post-state / post-window;
@@ -358,7 +364,8 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
         stage_states if staged else state, stage_windows if staged else conv_window, tickets,
         T, int(staged), float(lower_bound), float(K) ** -0.5, _L2_EPS,
         H=H, K=K, V=V, BK=triton.next_power_of_2(K), BV=cfg.bv, NVB=nvb,
-        USE_GDC=use_pdl, num_warps=cfg.num_warps, num_stages=1, **launch,
+        STATE_BEFORE_WAIT=state_before_wait(state_ready, use_pdl), USE_GDC=use_pdl,
+        num_warps=cfg.num_warps, num_stages=1, **launch,
     )
     return out
 

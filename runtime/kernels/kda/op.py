@@ -1,7 +1,7 @@
 """The fused KDA chain and its commit as opaque custom ops.
 
 - ``torch.ops.lingc.kda_chain(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log,
-  dt_bias, state, lower_bound, stage_states, stage_windows) -> o [T, H, V] fp32``
+  dt_bias, state, lower_bound, stage_states, stage_windows, state_ready=False) -> o [T, H, V] fp32``
   conv_w is the list of the q, k, v depthwise conv weights [H*K, W], each read in place (a
   stacked copy would be one more kernel per layer and step).
   One slot's KDA core over T = 1..16 tokens (designed for the decode T=1 and the verify chain
@@ -9,7 +9,9 @@
   Staged mode (verify): state and conv_window are left untouched; stage_states[j] [H, K, V] and
   stage_windows[j] [3, H*K, W-1] get position j's post-state and post-window. The stage buffers
   may have more than T positions (a pass can allocate them for the longest chain); positions
-  >= T are not written.
+  >= T are not written. ``state_ready``: the caller (pdl_swap) vouches that the state and window
+  were last written before this graph, so on CUDA they are read before the PDL wait
+  (kernel.py, "PDL"); no effect on the values.
 - ``torch.ops.lingc.kda_commit(state, conv_window, stage_states, stage_windows, index) -> None``
   Copies stage position ``index`` (a 0-d or [1] integer tensor on the state's device, e.g. the
   in-graph verdict's accept count) into state and conv_window, in place, without a host sync.
@@ -171,14 +173,15 @@ def check_kda_commit_many_args(states, conv_windows, stage_states, stage_windows
 def _kda_chain(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.Tensor, f_raw: torch.Tensor,
                b_raw: torch.Tensor, conv_w: list[torch.Tensor], conv_window: torch.Tensor, a_log: torch.Tensor,
                dt_bias: torch.Tensor, state: torch.Tensor, lower_bound: float,
-               stage_states: Optional[torch.Tensor], stage_windows: Optional[torch.Tensor]) -> torch.Tensor:
+               stage_states: Optional[torch.Tensor], stage_windows: Optional[torch.Tensor],
+               state_ready: bool = False) -> torch.Tensor:
     args = (q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state, lower_bound,
             stage_states, stage_windows)
     check_kda_chain_args(*args)
     if state.is_cuda:
         from .kernel import kda_chain_triton  # imported here so the CPU path needs no triton
 
-        return kda_chain_triton(*args)
+        return kda_chain_triton(*args, state_ready=state_ready)
     T = q_raw.shape[0]
     r = kda_chain_reference(*args[:11])
     if stage_states is None:
@@ -191,7 +194,7 @@ def _kda_chain(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.Tensor, f_
 
 
 def _kda_chain_fake(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state,
-                    lower_bound, stage_states, stage_windows):
+                    lower_bound, stage_states, stage_windows, state_ready=False):
     check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state,
                          lower_bound, stage_states, stage_windows)
     H, _, V = state.shape
