@@ -302,13 +302,17 @@ class PdlSwap(LingcPass):
                 return x.args[0]
             return None
 
+        def inputs(n: fx.Node, *names: str) -> list:
+            pos = [a.name for a in n.target._schema.arguments]
+            return [input_base(n.args[pos.index(name)]) for name in names]
+
         written: set = set()
         for n in g.nodes:
             if is_call(n, lingc_ops.kda_commit.default):
-                written.update(b for b in map(input_base, n.args[:2]) if b is not None)
+                written.update(b for b in inputs(n, "state", "conv_window") if b is not None)
             if not is_call(n, lingc_ops.kda_chain.default):
                 continue
-            bases = [input_base(n.args[6]), input_base(n.args[9])]       # conv_window, state
+            bases = inputs(n, "conv_window", "state")
             if all(b is not None and b not in written for b in bases):
                 n.kwargs = {**n.kwargs, "state_ready": True}
             written.update(b for b in bases if b is not None)

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["BLOCK_M", "TARGET_SMS", "TICKET_CAPACITY", "dot_acc", "split_k_tickets"]
+__all__ = ["BLOCK_M", "TARGET_SMS", "TICKET_CAPACITY", "dot_acc", "persistent_buffer", "split_k_tickets"]
 
 BLOCK_M = 16
 TARGET_SMS = 132
@@ -33,24 +33,28 @@ def dot_acc(x, w, acc, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr):
     return tl.dot(x, tl.trans(w), acc, out_dtype=tl.float32, input_precision=DOT_PRECISION)
 
 
-_TICKETS: dict[tuple, torch.Tensor] = {}
+_PERSISTENT: dict[tuple, torch.Tensor] = {}
+
+
+def persistent_buffer(name: str, device: torch.device, capacity: int, dtype: torch.dtype,
+                      fill: int) -> torch.Tensor:
+    """The device's buffer ``name`` of ``capacity`` entries, filled with ``fill`` at its one
+    allocation. Never replaced: a captured CUDA graph bakes in its address, so growing it would
+    leave old graphs pointing at freed memory. Every kernel that uses one leaves it at ``fill``
+    again, so launches on one stream, and graph replays, can share it; kernels on two streams
+    running at the same time must not (a lingc decode step runs on one stream)."""
+    key = (name, device.type, device.index)
+    t = _PERSISTENT.get(key)
+    if t is None:
+        t = torch.full((capacity,), fill, dtype=dtype, device=device)
+        _PERSISTENT[key] = t
+    return t
 
 
 def split_k_tickets(device: torch.device, n: int) -> torch.Tensor:
-    """The device's zeroed int32 ticket buffer (``TICKET_CAPACITY`` entries), for a launch that
-    needs ``n`` of them.
-
-    Allocated once per device and never replaced: a captured CUDA graph bakes in its address,
-    so growing it would leave old graphs pointing at freed memory. Every kernel that takes a
-    ticket leaves it at zero again (the last arrival resets it), so launches on one stream, and
-    graph replays, can share the buffer. Kernels on two streams running at the same time must
-    not (a lingc decode step runs on one stream).
-    """
+    """The device's zeroed int32 ticket buffer (``TICKET_CAPACITY`` entries, a
+    ``persistent_buffer``), for a launch that needs ``n`` of them; the last arrival at a ticket
+    resets it to zero."""
     if n > TICKET_CAPACITY:
         raise ValueError(f"a launch needs {n} split-K tickets, more than TICKET_CAPACITY={TICKET_CAPACITY}")
-    key = (device.type, device.index)
-    t = _TICKETS.get(key)
-    if t is None:
-        t = torch.zeros(TICKET_CAPACITY, dtype=torch.int32, device=device)
-        _TICKETS[key] = t
-    return t
+    return persistent_buffer("split_k_tickets", device, TICKET_CAPACITY, torch.int32, 0)

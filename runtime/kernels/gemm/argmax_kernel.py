@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lingc.runtime.kernels.gemm_common import BLOCK_M, split_k_tickets
+from lingc.runtime.kernels.gemm_common import BLOCK_M, persistent_buffer, split_k_tickets
 
 from .config import GemmConfig, argmax_config_for
 from .kernel import _block_dot, dot_flags, k_plan, resolve_pdl
@@ -39,6 +39,8 @@ __all__ = ["gemm_argmax_triton", "argmax_slots", "SLOT_CAPACITY", "EMPTY_KEY"]
 _INDEX_MAX = 2**31 - 1          # N must stay below it (the low half of a key is _INDEX_MAX - index)
 EMPTY_KEY = -(2**63)            # a slot with no key yet: below every key a column can produce
 SLOT_CAPACITY = 1 << 14         # rows (M) one launch may reduce
+_EMPTY: tl.constexpr = tl.constexpr(EMPTY_KEY)
+_IDX_MAX: tl.constexpr = tl.constexpr(_INDEX_MAX)
 
 
 @triton.jit
@@ -49,7 +51,7 @@ def _argmax_keys(v, idx):
     b = (v + 0.0).to(tl.int32, bitcast=True)               # -0.0 + 0.0 = +0.0
     order = tl.where(b < 0, b ^ 0x7FFFFFFF, b)
     order = tl.where(is_nan, 0x7FFFFFFF, order)             # every NaN above +inf
-    return (order.to(tl.int64) << 32) | (2147483647 - idx).to(tl.int64)
+    return (order.to(tl.int64) << 32) | (-idx + _IDX_MAX).to(tl.int64)
 
 
 @triton.jit
@@ -83,7 +85,7 @@ def _gemm_argmax_kernel(
     if ROUND_TO_BF16:  # the logits as a bf16 graph would hold them (ties included)
         acc = acc.to(tl.bfloat16).to(tl.float32)
     keys = _argmax_keys(acc, tl.broadcast_to(rows[None, :], (BLOCK_M, BLOCK_N)))
-    keys = tl.where(mask_n[None, :], keys, -9223372036854775808)
+    keys = tl.where(mask_n[None, :], keys, _EMPTY)
     tl.atomic_max(slot_ptr + offs_m, tl.max(keys, axis=1), mask=mask_m, sem="relaxed", scope="gpu")
     # Every thread's atomic is issued before the ticket (barrier), and the ticket is acq_rel at
     # GPU scope: the CTA that draws the last ticket sees every CTA's keys in the slots.
@@ -91,30 +93,21 @@ def _gemm_argmax_kernel(
     ticket = tl.atomic_add(ticket_ptr + pid_m, 1, sem="acq_rel", scope="gpu")
     if ticket == N_BLOCKS - 1:
         best = tl.load(slot_ptr + offs_m, mask=mask_m, other=0, cache_modifier=".cg")
-        tl.store(ids_ptr + offs_m, 2147483647 - (best & 0xFFFFFFFF), mask=mask_m)
+        tl.store(ids_ptr + offs_m, -(best & 0xFFFFFFFF) + _IDX_MAX, mask=mask_m)
         tl.store(max_ptr + offs_m, _key_value(best), mask=mask_m)
         # Ready for the next call: the slots empty, the ticket zero.
-        tl.store(slot_ptr + offs_m, tl.full((BLOCK_M,), -9223372036854775808, tl.int64), mask=mask_m)
+        tl.store(slot_ptr + offs_m, tl.full((BLOCK_M,), _EMPTY, tl.int64), mask=mask_m)
         tl.atomic_xchg(ticket_ptr + pid_m, 0, sem="relaxed", scope="gpu")
 
 
-_SLOTS: dict[tuple, torch.Tensor] = {}
-
-
 def argmax_slots(device: torch.device, m: int) -> torch.Tensor:
-    """The device's int64 key slots (``SLOT_CAPACITY`` of them, each ``EMPTY_KEY``) for a launch
-    over ``m`` rows. Allocated once per device and never replaced (a captured CUDA graph bakes in
-    the address); every launch leaves its slots empty again, as split-K launches leave their
-    tickets at zero (gemm_common.split_k_tickets, whose one-stream rule applies here too)."""
+    """The device's int64 key slots (``SLOT_CAPACITY`` of them, each ``EMPTY_KEY``: a
+    gemm_common.persistent_buffer) for a launch over ``m`` rows; every launch leaves its slots
+    empty again."""
     if m > SLOT_CAPACITY:
         raise ValueError(f"gemm_argmax: M={m} rows exceed SLOT_CAPACITY={SLOT_CAPACITY}; take the argmax "
                          f"of full logits (lingc.gemm) for larger batches")
-    key = (device.type, device.index)
-    t = _SLOTS.get(key)
-    if t is None:
-        t = torch.full((SLOT_CAPACITY,), EMPTY_KEY, dtype=torch.int64, device=device)
-        _SLOTS[key] = t
-    return t
+    return persistent_buffer("argmax_slots", device, SLOT_CAPACITY, torch.int64, EMPTY_KEY)
 
 
 def gemm_argmax_triton(
