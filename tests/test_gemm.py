@@ -10,7 +10,6 @@ differs); bf16 1e-2 under the interpreter (its fp32->bf16 cast truncates, so out
 one ulp below the reference's); bf16 on the GPU 4e-3 (both sides round to nearest once from fp32
 sums that differ only in order).
 """
-import dataclasses
 import textwrap
 
 import pytest
@@ -30,7 +29,6 @@ from lingc.runtime.kernels.gemm.config import (
 )
 from lingc.runtime.kernels.gemm.kernel import block_plan, gemm_triton, k_plan
 from lingc.runtime.kernels.gemm_common import TARGET_SMS, split_k_tickets
-from lingc.runtime.pdl import pdl_supported
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 RTOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
@@ -563,24 +561,6 @@ def test_gpu_batch_invariant(name, model_weights):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["tp4 KDA fused", "tp4 NEXTN eh_proj"])
-def test_gpu_l2_prefetch_changes_no_bit(name, model_weights):
-    # The table's L2 prefetch before the wait is a hint: the same config without it gives the
-    # same bits (PDL on: the prefetch is only compiled in with PDL).
-    if not pdl_supported(DEVICE):
-        pytest.skip("the prefetch runs only with PDL (compute capability >= 9)")
-    k, rows = MODEL_SHAPES[name]
-    weights = model_weights(name)
-    cfg = config_for(sum(rows), k)
-    assert cfg.l2_prefetch, cfg
-    for m in (1, 6):
-        x, _ = make_inputs(m, k, (), torch.bfloat16, seed=m + 41)
-        on = run_kernel(x, weights, cfg)
-        assert torch.equal(on, run_kernel(x, weights, dataclasses.replace(cfg, l2_prefetch=False))), (name, m)
-        assert_close(on, gemm_reference(x, weights), RTOL_GPU_BF16)
-
-
-@pytest.mark.gpu
 @pytest.mark.parametrize("name", ["tp4 lm_head", "flash lm_head"])
 def test_gpu_argmax_lm_head(name, model_weights):
     k, (n,) = MODEL_SHAPES[name]
@@ -732,44 +712,3 @@ def test_argmax_compiles_for_sm90_with_integer_atomics():
     # The lm_head shapes: no spills, the packed keys folded with atom.max.s64 (sm_90 compile).
     run_sm90_compile_check(_ARGMAX_COMPILE_CHECK)
 
-
-
-_PREFETCH_COMPILE_CHECK = textwrap.dedent("""
-    from sm90 import compile_sm90, divisible_by_16
-    from lingc.runtime.kernels.gemm.config import config_for
-    from lingc.runtime.kernels.gemm.kernel import _gemm_kernel, k_plan, prefetch_lines
-
-    fn = _gemm_kernel
-    for n, k in ((5128, 2560), (2560, 5120)):       # the design-A shapes that prefetch into L2
-        cfg = config_for(n, k)
-        block_k, k_tiles, split_k, even_k = k_plan(k, cfg)
-        lines = prefetch_lines(cfg, k_tiles, block_k, 2, True)
-        assert cfg.l2_prefetch and lines == 32, (n, k, lines)
-        assert prefetch_lines(cfg, k_tiles, block_k, 2, False) == 0    # only with PDL
-        sig = dict(x_ptr="*bf16", out_ptr="*bf16", ws_ptr="*fp32", ticket_ptr="*i32", bias_ptr="*bf16",
-                   res_ptr="*bf16", mul_ptr="*bf16", w_ptrs=("*bf16",), w_strides=("i32",), w_rows=("i32",),
-                   block_starts=("i32",), col_starts=("i32",),
-                   **{s: "i32" for s in ("M", "K", "stride_xm", "stride_om", "stride_ws_s", "stride_ws_m")})
-        const = dict(stride_xk=1, stride_on=1, stride_b=0, stride_rm=0, stride_rn=0, stride_gm=0, stride_gn=0,
-                     BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=block_k, K_TILES=k_tiles, SPLIT_K=split_k,
-                     EVEN_K=even_k, HAS_BIAS=False, HAS_RES=False, HAS_MUL=False, DOT_PRECISION="tf32",
-                     DOT_UPCAST=False, USE_GDC=True, PF_LINES=lines)
-        attrs = divisible_by_16(fn, ["x_ptr", "out_ptr", "ws_ptr", "K", "stride_xm", "stride_om", "stride_ws_s",
-                                     "stride_ws_m"])
-        attrs[(fn.arg_names.index("w_ptrs"), 0)] = [["tt.divisibility", 16]]
-        attrs[(fn.arg_names.index("w_strides"), 0)] = [["tt.divisibility", 16]]
-        ptx, info = compile_sm90(fn, sig, const, attrs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-        assert " 0 bytes spill stores" in info, (n, k, info)
-        # 64 rows x 32 lines over 128 threads: 16 prefetches a thread, all before the wait.
-        head, tail = ptx.split("griddepcontrol.wait", 1)
-        assert head.count("prefetch.global.L2") == 16 and "prefetch.global" not in tail, (n, k)
-        const.update(PF_LINES=0)
-        ptx, info = compile_sm90(fn, sig, const, attrs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-        assert "prefetch.global" not in ptx
-""")
-
-
-def test_l2_prefetch_compiles_for_sm90_before_the_wait():
-    # The fused KDA projection and NEXTN eh_proj (design A, 26 MB): the rest of each CTA's weight
-    # chunk is prefetched into L2 before gdc_wait, without spills; off, no prefetch is emitted.
-    run_sm90_compile_check(_PREFETCH_COMPILE_CHECK)

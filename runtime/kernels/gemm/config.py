@@ -47,14 +47,10 @@ class GemmConfig:
     num_stages: int = 4  # design A's pipeline depth; B: 1; C: 2 = the next x row loaded ahead
     prefetch: bool = False  # design B
     gemv: bool = False  # design C (gemv_kernel.py): block_n whole rows per CTA, no split, no dot
-    # Design A: before gdc_wait, also prefetch the rest of the CTA's weight chunk into L2
-    # (l2_prefetch.py), so the K loop after the wait reads L2. Only where the weight fits in L2
-    # with room to spare (<= ~26 MB of the H200's 50 MB).
-    l2_prefetch: bool = False
 
 
-def _a(block_n, split_k, block_k=128, num_warps=4, num_stages=4, l2_prefetch=False):
-    return GemmConfig(block_n, block_k, split_k, num_warps, num_stages, l2_prefetch=l2_prefetch)
+def _a(block_n, split_k, block_k=128, num_warps=4, num_stages=4):
+    return GemmConfig(block_n, block_k, split_k, num_warps, num_stages)
 
 
 def _b(block_n, split_k, num_warps=4):
@@ -70,8 +66,7 @@ CONFIGS: dict[tuple[int, int], GemmConfig] = {
     # flash-tp4-rank
     (1024, 2560): _b(64, 10),          # KDA q/k/v/f/g, 5.2 MB: 16 x 10 = 160 CTAs of 32 KB
     (8, 2560): _b(16, 5),              # KDA b / MLA g_proj, 41 KB: latency only, 5 CTAs
-    (5128, 2560): _a(64, 2, l2_prefetch=True),  # fused KDA, 26 MB: 81 blocks x 2 = 162 CTAs, 10
-                                       # tiles each, tiles 1-9 prefetched into L2 before the wait
+    (5128, 2560): _a(64, 2),           # fused KDA, 26 MB: 81 blocks x 2 = 162 CTAs, 10 tiles each
     (2560, 1024): _b(64, 4),           # KDA o_proj / MLA dense, 5.2 MB: 40 x 4 = 160 CTAs of 32 KB
     (1536, 2560): _b(64, 10),          # MLA q_proj, 7.9 MB: the SwiGLU N=768 weight shape, whose
                                        # best was 64 rows x 256: 24 x 10 = 240 CTAs
@@ -79,7 +74,7 @@ CONFIGS: dict[tuple[int, int], GemmConfig] = {
     (2120, 2560): _b(64, 10),          # fused MLA, 10.9 MB: 34 blocks x 10 = 340 CTAs of 32 KB
     (2560, 1536): _b(64, 6),           # dense MLP down, 7.9 MB: 40 x 6 = 240 CTAs of 32 KB
     (2560, 192): _b(16, 1),            # shared expert down, 1 MB: 160 CTAs of 6 KB (latency only)
-    (2560, 5120): _a(64, 4, l2_prefetch=True),  # NEXTN eh_proj, 26 MB: 40 x 4 = 160 CTAs, 10 tiles
+    (2560, 5120): _a(64, 4),           # NEXTN eh_proj, 26 MB: 40 x 4 = 160 CTAs, 10 tiles each
     (39296, 2560): _a(64, 1),          # lm_head logits, 201 MB: 614 CTAs, 20 tiles each
     # flash (full model)
     (4096, 2560): _a(32, 2),           # KDA q/k/v/f/g, 21 MB: 128 x 2 = 256 CTAs, 10 tiles each

@@ -26,13 +26,12 @@ import triton
 import triton.language as tl
 
 from lingc.runtime.kernels.gemm_common import BLOCK_M, dot_acc, split_k_tickets
-from lingc.runtime.kernels.l2_prefetch import L2_PREFETCH_ENABLED, LINE_BYTES, l2_prefetch
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait
 
 from .config import GemmConfig, config_for
 from .op import MAX_WEIGHTS
 
-__all__ = ["gemm_triton", "block_plan", "k_plan", "prefetch_lines", "dot_flags", "resolve_pdl"]
+__all__ = ["gemm_triton", "block_plan", "k_plan", "dot_flags", "resolve_pdl"]
 
 
 @triton.jit
@@ -63,7 +62,6 @@ def _block_dot(
     x_ptr, w_ptr, stride_wn, rows, mask_n, offs_m, mask_m, k_first, K, stride_xm, stride_xk,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_TILES: tl.constexpr,
     EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
-    PF_LINES: tl.constexpr = 0,
 ):
     """fp32 [BLOCK_M, BLOCK_N] = x[offs_m, chunk] @ w[rows, chunk].T over the K_TILES tiles
     starting at k_first, in increasing k. The weight has unit K stride (checked by the op), so
@@ -72,10 +70,7 @@ def _block_dot(
     Issues the first weight tile (design B: the whole chunk) before waiting for the producer,
     then triggers the dependents at once: the next kernel's CTAs are only scheduled after all of
     ours have triggered, so they take no slot we need and start their own weight prefetch while
-    we stream (runtime/pdl.py). With PF_LINES > 0 (design A, ``GemmConfig.l2_prefetch``) it
-    also asks for the rest of its chunk (tiles 1..K_TILES-1, PF_LINES 128-byte lines a row at
-    most) to be prefetched into L2 before the wait, so the K loop after it reads L2
-    (l2_prefetch.py: a hint, no value changes)."""
+    we stream (runtime/pdl.py)."""
     offs_k = k_first + tl.arange(0, BLOCK_K)
     w_ptrs = w_ptr + rows[:, None] * stride_wn + offs_k[None, :]
     x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk
@@ -85,14 +80,6 @@ def _block_dot(
         mask_wk = mask_wk & (offs_k[None, :] < K)
         mask_xk = mask_xk & (offs_k[None, :] < K)
     w = tl.load(w_ptrs, mask=mask_wk, other=0.0)
-    if PF_LINES > 0:
-        ELT: tl.constexpr = w_ptr.dtype.element_ty.primitive_bitwidth // 8
-        w_bytes = w_ptr.to(tl.pointer_type(tl.int8))
-        row_off = rows.to(tl.int64) * stride_wn * ELT
-        k_byte = (k_first + BLOCK_K) * ELT + tl.arange(0, PF_LINES) * LINE_BYTES
-        k_end = tl.minimum(k_first + K_TILES * BLOCK_K, K) * ELT
-        l2_prefetch(w_bytes + row_off[:, None] + k_byte[None, :], mask_n[:, None] & (k_byte < k_end)[None, :],
-                    w_bytes)
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
     x = tl.load(x_ptrs, mask=mask_xk, other=0.0)
@@ -139,7 +126,7 @@ def _gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_TILES: tl.constexpr,
     SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, HAS_MUL: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr, PF_LINES: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     # Axis 0 is M so the CTAs that share a weight block (M > 16) are scheduled together.
     pid_m = tl.program_id(0)
@@ -154,7 +141,6 @@ def _gemm_kernel(
     acc = _block_dot(
         x_ptr, w_ptr, stride_wn, rows, mask_n, offs_m, mask_m, pid_k * K_TILES * BLOCK_K, K,
         stride_xm, stride_xk, BLOCK_M, BLOCK_N, BLOCK_K, K_TILES, EVEN_K, DOT_PRECISION, DOT_UPCAST, USE_GDC,
-        PF_LINES,
     )
 
     out_ptrs = out_ptr + offs_m[:, None] * stride_om + cols[None, :] * stride_on
@@ -207,15 +193,6 @@ def k_plan(k: int, cfg: GemmConfig) -> tuple[int, int, int, bool]:
     # Unmasked K only when every chunk is whole tiles inside K (K = 0 must take the masks).
     even_k = k > 0 and k % cfg.block_k == 0 and split_k * chunk_tiles == k_tiles
     return cfg.block_k, chunk_tiles, split_k, even_k
-
-
-def prefetch_lines(cfg: GemmConfig, k_tiles: int, block_k: int, elt: int, use_gdc: bool) -> int:
-    """PF_LINES of ``_block_dot``: the 128-byte lines of a weight row's chunk past its first tile,
-    rounded up to a power of two, when ``cfg.l2_prefetch`` asks for the prefetch (design A with
-    more than one tile, PDL on, LINGC_L2_PREFETCH not 0); else 0 (compiled out)."""
-    if not (cfg.l2_prefetch and use_gdc and L2_PREFETCH_ENABLED and not cfg.prefetch and k_tiles > 1):
-        return 0
-    return triton.next_power_of_2(triton.cdiv((k_tiles - 1) * block_k * elt, 128))
 
 
 def dot_flags(dtype: torch.dtype) -> dict:
@@ -294,7 +271,7 @@ def gemm_triton(
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, BLOCK_K=block_k, K_TILES=k_tiles,
         SPLIT_K=split_k, EVEN_K=even_k,
         HAS_BIAS=bias is not None, HAS_RES=residual is not None, HAS_MUL=sigmoid_mul is not None,
-        USE_GDC=use_gdc, PF_LINES=prefetch_lines(cfg, k_tiles, block_k, x.element_size(), use_gdc),
-        **dot_flags(x.dtype), num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch,
+        USE_GDC=use_gdc, **dot_flags(x.dtype),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch,
     )
     return out
