@@ -10,7 +10,7 @@ DURATIONS=5 source "$(dirname "$0")/device_env.sh"
 base_setup
 CUDA_VISIBLE_DEVICES=0 timeout 200 $PYT --timeout 150 --timeout-method thread tests/test_moe_kernels.py \
     tests/test_batch_invariance.py tests/test_relay.py 2>&1 | stamp > "$OUT/pytest_gpu.log"
-CUDA_VISIBLE_DEVICES=0 timeout 150 python3 benchmarks/scripts/probe_select_topk.py "$OUT/probe_select_topk.json" \
+CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$PWD:$PYTHONPATH timeout 150 python3 benchmarks/scripts/probe_select_topk.py "$OUT/probe_select_topk.json" \
     2>&1 | stamp > "$OUT/probe_select_topk.log"
 decode_as 0 decode_topk 150 lingc,lingc-nextn 48
 PRELUDE="import lingc.runtime.kernels.moe_router.kernel as rk; rk.LOGITS_ROWS = 4" \
