@@ -40,7 +40,7 @@ _CHECK = textwrap.dedent("""
 
     sig = dict(x_ptr="*bf16", w_ptr="*bf16", logits_ptr="*fp32", T="i32", H="i32", stride_xt="i32",
                stride_xh="i32", stride_we="i32", stride_lt="i32")
-    ptx, _ = compile_sm90(_moe_router_logits_kernel, sig, dict(E=512, BLOCK_E=4, BLOCK_H=4096, ROWS=1, USE_GDC=True),
+    ptx, _ = compile_sm90(_moe_router_logits_kernel, sig, dict(E=512, BLOCK_E=4, BLOCK_H=4096, USE_GDC=True),
                           num_warps=8)
     assert order(ptx) == ("early" if TRIGGER == "early" else "late"), TRIGGER
 

@@ -33,21 +33,19 @@ import triton.language as tl
 
 from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
 
-__all__ = ["LOGITS_ROWS", "SELECT_WARPS", "moe_router_triton", "router_block_e", "router_num_warps"]
+__all__ = ["SELECT_WARPS", "moe_router_triton", "router_block_e", "router_num_warps"]
 
 # CTAs the matvec is spread over at most (H200: 132 SMs; 128 divides the expert counts).
 _TARGET_CTAS = 128
 # Warps of a selection CTA: one, so every reduction stays inside the warp (README.md).
 SELECT_WARPS = 1
-# Token rows the logits kernel reduces together (a constant: a row's bits must not depend on T).
-LOGITS_ROWS = 1
 
 
 @triton.jit(do_not_specialize=["T"])
 def _moe_router_logits_kernel(
     x_ptr, w_ptr, logits_ptr, T, H,
     stride_xt, stride_xh, stride_we, stride_lt,
-    E: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr, ROWS: tl.constexpr, USE_GDC: tl.constexpr,
+    E: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     pid = tl.program_id(0)
     # Producer-independent load first: this CTA's gate tile.
@@ -62,26 +60,19 @@ def _moe_router_logits_kernel(
     pdl_launch_dependents(USE_GDC)
 
     wf = w.to(tl.float32)
-    # ROWS token rows per pass share one reduction (one cross-warp exchange for all of them);
-    # each row's tree over H is the same at every position of the pass (the H axis is laid out
-    # alike for each), so a row's bits do not depend on T. Row loops are while loops: the triton
-    # 3.6 interpreter cannot iterate range() over a runtime scalar (numpy 2 refuses its 1-element
-    # handle as an index); on the GPU both lower to the same scf loop. The next pass's rows are
-    # requested before this pass is reduced, so their L2 latency overlaps the reduction.
-    offs_t = tl.arange(0, ROWS)
+    # Row loops are while loops: the triton 3.6 interpreter cannot iterate range() over a
+    # runtime scalar (numpy 2 refuses its 1-element handle as an index); on the GPU both lower
+    # to the same scf loop.
+    # Row t + 1 is requested before row t is reduced, so a row's L2 latency overlaps the
+    # previous row's reduction (the same arithmetic per row whatever T is).
     t = 0
-    xv = tl.load(x_ptr + offs_t[:, None] * stride_xt + offs_h[None, :] * stride_xh,
-                 mask=(offs_t < T)[:, None] & mask_h[None, :], other=0.0)
+    xv = tl.load(x_ptr + offs_h * stride_xh, mask=mask_h & (T > 0), other=0.0)
     while t < T:
-        nt = t + ROWS + offs_t
-        xn = tl.load(x_ptr + nt[:, None] * stride_xt + offs_h[None, :] * stride_xh,
-                     mask=(nt < T)[:, None] & mask_h[None, :], other=0.0)
-        logit = tl.sum(wf[None, :, :] * xv.to(tl.float32)[:, None, :], axis=2)
-        ct = t + offs_t
-        tl.store(logits_ptr + ct[:, None] * stride_lt + rows[None, :], logit,
-                 mask=(ct < T)[:, None] & mask_e[None, :])
+        xn = tl.load(x_ptr + (t + 1) * stride_xt + offs_h * stride_xh, mask=mask_h & (t + 1 < T), other=0.0)
+        logit = tl.sum(wf * xv.to(tl.float32)[None, :], axis=1)
+        tl.store(logits_ptr + t * stride_lt + rows, logit, mask=mask_e)
         xv = xn
-        t += ROWS
+        t += 1
 
 
 @triton.jit
@@ -128,21 +119,25 @@ def _moe_router_select_kernel(
     lg = tl.load(logits_ptr + t * stride_lt + eidx, mask=valid, other=0.0)
     c = tl.where(valid, tl.sigmoid(lg) + bias, neg_inf)
     key = (_order_key(c).to(tl.int64) << 32) | tl.where(valid, E - 1 - eidx, 0).to(tl.int64)
-    # Group score: top-1 + top-2 of the group, from a bitonic top-2 along the member axis.
-    top2 = tl.topk(key, 2, dim=1)
-    k1 = tl.max(top2, axis=1)
-    k2 = tl.min(top2, axis=1)
+    # Group score: top-1 + top-2 of the group (the top-1's lowest position removed).
+    k1 = tl.max(key, axis=1)
+    k2 = tl.max(tl.where(key == k1[:, None], lowest, key), axis=1)
     gar = tl.arange(0, G_PAD)
     gscore = tl.where(gar < N_GROUP, _key_value(k1) + _key_value(k2), neg_inf)
     gkey = (_order_key(gscore).to(tl.int64) << 32) | (G_PAD - 1 - gar).to(tl.int64)
-    # The topk_group best groups: those with fewer than topk_group better ones (keys are distinct).
-    better = tl.sum((gkey[None, :] > gkey[:, None]).to(tl.int32), axis=1)
-    keep = better < TOPK_GROUP
+    keep = gkey == lowest                  # all False
+    for _ in tl.static_range(TOPK_GROUP):
+        best = tl.max(gkey, axis=0)
+        hit = gkey == best
+        keep = keep | hit
+        gkey = tl.where(hit, lowest, gkey)
     key = tl.where(keep[:, None] & valid, key, lowest)
-    # The top_k best keys of the kept groups, best first (a bitonic top-k over the whole row).
-    best = tl.topk(tl.reshape(key, [G_PAD * GS_PAD]), K_PAD)
     kr = tl.arange(0, K_PAD)
-    ids = (E - 1 - (best & 0x7FFFFFFF)).to(tl.int32)
+    ids = tl.zeros([K_PAD], dtype=tl.int32)
+    for i in tl.static_range(TOP_K):
+        best = tl.max(tl.max(key, axis=1), axis=0)
+        ids = tl.where(kr == i, (E - 1 - (best & 0x7FFFFFFF)).to(tl.int32), ids)
+        key = tl.where(key == best, lowest, key)
     mask = kr < TOP_K
     # The weights are the unbiased scores at the picked experts.
     lsel = tl.load(logits_ptr + t * stride_lt + ids, mask=mask, other=0.0)
@@ -214,7 +209,7 @@ def moe_router_triton(
     _moe_router_logits_kernel[(triton.cdiv(e, block_e),)](
         x, gate_w, logits_out, t, h,
         x.stride(0), x.stride(1), gate_w.stride(0), logits_out.stride(0),
-        E=e, BLOCK_E=block_e, BLOCK_H=triton.next_power_of_2(h), ROWS=LOGITS_ROWS, USE_GDC=use_pdl,
+        E=e, BLOCK_E=block_e, BLOCK_H=triton.next_power_of_2(h), USE_GDC=use_pdl,
         num_warps=router_num_warps(block_e, h), **pdl,
     )
     _moe_router_select_kernel[(t,)](
