@@ -71,14 +71,10 @@ class MlaDecodeConfig:
     num_stages: int = 3
     combine_block_r: int = 64     # latent columns per combine program
     combine_block_s: int = 32     # splits per combine chunk
-    # Rows of a split program's query tile at least (a power of two >= 16, tl.dot's smallest M):
-    # BH = max(min_query_rows, next_pow2(H)) holds BH / next_pow2(H) queries with all their heads.
-    min_query_rows: int = 16
 
     def __post_init__(self):
         assert self.block_l >= 16 and self.block_l & (self.block_l - 1) == 0, self
         assert self.split_len % self.block_l == 0, self
-        assert self.min_query_rows >= 16 and self.min_query_rows & (self.min_query_rows - 1) == 0, self
 
 
 def config_for(L: int, H: int, R: int, P: int) -> MlaDecodeConfig:
@@ -275,7 +271,7 @@ def mla_decode_triton(q_lat, q_rope, kv_cache, positions, scale: float, gate=Non
     kv_bf16 = kv_cache.dtype != torch.float32
     rope = rope_inv_freq is not None
     hp = triton.next_power_of_2(H)
-    bh = max(cfg.min_query_rows, hp)
+    bh = max(16, hp)
     _mla_split_kernel[(triton.cdiv(T, bh // hp), ns)](
         q_lat, q_rope, kv_cache, positions, rope_inv_freq if rope else positions, m, l, acc,
         q_lat.stride(0), q_lat.stride(1), q_rope.stride(0), q_rope.stride(1), kv_cache.stride(0), L, float(scale),
