@@ -165,6 +165,16 @@ def test_persistent_ticket_resets():
         assert torch.equal(a, b)
 
 
+def test_ticket_buffer_is_never_replaced():
+    # A captured graph bakes in the tickets' address: every launch gets the same buffer, and a
+    # launch needing more than it holds is refused instead of growing it.
+    from lingc.runtime.kernels.kda.kernel import TICKET_CAPACITY, _tickets
+    dev = torch.device(DEVICE)
+    assert _tickets(dev, 2).data_ptr() == _tickets(dev, TICKET_CAPACITY).data_ptr()
+    with pytest.raises(ValueError, match="TICKET_CAPACITY"):
+        _tickets(dev, TICKET_CAPACITY + 1)
+
+
 # Batch invariance in T.
 
 

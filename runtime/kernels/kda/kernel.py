@@ -52,6 +52,7 @@ import torch
 import triton
 import triton.language as tl
 
+from lingc.runtime.kernels.gemm_common import persistent_buffer
 from lingc.runtime.pdl import EARLY_TRIGGER, pdl_launch_dependents, pdl_supported, pdl_wait
 
 __all__ = ["COMMIT_GROUP", "CONV_WIDTH", "KdaConfig", "CONFIGS", "config_for", "kda_chain_triton",
@@ -299,20 +300,20 @@ def _kda_commit_many_kernel(index_ptr, N_STATE, N_WIN,
     _commit_block(pid, dst_s, dst_w, src_s, src_w, index_ptr, N_STATE, N_WIN, BLOCK, USE_GDC)
 
 
-_TICKETS: dict[tuple, torch.Tensor] = {}
+# Tickets per device: one per head of a persistent multi-block launch (Ling-3: 8-64 heads).
+TICKET_CAPACITY = 1024
 
 
 def _tickets(device: torch.device, n: int) -> torch.Tensor:
-    """Zeroed int32 tickets, one per head, kept per device: each persistent launch leaves them
-    zero, so a captured graph replays them forever. Allocated on the first (eager, warm-up)
+    """Zeroed int32 tickets, one per head, kept per device (``gemm_common.persistent_buffer``:
+    never replaced, so a captured graph keeps a valid address): each persistent launch leaves
+    them zero, so a captured graph replays them forever. Allocated on the first (eager, warm-up)
     call, never inside a capture. Two persistent chains running concurrently on different
     streams would share them; lingc runs one stream."""
-    key = (device.type, device.index)
-    t = _TICKETS.get(key)
-    if t is None or t.numel() < n:
-        t = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
-        _TICKETS[key] = t
-    return t
+    if n > TICKET_CAPACITY:
+        raise ValueError(f"kda_chain: a launch over {n} heads needs {n} tickets, more than "
+                         f"TICKET_CAPACITY={TICKET_CAPACITY}")
+    return persistent_buffer("kda_tickets", device, TICKET_CAPACITY, torch.int32, 0)
 
 
 def _row_major(x: torch.Tensor) -> torch.Tensor:
