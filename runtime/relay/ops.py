@@ -2,8 +2,13 @@
 
 - ``greedy_verdict(Tensor chain, Tensor target) -> Tensor``: chain int64 [S+1] = [x_n, d_1..d_S],
   target int64 [S+1] = the target's argmax at each chain position. Returns the accept count
-  ``a`` int64 [1]: the number of leading drafts with d_{j+1} == target[j]. Pure device ops (a
-  cumulative product of the matches), so it never syncs.
+  ``a`` int64 [1]: the number of leading drafts with d_{j+1} == target[j]. Never syncs: on CUDA
+  one one-warp Triton kernel (runtime/kernels/greedy_verdict), elsewhere a cumulative product
+  of the matches (``greedy_verdict_reference``).
+- ``greedy_emit(Tensor chain, Tensor target, Tensor accept) -> Tensor``: the tokens a verify step
+  emits, int64 [S+1]: d_{j+1} for j < a, then target[a] (the correction, or the bonus token when
+  every draft was accepted) in every later row. On CUDA one Triton kernel, elsewhere
+  ``greedy_emit_reference``.
 - ``state_commit(Tensor accept) -> Tensor``: the commit point of a verify step. On its own it is
   the identity on ``accept`` and commits nothing: the model's recurrent-state writes have already
   stored the state after ALL chain positions, which is wrong whenever a draft is rejected. The
@@ -22,13 +27,21 @@ import torch
 
 from lingc.runtime.registry import register_op
 
-__all__ = ["greedy_verdict", "state_commit", "host_refill", "greedy_verdict_reference"]
+__all__ = ["greedy_verdict", "greedy_emit", "state_commit", "host_refill", "greedy_verdict_reference",
+           "greedy_emit_reference"]
 
 
 def greedy_verdict_reference(chain: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """The accept count as plain tensor ops (also the op's implementation on every device)."""
+    """The accept count as plain tensor ops (the op's implementation off CUDA)."""
     match = (chain[1:] == target[:-1]).to(torch.int64)                 # d_{j+1} == y_j
     return match.cumprod(0).sum(0, keepdim=True)
+
+
+def greedy_emit_reference(chain: torch.Tensor, target: torch.Tensor, accept: torch.Tensor) -> torch.Tensor:
+    """The emitted tokens as plain tensor ops (the op's implementation off CUDA)."""
+    idx = torch.arange(chain.shape[0], device=chain.device)
+    drafts = torch.cat([chain[1:], chain[:1]])
+    return torch.where(idx < accept, drafts, target.gather(0, accept))
 
 
 def _check_verdict(chain: torch.Tensor, target: torch.Tensor) -> None:
@@ -45,7 +58,35 @@ def _check_verdict(chain: torch.Tensor, target: torch.Tensor) -> None:
 
 def _greedy_verdict(chain, target):
     _check_verdict(chain, target)
+    if chain.is_cuda:
+        from lingc.runtime.kernels.greedy_verdict.kernel import greedy_verdict_triton
+
+        return greedy_verdict_triton(chain, target)
     return greedy_verdict_reference(chain, target)
+
+
+def _check_emit(chain, target, accept) -> None:
+    _check_verdict(chain, target)
+    if accept.shape != (1,) or accept.dtype != torch.int64:
+        raise ValueError(f"greedy_emit: accept must be the verdict's int64 [1], got {tuple(accept.shape)} "
+                         f"{accept.dtype}")
+    if accept.device != chain.device or target.device != chain.device:
+        raise ValueError(f"greedy_emit: chain ({chain.device}), target ({target.device}) and accept "
+                         f"({accept.device}) must be on one device")
+
+
+def _greedy_emit(chain, target, accept):
+    _check_emit(chain, target, accept)
+    if chain.is_cuda:
+        from lingc.runtime.kernels.greedy_verdict.kernel import greedy_emit_triton
+
+        return greedy_emit_triton(chain, target, accept)
+    return greedy_emit_reference(chain, target, accept)
+
+
+def _greedy_emit_fake(chain, target, accept):
+    _check_emit(chain, target, accept)
+    return chain.new_empty(chain.shape)
 
 
 def _greedy_verdict_fake(chain, target):
@@ -75,6 +116,8 @@ def _host_refill_fake(host_buffer, device_value, what):
 
 greedy_verdict = register_op("greedy_verdict", _greedy_verdict, _greedy_verdict_fake,
                              schema="(Tensor chain, Tensor target) -> Tensor")
+greedy_emit = register_op("greedy_emit", _greedy_emit, _greedy_emit_fake,
+                          schema="(Tensor chain, Tensor target, Tensor accept) -> Tensor")
 state_commit = register_op("state_commit", _state_commit, _state_commit_fake, schema="(Tensor accept) -> Tensor")
 host_refill = register_op("host_refill", _host_refill, _host_refill_fake,
                           schema="(Tensor host_buffer, Tensor device_value, str what) -> Tensor")

@@ -53,9 +53,7 @@ def make_steps(model, steps: int):
         logits, hidden = model(r.chain, pos, cache)
         y = logits.argmax(-1)
         accept = lingc.state_commit(lingc.greedy_verdict(r.chain, y))
-        idx = torch.arange(steps + 1, device=y.device)
-        drafts = torch.cat([r.chain[1:], r.chain[:1]])
-        r.emitted.copy_(torch.where(idx < accept, drafts, y.gather(0, accept)))
+        r.emitted.copy_(lingc.greedy_emit(r.chain, y, accept))
         r.accept.copy_(accept)
         r.vhid.copy_(hidden)
 
