@@ -20,6 +20,8 @@
 #     $OUT/gemm_sweep.json (moved in whole: a caller waiting for it never reads half a file);
 #   - `decode_on_sweep GPU NAME SECONDS MODES TOKENS DESIGN`: decode_as with each swept shape on
 #     that sweep's best config of DESIGN (A, B, C; empty: any), prelude_sweep_table.py;
+#   - the device tool brings back at most eight files from $OUT (session 14: a ninth, the test
+#     log, was left out): merge or skip outputs so a call writes no more than eight;
 #   - `base_setup`: the baseline of an A/B, a `git archive` carried in as .base.tar.gz, installed
 #     (not editable) under /tmp/base; `BASE=1 decode_as ...` then runs the baseline's lingc and
 #     benchmarks, so two commits run side by side in one call.
