@@ -8,10 +8,10 @@ sum, arange, gather, compare, where, and a cat. Each was a full, non-programmati
 captured graph (about 18 us of the critical path per relay step on the H200, session 14). Here
 each op is one program of one warp, launched with PDL.
 
-- ``_verdict_kernel``: accept = the index of the first j < S with chain[j + 1] != target[j],
-  or S when every draft matches (the same count as cumprod(match).sum()).
-- ``_emit_kernel``: emitted[j] = chain[j + 1] for j < accept, else target[accept] (rows past
-  accept hold the correction token, as the reference's ``where`` does; the extend step reads
+- ``_greedy_verdict_kernel``: accept = the index of the first j < S with chain[j + 1] !=
+  target[j], or S when every draft matches (the same count as cumprod(match).sum()).
+- ``_greedy_emit_kernel``: emitted[j] = chain[j + 1] for j < accept, else target[accept] (rows
+  past accept hold the correction token, as the reference's ``where`` does; the extend step reads
   only rows <= accept).
 
 Both read only what the producer wrote after ``pdl_wait`` (nothing is producer-independent).
@@ -26,8 +26,8 @@ __all__ = ["greedy_verdict_triton", "greedy_emit_triton"]
 
 
 @triton.jit
-def _verdict_kernel(chain_ptr, target_ptr, accept_ptr, stride_c, stride_t, N: tl.constexpr, NP: tl.constexpr,
-                    USE_GDC: tl.constexpr):
+def _greedy_verdict_kernel(chain_ptr, target_ptr, accept_ptr, stride_c, stride_t,
+                           N: tl.constexpr, NP: tl.constexpr, USE_GDC: tl.constexpr):
     j = tl.arange(0, NP)
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
@@ -39,8 +39,8 @@ def _verdict_kernel(chain_ptr, target_ptr, accept_ptr, stride_c, stride_t, N: tl
 
 
 @triton.jit
-def _emit_kernel(chain_ptr, target_ptr, accept_ptr, emitted_ptr, stride_c, stride_t, N: tl.constexpr,
-                 NP: tl.constexpr, USE_GDC: tl.constexpr):
+def _greedy_emit_kernel(chain_ptr, target_ptr, accept_ptr, emitted_ptr, stride_c, stride_t,
+                        N: tl.constexpr, NP: tl.constexpr, USE_GDC: tl.constexpr):
     j = tl.arange(0, NP)
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
@@ -60,7 +60,7 @@ def _launch_args(chain: torch.Tensor) -> dict:
 def greedy_verdict_triton(chain: torch.Tensor, target: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """accept int64 [1] for chain, target int64 [S+1] (any stride; checked by the op)."""
     out = torch.empty((1,), dtype=torch.int64, device=chain.device) if out is None else out
-    _verdict_kernel[(1,)](chain, target, out, chain.stride(0), target.stride(0), **_launch_args(chain))
+    _greedy_verdict_kernel[(1,)](chain, target, out, chain.stride(0), target.stride(0), **_launch_args(chain))
     return out
 
 
@@ -68,5 +68,5 @@ def greedy_emit_triton(chain: torch.Tensor, target: torch.Tensor, accept: torch.
                        out: torch.Tensor | None = None) -> torch.Tensor:
     """emitted int64 [S+1] for chain, target int64 [S+1] and accept int64 [1]."""
     out = torch.empty(chain.shape, dtype=chain.dtype, device=chain.device) if out is None else out
-    _emit_kernel[(1,)](chain, target, accept, out, chain.stride(0), target.stride(0), **_launch_args(chain))
+    _greedy_emit_kernel[(1,)](chain, target, accept, out, chain.stride(0), target.stride(0), **_launch_args(chain))
     return out
