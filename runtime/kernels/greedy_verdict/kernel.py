@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
+from lingc.runtime.pdl import launch_kwargs, pdl_launch_dependents, pdl_supported, pdl_wait
 
 __all__ = ["greedy_verdict_triton", "greedy_emit_triton"]
 
@@ -51,10 +51,9 @@ def _greedy_emit_kernel(chain_ptr, target_ptr, accept_ptr, emitted_ptr, stride_c
 
 
 def _launch_args(chain: torch.Tensor) -> dict:
-    use_pdl = pdl_supported(chain.device)
     n = chain.shape[0]
-    return dict(N=n, NP=triton.next_power_of_2(n), USE_GDC=use_pdl, num_warps=1,
-                **({"launch_pdl": True} if use_pdl else {}))
+    return dict(N=n, NP=triton.next_power_of_2(n), USE_GDC=pdl_supported(chain.device), num_warps=1,
+                **launch_kwargs(chain.device))
 
 
 def greedy_verdict_triton(chain: torch.Tensor, target: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
