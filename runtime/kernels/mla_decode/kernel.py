@@ -71,6 +71,11 @@ class MlaDecodeConfig:
     num_stages: int = 3
     combine_block_r: int = 64     # latent columns per combine program
     combine_block_s: int = 32     # splits per combine chunk
+    # The fp32 operands' hi/lo split (module docstring, "Dots"): exact_q for the queries, exact_p
+    # for the probabilities. Off, that operand is rounded once to the cache dtype and its dot
+    # runs once instead of twice (a benchmark knob: the table keeps both on).
+    exact_q: bool = True
+    exact_p: bool = True
 
     def __post_init__(self):
         assert self.block_l >= 16 and self.block_l & (self.block_l - 1) == 0, self
@@ -278,8 +283,8 @@ def mla_decode_triton(q_lat, q_rope, kv_cache, positions, scale: float, gate=Non
         T, H=H, R=R, P=P, NS=ns, HP=hp, BH=bh, BR=max(16, triton.next_power_of_2(R)),
         BP=max(16, triton.next_power_of_2(P)), BL=cfg.block_l, SPLIT_LEN=cfg.split_len, ROPE=rope,
         ROPE_RNE=interpreting() and q_rope.dtype == torch.bfloat16,
-        SPLIT_Q=kv_bf16 and q_lat.dtype != kv_cache.dtype, SPLIT_QR=kv_bf16 and q_rope.dtype != kv_cache.dtype,
-        SPLIT_P=kv_bf16, DOT_PRECISION="ieee", DOT_UPCAST=interpreting() and kv_bf16, USE_GDC=use_pdl,
+        SPLIT_Q=kv_bf16 and q_lat.dtype != kv_cache.dtype and cfg.exact_q,
+        SPLIT_QR=kv_bf16 and q_rope.dtype != kv_cache.dtype and cfg.exact_q, SPLIT_P=kv_bf16 and cfg.exact_p, DOT_PRECISION="ieee", DOT_UPCAST=interpreting() and kv_bf16, USE_GDC=use_pdl,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch,
     )
     g = gate if gate is not None else positions
