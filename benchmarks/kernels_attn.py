@@ -33,6 +33,7 @@ import argparse
 from pathlib import Path
 
 import torch
+from triton.runtime.errors import OutOfResources
 
 from benchmarks.common import cold_copies, copy_bandwidth_gbps, markdown_table, require_cuda, time_in_graph, write_json
 from lingc.models.kda_math import gated_head_rmsnorm as model_gated_head_rmsnorm
@@ -228,7 +229,11 @@ def bench_mla(L, T, copy_gbps, replays, inductor, split_lens, configs=()):
     rows = []
     shape = f"L={L} H={MLA_H} R={RANK}+{ROPE}"
     for variant, fn in variants.items():
-        err = _rel_rms(fn(x0), ref)
+        try:
+            err = _rel_rms(fn(x0), ref)
+        except OutOfResources as e:      # a swept config that does not fit: say so, go on
+            print(f"mla_decode {shape} T={T} {variant}: skipped, {e}", flush=True)
+            continue
         t = time_in_graph(fn, [(x,) for x in layers], replays=replays)
         row = _row("mla_decode", shape, T, variant, t, floor_bytes, copy_gbps, err, RTOL["mla"], copies)
         row["split_len"] = table.split_len if variant in ("lingc", "lingc-no-pdl") else None
