@@ -161,30 +161,21 @@ def _eager_mla(q_lat, q_rope, kv_cache, positions, gate, inv_freq):
 
 
 def parse_mla_config(spec: str) -> MlaDecodeConfig:
-    """'split_len,block_l,num_stages,num_warps[,combine_block_r[,combine_block_s[,exact_q[,exact_p[,rows_as_m]]]]]'
-    -> a config (the last three: 1 or 0)."""
+    """'split_len,block_l,num_stages,num_warps[,combine_block_r[,combine_block_s]]' -> a config."""
     try:
         vals = [int(v) for v in spec.split(",")]
-        names = ["split_len", "block_l", "num_stages", "num_warps", "combine_block_r", "combine_block_s",
-                 "exact_q", "exact_p", "rows_as_m"]
+        names = ["split_len", "block_l", "num_stages", "num_warps", "combine_block_r", "combine_block_s"]
         if not 4 <= len(vals) <= len(names):
             raise ValueError(f"{len(vals)} numbers")
-        kw = dict(zip(names, vals))
-        for flag in ("exact_q", "exact_p", "rows_as_m"):
-            if flag in kw:
-                if kw[flag] not in (0, 1):
-                    raise ValueError(f"{flag} must be 0 or 1, got {kw[flag]}")
-                kw[flag] = bool(kw[flag])
-        return MlaDecodeConfig(**kw)
+        return MlaDecodeConfig(**dict(zip(names, vals)))
     except (ValueError, AssertionError) as e:
         raise SystemExit(f"--mla-config {spec!r}: want split_len,block_l,num_stages,num_warps"
-                         f"[,combine_block_r[,combine_block_s[,exact_q[,exact_p[,rows_as_m]]]]] (split_len a multiple of block_l >= 16): {e}")
+                         f"[,combine_block_r[,combine_block_s]] (split_len a multiple of block_l >= 16): {e}")
 
 
 def mla_config_label(c: MlaDecodeConfig) -> str:
     return (f"lingc-s{c.split_len}-l{c.block_l}-st{c.num_stages}-w{c.num_warps}"
-            f"-cr{c.combine_block_r}-cs{c.combine_block_s}"
-            + ("" if c.exact_q else "-q16") + ("" if c.exact_p else "-p16") + ("-rm" if c.rows_as_m else ""))
+            f"-cr{c.combine_block_r}-cs{c.combine_block_s}")
 
 
 def bench_mla(L, T, copy_gbps, replays, inductor, split_lens, configs=()):

@@ -14,8 +14,6 @@ Tolerances (relative RMS vs the fp32 reference): fp32 caches use fp32 dots (2e-6
 use hi/lo-split bf16 dots whose fp32 operand keeps ~16 bits (5e-5 under the interpreter, whose
 bf16 cast truncates; the GPU rounds to nearest).
 """
-import dataclasses
-import sys
 import textwrap
 
 import pytest
@@ -71,28 +69,12 @@ def cpu(a):
     return tuple(t.cpu() if torch.is_tensor(t) else t for t in a)
 
 
-# Which form of the split's tile loop run_kernel uses (the kernel's ROWS_AS_M): every test that
-# goes through run_kernel runs with both, by the autouse fixture below. A config switched to the
-# cache-rows form keeps at most 2 stages (with 3, its 64-row tiles need 252 KiB of shared memory
-# on sm_90, over the 227 KiB an SM has).
-ROWS_AS_M = None
-
-
-@pytest.fixture(autouse=True, params=[False, True], ids=["query-rows-as-m", "cache-rows-as-m"])
-def split_form(request, monkeypatch):
-    monkeypatch.setattr(sys.modules[__name__], "ROWS_AS_M", request.param)
-    return request.param
-
-
 def run_kernel(a, config=SPLIT32, poison_partials=True):
-    """The launcher with a NaN-poisoned output and split workspace, in the split form the
-    split_form fixture picked."""
+    """The launcher with a NaN-poisoned output and split workspace."""
     q_lat, kv = a[0], a[2]
     T, Hh, Rr = q_lat.shape
     out = torch.full((T, Hh, Rr), float("nan"), device=q_lat.device)
     cfg = config or config_for(kv.shape[0], Hh, Rr, a[1].shape[2])
-    if ROWS_AS_M is not None and ROWS_AS_M != cfg.rows_as_m:
-        cfg = dataclasses.replace(cfg, rows_as_m=ROWS_AS_M, num_stages=min(cfg.num_stages, 2))
     parts = None
     if poison_partials:
         parts = tuple(t.fill_(float("nan")) for t in workspace(T, Hh, Rr, num_splits(kv.shape[0], cfg), q_lat.device))
@@ -378,11 +360,17 @@ def test_config_depends_on_capacity_only():
 
 
 _COMPILE_CHECK = textwrap.dedent("""
-    from sm90 import compile_sm90
+    from sm90 import compile_sm90, divisible_by_16
     from lingc.runtime.kernels.mla_decode.kernel import _mla_split_kernel, _mla_combine_kernel, config_for, num_splits
 
     def check(fn, sig, const, num_warps, num_stages):
-        ptx, info = compile_sm90(fn, sig, const, num_warps=num_warps, num_stages=num_stages)
+        # Pointers and strides 16-divisible, as the launcher specialises them at these shapes:
+        # without it the cache loads are 2-byte scalar loads and the tile loop is not pipelined
+        # (no cp.async), which is not the kernel that runs.
+        aligned = [n for n in sig if n.endswith("_ptr") or n in ("stride_qlt", "stride_qlh", "stride_qrt", "stride_kv")]
+        ptx, info = compile_sm90(fn, sig, const, attrs=divisible_by_16(fn, aligned), num_warps=num_warps,
+                                 num_stages=num_stages)
+        assert fn is not _mla_split_kernel or "cp.async" in ptx, "the split's tile loop is not pipelined"
         assert "griddepcontrol.wait" in ptx
         assert " 0 bytes spill stores" in info, info
 
@@ -394,7 +382,7 @@ _COMPILE_CHECK = textwrap.dedent("""
                stride_qrh="i32", stride_kv="i32", L="i32", scale="fp32", T="i32")
     const = dict(H=8, R=512, P=64, NS=ns, HP=8, BH=16, BR=512, BP=64, BL=cfg.block_l, SPLIT_LEN=cfg.split_len,
                  ROPE=True, ROPE_RNE=False, SPLIT_Q=True, SPLIT_QR=False, SPLIT_P=True, DOT_PRECISION="ieee",
-                 DOT_UPCAST=False, USE_GDC=True, ROWS_AS_M=cfg.rows_as_m)
+                 DOT_UPCAST=False, USE_GDC=True)
     check(_mla_split_kernel, sig, const, cfg.num_warps, cfg.num_stages)
     sig = dict(m_ptr="*fp32", l_ptr="*fp32", acc_ptr="*fp32", pos_ptr="*i64", gate_ptr="*bf16", out_ptr="*fp32",
                stride_gt="i32", stride_gh="i32", L="i32")

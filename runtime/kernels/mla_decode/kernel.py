@@ -71,14 +71,6 @@ class MlaDecodeConfig:
     num_stages: int = 3
     combine_block_r: int = 64     # latent columns per combine program
     combine_block_s: int = 32     # splits per combine chunk
-    # The fp32 operands' hi/lo split (module docstring, "Dots"): exact_q for the queries, exact_p
-    # for the probabilities. Off, that operand is rounded once to the cache dtype and its dot
-    # runs once instead of twice (a benchmark knob: the table keeps both on).
-    exact_q: bool = True
-    exact_p: bool = True
-    # The split's MMAs with the cache rows as M (warpgroup MMAs; _split_rows_as_m) instead of the
-    # 16-row query tile as M.
-    rows_as_m: bool = False
 
     def __post_init__(self):
         assert self.block_l >= 16 and self.block_l & (self.block_l - 1) == 0, self
@@ -113,55 +105,6 @@ def _round_through(x, DT: tl.constexpr, EMULATE_RNE: tl.constexpr):
     return x.to(DT).to(tl.float32)
 
 
-@triton.jit
-def _split_rows_as_m(ql_hi, ql_lo, qr_hi, qr_lo, kv_ptr, m_ptr, l_ptr, acc_ptr, t, h, s, active, end, end_any,
-                     offs_r, mr, offs_p, mp, stride_kv, scale, H: tl.constexpr, R: tl.constexpr, NS: tl.constexpr,
-                     BH: tl.constexpr, BR: tl.constexpr, BL: tl.constexpr,
-                     SPLIT_LEN: tl.constexpr, SPLIT_Q: tl.constexpr, SPLIT_QR: tl.constexpr,
-                     SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr):
-    """The split's tile loop with the cache rows as the MMAs' M dimension (``ROWS_AS_M``):
-    scores^T [BL, BH] = c @ q^T and acc^T [BR, BH] += c^T @ p^T. The query tile (16 rows, half of
-    them padding at T = 1) becomes the small N of the products, so each tile's MMAs are
-    64-row warpgroup MMAs (wgmma on sm_90) instead of 16-row warp MMAs: the same products in
-    far fewer instructions (Nsight Compute, session 15: the 16-row form issues ~2400
-    instructions per warp at 2 warps per scheduler and is latency-bound). Same math, masks and
-    online softmax as the other form, per query column instead of per query row."""
-    m_i = tl.full([BH], float("-inf"), tl.float32)
-    l_i = tl.zeros([BH], tl.float32)
-    acc = tl.zeros([BR, BH], tl.float32)
-    start = s * SPLIT_LEN
-    for i in range(SPLIT_LEN // BL):
-        offs_l = start + i * BL + tl.arange(0, BL)
-        ml = offs_l < end_any
-        kv_rows = kv_ptr + offs_l.to(tl.int64)[:, None] * stride_kv
-        c = tl.load(kv_rows + offs_r[None, :], mask=ml[:, None] & mr[None, :], other=0.0)
-        kr = tl.load(kv_rows + R + offs_p[None, :], mask=ml[:, None] & mp[None, :], other=0.0)
-        sc = tl.zeros([BL, BH], tl.float32)
-        sc = dot_acc(c, ql_hi, sc, DOT_PRECISION, DOT_UPCAST)
-        if SPLIT_Q:
-            sc = dot_acc(c, ql_lo, sc, DOT_PRECISION, DOT_UPCAST)
-        sc = dot_acc(kr, qr_hi, sc, DOT_PRECISION, DOT_UPCAST)
-        if SPLIT_QR:
-            sc = dot_acc(kr, qr_lo, sc, DOT_PRECISION, DOT_UPCAST)
-        sc = tl.where(offs_l[:, None] < end[None, :], sc * scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(sc, axis=0))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp(m_i - m_safe)
-        p = tl.exp(sc - m_safe[None, :])
-        l_i = l_i * alpha + tl.sum(p, axis=0)
-        acc = acc * alpha[None, :]
-        p_hi = p.to(c.dtype)
-        acc = dot_acc(tl.trans(c), tl.trans(p_hi), acc, DOT_PRECISION, DOT_UPCAST)
-        if SPLIT_P:
-            acc = dot_acc(tl.trans(c), tl.trans((p - p_hi.to(tl.float32)).to(c.dtype)), acc,
-                          DOT_PRECISION, DOT_UPCAST)
-        m_i = m_new
-    part = (t * H + h) * NS + s
-    tl.store(m_ptr + part, m_i, mask=active)
-    tl.store(l_ptr + part, l_i, mask=active)
-    tl.store(acc_ptr + part.to(tl.int64)[None, :] * R + offs_r[:, None], acc, mask=active[None, :] & mr[:, None])
-
-
 @triton.jit(do_not_specialize=["T"])
 def _mla_split_kernel(
     ql_ptr, qr_ptr, kv_ptr, pos_ptr, freq_ptr, m_ptr, l_ptr, acc_ptr,
@@ -170,7 +113,6 @@ def _mla_split_kernel(
     HP: tl.constexpr, BH: tl.constexpr, BR: tl.constexpr, BP: tl.constexpr, BL: tl.constexpr,
     SPLIT_LEN: tl.constexpr, ROPE: tl.constexpr, ROPE_RNE: tl.constexpr, SPLIT_Q: tl.constexpr,
     SPLIT_QR: tl.constexpr, SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
-    ROWS_AS_M: tl.constexpr,
 ):
     TQ: tl.constexpr = BH // HP       # queries per program
     s = tl.program_id(1)
@@ -210,55 +152,48 @@ def _mla_split_kernel(
             qr = _round_through(qr, qr_ptr.dtype.element_ty, ROPE_RNE)    # the model rounds roped q
         ql_hi = ql.to(KV_DT)
         qr_hi = qr.to(KV_DT)
-        ql_lo = ql_hi       # unused unless SPLIT_Q / SPLIT_QR
-        qr_lo = qr_hi
         if SPLIT_Q:
             ql_lo = (ql - ql_hi.to(tl.float32)).to(KV_DT)
         if SPLIT_QR:
             qr_lo = (qr - qr_hi.to(tl.float32)).to(KV_DT)
 
-        if ROWS_AS_M:
-            _split_rows_as_m(ql_hi, ql_lo, qr_hi, qr_lo, kv_ptr, m_ptr, l_ptr, acc_ptr, t, h, s, active, end,
-                             end_any, offs_r, mr, offs_p, mp, stride_kv, scale, H, R, NS, BH, BR, BL, SPLIT_LEN,
-                             SPLIT_Q, SPLIT_QR, SPLIT_P, DOT_PRECISION, DOT_UPCAST)
-        else:
-            m_i = tl.full([BH], float("-inf"), tl.float32)
-            l_i = tl.zeros([BH], tl.float32)
-            acc = tl.zeros([BH, BR], tl.float32)
-            # A constexpr trip count (pipelined on the GPU; the interpreter cannot loop over a runtime
-            # bound). For a query, a tile past its end is fully masked: alpha = 1, p = 0, a bitwise
-            # no-op. Rows of queries with nothing in this split stay at m = -inf (the safe max keeps
-            # them free of NaN) and are not stored.
-            for i in range(SPLIT_LEN // BL):
-                offs_l = start + i * BL + tl.arange(0, BL)
-                ml = offs_l < end_any
-                kv_rows = kv_ptr + offs_l.to(tl.int64)[:, None] * stride_kv
-                c = tl.load(kv_rows + offs_r[None, :], mask=ml[:, None] & mr[None, :], other=0.0)
-                kr = tl.load(kv_rows + R + offs_p[None, :], mask=ml[:, None] & mp[None, :], other=0.0)
-                sc = tl.zeros([BH, BL], tl.float32)
-                sc = dot_acc(ql_hi, c, sc, DOT_PRECISION, DOT_UPCAST)
-                if SPLIT_Q:
-                    sc = dot_acc(ql_lo, c, sc, DOT_PRECISION, DOT_UPCAST)
-                sc = dot_acc(qr_hi, kr, sc, DOT_PRECISION, DOT_UPCAST)
-                if SPLIT_QR:
-                    sc = dot_acc(qr_lo, kr, sc, DOT_PRECISION, DOT_UPCAST)
-                sc = tl.where(offs_l[None, :] < end[:, None], sc * scale, float("-inf"))
-                m_new = tl.maximum(m_i, tl.max(sc, axis=1))
-                m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-                alpha = tl.exp(m_i - m_safe)
-                p = tl.exp(sc - m_safe[:, None])
-                l_i = l_i * alpha + tl.sum(p, axis=1)
-                acc = acc * alpha[:, None]
-                p_hi = p.to(KV_DT)
-                acc = dot_acc(p_hi, tl.trans(c), acc, DOT_PRECISION, DOT_UPCAST)
-                if SPLIT_P:
-                    acc = dot_acc((p - p_hi.to(tl.float32)).to(KV_DT), tl.trans(c), acc, DOT_PRECISION, DOT_UPCAST)
-                m_i = m_new
+        m_i = tl.full([BH], float("-inf"), tl.float32)
+        l_i = tl.zeros([BH], tl.float32)
+        acc = tl.zeros([BH, BR], tl.float32)
+        # A constexpr trip count (pipelined on the GPU; the interpreter cannot loop over a runtime
+        # bound). For a query, a tile past its end is fully masked: alpha = 1, p = 0, a bitwise
+        # no-op. Rows of queries with nothing in this split stay at m = -inf (the safe max keeps
+        # them free of NaN) and are not stored.
+        for i in range(SPLIT_LEN // BL):
+            offs_l = start + i * BL + tl.arange(0, BL)
+            ml = offs_l < end_any
+            kv_rows = kv_ptr + offs_l.to(tl.int64)[:, None] * stride_kv
+            c = tl.load(kv_rows + offs_r[None, :], mask=ml[:, None] & mr[None, :], other=0.0)
+            kr = tl.load(kv_rows + R + offs_p[None, :], mask=ml[:, None] & mp[None, :], other=0.0)
+            sc = tl.zeros([BH, BL], tl.float32)
+            sc = dot_acc(ql_hi, c, sc, DOT_PRECISION, DOT_UPCAST)
+            if SPLIT_Q:
+                sc = dot_acc(ql_lo, c, sc, DOT_PRECISION, DOT_UPCAST)
+            sc = dot_acc(qr_hi, kr, sc, DOT_PRECISION, DOT_UPCAST)
+            if SPLIT_QR:
+                sc = dot_acc(qr_lo, kr, sc, DOT_PRECISION, DOT_UPCAST)
+            sc = tl.where(offs_l[None, :] < end[:, None], sc * scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(sc, axis=1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp(m_i - m_safe)
+            p = tl.exp(sc - m_safe[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            acc = acc * alpha[:, None]
+            p_hi = p.to(KV_DT)
+            acc = dot_acc(p_hi, tl.trans(c), acc, DOT_PRECISION, DOT_UPCAST)
+            if SPLIT_P:
+                acc = dot_acc((p - p_hi.to(tl.float32)).to(KV_DT), tl.trans(c), acc, DOT_PRECISION, DOT_UPCAST)
+            m_i = m_new
 
-            part = (t * H + h) * NS + s
-            tl.store(m_ptr + part, m_i, mask=active)
-            tl.store(l_ptr + part, l_i, mask=active)
-            tl.store(acc_ptr + part.to(tl.int64)[:, None] * R + offs_r[None, :], acc, mask=active[:, None] & mr[None, :])
+        part = (t * H + h) * NS + s
+        tl.store(m_ptr + part, m_i, mask=active)
+        tl.store(l_ptr + part, l_i, mask=active)
+        tl.store(acc_ptr + part.to(tl.int64)[:, None] * R + offs_r[None, :], acc, mask=active[:, None] & mr[None, :])
 
 
 @triton.jit
@@ -343,9 +278,8 @@ def mla_decode_triton(q_lat, q_rope, kv_cache, positions, scale: float, gate=Non
         T, H=H, R=R, P=P, NS=ns, HP=hp, BH=bh, BR=max(16, triton.next_power_of_2(R)),
         BP=max(16, triton.next_power_of_2(P)), BL=cfg.block_l, SPLIT_LEN=cfg.split_len, ROPE=rope,
         ROPE_RNE=interpreting() and q_rope.dtype == torch.bfloat16,
-        SPLIT_Q=kv_bf16 and q_lat.dtype != kv_cache.dtype and cfg.exact_q,
-        SPLIT_QR=kv_bf16 and q_rope.dtype != kv_cache.dtype and cfg.exact_q, SPLIT_P=kv_bf16 and cfg.exact_p,
-        DOT_PRECISION="ieee", DOT_UPCAST=interpreting() and kv_bf16, USE_GDC=use_pdl, ROWS_AS_M=cfg.rows_as_m,
+        SPLIT_Q=kv_bf16 and q_lat.dtype != kv_cache.dtype, SPLIT_QR=kv_bf16 and q_rope.dtype != kv_cache.dtype,
+        SPLIT_P=kv_bf16, DOT_PRECISION="ieee", DOT_UPCAST=interpreting() and kv_bf16, USE_GDC=use_pdl,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch,
     )
     g = gate if gate is not None else positions
