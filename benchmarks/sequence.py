@@ -13,7 +13,7 @@ with one column per file:
 - ``--by-kernel``: critical us summed per (kernel, grid) over the whole sequence, the largest
   first, with each later file's difference from the first.
 - ``--by-kind``: the same summed per kind of work (``KINDS``: projection GEMMs, MoE experts,
-  router and align, KDA, MLA, norms, the lm_head, the relay verdict, other), the view
+  router and align, KDA, MLA, norms, the lm_head, the relay verdict and advance, other), the view
   `benchmarks.decode` prints.
 
 This is how an A/B of a launch setting is read: which kernels gained, which lost.
@@ -38,7 +38,7 @@ KINDS = (
     ("KDA chain + commit", ("_kda",)),
     ("MLA", ("_mla", "_head_matmul")),
     ("norms", ("_rmsnorm", "_gated_head_rmsnorm")),
-    ("relay verdict", ("_greedy_verdict", "_greedy_emit")),
+    ("relay verdict + advance", ("_greedy_verdict", "_greedy_emit", "_relay_advance")),
 )
 OTHER = "other (ATen, copies, collectives)"
 

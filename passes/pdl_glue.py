@@ -17,6 +17,8 @@ kernels between them, each a full (non-programmatic) edge in the captured graph.
     after:   copy_(buf, v)
     before:  copy_(buf, slice_scatter(buf, copy(s, v), d, a, b))
     after:   copy_(slice(buf, d, a, b), v)
+    before:  v = lingc.greedy_verdict(chain, y) ; ... ; copy_(buf, v)        (buf a graph input)
+    after:   lingc.greedy_verdict_out(chain, y, buf) ; ... (v's readers read buf)
 
 The fourth is MLA's absorbed products (q_nope @ W_uk, o_lat @ W_uv^T per head): ATen upcasts the
 bf16 weight slice to a fresh fp32 copy every step, then runs a library bmm. On flash-tp4-rank's
@@ -51,7 +53,7 @@ from lingc.graph_match import CASTS, aten, is_call
 from lingc.graph_region import shape, val
 from lingc.pass_manager import VIEW_OPS, write_counts, written_bases
 
-__all__ = ["absorbed_products", "direct_epilogue_writes", "drop_fresh_clones", "drop_round_trips", "fold_casts"]
+__all__ = ["absorbed_products", "direct_epilogue_writes", "direct_lingc_writes", "drop_fresh_clones", "drop_round_trips", "fold_casts"]
 
 lingc_ops = torch.ops.lingc
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -184,6 +186,37 @@ def direct_epilogue_writes(g: fx.Graph) -> int:
         if src is not v:
             c.args = (dst, src)
             count += 1
+    return count
+
+
+def _out_variants() -> dict:
+    from lingc.runtime.relay import ops as relay_ops  # noqa: F401  (registers the verdict ops)
+
+    return {lingc_ops.greedy_verdict.default: lingc_ops.greedy_verdict_out.default,
+            lingc_ops.greedy_emit.default: lingc_ops.greedy_emit_out.default}
+
+
+def direct_lingc_writes(g: fx.Graph) -> int:
+    """copy_(input, v) with v a lingc op's value -> the op's out variant writing the input (the
+    module docstring says when). Returns the copies removed."""
+    variants = _out_variants()
+    count = 0
+    for c in list(g.nodes):
+        if not (is_call(c, aten.copy_.default) and len(c.args) == 2 and not c.kwargs and not c.users):
+            continue
+        dst, v = c.args
+        if not (isinstance(dst, fx.Node) and dst.op == "placeholder" and len(dst.users) == 1
+                and isinstance(v, fx.Node) and v.op == "call_function" and v.target in variants and not v.kwargs):
+            continue
+        a, b = val(dst), val(v)
+        if a.shape != b.shape or a.dtype != b.dtype or not a.is_contiguous():
+            continue
+        g.erase_node(c)
+        with g.inserting_before(v):
+            emit(g, variants[v.target], *v.args, dst)
+        v.replace_all_uses_with(dst)
+        g.erase_node(v)
+        count += 1
     return count
 
 

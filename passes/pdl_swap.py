@@ -56,7 +56,8 @@ same in decode and verify graphs.
     after:   lingc.head_matmul(q_nope, W_uk, True) ; ... ; no clone, casts inside the producers
 
 The glue between the kernels (the absorbed MLA products, copies of fresh values, casts after a
-lingc op) is pdl_glue.py's, with the reasons each rewrite is exact.
+lingc op) is pdl_glue.py's, with the reasons each rewrite is exact. The relay step's bookkeeping
+after the last kernel (row pick, n and x advance, token ring append) is relay_tail.py's.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ from lingc.kernel_table import classify
 from lingc.pass_manager import VIEW_OPS, LingcPass
 
 from . import pdl_glue
+from .relay_tail import relay_tail
 
 lingc_ops = torch.ops.lingc
 MAX_T = 16
@@ -101,6 +103,7 @@ class PdlSwap(LingcPass):
     name = "pdl_swap"
     tolerance = (1e-4, 1e-4)
     reuse_probes = True          # off: every layer's region is probed (tests compare the two)
+    fold_relay_tail = True       # off: the relay steps' tail copies stay ATen ops (tests count the two)
 
     def apply(self, gm: fx.GraphModule) -> int:
         import lingc.runtime.kernels.head_matmul  # noqa: F401
@@ -127,6 +130,9 @@ class PdlSwap(LingcPass):
         casts = pdl_glue.fold_casts(g) + pdl_glue.drop_round_trips(g)
         eliminate_dead_code(g)
         epilogue = pdl_glue.direct_epilogue_writes(g)
+        eliminate_dead_code(g)                    # (the snapshots it dropped still read the inputs)
+        epilogue += pdl_glue.direct_lingc_writes(g) if self.fold_relay_tail else 0
+        tail = relay_tail(g) if self.fold_relay_tail else 0
         eliminate_dead_code(g)
         summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "no match"
         if self.gates_folded:
@@ -134,6 +140,8 @@ class PdlSwap(LingcPass):
         if clones or casts or epilogue:
             summary += (f"; glue: {clones} copies of fresh values dropped, {casts} casts folded or dropped, "
                         f"{epilogue} epilogue writes made direct")
+        if tail:
+            summary += f"; relay tail: {tail} epilogue writes -> 1 relay_advance"
         if self.probes_reused:
             summary += f"; {len(self._probes)} region probes run, {self.probes_reused} reused for repeated layers"
         self.notes.insert(0, summary)
@@ -807,6 +815,8 @@ class PdlSwap(LingcPass):
         readers = {ph: set(ph.users) for ph in g.nodes if _placeholder(ph)}
         matches = 0
         for ip in [n for n in g.nodes if is_call(n, aten.index_put.default)]:
+            if not val(ip).is_floating_point():
+                continue                  # integer rows (the relay's token ring): relay_tail.py's
             why = self._kv_write_one(g, ip, order, readers)
             if why:
                 self.notes.append(f"cache write {ip.name} left: {why}")

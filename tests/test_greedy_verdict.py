@@ -69,6 +69,23 @@ def test_emit_fake_shape_and_bad_arguments():
         ops.greedy_emit(chain, target[:4], torch.zeros(1, dtype=torch.int64))
 
 
+def test_out_variants_write_their_out_and_check_it():
+    # greedy_verdict_out / greedy_emit_out (pdl_glue.direct_lingc_writes emits them): the same
+    # values, written into a poisoned out; a non-contiguous or mis-shaped out is refused.
+    for accept in range(6):
+        chain, target = _case(6, accept, seed=60 + accept)
+        a = torch.full((1,), -7, dtype=torch.int64, device=DEVICE)
+        ops.greedy_verdict_out(chain, target, a)
+        e = torch.full((6,), -7, dtype=torch.int64, device=DEVICE)
+        ops.greedy_emit_out(chain, target, a, e)
+        assert int(a) == accept
+        assert torch.equal(e.cpu(), ops.greedy_emit_reference(chain.cpu(), target.cpu(), a.cpu()))
+    with pytest.raises(ValueError, match="out must be contiguous"):
+        ops.greedy_emit_out(chain, target, a, torch.zeros(12, dtype=torch.int64, device=DEVICE)[::2])
+    with pytest.raises(ValueError, match="out must be contiguous"):
+        ops.greedy_verdict_out(chain, target, torch.zeros(2, dtype=torch.int64, device=DEVICE))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", [2, 6, 9])
 def test_gpu_ops_match_the_references(n):

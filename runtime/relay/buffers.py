@@ -8,6 +8,10 @@ them in place.
 Conventions (those of lingc.decoding.reference): the target has processed positions < n; x is
 x_n, the last decided token; seed is the draft's guess d_1 for position n+1 and dh the draft
 hidden it continues from. A step with S drafts emits ``emitted[:accept + 1]`` = d_1..d_a, y_a.
+
+The token ring carries those tokens to the host: the last graph of a step (extend, or decode)
+appends the row [emitted..., accept] at slot ring_k % RING and advances ring_k; the host copies
+slot k % RING on a side stream and reads it one step late (engine.py).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 import torch
+
+RING = 4                   # device->host token ring slots (the host reads one step late)
 
 
 @dataclass
@@ -27,6 +33,8 @@ class RelayBuffers:
     accept: torch.Tensor        # int64 [1]   drafts accepted by the last verify
     emitted: torch.Tensor       # int64 [S+1] d_1..d_a, y_a, then padding
     vhid: torch.Tensor          # [S+1, H]    the target's hidden states of the last chain
+    ring: torch.Tensor          # int64 [RING, S+2] token ring: row k % RING = [emitted, accept] of step k
+    ring_k: torch.Tensor        # int64 [1]   the next ring row to write (steps appended so far)
     # Host-refill buffers of the naive step functions (unused once metadata_capture fires).
     pos_draft: torch.Tensor     # int64 [S-1]
     pos_chain: torch.Tensor     # int64 [S+1]
@@ -40,6 +48,7 @@ class RelayBuffers:
             chain=torch.zeros(steps + 1, **i64), accept=torch.zeros(1, **i64),
             emitted=torch.zeros(steps + 1, **i64),
             vhid=torch.zeros(steps + 1, hidden, dtype=dtype, device=device),
+            ring=torch.zeros(RING, steps + 2, **i64), ring_k=torch.zeros(1, **i64),
             pos_draft=torch.zeros(max(steps - 1, 1), **i64), pos_chain=torch.zeros(steps + 1, **i64),
         )
 

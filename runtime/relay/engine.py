@@ -31,11 +31,9 @@ from lingc.decoding.reference import draft_prefill, pick_token, prefill
 from lingc.models.cache import Ling3Cache
 from lingc.progress import Progress
 
-from .buffers import RelayBuffers
+from .buffers import RING, RelayBuffers
 from .graphs import CapturedStep, capture_step, describe
 from .steps import make_steps
-
-RING = 4                   # device->host token ring slots (the host reads one step late)
 
 
 @dataclass
@@ -77,8 +75,7 @@ class Engine:
         self.max_len = max_len
         self.cache = Ling3Cache.allocate(cfg, max_len, device=self.device)
         self.relay = RelayBuffers.allocate(steps, cfg.hidden_size, cfg.dtype, self.device)
-        self.ring = torch.zeros(RING, steps + 2, dtype=torch.int64, device=self.device)
-        self.ring_k = torch.zeros(1, dtype=torch.int64, device=self.device)
+        self.ring, self.ring_k = self.relay.ring, self.relay.ring_k      # written in-graph (steps.py)
         self._fns = make_steps(self.model, steps)
         self._compiled: dict[str, object] = {}
         self._steps: dict[str, CapturedStep] = {}
@@ -101,13 +98,9 @@ class Engine:
         fn = self._fns[role]
         opts = dict(self.options, role="decode" if role.startswith("decode") else role)
         compiled = torch.compile(fn, backend="lingc", fullgraph=True, dynamic=False, options=opts)
-        ring, ring_k = self.ring, self.ring_k
 
         def call():
-            out = compiled(self.relay, self.cache)
-            if role in ("extend", "decode"):
-                _ring_write(self.relay, ring, ring_k)
-            return out
+            return compiled(self.relay, self.cache)
 
         n = len(compile_reports)
         with torch.no_grad():
@@ -163,9 +156,7 @@ class Engine:
 
     def _reset(self) -> None:
         self.cache.zero_()
-        self.relay.zero_()
-        self.ring.zero_()
-        self.ring_k.zero_()
+        self.relay.zero_()                                      # the token ring included
 
     def _check_capacity(self, prompt_len: int, max_new_tokens: int) -> None:
         need = prompt_len + max_new_tokens + 2 * (self.steps + 1)
@@ -341,11 +332,3 @@ class Engine:
             yield t
             if t in stop_ids:
                 return
-
-
-def _ring_write(relay: RelayBuffers, ring: torch.Tensor, ring_k: torch.Tensor) -> None:
-    """Append this step's [emitted..., accept] to the device ring at slot k % RING (device ops
-    only, captured with the step's last graph)."""
-    row = torch.cat([relay.emitted, relay.accept]).unsqueeze(0)
-    ring.index_copy_(0, ring_k % RING, row)
-    ring_k.add_(1)

@@ -9,6 +9,11 @@
   emits, int64 [S+1]: d_{j+1} for j < a, then target[a] (the correction, or the bonus token when
   every draft was accepted) in every later row. On CUDA one Triton kernel, elsewhere
   ``greedy_emit_reference``.
+- ``greedy_verdict_out(chain, target, Tensor(a!) out)``, ``greedy_emit_out(chain, target, accept,
+  Tensor(a!) out)``: the same two, written into ``out`` (contiguous, the result's shape). Step
+  functions do not call them: pdl_glue.direct_lingc_writes emits them for a verdict or an emit
+  whose value the graph copies into a relay buffer at its end (one copy kernel, and a full edge
+  of the captured graph, each).
 - ``state_commit(Tensor accept) -> Tensor``: the commit point of a verify step. On its own it is
   the identity on ``accept`` and commits nothing: the model's recurrent-state writes have already
   stored the state after ALL chain positions, which is wrong whenever a draft is rejected. The
@@ -27,7 +32,7 @@ import torch
 
 from lingc.runtime.registry import register_op
 
-__all__ = ["greedy_verdict", "greedy_emit", "state_commit", "host_refill", "greedy_verdict_reference",
+__all__ = ["greedy_verdict", "greedy_emit", "greedy_verdict_out", "greedy_emit_out", "state_commit", "host_refill", "greedy_verdict_reference",
            "greedy_emit_reference"]
 
 
@@ -94,6 +99,44 @@ def _greedy_verdict_fake(chain, target):
     return chain.new_empty((1,), dtype=torch.int64)
 
 
+def _check_out(op: str, out: torch.Tensor, like: torch.Tensor) -> None:
+    if out.shape != like.shape or out.dtype != like.dtype or not out.is_contiguous() or out.device != like.device:
+        raise ValueError(f"{op}: out must be contiguous {like.dtype} {tuple(like.shape)} on {like.device}, got "
+                         f"{out.dtype} {tuple(out.shape)} strides {out.stride()} on {out.device}")
+
+
+def _greedy_verdict_out(chain, target, out) -> None:
+    _check_verdict(chain, target)
+    _check_out("greedy_verdict_out", out, chain.new_empty((1,)))
+    if chain.is_cuda:
+        from lingc.runtime.kernels.greedy_verdict.kernel import greedy_verdict_triton
+
+        greedy_verdict_triton(chain, target, out=out)
+        return
+    out.copy_(greedy_verdict_reference(chain, target))
+
+
+def _greedy_verdict_out_fake(chain, target, out) -> None:
+    _check_verdict(chain, target)
+    _check_out("greedy_verdict_out", out, chain.new_empty((1,)))
+
+
+def _greedy_emit_out(chain, target, accept, out) -> None:
+    _check_emit(chain, target, accept)
+    _check_out("greedy_emit_out", out, chain)
+    if chain.is_cuda:
+        from lingc.runtime.kernels.greedy_verdict.kernel import greedy_emit_triton
+
+        greedy_emit_triton(chain, target, accept, out=out)
+        return
+    out.copy_(greedy_emit_reference(chain, target, accept))
+
+
+def _greedy_emit_out_fake(chain, target, accept, out) -> None:
+    _check_emit(chain, target, accept)
+    _check_out("greedy_emit_out", out, chain)
+
+
 def _state_commit(accept):
     return accept.clone()
 
@@ -118,6 +161,10 @@ greedy_verdict = register_op("greedy_verdict", _greedy_verdict, _greedy_verdict_
                              schema="(Tensor chain, Tensor target) -> Tensor")
 greedy_emit = register_op("greedy_emit", _greedy_emit, _greedy_emit_fake,
                           schema="(Tensor chain, Tensor target, Tensor accept) -> Tensor")
+greedy_verdict_out = register_op("greedy_verdict_out", _greedy_verdict_out, _greedy_verdict_out_fake,
+                                 mutates_args=("out",), schema="(Tensor chain, Tensor target, Tensor(a!) out) -> ()")
+greedy_emit_out = register_op("greedy_emit_out", _greedy_emit_out, _greedy_emit_out_fake, mutates_args=("out",),
+                              schema="(Tensor chain, Tensor target, Tensor accept, Tensor(a!) out) -> ()")
 state_commit = register_op("state_commit", _state_commit, _state_commit_fake, schema="(Tensor accept) -> Tensor")
 host_refill = register_op("host_refill", _host_refill, _host_refill_fake,
                           schema="(Tensor host_buffer, Tensor device_value, str what) -> Tensor")

@@ -15,6 +15,10 @@ binds (without the pass a rejection would leave the state of the whole chain).
   states (a fixed S+1 rows; rows past a are padding whose cache rows later steps rewrite
   before anything reads them), giving the next seed and draft hidden; advances n and x.
 - ``decode``: plain greedy decoding, one target forward per token (no speculation).
+- extend and decode, the last graph of a step, end by appending the step's tokens to the ring
+  (``_ring_append``). The tail of both (pick the accepted row, advance n and x, append) is a
+  handful of tiny ATen kernels as written; pdl_swap folds it into one ``lingc.relay_advance``
+  launch (passes/relay_tail.py).
 - ``decode_logits``: one target forward returning the logits (the sampling path).
 """
 
@@ -31,6 +35,13 @@ lingc = torch.ops.lingc
 def _positions(host: torch.Tensor, n: torch.Tensor, count: int, what: str) -> torch.Tensor:
     device_value = n + torch.arange(count, device=n.device, dtype=torch.int64)
     return lingc.host_refill(host, device_value, what)
+
+
+def _ring_append(r: RelayBuffers) -> None:
+    """Row ring_k % RING of the token ring = [emitted..., accept]; ring_k += 1."""
+    row = torch.cat([r.emitted, r.accept]).unsqueeze(0)
+    r.ring.index_copy_(0, r.ring_k % r.ring.shape[0], row)
+    r.ring_k.add_(1)
 
 
 def make_steps(model, steps: int):
@@ -65,6 +76,7 @@ def make_steps(model, steps: int):
         r.dh.copy_(h.index_select(0, a))
         r.x.copy_(r.emitted.gather(0, a))
         r.n.copy_(r.n + a + 1)
+        _ring_append(r)
 
     def decode(r: RelayBuffers, cache) -> None:
         pos = _positions(r.pos_chain[:1], r.n, 1, "decode position")
@@ -73,6 +85,7 @@ def make_steps(model, steps: int):
         r.emitted[:1].copy_(y)
         r.x.copy_(y)
         r.n.copy_(r.n + 1)
+        _ring_append(r)
 
     def decode_logits(r: RelayBuffers, cache) -> torch.Tensor:
         pos = _positions(r.pos_chain[:1], r.n, 1, "decode position")

@@ -1,0 +1,199 @@
+"""lingc.relay_advance (runtime/kernels/relay_advance) and the relay_tail rewrite that emits it
+(passes/relay_tail.py): the Triton kernel (the interpreter on the CPU) against the reference on
+fresh random inputs over a sweep of shapes, every accept count and ring slot, into poisoned
+outputs; the op's CPU path, fake impl and argument errors; the rewrite on the relay's own extend
+and decode graphs (the tail's ATen kernels counted before and after) and on a foreign spelling
+of the same tail; a tail with other math left alone."""
+import pytest
+import torch
+from backend_helpers import run_and_report, stat
+from model_helpers import tiny_model
+
+from lingc.runtime.kernels.relay_advance import op as relay_op
+from lingc.runtime.kernels.relay_advance.kernel import relay_advance_triton
+from lingc.runtime.kernels.relay_advance.naive import relay_advance_reference
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+POISON = -7
+lingc = torch.ops.lingc
+
+
+def _buffers(T, H, R, accepted, accept, ring_k, seed, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    i64 = lambda *s: torch.randint(0, 1 << 30, s, generator=g, dtype=torch.int64)  # noqa: E731
+    b = dict(tokens=i64(T if accepted else 1), hidden=torch.randn(T, H, generator=g).to(dtype) if accepted else None,
+             accept=torch.tensor([accept]), emitted=i64(T), n=i64(1), x=torch.full((1,), POISON),
+             seed=torch.full((1,), POISON) if accepted else None,
+             dh=torch.full((1, H), float("nan"), dtype=dtype) if accepted else None,
+             ring=torch.full((R, T + 1), POISON), ring_k=torch.tensor([ring_k]))
+    return {k: (v.to(DEVICE) if v is not None else None) for k, v in b.items()}
+
+
+def _run(fn, b, accepted):
+    c = {k: (v.clone() if v is not None else None) for k, v in b.items()}
+    fn(**c, accepted=accepted)
+    return c
+
+
+@pytest.mark.parametrize("accepted", [True, False])
+@pytest.mark.parametrize("T, H, R", [(1, 1, 1), (2, 7, 4), (6, 96, 4), (8, 1100, 5), (9, 33, 3)])
+def test_kernel_matches_the_reference_every_output_written(T, H, R, accepted):
+    for accept in range(T):
+        for ring_k in (0, R - 1, 1000 + accept):
+            b = _buffers(T, H, R, accepted, accept, ring_k, seed=T * 1000 + accept * 10 + ring_k % 7)
+            got = _run(relay_advance_triton, b, accepted)
+            ref = _run(relay_advance_reference, {k: (v.cpu() if v is not None else None) for k, v in b.items()},
+                       accepted)
+            for k, v in got.items():
+                if v is not None:
+                    assert torch.equal(v.cpu(), ref[k]), (k, T, H, R, accept, ring_k)
+            slot = ring_k % R
+            assert (got["ring"][slot] != POISON).all() and int(got["x"]) != POISON
+            others = [i for i in range(R) if i != slot]
+            assert (got["ring"][others] == POISON).all()                     # only its own slot
+            if accepted:
+                assert not got["dh"].isnan().any() and int(got["seed"]) != POISON
+                assert int(got["n"]) == int(b["n"]) + accept + 1
+                assert torch.equal(got["dh"][0], b["hidden"][accept])
+            else:
+                assert int(got["n"]) == int(b["n"]) + 1 and int(got["emitted"][0]) == int(b["tokens"])
+            assert int(got["ring_k"]) == ring_k + 1 and int(got["ring"][slot, T]) == accept
+
+
+def test_kernel_copies_a_bf16_hidden_row_exactly():
+    b = _buffers(6, 300, 4, True, 4, 2, seed=3, dtype=torch.bfloat16)
+    got = _run(relay_advance_triton, b, True)
+    assert torch.equal(got["dh"][0], b["hidden"][4])
+
+
+def test_op_on_the_cpu_is_the_reference_and_checks_its_arguments():
+    b = {k: (v.cpu() if v is not None else None) for k, v in _buffers(6, 8, 4, True, 2, 5, seed=1).items()}
+    got = _run(relay_op.relay_advance, b, True)
+    ref = _run(relay_advance_reference, b, True)
+    assert all(torch.equal(got[k], ref[k]) for k in got if got[k] is not None)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode() as mode:
+        f = {k: (mode.from_tensor(v) if v is not None else None) for k, v in b.items()}
+        relay_op.relay_advance(**f, accepted=True)
+    bad = dict(b, ring=torch.zeros(4, 6, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"ring must be int64 \[R, T \+ 1\]"):
+        relay_op.relay_advance(**bad, accepted=True)
+    with pytest.raises(ValueError, match="dh must be contiguous"):
+        relay_op.relay_advance(**dict(b, dh=torch.zeros(1, 8, dtype=torch.float64)), accepted=True)
+    with pytest.raises(ValueError, match="takes no hidden"):
+        relay_op.relay_advance(**dict(b, tokens=b["tokens"][:1]), accepted=False)
+
+
+# -- the rewrite ----------------------------------------------------------------------------------
+
+
+def _launches(report) -> dict:
+    """ATen kernels left in a final graph (views, getitem and new_empty launch none)."""
+    out = {}
+    for cls, op, n, _ in report.kernels.rows:
+        if cls in ("aten", "inductor") and op != "aten.new_empty" or op == "aten.copy_":
+            out[op] = n
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return tiny_model()
+
+
+@pytest.mark.parametrize("role, unfolded, folded", [("decode", 15, 3), ("extend", 19, 4), ("verify", 6, 4)])
+def test_relay_tail_glue_is_gone(tiny, role, unfolded, folded):
+    """The tiny model's decode and extend graphs: the tail after gemm_argmax (row pick, n and x,
+    the token ring: 12 ATen kernels in decode, 15 in extend, the ring's functional index_put and
+    its two copies back included) becomes one lingc.relay_advance. Left: the head (positions,
+    embedding) and, in extend, the NEXTN cat. (Before the ring moved into the graphs: 7 + 4
+    eager ring kernels in decode, 13 + 4 in extend.) In verify the verdict and the emitted
+    tokens are written into relay.accept and relay.emitted by the ops' out variants
+    (pdl_glue.direct_lingc_writes); the copy of the hidden states into relay.vhid is left."""
+    from lingc.passes.pdl_swap import PdlSwap
+    from lingc.models import Ling3Cache
+    from lingc.runtime.relay.buffers import RelayBuffers
+    from lingc.runtime.relay.steps import make_steps
+
+    cfg = tiny.config
+    counts, results = {}, {}
+    for fold in (False, True):
+        relay = RelayBuffers.allocate(5, cfg.hidden_size, cfg.dtype, "cpu")
+        g = torch.Generator().manual_seed(0)
+        for t in relay.tensors():
+            t.copy_(torch.randint(0, 3, t.shape, generator=g) if t.dtype == torch.int64
+                   else torch.randn(t.shape, generator=g))
+        relay.accept.fill_(2)
+        cache = Ling3Cache.allocate(cfg, 32)
+        PdlSwap.fold_relay_tail = fold
+        try:
+            _, report = run_and_report(make_steps(tiny, 5)[role], relay, cache, role=role)
+        finally:
+            PdlSwap.fold_relay_tail = True
+        counts[fold] = _launches(report)
+        results[fold] = relay.tensors()
+        ops = {op: n for _, op, n, _ in report.kernels.rows}
+        if role == "verify":
+            assert ops.get("lingc.greedy_verdict_out", 0) == ops.get("lingc.greedy_emit_out", 0) == int(fold)
+        else:
+            assert ops.get("lingc.relay_advance", 0) == int(fold)
+            if fold:
+                assert "relay tail" in stat(report, "pdl_swap").notes[0]
+    assert sum(counts[False].values()) == unfolded, counts[False]
+    assert sum(counts[True].values()) == folded, counts[True]
+    assert role == "verify" or not {"aten.copy_", "aten.gather", "aten.index.Tensor", "aten.index_put", "aten.remainder.Scalar"} \
+        & set(counts[True])
+    assert all(torch.equal(a, b) for a, b in zip(results[False], results[True]))
+
+
+def _foreign_extend(x, w, accept, emitted, n, xt, seed, dh, ring, k):
+    h = x * 2.0
+    ids, _ = lingc.gemm_argmax(h, w)
+    a = accept
+    seed[:] = ids[a]
+    dh.copy_(h[a])
+    xt.copy_(torch.index_select(emitted, 0, a))
+    n.add_(1).add_(a)
+    ring[k % ring.shape[0]] = torch.cat([emitted, a])
+    k += 1
+
+
+def _foreign_decode(x, w, accept, emitted, n, xt, ring, k):
+    ids, _ = lingc.gemm_argmax(x + 1.0, w)
+    emitted[0] = ids[0]
+    xt[:] = ids
+    n += 1
+    ring.index_copy_(0, torch.remainder(k, ring.shape[0]), torch.cat([emitted, accept])[None])
+    k.add_(1)
+
+
+def _foreign_wrong(x, w, accept, emitted, n, xt, seed, dh, ring, k):
+    h = x * 2.0
+    ids, _ = lingc.gemm_argmax(h, w)
+    seed.copy_(ids.gather(0, accept))
+    dh.copy_(h.index_select(0, accept))
+    xt.copy_(emitted.gather(0, accept))
+    n.copy_(n + accept + 2)                     # not the relay's advance
+    ring[k % ring.shape[0]] = torch.cat([emitted, accept])
+    k += 1
+
+
+@pytest.mark.parametrize("fn, fold", [(_foreign_extend, True), (_foreign_decode, True), (_foreign_wrong, False)])
+def test_foreign_tails(fn, fold):
+    import lingc.runtime.kernels.gemm  # noqa: F401
+    T, H, V = 6, 16, 40
+    g = torch.Generator().manual_seed(5)
+    decode = fn is _foreign_decode
+    args = [torch.randn(1 if decode else T, H, generator=g), torch.randn(V, H, generator=g), torch.tensor([3]),
+            torch.randint(0, V, (T,), generator=g), torch.tensor([50]), torch.zeros(1, dtype=torch.int64)]
+    if not decode:
+        args += [torch.zeros(1, dtype=torch.int64), torch.zeros(1, H)]
+    args += [torch.zeros(4, T + 1, dtype=torch.int64), torch.tensor([6])]
+    eager = [a.clone() for a in args]
+    fn(*eager)
+    _, report = run_and_report(fn, *args, role="extend")
+    ops = {op: n for _, op, n, _ in report.kernels.rows}
+    assert ops.get("lingc.relay_advance", 0) == int(fold), ops
+    if fold:
+        assert "aten.copy_" not in ops and "relay tail" in stat(report, "pdl_swap").notes[0]
+    assert all(torch.equal(a, b) for a, b in zip(args, eager))
