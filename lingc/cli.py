@@ -3,6 +3,7 @@
     python -m lingc run --preset tiny         build, compile the step graphs with lingc, generate
                                               (plain and NEXTN relay), compare with eager
     python -m lingc explain --preset tiny --t 6   pass summary and kernel table, no benchmark
+    python -m lingc explain --role extend         the same for one step graph of the NEXTN relay
 """
 
 from __future__ import annotations
@@ -29,23 +30,39 @@ def compile_step(model, role: str = "decode", **options):
                          options={"role": role, **options})
 
 
+RELAY_ROLES = ("decode-step", "draft", "verify-step", "extend")
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     from .backend import compile_reports
 
     dev = _device(args.device)
     cfg = preset(args.preset)
     model = build_model(cfg, device=dev, seed=0)
-    cache = Ling3Cache.allocate(cfg, args.context + args.t, device=dev)
     opts = {"inductor": args.inductor}
     if args.dump_dir:
         opts["dump_dir"] = args.dump_dir
-    step = compile_step(model, "verify" if args.t > 1 else "decode", **opts)
-    ids = torch.randint(0, cfg.vocab_size, (args.t,), device=dev)
-    pos = torch.arange(args.context, args.context + args.t, device=dev)
     t0 = time.perf_counter()
-    with torch.no_grad():
-        step(ids, pos, cache)
-    print(f"lingc explain: preset {args.preset}, T={args.t}, device {dev}, "
+    if args.role == "model":
+        cache = Ling3Cache.allocate(cfg, args.context + args.t, device=dev)
+        step = compile_step(model, "verify" if args.t > 1 else "decode", **opts)
+        ids = torch.randint(0, cfg.vocab_size, (args.t,), device=dev)
+        pos = torch.arange(args.context, args.context + args.t, device=dev)
+        with torch.no_grad():
+            step(ids, pos, cache)
+        what = f"T={args.t}"
+    else:
+        # One of the relay's step functions (runtime/relay/steps.py) as the engine compiles it:
+        # the model call plus the step's relay-buffer bookkeeping, which is what the relay passes
+        # (metadata_capture, stage_commit, relay_tail) rewrite. Not captured: explain runs nothing.
+        from .runtime.relay.engine import Engine
+
+        role = args.role.removesuffix("-step")
+        engine = Engine(model, max_len=args.context + 4 * (args.steps + 1), steps=args.steps, options=opts,
+                        cudagraphs=False, progress=False)
+        engine.prepare([role])
+        what = f"relay step '{role}', {args.steps} drafts"
+    print(f"lingc explain: preset {args.preset}, {what}, device {dev}, "
           f"inductor={args.inductor}, compiled in {time.perf_counter() - t0:.1f} s\n")
     print(compile_reports[-1].format())
     if args.dump_dir:
@@ -137,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
                          help="tokens per step: 1 = decode, 6 = chain verify")
     explain.add_argument("--context", type=int, default=32, help="cache rows before the step")
     explain.add_argument("--dump-dir", default=None)
+    explain.add_argument("--role", default="model", choices=("model",) + RELAY_ROLES,
+                         help="model: the bare forward at --t tokens (default); otherwise one step graph of the "
+                              "NEXTN relay: decode-step (plain decoding), draft, verify-step, extend")
+    explain.add_argument("--steps", type=int, default=5, help="NEXTN drafts per relay step (1..7), for --role")
     args = ap.parse_args(argv)
     return {"run": cmd_run, "explain": cmd_explain}[args.cmd](args)
 

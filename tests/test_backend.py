@@ -261,6 +261,16 @@ def test_explain_cli(capsys):
     assert "lingc pass summary (role verify)" in out and "lingc.swiglu_gemm_separate" in out
 
 
+def test_explain_cli_relay_step(capsys):
+    # A relay step graph as the engine compiles it: the extend step's bookkeeping tail is one
+    # lingc.relay_advance, and the report names the role.
+    from lingc.cli import main
+    assert main(["explain", "--role", "extend", "--steps", "3", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "relay step 'extend', 3 drafts" in out and "lingc pass summary (role extend)" in out
+    assert "lingc.relay_advance" in out
+
+
 def test_inductor_path_decode_role(tiny):
     """The one decode-role test through Inductor (slow on the CPU: C++ codegen)."""
     ids, pos, cache = _decode_args(tiny, 1)
