@@ -20,6 +20,9 @@ kernels between them, each a full (non-programmatic) edge in the captured graph.
     before:  v = lingc.greedy_verdict(chain, y) ; ... ; copy_(buf, v)        (buf a graph input)
     after:   lingc.greedy_verdict_out(chain, y, buf) ; ... (v's readers read buf)
 
+    before:  e = embedding(table, ids) ; out, x = lingc.rmsnorm(views(e), w, None, eps) ; f(e)
+    after:   out, x = lingc.embedding_rmsnorm(table, ids, w, eps) ; f(views(x))
+
 The fourth is MLA's absorbed products (q_nope @ W_uk, o_lat @ W_uv^T per head): ATen upcasts the
 bf16 weight slice to a fresh fp32 copy every step, then runs a library bmm. On flash-tp4-rank's
 decode graph these were 28 elementwise kernels and 14 library GEMMs per step.
@@ -40,7 +43,12 @@ Why each is exact:
   has the snapshot's shape and dtype; a slice_scatter into the buffer becomes a write of the
   slice only when that copy_ is the only op writing the buffer (the other elements keep the
   values the slice_scatter would have copied). Each removed snapshot is one copy kernel, and on
-  the GPU a full (non-PDL) edge, at the end of every relay step.
+  the GPU a full (non-PDL) edge, at the end of every relay step;
+- the embedding's value is x, the rows rmsnorm already copies out without a residual (the same
+  bits: a gather rounds nothing), so the first norm after the embedding reads the table rows
+  itself, and the gather (a graph's head, an ATen kernel and a full edge of every step graph:
+  decode, verify, extend and each of the draft's NEXTN forwards) is gone. Only 2-d [T, D] norm
+  inputs that are the embedding or a view of it with the same elements in the same order.
 """
 
 from __future__ import annotations
@@ -53,7 +61,8 @@ from lingc.graph_match import CASTS, aten, is_call
 from lingc.graph_region import shape, val
 from lingc.pass_manager import VIEW_OPS, write_counts, written_bases
 
-__all__ = ["absorbed_products", "direct_epilogue_writes", "direct_lingc_writes", "drop_fresh_clones", "drop_round_trips", "fold_casts"]
+__all__ = ["absorbed_products", "direct_epilogue_writes", "direct_lingc_writes", "drop_fresh_clones", "drop_round_trips",
+           "embedding_into_norm", "fold_casts"]
 
 lingc_ops = torch.ops.lingc
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -216,6 +225,55 @@ def direct_lingc_writes(g: fx.Graph) -> int:
             emit(g, variants[v.target], *v.args, dst)
         v.replace_all_uses_with(dst)
         g.erase_node(v)
+        count += 1
+    return count
+
+
+_RESHAPES = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
+
+
+def embedding_into_norm(g: fx.Graph) -> int:
+    """embedding(table, ids) -> views -> lingc.rmsnorm(., w, None, eps): one
+    lingc.embedding_rmsnorm (the module docstring says when). Returns the gathers folded."""
+    import operator
+
+    from lingc.runtime.kernels import norms  # noqa: F401  (registers embedding_rmsnorm)
+
+    count = 0
+    order = {n: i for i, n in enumerate(g.nodes)}      # the graph's nodes before any rewrite here
+    for rms in [n for n in g.nodes if is_call(n, lingc_ops.rmsnorm.default)]:
+        x, w, residual, eps = rms.args
+        if residual is not None or not isinstance(x, fx.Node):
+            continue
+        emb, chain = x, []
+        while is_call(emb, *_RESHAPES) and len(emb.users) == 1:
+            chain.append(emb)
+            emb = emb.args[0]
+        if not (is_call(emb, aten.embedding.default) and val(emb).is_contiguous()):
+            continue
+        table, ids = emb.args[:2]
+        T, D = val(x).shape
+        if val(table).dim() != 2 or val(table).shape[1] != D or val(ids).numel() != T:
+            continue
+        if val(ids).dtype not in (torch.int32, torch.int64):
+            continue
+        if any(order[u] < order[rms] for u in emb.users if u not in chain):
+            continue                 # a reader before the norm could not read the norm's x
+        with g.inserting_before(rms):
+            flat = ids if val(ids).dim() == 1 else emit(g, aten.view.default, ids, [T])
+            new = emit(g, lingc_ops.embedding_rmsnorm.default, table, flat, w, eps)
+        rms.replace_all_uses_with(new)
+        g.erase_node(rms)
+        for v in chain:
+            if not v.users:
+                g.erase_node(v)
+        if emb.users:        # the embedding's other readers (the first residual add) read x
+            with g.inserting_after(new):
+                xs = emit(g, operator.getitem, new, 1)
+            with g.inserting_after(xs):
+                back = xs if tuple(val(emb).shape) == (T, D) else emit(g, aten.view.default, xs, list(val(emb).shape))
+            emb.replace_all_uses_with(back)
+        g.erase_node(emb)
         count += 1
     return count
 

@@ -104,6 +104,7 @@ class PdlSwap(LingcPass):
     tolerance = (1e-4, 1e-4)
     reuse_probes = True          # off: every layer's region is probed (tests compare the two)
     fold_relay_tail = True       # off: the relay steps' tail copies stay ATen ops (tests count the two)
+    fold_embedding = True        # off: the token embedding gather stays an ATen op (tests that want a leftover)
 
     def apply(self, gm: fx.GraphModule) -> int:
         import lingc.runtime.kernels.head_matmul  # noqa: F401
@@ -132,6 +133,7 @@ class PdlSwap(LingcPass):
         epilogue = pdl_glue.direct_epilogue_writes(g)
         eliminate_dead_code(g)                    # (the snapshots it dropped still read the inputs)
         epilogue += pdl_glue.direct_lingc_writes(g) if self.fold_relay_tail else 0
+        gathers = pdl_glue.embedding_into_norm(g) if self.fold_embedding else 0
         tail = relay_tail(g) if self.fold_relay_tail else 0
         eliminate_dead_code(g)
         summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "no match"
@@ -140,6 +142,8 @@ class PdlSwap(LingcPass):
         if clones or casts or epilogue:
             summary += (f"; glue: {clones} copies of fresh values dropped, {casts} casts folded or dropped, "
                         f"{epilogue} epilogue writes made direct")
+        if gathers:
+            summary += f"; {gathers} embedding gathers folded into their first norm"
         if tail:
             summary += f"; relay tail: {tail} epilogue writes -> 1 relay_advance"
         if self.probes_reused:

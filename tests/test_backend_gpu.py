@@ -12,7 +12,10 @@ pytestmark = pytest.mark.gpu
 
 @pytest.mark.parametrize("inductor", [False, True])
 @pytest.mark.parametrize("T", [1, 6])
-def test_compiled_tiny_on_cuda_equals_eager(T, inductor):
+def test_compiled_tiny_on_cuda_equals_eager(T, inductor, monkeypatch):
+    from lingc.passes.pdl_swap import PdlSwap
+
+    monkeypatch.setattr(PdlSwap, "fold_embedding", not inductor)   # Inductor's leftover: the gather
     model = build_model(preset("tiny"), device="cuda", progress=False)
     cache = Ling3Cache.allocate(model.config, 32, device="cuda")
     g = torch.Generator(device="cuda").manual_seed(T)

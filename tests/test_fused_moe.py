@@ -323,10 +323,13 @@ def test_tiny_greedy_tokens_equal_eager(tiny):
     assert out == want
 
 
-def test_tiny_through_inductor(tiny):
+def test_tiny_through_inductor(tiny, monkeypatch):
     """Inductor compiles what is left around the lingc ops; the w13 halves reach moe_experts as
-    views of the parameter (reinterpret_tensor with an offset), never copies."""
+    views of the parameter (reinterpret_tensor with an offset), never copies. (The embedding
+    gather stays an ATen op, so that Inductor has a leftover.)"""
     import re
+    from lingc.passes.pdl_swap import PdlSwap
+    monkeypatch.setattr(PdlSwap, "fold_embedding", False)
     from lingc.backend import compile_reports
     from torch._inductor.utils import run_and_get_code
     ids, pos, cache = _step_args(tiny, 1)

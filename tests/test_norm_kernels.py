@@ -22,6 +22,8 @@ from helpers import assert_close, graph_edge_types, run_sm90_compile_check
 from lingc.models.kda_math import gated_head_rmsnorm as model_gated_head_rmsnorm
 from lingc.models.layers import RMSNorm
 from lingc.runtime.kernels.norms import (
+    embedding_rmsnorm,
+    embedding_rmsnorm_reference,
     gated_head_rmsnorm,
     gated_head_rmsnorm_reference,
     rmsnorm,
@@ -29,6 +31,7 @@ from lingc.runtime.kernels.norms import (
 )
 from lingc.runtime.kernels.norms.kernel import (
     NormConfig,
+    embedding_rmsnorm_triton,
     gated_config,
     gated_head_rmsnorm_triton,
     rmsnorm_config,
@@ -402,3 +405,55 @@ def test_gpu_pdl_chain_under_graph_capture():
     torch.cuda.synchronize()
     for got, want in zip(static_out, eager):
         assert torch.equal(got, want)
+
+
+# The token embedding gather fused into the first RMSNorm (GATHER): kernel vs reference.
+
+
+@pytest.mark.parametrize("ids_dtype", [torch.int64, torch.int32], ids=["i64", "i32"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("D", [96, 33, 2560])
+@pytest.mark.parametrize("T", [1, 6, 16])
+def test_embedding_rmsnorm_kernel_matches_reference(T, D, dtype, ids_dtype):
+    # A table wider than D (a row stride past D), repeated ids and the last row; poisoned outputs.
+    V = 37
+    table = rand(V, D + 8, dtype=dtype, seed=T * 100 + D)[:, :D]
+    ids = torch.randint(0, V, (T,), generator=torch.Generator().manual_seed(T + D))
+    ids[0], ids[-1] = V - 1, ids[0] if T > 1 else V - 1
+    ids = ids.to(ids_dtype).to(DEVICE)
+    w = rand(D, dtype=dtype, seed=D + 7)
+    out, x = nan(T, D, dtype=dtype), nan(T, D, dtype=dtype)
+    embedding_rmsnorm_triton(table, ids, w, EPS, out, x)
+    ref = embedding_rmsnorm_reference(table.cpu(), ids.cpu(), w.cpu(), EPS)
+    assert torch.equal(x.cpu(), ref[1]), "the gathered rows are the table's rows, bit for bit"
+    check_rmsnorm((out, x), ref, dtype, w)
+    # and the same bits as the plain norm of the gathered rows (what it replaces in a graph)
+    plain = run_rmsnorm(ref[1].to(DEVICE), w, None)
+    assert torch.equal(out, plain[0])
+
+
+def test_embedding_rmsnorm_op_and_fake():
+    table, w = rand(40, 96, seed=61), rand(96, seed=62)
+    ids = torch.tensor([5, 39, 0, 5], device=DEVICE)
+    out, x = embedding_rmsnorm(table, ids, w, EPS)
+    ref = embedding_rmsnorm_reference(table.cpu(), ids.cpu(), w.cpu(), EPS)
+    assert torch.equal(x.cpu(), ref[1])
+    check_rmsnorm((out, x), ref, torch.float32)
+    with FakeTensorMode():
+        o, h = torch.ops.lingc.embedding_rmsnorm(torch.empty(40, 96, dtype=torch.bfloat16),
+                                                 torch.empty(6, dtype=torch.int64), torch.empty(96), EPS)
+        assert o.shape == h.shape == (6, 96) and o.dtype == h.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(table=torch.zeros(2, 5, 8)), r"table must be the \[V, D\] embedding weight, got shape \(2, 5, 8\)"),
+    (dict(ids=torch.zeros(1, 3, dtype=torch.int64)), r"ids must be \[T\] token ids .* got shape \(1, 3\)"),
+    (dict(ids=torch.zeros(3)), "ids must be int32 or int64 token ids, got torch.float32"),
+    (dict(weight=torch.zeros(7)), r"weight must be \[D\] = \(8,\), got \(7,\)"),
+    (dict(eps=-1.0), "eps must be .* got -1.0"),
+])
+def test_embedding_rmsnorm_bad_arguments_raise(kwargs, match):
+    args = dict(table=torch.zeros(10, 8), ids=torch.zeros(3, dtype=torch.int64), weight=torch.ones(8), eps=EPS)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        embedding_rmsnorm(**args)

@@ -43,11 +43,12 @@ def rows(report):
 
 def expected_counts(cfg):
     kda, mla = len(cfg.kda_layers), len(cfg.mla_layers)
-    # input + post-attention norm per layer, MLA's kv_a_layernorm, the final norm
-    # and MLA's two absorbed products (q_nope @ W_uk, o_lat @ W_uv) per layer
+    # input + post-attention norm per layer, MLA's kv_a_layernorm, the final norm (the first
+    # input norm with the token embedding's gather folded in) and MLA's two absorbed products
+    # (q_nope @ W_uk, o_lat @ W_uv) per layer
     return {"lingc.kda_chain": kda, "lingc.gated_head_rmsnorm": kda, "lingc.mla_decode": mla,
-            "lingc.mla_kv_write": mla, "lingc.rmsnorm": 2 * cfg.num_hidden_layers + mla + 1,
-            "lingc.head_matmul": 2 * mla}
+            "lingc.mla_kv_write": mla, "lingc.rmsnorm": 2 * cfg.num_hidden_layers + mla,
+            "lingc.embedding_rmsnorm": 1, "lingc.head_matmul": 2 * mla}
 
 
 def compare_on_off(fn, args, cache, role, tol=1e-5):
@@ -286,6 +287,43 @@ def test_foreign_norms():
     assert torch.equal(out[1], ref[1]) and torch.equal(out[2], ref[2])    # the model's bits, bf16 too
 
 
+class EmbedThenNorm(nn.Module):
+    """A token embedding [1, T] -> [1, T, D], its RMSNorm, and the embedding read again as the
+    residual (the decoder's first layer); with ``early_reader`` the embedding also feeds an op
+    placed before the norm, which a fused gather inside the norm could not feed."""
+
+    def __init__(self, early_reader: bool):
+        super().__init__()
+        self.emb = nn.Embedding(30, 40)
+        self.w = nn.Parameter(torch.randn(40), requires_grad=False)
+        self.early_reader = early_reader
+
+    def forward(self, ids):
+        e = self.emb(ids[None])
+        early = e * 3.0 if self.early_reader else None
+        n = e * torch.rsqrt(e.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+        out = (n + e)[0]
+        return (out, early[0]) if self.early_reader else (out,)
+
+
+@pytest.mark.parametrize("early_reader", [False, True], ids=["folded", "left"])
+def test_embedding_gather_folded_into_the_first_norm(early_reader):
+    m = EmbedThenNorm(early_reader)
+    ids = torch.tensor([3, 29, 0, 3, 7])
+    with torch.no_grad():
+        ref = m(ids)
+    out, report = run_and_report(m, ids)
+    r, notes = rows(report), stat(report, "pdl_swap").notes[0]
+    if early_reader:
+        assert r.get("aten.embedding") == 1 and "lingc.embedding_rmsnorm" not in r
+        assert "embedding gathers folded" not in notes
+    else:
+        assert "aten.embedding" not in r and r["lingc.embedding_rmsnorm"] == 1 and "lingc.rmsnorm" not in r
+        assert "1 embedding gathers folded into their first norm" in notes
+    for a, b in zip(out, ref):
+        assert torch.equal(a, b)          # the gather is exact and the norm is the same kernel
+
+
 class NotANorm(nn.Module):
     """x * rsqrt(mean(x^2) + eps) * w with the mean over the wrong dim: left alone."""
 
@@ -310,10 +348,9 @@ def test_expect_dump(tiny):
     assert_expected_inline(f"{st.matches} matches, ops {st.ops_before} -> {st.ops_after}\n" + "\n".join(st.notes) + "\n",
                            """\
 31 matches, ops 1049 -> 254
-4 kda_chain, 2 mla_decode, 4 gated_head_rmsnorm, 15 rmsnorm, 2 mla_kv_write, 4 head_matmul (head gate folded into 2 mla_decode); glue: 4 copies of fresh values dropped, 0 casts folded or dropped, 0 epilogue writes made direct; 3 region probes run, 3 reused for repeated layers
-PDL coverage 56/57 kernel-launching ops (98%)
-left 1: token embedding gather [embedding x1]
-chain L0 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > swiglu_gemm_separate > gemm
+4 kda_chain, 2 mla_decode, 4 gated_head_rmsnorm, 15 rmsnorm, 2 mla_kv_write, 4 head_matmul (head gate folded into 2 mla_decode); glue: 4 copies of fresh values dropped, 0 casts folded or dropped, 0 epilogue writes made direct; 1 embedding gathers folded into their first norm; 3 region probes run, 3 reused for repeated layers
+PDL coverage 56/56 kernel-launching ops (100%)
+chain L0 KDA: embedding_rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > swiglu_gemm_separate > gemm
 chain L1 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > moe_router > moe_experts
 chain L2 MLA: rmsnorm > gemm > rmsnorm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > rmsnorm > moe_router > moe_experts
 chain L3 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > moe_router > moe_experts

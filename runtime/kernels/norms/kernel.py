@@ -6,7 +6,9 @@ RMSNorm (``_rmsnorm_kernel``). Grid (T,): one program per row, the whole row in 
 reduction with no cross-program traffic. The norm weight is loaded before ``gdc_wait``; the row,
 the residual and every store come after it. Per row: h = (x + residual) rounded to x.dtype (the
 model's bf16 residual stream), stored as new_residual; out = h * rsqrt(sum(h^2) / D + eps) * w in
-fp32, rounded once.
+fp32, rounded once. With GATHER (``lingc.embedding_rmsnorm``, the model's first norm after the
+token embedding) x is the embedding table and row t reads table row ids[t], loaded after the wait
+(the ids are produced upstream); new_residual then holds the gathered row, the embedding's value.
 
 Gated head norm (``_gated_head_rmsnorm_kernel``). Grid (T, cdiv(H, BH)): a program owns BH heads
 of one row; each head's mean square is reduced inside the program. The o_norm weight comes before
@@ -27,7 +29,8 @@ import triton.language as tl
 
 from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait_small
 
-__all__ = ["MAX_D", "NormConfig", "rmsnorm_config", "gated_config", "rmsnorm_triton", "gated_head_rmsnorm_triton"]
+__all__ = ["MAX_D", "NormConfig", "rmsnorm_config", "gated_config", "rmsnorm_triton", "embedding_rmsnorm_triton",
+           "gated_head_rmsnorm_triton"]
 
 # The widest row one program holds in registers (the whole row is one tile). Ling-3's widest
 # normed row is hidden 2560.
@@ -57,8 +60,8 @@ def gated_config(h: int, v: int) -> NormConfig:
 
 
 @triton.jit
-def _rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, new_res_ptr, stride_x, stride_r, D, eps,
-                    BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr, USE_GDC: tl.constexpr):
+def _rmsnorm_kernel(x_ptr, ids_ptr, res_ptr, w_ptr, out_ptr, new_res_ptr, stride_x, stride_r, D, eps,
+                    BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr, GATHER: tl.constexpr, USE_GDC: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     m = offs < D
@@ -67,7 +70,11 @@ def _rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, new_res_ptr, stride_x, strid
     pdl_wait_small(USE_GDC)
     pdl_launch_dependents(USE_GDC)
 
-    x = tl.load(x_ptr + row * stride_x + offs, mask=m, other=0.0)
+    if GATHER:      # x is the embedding table, row `ids[row]` of it (the ids come from upstream)
+        src = tl.load(ids_ptr + row).to(tl.int64)
+    else:
+        src = row
+    x = tl.load(x_ptr + src * stride_x + offs, mask=m, other=0.0)
     if HAS_RESIDUAL:
         r = tl.load(res_ptr + row * stride_r + offs, mask=m, other=0.0)
         h = (r.to(tl.float32) + x.to(tl.float32)).to(x.dtype)     # the model's bf16 stream
@@ -130,10 +137,34 @@ def rmsnorm_triton(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor
     cfg = config or rmsnorm_config(D)
     use_pdl, launch = _launch(use_pdl, x.device)
     res = x if residual is None else residual
-    _rmsnorm_kernel[(T,)](x, res, weight, out, new_residual, x.stride(0), res.stride(0), D, float(eps),
-                          BLOCK=cfg.block, HAS_RESIDUAL=residual is not None, USE_GDC=use_pdl,
+    _rmsnorm_kernel[(T,)](x, x, res, weight, out, new_residual, x.stride(0), res.stride(0), D, float(eps),
+                          BLOCK=cfg.block, HAS_RESIDUAL=residual is not None, GATHER=False, USE_GDC=use_pdl,
                           num_warps=cfg.num_warps, num_stages=1, **launch)
     return out, new_residual
+
+
+def embedding_rmsnorm_triton(table: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor, eps: float,
+                             out: torch.Tensor | None = None, x: torch.Tensor | None = None, *,
+                             config: NormConfig | None = None, use_pdl: bool | None = None):
+    """Launch the token embedding gather fused into the RMSNorm after it: (out, x) with
+    x = table[ids] [T, D] and out = RMSNorm(x) * weight, both contiguous in table.dtype (``out`` /
+    ``x`` if given). The rmsnorm kernel with GATHER: row t reads table row ids[t], so the gather
+    is no kernel of its own. Arguments are as op.check_embedding_rmsnorm_args accepts them."""
+    T, D = ids.shape[0], table.shape[1]
+    assert table.stride(-1) == 1 and weight.is_contiguous() and ids.dim() == 1
+    if out is None:
+        out = torch.empty((T, D), device=table.device, dtype=table.dtype)
+    if x is None:
+        x = torch.empty((T, D), device=table.device, dtype=table.dtype)
+    assert out.is_contiguous() and x.is_contiguous()
+    if T == 0:
+        return out, x
+    cfg = config or rmsnorm_config(D)
+    use_pdl, launch = _launch(use_pdl, table.device)
+    _rmsnorm_kernel[(T,)](table, ids, table, weight, out, x, table.stride(0), table.stride(0), D, float(eps),
+                          BLOCK=cfg.block, HAS_RESIDUAL=False, GATHER=True, USE_GDC=use_pdl,
+                          num_warps=cfg.num_warps, num_stages=1, **launch)
+    return out, x
 
 
 def gated_head_rmsnorm_triton(o: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float,

@@ -41,6 +41,13 @@ def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor, residual: torch.Ten
     return out.to(h.dtype), h
 
 
+def embedding_rmsnorm_reference(table: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor,
+                                eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rmsnorm(table[ids]) * weight, table[ids]): the token embedding gather and the first
+    RMSNorm after it. table [V, D], ids [T] integer in [0, V), weight [D]; outputs in table.dtype."""
+    return rmsnorm_reference(table.index_select(0, ids.long()), weight, None, eps)
+
+
 def gated_head_rmsnorm_reference(o: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor,
                                  eps: float, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """rmsnorm_per_head(o) * weight * sigmoid(gate), one row at a time, in fp32, then cast.

@@ -6,6 +6,11 @@
   residual is None: the first layer's input norm) and out = RMSNorm(new_residual) * weight,
   computed in fp32 and rounded once to x.dtype: the decoder's ``h = x + sublayer(..)`` followed
   by the next RMSNorm of h, exactly as lingc/models/decoder.py and layers.py compute it.
+- ``torch.ops.lingc.embedding_rmsnorm(Tensor table, Tensor ids, Tensor weight, float eps)
+  -> (Tensor out, Tensor x)``: x = table[ids] (the token embedding gather, table [V, D], ids [T]
+  int32/int64 in [0, V)) and out = RMSNorm(x) * weight, as rmsnorm(x, weight, None, eps) returns
+  them; one kernel, so the gather is not a launch (and a full edge of the captured graph) of its
+  own. Ids are not range-checked on the device (nor by ATen's CUDA embedding, which asserts).
 - ``torch.ops.lingc.gated_head_rmsnorm(Tensor o, Tensor gate, Tensor weight, float eps,
   ScalarType? out_dtype=None) -> Tensor``: KDA's output norm, kda_math.gated_head_rmsnorm:
   o [T, H, V] (fp32 from the KDA chain), gate [T, H, V] (raw g_proj output), weight [V];
@@ -26,9 +31,10 @@ import torch
 
 from lingc.runtime.registry import register_op
 
-from .naive import gated_head_rmsnorm_reference, rmsnorm_reference
+from .naive import embedding_rmsnorm_reference, gated_head_rmsnorm_reference, rmsnorm_reference
 
-__all__ = ["MAX_D", "rmsnorm", "gated_head_rmsnorm", "check_rmsnorm_args", "check_gated_head_rmsnorm_args"]
+__all__ = ["MAX_D", "rmsnorm", "embedding_rmsnorm", "gated_head_rmsnorm", "check_rmsnorm_args",
+           "check_embedding_rmsnorm_args", "check_gated_head_rmsnorm_args"]
 
 MAX_D = 16384     # kernel.MAX_D: the widest row one program holds
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -75,6 +81,20 @@ def check_rmsnorm_args(x, weight, residual, eps) -> None:
     _check_eps(op, eps)
 
 
+def check_embedding_rmsnorm_args(table, ids, weight, eps) -> None:
+    """Raise ValueError naming the bad argument of ``embedding_rmsnorm``."""
+    op = "embedding_rmsnorm"
+    if table.dim() != 2:
+        raise ValueError(f"{op}: table must be the [V, D] embedding weight, got shape {_shape(table)}")
+    if ids.dim() != 1:
+        raise ValueError(f"{op}: ids must be [T] token ids (1-d; flatten [1, T]), got shape {_shape(ids)}")
+    if ids.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"{op}: ids must be int32 or int64 token ids, got {ids.dtype}")
+    if ids.device != table.device:
+        raise ValueError(f"{op}: ids is on {ids.device} but table is on {table.device}")
+    check_rmsnorm_args(table, weight, None, eps)
+
+
 def check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype=None) -> None:
     """Raise ValueError naming the bad argument of ``gated_head_rmsnorm``."""
     op = "gated_head_rmsnorm"
@@ -119,6 +139,22 @@ def _rmsnorm_fake(x, weight, residual, eps):
         torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
+def _embedding_rmsnorm(table: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor,
+                       eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    check_embedding_rmsnorm_args(table, ids, weight, eps)
+    if not table.is_cuda:
+        return embedding_rmsnorm_reference(table, ids, weight, eps)
+    from .kernel import embedding_rmsnorm_triton
+
+    return embedding_rmsnorm_triton(table, ids, weight, eps)
+
+
+def _embedding_rmsnorm_fake(table, ids, weight, eps):
+    check_embedding_rmsnorm_args(table, ids, weight, eps)
+    shape = (ids.shape[0], table.shape[1])
+    return table.new_empty(shape), table.new_empty(shape)
+
+
 def _gated_head_rmsnorm(o: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float,
                         out_dtype: torch.dtype | None = None) -> torch.Tensor:
     check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype)
@@ -136,10 +172,13 @@ def _gated_head_rmsnorm_fake(o, gate, weight, eps, out_dtype=None):
 
 _SCHEMAS = {
     "rmsnorm": "(Tensor x, Tensor weight, Tensor? residual, float eps) -> (Tensor, Tensor)",
+    "embedding_rmsnorm": "(Tensor table, Tensor ids, Tensor weight, float eps) -> (Tensor, Tensor)",
     "gated_head_rmsnorm": "(Tensor o, Tensor gate, Tensor weight, float eps, ScalarType? out_dtype=None) -> Tensor",
 }
 
 
 rmsnorm = register_op("rmsnorm", _rmsnorm, _rmsnorm_fake, schema=_SCHEMAS["rmsnorm"])
+embedding_rmsnorm = register_op("embedding_rmsnorm", _embedding_rmsnorm, _embedding_rmsnorm_fake,
+                                schema=_SCHEMAS["embedding_rmsnorm"])
 gated_head_rmsnorm = register_op("gated_head_rmsnorm", _gated_head_rmsnorm, _gated_head_rmsnorm_fake,
                                  schema=_SCHEMAS["gated_head_rmsnorm"])
