@@ -342,10 +342,11 @@ _COMPILE_CHECK = textwrap.dedent("""
         assert " 0 bytes spill stores" in info, info
 
     c = rmsnorm_config(2560)
-    for has_res in (False, True):
-        sig = dict(x_ptr="*bf16", res_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", new_res_ptr="*bf16",
-                   stride_x="i32", stride_r="i32", D="i32", eps="fp32")
-        check(_rmsnorm_kernel, sig, dict(BLOCK=c.block, HAS_RESIDUAL=has_res, USE_GDC=True), c.num_warps)
+    for has_res, gather in ((False, False), (True, False), (False, True)):
+        sig = dict(x_ptr="*bf16", ids_ptr="*i64", res_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16",
+                   new_res_ptr="*bf16", stride_x="i32", stride_r="i32", D="i32", eps="fp32")
+        check(_rmsnorm_kernel, sig, dict(BLOCK=c.block, HAS_RESIDUAL=has_res, GATHER=gather, USE_GDC=True),
+              c.num_warps)
     g = gated_config(8, 128)
     sig = dict(o_ptr="*fp32", g_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", stride_ot="i32", stride_oh="i32",
                stride_gt="i32", stride_gh="i32", H="i32", V="i32", eps="fp32")

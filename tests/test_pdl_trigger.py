@@ -26,9 +26,10 @@ _CHECK = textwrap.dedent("""
         return "early" if trigger < wait else "late"
 
     c = rmsnorm_config(2560)
-    sig = dict(x_ptr="*bf16", res_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", new_res_ptr="*bf16",
-               stride_x="i32", stride_r="i32", D="i32", eps="fp32")
-    ptx, _ = compile_sm90(_rmsnorm_kernel, sig, dict(BLOCK=c.block, HAS_RESIDUAL=True, USE_GDC=True), num_warps=c.num_warps)
+    sig = dict(x_ptr="*bf16", ids_ptr="*i64", res_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16",
+               new_res_ptr="*bf16", stride_x="i32", stride_r="i32", D="i32", eps="fp32")
+    ptx, _ = compile_sm90(_rmsnorm_kernel, sig, dict(BLOCK=c.block, HAS_RESIDUAL=True, GATHER=False, USE_GDC=True),
+                          num_warps=c.num_warps)
     assert order(ptx) == ("late" if TRIGGER == "late" else "early"), TRIGGER
 
     sig = dict(a_ptr="*fp32", b_ptr="*bf16", out_ptr="*bf16", M="i32", K="i32", N="i32",
