@@ -32,8 +32,8 @@ import torch
 
 from lingc.runtime.registry import register_op
 
-__all__ = ["greedy_verdict", "greedy_emit", "greedy_verdict_out", "greedy_emit_out", "state_commit", "host_refill", "greedy_verdict_reference",
-           "greedy_emit_reference"]
+__all__ = ["greedy_verdict", "greedy_emit", "greedy_verdict_out", "greedy_emit_out", "state_commit", "host_refill",
+           "greedy_verdict_reference", "greedy_emit_reference"]
 
 
 def greedy_verdict_reference(chain: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -118,29 +118,35 @@ def _launch(use_pdl: bool | None, device) -> tuple[bool, dict]:
     return use_pdl, ({"launch_pdl": True} if use_pdl else {})
 
 
+def _rmsnorm_rows(src, ids, residual, weight, eps, T, out, new_residual, config, use_pdl):
+    """The one launch of ``_rmsnorm_kernel`` behind both launchers below: T rows of ``src``
+    (rows ``ids[t]`` of it when ids is given), outputs allocated when not given."""
+    D = src.shape[1]
+    assert src.stride(-1) == 1 and weight.is_contiguous()
+    if out is None:
+        out = torch.empty((T, D), device=src.device, dtype=src.dtype)
+    if new_residual is None:
+        new_residual = torch.empty((T, D), device=src.device, dtype=src.dtype)
+    assert out.is_contiguous() and new_residual.is_contiguous()
+    if T == 0:
+        return out, new_residual
+    cfg = config or rmsnorm_config(D)
+    use_pdl, launch = _launch(use_pdl, src.device)
+    res = src if residual is None else residual
+    _rmsnorm_kernel[(T,)](src, src if ids is None else ids, res, weight, out, new_residual, src.stride(0),
+                          res.stride(0), D, float(eps), BLOCK=cfg.block, HAS_RESIDUAL=residual is not None,
+                          GATHER=ids is not None, USE_GDC=use_pdl, num_warps=cfg.num_warps, num_stages=1, **launch)
+    return out, new_residual
+
+
 def rmsnorm_triton(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None, eps: float,
                    out: torch.Tensor | None = None, new_residual: torch.Tensor | None = None, *,
                    config: NormConfig | None = None, use_pdl: bool | None = None):
     """Launch the fused residual add + RMSNorm over the T rows of x [T, D]; returns
     (out, new_residual), both [T, D] contiguous in x.dtype (``out``/``new_residual`` if given).
     Arguments are as op.check_rmsnorm_args accepts them."""
-    T, D = x.shape
-    assert x.stride(-1) == 1 and weight.is_contiguous()
     assert residual is None or (residual.shape == x.shape and residual.stride(-1) == 1)
-    if out is None:
-        out = torch.empty((T, D), device=x.device, dtype=x.dtype)
-    if new_residual is None:
-        new_residual = torch.empty((T, D), device=x.device, dtype=x.dtype)
-    assert out.is_contiguous() and new_residual.is_contiguous()
-    if T == 0:
-        return out, new_residual
-    cfg = config or rmsnorm_config(D)
-    use_pdl, launch = _launch(use_pdl, x.device)
-    res = x if residual is None else residual
-    _rmsnorm_kernel[(T,)](x, x, res, weight, out, new_residual, x.stride(0), res.stride(0), D, float(eps),
-                          BLOCK=cfg.block, HAS_RESIDUAL=residual is not None, GATHER=False, USE_GDC=use_pdl,
-                          num_warps=cfg.num_warps, num_stages=1, **launch)
-    return out, new_residual
+    return _rmsnorm_rows(x, None, residual, weight, eps, x.shape[0], out, new_residual, config, use_pdl)
 
 
 def embedding_rmsnorm_triton(table: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor, eps: float,
@@ -150,21 +156,8 @@ def embedding_rmsnorm_triton(table: torch.Tensor, ids: torch.Tensor, weight: tor
     x = table[ids] [T, D] and out = RMSNorm(x) * weight, both contiguous in table.dtype (``out`` /
     ``x`` if given). The rmsnorm kernel with GATHER: row t reads table row ids[t], so the gather
     is no kernel of its own. Arguments are as op.check_embedding_rmsnorm_args accepts them."""
-    T, D = ids.shape[0], table.shape[1]
-    assert table.stride(-1) == 1 and weight.is_contiguous() and ids.dim() == 1
-    if out is None:
-        out = torch.empty((T, D), device=table.device, dtype=table.dtype)
-    if x is None:
-        x = torch.empty((T, D), device=table.device, dtype=table.dtype)
-    assert out.is_contiguous() and x.is_contiguous()
-    if T == 0:
-        return out, x
-    cfg = config or rmsnorm_config(D)
-    use_pdl, launch = _launch(use_pdl, table.device)
-    _rmsnorm_kernel[(T,)](table, ids, table, weight, out, x, table.stride(0), table.stride(0), D, float(eps),
-                          BLOCK=cfg.block, HAS_RESIDUAL=False, GATHER=True, USE_GDC=use_pdl,
-                          num_warps=cfg.num_warps, num_stages=1, **launch)
-    return out, x
+    assert ids.dim() == 1
+    return _rmsnorm_rows(table, ids, None, weight, eps, ids.shape[0], out, x, config, use_pdl)
 
 
 def gated_head_rmsnorm_triton(o: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float,

@@ -15,8 +15,8 @@ None):
 Then in both: ``ring[ring_k % R] = [emitted..., accept] ; ring_k += 1`` (ring int64 [R, T + 1],
 the device->host token ring of runtime/relay/buffers.py). ``emitted`` is written only without
 ``accepted``; the schema marks it written in both forms. As ATen ops this tail was 8 (decode)
-to 13 (extend) kernels, each a full edge of the captured graph (/tmp/glue report, folds C, F);
-here it is one PDL-launched program. The pdl_swap pass emits it (passes/relay_tail.py).
+to 13 (extend) kernels, each a full edge of the captured graph; here it is one PDL-launched
+program. The pdl_swap pass emits it (passes/relay_tail.py).
 
 Indices are not bounds-checked on the device (a host sync): accept comes from the verdict
 (0..T-1) and the CPU path (gather, index_copy_) raises on a bad one. CUDA: kernel.py; elsewhere
