@@ -1,6 +1,6 @@
 """KDA chain micro-benchmark: lingc's fused kernel vs the eager kda_math path (and FLA as a peer).
 
-    python -m benchmarks.kernels_kda --out benchmarks/results/kda [--bv 4 8 16 32]
+    python -m benchmarks.kernels_kda --out benchmarks/results/kda [--bv 4 8 16 32] [--warps 1 2 4]
 
 Shape: one flash-tp4-rank KDA layer (H=8 heads, K=V=128, conv width 4, bf16 projections, fp32
 state), per layer, T=1 (decode: persistent mode, state updated in place) and T=6 (verify: staged
@@ -10,6 +10,7 @@ stage commit). Variants:
 - ``lingc``        torch.ops.lingc.kda_chain's Triton kernel, PDL-launched where supported
 - ``lingc-no-pdl`` the same kernel launched without PDL
 - ``lingc-bvN``    the kernel at BV=N instead of the table's choice (``--bv``), for the table sweep
+- ``lingc-bvN-wM`` BV=N at M warps per program (``--warps``; each swept BV, the table's BV if none)
 - ``commit``       torch.ops.lingc.kda_commit's kernel (copy one stage position into the slot)
 - ``eager``        the model's eager path: kda_math's short_conv / l2norm / kda_gate /
                    kda_recurrent on whole [T, ...] tensors, then the in-place state/window copies
@@ -114,7 +115,7 @@ def _rel_rms(a, b):
     return ((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt()).item()
 
 
-def bench_T(T, bvs, replays, copies_override):
+def bench_T(T, bvs, warps, replays, copies_override):
     gen = torch.Generator(device="cuda").manual_seed(T)
     staged = T > 1
     layer_bytes = (4 * H * K * K * (1 + (T if staged else 0)) + 3 * H * K * W * 4 + 5 * T * H * K * 2)
@@ -142,6 +143,9 @@ def bench_T(T, bvs, replays, copies_override):
         variants[(mode, "lingc-no-pdl")] = lingc(table, False, stage)
         for bv in bvs:
             variants[(mode, f"lingc-bv{bv}")] = lingc(KdaConfig(bv=bv), True, stage)
+        for bv in bvs or [table.bv]:
+            for w in warps:
+                variants[(mode, f"lingc-bv{bv}-w{w}")] = lingc(KdaConfig(bv=bv, num_warps=w), True, stage)
     variants[("persistent", "eager")] = _eager
     if staged:
         variants[("commit", "commit")] = lambda x: kda_commit_triton(
@@ -191,6 +195,8 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, required=True, help="folder for kernels_kda.json")
     parser.add_argument("--t", type=int, nargs="+", default=[1, 6], help="chain lengths (default 1 6)")
     parser.add_argument("--bv", type=int, nargs="*", default=[], help="extra BV configs to time (sweep)")
+    parser.add_argument("--warps", type=int, nargs="*", default=[],
+                        help="warps per program to time at each --bv (or the table's BV)")
     parser.add_argument("--layers", type=int, default=0,
                         help="layer copies to rotate (default: max(35, enough to span 4x L2))")
     parser.add_argument("--replays", type=int, default=30, help="graph replays per timing")
@@ -199,7 +205,7 @@ def main(argv=None):
 
     rows = []
     for T in args.t:
-        rows += bench_T(T, args.bv, args.replays, args.layers)
+        rows += bench_T(T, args.bv, args.warps, args.replays, args.layers)
     all_correct = all(r["correct"] for r in rows)
     if not all_correct:
         bad = [f"T={r['T']} {r['mode']} {r['variant']} (rel RMS {r['rel_rms_err']:.2e})" for r in rows if not r["correct"]]

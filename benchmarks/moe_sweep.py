@@ -3,7 +3,7 @@ time into its launches, to fill the fixed table in runtime/kernels/moe_experts/k
 (tuning happens here, never on the captured path).
 
     python -m benchmarks.moe_sweep --out benchmarks/results [--preset flash-tp4-rank] [--t 1 6]
-        [--set grid|regs|all]
+        [--set grid|regs|all|router]
 
 Conditions as in ``benchmarks.kernels_moe``: ``--layers`` distinct MoE layers with random weights
 (cold: each call of a replay reads another layer's experts), the routing of each layer computed
@@ -13,6 +13,9 @@ once by lingc's router, then timed inside one CUDA graph with PDL on. Rows:
 - ``align``           moe_align alone (T > 1: one token runs without it)
 - ``experts <cfg>``   align + up-GEMM + down-GEMM/combine with config ``cfg`` (the table's first);
                       one token: up-GEMM + down-GEMM/combine on the slot layout, no align
+- ``router e<B> w<W>`` (``--set router``, instead of the expert configs) the router at BLOCK_E = B
+                      experts per logits CTA and W logits warps, checked bit for bit against the
+                      table's router (ids) and to 1e-6 (weights) first
 
 Each candidate is checked against the fp32 reference first (rel. RMS <= 5e-3) and the floor is
 the distinct selected experts' bytes plus the shared expert's over the copy bandwidth measured in
@@ -32,6 +35,10 @@ from benchmarks.kernels_moe import build_layers, lingc_routing, reference_layer,
 from lingc.models.config import preset
 from lingc.runtime.kernels.moe_align.kernel import moe_align_triton
 from lingc.runtime.kernels.moe_experts.kernel import MoeExpertsConfig, config_for, moe_experts_triton
+from lingc.runtime.kernels.moe_router.kernel import moe_router_triton
+
+# (BLOCK_E, logits warps) of --set router: 128 / 64 / 32 CTAs, 2..16 warps each.
+ROUTER_VARIANTS = [(4, 2), (4, 4), (4, 8), (4, 16), (8, 4), (8, 8), (8, 16), (16, 8), (16, 16)]
 
 RTOL_RMS = 5e-3
 
@@ -74,6 +81,25 @@ def experts_call(cfg: MoeExpertsConfig):
     return fn
 
 
+def router_rows(t: int, xs, layers, routed, replays: int) -> list[dict]:
+    """One row per ROUTER_VARIANTS entry: the router at that BLOCK_E and logits warp count."""
+    rows = []
+    for block_e, warps in ROUTER_VARIANTS:
+        def fn(x, moe, block_e=block_e, warps=warps):
+            c = moe.gate.cfg
+            return moe_router_triton(x, moe.gate.weight, moe.gate.expert_bias, c.n_group, c.topk_group,
+                                     c.num_experts_per_tok, c.routed_scaling_factor, c.norm_topk_prob,
+                                     block_e=block_e, logits_warps=warps)
+        with torch.no_grad():
+            got = [fn(x, moe) for x, moe in zip(xs, layers)]
+        same_ids = all(torch.equal(g[0], r[0]) for g, r in zip(got, routed))
+        err = max((g[1] - r[1]).abs().max().item() for g, r in zip(got, routed))
+        timing = time_in_graph(fn, list(zip(xs, layers)), replays=replays)
+        rows.append({"T": t, "what": f"router e{block_e} w{warps}", "us": timing.us_per_call, "w_diff": err,
+                     "note": "" if same_ids and err <= 1e-6 else "DIFFERS from the table's router"})
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -81,7 +107,7 @@ def main(argv=None) -> int:
     parser.add_argument("--layers", type=int, default=40)
     parser.add_argument("--t", type=int, nargs="+", default=[1, 6])
     parser.add_argument("--replays", type=int, default=20)
-    parser.add_argument("--set", choices=["grid", "regs", "all"], default="all",
+    parser.add_argument("--set", choices=["grid", "regs", "all", "router"], default="all",
                         help="which variants around the table's entry to time (candidates())")
     args = parser.parse_args(argv)
     device = require_cuda()
@@ -104,6 +130,9 @@ def main(argv=None) -> int:
         align = time_in_graph(lambda ids: moe_align_triton(ids, cfg.num_experts, 16, True),
                               [(ids,) for _, _, ids, _ in sets], replays=args.replays)
         rows.append({"T": t, "what": "align", "us": align.us_per_call})
+        if args.set == "router":
+            rows += router_rows(t, xs, layers, routed, args.replays)
+            continue
         for c in candidates(n_max, cfg.hidden_size, args.set):
             fn = experts_call(c)
             with torch.no_grad():
@@ -129,7 +158,7 @@ def main(argv=None) -> int:
     print(f"copy bandwidth {copy_gbps:.0f} GB/s")
     print(markdown_table(rows, [("T", "T", "d"), ("what", "what", "s"), ("us", "us/layer", ".2f"),
                                 ("x_floor", "x floor", ".2f"), ("gbps", "GB/s", ".0f"), ("err", "rel RMS", ".1e"),
-                                ("best", "best", "s")]))
+                                ("w_diff", "router w max|diff|", ".1e"), ("best", "best", "s"), ("note", "note", "s")]))
     print(f"best over T={args.t}: {best}")
     path = write_json(args.out / f"moe_sweep_{args.preset}.json",
                       {"benchmark": "moe_sweep", "preset": args.preset, "layers": args.layers,

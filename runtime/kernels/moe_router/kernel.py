@@ -177,6 +177,7 @@ def moe_router_triton(
     weights_out: torch.Tensor | None = None,
     logits_out: torch.Tensor | None = None,
     block_e: int | None = None,
+    logits_warps: int | None = None,
     use_pdl: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch on x [T, H], gate_w [E, H] (unit H stride), expert_bias fp32 [E]; returns
@@ -184,7 +185,8 @@ def moe_router_triton(
 
     ``ids_out`` / ``weights_out`` may be given (tests pass poisoned buffers); ``logits_out``, an
     fp32 [T, E] contiguous buffer, is the workspace and exposes the logits to tests. ``block_e``
-    overrides ``router_block_e``; ``use_pdl`` defaults to ``pdl_supported(x.device)``.
+    overrides ``router_block_e`` and ``logits_warps`` ``router_num_warps`` (benchmarks.moe_sweep
+    --set router); ``use_pdl`` defaults to ``pdl_supported(x.device)``.
     Arguments are assumed validated by the op.
     """
     t, h = x.shape
@@ -210,7 +212,7 @@ def moe_router_triton(
         x, gate_w, logits_out, t, h,
         x.stride(0), x.stride(1), gate_w.stride(0), logits_out.stride(0),
         E=e, BLOCK_E=block_e, BLOCK_H=triton.next_power_of_2(h), USE_GDC=use_pdl,
-        num_warps=router_num_warps(block_e, h), **pdl,
+        num_warps=logits_warps or router_num_warps(block_e, h), **pdl,
     )
     _moe_router_select_kernel[(t,)](
         logits_out, expert_bias, ids_out, weights_out, float(routed_scaling),
