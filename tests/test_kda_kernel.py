@@ -413,7 +413,7 @@ def test_commit_bad_index_raises():
 
 
 def test_config_depends_on_shape_only():
-    assert config_for(8, 128, 128) == KdaConfig(bv=8, num_warps=1)
+    assert config_for(8, 128, 128) == KdaConfig(bv=8, num_warps=4)
     assert all(config_for(h, k, k).bv >= 4 for h in (1, 2, 8, 32, 64) for k in (16, 24, 128))
 
 

@@ -73,28 +73,26 @@ class KdaConfig:
     num_warps: int = 4
 
 
-# Fixed launch table keyed by (H, K, V). flash-tp4-rank (H=8): BV=8, 128 programs, one wave on
-# 132 SMs, ONE warp per program (session 16, `benchmarks.kernels_kda --bv 4 8 16 --warps 1 2 4 8`
-# on an H200: T=6 staged 8.04 -> 7.07 us, T=6 persistent 8.41 -> 6.53, T=1 3.23 -> 3.20; every
-# reduction over K stays inside the warp, no shared-memory round trip and barrier per token).
-# BV=16 at one warp is slower (9.73 us at T=6). flash (H=32) at BV=32 is again 128 programs;
-# its warp count was not swept (4).
+# Fixed launch table keyed by (H, K, V). Not yet swept on the GPU (benchmarks/kernels_kda.py
+# --bv sweeps it): flash-tp4-rank (H=8) takes BV=8, 128 programs, one wave on 132 SMs; the
+# article's Blackwell sweep at T=6 was monotone in favour of small BV down to 1.7 waves (BV=4).
+# flash (H=32) at BV=32 is again 128 programs. Warps (session 16, `--warps 1 2 4 8`): one warp
+# per program is faster alone (T=6 staged 8.04 -> 7.07 us) but not in the verify graph (KDA
+# 347 vs 348 us per step) and spills ~250 bytes in the runtime binary: four kept.
 CONFIGS: dict[tuple[int, int, int], KdaConfig] = {
-    (8, 128, 128): KdaConfig(bv=8, num_warps=1),
+    (8, 128, 128): KdaConfig(bv=8, num_warps=4),
     (32, 128, 128): KdaConfig(bv=32, num_warps=4),
 }
 
 
 def config_for(h: int, k: int, v: int) -> KdaConfig:
     """The config for a head count and head dims: the table entry, else a rule aiming at about
-    _TARGET_PROGRAMS programs. A function of (H, K, V) only, never of T (the warp count changes
-    the reduction order, so the bits, as BV does)."""
+    _TARGET_PROGRAMS programs. A function of (H, K, V) only, never of T."""
     if (h, k, v) in CONFIGS:
         return CONFIGS[(h, k, v)]
     blocks = max(1, _TARGET_PROGRAMS // h)
     bv = min(triton.next_power_of_2(v), max(4, triton.next_power_of_2(triton.cdiv(v, blocks))))
-    # One warp up to BV=8, as the H=8 sweep above found; wider slices keep four.
-    return KdaConfig(bv=bv, num_warps=1 if bv <= 8 else 4)
+    return KdaConfig(bv=bv)
 
 
 @triton.jit
