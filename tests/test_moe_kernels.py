@@ -136,16 +136,13 @@ def test_router_kernel_matches_python_reference(e, n_group, h, t, dtype):
     assert_router_matches(n_ids, n_w, ref_ids, ref_w)
 
 
-@pytest.mark.parametrize("per_pass", [1, 2, 4])
 @pytest.mark.parametrize("renormalize, scaling, topk_group, top_k", [
     (False, 1.0, 2, 4), (True, 1.0, 1, 3), (False, 2.5, 4, 5), (True, 2.5, 3, 7), (True, 1.0, 5, 8),
 ])
-def test_router_kernel_options(renormalize, scaling, topk_group, top_k, per_pass):
-    # Every keys-per-pass form of the selection, with group and pick counts that are and are not
-    # multiples of it (the last pass then yields keys that must not be picked or kept).
+def test_router_kernel_options(renormalize, scaling, topk_group, top_k):
     e, n_group, h, t = 64, 8, 96, 6
     x, w, bias = make_router_inputs(t, e, h, torch.float32, seed=11 + top_k)
-    ids, wts = run_router(x, w, bias, n_group, topk_group, top_k, scaling, renormalize, per_pass=per_pass)
+    ids, wts = run_router(x, w, bias, n_group, topk_group, top_k, scaling, renormalize)
     ref = py_router(exact_logits(x, w), bias, n_group, topk_group, top_k, scaling, renormalize)
     assert_router_matches(ids, wts, *ref)
     if renormalize:
@@ -162,9 +159,9 @@ def test_router_ties_lowest_index_wins(seed, e, n_group, dtype):
     c = torch.sigmoid(logits) + bias.cpu()
     # At most 3 logit values x 3 biases per row: tie-heavy by construction.
     assert all(len(set(row)) <= 9 < e for row in c.tolist())
+    ids, wts = run_router(x, w, bias, n_group)
     ref = py_router(logits, bias, n_group, TOPK_GROUP, TOP_K, SCALING, True)
-    for per_pass in (1, 2, 4):
-        assert_router_matches(*run_router(x, w, bias, n_group, per_pass=per_pass), *ref)
+    assert_router_matches(ids, wts, *ref)
     assert_router_matches(*moe_router_reference(x.cpu(), w.cpu(), bias.cpu(), n_group, TOPK_GROUP, TOP_K,
                                                 SCALING, True), *ref)
 
@@ -279,8 +276,7 @@ _ROUTER_COMPILE_CHECK = textwrap.dedent("""
     import re
     from sm90 import compile_sm90, divisible_by_16, signature
     from lingc.runtime.kernels.moe_router.kernel import (
-        SELECT_PER_PASS, SELECT_WARPS, _moe_router_logits_kernel, _moe_router_select_kernel, router_block_e,
-        router_num_warps)
+        SELECT_WARPS, _moe_router_logits_kernel, _moe_router_select_kernel, router_block_e, router_num_warps)
     fn = _moe_router_logits_kernel
     block_e = router_block_e(512)
     for wdt in ("*bf16", "*fp32"):
@@ -301,16 +297,15 @@ _ROUTER_COMPILE_CHECK = textwrap.dedent("""
     fn = _moe_router_select_kernel
     ptrs = dict(logits_ptr="*fp32", bias_ptr="*fp32", ids_ptr="*i32", wts_ptr="*fp32")
     ints = ["stride_lt", "stride_it", "stride_wt"]
-    for per_pass in sorted({1, 2, 4, SELECT_PER_PASS}):
-        const = dict(N_GROUP=8, GROUP_SIZE=64, TOPK_GROUP=4, TOP_K=8, RENORMALIZE=True, G_PAD=8, GS_PAD=64,
-                     K_PAD=8, PER_PASS=per_pass, USE_GDC=True)
-        ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, ["routed_scaling"]), const,
-                                 divisible_by_16(fn, list(ptrs) + ints), num_warps=SELECT_WARPS)
-        assert " 0 bytes spill stores" in info, (per_pass, info)
-        # One warp: every reduction is warp shuffles, no shared memory, no CTA barrier.
-        assert "bar.sync" not in ptx and "st.shared" not in ptx and "shfl.sync" in ptx, per_pass
-        assert "ld.global" in ptx.split("griddepcontrol.wait")[0]   # the bias, before the wait
-        print("select", per_pass, re.findall(r"Used \\d+ registers", info))
+    const = dict(N_GROUP=8, GROUP_SIZE=64, TOPK_GROUP=4, TOP_K=8, RENORMALIZE=True, G_PAD=8, GS_PAD=64,
+                 K_PAD=8, USE_GDC=True)
+    ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, ["routed_scaling"]), const,
+                             divisible_by_16(fn, list(ptrs) + ints), num_warps=SELECT_WARPS)
+    assert " 0 bytes spill stores" in info, info
+    # One warp: every reduction is warp shuffles, no shared memory, no CTA barrier.
+    assert "bar.sync" not in ptx and "st.shared" not in ptx and "shfl.sync" in ptx
+    assert "ld.global" in ptx.split("griddepcontrol.wait")[0]   # the bias, before the wait
+    print("select", re.findall(r"Used \\d+ registers", info))
 """)
 
 

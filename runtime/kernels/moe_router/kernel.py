@@ -33,14 +33,12 @@ import triton.language as tl
 
 from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
 
-__all__ = ["SELECT_PER_PASS", "SELECT_WARPS", "moe_router_triton", "router_block_e", "router_num_warps"]
+__all__ = ["SELECT_WARPS", "moe_router_triton", "router_block_e", "router_num_warps"]
 
 # CTAs the matvec is spread over at most (H200: 132 SMs; 128 divides the expert counts).
 _TARGET_CTAS = 128
 # Warps of a selection CTA: one, so every reduction stays inside the warp (README.md).
 SELECT_WARPS = 1
-# Keys one selection reduction yields (_moe_router_select_kernel's PER_PASS: 1, 2 or 4).
-SELECT_PER_PASS = 4
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -93,46 +91,18 @@ def _key_value(key):
 
 
 @triton.jit
-def _top2(a1, a2, b1, b2):
-    """Combine of a (best, second) reduction over distinct keys: the best two of the four
-    (a1 >= a2 and b1 >= b2 on entry and exit; ``lowest`` pads a missing second)."""
-    return tl.maximum(a1, b1), tl.maximum(tl.minimum(a1, b1), tl.maximum(a2, b2))
-
-
-@triton.jit
-def _top4(a0, a1, a2, a3, b0, b1, b2, b3):
-    """Combine of a best-four reduction over distinct keys (descending on entry and exit).
-    max(a_i, b_(3-i)) holds the best four of the eight as a bitonic sequence; two
-    compare-exchange stages sort it."""
-    m0, m1, m2, m3 = tl.maximum(a0, b3), tl.maximum(a1, b2), tl.maximum(a2, b1), tl.maximum(a3, b0)
-    n0, n2, n1, n3 = tl.maximum(m0, m2), tl.minimum(m0, m2), tl.maximum(m1, m3), tl.minimum(m1, m3)
-    return tl.maximum(n0, n1), tl.minimum(n0, n1), tl.maximum(n2, n3), tl.minimum(n2, n3)
-
-
-@triton.jit
-def _pick(ids, kr, slot, best, E, TOP_K: tl.constexpr):
-    """ids with slot ``slot`` (< TOP_K) set to the expert of key ``best``."""
-    return tl.where((kr == slot) & (slot < TOP_K), (E - 1 - (best & 0x7FFFFFFF)).to(tl.int32), ids)
-
-
-@triton.jit
 def _moe_router_select_kernel(
     logits_ptr, bias_ptr, ids_ptr, wts_ptr, routed_scaling,
     stride_lt, stride_it, stride_wt,
     N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, TOPK_GROUP: tl.constexpr, TOP_K: tl.constexpr,
     RENORMALIZE: tl.constexpr, G_PAD: tl.constexpr, GS_PAD: tl.constexpr, K_PAD: tl.constexpr,
-    PER_PASS: tl.constexpr, USE_GDC: tl.constexpr,
+    USE_GDC: tl.constexpr,
 ):
     """Grouped top-k of row program_id(0) on a [G_PAD, GS_PAD] view of its logits.
 
     Each candidate is one int64 key, (order key of its score) << 32 | (E - 1 - expert id), so a
     single max reduction yields the best score AND, among equal scores, the lowest id (the tie
-    rule of naive.py); keys are distinct, so removing the winner is an equality test.
-
-    PER_PASS (1, 2 or 4): the keys one reduction pass yields (``_top2`` / ``_top4`` combines),
-    so the picks take ceil(k / PER_PASS) passes, each with independent shuffles side by side,
-    instead of k dependent ones (and the group scores one pass instead of two); the same keys
-    and the same picks whatever PER_PASS is."""
+    rule of naive.py); keys are distinct, so removing the winner is an equality test."""
     E: tl.constexpr = N_GROUP * GROUP_SIZE
     neg_inf = float("-inf")
     lowest = -9223372036854775808            # below every key (a key's high half is >= key(-inf))
@@ -149,49 +119,25 @@ def _moe_router_select_kernel(
     lg = tl.load(logits_ptr + t * stride_lt + eidx, mask=valid, other=0.0)
     c = tl.where(valid, tl.sigmoid(lg) + bias, neg_inf)
     key = (_order_key(c).to(tl.int64) << 32) | tl.where(valid, E - 1 - eidx, 0).to(tl.int64)
-    none = tl.full([G_PAD, GS_PAD], lowest, tl.int64)
     # Group score: top-1 + top-2 of the group (the top-1's lowest position removed).
-    if PER_PASS == 1:
-        k1 = tl.max(key, axis=1)
-        k2 = tl.max(tl.where(key == k1[:, None], lowest, key), axis=1)
-    else:
-        k1, k2 = tl.reduce((key, none), 1, _top2)
+    k1 = tl.max(key, axis=1)
+    k2 = tl.max(tl.where(key == k1[:, None], lowest, key), axis=1)
     gar = tl.arange(0, G_PAD)
     gscore = tl.where(gar < N_GROUP, _key_value(k1) + _key_value(k2), neg_inf)
     gkey = (_order_key(gscore).to(tl.int64) << 32) | (G_PAD - 1 - gar).to(tl.int64)
     keep = gkey == lowest                  # all False
-    gnone = tl.full([G_PAD], lowest, tl.int64)
-    for i in tl.static_range(0, TOPK_GROUP, PER_PASS):
-        if PER_PASS == 1:
-            hit = gkey == tl.max(gkey, axis=0)
-        elif PER_PASS == 2:
-            b0, b1 = tl.reduce((gkey, gnone), 0, _top2)
-            hit = (gkey == b0) | ((gkey == b1) & (i + 1 < TOPK_GROUP))
-        else:
-            b0, b1, b2, b3 = tl.reduce((gkey, gnone, gnone, gnone), 0, _top4)
-            hit = ((gkey == b0) | ((gkey == b1) & (i + 1 < TOPK_GROUP)) | ((gkey == b2) & (i + 2 < TOPK_GROUP))
-                   | ((gkey == b3) & (i + 3 < TOPK_GROUP)))
+    for _ in tl.static_range(TOPK_GROUP):
+        best = tl.max(gkey, axis=0)
+        hit = gkey == best
         keep = keep | hit
         gkey = tl.where(hit, lowest, gkey)
     key = tl.where(keep[:, None] & valid, key, lowest)
     kr = tl.arange(0, K_PAD)
     ids = tl.zeros([K_PAD], dtype=tl.int32)
-    for i in tl.static_range(0, TOP_K, PER_PASS):
-        if PER_PASS == 1:
-            b0 = tl.max(tl.max(key, axis=1), axis=0)
-            ids = _pick(ids, kr, i, b0, E, TOP_K)
-            key = tl.where(key == b0, lowest, key)
-        elif PER_PASS == 2:
-            g0, g1 = tl.reduce((key, none), 1, _top2)              # each group's best two
-            b0, b1 = tl.reduce((g0, g1), 0, _top2)                 # the best two over the groups
-            ids = _pick(_pick(ids, kr, i, b0, E, TOP_K), kr, i + 1, b1, E, TOP_K)
-            key = tl.where((key == b0) | (key == b1), lowest, key)
-        else:
-            g0, g1, g2, g3 = tl.reduce((key, none, none, none), 1, _top4)
-            b0, b1, b2, b3 = tl.reduce((g0, g1, g2, g3), 0, _top4)
-            ids = _pick(_pick(ids, kr, i, b0, E, TOP_K), kr, i + 1, b1, E, TOP_K)
-            ids = _pick(_pick(ids, kr, i + 2, b2, E, TOP_K), kr, i + 3, b3, E, TOP_K)
-            key = tl.where((key == b0) | (key == b1) | (key == b2) | (key == b3), lowest, key)
+    for i in tl.static_range(TOP_K):
+        best = tl.max(tl.max(key, axis=1), axis=0)
+        ids = tl.where(kr == i, (E - 1 - (best & 0x7FFFFFFF)).to(tl.int32), ids)
+        key = tl.where(key == best, lowest, key)
     mask = kr < TOP_K
     # The weights are the unbiased scores at the picked experts.
     lsel = tl.load(logits_ptr + t * stride_lt + ids, mask=mask, other=0.0)
@@ -232,7 +178,6 @@ def moe_router_triton(
     logits_out: torch.Tensor | None = None,
     block_e: int | None = None,
     logits_warps: int | None = None,
-    per_pass: int | None = None,
     use_pdl: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch on x [T, H], gate_w [E, H] (unit H stride), expert_bias fp32 [E]; returns
@@ -241,7 +186,7 @@ def moe_router_triton(
     ``ids_out`` / ``weights_out`` may be given (tests pass poisoned buffers); ``logits_out``, an
     fp32 [T, E] contiguous buffer, is the workspace and exposes the logits to tests. ``block_e``
     overrides ``router_block_e`` and ``logits_warps`` ``router_num_warps`` (benchmarks.moe_sweep
-    --set router), ``per_pass`` SELECT_PER_PASS; ``use_pdl`` defaults to ``pdl_supported(x.device)``.
+    --set router); ``use_pdl`` defaults to ``pdl_supported(x.device)``.
     Arguments are assumed validated by the op.
     """
     t, h = x.shape
@@ -275,6 +220,6 @@ def moe_router_triton(
         N_GROUP=n_group, GROUP_SIZE=group_size, TOPK_GROUP=topk_group, TOP_K=top_k,
         RENORMALIZE=bool(renormalize), G_PAD=triton.next_power_of_2(n_group),
         GS_PAD=triton.next_power_of_2(group_size), K_PAD=triton.next_power_of_2(top_k),
-        PER_PASS=per_pass or SELECT_PER_PASS, USE_GDC=use_pdl, num_warps=SELECT_WARPS, **pdl,
+        USE_GDC=use_pdl, num_warps=SELECT_WARPS, **pdl,
     )
     return ids_out, weights_out
