@@ -11,8 +11,9 @@ once by lingc's router, then timed inside one CUDA graph with PDL on. Rows:
 
 - ``router``          the router launch alone (gate GEMV + grouped top-k)
 - ``align``           moe_align alone (T > 1: one token runs without it)
-- ``experts <cfg>``   align + up-GEMM + down-GEMM/combine with config ``cfg`` (the table's first);
-                      one token: up-GEMM + down-GEMM/combine on the slot layout, no align
+- ``experts <cfg>``   up-GEMM + down-GEMM/combine with config ``cfg`` (the table's first): one
+                      token on the slot layout, 2..16 tokens on the pair layout, no align
+                      launch; ``[align]``: the table's config after moe_align (T = 2..16)
 - ``router e<B> w<W>`` (``--set router``, instead of the expert configs) the router at BLOCK_E = B
                       experts per logits CTA and W logits warps, checked bit for bit against the
                       table's router (ids) and to 1e-6 (weights) first
@@ -73,12 +74,12 @@ def expert_bytes(moe, ids: torch.Tensor) -> int:
     return int(torch.unique(ids).numel()) * e + sum(p.nbytes for p in moe.shared_experts.parameters())
 
 
-def experts_call(cfg: MoeExpertsConfig):
+def experts_call(cfg: MoeExpertsConfig, layout: str | None = None):
     def fn(x, moe, ids, w):
         inter, s, w13 = moe.experts.inter, moe.shared_experts, moe.experts.w13
         return moe_experts_triton(x, ids, w, w13[:, :inter], w13[:, inter:], moe.experts.w2,
                                   s.gate_proj.weight, s.up_proj.weight, s.down_proj.weight,
-                                  moe.experts.limit, s.limit, config=cfg)
+                                  moe.experts.limit, s.limit, config=cfg, layout=layout)
     return fn
 
 
@@ -134,17 +135,23 @@ def main(argv=None) -> int:
         if args.set == "router":
             rows += router_rows(t, xs, layers, routed, args.replays)
             continue
-        for c in candidates(n_max, cfg.hidden_size, args.set):
-            fn = experts_call(c)
+        # 2..16 tokens run on the pair layout (no moe_align); the table's config is also timed
+        # on the aligned layout (what "align" adds is the align row's launch on the chain).
+        runs = [(c, None) for c in candidates(n_max, cfg.hidden_size, args.set)]
+        if 1 < t <= 16:
+            runs.insert(1, (runs[0][0], "align"))
+        for c, layout in runs:
+            fn = experts_call(c, layout)
+            what = label(c) + (f" [{layout}]" if layout else "")
             with torch.no_grad():
                 err = max(rel_rms(fn(*s), reference_layer(s[0], s[1], s[2], s[3])) for s in sets)
             if err > RTOL_RMS:
-                rows.append({"T": t, "what": label(c), "config": c, "err": err, "us": None,
+                rows.append({"T": t, "what": what, "config": c, "err": err, "us": None,
                              "note": "WRONG: not timed"})
                 continue
             timing = time_in_graph(fn, sets, replays=args.replays)
             us = timing.us_per_call
-            rows.append({"T": t, "what": label(c), "config": c, "err": err, "us": us, "floor_us": floor_us,
+            rows.append({"T": t, "what": what, "config": c, "err": err, "us": us, "floor_us": floor_us,
                          "x_floor": us / floor_us, "gbps": nbytes / (us * 1e-6) / 1e9})
         print(f"T={t}: experts floor {floor_us:.2f} us ({nbytes / 1e6:.1f} MB)", flush=True)
     totals: dict[str, float] = {}
