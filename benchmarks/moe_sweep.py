@@ -3,7 +3,7 @@ time into its launches, to fill the fixed table in runtime/kernels/moe_experts/k
 (tuning happens here, never on the captured path).
 
     python -m benchmarks.moe_sweep --out benchmarks/results [--preset flash-tp4-rank] [--t 1 6]
-        [--set grid|regs|all|router]
+        [--set grid|regs|all|router|table]
 
 Conditions as in ``benchmarks.kernels_moe``: ``--layers`` distinct MoE layers with random weights
 (cold: each call of a replay reads another layer's experts), the routing of each layer computed
@@ -49,9 +49,11 @@ def candidates(n_max: int, h: int, which: str = "all") -> list[MoeExpertsConfig]
     """The table's entry first, then variants around it. ``which``: "grid" varies the up-GEMM
     (block_n, split_k, warps) and the down-GEMM (block_h, warps), one side at a time; "regs" the
     register caps (0 = the compiler's choice; up 96 = five 4-warp CTAs per SM, down 80 = six);
-    "all" both."""
+    "all" both; "table" the table's entry alone."""
     base = config_for(n_max, h)
     out = [base]
+    if which == "table":
+        return out
     if which in ("grid", "all"):
         ups = [(16, 5, 4), (16, 10, 4), (16, 3, 8), (8, 5, 4), (8, 10, 4), (32, 10, 4), (16, 20, 4)]
         downs = [(64, 4), (32, 4), (16, 4), (128, 8), (32, 2)]
@@ -109,7 +111,7 @@ def main(argv=None) -> int:
     parser.add_argument("--layers", type=int, default=40)
     parser.add_argument("--t", type=int, nargs="+", default=[1, 6])
     parser.add_argument("--replays", type=int, default=20)
-    parser.add_argument("--set", choices=["grid", "regs", "all", "router"], default="all",
+    parser.add_argument("--set", choices=["grid", "regs", "all", "router", "table"], default="all",
                         help="which variants around the table's entry to time (candidates())")
     args = parser.parse_args(argv)
     device = require_cuda()
