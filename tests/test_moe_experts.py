@@ -540,11 +540,12 @@ _COMPILE_CHECK = textwrap.dedent("""
                      BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=triton.cdiv(2560, chunk),
                      N_TILES=triton.cdiv(n_max, cfg.block_n), HAS_LIMIT=True, LAYOUT=LAYOUTS[layout], NPR=64,
                      DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
-        # The pair layout's up-GEMM keeps its block's rows next to the weight tile under the
-        # 96-register cap: 8 bytes spill there, once per CTA, outside the tile's loop (the cap
-        # is what fits five CTAs an SM; the rows kept in the down-GEMM instead took it to 128).
+        # The pair layout's up-GEMM requests its weight tile before it works out its rows (a scan
+        # and a reduction, whose barriers no load crosses): under the 96-register cap (five CTAs
+        # an SM) the rows' temporaries spill 56 bytes next to the tile in flight, once per CTA.
+        # Rows first spilled 8 bytes but put both barriers before the tile's request.
         ptx, info = build(_moe_up_kernel, ptrs, ints, ["limit", "shared_limit"], const, cfg.up_warps, cfg.up_maxnreg,
-                          spill=16 if layout == "pairs" else 0)
+                          spill=64 if layout == "pairs" else 0)
         # Each of the two paths waits, then releases the down-GEMM (which reads moe_align's
         # output before its own wait), whatever LINGC_PDL_TRIGGER says.
         order = re.findall(r"griddepcontrol\\.(wait|launch_dependents)", ptx)

@@ -175,6 +175,14 @@ def _pair_rows(match, before, P, TOP_K: tl.constexpr, PAIRS_PER_TOKEN: tl.conste
     return tl.where(lane >= 0, (lane // TOP_K) * PAIRS_PER_TOKEN + lane % TOP_K, P)
 
 
+@triton.jit
+def _expert_chunk(wg_ptr, wu_ptr, e, j, even, offs_k, mask_k, I, stride_ge, stride_gn, stride_ue, stride_un):
+    """Expert e's up-GEMM weight chunk [2*BLOCK_N, CHUNK_K]: gate row j (even rows) or up row j."""
+    e64 = e.to(tl.int64)
+    rows = tl.where(even, wg_ptr + e64 * stride_ge + j * stride_gn, wu_ptr + e64 * stride_ue + j * stride_un)
+    return tl.load(rows[:, None] + offs_k[None, :], mask=(j < I)[:, None] & mask_k[None, :], other=0.0)
+
+
 @triton.jit(do_not_specialize=["T", "P", "NB", "NSB"])
 def _moe_up_kernel(
     x_ptr, sorted_ptr, block_expert_ptr, ids_ptr,
@@ -237,20 +245,23 @@ def _moe_up_kernel(
             run = (e < NUM_EXPERTS) & (pid_n * BLOCK_N < I)
         if run:
             slots = b * BLOCK_M + tl.arange(0, BLOCK_M)
-            if LAYOUT == SLOTS:
-                pair = tl.where(slots == b * BLOCK_M, b, P)   # the block's one pair, then padding
-            elif LAYOUT == PAIRS:
+            if LAYOUT == PAIRS:
+                # The weight tile first: its addresses are known, the rows take a scan and a
+                # reduction (with barriers, which no load is moved across).
+                w = _expert_chunk(wg_ptr, wu_ptr, e, j, even, offs_k, mask_k, I, stride_ge, stride_gn,
+                                  stride_ue, stride_un)
                 pair = _pair_rows(match, before, P, TOP_K, PAIRS_PER_TOKEN, BLOCK_M, NPR)
                 if (pid_k == 0) & (pid_n == 0):
                     # Published for the down-GEMM, which reads them after its wait (this launch
                     # has completed then), as it reads moe_align's layout.
                     tl.store(sorted_ptr + slots, pair)
             else:
-                pair = tl.load(sorted_ptr + slots)   # a published block (e < E), so inside the range
-            e64 = e.to(tl.int64)
-            g_rows = tl.where(even, wg_ptr + e64 * stride_ge + j * stride_gn,
-                              wu_ptr + e64 * stride_ue + j * stride_un)
-            w = tl.load(g_rows[:, None] + offs_k[None, :], mask=(j < I)[:, None] & mask_k[None, :], other=0.0)
+                if LAYOUT == SLOTS:
+                    pair = tl.where(slots == b * BLOCK_M, b, P)   # the block's one pair, then padding
+                else:
+                    pair = tl.load(sorted_ptr + slots)   # a published block (e < E), so inside the range
+                w = _expert_chunk(wg_ptr, wu_ptr, e, j, even, offs_k, mask_k, I, stride_ge, stride_gn,
+                                  stride_ue, stride_un)
             # The sentinel P marks padding.
             _up_tile(w, pair // PAIRS_PER_TOKEN, pair < P, pair, I, limit, rows_w, offs_k, mask_k,
                      b * N_TILES + pid_n, pid_k, pid_n, x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh, stride_act, stride_ws_s,
