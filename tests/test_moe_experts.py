@@ -562,7 +562,8 @@ _COMPILE_CHECK = textwrap.dedent("""
                 "stride_wt", "stride_ot", "stride_it"]
         const = dict(stride_wk=1, stride_oh=1, stride_ik=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9,
                      HAS_SHARED=True, BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=triton.next_power_of_2(n_max),
-                     COMBINE_T=COMBINE_T, LAYOUT=LAYOUTS[layout], NPR=64, DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
+                     COMBINE_T=COMBINE_T, LAYOUT=LAYOUTS[layout], NPR=64, DOT_PRECISION="tf32", DOT_UPCAST=False,
+                     USE_GDC=True)
         ptx, info = build(_moe_down_kernel, ptrs, ints, [], const, cfg.down_warps, cfg.down_maxnreg)
         tile_loads = cfg.block_h * triton.next_power_of_2(n_max) * 2 // 16 // (32 * cfg.down_warps)
         assert max_loads_before_a_wait(ptx) >= tile_loads, ptx[-3000:]

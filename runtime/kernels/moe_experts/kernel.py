@@ -51,8 +51,8 @@ from lingc.runtime.kernels.swiglu_gemm.kernel import _swiglu  # the SwiGLU epilo
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait, pdl_wait_then_release
 
 __all__ = [
-    "BLOCK_M", "COMBINE_T", "CONFIGS", "LAYOUTS", "MoeExpertsBuffers", "MoeExpertsConfig", "alloc_buffers", "config_for",
-    "moe_experts_triton",
+    "BLOCK_M", "COMBINE_T", "CONFIGS", "LAYOUTS", "MoeExpertsBuffers", "MoeExpertsConfig", "alloc_buffers",
+    "config_for", "moe_experts_triton",
 ]
 
 # Tokens the combine handles per step (a [COMBINE_T, BLOCK_H] fp32 accumulator).

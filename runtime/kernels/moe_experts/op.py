@@ -21,8 +21,8 @@ adding them, so in bf16 this op is not bit-equal to it (fp32: equal up to summat
 SwiGLU activation is rounded to x.dtype before the down projection, as in eager.
 
 CPU: naive.py's per-token reference (batch-invariant). CUDA: two Triton launches (kernel.py),
-PDL-chained on Hopper, after a moe_align launch only above 16 tokens. A ``custom_op`` for the reason given in gemm/op.py: an opaque
-op keeps our own PDL launch.
+PDL-chained on Hopper, after a moe_align launch only above 16 tokens. A ``custom_op`` for the
+reason given in gemm/op.py: an opaque op keeps our own PDL launch.
 """
 import math
 
