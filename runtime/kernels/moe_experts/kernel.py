@@ -62,7 +62,7 @@ COMBINE_T = 8
 # pair b, owned by the pair that starts a run of BLOCK_M pairs naming its expert).
 # (constexpr globals: the kernels compare LAYOUT with them).
 ALIGN, SLOTS, PAIRS = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
-LAYOUTS = {"align": 0, "slots": 1, "pairs": 2}
+LAYOUTS = {"align": ALIGN.value, "slots": SLOTS.value, "pairs": PAIRS.value}
 
 
 @dataclass(frozen=True)
@@ -298,8 +298,9 @@ def _moe_down_kernel(
         # ticket, so the count is the grid's, not a published total.
         n_routed = T * TOP_K
         routed = pid_b < n_routed
-        e, own, match, before = _pair_owner(ids_ptr, tl.minimum(pid_b, n_routed - 1), T, stride_it, stride_ik,
-                                            TOP_K, BLOCK_M, NPR)
+        # (the rows are the up-GEMM's to work out: this kernel reads them after its wait)
+        e, own, _, _ = _pair_owner(ids_ptr, tl.minimum(pid_b, n_routed - 1), T, stride_it, stride_ik, TOP_K,
+                                   BLOCK_M, NPR)
         e = tl.where(routed, e, NUM_EXPERTS)
         active = tl.where(routed, own & (e < NUM_EXPERTS), True)
     else:
