@@ -7,9 +7,9 @@ The whole MoE layer (router gate + grouped top-k, routed experts, shared expert,
 preset (flash-tp4-rank: 512 experts of I = 192, top-8, shared expert 192, H = 2560, bf16) for
 T in {1, 6} tokens. Variants:
 
-- ``lingc``         torch.ops.lingc.moe_router + torch.ops.lingc.moe_experts (4 launches: router
-                    logits and selection, up-GEMM, down-GEMM + combine; moe_align before the
-                    experts only above 16 tokens), PDL-chained where supported
+- ``lingc``         torch.ops.lingc.moe_router + torch.ops.lingc.moe_experts (5 launches: router
+                    logits and selection, moe_align, up-GEMM, down-GEMM + combine; 4 for one
+                    token, which needs no moe_align), PDL-chained where supported
 - ``lingc-no-pdl``  the same with LINGC_DISABLE_PDL=1 at capture
 - ``eager``         the model's own ``lingc.models.moe.MoE`` module (gather + bmm formulation)
 - ``inductor``      ``torch.compile`` (default mode) of that module's forward, the layer's

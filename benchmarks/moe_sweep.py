@@ -11,13 +11,11 @@ once by lingc's router, then timed inside one CUDA graph with PDL on. Rows:
 
 - ``router``          the router launch alone (gate GEMV + grouped top-k)
 - ``align``           moe_align alone (T > 1: one token runs without it)
-- ``experts <cfg>``   up-GEMM + down-GEMM/combine with config ``cfg`` (the table's first): one
-                      token on the slot layout, 2..16 tokens on the pair layout, no align
-                      launch; ``[align]``: the table's config after moe_align (T = 2..16)
-- ``router e<B> w<W> r<R>`` (``--set router``, instead of the expert configs) the router at
-                      BLOCK_E = B experts per logits CTA, W logits warps and R rows per
-                      reduction, checked against the table's router (ids bit for bit, weights
-                      to 1e-6) first
+- ``experts <cfg>``   align + up-GEMM + down-GEMM/combine with config ``cfg`` (the table's first);
+                      one token: up-GEMM + down-GEMM/combine on the slot layout, no align
+- ``router e<B> w<W>`` (``--set router``, instead of the expert configs) the router at BLOCK_E = B
+                      experts per logits CTA and W logits warps, checked bit for bit against the
+                      table's router (ids) and to 1e-6 (weights) first
 
 Each candidate is checked against the fp32 reference first (rel. RMS <= 5e-3) and the floor is
 the distinct selected experts' bytes plus the shared expert's over the copy bandwidth measured in
@@ -39,10 +37,9 @@ from lingc.runtime.kernels.moe_align.kernel import moe_align_triton
 from lingc.runtime.kernels.moe_experts.kernel import MoeExpertsConfig, config_for, moe_experts_triton
 from lingc.runtime.kernels.moe_router.kernel import moe_router_triton
 
-# (BLOCK_E, logits warps, rows per reduction) of --set router. Session 16 call 2 (H200, one row
-# per reduction): BLOCK_E 4 / 8 / 16 at 2..16 warps, none beat the table's (4, 8) at T=1
-# (5.16 us) or T=6 (8.62 us). This set times the rows per reduction at the table's launch.
-ROUTER_VARIANTS = [(4, 8, 1), (4, 8, 2), (4, 8, 8)]
+# (BLOCK_E, logits warps) of --set router: 128 / 64 / 32 CTAs, 2..16 warps each. Session 16
+# call 2 (H200): none beat the table's (4, 8) at T=1 (5.16 us) or T=6 (8.62 us).
+ROUTER_VARIANTS = [(4, 2), (4, 4), (4, 8), (4, 16), (8, 4), (8, 8), (8, 16), (16, 8), (16, 16)]
 
 RTOL_RMS = 5e-3
 
@@ -78,31 +75,30 @@ def expert_bytes(moe, ids: torch.Tensor) -> int:
     return int(torch.unique(ids).numel()) * e + sum(p.nbytes for p in moe.shared_experts.parameters())
 
 
-def experts_call(cfg: MoeExpertsConfig, layout: str | None = None):
+def experts_call(cfg: MoeExpertsConfig):
     def fn(x, moe, ids, w):
         inter, s, w13 = moe.experts.inter, moe.shared_experts, moe.experts.w13
         return moe_experts_triton(x, ids, w, w13[:, :inter], w13[:, inter:], moe.experts.w2,
                                   s.gate_proj.weight, s.up_proj.weight, s.down_proj.weight,
-                                  moe.experts.limit, s.limit, config=cfg, layout=layout)
+                                  moe.experts.limit, s.limit, config=cfg)
     return fn
 
 
 def router_rows(t: int, xs, layers, routed, replays: int) -> list[dict]:
-    """One row per ROUTER_VARIANTS entry: the router at that BLOCK_E, logits warp count and rows
-    per reduction (ids compared with the table's router: a near tie may flip with the rows)."""
+    """One row per ROUTER_VARIANTS entry: the router at that BLOCK_E and logits warp count."""
     rows = []
-    for block_e, warps, per in ROUTER_VARIANTS:
-        def fn(x, moe, block_e=block_e, warps=warps, per=per):
+    for block_e, warps in ROUTER_VARIANTS:
+        def fn(x, moe, block_e=block_e, warps=warps):
             c = moe.gate.cfg
             return moe_router_triton(x, moe.gate.weight, moe.gate.expert_bias, c.n_group, c.topk_group,
                                      c.num_experts_per_tok, c.routed_scaling_factor, c.norm_topk_prob,
-                                     block_e=block_e, logits_warps=warps, rows=per)
+                                     block_e=block_e, logits_warps=warps)
         with torch.no_grad():
             got = [fn(x, moe) for x, moe in zip(xs, layers)]
         same_ids = all(torch.equal(g[0], r[0]) for g, r in zip(got, routed))
         err = max((g[1] - r[1]).abs().max().item() for g, r in zip(got, routed))
         timing = time_in_graph(fn, list(zip(xs, layers)), replays=replays)
-        rows.append({"T": t, "what": f"router e{block_e} w{warps} r{per}", "us": timing.us_per_call, "w_diff": err,
+        rows.append({"T": t, "what": f"router e{block_e} w{warps}", "us": timing.us_per_call, "w_diff": err,
                      "note": "" if same_ids and err <= 1e-6 else "DIFFERS from the table's router"})
     return rows
 
@@ -140,23 +136,17 @@ def main(argv=None) -> int:
         if args.set == "router":
             rows += router_rows(t, xs, layers, routed, args.replays)
             continue
-        # 2..16 tokens run on the pair layout (no moe_align); the table's config is also timed
-        # on the aligned layout (what "align" adds is the align row's launch on the chain).
-        runs = [(c, None) for c in candidates(n_max, cfg.hidden_size, args.set)]
-        if 1 < t <= 16:
-            runs.insert(1, (runs[0][0], "align"))
-        for c, layout in runs:
-            fn = experts_call(c, layout)
-            what = label(c) + (f" [{layout}]" if layout else "")
+        for c in candidates(n_max, cfg.hidden_size, args.set):
+            fn = experts_call(c)
             with torch.no_grad():
                 err = max(rel_rms(fn(*s), reference_layer(s[0], s[1], s[2], s[3])) for s in sets)
             if err > RTOL_RMS:
-                rows.append({"T": t, "what": what, "config": c, "err": err, "us": None,
+                rows.append({"T": t, "what": label(c), "config": c, "err": err, "us": None,
                              "note": "WRONG: not timed"})
                 continue
             timing = time_in_graph(fn, sets, replays=args.replays)
             us = timing.us_per_call
-            rows.append({"T": t, "what": what, "config": c, "err": err, "us": us, "floor_us": floor_us,
+            rows.append({"T": t, "what": label(c), "config": c, "err": err, "us": us, "floor_us": floor_us,
                          "x_floor": us / floor_us, "gbps": nbytes / (us * 1e-6) / 1e9})
         print(f"T={t}: experts floor {floor_us:.2f} us ({nbytes / 1e6:.1f} MB)", flush=True)
     totals: dict[str, float] = {}

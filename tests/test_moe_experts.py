@@ -236,7 +236,7 @@ def test_kernel_shared_expert_shapes(t, k, i, i_s):
 def test_kernel_align_fallback_path_agrees():
     # The multi-launch align path forced at 30 pairs gives the same bits.
     pb = make_problem(6, torch.bfloat16, seed=70, routing="pool")
-    assert torch.equal(run_kernel(pb, max_single_launch=0, layout="align"), run_kernel(pb, layout="align"))
+    assert torch.equal(run_kernel(pb, max_single_launch=0), run_kernel(pb))
 
 
 @pytest.mark.parametrize("shared, config", [(True, None), (False, None), (True, SPLIT_CONFIGS[1])],
@@ -247,7 +247,7 @@ def test_kernel_one_token_slot_layout_equals_aligned(shared, config):
     pb = make_problem(1, torch.bfloat16, seed=72, shared=shared, h=96 if config else SMALL["h"])
     pb["topk_ids"] = _strided(pb["topk_ids"])
     got = run_kernel(pb, config)
-    assert torch.equal(got, run_kernel(pb, config, layout="align"))
+    assert torch.equal(got, run_kernel(pb, config, align_one_token=True))
     assert_close(got, reference(pb), RTOL[torch.bfloat16])
 
 
@@ -258,54 +258,18 @@ def test_kernel_one_token_repeated_expert_ids():
     pb = make_problem(1, torch.float32, seed=74)
     pb["topk_ids"] = torch.tensor([[3, 9, 3, 3]], dtype=torch.int32, device=pb["x"].device)
     got = run_kernel(pb)
-    assert torch.equal(got, run_kernel(pb, layout="align"))
+    assert torch.equal(got, run_kernel(pb, align_one_token=True))
     assert_close(got, reference(pb), RTOL[torch.float32])
 
 
-def test_kernel_slot_and_pair_layouts_launch_no_align(monkeypatch):
-    # T = 1 (slots) and T = 2..16 (pairs) read topk_ids directly; T = 17 aligns.
+def test_kernel_one_token_slot_layout_launches_no_align(monkeypatch):
     calls = []
     real = experts_kernel.moe_align_triton
     monkeypatch.setattr(experts_kernel, "moe_align_triton", lambda *a, **kw: calls.append(1) or real(*a, **kw))
-    for t in (1, 2, BLOCK_M):
-        run_kernel(make_problem(t, torch.float32, seed=73))
+    run_kernel(make_problem(1, torch.float32, seed=73))
     assert calls == []
-    run_kernel(make_problem(BLOCK_M + 1, torch.float32, seed=73))
+    run_kernel(make_problem(2, torch.float32, seed=73))
     assert calls == [1]
-
-
-@pytest.mark.parametrize("t, routing, shared, config", [
-    (2, "random", True, None), (6, "pool", True, None), (6, "same", False, None), (16, "pool", True, None),
-    (6, "pool", True, SPLIT_CONFIGS[0]), (16, "same", True, SPLIT_CONFIGS[1]),
-], ids=["T2", "T6-pool", "T6-same-no-shared", "T16-pool", "T6-split-k", "T16-same-split-k"])
-def test_kernel_pair_layout_equals_aligned(t, routing, shared, config):
-    # 2..16 tokens run on the pair layout (no moe_align launch): the same bits as the aligned
-    # layout, and the reference. 'same' routing gives every expert a run of T pairs (16 at T = 16:
-    # one full block); ids with non-unit strides along both axes.
-    pb = make_problem(t, torch.bfloat16, seed=90 + t, routing=routing, shared=shared,
-                      h=96 if config else SMALL["h"], layout="separate")
-    assert pb["topk_ids"].stride() != (pb["topk_ids"].shape[1], 1)
-    got = run_kernel(pb, config)
-    assert torch.equal(got, run_kernel(pb, config, layout="align"))
-    assert_close(got, reference(pb), RTOL[torch.bfloat16])
-
-
-def test_kernel_pair_layout_runs_longer_than_a_block():
-    # The op takes any topk_ids: six tokens each naming expert 3 in three of four slots give it 18
-    # pairs, more than one 16-row block: pairs 0 and 16 of its run each own a block.
-    pb = make_problem(6, torch.float32, seed=95)
-    ids = pb["topk_ids"].clone()
-    ids[:, 1:] = 3
-    pb["topk_ids"] = ids
-    got = run_kernel(pb)
-    assert torch.equal(got, run_kernel(pb, layout="align"))
-    assert_close(got, reference(pb), RTOL[torch.float32])
-
-
-@pytest.mark.parametrize("t, layout", [(2, "slots"), (BLOCK_M + 1, "pairs"), (2, "sorted")])
-def test_kernel_bad_layout_raises(t, layout):
-    with pytest.raises(ValueError, match=f"layout '{layout}' at T={t}"):
-        run_kernel(make_problem(t, torch.float32, seed=96), layout=layout)
 
 
 def test_kernel_empty_batch():
@@ -406,7 +370,7 @@ def test_wrong_align_layout_is_caught(monkeypatch):
 
     monkeypatch.setattr(experts_kernel, "moe_align_triton", swapped)
     with pytest.raises(AssertionError, match="relative RMS error"):
-        assert_close(run_kernel(pb, layout="align"), reference(pb), RTOL[torch.float32])
+        assert_close(run_kernel(pb), reference(pb), RTOL[torch.float32])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -512,40 +476,31 @@ _COMPILE_CHECK = textwrap.dedent("""
         blocks = [re.split(r"\\n[$]L__BB\\w+:", seg)[-1] for seg in ptx.split("griddepcontrol.wait")[:-1]]
         return max(len(re.findall(V4, b)) for b in blocks)
 
-    def build(fn, ptrs, ints, floats, const, warps, maxnreg=0, spill=0):
+    def build(fn, ptrs, ints, floats, const, warps, maxnreg=0):
         # Pointers 16-byte aligned, integer arguments divisible by 16 (what the launcher's
         # specialisation sees at H = 2560 with the model's strides), except the counts.
         attrs = divisible_by_16(fn, [n for n in list(ptrs) + ints if n not in ("T", "P", "NB", "NSB", "stride_wt")])
         ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, floats), const, attrs, num_warps=warps,
                                  maxnreg=maxnreg or None)
-        stores = int(re.search(r"(\\d+) bytes spill stores", info).group(1))
-        assert stores <= spill, info
+        assert " 0 bytes spill stores" in info, info
         assert "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx
         return ptx, info
 
-    from lingc.runtime.kernels.moe_experts.kernel import LAYOUTS
-    for n_max, layout in ((192, "align"), (768, "align"), (192, "slots"), (192, "pairs")):
-        # slots / pairs: no moe_align launch, ids read from the router's output (pairs at T = 6:
-        # 48 routed pairs on 64 lanes)
+    for n_max, slot in ((192, False), (768, False), (192, True)):
+        # slot: one token's slot layout (no moe_align launch; ids read from the router's output)
         cfg = config_for(n_max, 2560)
         # (the values of T, P and NB are not specialised: do_not_specialize)
         chunk = triton.next_power_of_2(triton.cdiv(2560, cfg.split_k))
         b = "*bf16"
         ptrs = dict(x_ptr=b, sorted_ptr="*i32", block_expert_ptr="*i32", ids_ptr="*i32", wg_ptr=b, wu_ptr=b,
                     sg_ptr=b, su_ptr=b, act_ptr=b, ws_ptr="*fp32", ticket_ptr="*i32")
-        ints = ["T", "P", "NB", "NSB", "H", "I", "IS", "stride_xt", "stride_it", "stride_ge", "stride_gn", "stride_ue",
-                "stride_un",
+        ints = ["T", "P", "NB", "NSB", "H", "I", "IS", "stride_xt", "stride_ge", "stride_gn", "stride_ue", "stride_un",
                 "stride_sgn", "stride_sun", "stride_act", "stride_ws_s", "stride_ws_p"]
         const = dict(stride_xh=1, stride_ik=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9, BLOCK_M=BLOCK_M,
                      BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=triton.cdiv(2560, chunk),
-                     N_TILES=triton.cdiv(n_max, cfg.block_n), HAS_LIMIT=True, LAYOUT=LAYOUTS[layout], NPR=64,
+                     N_TILES=triton.cdiv(n_max, cfg.block_n), HAS_LIMIT=True, SLOT_BLOCKS=slot,
                      DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
-        # The pair layout's up-GEMM requests its weight tile before it works out its rows (a scan
-        # and a reduction, whose barriers no load crosses): under the 96-register cap (five CTAs
-        # an SM) the rows' temporaries spill 56 bytes next to the tile in flight, once per CTA.
-        # Rows first spilled 8 bytes but put both barriers before the tile's request.
-        ptx, info = build(_moe_up_kernel, ptrs, ints, ["limit", "shared_limit"], const, cfg.up_warps, cfg.up_maxnreg,
-                          spill=64 if layout == "pairs" else 0)
+        ptx, info = build(_moe_up_kernel, ptrs, ints, ["limit", "shared_limit"], const, cfg.up_warps, cfg.up_maxnreg)
         # Each of the two paths waits, then releases the down-GEMM (which reads moe_align's
         # output before its own wait), whatever LINGC_PDL_TRIGGER says.
         order = re.findall(r"griddepcontrol\\.(wait|launch_dependents)", ptx)
@@ -555,19 +510,18 @@ _COMPILE_CHECK = textwrap.dedent("""
         tile_loads = 2 * cfg.block_n * chunk * 2 // 16 // (32 * cfg.up_warps)
         assert max_loads_before_a_wait(ptx) >= tile_loads, ptx[-3000:]
         assert len(re.findall(V4, ptx)) >= 2 * tile_loads, ptx[-3000:]
-        print("up", n_max, layout, [l for l in info.splitlines() if "registers" in l])
+        print("up", n_max, slot, [l for l in info.splitlines() if "registers" in l])
         ptrs = dict(act_ptr=b, sorted_ptr="*i32", block_expert_ptr="*i32", total_ptr="*i32", ids_ptr="*i32",
                     wd_ptr=b, sd_ptr=b, y_ptr="*fp32", topk_w_ptr="*fp32", out_ptr=b, ticket_ptr="*i32")
         ints = ["T", "P", "H", "I", "IS", "stride_act", "stride_de", "stride_dh", "stride_sdh", "stride_y",
-                "stride_wt", "stride_ot", "stride_it"]
+                "stride_wt", "stride_ot"]
         const = dict(stride_wk=1, stride_oh=1, stride_ik=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9,
                      HAS_SHARED=True, BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=triton.next_power_of_2(n_max),
-                     COMBINE_T=COMBINE_T, LAYOUT=LAYOUTS[layout], NPR=64, DOT_PRECISION="tf32", DOT_UPCAST=False,
-                     USE_GDC=True)
+                     COMBINE_T=COMBINE_T, SLOT_BLOCKS=slot, DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
         ptx, info = build(_moe_down_kernel, ptrs, ints, [], const, cfg.down_warps, cfg.down_maxnreg)
         tile_loads = cfg.block_h * triton.next_power_of_2(n_max) * 2 // 16 // (32 * cfg.down_warps)
         assert max_loads_before_a_wait(ptx) >= tile_loads, ptx[-3000:]
-        print("down", n_max, layout, [l for l in info.splitlines() if "registers" in l])
+        print("down", n_max, slot, [l for l in info.splitlines() if "registers" in l])
 """)
 
 

@@ -29,7 +29,7 @@ from lingc.runtime.kernels.moe_align import kernel as align_kernel
 from lingc.runtime.kernels.moe_align.naive import no_expert
 from lingc.runtime.kernels.moe_align.kernel import SINGLE_LAUNCH_MAX_PAIRS, moe_align_triton
 from lingc.runtime.kernels.moe_router import grouped_topk_reference, moe_router, moe_router_reference, router_logits
-from lingc.runtime.kernels.moe_router.kernel import LOGITS_ROWS, moe_router_triton, router_block_e
+from lingc.runtime.kernels.moe_router.kernel import moe_router_triton, router_block_e
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.bfloat16]
@@ -235,28 +235,11 @@ def test_router_matches_model_grouped_topk(e, n_group, dtype):
     torch.testing.assert_close(wts.cpu(), ref_w, atol=WEIGHT_ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("rows", [1, 2, 8])
-@pytest.mark.parametrize("t", [1, 6, 17])
-def test_router_logits_workspace(t, rows):
-    # Every logit written (NaN-poisoned workspace), one row per reduction or several: T = 17 is
-    # three chunks of 8 (the last one row), six of 2 and one of 1.
-    x, w, bias = make_router_inputs(t, 64, 40, torch.float32, seed=61 + t)
-    logits = torch.full((t, 64), float("nan"), device=DEVICE)
-    run_router(x, w, bias, 8, logits_out=logits, rows=rows)
+def test_router_logits_workspace():
+    x, w, bias = make_router_inputs(6, 64, 40, torch.float32, seed=61)
+    logits = torch.full((6, 64), float("nan"), device=DEVICE)
+    run_router(x, w, bias, 8, logits_out=logits)
     torch.testing.assert_close(logits.cpu(), exact_logits(x, w), atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.parametrize("rows", [2, 8])
-def test_router_logits_rows_batch_invariant(rows):
-    # With several rows per reduction a row's logits are still its own: T = 1, a row's slot in
-    # its chunk, and the chunk count do not change its bits.
-    x, w, bias = make_router_inputs(11, 64, 96, torch.bfloat16, seed=62)
-    full = torch.empty(11, 64, device=DEVICE)
-    run_router(x, w, bias, 8, logits_out=full, rows=rows)
-    for lo, hi in ((0, 1), (3, 4), (5, 11), (2, 9)):
-        part = torch.empty(hi - lo, 64, device=DEVICE)
-        run_router(x[lo:hi], w, bias, 8, logits_out=part, rows=rows)
-        assert torch.equal(part, full[lo:hi]), (lo, hi)
 
 
 # A broken kernel or reference must fail the comparisons above.
@@ -293,16 +276,13 @@ _ROUTER_COMPILE_CHECK = textwrap.dedent("""
     import re
     from sm90 import compile_sm90, divisible_by_16, signature
     from lingc.runtime.kernels.moe_router.kernel import (
-        LOGITS_ROWS, SELECT_WARPS, _moe_router_logits_kernel, _moe_router_select_kernel, router_block_e,
-        router_num_warps)
+        SELECT_WARPS, _moe_router_logits_kernel, _moe_router_select_kernel, router_block_e, router_num_warps)
     fn = _moe_router_logits_kernel
     block_e = router_block_e(512)
-    bars = {}
-    for wdt, rows in (("*bf16", 1), ("*fp32", LOGITS_ROWS), ("*bf16", 8)):
+    for wdt in ("*bf16", "*fp32"):
         ptrs = dict(x_ptr="*bf16", w_ptr=wdt, logits_ptr="*fp32")
         ints = ["T", "H", "stride_xt", "stride_we", "stride_lt"]
-        const = dict(stride_xh=1, E=512, BLOCK_E=block_e, BLOCK_H=4096, ROWS=rows,
-                     VEC=8 if wdt == "*bf16" else 4, USE_GDC=True)
+        const = dict(stride_xh=1, E=512, BLOCK_E=block_e, BLOCK_H=4096, USE_GDC=True)
         attrs = divisible_by_16(fn, [n for n in list(ptrs) + ints if n != "T"])
         ptx, info = compile_sm90(fn, signature(fn, ptrs, ints), const, attrs,
                                  num_warps=router_num_warps(block_e, 2560))
@@ -313,11 +293,7 @@ _ROUTER_COMPILE_CHECK = textwrap.dedent("""
         v4 = len(re.findall(r"ld\\.global(\\.\\w+)*\\.v4", before))
         assert v4 >= (8 if wdt == "*bf16" else 16), (wdt, v4)
         assert "griddepcontrol.launch_dependents" in ptx
-        print("logits", wdt, rows, re.findall(r"Used \\d+ registers", info))
-        bars[wdt, rows] = ptx.count("bar.sync")
-    # Eight rows per reduction: each row's sum stays inside the thread, and the unrolled chunk
-    # holds no more CTA barriers than the one-row loop (one cross-warp reduction).
-    assert bars["*bf16", 8] <= bars["*bf16", 1], bars
+        print("logits", wdt, re.findall(r"Used \\d+ registers", info))
     fn = _moe_router_select_kernel
     ptrs = dict(logits_ptr="*fp32", bias_ptr="*fp32", ids_ptr="*i32", wts_ptr="*fp32")
     ints = ["stride_lt", "stride_it", "stride_wt"]
@@ -620,43 +596,34 @@ def assert_equivalent_selection(ids, ref_ids, c, atol=1e-6):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows", [1, 8])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("t", [1, 6, 16])
-def test_gpu_router_ling3(t, dtype, rows):
+def test_gpu_router_ling3(t, dtype):
     g = LING3
     x, w, bias = make_router_inputs(t, g["e"], g["h"], dtype, seed=200 + t)
     logits = torch.full((t, g["e"]), float("nan"), device=DEVICE)
-    ids, wts = run_router(x, w, bias, g["n_group"], g["topk_group"], g["top_k"], g["scaling"], logits_out=logits,
-                          rows=rows)
+    ids, wts = run_router(x, w, bias, g["n_group"], g["topk_group"], g["top_k"], g["scaling"], logits_out=logits)
     torch.testing.assert_close(logits.cpu(), exact_logits(x, w), atol=1e-4, rtol=1e-4)
     # Selection from the kernel's own logits: exact up to near-ties of the biased scores.
     s = torch.sigmoid(logits)
     ref_ids, ref_w = grouped_topk_reference(s, bias, g["n_group"], g["topk_group"], g["top_k"], g["scaling"], True)
     assert_equivalent_selection(ids, ref_ids, s + bias)
     torch.testing.assert_close(wts, ref_w, atol=1e-5, rtol=0)
-    # And the op on CUDA is the kernel (at the table's rows per reduction).
-    if rows == LOGITS_ROWS:
-        op_ids, op_w = torch.ops.lingc.moe_router(x, w, bias, g["n_group"], g["topk_group"], g["top_k"],
-                                                  g["scaling"], True)
-        assert torch.equal(op_ids, ids) and torch.equal(op_w, wts)
+    # And the op on CUDA is the kernel.
+    op_ids, op_w = torch.ops.lingc.moe_router(x, w, bias, g["n_group"], g["topk_group"], g["top_k"], g["scaling"], True)
+    assert torch.equal(op_ids, ids) and torch.equal(op_w, wts)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows", [1, 8])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_gpu_router_batch_invariant(dtype, rows):
+def test_gpu_router_batch_invariant(dtype):
     g = LING3
     x, w, bias = make_router_inputs(16, g["e"], g["h"], dtype, seed=300)
     args = (g["n_group"], g["topk_group"], g["top_k"], g["scaling"])
-    ids16, w16 = run_router(x, w, bias, *args, rows=rows)
-    l16 = torch.empty(16, g["e"], device=DEVICE)
-    run_router(x, w, bias, *args, logits_out=l16, rows=rows)
-    for lo, hi in ((0, 1), (0, 6), (0, 8), (5, 6), (3, 14)):
-        lt = torch.empty(hi - lo, g["e"], device=DEVICE)
-        ids_t, w_t = run_router(x[lo:hi], w, bias, *args, logits_out=lt, rows=rows)
-        assert torch.equal(lt, l16[lo:hi]), (lo, hi)
-        assert torch.equal(ids_t, ids16[lo:hi]) and torch.equal(w_t, w16[lo:hi])
+    ids16, w16 = run_router(x, w, bias, *args)
+    for t in (1, 6, 8):
+        ids_t, w_t = run_router(x[:t], w, bias, *args)
+        assert torch.equal(ids_t, ids16[:t]) and torch.equal(w_t, w16[:t])
 
 
 @pytest.mark.gpu

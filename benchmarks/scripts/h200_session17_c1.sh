@@ -8,7 +8,8 @@
 #   2. the MoE layer alone at T = 1 and 6: pair layout against [align] (--set table), and the
 #      router at 1, 2 and 8 rows per reduction (--set router);
 #   3. decode, plain + relay: a0ca68c (BASE=1) against this checkout, in one call.
-# h200_session17_c2.sh then times LOGITS_ROWS = 8 against this checkout in one call.
+# Ran on 465b5d0 (session 17 call 1). The pair layout and the chunked router logits it timed were
+# removed after calls 1-4 (results/README.md, session 17): a record, it does not run on later commits.
 set -u
 DURATIONS=10 source "$(dirname "$0")/device_env.sh"
 CUDA_VISIBLE_DEVICES=0 timeout 240 $PYT --timeout 200 --timeout-method thread \

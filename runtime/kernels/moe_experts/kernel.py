@@ -1,6 +1,5 @@
 """Triton fused-MoE experts for decode: align -> up-GEMM(+SwiGLU) -> down-GEMM(+combine), PDL-chained
-(up to 16 tokens: up-GEMM -> down-GEMM on the slot or pair layout, no align launch; README.md,
-"Up to 16 tokens without moe_align").
+(one token: up-GEMM -> down-GEMM on the slot layout, no align launch; README.md, "One token").
 
 Layout and derivations: README.md in this folder; reference: naive.py.
 
@@ -51,18 +50,12 @@ from lingc.runtime.kernels.swiglu_gemm.kernel import _swiglu  # the SwiGLU epilo
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait, pdl_wait_then_release
 
 __all__ = [
-    "BLOCK_M", "COMBINE_T", "CONFIGS", "LAYOUTS", "MoeExpertsBuffers", "MoeExpertsConfig", "alloc_buffers",
-    "config_for", "moe_experts_triton",
+    "BLOCK_M", "COMBINE_T", "CONFIGS", "MoeExpertsBuffers", "MoeExpertsConfig", "alloc_buffers", "config_for",
+    "moe_experts_triton",
 ]
 
 # Tokens the combine handles per step (a [COMBINE_T, BLOCK_H] fp32 accumulator).
 COMBINE_T = 8
-# Block layouts (the kernels' LAYOUT): moe_align's expert-sorted blocks; one token's slots (block
-# j = slot j, no align launch); routed pairs (2..BLOCK_M tokens, no align launch: block b = routed
-# pair b, owned by the pair that starts a run of BLOCK_M pairs naming its expert).
-# (constexpr globals: the kernels compare LAYOUT with them).
-ALIGN, SLOTS, PAIRS = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
-LAYOUTS = {"align": ALIGN.value, "slots": SLOTS.value, "pairs": PAIRS.value}
 
 
 @dataclass(frozen=True)
@@ -144,58 +137,19 @@ def _up_tile(
             tl.atomic_xchg(ticket_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next call
 
 
-@triton.jit
-def _pair_owner(ids_ptr, b, T, stride_it, stride_ik, TOP_K: tl.constexpr, BLOCK_M: tl.constexpr,
-                NPR: tl.constexpr):
-    """Block b of the pair layout, from the router's ids alone: (e, own, match, before). e is
-    routed pair b's expert (pair lanes i = t * TOP_K + j over the T * TOP_K routed pairs, NPR >=
-    that many), ``match`` the lanes naming e and ``before`` how many of them precede b. The block
-    is b's to run (``own``) when b starts a run of BLOCK_M pairs naming e in lane order (the
-    first, the 17th, ...: a token naming one expert in several slots can give it more than
-    BLOCK_M pairs). Reads from L2 (.cg): the down-GEMM calls it before its PDL wait."""
-    lanes = tl.arange(0, NPR)
-    live = lanes < T * TOP_K
-    e = tl.load(ids_ptr + (b // TOP_K) * stride_it + (b % TOP_K) * stride_ik, cache_modifier=".cg")
-    ids = tl.load(ids_ptr + (lanes // TOP_K) * stride_it + (lanes % TOP_K) * stride_ik, mask=live, other=-1,
-                  cache_modifier=".cg")
-    match = live & (ids == e)
-    before = tl.sum((match & (lanes < b)).to(tl.int32), axis=0)
-    return e, before % BLOCK_M == 0, match, before
-
-
-@triton.jit
-def _pair_rows(match, before, P, TOP_K: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr, BLOCK_M: tl.constexpr,
-               NPR: tl.constexpr):
-    """The owned block's BLOCK_M pair ids (t * PAIRS_PER_TOKEN + j): the run of ``match`` lanes
-    from rank ``before`` on, in lane order, padded with the sentinel P."""
-    lanes = tl.arange(0, NPR)
-    rank = tl.cumsum(match.to(tl.int32), axis=0) - 1 - before            # a lane's rank from b on
-    slots = tl.arange(0, BLOCK_M)
-    lane = tl.max(tl.where(match[None, :] & (rank[None, :] == slots[:, None]), lanes[None, :], -1), axis=1)
-    return tl.where(lane >= 0, (lane // TOP_K) * PAIRS_PER_TOKEN + lane % TOP_K, P)
-
-
-@triton.jit
-def _expert_chunk(wg_ptr, wu_ptr, e, j, even, offs_k, mask_k, I, stride_ge, stride_gn, stride_ue, stride_un):
-    """Expert e's up-GEMM weight chunk [2*BLOCK_N, CHUNK_K]: gate row j (even rows) or up row j."""
-    e64 = e.to(tl.int64)
-    rows = tl.where(even, wg_ptr + e64 * stride_ge + j * stride_gn, wu_ptr + e64 * stride_ue + j * stride_un)
-    return tl.load(rows[:, None] + offs_k[None, :], mask=(j < I)[:, None] & mask_k[None, :], other=0.0)
-
-
 @triton.jit(do_not_specialize=["T", "P", "NB", "NSB"])
 def _moe_up_kernel(
     x_ptr, sorted_ptr, block_expert_ptr, ids_ptr,
     wg_ptr, wu_ptr, sg_ptr, su_ptr,
     act_ptr, ws_ptr, ticket_ptr,
     T, P, NB, NSB, H, I, IS,
-    stride_xt, stride_xh, stride_it, stride_ik,
+    stride_xt, stride_xh, stride_ik,
     stride_ge, stride_gn, stride_ue, stride_un, stride_sgn, stride_sun,
     stride_act, stride_ws_s, stride_ws_p,
     limit, shared_limit,
     NUM_EXPERTS: tl.constexpr, TOP_K: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    N_TILES: tl.constexpr, HAS_LIMIT: tl.constexpr, LAYOUT: tl.constexpr, NPR: tl.constexpr,
+    N_TILES: tl.constexpr, HAS_LIMIT: tl.constexpr, SLOT_BLOCKS: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     pid_k = tl.program_id(0)
@@ -226,42 +180,27 @@ def _moe_up_kernel(
                      x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh, stride_act, stride_ws_s,
                      stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT, DOT_PRECISION, DOT_UPCAST)
     else:
-        # A routed block: its expert id is the producer's output (moe_align's; on the slot and
-        # pair layouts the router's: block b is the one token's slot b, or routed pair b), so
-        # everything waits. Blocks past the published ones (moe_align marks them E + 1: no
-        # total_padded read on this path), the shared expert's bucket (E, done above), pairs
-        # whose expert an earlier pair's block runs, and column tiles past I (I < Is) have
-        # nothing to do.
+        # A routed block: its expert id is the producer's output (moe_align's; with SLOT_BLOCKS,
+        # the router's: block b is the one token's slot b), so everything waits. Blocks past the
+        # published ones (moe_align marks them E + 1: no total_padded read on this path), the
+        # shared expert's bucket (E, done above) and column tiles past I (I < Is) have nothing
+        # to do.
         b = pid_b - NSB
         pdl_wait_then_release(USE_GDC)
-        if LAYOUT == SLOTS:
+        if SLOT_BLOCKS:
             e = tl.load(ids_ptr + b * stride_ik)
-            run = (e < NUM_EXPERTS) & (pid_n * BLOCK_N < I)
-        elif LAYOUT == PAIRS:
-            e, own, match, before = _pair_owner(ids_ptr, b, T, stride_it, stride_ik, TOP_K, BLOCK_M, NPR)
-            run = own & (e < NUM_EXPERTS) & (pid_n * BLOCK_N < I)
         else:
             e = tl.load(block_expert_ptr + b)
-            run = (e < NUM_EXPERTS) & (pid_n * BLOCK_N < I)
-        if run:
+        if (e < NUM_EXPERTS) & (pid_n * BLOCK_N < I):
             slots = b * BLOCK_M + tl.arange(0, BLOCK_M)
-            if LAYOUT == PAIRS:
-                # The weight tile first: its addresses are known, the rows take a scan and a
-                # reduction (with barriers, which no load is moved across).
-                w = _expert_chunk(wg_ptr, wu_ptr, e, j, even, offs_k, mask_k, I, stride_ge, stride_gn,
-                                  stride_ue, stride_un)
-                pair = _pair_rows(match, before, P, TOP_K, PAIRS_PER_TOKEN, BLOCK_M, NPR)
-                if (pid_k == 0) & (pid_n == 0):
-                    # Published for the down-GEMM, which reads them after its wait (this launch
-                    # has completed then), as it reads moe_align's layout.
-                    tl.store(sorted_ptr + slots, pair)
+            if SLOT_BLOCKS:
+                pair = tl.where(slots == b * BLOCK_M, b, P)   # the block's one pair, then padding
             else:
-                if LAYOUT == SLOTS:
-                    pair = tl.where(slots == b * BLOCK_M, b, P)   # the block's one pair, then padding
-                else:
-                    pair = tl.load(sorted_ptr + slots)   # a published block (e < E), so inside the range
-                w = _expert_chunk(wg_ptr, wu_ptr, e, j, even, offs_k, mask_k, I, stride_ge, stride_gn,
-                                  stride_ue, stride_un)
+                pair = tl.load(sorted_ptr + slots)   # a published block (e < E), so inside the range
+            e64 = e.to(tl.int64)
+            g_rows = tl.where(even, wg_ptr + e64 * stride_ge + j * stride_gn,
+                              wu_ptr + e64 * stride_ue + j * stride_un)
+            w = tl.load(g_rows[:, None] + offs_k[None, :], mask=(j < I)[:, None] & mask_k[None, :], other=0.0)
             # The sentinel P marks padding.
             _up_tile(w, pair // PAIRS_PER_TOKEN, pair < P, pair, I, limit, rows_w, offs_k, mask_k,
                      b * N_TILES + pid_n, pid_k, pid_n, x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh, stride_act, stride_ws_s,
@@ -273,36 +212,24 @@ def _moe_down_kernel(
     act_ptr, sorted_ptr, block_expert_ptr, total_ptr, ids_ptr,
     wd_ptr, sd_ptr, y_ptr, topk_w_ptr, out_ptr, ticket_ptr,
     T, P, H, I, IS,
-    stride_act, stride_de, stride_dh, stride_sdh, stride_y, stride_wt, stride_wk, stride_ot, stride_oh,
-    stride_it, stride_ik,
+    stride_act, stride_de, stride_dh, stride_sdh, stride_y, stride_wt, stride_wk, stride_ot, stride_oh, stride_ik,
     NUM_EXPERTS: tl.constexpr, TOP_K: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr, HAS_SHARED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr, KPAD: tl.constexpr, COMBINE_T: tl.constexpr,
-    LAYOUT: tl.constexpr, NPR: tl.constexpr,
+    SLOT_BLOCKS: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     pid_h = tl.program_id(0)
     pid_b = tl.program_id(1)
-    # Before the wait: moe_align (on the slot and pair layouts, the router) ran two launches back
-    # and the up-GEMM waited for it before triggering this launch, so its outputs are complete
+    # Before the wait: moe_align (with SLOT_BLOCKS, the router) ran two launches back and the
+    # up-GEMM waited for it before triggering this launch, so its outputs are complete
     # (README.md); read them from L2 (.cg). The weights are producer-independent: the whole
     # [BLOCK_H, I] tile is requested now.
-    if LAYOUT == SLOTS:
+    if SLOT_BLOCKS:
         # One token, block b = its slot b (the shared expert's is slot TOP_K): no align layout.
         total = PAIRS_PER_TOKEN * BLOCK_M
         active = pid_b < PAIRS_PER_TOKEN
         e = tl.load(ids_ptr + tl.minimum(pid_b, TOP_K - 1) * stride_ik, cache_modifier=".cg")
         e = tl.where(pid_b < TOP_K, e, NUM_EXPERTS)
-    elif LAYOUT == PAIRS:
-        # Blocks 0 .. T*TOP_K - 1: routed pair b's (run by the pair that owns its expert's run);
-        # then the shared expert's, BLOCK_M tokens each. Every block of the grid takes a combine
-        # ticket, so the count is the grid's, not a published total.
-        n_routed = T * TOP_K
-        routed = pid_b < n_routed
-        # (the rows are the up-GEMM's to work out: this kernel reads them after its wait)
-        e, own, _, _ = _pair_owner(ids_ptr, tl.minimum(pid_b, n_routed - 1), T, stride_it, stride_ik, TOP_K,
-                                   BLOCK_M, NPR)
-        e = tl.where(routed, e, NUM_EXPERTS)
-        active = tl.where(routed, own & (e < NUM_EXPERTS), True)
     else:
         total = tl.load(total_ptr, cache_modifier=".cg")
         active = pid_b * BLOCK_M < total
@@ -325,37 +252,24 @@ def _moe_down_kernel(
 
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
-    if LAYOUT == PAIRS:
-        blocks = tl.num_programs(1)
-        run = active
-    else:
-        if pid_b * BLOCK_M >= total:
-            return
-        blocks = total // BLOCK_M
-        run = True     # a constexpr: no branch on these layouts
-    if run:
-        slots = pid_b * BLOCK_M + tl.arange(0, BLOCK_M)
-        if LAYOUT == SLOTS:
-            pair = tl.where(slots == pid_b * BLOCK_M, pid_b, P)
-        elif LAYOUT == PAIRS:
-            # Routed: the owned run, as the up-GEMM published it; the shared expert's blocks:
-            # BLOCK_M tokens each.
-            tok = (pid_b - n_routed) * BLOCK_M + tl.arange(0, BLOCK_M)
-            pair = tl.load(sorted_ptr + slots, mask=routed, other=0, cache_modifier=".cg")
-            pair = tl.where(routed, pair, tl.where(tok < T, tok * PAIRS_PER_TOKEN + TOP_K, P))
-        else:
-            pair = tl.load(sorted_ptr + slots)
-        valid = pair < P
-        a = tl.load(act_ptr + pair[:, None] * stride_act + offs_k[None, :], mask=valid[:, None] & mask_k[None, :],
-                    other=0.0)
-        acc = _dot_acc(a, w, tl.zeros((BLOCK_M, BLOCK_H), dtype=tl.float32), DOT_PRECISION, DOT_UPCAST)
-        tl.store(y_ptr + pair[:, None] * stride_y + offs_h[None, :], acc, mask=valid[:, None] & mask_h[None, :])
+    if pid_b * BLOCK_M >= total:
+        return
 
-    # The last block of this column tile combines it for every token (ticket as above): of the
-    # active ones, or on the pair layout of the whole grid column (idle blocks take one too).
+    slots = pid_b * BLOCK_M + tl.arange(0, BLOCK_M)
+    if SLOT_BLOCKS:
+        pair = tl.where(slots == pid_b * BLOCK_M, pid_b, P)
+    else:
+        pair = tl.load(sorted_ptr + slots)
+    valid = pair < P
+    a = tl.load(act_ptr + pair[:, None] * stride_act + offs_k[None, :], mask=valid[:, None] & mask_k[None, :],
+                other=0.0)
+    acc = _dot_acc(a, w, tl.zeros((BLOCK_M, BLOCK_H), dtype=tl.float32), DOT_PRECISION, DOT_UPCAST)
+    tl.store(y_ptr + pair[:, None] * stride_y + offs_h[None, :], acc, mask=valid[:, None] & mask_h[None, :])
+
+    # The last active block of this column tile combines it for every token (ticket as above).
     tl.debug_barrier()
     ticket = tl.atomic_add(ticket_ptr + pid_h, 1, sem="acq_rel", scope="gpu")
-    if ticket == blocks - 1:
+    if ticket == total // BLOCK_M - 1:
         toks = tl.arange(0, COMBINE_T)
         t0 = 0
         # A while loop: the triton 3.6 interpreter cannot iterate range() over a runtime scalar.
@@ -423,18 +337,16 @@ def moe_experts_triton(
     buffers: MoeExpertsBuffers | None = None,
     align_out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     max_single_launch: int = SINGLE_LAUNCH_MAX_PAIRS,
-    layout: str | None = None,
+    align_one_token: bool = False,
 ) -> torch.Tensor:
     """out [T, H] (naive.moe_experts_reference) in three launches: moe_align, up-GEMM, down-GEMM;
-    up to BLOCK_M tokens in two, read straight from ``topk_ids`` (one token: the slot layout,
-    block j = slot j; 2..BLOCK_M tokens: the pair layout, block b = routed pair b, README.md).
+    for one token in two (the slot layout: block j holds the token's slot j, read straight from
+    ``topk_ids``, unless ``align_one_token``).
 
     ``out`` may be any strided [T, H] tensor of x.dtype; ``config`` overrides the table;
     ``buffers`` (``alloc_buffers``) and ``align_out`` (moe_align's three outputs) let tests pass
-    poisoned workspaces; ``max_single_launch`` is moe_align's; ``layout`` ("align", "slots" (one
-    token only) or "pairs" (T <= BLOCK_M)) overrides the choice by T, for tests and benchmarks.
-    Arguments are assumed validated by the op (weights with unit stride along H for gate/up and
-    along I for down).
+    poisoned workspaces; ``max_single_launch`` is moe_align's. Arguments are assumed validated by
+    the op (weights with unit stride along H for gate/up and along I for down).
     """
     t, h = x.shape
     k = topk_ids.shape[1]
@@ -465,33 +377,21 @@ def moe_experts_triton(
         buffers = alloc_buffers(p, n_max, h, split_k, x.dtype, dev)
     assert buffers.act.shape == (p, n_max) and buffers.y.shape == (p, h)
     assert (buffers.partials is None) == (split_k == 1)
+    # The ticket buffer first: its one-time allocation launches a fill, which must not sit
+    # between the three launches below (the down-GEMM relies on their order, README.md).
     # One token: its k + 1 experts are distinct blocks by construction, so the slot layout needs
     # no align launch (the up-GEMM's routed blocks are its k slots, the down-GEMM's its k + 1).
-    # Up to BLOCK_M tokens: each block of the pair layout finds its pairs in topk_ids itself.
     # A token's bits do not depend on which block its row sits in (module docstring).
-    if layout is None:
-        layout = "slots" if t == 1 else "pairs" if t <= BLOCK_M else "align"
-    if layout not in LAYOUTS or (layout == "slots" and t != 1) or (layout == "pairs" and t > BLOCK_M):
-        raise ValueError(f"moe_experts_triton: layout {layout!r} at T={t}: use 'align', 'slots' (T = 1) or "
-                         f"'pairs' (T <= {BLOCK_M})")
-    n_shared_blocks = triton.cdiv(t, BLOCK_M) if has_shared else 0
-    if layout == "slots":
+    slot_blocks = t == 1 and not align_one_token
+    if slot_blocks:
         n_blocks, up_blocks = kp, k
-    elif layout == "pairs":
-        up_blocks = t * k
-        n_blocks = up_blocks + n_shared_blocks
     else:
         _, n_blocks = align_sizes(p, num_experts, BLOCK_M, has_shared)
         up_blocks = n_blocks
-    # The ticket buffer first: its one-time allocation launches a fill, which must not sit
-    # between the launches below (the down-GEMM relies on their order, README.md).
-    tickets = split_k_tickets(dev, max((up_blocks + n_shared_blocks) * n_tiles, n_htiles))
-    if layout == "slots":
+    n_shared_blocks = triton.cdiv(t, BLOCK_M) if has_shared else 0
+    tickets = split_k_tickets(dev, max((n_blocks + n_shared_blocks) * n_tiles, n_htiles))
+    if slot_blocks:
         sorted_ids = block_experts = total = topk_ids   # unread: the kernels take topk_ids
-    elif layout == "pairs":
-        # The owned blocks' pair rows, written by the up-GEMM for the down-GEMM.
-        sorted_ids = torch.empty(up_blocks * BLOCK_M, device=dev, dtype=torch.int32)
-        block_experts = total = topk_ids                # unread
     else:
         sorted_ids, block_experts, total = moe_align_triton(
             topk_ids, num_experts, BLOCK_M, has_shared, out=align_out, use_pdl=use_pdl,
@@ -507,20 +407,19 @@ def moe_experts_triton(
     dot = dict(DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
                DOT_UPCAST=interpreting() and x.dtype != torch.float32, USE_GDC=use_pdl)
     act, partials, y = buffers.act, buffers.partials, buffers.y
-    npr = max(16, triton.next_power_of_2(t * k)) if layout == "pairs" else 16   # the pair lanes
     ws = partials if partials is not None else act
     _moe_up_kernel[(split_k, n_tiles, n_shared_blocks + up_blocks)](
         x, sorted_ids, block_experts, topk_ids,
         w_gate, w_up, sg, su,
         act, ws, tickets,
         t, p, up_blocks, n_shared_blocks, h, inter, inter_s,
-        x.stride(0), x.stride(1), topk_ids.stride(0), topk_ids.stride(1),
+        x.stride(0), x.stride(1), topk_ids.stride(1),
         w_gate.stride(0), w_gate.stride(1), w_up.stride(0), w_up.stride(1), sg.stride(-2), su.stride(-2),
         act.stride(0), ws.stride(0) if partials is not None else 0, ws.stride(1) if partials is not None else 0,
         lim, lim_s,
         NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=split_k, N_TILES=n_tiles,
-        HAS_LIMIT=has_limit, LAYOUT=LAYOUTS[layout], NPR=npr, **dot,
+        HAS_LIMIT=has_limit, SLOT_BLOCKS=slot_blocks, **dot,
         num_warps=cfg.up_warps, num_stages=1, **launch, **_register_cap(cfg.up_maxnreg),
     )
     _moe_down_kernel[(n_htiles, n_blocks)](
@@ -528,11 +427,11 @@ def moe_experts_triton(
         w_down, sd, y, topk_weights, out, tickets,
         t, p, h, inter, inter_s,
         act.stride(0), w_down.stride(0), w_down.stride(1), sd.stride(-2), y.stride(0),
-        topk_weights.stride(0), topk_weights.stride(1), out.stride(0), out.stride(1),
-        topk_ids.stride(0), topk_ids.stride(1),
+        topk_weights.stride(0), topk_weights.stride(1), out.stride(0), out.stride(1), topk_ids.stride(1),
         NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp, HAS_SHARED=has_shared,
         BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=max(16, triton.next_power_of_2(n_max)), COMBINE_T=COMBINE_T,
-        LAYOUT=LAYOUTS[layout], NPR=npr, **dot,
+        SLOT_BLOCKS=slot_blocks,
+        **dot,
         num_warps=cfg.down_warps, num_stages=1, **launch, **_register_cap(cfg.down_maxnreg),
     )
     return out

@@ -20,9 +20,9 @@ summed in fp32 in slot order (shared last) and rounded once. **Declared numerics
 adding them, so in bf16 this op is not bit-equal to it (fp32: equal up to summation order). The
 SwiGLU activation is rounded to x.dtype before the down projection, as in eager.
 
-CPU: naive.py's per-token reference (batch-invariant). CUDA: two Triton launches (kernel.py),
-PDL-chained on Hopper, after a moe_align launch only above 16 tokens. A ``custom_op`` for the
-reason given in gemm/op.py: an opaque op keeps our own PDL launch.
+CPU: naive.py's per-token reference (batch-invariant). CUDA: moe_align + two Triton launches
+(kernel.py), PDL-chained on Hopper. A ``custom_op`` for the reason given in gemm/op.py: an opaque
+op keeps our own PDL launch.
 """
 import math
 

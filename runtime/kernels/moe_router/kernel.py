@@ -5,11 +5,9 @@ Design (README.md has the derivation and the measurements behind it):
 - Logits launch: one CTA per BLOCK_E experts (Ling-3: E = 512, BLOCK_E = 4, 128 CTAs, one per
   SM of an H200). A CTA loads its whole gate tile [BLOCK_E, H] (20 KB in bf16) BEFORE
   ``gdc_wait``: the 2.6 MB cold weight read is independent of the producer, so it overlaps the
-  previous kernel's tail. Then it waits, triggers the dependents, and computes BLOCK_E fp32
-  logits for each of the T rows (products in fp32, a tree reduction over H) into a small fp32
-  workspace [T, E]. With LOGITS_ROWS = R > 1 it takes R rows at a time: each row's products are
-  summed inside each thread first and parked, and one reduction across the CTA finishes all R
-  (a verify chain of 6 rows pays one cross-warp round trip instead of six).
+  previous kernel's tail. Then it waits, triggers the dependents, and for each of the T rows
+  computes BLOCK_E fp32 logits (products in fp32, one tree reduction per row over H) into a
+  small fp32 workspace [T, E].
 - Select launch: one CTA of ONE warp per row. The expert bias is loaded before its wait; after
   it, the row's E logits are read and the grouped top-k runs on a [G_PAD, GS_PAD] view (group
   g, member j). Every candidate is one int64 key, (order key of its score) << 32 | (E - 1 -
@@ -35,23 +33,19 @@ import triton.language as tl
 
 from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
 
-__all__ = ["LOGITS_ROWS", "SELECT_WARPS", "moe_router_triton", "router_block_e", "router_num_warps"]
+__all__ = ["SELECT_WARPS", "moe_router_triton", "router_block_e", "router_num_warps"]
 
 # CTAs the matvec is spread over at most (H200: 132 SMs; 128 divides the expert counts).
 _TARGET_CTAS = 128
 # Warps of a selection CTA: one, so every reduction stays inside the warp (README.md).
 SELECT_WARPS = 1
-# Rows the logits launch finishes per cross-CTA reduction (1: one reduction per row, as measured;
-# 8: the chunked form, not yet timed on a GPU).
-LOGITS_ROWS = 1
 
 
 @triton.jit(do_not_specialize=["T"])
 def _moe_router_logits_kernel(
     x_ptr, w_ptr, logits_ptr, T, H,
     stride_xt, stride_xh, stride_we, stride_lt,
-    E: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr, ROWS: tl.constexpr, VEC: tl.constexpr,
-    USE_GDC: tl.constexpr,
+    E: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     pid = tl.program_id(0)
     # Producer-independent load first: this CTA's gate tile.
@@ -71,34 +65,14 @@ def _moe_router_logits_kernel(
     # to the same scf loop.
     # Row t + 1 is requested before row t is reduced, so a row's L2 latency overlaps the
     # previous row's reduction (the same arithmetic per row whatever T is).
-    if ROWS == 1:
-        t = 0
-        xv = tl.load(x_ptr + offs_h * stride_xh, mask=mask_h & (T > 0), other=0.0)
-        while t < T:
-            xn = tl.load(x_ptr + (t + 1) * stride_xt + offs_h * stride_xh, mask=mask_h & (t + 1 < T), other=0.0)
-            logit = tl.sum(wf * xv.to(tl.float32)[None, :], axis=1)
-            tl.store(logits_ptr + t * stride_lt + rows, logit, mask=mask_e)
-            xv = xn
-            t += 1
-    else:
-        # ROWS rows at a time: each row's products are summed inside each thread (its VEC
-        # contiguous elements) and parked in its slot of acc; one reduction across the CTA then
-        # finishes every parked row (one cross-warp round trip per chunk instead of per row).
-        # A row's arithmetic is the same whatever T is and whichever slot it takes.
-        slot = tl.arange(0, ROWS)
-        t0 = 0
-        while t0 < T:
-            acc = tl.zeros([ROWS, BLOCK_E, BLOCK_H // VEC], tl.float32)
-            for r in tl.static_range(ROWS):
-                if t0 + r < T:
-                    xv = tl.load(x_ptr + (t0 + r) * stride_xt + offs_h * stride_xh, mask=mask_h, other=0.0)
-                    prod = wf * xv.to(tl.float32)[None, :]
-                    part = tl.sum(tl.reshape(prod, [BLOCK_E, BLOCK_H // VEC, VEC]), axis=2)
-                    acc = tl.where((slot == r)[:, None, None], part[None, :, :], acc)
-            logit = tl.sum(acc, axis=2)
-            tl.store(logits_ptr + (t0 + slot)[:, None] * stride_lt + rows[None, :], logit,
-                     mask=(t0 + slot < T)[:, None] & mask_e[None, :])
-            t0 += ROWS
+    t = 0
+    xv = tl.load(x_ptr + offs_h * stride_xh, mask=mask_h & (T > 0), other=0.0)
+    while t < T:
+        xn = tl.load(x_ptr + (t + 1) * stride_xt + offs_h * stride_xh, mask=mask_h & (t + 1 < T), other=0.0)
+        logit = tl.sum(wf * xv.to(tl.float32)[None, :], axis=1)
+        tl.store(logits_ptr + t * stride_lt + rows, logit, mask=mask_e)
+        xv = xn
+        t += 1
 
 
 @triton.jit
@@ -204,7 +178,6 @@ def moe_router_triton(
     logits_out: torch.Tensor | None = None,
     block_e: int | None = None,
     logits_warps: int | None = None,
-    rows: int | None = None,
     use_pdl: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch on x [T, H], gate_w [E, H] (unit H stride), expert_bias fp32 [E]; returns
@@ -212,8 +185,8 @@ def moe_router_triton(
 
     ``ids_out`` / ``weights_out`` may be given (tests pass poisoned buffers); ``logits_out``, an
     fp32 [T, E] contiguous buffer, is the workspace and exposes the logits to tests. ``block_e``
-    overrides ``router_block_e``, ``logits_warps`` ``router_num_warps`` and ``rows`` LOGITS_ROWS
-    (benchmarks.moe_sweep --set router); ``use_pdl`` defaults to ``pdl_supported(x.device)``.
+    overrides ``router_block_e`` and ``logits_warps`` ``router_num_warps`` (benchmarks.moe_sweep
+    --set router); ``use_pdl`` defaults to ``pdl_supported(x.device)``.
     Arguments are assumed validated by the op.
     """
     t, h = x.shape
@@ -238,8 +211,7 @@ def moe_router_triton(
     _moe_router_logits_kernel[(triton.cdiv(e, block_e),)](
         x, gate_w, logits_out, t, h,
         x.stride(0), x.stride(1), gate_w.stride(0), logits_out.stride(0),
-        E=e, BLOCK_E=block_e, BLOCK_H=triton.next_power_of_2(h), ROWS=LOGITS_ROWS if rows is None else rows,
-        VEC=16 // gate_w.element_size(), USE_GDC=use_pdl,
+        E=e, BLOCK_E=block_e, BLOCK_H=triton.next_power_of_2(h), USE_GDC=use_pdl,
         num_warps=logits_warps or router_num_warps(block_e, h), **pdl,
     )
     _moe_router_select_kernel[(t,)](
