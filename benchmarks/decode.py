@@ -11,7 +11,9 @@
 sweep it: each relay mode runs once per depth ("lingc-nextn s=4"), with its own floor, so a user
 can pick the depth from step time x accept length. `--profile` adds, per lingc graph, device time
 by kernel name, a Chrome trace (OUT/trace_<mode>_<role>.json) and the kernel sequence of one
-replay with grids (in the JSON; `python -m benchmarks.sequence` compares two runs). Sanity: every
+replay with grids (in the JSON; `python -m benchmarks.sequence` compares two runs), and each
+layer's chain against its floor (`layer_floor_us` in the JSON; `python -m benchmarks.layer_chains`
+tables it by layer or class of layer). Sanity: every
 lingc relay run's greedy tokens must equal plain lingc's from the same synthetic state (printed, and
 `spec_equals_plain` in the JSON). Output: the table on stdout, OUT/decode.json, and OUT/decode.png
 when matplotlib is installed (else `python -m benchmarks.plot` draws it anywhere).
@@ -50,6 +52,7 @@ from lingc.models.moe import MoE
 from lingc.models.parallel import init_from_env
 
 from .common import copy_bandwidth_gbps, environment, event_times_ms, markdown_table, require_cuda, write_json
+from .layer_chains import summary_line
 from .sequence import by_kind
 
 ALL_MODES = ["eager", "eager-nextn", "inductor", "reduce-overhead", "reduce-overhead-pdl",
@@ -127,13 +130,42 @@ class Floor:
         self.target_dense = dense(layers[:n]) + dense([model.model.norm, model.lm_head])
         self.draft_dense = dense(layers[n:]) + dense([model.lm_head])
         row = cfg.mla_cache_dim * 2
-        self.state_bytes = cfg.num_attention_heads * cfg.head_dim ** 2 * 4 * len(cfg.kda_layers)
+        self.layer_state_bytes = cfg.num_attention_heads * cfg.head_dim ** 2 * 4
+        self.state_bytes = self.layer_state_bytes * len(cfg.kda_layers)
         # MLA latent rows up to the position, KDA states read once and written once.
-        self.target_cache = len(cfg.mla_layers) * context * row + 2 * self.state_bytes
-        self.draft_cache = context * row
+        self.mla_rows_bytes = context * row
+        self.target_cache = len(cfg.mla_layers) * self.mla_rows_bytes + 2 * self.state_bytes
+        self.draft_cache = self.mla_rows_bytes
+        # Per layer (benchmarks.layer_chains): (class, non-expert weight bytes, cache bytes at T = 1
+        # and per extra staged position).
+        mla = set(cfg.mla_layers)
+        self.target_layers = []
+        for i, layer in enumerate(layers[:n]):
+            attn = "MLA" if i in mla else "KDA"
+            label = f"{attn} + {'MoE' if cfg.is_moe_layer(i) else 'dense MLP'}"
+            cache = self.mla_rows_bytes if i in mla else 2 * self.layer_state_bytes
+            self.target_layers.append((label, dense([layer]), cache, 0 if i in mla else self.layer_state_bytes))
+        self.draft_layer = ("draft (NEXTN) layer", dense(layers[n:]), self.draft_cache, 0)
+
+    def layer_bytes(self, T: int, experts: list[int], draft: bool = False) -> list[tuple[str, int]]:
+        """(class, bytes) of each layer one forward at T runs, in order: the target's layers, or
+        the draft's one (``draft``). ``experts``: the distinct experts of each MoE layer of that
+        forward (``experts_per_layer``). A forward's ``bytes`` is their sum plus the final norm and
+        the lm_head (the target) or the lm_head (the draft)."""
+        specs = [self.draft_layer] if draft else self.target_layers
+        moe = [i for i, (label, *_rest) in enumerate(specs) if label.endswith("MoE") or draft]
+        if len(experts) != len(moe):
+            raise ValueError(f"{len(experts)} expert counts for {len(moe)} MoE layers")
+        per = dict(zip(moe, experts))
+        return [(label, w + cache + (T * staged if T > 1 else 0) + per.get(i, 0) * self.expert_bytes)
+                for i, (label, w, cache, staged) in enumerate(specs)]
 
     def distinct_experts(self, fn) -> int:
         """Sum over MoE layers of the distinct experts chosen while fn() runs."""
+        return sum(self.experts_per_layer(fn))
+
+    def experts_per_layer(self, fn) -> list[int]:
+        """The distinct experts each MoE layer chose while fn() runs, in the order they ran."""
         seen: list[set] = []
 
         def hook(mod, inp, out):
@@ -145,7 +177,7 @@ class Floor:
         finally:
             for h in hs:
                 h.remove()
-        return sum(len(s) for s in seen)
+        return [len(s) for s in seen]
 
     def bytes(self, target_T: int | None, draft_Ts: list[int], experts: int) -> int:
         b = experts * self.expert_bytes
@@ -526,19 +558,31 @@ def main(argv=None) -> int:
     fill_synthetic(cache)
     floor = Floor(model, ctx)
 
-    def experts(T: int, draft: bool) -> int:
+    def experts(T: int, draft: bool) -> list[int]:
         ids, pos = torch.arange(7, 7 + T, device=DEV), torch.arange(ctx, ctx + T, device=DEV)
         if not draft:
-            return floor.distinct_experts(lambda: model(ids, pos, cache))
+            return floor.experts_per_layer(lambda: model(ids, pos, cache))
         h = torch.randn(T, cfg.hidden_size, device=DEV, dtype=torch.bfloat16)
-        return floor.distinct_experts(lambda: model.draft(ids, pos, h, cache))
+        return floor.experts_per_layer(lambda: model.draft(ids, pos, h, cache))
 
-    e_d1 = experts(1, True)
-    plain_bytes = floor.bytes(1, [], experts(1, False))
-    relay_bytes = {k: floor.bytes(k + 1, [1] * (k - 1) + [k + 1], experts(k + 1, False) + (k - 1) * e_d1
-                                  + experts(k + 1, True)) for k in args.steps}
     def floor_ms(nbytes: int) -> float:
         return nbytes / (bw * 1e9) * 1e3
+
+    def layer_floor_us(T: int, ex: list[int], draft: bool = False) -> list[list]:
+        return [[label, round(floor_ms(b) * 1e3, 3)] for label, b in floor.layer_bytes(T, ex, draft)]
+
+    e_d1, e_1 = experts(1, True), experts(1, False)
+    e_v = {k: experts(k + 1, False) for k in args.steps}
+    e_x = {k: experts(k + 1, True) for k in args.steps}
+    plain_bytes = floor.bytes(1, [], sum(e_1))
+    relay_bytes = {k: floor.bytes(k + 1, [1] * (k - 1) + [k + 1], sum(e_v[k]) + (k - 1) * sum(e_d1) + sum(e_x[k]))
+                   for k in args.steps}
+    # Each graph's layers and their floors (benchmarks.layer_chains): the draft graph runs the draft
+    # layer at T = 1 steps - 1 times, extend once at steps + 1 tokens.
+    layer_floors = {"plain": {"decode": layer_floor_us(1, e_1)}}
+    layer_floors.update({k: {"verify": layer_floor_us(k + 1, e_v[k]),
+                             "draft": (k - 1) * layer_floor_us(1, e_d1, draft=True),
+                             "extend": layer_floor_us(k + 1, e_x[k], draft=True)} for k in args.steps})
 
     relay_floor = {k: floor_ms(b) for k, b in relay_bytes.items()}
     floors = {"plain": floor_ms(plain_bytes)}
@@ -580,6 +624,8 @@ def main(argv=None) -> int:
         if relay:
             res["steps"] = k
         res["floor_ms"] = relay_floor[k] if relay else floors["plain"]
+        if mode.startswith("lingc"):
+            res["layer_floor_us"] = layer_floors[k if relay else "plain"]
         if res.get("wall_ms"):
             tps = res.get("tokens_per_step") or 1.0
             res["tpot_ms"] = res["wall_ms"] / tps
@@ -635,6 +681,9 @@ def main(argv=None) -> int:
             if seq:
                 kinds = ", ".join(f"{kind} {us:.0f} ({n})" for kind, (us, n) in by_kind(seq).items())
                 print(f"    by kind, us critical (launches) in one replay: {kinds}")
+                floors_role = (r.get("layer_floor_us") or {}).get(role)
+                if floors_role:
+                    print(f"    {summary_line(seq, [tuple(f) for f in floors_role])}")
     for name, same in sanity.items():
         print(f"greedy output of {name} == lingc plain over the same steps: "
               f"{'yes' if same else 'NO: THE RELAY CHANGED THE OUTPUT'}")

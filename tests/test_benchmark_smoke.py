@@ -46,6 +46,12 @@ def test_decode_smoke_with_depth_sweep_and_profile(tmp_path):
         assert any("lingc::" in ev.get("name", "") for ev in trace["traceEvents"]), role
     assert (tmp_path / "trace_lingc_decode.json").exists()
     assert data["results"]["lingc"]["kernel_profile"]["decode"][0]["us_per_step"] > 0
+    # Per-layer floors for benchmarks.layer_chains: every target layer, the draft layer steps - 1
+    # times in the draft graph, once in extend.
+    assert len(data["results"]["lingc"]["layer_floor_us"]["decode"]) == 6
+    floors = data["results"]["lingc-nextn s=3"]["layer_floor_us"]
+    assert {g: len(f) for g, f in floors.items()} == {"verify": 6, "draft": 2, "extend": 1}
+    assert floors["draft"][0][0] == "draft (NEXTN) layer" and all(us > 0 for _, us in floors["verify"])
 
 
 def test_kernels_runner_smoke(tmp_path):
