@@ -22,6 +22,9 @@
 #     that sweep's best config of DESIGN (A, B, C; empty: any), prelude_sweep_table.py;
 #   - the device tool brings back at most eight files from $OUT (session 14: a ninth, the test
 #     log, was left out): merge or skip outputs so a call writes no more than eight;
+#   - `moe_sweep_as NAME PRELUDE [VAR=value ...]`: benchmarks.moe_sweep --set table at T = 2 and 6
+#     after a Python prelude (K = the moe_experts kernel module, tl = triton.language), appended to
+#     $OUT/moe_sweep.log under "VARIANT NAME";
 #   - `base_setup`: the baseline of an A/B, a `git archive` carried in as .base.tar.gz, installed
 #     (not editable) under /tmp/base; `BASE=1 decode_as ...` then runs the baseline's lingc and
 #     benchmarks, so two commits run side by side in one call.
@@ -66,6 +69,17 @@ gemm_sweep_as() {
 decode_on_sweep() {
     PRELUDE="exec(open('benchmarks/scripts/prelude_sweep_table.py').read())" \
         decode_as "$1" "$2" "$3" "$4" "$5" SWEEP_JSON="$OUT/gemm_sweep.json" SWEEP_DESIGN="$6"
+}
+moe_sweep_as() {  # NAME PYTHON-PRELUDE [VAR=value ...]: moe_sweep --set table at T = 2 and 6
+    local name=$1 pre=$2; shift 2
+    env "$@" CUDA_VISIBLE_DEVICES=0 timeout 100 python3 -c "
+import triton.language as tl, lingc.runtime.kernels.moe_experts.kernel as K
+$pre
+print('VARIANT $name', flush=True)
+from benchmarks.moe_sweep import main
+main(['--out', '$OUT/moe', '--set', 'table', '--t', '2', '6', '--layers', '40'])
+" 2>&1 | stamp >> "$OUT/moe_sweep.log"
+    rm -rf "$OUT/moe"
 }
 base_setup() {
     mkdir -p /tmp/base/src /tmp/base/run && tar xzf .base.tar.gz -C /tmp/base/src

@@ -6,20 +6,9 @@
 # without PDL (LINGC_DISABLE_PDL=1, both layouts).
 set -u
 source "$(dirname "$0")/device_env.sh"
-sweep() {  # NAME PYTHON-PRELUDE [ENV...]
-    local name=$1 pre=$2; shift 2
-    env "$@" CUDA_VISIBLE_DEVICES=0 timeout 100 python3 -c "
-import lingc.runtime.kernels.moe_experts.kernel as K
-$pre
-print('VARIANT $name', flush=True)
-from benchmarks.moe_sweep import main
-main(['--out', '$OUT/moe', '--set', 'table', '--t', '2', '6', '--layers', '40'])
-" 2>&1 | stamp >> "$OUT/moe_sweep.log"
-    rm -rf "$OUT/moe"
-}
-sweep npr128 "K.PAIR_LANES_MIN = 128"
-sweep nopdl "" LINGC_DISABLE_PDL=1
-sweep npr128_nopdl "K.PAIR_LANES_MIN = 128" LINGC_DISABLE_PDL=1
+moe_sweep_as npr128 "K.PAIR_LANES_MIN = 128"
+moe_sweep_as nopdl "" LINGC_DISABLE_PDL=1
+moe_sweep_as npr128_nopdl "K.PAIR_LANES_MIN = 128" LINGC_DISABLE_PDL=1
 grep -E "VARIANT|\| (2|6) \|" "$OUT/moe_sweep.log"
 save_triton_cache
 find "$OUT" -maxdepth 1 -empty -delete; ls -la "$OUT"
