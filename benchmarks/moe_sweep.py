@@ -3,7 +3,7 @@ time into its launches, to fill the fixed table in runtime/kernels/moe_experts/k
 (tuning happens here, never on the captured path).
 
     python -m benchmarks.moe_sweep --out benchmarks/results [--preset flash-tp4-rank] [--t 1 6]
-        [--set grid|regs|all|router|table]
+        [--set grid|regs|all|router|table|loop]
 
 Conditions as in ``benchmarks.kernels_moe``: ``--layers`` distinct MoE layers with random weights
 (cold: each call of a replay reads another layer's experts), the routing of each layer computed
@@ -48,11 +48,18 @@ def candidates(n_max: int, h: int, which: str = "all") -> list[MoeExpertsConfig]
     """The table's entry first, then variants around it. ``which``: "grid" varies the up-GEMM
     (block_n, split_k, warps) and the down-GEMM (block_h, warps), one side at a time; "regs" the
     register caps (0 = the compiler's choice; up 96 = five 4-warp CTAs per SM, down 80 = six);
-    "all" both; "table" the table's entry alone."""
+    "all" both; "table" the table's entry alone; "loop" the up-GEMM's loop design (block_k > 0)."""
     base = config_for(n_max, h)
     out = [base]
     if which == "table":
         return out
+    if which == "loop":
+        # The up-GEMM's loop design (block_n, split_k, block_k, stages, warps): the chunk streamed
+        # through a pipelined tile loop, so the bytes in flight are not bounded by registers.
+        loops = [(32, 2, 128, 4, 4), (32, 4, 128, 4, 4), (32, 5, 128, 3, 4), (32, 5, 64, 4, 4),
+                 (16, 2, 128, 4, 4), (64, 2, 128, 4, 4), (32, 1, 128, 4, 4), (64, 4, 128, 4, 8)]
+        return out + [replace(base, block_n=bn, split_k=sk, block_k=bk, up_stages=st, up_warps=w, up_maxnreg=0)
+                      for bn, sk, bk, st, w in loops]
     if which in ("grid", "all"):
         ups = [(16, 5, 4), (16, 10, 4), (16, 3, 8), (8, 5, 4), (8, 10, 4), (32, 10, 4), (16, 20, 4)]
         downs = [(64, 4), (32, 4), (16, 4), (128, 8), (32, 2)]
@@ -67,7 +74,8 @@ def candidates(n_max: int, h: int, which: str = "all") -> list[MoeExpertsConfig]
 def label(c: MoeExpertsConfig) -> str:
     regs = f" r{c.up_maxnreg}" if c.up_maxnreg else ""
     dregs = f" r{c.down_maxnreg}" if c.down_maxnreg else ""
-    return f"up n{c.block_n} k{c.split_k} w{c.up_warps}{regs} | down h{c.block_h} w{c.down_warps}{dregs}"
+    loop = f" bk{c.block_k} st{c.up_stages}" if c.block_k else ""
+    return f"up n{c.block_n} k{c.split_k}{loop} w{c.up_warps}{regs} | down h{c.block_h} w{c.down_warps}{dregs}"
 
 
 def expert_bytes(moe, ids: torch.Tensor) -> int:
@@ -110,7 +118,7 @@ def main(argv=None) -> int:
     parser.add_argument("--layers", type=int, default=40)
     parser.add_argument("--t", type=int, nargs="+", default=[1, 6])
     parser.add_argument("--replays", type=int, default=20)
-    parser.add_argument("--set", choices=["grid", "regs", "all", "router", "table"], default="all",
+    parser.add_argument("--set", choices=["grid", "regs", "all", "router", "table", "loop"], default="all",
                         help="which variants around the table's entry to time (candidates())")
     args = parser.parse_args(argv)
     device = require_cuda()

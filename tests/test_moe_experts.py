@@ -48,6 +48,14 @@ SPLIT_CONFIGS = [
     MoeExpertsConfig(block_n=16, split_k=2, up_warps=4, block_h=32, down_warps=4),
 ]
 
+# The up-GEMM's loop design (block_k > 0) for H = 96: two chunks of 48 in 16-wide tiles, two
+# stages; one chunk of 96 in 32-wide tiles, three stages, no split-K.
+LOOP_CONFIGS = [
+    MoeExpertsConfig(block_n=16, split_k=2, up_warps=4, block_h=32, down_warps=4, block_k=16, up_stages=2),
+    MoeExpertsConfig(block_n=8, split_k=1, up_warps=4, block_h=16, down_warps=4, block_k=32, up_stages=3),
+]
+LOOP_IDS = ["bn16-s2-bk16", "bn8-s1-bk32"]
+
 
 # ----------------------------------------------------------------------------------------------
 # Problems, the launcher into poisoned buffers, an independent eager formulation.
@@ -205,6 +213,27 @@ def test_kernel_split_k_matches_reference(t, config):
     assert int(split_k_tickets(pb["x"].device, 1).abs().sum()) == 0
 
 
+@pytest.mark.parametrize("config", LOOP_CONFIGS, ids=LOOP_IDS)
+@pytest.mark.parametrize("t, dtype", [(1, torch.bfloat16), (6, torch.bfloat16), (6, torch.float32)])
+def test_kernel_up_loop_design_matches_reference(t, dtype, config):
+    # The up-GEMM streaming its chunk through a pipelined tile loop (block_k > 0), the shared
+    # expert's CTAs included, into poisoned workspaces; the tickets end at zero.
+    pb = make_problem(t, dtype, seed=44 + t, h=96)
+    assert_close(run_kernel(pb, config), reference(pb), RTOL[dtype])
+    assert int(split_k_tickets(pb["x"].device, 1).abs().sum()) == 0
+
+
+def test_kernel_up_loop_design_chunks_are_whole_tiles():
+    # H = 96 in three chunks of 32-wide tiles (not a power of two: 32 each), and one 128-wide
+    # tile wider than H (masked past it); a tile width that is not a power of two is refused.
+    pb = make_problem(6, torch.float32, seed=45, h=96)
+    for cfg in (dataclasses.replace(LOOP_CONFIGS[0], split_k=3, block_k=32),
+                dataclasses.replace(LOOP_CONFIGS[1], block_k=128)):
+        assert_close(run_kernel(pb, cfg), reference(pb), RTOL[torch.float32])
+    with pytest.raises(ValueError, match="block_k=24: use 0"):
+        dataclasses.replace(LOOP_CONFIGS[0], block_k=24)
+
+
 @pytest.mark.parametrize("layout", ["interleaved", "separate"])
 def test_kernel_weight_layouts(layout):
     # The same values as gate/up views of an interleaved w13 (rows 2j, 2j+1), or as contiguous
@@ -301,6 +330,12 @@ def test_kernel_batch_invariant_split_k():
     one = lambda i: {**pb, **{n: pb[n][i : i + 1] for n in ("x", "topk_ids", "topk_weights")}}  # noqa: E731
     singles = torch.cat([run_kernel(one(i), SPLIT_CONFIGS[1]) for i in range(8)])
     assert torch.equal(run_kernel(pb, SPLIT_CONFIGS[1]), singles)
+
+
+def test_kernel_batch_invariant_up_loop_design():
+    # The tile loop sums its tiles in order and the split-K partials in chunk order, for any T.
+    pb = make_problem(8, torch.bfloat16, seed=82, routing="pool", h=96)
+    _batch_invariance(lambda p: run_kernel(p, LOOP_CONFIGS[0]), pb)
 
 
 def test_reference_batch_invariant():
@@ -498,7 +533,7 @@ _COMPILE_CHECK = textwrap.dedent("""
                 "stride_sgn", "stride_sun", "stride_act", "stride_ws_s", "stride_ws_p"]
         const = dict(stride_xh=1, stride_ik=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9, BLOCK_M=BLOCK_M,
                      BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=triton.cdiv(2560, chunk),
-                     N_TILES=triton.cdiv(n_max, cfg.block_n), HAS_LIMIT=True, SLOT_BLOCKS=slot,
+                     N_TILES=triton.cdiv(n_max, cfg.block_n), HAS_LIMIT=True, SLOT_BLOCKS=slot, K_TILE=cfg.block_k,
                      DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
         ptx, info = build(_moe_up_kernel, ptrs, ints, ["limit", "shared_limit"], const, cfg.up_warps, cfg.up_maxnreg)
         # Each of the two paths waits, then releases the down-GEMM (which reads moe_align's
@@ -522,6 +557,23 @@ _COMPILE_CHECK = textwrap.dedent("""
         tile_loads = cfg.block_h * triton.next_power_of_2(n_max) * 2 // 16 // (32 * cfg.down_warps)
         assert max_loads_before_a_wait(ptx) >= tile_loads, ptx[-3000:]
         print("down", n_max, slot, [l for l in info.splitlines() if "registers" in l])
+
+    # The loop design (block_k 128, 4 stages; chunk 1280 = 10 tiles): the tile loop is pipelined
+    # (cp.async into shared memory), both paths wait then release, no spills.
+    ptrs = dict(x_ptr=b, sorted_ptr="*i32", block_expert_ptr="*i32", ids_ptr="*i32", wg_ptr=b, wu_ptr=b,
+                sg_ptr=b, su_ptr=b, act_ptr=b, ws_ptr="*fp32", ticket_ptr="*i32")
+    ints = ["T", "P", "NB", "NSB", "H", "I", "IS", "stride_xt", "stride_ge", "stride_gn", "stride_ue", "stride_un",
+            "stride_sgn", "stride_sun", "stride_act", "stride_ws_s", "stride_ws_p"]
+    const = dict(stride_xh=1, stride_ik=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9, BLOCK_M=BLOCK_M,
+                 BLOCK_N=32, CHUNK_K=1280, SPLIT_K=2, N_TILES=6, HAS_LIMIT=True, SLOT_BLOCKS=False, K_TILE=128,
+                 DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
+    attrs = divisible_by_16(_moe_up_kernel, [n for n in list(ptrs) + ints if n not in ("T", "P", "NB", "NSB")])
+    ptx, info = compile_sm90(_moe_up_kernel, signature(_moe_up_kernel, ptrs, ints, ["limit", "shared_limit"]),
+                             const, attrs, num_warps=4, num_stages=4)
+    assert " 0 bytes spill stores" in info, info
+    assert "cp.async" in ptx, "the tile loop is not pipelined"
+    assert re.findall(r"griddepcontrol\\.(wait|launch_dependents)", ptx) == ["wait", "launch_dependents"] * 2
+    print("up loop", [l for l in info.splitlines() if "registers" in l])
 """)
 
 
@@ -585,6 +637,23 @@ def test_register_caps_are_dropped_by_the_interpreter():
     pb = make_problem(6, torch.bfloat16, seed=216)
     cfg = dataclasses.replace(config_for(40, 64), up_maxnreg=96, down_maxnreg=80)
     assert_close(run_kernel(pb, cfg), reference(pb), RTOL[torch.bfloat16])
+
+
+# The loop design at flash-tp4-rank's shapes (moe_sweep --set loop times these).
+GPU_LOOP_CONFIGS = [
+    MoeExpertsConfig(block_n=32, split_k=2, up_warps=4, block_h=64, down_warps=4, block_k=128, up_stages=4),
+    MoeExpertsConfig(block_n=32, split_k=5, up_warps=4, block_h=64, down_warps=4, block_k=64, up_stages=4),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", GPU_LOOP_CONFIGS, ids=["bn32-s2-bk128", "bn32-s5-bk64"])
+def test_gpu_up_loop_design(config):
+    # Against the reference at T = 1 and 6, and each token's bits those of its T = 1 call.
+    for t in (1, 6):
+        pb = _gpu_problem(t, seed=218 + t)
+        assert_close(run_kernel(pb, config), _gpu_reference(pb), RTOL_GPU_BF16)
+    _batch_invariance(lambda p: run_kernel(p, config), _gpu_problem(8, seed=221, routing="pool"))
 
 
 @pytest.mark.gpu

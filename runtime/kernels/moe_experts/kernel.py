@@ -21,6 +21,9 @@ loads its whole weight chunk in one load. Then the 16 gathered x rows, one ``tl.
 ``split_k > 1``, the fp32 partial stored by pair; the chunk that draws the last integer ticket of
 its (block, tile) sums the partials in chunk order 0..split_k-1 and applies the SwiGLU epilogue
 (swiglu_gemm's, with the clamp), rounding the activation to x.dtype into ``act[pair]``.
+With ``block_k > 0`` (the loop design) a CTA streams its chunk through a software-pipelined loop
+of block_k-wide tiles (``up_stages`` deep, cp.async into shared memory) instead of holding it in
+registers from one load; its shared-expert CTAs then load nothing before the wait.
 
 Down-GEMM + combine (``_moe_down_kernel``), grid ``(n_htiles, n_blocks)``: a CTA owns
 one block and ``BLOCK_H`` output columns over the whole intermediate size. Its weight tile is
@@ -69,6 +72,16 @@ class MoeExpertsConfig:
     # more resident CTAs, so a T = 1 grid fits one wave (and later waves start sooner).
     up_maxnreg: int = 0
     down_maxnreg: int = 0  # the same for the down-GEMM
+    # Up-GEMM design. 0: a CTA loads its whole H chunk in one load (the shared expert's before
+    # gdc_wait); > 0: a software-pipelined loop over block_k-wide tiles of the chunk, up_stages
+    # deep (cp.async into shared memory: the bytes in flight are not bounded by registers).
+    block_k: int = 0
+    up_stages: int = 1
+
+    def __post_init__(self):
+        if self.block_k and (self.block_k < 16 or self.block_k & (self.block_k - 1)):
+            raise ValueError(f"MoeExpertsConfig.block_k={self.block_k}: use 0 (one load per chunk) or a "
+                             f"power of two >= 16")
 
 
 # Fixed launch table keyed by (max(I, Is), H). I = 192 is measured (H200, 40 cold layers,
@@ -107,13 +120,45 @@ def _up_tile(
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
 ):
     """One CTA's product of its weight chunk w [2*BLOCK_N, CHUNK_K] with the gathered x rows of
-    ``tok`` (masked by ``valid``), then the SwiGLU epilogue into act[pair] (directly, or through
-    the split-K partials and the last-ticket reduction of output tile ``tile``)."""
-    mask_w = rows_w // 2 < n_e
+    ``tok`` (masked by ``valid``), then the SwiGLU epilogue (``_up_epilogue``)."""
     x = tl.load(x_ptr + tok[:, None] * stride_xt + offs_k[None, :] * stride_xh,
                 mask=valid[:, None] & mask_k[None, :], other=0.0)
     acc = _dot_acc(x, w, tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32), DOT_PRECISION, DOT_UPCAST)
+    _up_epilogue(acc, valid, pair, n_e, lim, rows_w, tile, pid_k, pid_n, act_ptr, ws_ptr, ticket_ptr,
+                 stride_act, stride_ws_s, stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT)
 
+
+@triton.jit
+def _up_tile_loop(
+    w_rows, w_ok, tok, valid, pair, n_e, lim, rows_w, k0, H, tile, pid_k, pid_n,
+    x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh, stride_act, stride_ws_s, stride_ws_p,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, K_TILE: tl.constexpr, N_KT: tl.constexpr,
+    SPLIT_K: tl.constexpr, HAS_LIMIT: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
+):
+    """The same product over the chunk [k0, k0 + N_KT * K_TILE) as a loop of K_TILE-wide tiles
+    (weight rows at ``w_rows``, masked by ``w_ok``): a constexpr trip count, so the launch's
+    num_stages pipelines it. Tiles are summed in order, whatever T is."""
+    acc = tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32)
+    for kt in range(N_KT):
+        offs_k = k0 + kt * K_TILE + tl.arange(0, K_TILE)
+        mask_k = offs_k < H
+        w = tl.load(w_rows[:, None] + offs_k[None, :], mask=w_ok[:, None] & mask_k[None, :], other=0.0)
+        x = tl.load(x_ptr + tok[:, None] * stride_xt + offs_k[None, :] * stride_xh,
+                    mask=valid[:, None] & mask_k[None, :], other=0.0)
+        acc = _dot_acc(x, w, acc, DOT_PRECISION, DOT_UPCAST)
+    _up_epilogue(acc, valid, pair, n_e, lim, rows_w, tile, pid_k, pid_n, act_ptr, ws_ptr, ticket_ptr,
+                 stride_act, stride_ws_s, stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT)
+
+
+@triton.jit
+def _up_epilogue(
+    acc, valid, pair, n_e, lim, rows_w, tile, pid_k, pid_n, act_ptr, ws_ptr, ticket_ptr,
+    stride_act, stride_ws_s, stride_ws_p,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr, HAS_LIMIT: tl.constexpr,
+):
+    """SwiGLU of the interleaved (g, u) accumulator into act[pair]: directly, or through the
+    split-K partials and the last-ticket reduction of output tile ``tile``."""
+    mask_w = rows_w // 2 < n_e
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     act_ptrs = act_ptr + pair[:, None] * stride_act + offs_n[None, :]
     act_mask = valid[:, None] & (offs_n < n_e)[None, :]
@@ -149,9 +194,12 @@ def _moe_up_kernel(
     limit, shared_limit,
     NUM_EXPERTS: tl.constexpr, TOP_K: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    N_TILES: tl.constexpr, HAS_LIMIT: tl.constexpr, SLOT_BLOCKS: tl.constexpr,
+    N_TILES: tl.constexpr, HAS_LIMIT: tl.constexpr, SLOT_BLOCKS: tl.constexpr, K_TILE: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
+    # K_TILE == 0: one load per chunk (a power of two); else a loop over the chunk's
+    # CHUNK_K // K_TILE tiles (_up_tile_loop; CHUNK_K a multiple of K_TILE).
+    N_KT: tl.constexpr = CHUNK_K // K_TILE if K_TILE > 0 else 1
     pid_k = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_b = tl.program_id(2)
@@ -160,15 +208,17 @@ def _moe_up_kernel(
     rows_w = pid_n * 2 * BLOCK_N + tl.arange(0, 2 * BLOCK_N)
     j = rows_w // 2
     even = rows_w % 2 == 0
-    offs_k = pid_k * CHUNK_K + tl.arange(0, CHUNK_K)
-    mask_k = offs_k < H
+    if K_TILE == 0:     # the chunk in one load (the loop design makes its tiles' offsets)
+        offs_k = pid_k * CHUNK_K + tl.arange(0, CHUNK_K)
+        mask_k = offs_k < H
 
     if pid_b < NSB:
         # The first NSB blocks of the grid: the shared expert, 16 tokens per CTA. They come first
         # so they are scheduled first, while the router and moe_align run. Its weights are
         # producer-independent, so the tile is requested before the wait.
         s_rows = tl.where(even, sg_ptr + j * stride_sgn, su_ptr + j * stride_sun)
-        w = tl.load(s_rows[:, None] + offs_k[None, :], mask=(j < IS)[:, None] & mask_k[None, :], other=0.0)
+        if K_TILE == 0:
+            w = tl.load(s_rows[:, None] + offs_k[None, :], mask=(j < IS)[:, None] & mask_k[None, :], other=0.0)
         # Released only after the wait, in either trigger placement: the down-GEMM reads
         # moe_align's output before its own wait (runtime/pdl.py, rule 3).
         pdl_wait_then_release(USE_GDC)
@@ -176,9 +226,15 @@ def _moe_up_kernel(
             tok = pid_b * BLOCK_M + tl.arange(0, BLOCK_M)
             pair = tok * PAIRS_PER_TOKEN + TOP_K   # the shared expert is every token's last pair
             tile = (NB + pid_b) * N_TILES + pid_n     # shared tiles after the routed ones
-            _up_tile(w, tok, tok < T, pair, IS, shared_limit, rows_w, offs_k, mask_k, tile, pid_k, pid_n,
-                     x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh, stride_act, stride_ws_s,
-                     stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT, DOT_PRECISION, DOT_UPCAST)
+            if K_TILE == 0:
+                _up_tile(w, tok, tok < T, pair, IS, shared_limit, rows_w, offs_k, mask_k, tile, pid_k, pid_n,
+                         x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh, stride_act, stride_ws_s,
+                         stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT, DOT_PRECISION, DOT_UPCAST)
+            else:
+                _up_tile_loop(s_rows, j < IS, tok, tok < T, pair, IS, shared_limit, rows_w, pid_k * CHUNK_K, H,
+                              tile, pid_k, pid_n, x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh,
+                              stride_act, stride_ws_s, stride_ws_p, BLOCK_M, BLOCK_N, K_TILE, N_KT, SPLIT_K,
+                              HAS_LIMIT, DOT_PRECISION, DOT_UPCAST)
     else:
         # A routed block: its expert id is the producer's output (moe_align's; with SLOT_BLOCKS,
         # the router's: block b is the one token's slot b), so everything waits. Blocks past the
@@ -200,11 +256,18 @@ def _moe_up_kernel(
             e64 = e.to(tl.int64)
             g_rows = tl.where(even, wg_ptr + e64 * stride_ge + j * stride_gn,
                               wu_ptr + e64 * stride_ue + j * stride_un)
-            w = tl.load(g_rows[:, None] + offs_k[None, :], mask=(j < I)[:, None] & mask_k[None, :], other=0.0)
             # The sentinel P marks padding.
-            _up_tile(w, pair // PAIRS_PER_TOKEN, pair < P, pair, I, limit, rows_w, offs_k, mask_k,
-                     b * N_TILES + pid_n, pid_k, pid_n, x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh, stride_act, stride_ws_s,
-                     stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT, DOT_PRECISION, DOT_UPCAST)
+            if K_TILE == 0:
+                w = tl.load(g_rows[:, None] + offs_k[None, :], mask=(j < I)[:, None] & mask_k[None, :], other=0.0)
+                _up_tile(w, pair // PAIRS_PER_TOKEN, pair < P, pair, I, limit, rows_w, offs_k, mask_k,
+                         b * N_TILES + pid_n, pid_k, pid_n, x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh,
+                         stride_act, stride_ws_s, stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT, DOT_PRECISION,
+                         DOT_UPCAST)
+            else:
+                _up_tile_loop(g_rows, j < I, pair // PAIRS_PER_TOKEN, pair < P, pair, I, limit, rows_w,
+                              pid_k * CHUNK_K, H, b * N_TILES + pid_n, pid_k, pid_n, x_ptr, act_ptr, ws_ptr,
+                              ticket_ptr, stride_xt, stride_xh, stride_act, stride_ws_s, stride_ws_p, BLOCK_M,
+                              BLOCK_N, K_TILE, N_KT, SPLIT_K, HAS_LIMIT, DOT_PRECISION, DOT_UPCAST)
 
 
 @triton.jit(do_not_specialize=["T", "P"])
@@ -369,7 +432,11 @@ def moe_experts_triton(
     assert not use_pdl or pdl_supported(dev), "PDL requested on a device without PDL support"
     launch = {"launch_pdl": True} if use_pdl else {}
 
-    chunk = triton.next_power_of_2(triton.cdiv(h, cfg.split_k))
+    # The H chunk of a CTA: one power-of-two load, or (loop design) whole block_k tiles.
+    if cfg.block_k:
+        chunk = triton.cdiv(triton.cdiv(h, cfg.split_k), cfg.block_k) * cfg.block_k
+    else:
+        chunk = triton.next_power_of_2(triton.cdiv(h, cfg.split_k))
     split_k = triton.cdiv(h, chunk)
     n_tiles = triton.cdiv(n_max, cfg.block_n)
     n_htiles = triton.cdiv(h, cfg.block_h)
@@ -419,8 +486,9 @@ def moe_experts_triton(
         lim, lim_s,
         NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=split_k, N_TILES=n_tiles,
-        HAS_LIMIT=has_limit, SLOT_BLOCKS=slot_blocks, **dot,
-        num_warps=cfg.up_warps, num_stages=1, **launch, **_register_cap(cfg.up_maxnreg),
+        HAS_LIMIT=has_limit, SLOT_BLOCKS=slot_blocks, K_TILE=cfg.block_k, **dot,
+        num_warps=cfg.up_warps, num_stages=cfg.up_stages if cfg.block_k else 1, **launch,
+        **_register_cap(cfg.up_maxnreg),
     )
     _moe_down_kernel[(n_htiles, n_blocks)](
         act, sorted_ids, block_experts, total, topk_ids,
