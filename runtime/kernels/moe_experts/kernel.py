@@ -94,6 +94,10 @@ class MoeExpertsConfig:
 # Registers (sm_90, ptxas -v, no spills): down 96 (I = 192, 5 CTAs per SM) / 182 (8 warps, one
 # CTA per SM; 16 columns at 4 warps took 214 and held half the bytes in flight); up 114, capped at
 # 96 for I = 192 so five CTAs fit an SM (T = 1: 16.0 -> 13.9 us, T = 6: 48.7 -> 48.0 us, session 7).
+# The loop design (block_k > 0) did not beat the one-shot entry over T = 1 + 6 (session 17,
+# `moe_sweep --set loop`, align + up + down us per layer): 64 rows x 2 chunks of 128-wide tiles, 4
+# stages, took 46.4 us at T = 6 against 48.0 but 14.5 at T = 1 against 12.8 (54 CTAs at T = 1);
+# a token's bits may not depend on T, so one config serves both.
 CONFIGS: dict[tuple[int, int], MoeExpertsConfig] = {
     (192, 2560): MoeExpertsConfig(block_n=32, split_k=10, up_warps=4, block_h=64, down_warps=4,
                                   up_maxnreg=96),
