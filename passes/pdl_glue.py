@@ -23,6 +23,9 @@ kernels between them, each a full (non-programmatic) edge in the captured graph.
     before:  e = embedding(table, ids) ; out, x = lingc.rmsnorm(views(e), w, None, eps) ; f(e)
     after:   out, x = lingc.embedding_rmsnorm(table, ids, w, eps) ; f(views(x))
 
+    before:  y = cat([a, b], -1)                  (a [T, D1], b [T, D2], one dtype, 2-d)
+    after:   y = lingc.concat_cols(a, b)
+
 The fourth is MLA's absorbed products (q_nope @ W_uk, o_lat @ W_uv^T per head): ATen upcasts the
 bf16 weight slice to a fresh fp32 copy every step, then runs a library bmm. On flash-tp4-rank's
 decode graph these were 28 elementwise kernels and 14 library GEMMs per step.
@@ -48,7 +51,10 @@ Why each is exact:
   bits: a gather rounds nothing), so the first norm after the embedding reads the table rows
   itself, and the gather (a graph's head, an ATen kernel and a full edge of every step graph:
   decode, verify, extend and each of the draft's NEXTN forwards) is gone. Only 2-d [T, D] norm
-  inputs that are the embedding or a view of it with the same elements in the same order.
+  inputs that are the embedding or a view of it with the same elements in the same order;
+- a concatenation copies its inputs' values (runtime/kernels/concat_cols): only two 2-d inputs of
+  one dtype with unit column stride, along the last dim. ATen's cat is a full edge in the captured
+  graph; NEXTN's eh_proj (26 MB) behind it could not stream its weights until the copy ended.
 """
 
 from __future__ import annotations
@@ -274,6 +280,32 @@ def embedding_into_norm(g: fx.Graph) -> int:
                 back = xs if tuple(val(emb).shape) == (T, D) else emit(g, aten.view.default, xs, list(val(emb).shape))
             emb.replace_all_uses_with(back)
         g.erase_node(emb)
+        count += 1
+    return count
+
+
+def concat_cols(g: fx.Graph) -> int:
+    """cat([a, b], -1) of two 2-d tensors of one dtype -> lingc.concat_cols (the module docstring
+    says when). Returns the concatenations rewritten."""
+    from lingc.runtime.kernels import concat_cols as _concat  # noqa: F401  (registers lingc::concat_cols)
+
+    count = 0
+    for n in [n for n in g.nodes if is_call(n, aten.cat.default)]:
+        tensors = n.args[0]
+        dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
+        if len(tensors) != 2 or not all(isinstance(t, fx.Node) for t in tensors):
+            continue
+        a, b = (val(t) for t in tensors)
+        if a is None or b is None or a.dim() != 2 or b.dim() != 2 or dim not in (1, -1):
+            continue
+        if a.dtype != b.dtype or a.shape[0] != b.shape[0] or a.device != b.device:
+            continue
+        if any(t.shape[1] > 1 and t.stride(1) != 1 for t in (a, b)):
+            continue
+        with g.inserting_before(n):
+            new = emit(g, lingc_ops.concat_cols.default, *tensors)
+        n.replace_all_uses_with(new)
+        g.erase_node(n)
         count += 1
     return count
 

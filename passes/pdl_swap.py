@@ -105,6 +105,7 @@ class PdlSwap(LingcPass):
     reuse_probes = True          # off: every layer's region is probed (tests compare the two)
     fold_relay_tail = True       # off: the relay steps' tail copies stay ATen ops (tests count the two)
     fold_embedding = True        # off: the token embedding gather stays an ATen op (tests that want a leftover)
+    fold_concat = True           # off: two-input last-dim concatenations stay ATen cats
 
     def apply(self, gm: fx.GraphModule) -> int:
         import lingc.runtime.kernels.head_matmul  # noqa: F401
@@ -134,6 +135,7 @@ class PdlSwap(LingcPass):
         eliminate_dead_code(g)                    # (the snapshots it dropped still read the inputs)
         epilogue += pdl_glue.direct_lingc_writes(g) if self.fold_relay_tail else 0
         gathers = pdl_glue.embedding_into_norm(g) if self.fold_embedding else 0
+        concats = pdl_glue.concat_cols(g) if self.fold_concat else 0
         tail = relay_tail(g) if self.fold_relay_tail else 0
         eliminate_dead_code(g)
         summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "no match"
@@ -144,6 +146,8 @@ class PdlSwap(LingcPass):
                         f"{epilogue} epilogue writes made direct")
         if gathers:
             summary += f"; {gathers} embedding gathers folded into their first norm"
+        if concats:
+            summary += f"; {concats} concatenations on lingc.concat_cols"
         if tail:
             summary += f"; relay tail: {tail} epilogue writes -> 1 relay_advance"
         if self.probes_reused:
