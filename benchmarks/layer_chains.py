@@ -1,6 +1,7 @@
 """Each decoder layer's kernel chain against the floor of the bytes that layer must read.
 
     python -m benchmarks.layer_chains DECODE_JSON [--mode lingc-nextn] [--graph verify]
+        [--layers | --kernels "KDA + MoE"]
 
 The attention issue's last target is a whole-layer chain, captured in a CUDA graph, within 1.3x
 of the sum of its kernels' floors. ``benchmarks.decode --profile`` records each graph's kernels in
@@ -27,7 +28,7 @@ from pathlib import Path
 from benchmarks.common import markdown_table
 from benchmarks.sequence import KINDS, OTHER, kind_of
 
-__all__ = ["TARGET_X_FLOOR", "split_layers", "layer_rows", "class_rows", "summary_line", "main"]
+__all__ = ["TARGET_X_FLOOR", "split_layers", "layer_rows", "class_rows", "kernel_rows", "summary_line", "main"]
 
 # The attention issue's bound on a layer chain: its critical time over its floor.
 TARGET_X_FLOOR = 1.3
@@ -86,6 +87,30 @@ def class_rows(rows: list[dict]) -> list[dict]:
     return out
 
 
+def kernel_rows(seq: list[dict], floors: list[tuple[str, float]], label: str) -> list[dict] | str:
+    """One row per kernel position of the layers of class ``label`` (all of one class share a
+    chain): its kernel and grid (the first layer's), median and max critical us over the class,
+    and its share of the median chain; or a line saying why not."""
+    layers, _ = split_layers(seq)
+    if len(layers) != len(floors):
+        return layer_rows(seq, floors)          # the mismatch line
+    segs = [seg for seg, (lab, _) in zip(layers, floors) if lab == label]
+    if not segs:
+        return f"no layer of class {label!r}; the classes here: {sorted({lab for lab, _ in floors})}"
+    if len({tuple(k["kernel"] for k in seg) for seg in segs}) != 1:
+        return f"the {label!r} layers do not all run the same kernel chain: not tabled by position"
+    chain = statistics.median(sum(k["critical_us"] for k in seg) for seg in segs)
+    rows = []
+    for i, k in enumerate(segs[0]):
+        us = [seg[i]["critical_us"] for seg in segs]
+        rows.append({"pos": i, "kernel": k["kernel"][:40], "grid": "x".join(map(str, k.get("grid") or [])) or "-",
+                     "us": statistics.median(us), "max_us": max(us), "share": statistics.median(us) / chain})
+    return rows
+
+
+KERNEL_COLUMNS = [("pos", "#", "d"), ("kernel", "kernel", "s"), ("grid", "grid", "s"),
+                  ("us", "critical us (median)", ".2f"), ("max_us", "max", ".2f"), ("share", "share of the chain", ".0%")]
+
 CLASS_COLUMNS = [("class", "layer", "s"), ("layers", "layers", "d"), ("kernels", "kernels", ".0f"),
                  ("us", "chain us (median)", ".1f"), ("floor_us", "floor us (median)", ".1f"),
                  ("x_floor", "x floor (median)", ".2f"), ("worst", "x floor (worst)", ".2f"),
@@ -125,9 +150,21 @@ def main(argv=None) -> int:
     ap.add_argument("json", type=Path, help="a decode.json written with --profile")
     ap.add_argument("--mode", default="lingc", help="the decode mode (lingc, lingc-nextn, ...)")
     ap.add_argument("--graph", default="decode", help="the graph (decode; draft, verify, extend)")
-    ap.add_argument("--layers", action="store_true", help="one row per layer instead of per class")
+    view = ap.add_mutually_exclusive_group()
+    view.add_argument("--layers", action="store_true", help="one row per layer instead of per class")
+    view.add_argument("--kernels", metavar="CLASS",
+                      help="the chain of one class of layer kernel by kernel (e.g. 'KDA + MoE'), medians over its layers")
     args = ap.parse_args(argv)
     seq, floors = load(args.json, args.mode, args.graph)
+    if args.kernels:
+        rows = kernel_rows(seq, floors, args.kernels)
+        if isinstance(rows, str):
+            raise SystemExit(f"{args.json}: {args.mode} {args.graph}: {rows}")
+        floor = statistics.median(f for lab, f in floors if lab == args.kernels)
+        print(f"{args.mode} {args.graph}: a {args.kernels} layer kernel by kernel "
+              f"(floor {floor:.1f} us per layer, median)\n")
+        print(markdown_table(rows, KERNEL_COLUMNS))
+        return 0
     rows = layer_rows(seq, floors)
     if isinstance(rows, str):
         raise SystemExit(f"{args.json}: {args.mode} {args.graph}: {rows}")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from benchmarks.decode import Floor
-from benchmarks.layer_chains import TARGET_X_FLOOR, class_rows, layer_rows, main, split_layers, summary_line
+from benchmarks.layer_chains import TARGET_X_FLOOR, class_rows, kernel_rows, layer_rows, main, split_layers, summary_line
 from lingc.models import Ling3Cache, build_model, preset
 
 
@@ -103,3 +103,27 @@ def test_layer_floors_sum_to_the_step_floor(T):
     assert label == "draft (NEXTN) layer" and b + lm == floor.bytes(None, [T], sum(exd))
     with pytest.raises(ValueError, match="1 expert counts for"):
         floor.layer_bytes(T, ex[:1])
+
+
+def test_kernel_rows_table_one_class_position_by_position(tmp_path, capsys):
+    # Two MLA + MoE layers (the second 1 us slower in its up-GEMM) and a KDA layer between them.
+    slow = [dict(x, critical_us=x["critical_us"] + 1.0) if x["kernel"] == "_moe_up_kernel" else x for x in MLA_MOE]
+    seq = MLA_MOE + KDA_DENSE + slow + TAIL
+    floors = [("MLA + MoE", 50.0), ("KDA + dense MLP", 30.0), ("MLA + MoE", 52.0)]
+    rows = kernel_rows(seq, floors, "MLA + MoE")
+    assert [r["kernel"] for r in rows] == [x["kernel"] for x in MLA_MOE]
+    up = rows[[x["kernel"] for x in MLA_MOE].index("_moe_up_kernel")]
+    assert (up["us"], up["max_us"]) == (29.5, 30.0) and up["share"] == pytest.approx(29.5 / 101.5)
+    assert "no layer of class 'MLA'" in kernel_rows(seq, floors, "MLA")
+    odd = MLA_MOE + KDA_DENSE + MLA_MOE[:1] + MLA_MOE + TAIL[:1]
+    assert "do not all run the same kernel chain" in kernel_rows(
+        odd, [("MLA + MoE", 1.0), ("KDA + dense MLP", 1.0), ("MLA + MoE", 1.0)], "MLA + MoE")
+    path = tmp_path / "decode.json"
+    path.write_text(json.dumps({"results": {"lingc": {"kernel_sequence": {"decode": seq},
+                                                      "layer_floor_us": {"decode": [list(f) for f in floors]}}}}))
+    assert main([str(path), "--kernels", "MLA + MoE"]) == 0
+    out = capsys.readouterr().out
+    assert "a MLA + MoE layer kernel by kernel (floor 51.0 us per layer, median)" in out
+    assert "| 10 | _moe_up_kernel | 1x1x1 | 29.50 | 30.00 | 29% |" in out
+    with pytest.raises(SystemExit, match="no layer of class 'dense'"):
+        main([str(path), "--kernels", "dense"])
