@@ -44,6 +44,7 @@ import json
 import statistics
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -111,6 +112,14 @@ def synthetic_start(eng, context: int) -> None:
 
 # -- the floor ------------------------------------------------------------------------------------
 
+class _LayerSpec(NamedTuple):
+    label: str        # the class of layer benchmarks.layer_chains groups by
+    weights: int      # non-expert weight bytes
+    cache: int        # cache bytes read (and KDA state written) at T = 1
+    staged: int       # bytes per extra staged position (a verify's KDA post-states)
+    moe: bool
+
+
 class Floor:
     """Bytes a step must read: every non-expert weight it uses once, the distinct routed experts
     the router really chose (hooked), the MLA cache rows up to the position, KDA states read and
@@ -127,25 +136,23 @@ class Floor:
             return sum(p.numel() * p.element_size() for m in mods for p in m.parameters()
                        if id(p) not in expert_params)
 
-        self.target_dense = dense(layers[:n]) + dense([model.model.norm, model.lm_head])
-        self.draft_dense = dense(layers[n:]) + dense([model.lm_head])
-        row = cfg.mla_cache_dim * 2
-        self.layer_state_bytes = cfg.num_attention_heads * cfg.head_dim ** 2 * 4
-        self.state_bytes = self.layer_state_bytes * len(cfg.kda_layers)
-        # MLA latent rows up to the position, KDA states read once and written once.
-        self.mla_rows_bytes = context * row
-        self.target_cache = len(cfg.mla_layers) * self.mla_rows_bytes + 2 * self.state_bytes
-        self.draft_cache = self.mla_rows_bytes
-        # Per layer (benchmarks.layer_chains): (class, non-expert weight bytes, cache bytes at T = 1
-        # and per extra staged position).
+        # Per layer (benchmarks.layer_chains): its weights, its cache bytes at T = 1 (MLA latent rows
+        # up to the position; a KDA state read once and written once) and per staged position.
+        mla_rows = context * cfg.mla_cache_dim * 2
+        state = cfg.num_attention_heads * cfg.head_dim ** 2 * 4
         mla = set(cfg.mla_layers)
-        self.target_layers = []
-        for i, layer in enumerate(layers[:n]):
-            attn = "MLA" if i in mla else "KDA"
-            label = f"{attn} + {'MoE' if cfg.is_moe_layer(i) else 'dense MLP'}"
-            cache = self.mla_rows_bytes if i in mla else 2 * self.layer_state_bytes
-            self.target_layers.append((label, dense([layer]), cache, 0 if i in mla else self.layer_state_bytes))
-        self.draft_layer = ("draft (NEXTN) layer", dense(layers[n:]), self.draft_cache, 0)
+        self.target_layers = [
+            _LayerSpec(f"{'MLA' if i in mla else 'KDA'} + {'MoE' if cfg.is_moe_layer(i) else 'dense MLP'}",
+                       dense([layer]), mla_rows if i in mla else 2 * state, 0 if i in mla else state,
+                       cfg.is_moe_layer(i))
+            for i, layer in enumerate(layers[:n])]
+        self.draft_layer = _LayerSpec("draft (NEXTN) layer", dense(layers[n:]), mla_rows, 0, True)
+        # A whole forward: its layers plus the final norm and the lm_head (the draft: the lm_head).
+        self.target_dense = sum(s.weights for s in self.target_layers) + dense([model.model.norm, model.lm_head])
+        self.draft_dense = self.draft_layer.weights + dense([model.lm_head])
+        self.target_cache = sum(s.cache for s in self.target_layers)
+        self.draft_cache = self.draft_layer.cache
+        self.state_bytes = sum(s.staged for s in self.target_layers)     # one staged position
 
     def layer_bytes(self, T: int, experts: list[int], draft: bool = False) -> list[tuple[str, int]]:
         """(class, bytes) of each layer one forward at T runs, in order: the target's layers, or
@@ -153,12 +160,12 @@ class Floor:
         forward (``experts_per_layer``). A forward's ``bytes`` is their sum plus the final norm and
         the lm_head (the target) or the lm_head (the draft)."""
         specs = [self.draft_layer] if draft else self.target_layers
-        moe = [i for i, (label, *_rest) in enumerate(specs) if label.endswith("MoE") or draft]
+        moe = [i for i, s in enumerate(specs) if s.moe]
         if len(experts) != len(moe):
             raise ValueError(f"{len(experts)} expert counts for {len(moe)} MoE layers")
         per = dict(zip(moe, experts))
-        return [(label, w + cache + (T * staged if T > 1 else 0) + per.get(i, 0) * self.expert_bytes)
-                for i, (label, w, cache, staged) in enumerate(specs)]
+        return [(s.label, s.weights + s.cache + (T * s.staged if T > 1 else 0) + per.get(i, 0) * self.expert_bytes)
+                for i, s in enumerate(specs)]
 
     def distinct_experts(self, fn) -> int:
         """Sum over MoE layers of the distinct experts chosen while fn() runs."""

@@ -35,35 +35,39 @@ TARGET_X_FLOOR = 1.3
 _OUTSIDE_KINDS = {KINDS[0][0], "relay verdict + advance", OTHER}     # lm_head, relay glue, ATen
 
 
-def _ends_dense_mlp(prev_kernels: list[str], name: str) -> bool:
-    return name.startswith("_gemm_kernel") and any(k.startswith(("_swiglu_gemm", "_splitk_swiglu"))
-                                                   for k in prev_kernels)
-
-
 def split_layers(seq: list[dict]) -> tuple[list[list[dict]], list[dict]]:
     """(layers, outside): the layer segments of one replay's sequence in order, and the kernels
     counted outside every layer (module docstring)."""
-    layers, outside, cur = [], [], []
+    layers, outside, cur, swiglu = [], [], [], False
     for k in seq:
         name = k["kernel"]
         if kind_of(name) in _OUTSIDE_KINDS:
             outside.append(k)
             continue
-        ends = name.startswith("_moe_down") or _ends_dense_mlp([c["kernel"] for c in cur], name)
+        # A layer ends at its MoE down-GEMM, or at the first GEMM after a dense MLP's SwiGLU GEMM.
+        ends = name.startswith("_moe_down") or (swiglu and name.startswith("_gemm_kernel"))
+        swiglu = swiglu or name.startswith(("_swiglu_gemm", "_splitk_swiglu"))
         cur.append(k)
         if ends:
             layers.append(cur)
-            cur = []
+            cur, swiglu = [], False
     return layers, outside + cur
+
+
+def _mismatch(layers: list, floors: list) -> str | None:
+    """The line saying the cut does not match the floor list, or None when it does."""
+    if len(layers) == len(floors):
+        return None
+    return (f"{len(layers)} layer segments in the sequence against {len(floors)} layers in the floor "
+            f"list: not matched (no GPU kernel sequence, or a graph this cut does not know)")
 
 
 def layer_rows(seq: list[dict], floors: list[tuple[str, float]]) -> list[dict] | str:
     """One row per layer: its label, summed critical us, floor us and the ratio; or, when the cut
     does not match ``floors`` (label, floor us per layer, in order), a line saying so."""
     layers, _ = split_layers(seq)
-    if len(layers) != len(floors):
-        return (f"{len(layers)} layer segments in the sequence against {len(floors)} layers in the floor "
-                f"list: not matched (no GPU kernel sequence, or a graph this cut does not know)")
+    if (bad := _mismatch(layers, floors)) is not None:
+        return bad
     rows = []
     for i, (seg, (label, floor_us)) in enumerate(zip(layers, floors)):
         us = sum(k["critical_us"] for k in seg)
@@ -92,8 +96,8 @@ def kernel_rows(seq: list[dict], floors: list[tuple[str, float]], label: str) ->
     chain): its kernel and grid (the first layer's), median and max critical us over the class,
     and its share of the median chain; or a line saying why not."""
     layers, _ = split_layers(seq)
-    if len(layers) != len(floors):
-        return layer_rows(seq, floors)          # the mismatch line
+    if (bad := _mismatch(layers, floors)) is not None:
+        return bad
     segs = [seg for seg, (lab, _) in zip(layers, floors) if lab == label]
     if not segs:
         return f"no layer of class {label!r}; the classes here: {sorted({lab for lab, _ in floors})}"
