@@ -12,10 +12,12 @@ Design (README.md has the derivation and the measurements behind it):
   it, the row's E logits are read and the grouped top-k runs on a [G_PAD, GS_PAD] view (group
   g, member j). Every candidate is one int64 key, (order key of its score) << 32 | (E - 1 -
   id), so one max reduction gives the best score and, among equal scores, the lowest id: the
-  rule of naive.py. Group top-1 and top-2 (the top-1's key removed); group score m1 + m2; the
-  topk_group best groups by repeated max over group keys; then top_k repeated maxes over the
-  kept groups' keys. With one warp every reduction is shuffles inside the warp, never a
-  shared-memory round trip and a CTA barrier; rows run side by side on T SMs.
+  rule of naive.py. Group score top-1 + top-2 from fp32 max reductions; the topk_group best
+  groups by repeated max over group keys; then the kept groups' members are read again as a
+  dense [KG_PAD, GS_PAD] tile and top_k repeated maxes run over their keys only. With one warp
+  every reduction is shuffles inside the warp, never a shared-memory round trip and a CTA
+  barrier; rows run side by side on T SMs. The warp is bound by its instruction count, hence
+  the fp32 group stage and the dense kept tile (1832 -> 1384 SASS instructions at Ling-3).
 - Why two launches: the former one-launch kernel elected the last CTA (an atomic ticket) to run
   the selection of every row with the logits kernel's 8 warps; its cross-warp reductions cost
   ~6 us per row done one at a time, and still 21 us at T=6 with four rows at a time (H200,
@@ -96,13 +98,14 @@ def _moe_router_select_kernel(
     stride_lt, stride_it, stride_wt,
     N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, TOPK_GROUP: tl.constexpr, TOP_K: tl.constexpr,
     RENORMALIZE: tl.constexpr, G_PAD: tl.constexpr, GS_PAD: tl.constexpr, K_PAD: tl.constexpr,
-    USE_GDC: tl.constexpr,
+    KG_PAD: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     """Grouped top-k of row program_id(0) on a [G_PAD, GS_PAD] view of its logits.
 
     Each candidate is one int64 key, (order key of its score) << 32 | (E - 1 - expert id), so a
     single max reduction yields the best score AND, among equal scores, the lowest id (the tie
-    rule of naive.py); keys are distinct, so removing the winner is an equality test."""
+    rule of naive.py); keys are distinct, so removing the winner is an equality test. KG_PAD =
+    next_pow2(TOPK_GROUP): the rows of the kept groups' tile."""
     E: tl.constexpr = N_GROUP * GROUP_SIZE
     neg_inf = float("-inf")
     lowest = -9223372036854775808            # below every key (a key's high half is >= key(-inf))
@@ -118,20 +121,32 @@ def _moe_router_select_kernel(
 
     lg = tl.load(logits_ptr + t * stride_lt + eidx, mask=valid, other=0.0)
     c = tl.where(valid, tl.sigmoid(lg) + bias, neg_inf)
-    key = (_order_key(c).to(tl.int64) << 32) | tl.where(valid, E - 1 - eidx, 0).to(tl.int64)
-    # Group score: top-1 + top-2 of the group (the top-1's lowest position removed).
-    k1 = tl.max(key, axis=1)
-    k2 = tl.max(tl.where(key == k1[:, None], lowest, key), axis=1)
+    # Group score: top-1 + top-2 of the group's values, where top-2 is top-1 again when top-1
+    # occurs twice (the sum does not depend on which of two tied values is "first"). fp32 max
+    # reductions: a third of the instructions of the int64 keys.
+    m1 = tl.max(c, axis=1)
+    twice = tl.sum((c == m1[:, None]).to(tl.int32), axis=1) > 1
+    m2 = tl.where(twice, m1, tl.max(tl.where(c == m1[:, None], neg_inf, c), axis=1))
     gar = tl.arange(0, G_PAD)
-    gscore = tl.where(gar < N_GROUP, _key_value(k1) + _key_value(k2), neg_inf)
+    gscore = tl.where(gar < N_GROUP, m1 + m2, neg_inf)
     gkey = (_order_key(gscore).to(tl.int64) << 32) | (G_PAD - 1 - gar).to(tl.int64)
-    keep = gkey == lowest                  # all False
-    for _ in tl.static_range(TOPK_GROUP):
+    kg = tl.arange(0, KG_PAD)
+    kept = tl.zeros([KG_PAD], dtype=tl.int32)
+    for i in tl.static_range(TOPK_GROUP):
         best = tl.max(gkey, axis=0)
-        hit = gkey == best
-        keep = keep | hit
-        gkey = tl.where(hit, lowest, gkey)
-    key = tl.where(keep[:, None] & valid, key, lowest)
+        kept = tl.where(kg == i, (G_PAD - 1 - (best & 0x7FFFFFFF)).to(tl.int32), kept)
+        gkey = tl.where(gkey == best, lowest, gkey)
+    # The kept groups' members again, as a dense [KG_PAD, GS_PAD] tile (this warp's own loads,
+    # so L1 hits): the top_k picks below walk topk_group / n_group of the keys (Ling-3: half)
+    # instead of every group's with the dropped ones masked. The one-warp selection is bound by
+    # its instruction count (Nsight Compute: one warp, an instruction every ~3.6 cycles), and the
+    # picks were most of it. Same scores: the same loads and the same arithmetic as above.
+    kvalid = (kg[:, None] < TOPK_GROUP) & (j < GROUP_SIZE)
+    kidx = tl.where(kvalid, kept[:, None] * GROUP_SIZE + j, 0)
+    klg = tl.load(logits_ptr + t * stride_lt + kidx, mask=kvalid, other=0.0)
+    kb = tl.load(bias_ptr + kidx, mask=kvalid, other=0.0)
+    kc = tl.sigmoid(klg) + kb
+    key = tl.where(kvalid, (_order_key(kc).to(tl.int64) << 32) | (E - 1 - kidx).to(tl.int64), lowest)
     kr = tl.arange(0, K_PAD)
     ids = tl.zeros([K_PAD], dtype=tl.int32)
     for i in tl.static_range(TOP_K):
@@ -220,6 +235,7 @@ def moe_router_triton(
         N_GROUP=n_group, GROUP_SIZE=group_size, TOPK_GROUP=topk_group, TOP_K=top_k,
         RENORMALIZE=bool(renormalize), G_PAD=triton.next_power_of_2(n_group),
         GS_PAD=triton.next_power_of_2(group_size), K_PAD=triton.next_power_of_2(top_k),
+        KG_PAD=triton.next_power_of_2(topk_group),
         USE_GDC=use_pdl, num_warps=SELECT_WARPS, **pdl,
     )
     return ids_out, weights_out
