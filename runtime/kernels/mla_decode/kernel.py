@@ -170,13 +170,21 @@ def _mla_split_kernel(
             kv_rows = kv_ptr + offs_l.to(tl.int64)[:, None] * stride_kv
             c = tl.load(kv_rows + offs_r[None, :], mask=ml[:, None] & mr[None, :], other=0.0)
             kr = tl.load(kv_rows + R + offs_p[None, :], mask=ml[:, None] & mp[None, :], other=0.0)
-            sc = tl.zeros([BH, BL], tl.float32)
-            sc = dot_acc(ql_hi, c, sc, DOT_PRECISION, DOT_UPCAST)
+            # Independent accumulators, summed at the end: each dot is a chain of MMAs on one
+            # accumulator, and one chain over hi, lo and the rope part (68 dependent MMAs a tile
+            # at R = 512) is the tile's critical path at T = 1; as three chains they overlap.
+            # The zero is a runtime value: triton folds `dot(a, b, 0) + x` into `dot(a, b, x)`,
+            # which would chain them again.
+            zero = tl.zeros([BH, BL], tl.float32) * scale
+            sc = dot_acc(ql_hi, c, zero, DOT_PRECISION, DOT_UPCAST)
             if SPLIT_Q:
-                sc = dot_acc(ql_lo, c, sc, DOT_PRECISION, DOT_UPCAST)
-            sc = dot_acc(qr_hi, kr, sc, DOT_PRECISION, DOT_UPCAST)
+                sc_lo = dot_acc(ql_lo, c, zero, DOT_PRECISION, DOT_UPCAST)
+            sc_r = dot_acc(qr_hi, kr, zero, DOT_PRECISION, DOT_UPCAST)
             if SPLIT_QR:
-                sc = dot_acc(qr_lo, kr, sc, DOT_PRECISION, DOT_UPCAST)
+                sc_r = dot_acc(qr_lo, kr, sc_r, DOT_PRECISION, DOT_UPCAST)
+            if SPLIT_Q:
+                sc = sc + sc_lo
+            sc = sc + sc_r
             sc = tl.where(offs_l[None, :] < end[:, None], sc * scale, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(sc, axis=1))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
