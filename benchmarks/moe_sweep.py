@@ -3,7 +3,7 @@ time into its launches, to fill the fixed table in runtime/kernels/moe_experts/k
 (tuning happens here, never on the captured path).
 
     python -m benchmarks.moe_sweep --out benchmarks/results [--preset flash-tp4-rank] [--t 1 6]
-        [--set grid|regs|all|router|table|loop]
+        [--set grid|regs|all|router|table|loop|chunk]
 
 Conditions as in ``benchmarks.kernels_moe``: ``--layers`` distinct MoE layers with random weights
 (cold: each call of a replay reads another layer's experts), the routing of each layer computed
@@ -34,7 +34,7 @@ from benchmarks.common import copy_bandwidth_gbps, markdown_table, require_cuda,
 from benchmarks.kernels_moe import build_layers, lingc_routing, reference_layer, rel_rms
 from lingc.models.config import preset
 from lingc.runtime.kernels.moe_align.kernel import moe_align_triton
-from lingc.runtime.kernels.moe_experts.kernel import MoeExpertsConfig, config_for, moe_experts_triton
+from lingc.runtime.kernels.moe_experts.kernel import MoeExpertsConfig, config_for, moe_experts_triton, up_chunks
 from lingc.runtime.kernels.moe_router.kernel import moe_router_triton
 
 # (BLOCK_E, logits warps) of --set router: 128 / 64 / 32 CTAs, 2..16 warps each. Session 16
@@ -48,7 +48,8 @@ def candidates(n_max: int, h: int, which: str = "all") -> list[MoeExpertsConfig]
     """The table's entry first, then variants around it. ``which``: "grid" varies the up-GEMM
     (block_n, split_k, warps) and the down-GEMM (block_h, warps), one side at a time; "regs" the
     register caps (0 = the compiler's choice; up 96 = five 4-warp CTAs per SM, down 80 = six);
-    "all" both; "table" the table's entry alone; "loop" the up-GEMM's loop design (block_k > 0)."""
+    "all" both; "table" the table's entry alone; "loop" the up-GEMM's loop design (block_k > 0);
+    "chunk" variants with the table's H chunks (the same bits: a per-T choice among them is allowed)."""
     base = config_for(n_max, h)
     out = [base]
     if which == "table":
@@ -60,6 +61,18 @@ def candidates(n_max: int, h: int, which: str = "all") -> list[MoeExpertsConfig]
                  (16, 2, 128, 4, 4), (64, 2, 128, 4, 4), (32, 1, 128, 4, 4), (64, 4, 128, 4, 8)]
         return out + [replace(base, block_n=bn, split_k=sk, block_k=bk, up_stages=st, up_warps=w, up_maxnreg=0)
                       for bn, sk, bk, st, w in loops]
+    if which == "chunk":
+        # Variants that keep the table's H chunking (the same split-K chunks, each reduced by one
+        # run of k16 MMAs from its start), so a token's bits are the table's whatever the column
+        # tile, the load design or the down-GEMM's tile: a per-T choice among them would keep
+        # batch invariance. (block_n, block_k, stages, warps); block_k 0 = one load per chunk.
+        ups = [(16, 0, 1, 4), (64, 0, 1, 8), (32, 128, 2, 4), (64, 128, 2, 4), (64, 128, 3, 4),
+               (64, 64, 4, 4), (64, 128, 2, 8), (32, 64, 3, 4)]
+        variants = [replace(base, block_n=bn, block_k=bk, up_stages=st, up_warps=w,
+                            up_maxnreg=0 if bk or w > 4 else base.up_maxnreg) for bn, bk, st, w in ups]
+        out += [c for c in variants if up_chunks(c, h) == up_chunks(base, h)]
+        out += [replace(base, block_h=bh, down_warps=w, down_maxnreg=0) for bh, w in [(32, 4), (128, 4), (128, 8), (256, 8)]]
+        return list(dict.fromkeys(out))
     if which in ("grid", "all"):
         ups = [(16, 5, 4), (16, 10, 4), (16, 3, 8), (8, 5, 4), (8, 10, 4), (32, 10, 4), (16, 20, 4)]
         downs = [(64, 4), (32, 4), (16, 4), (128, 8), (32, 2)]
@@ -118,7 +131,7 @@ def main(argv=None) -> int:
     parser.add_argument("--layers", type=int, default=40)
     parser.add_argument("--t", type=int, nargs="+", default=[1, 6])
     parser.add_argument("--replays", type=int, default=20)
-    parser.add_argument("--set", choices=["grid", "regs", "all", "router", "table", "loop"], default="all",
+    parser.add_argument("--set", choices=["grid", "regs", "all", "router", "table", "loop", "chunk"], default="all",
                         help="which variants around the table's entry to time (candidates())")
     args = parser.parse_args(argv)
     device = require_cuda()
@@ -144,10 +157,16 @@ def main(argv=None) -> int:
         if args.set == "router":
             rows += router_rows(t, xs, layers, routed, args.replays)
             continue
+        table_out = None
         for c in candidates(n_max, cfg.hidden_size, args.set):
             fn = experts_call(c)
             with torch.no_grad():
-                err = max(rel_rms(fn(*s), reference_layer(s[0], s[1], s[2], s[3])) for s in sets)
+                outs = [fn(*s) for s in sets]
+                err = max(rel_rms(o, reference_layer(s[0], s[1], s[2], s[3])) for o, s in zip(outs, sets))
+            # The table's entry comes first: every other candidate is compared with it bit for bit
+            # (--set chunk claims the same bits).
+            same = None if table_out is None else all(torch.equal(o, b) for o, b in zip(outs, table_out))
+            table_out = outs if table_out is None else table_out
             if err > RTOL_RMS:
                 rows.append({"T": t, "what": label(c), "config": c, "err": err, "us": None,
                              "note": "WRONG: not timed"})
@@ -155,7 +174,8 @@ def main(argv=None) -> int:
             timing = time_in_graph(fn, sets, replays=args.replays)
             us = timing.us_per_call
             rows.append({"T": t, "what": label(c), "config": c, "err": err, "us": us, "floor_us": floor_us,
-                         "x_floor": us / floor_us, "gbps": nbytes / (us * 1e-6) / 1e9})
+                         "x_floor": us / floor_us, "gbps": nbytes / (us * 1e-6) / 1e9,
+                         "bits": "" if same is None else ("same" if same else "differ")})
         print(f"T={t}: experts floor {floor_us:.2f} us ({nbytes / 1e6:.1f} MB)", flush=True)
     totals: dict[str, float] = {}
     for r in rows:
@@ -169,7 +189,8 @@ def main(argv=None) -> int:
     print(f"copy bandwidth {copy_gbps:.0f} GB/s")
     print(markdown_table(rows, [("T", "T", "d"), ("what", "what", "s"), ("us", "us/layer", ".2f"),
                                 ("x_floor", "x floor", ".2f"), ("gbps", "GB/s", ".0f"), ("err", "rel RMS", ".1e"),
-                                ("w_diff", "router w max|diff|", ".1e"), ("best", "best", "s"), ("note", "note", "s")]))
+                                ("w_diff", "router w max|diff|", ".1e"), ("bits", "bits vs table", "s"), ("best", "best", "s"),
+                                ("note", "note", "s")]))
     print(f"best over T={args.t}: {best}")
     path = write_json(args.out / f"moe_sweep_{args.preset}.json",
                       {"benchmark": "moe_sweep", "preset": args.preset, "layers": args.layers,

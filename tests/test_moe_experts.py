@@ -32,7 +32,7 @@ import lingc.runtime.kernels.moe_router  # noqa: F401  (registers lingc::moe_rou
 from lingc.runtime.kernels.moe_experts import moe_experts, moe_experts_reference
 from lingc.runtime.kernels.moe_experts import kernel as experts_kernel
 from lingc.runtime.kernels.moe_experts.kernel import (
-    BLOCK_M, MoeExpertsConfig, alloc_buffers, config_for, moe_experts_triton,
+    BLOCK_M, MoeExpertsConfig, up_chunks, alloc_buffers, config_for, moe_experts_triton,
 )
 from lingc.runtime.kernels.moe_align.naive import align_sizes
 from lingc.runtime.pdl import pdl_supported
@@ -654,6 +654,39 @@ def test_gpu_up_loop_design(config):
         pb = _gpu_problem(t, seed=218 + t)
         assert_close(run_kernel(pb, config), _gpu_reference(pb), RTOL_GPU_BF16)
     _batch_invariance(lambda p: run_kernel(p, config), _gpu_problem(8, seed=221, routing="pool"))
+
+
+# Configs with the table's H chunks (moe_sweep --set chunk times them): the same bits claimed.
+GPU_SAME_CHUNK_CONFIGS = [
+    MoeExpertsConfig(block_n=64, split_k=10, up_warps=4, block_h=128, down_warps=8, block_k=128, up_stages=2),
+    MoeExpertsConfig(block_n=16, split_k=10, up_warps=4, block_h=32, down_warps=4),
+    MoeExpertsConfig(block_n=64, split_k=10, up_warps=8, block_h=256, down_warps=8),
+]
+
+
+def test_up_chunks_decide_the_bits():
+    # The launcher's H chunks: a power of two per one-load CTA, whole block_k tiles in the loop
+    # design; the swept "same chunks" variants all share the table's.
+    from benchmarks.moe_sweep import candidates
+    base = config_for(192, 2560)
+    assert up_chunks(base, 2560) == (256, 10)
+    assert all(up_chunks(c, 2560) == (256, 10) for c in GPU_SAME_CHUNK_CONFIGS)
+    assert up_chunks(dataclasses.replace(base, split_k=2, block_k=128), 2560) == (1280, 2)
+    assert up_chunks(dataclasses.replace(base, split_k=5, block_k=64), 2560) == (512, 5)
+    chunk = candidates(192, 2560, "chunk")
+    assert chunk[0] == base and len(chunk) > 8
+    assert all(up_chunks(c, 2560) == up_chunks(base, 2560) for c in chunk)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("t", [1, 6, 8])
+def test_gpu_same_chunks_same_bits(t):
+    # Column tile, load design (one load or a tile loop) and the down-GEMM's tile do not change
+    # a token's bits while the H chunks are the table's: every output equals the table's.
+    pb = _gpu_problem(t, seed=240 + t, routing="pool")
+    base = run_kernel(pb, config_for(192, 2560))
+    for cfg in GPU_SAME_CHUNK_CONFIGS:
+        assert torch.equal(run_kernel(pb, cfg), base), cfg
 
 
 @pytest.mark.gpu

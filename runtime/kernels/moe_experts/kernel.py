@@ -116,6 +116,19 @@ def config_for(n_max: int, h: int) -> MoeExpertsConfig:
                             block_h=64 if kpad <= 256 else 32, down_warps=4 if kpad <= 256 else 8)
 
 
+def up_chunks(cfg: MoeExpertsConfig, h: int) -> tuple[int, int]:
+    """(chunk, split_k): the up-GEMM's H chunk per CTA (one power-of-two load, or, in the loop
+    design, whole block_k tiles) and the chunk count. Two configs with the same chunks give a
+    token the same bits: each chunk is one run of k16 MMAs from its start and the partials are
+    summed in chunk order, whatever the column tile, the load design or the down-GEMM's tile
+    (the down-GEMM takes I whole in one dot)."""
+    if cfg.block_k:
+        chunk = triton.cdiv(triton.cdiv(h, cfg.split_k), cfg.block_k) * cfg.block_k
+    else:
+        chunk = triton.next_power_of_2(triton.cdiv(h, cfg.split_k))
+    return chunk, triton.cdiv(h, chunk)
+
+
 @triton.jit
 def _up_tile(
     w, tok, valid, pair, n_e, lim, rows_w, offs_k, mask_k, tile, pid_k, pid_n,
@@ -436,12 +449,7 @@ def moe_experts_triton(
     assert not use_pdl or pdl_supported(dev), "PDL requested on a device without PDL support"
     launch = {"launch_pdl": True} if use_pdl else {}
 
-    # The H chunk of a CTA: one power-of-two load, or (loop design) whole block_k tiles.
-    if cfg.block_k:
-        chunk = triton.cdiv(triton.cdiv(h, cfg.split_k), cfg.block_k) * cfg.block_k
-    else:
-        chunk = triton.next_power_of_2(triton.cdiv(h, cfg.split_k))
-    split_k = triton.cdiv(h, chunk)
+    chunk, split_k = up_chunks(cfg, h)
     n_tiles = triton.cdiv(n_max, cfg.block_n)
     n_htiles = triton.cdiv(h, cfg.block_h)
     if buffers is None:
