@@ -91,15 +91,20 @@ class MoeExpertsConfig:
 # former 16 x 5 and 23.8 / 87.1 us for 16 x 3); the down-GEMM's block_h barely mattered (32 to
 # 128 within 2%, 16 is 18% slower). I = 768 takes swiglu_gemm's H200 entry for the same (N, K),
 # unmeasured here: 240 CTAs per expert with 32 KB of weights; down-GEMM tile [32, 1024] (48 KB).
-# Registers (sm_90, ptxas -v, no spills): down 96 (I = 192, 5 CTAs per SM) / 182 (8 warps, one
+# Registers (sm_90, ptxas -v, no spills): down 96 at 64 columns (I = 192, 5 CTAs per SM; 168 at
+# the table's 128) / 182 (8 warps, one
 # CTA per SM; 16 columns at 4 warps took 214 and held half the bytes in flight); up 114, capped at
 # 96 for I = 192 so five CTAs fit an SM (T = 1: 16.0 -> 13.9 us, T = 6: 48.7 -> 48.0 us, session 7).
 # The loop design (block_k > 0) did not beat the one-shot entry over T = 1 + 6 (session 17,
 # `moe_sweep --set loop`, align + up + down us per layer): 64 rows x 2 chunks of 128-wide tiles, 4
 # stages, took 46.4 us at T = 6 against 48.0 but 14.5 at T = 1 against 12.8 (54 CTAs at T = 1);
-# a token's bits may not depend on T, so one config serves both.
+# a token's bits may not depend on T, so one config serves both. Only the H chunks decide the
+# bits (`up_chunks`): session 18 (`moe_sweep --set chunk`, the same bits checked on the GPU) timed
+# column tiles, load designs and down tiles around the table with its chunks; the down-GEMM's
+# 128-column tile (168 registers, three CTAs per SM) took 46.8 us at T = 6 against 47.7 for 64
+# columns, 12.9 against 12.9 at T = 1; no up-GEMM variant beat the table's at either T.
 CONFIGS: dict[tuple[int, int], MoeExpertsConfig] = {
-    (192, 2560): MoeExpertsConfig(block_n=32, split_k=10, up_warps=4, block_h=64, down_warps=4,
+    (192, 2560): MoeExpertsConfig(block_n=32, split_k=10, up_warps=4, block_h=128, down_warps=4,
                                   up_maxnreg=96),
     (768, 2560): MoeExpertsConfig(block_n=32, split_k=10, up_warps=4, block_h=32, down_warps=8),
 }
