@@ -3,7 +3,7 @@ time into its launches, to fill the fixed table in runtime/kernels/moe_experts/k
 (tuning happens here, never on the captured path).
 
     python -m benchmarks.moe_sweep --out benchmarks/results [--preset flash-tp4-rank] [--t 1 6]
-        [--set grid|regs|all|router|table|loop|chunk]
+        [--set grid|regs|all|router|table|loop|chunk|gemv]
 
 Conditions as in ``benchmarks.kernels_moe``: ``--layers`` distinct MoE layers with random weights
 (cold: each call of a replay reads another layer's experts), the routing of each layer computed
@@ -49,7 +49,8 @@ def candidates(n_max: int, h: int, which: str = "all") -> list[MoeExpertsConfig]
     (block_n, split_k, warps) and the down-GEMM (block_h, warps), one side at a time; "regs" the
     register caps (0 = the compiler's choice; up 96 = five 4-warp CTAs per SM, down 80 = six);
     "all" both; "table" the table's entry alone; "loop" the up-GEMM's loop design (block_k > 0);
-    "chunk" variants with the table's H chunks (the same bits: a per-T choice among them is allowed)."""
+    "chunk" variants with the table's H chunks (the same bits: a per-T choice among them is allowed);
+    "gemv" the up-GEMM on CUDA cores (``up_gemv``: other bits than the table's)."""
     base = config_for(n_max, h)
     out = [base]
     if which == "table":
@@ -61,6 +62,13 @@ def candidates(n_max: int, h: int, which: str = "all") -> list[MoeExpertsConfig]
                  (16, 2, 128, 4, 4), (64, 2, 128, 4, 4), (32, 1, 128, 4, 4), (64, 4, 128, 4, 8)]
         return out + [replace(base, block_n=bn, split_k=sk, block_k=bk, up_stages=st, up_warps=w, up_maxnreg=0)
                       for bn, sk, bk, st, w in loops]
+    if which == "gemv":
+        # The up-GEMM on CUDA cores (up_gemv_kernel.py): (activation columns, warps) per CTA,
+        # H whole; the down-GEMM the table's. 10 16-byte weight loads a thread at (1, 2), (2, 4),
+        # (4, 8) (~122 registers), 20 at (2, 2), (4, 4) (~210).
+        gemv = [(2, 4), (1, 2), (4, 8), (2, 2), (4, 4), (8, 8)]
+        return out + [replace(base, block_n=c, split_k=1, up_warps=w, block_k=0, up_stages=1, up_maxnreg=0,
+                              up_gemv=True) for c, w in gemv]
     if which == "chunk":
         # Variants that keep the table's H chunking (the same split-K chunks, each reduced by one
         # run of k16 MMAs from its start), so a token's bits are the table's whatever the column
@@ -88,7 +96,8 @@ def label(c: MoeExpertsConfig) -> str:
     regs = f" r{c.up_maxnreg}" if c.up_maxnreg else ""
     dregs = f" r{c.down_maxnreg}" if c.down_maxnreg else ""
     loop = f" bk{c.block_k} st{c.up_stages}" if c.block_k else ""
-    return f"up n{c.block_n} k{c.split_k}{loop} w{c.up_warps}{regs} | down h{c.block_h} w{c.down_warps}{dregs}"
+    up = f"gemv n{c.block_n}" if c.up_gemv else f"n{c.block_n} k{c.split_k}{loop}"
+    return f"up {up} w{c.up_warps}{regs} | down h{c.block_h} w{c.down_warps}{dregs}"
 
 
 def expert_bytes(moe, ids: torch.Tensor) -> int:
@@ -131,7 +140,7 @@ def main(argv=None) -> int:
     parser.add_argument("--layers", type=int, default=40)
     parser.add_argument("--t", type=int, nargs="+", default=[1, 6])
     parser.add_argument("--replays", type=int, default=20)
-    parser.add_argument("--set", choices=["grid", "regs", "all", "router", "table", "loop", "chunk"], default="all",
+    parser.add_argument("--set", choices=["grid", "regs", "all", "router", "table", "loop", "chunk", "gemv"], default="all",
                         help="which variants around the table's entry to time (candidates())")
     args = parser.parse_args(argv)
     device = require_cuda()

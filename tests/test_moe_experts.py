@@ -55,6 +55,13 @@ LOOP_CONFIGS = [
     MoeExpertsConfig(block_n=8, split_k=1, up_warps=4, block_h=16, down_warps=4, block_k=32, up_stages=3),
 ]
 LOOP_IDS = ["bn16-s2-bk16", "bn8-s1-bk32"]
+# The up-GEMM on CUDA cores (up_gemv): 1, 2 and 4 activation columns per CTA over the whole H.
+GEMV_CONFIGS = [
+    MoeExpertsConfig(block_n=1, split_k=1, up_warps=1, block_h=16, down_warps=4, up_gemv=True),
+    MoeExpertsConfig(block_n=2, split_k=1, up_warps=2, block_h=32, down_warps=4, up_gemv=True),
+    MoeExpertsConfig(block_n=4, split_k=1, up_warps=4, block_h=64, down_warps=4, up_gemv=True),
+]
+GEMV_IDS = ["c1-w1", "c2-w2", "c4-w4"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -221,6 +228,43 @@ def test_kernel_up_loop_design_matches_reference(t, dtype, config):
     pb = make_problem(t, dtype, seed=44 + t, h=96)
     assert_close(run_kernel(pb, config), reference(pb), RTOL[dtype])
     assert int(split_k_tickets(pb["x"].device, 1).abs().sum()) == 0
+
+
+@pytest.mark.parametrize("config", GEMV_CONFIGS, ids=GEMV_IDS)
+@pytest.mark.parametrize("t, dtype, h", [(1, torch.bfloat16, 64), (6, torch.bfloat16, 96), (6, torch.float32, 64),
+                                         (16, torch.bfloat16, 40)])
+def test_kernel_up_gemv_matches_reference(t, dtype, h, config):
+    # H whole per CTA as two power-of-two tiles (96 = 64 + 32; 40 = 32 + 8, masked), a block's
+    # rows up to its first sentinel (T = 16: 80 pairs, the multi-launch align), the shared
+    # expert's 16-token blocks, no split-K workspace.
+    pb = make_problem(t, dtype, seed=46 + t, h=h, routing="pool" if t > 1 else "random")
+    assert_close(run_kernel(pb, config), reference(pb), RTOL[dtype])
+
+
+@pytest.mark.parametrize("t, k, i, i_s", [(6, 4, 40, 24), (20, 2, 24, 40)], ids=["Is<I", "T=20"])
+def test_kernel_up_gemv_shared_expert_shapes(t, k, i, i_s):
+    pb = make_problem(t, torch.float32, seed=47 + t, k=k, i=i, i_s=i_s)
+    assert_close(run_kernel(pb, GEMV_CONFIGS[1]), reference(pb), RTOL[torch.float32])
+
+
+def test_kernel_up_gemv_one_token_and_invariance():
+    # One token on the slot layout: the aligned layout's bits; T = 1..8 with shared experts: each
+    # token's bits its T = 1 call's.
+    pb = make_problem(1, torch.bfloat16, seed=48)
+    got = run_kernel(pb, GEMV_CONFIGS[2])
+    assert torch.equal(got, run_kernel(pb, GEMV_CONFIGS[2], align_one_token=True))
+    _batch_invariance(lambda p: run_kernel(p, GEMV_CONFIGS[2]), make_problem(8, torch.bfloat16, seed=49,
+                                                                           routing="pool"))
+
+
+def test_kernel_up_gemv_config_is_checked():
+    with pytest.raises(ValueError, match="takes H whole"):
+        MoeExpertsConfig(block_n=2, split_k=2, up_warps=2, block_h=32, down_warps=4, up_gemv=True)
+    with pytest.raises(ValueError, match="power-of-two block_n"):
+        MoeExpertsConfig(block_n=3, split_k=1, up_warps=2, block_h=32, down_warps=4, up_gemv=True)
+    with pytest.raises(ValueError, match="use up_gemv=True"):
+        MoeExpertsConfig(block_n=4, split_k=1, up_warps=2, block_h=32, down_warps=4)
+    assert up_chunks(GEMV_CONFIGS[0], 2560) == (2560, 1)
 
 
 def test_kernel_up_loop_design_chunks_are_whole_tiles():
@@ -577,6 +621,36 @@ _COMPILE_CHECK = textwrap.dedent("""
 """)
 
 
+_GEMV_COMPILE_CHECK = textwrap.dedent("""
+    import re
+    from sm90 import compile_sm90, divisible_by_16, signature
+    from lingc.runtime.kernels.moe_experts.up_gemv_kernel import _moe_up_gemv_kernel as fn
+    ptrs = dict(x_ptr="*bf16", sorted_ptr="*i32", block_expert_ptr="*i32", ids_ptr="*i32", wg_ptr="*bf16",
+                wu_ptr="*bf16", sg_ptr="*bf16", su_ptr="*bf16", act_ptr="*bf16")
+    ints = ["T", "P", "NB", "NSB", "H", "I", "IS", "stride_xt", "stride_ik", "stride_ge", "stride_gn", "stride_ue",
+            "stride_un", "stride_sgn", "stride_sun", "stride_act"]
+    aligned = [n for n in list(ptrs) + ints if n not in ("T", "P", "NB", "NSB", "stride_ik")]
+    for cols, warps in ((2, 4), (1, 2), (4, 8)):
+        for slot in (False, True):
+            const = dict(stride_xh=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9, BLOCK_M=16, COLS=cols, K1=2048,
+                         K2=512, HAS_LIMIT=True, SLOT_BLOCKS=slot, USE_GDC=True)
+            ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, ["limit", "shared_limit"]), const,
+                                     divisible_by_16(fn, aligned), num_warps=warps)
+            assert " 0 bytes spill stores" in info, info
+            # The shared expert's rows, 16-byte loads, requested before the wait (the first
+            # wait in the PTX is the shared path's; the routed path waits first).
+            before = ptx.split("griddepcontrol.wait")[0]
+            assert len(re.findall(r"ld\\.global\\.cg(\\.\\w+)*\\.v4", before)) == 10, (cols, warps)
+            print(cols, warps, slot, re.findall(r"Used \\d+ registers", info))
+""")
+
+
+def test_up_gemv_kernel_compiles_for_sm90_without_spills():
+    # H = 2560 whole (2048 + 512) over 2 * cols rows: 10 16-byte weight loads a thread, ~122
+    # registers, no spills, at the sweep's three 20-load shapes.
+    run_sm90_compile_check(_GEMV_COMPILE_CHECK)
+
+
 @pytest.mark.parametrize("trigger", ["late", "early"])
 def test_kernels_compile_for_sm90_without_spills(trigger):
     # The real (non-interpreted) compile for an H200 at the table's shapes with the bundled ptxas,
@@ -656,12 +730,28 @@ def test_gpu_up_loop_design(config):
     _batch_invariance(lambda p: run_kernel(p, config), _gpu_problem(8, seed=221, routing="pool"))
 
 
+# The up-GEMM on CUDA cores at flash-tp4-rank's shapes (moe_sweep --set gemv times these).
+GPU_GEMV_CONFIGS = [
+    MoeExpertsConfig(block_n=c, split_k=1, up_warps=w, block_h=128, down_warps=4, up_gemv=True)
+    for c, w in ((2, 4), (1, 2), (4, 8))
+]
 # Configs with the table's H chunks (moe_sweep --set chunk times them): the same bits claimed.
 GPU_SAME_CHUNK_CONFIGS = [
     MoeExpertsConfig(block_n=64, split_k=10, up_warps=4, block_h=128, down_warps=8, block_k=128, up_stages=2),
     MoeExpertsConfig(block_n=16, split_k=10, up_warps=4, block_h=32, down_warps=4),
     MoeExpertsConfig(block_n=64, split_k=10, up_warps=8, block_h=256, down_warps=8),
 ]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", GPU_GEMV_CONFIGS, ids=["c2-w4", "c1-w2", "c4-w8"])
+def test_gpu_up_gemv(config):
+    # The up-GEMM on CUDA cores at flash-tp4-rank's shapes: against the reference at T = 1, 6
+    # and 8, and each token's bits those of its T = 1 call (shared experts across tokens).
+    for t in (1, 6, 8):
+        pb = _gpu_problem(t, seed=250 + t, routing="pool" if t > 1 else "random")
+        assert_close(run_kernel(pb, config), _gpu_reference(pb), RTOL_GPU_BF16)
+    _batch_invariance(lambda p: run_kernel(p, config), _gpu_problem(8, seed=259, routing="pool"))
 
 
 def test_up_chunks_decide_the_bits():

@@ -50,7 +50,10 @@ from lingc.runtime.kernels.gemm_common import dot_acc as _dot_acc
 from lingc.runtime.kernels.moe_align.kernel import SINGLE_LAUNCH_MAX_PAIRS, moe_align_triton
 from lingc.runtime.kernels.moe_align.naive import align_sizes
 from lingc.runtime.kernels.swiglu_gemm.kernel import _swiglu  # the SwiGLU epilogue (with clamp)
+from lingc.runtime.kernels.gemm.gemv_kernel import k_tiles_pow2
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait, pdl_wait_then_release
+
+from .up_gemv_kernel import _moe_up_gemv_kernel
 
 __all__ = [
     "BLOCK_M", "COMBINE_T", "CONFIGS", "MoeExpertsBuffers", "MoeExpertsConfig", "alloc_buffers", "config_for",
@@ -77,11 +80,21 @@ class MoeExpertsConfig:
     # deep (cp.async into shared memory: the bytes in flight are not bounded by registers).
     block_k: int = 0
     up_stages: int = 1
+    # The up-GEMM as a GEMV on CUDA cores (up_gemv_kernel.py): block_n activation columns (a
+    # power of two, >= 1) over the whole of H per CTA, no split-K (split_k must be 1, block_k 0).
+    up_gemv: bool = False
 
     def __post_init__(self):
         if self.block_k and (self.block_k < 16 or self.block_k & (self.block_k - 1)):
             raise ValueError(f"MoeExpertsConfig.block_k={self.block_k}: use 0 (one load per chunk) or a "
                              f"power of two >= 16")
+        if self.up_gemv and (self.split_k != 1 or self.block_k or self.block_n & (self.block_n - 1)):
+            raise ValueError(f"MoeExpertsConfig(up_gemv=True, block_n={self.block_n}, split_k={self.split_k}, "
+                             f"block_k={self.block_k}): the GEMV up-GEMM takes H whole (split_k=1, block_k=0) "
+                             f"and a power-of-two block_n")
+        if not self.up_gemv and 2 * self.block_n < 16:
+            raise ValueError(f"MoeExpertsConfig.block_n={self.block_n}: the tensor-core up-GEMM needs "
+                             f"2 * block_n >= 16 (tl.dot's least N); use up_gemv=True for narrower CTAs")
 
 
 # Fixed launch table keyed by (max(I, Is), H). I = 192 is measured (H200, 40 cold layers,
@@ -127,6 +140,8 @@ def up_chunks(cfg: MoeExpertsConfig, h: int) -> tuple[int, int]:
     token the same bits: each chunk is one run of k16 MMAs from its start and the partials are
     summed in chunk order, whatever the column tile, the load design or the down-GEMM's tile
     (the down-GEMM takes I whole in one dot)."""
+    if cfg.up_gemv:
+        return h, 1     # H whole, on CUDA cores: these bits are the GEMV's (up_gemv_kernel.py)
     if cfg.block_k:
         chunk = triton.cdiv(triton.cdiv(h, cfg.split_k), cfg.block_k) * cfg.block_k
     else:
@@ -448,7 +463,7 @@ def moe_experts_triton(
     if t == 0:
         return out
     cfg = config if config is not None else config_for(n_max, h)
-    assert 2 * cfg.block_n >= 16 and cfg.block_h >= 16 and cfg.split_k >= 1, cfg
+    assert cfg.block_h >= 16 and cfg.split_k >= 1, cfg
     if use_pdl is None:
         use_pdl = pdl_supported(dev)
     assert not use_pdl or pdl_supported(dev), "PDL requested on a device without PDL support"
@@ -491,6 +506,42 @@ def moe_experts_triton(
     dot = dict(DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
                DOT_UPCAST=interpreting() and x.dtype != torch.float32, USE_GDC=use_pdl)
     act, partials, y = buffers.act, buffers.partials, buffers.y
+    if cfg.up_gemv:
+        k1, k2 = k_tiles_pow2(h)
+        _moe_up_gemv_kernel[(n_tiles, n_shared_blocks + up_blocks)](
+            x, sorted_ids, block_experts, topk_ids,
+            w_gate, w_up, sg, su, act,
+            t, p, up_blocks, n_shared_blocks, h, inter, inter_s,
+            x.stride(0), x.stride(1), topk_ids.stride(1),
+            w_gate.stride(0), w_gate.stride(1), w_up.stride(0), w_up.stride(1), sg.stride(-2), su.stride(-2),
+            act.stride(0), lim, lim_s,
+            NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp, BLOCK_M=BLOCK_M, COLS=cfg.block_n, K1=k1,
+            K2=k2, HAS_LIMIT=has_limit, SLOT_BLOCKS=slot_blocks, USE_GDC=use_pdl,
+            num_warps=cfg.up_warps, num_stages=1, **launch, **_register_cap(cfg.up_maxnreg),
+        )
+    else:
+        _launch_up_mma(x, sorted_ids, block_experts, topk_ids, w_gate, w_up, sg, su, act, partials, tickets,
+                       t, p, up_blocks, n_shared_blocks, h, inter, inter_s, lim, lim_s, num_experts, k, kp, cfg,
+                       chunk, split_k, n_tiles, has_limit, slot_blocks, dot, launch)
+    _moe_down_kernel[(n_htiles, n_blocks)](
+        act, sorted_ids, block_experts, total, topk_ids,
+        w_down, sd, y, topk_weights, out, tickets,
+        t, p, h, inter, inter_s,
+        act.stride(0), w_down.stride(0), w_down.stride(1), sd.stride(-2), y.stride(0),
+        topk_weights.stride(0), topk_weights.stride(1), out.stride(0), out.stride(1), topk_ids.stride(1),
+        NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp, HAS_SHARED=has_shared,
+        BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=max(16, triton.next_power_of_2(n_max)), COMBINE_T=COMBINE_T,
+        SLOT_BLOCKS=slot_blocks,
+        **dot,
+        num_warps=cfg.down_warps, num_stages=1, **launch, **_register_cap(cfg.down_maxnreg),
+    )
+    return out
+
+
+def _launch_up_mma(x, sorted_ids, block_experts, topk_ids, w_gate, w_up, sg, su, act, partials, tickets,
+                   t, p, up_blocks, n_shared_blocks, h, inter, inter_s, lim, lim_s, num_experts, k, kp, cfg,
+                   chunk, split_k, n_tiles, has_limit, slot_blocks, dot, launch):
+    """The tensor-core up-GEMM launch (``_moe_up_kernel``), split-K partials in ``partials``."""
     ws = partials if partials is not None else act
     _moe_up_kernel[(split_k, n_tiles, n_shared_blocks + up_blocks)](
         x, sorted_ids, block_experts, topk_ids,
@@ -507,16 +558,3 @@ def moe_experts_triton(
         num_warps=cfg.up_warps, num_stages=cfg.up_stages if cfg.block_k else 1, **launch,
         **_register_cap(cfg.up_maxnreg),
     )
-    _moe_down_kernel[(n_htiles, n_blocks)](
-        act, sorted_ids, block_experts, total, topk_ids,
-        w_down, sd, y, topk_weights, out, tickets,
-        t, p, h, inter, inter_s,
-        act.stride(0), w_down.stride(0), w_down.stride(1), sd.stride(-2), y.stride(0),
-        topk_weights.stride(0), topk_weights.stride(1), out.stride(0), out.stride(1), topk_ids.stride(1),
-        NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp, HAS_SHARED=has_shared,
-        BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=max(16, triton.next_power_of_2(n_max)), COMBINE_T=COMBINE_T,
-        SLOT_BLOCKS=slot_blocks,
-        **dot,
-        num_warps=cfg.down_warps, num_stages=1, **launch, **_register_cap(cfg.down_maxnreg),
-    )
-    return out
