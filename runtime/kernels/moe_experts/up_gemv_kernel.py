@@ -12,6 +12,13 @@ block computes the 2 * COLS dot products (``tl.sum`` per tile, tile 1 then tile 
 SwiGLU (swiglu_gemm's ``_swiglu``, with the clamp) straight into ``act[pair]``. The arithmetic is
 one FMA per weight element and row; a block's rows are few, so the CUDA cores keep up with HBM.
 
+Measured (H200, session 18, ``python -m benchmarks.moe_sweep --set gemv``, align + up + down per
+layer, 40 cold layers, results/moe_sweep_gemv_h200_s18_call3.*): slower than the table's
+tensor-core up-GEMM at both T. Best GEMV (1 column, 2 warps: 10 KB a CTA) 13.08 us at T = 1 and
+48.17 at T = 6 against 12.83 and 46.91; 2-8 columns 13.6-16.2 and 48.7-61.8. The split-K
+reduction was not what held the one-token MoE back. Kept as a sweep dimension, as the dense
+GEMM's design C is; no table entry uses it.
+
 Blocks and PDL as in ``_moe_up_kernel`` (kernel.py): the first NSB blocks own the shared
 expert (16 tokens each; weights requested before ``gdc_wait``); a routed CTA waits, reads its
 block's expert id (moe_align's, or with SLOT_BLOCKS the router's: block b is the one token's
