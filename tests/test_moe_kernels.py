@@ -485,6 +485,20 @@ def test_align_kernel_strided_ids_and_few_experts():
     check_align(run_align(ids, 2, 4, True), ids, 2, 4, True)
 
 
+@pytest.mark.parametrize("block_size", [4, 16])
+def test_align_kernel_padding_into_unaligned_slots(block_size):
+    # sorted_pair_ids 4 bytes off an 8-byte boundary: the padding takes the 4-byte stores
+    # (WIDE_PAD off), with the same outputs as into an aligned buffer (8-byte stores).
+    ids = make_ids(6, 8, 16, "random", seed=14)
+    slots, blocks = align_sizes(54, 16, block_size, True)
+    backing = torch.full((slots + 1,), POISON, dtype=torch.int32, device=DEVICE)
+    out = (backing[1:], *(torch.full((n,), POISON, dtype=torch.int32, device=DEVICE) for n in (blocks, 1)))
+    assert out[0].data_ptr() % 8 == 4
+    check_align(moe_align_triton(ids, 16, block_size, True, out=out), ids, 16, block_size, True)
+    aligned = run_align(ids, 16, block_size, True)
+    assert all(torch.equal(a, b) for a, b in zip(aligned, out))
+
+
 @pytest.mark.parametrize("t, k, shared", [(10, 8, False), (9, 8, True), (16, 8, True), (3, 30, False)])
 def test_align_fallback_above_single_launch(t, k, shared):
     ids = make_ids(t, k, 64, "random", seed=9 + t)
@@ -544,6 +558,39 @@ def test_align_broken_variants_are_caught(monkeypatch):
     with pytest.raises(AssertionError):
         check_align(run_align(ids, 16, 4, True)[:2] + (torch.tensor([int(good[2][0])], dtype=torch.int32),),
                     ids, 16, 16, True)
+
+
+_ALIGN_COMPILE_CHECK = textwrap.dedent("""
+    import re
+    from sm90 import compile_sm90, signature
+    from lingc.runtime.kernels.moe_align.kernel import ALIGN_WARPS, _moe_align_kernel
+    fn = _moe_align_kernel
+    ptrs = dict(ids_ptr="*i32", sorted_ptr="*i32", block_ptr="*i32", total_ptr="*i32")
+    ints = ["P", "K", "NBLK", "stride_t", "stride_k"]
+    # NP = 32, 64, 128: P up to 32, 33..64 (the verify step's 54 pairs), 65..72; the padding as
+    # 8-byte and as 4-byte stores; block size 1 has no padding loop (its zero-trip form crashed
+    # triton's coalesce pass).
+    for np_, block, wide in [(32, 16, True), (64, 16, True), (128, 16, True), (64, 16, False), (64, 1, False)]:
+        const = dict(NUM_EXPERTS=512, PAIRS_PER_TOKEN=9, BLOCK_SIZE=block, NP=np_, WIDE_PAD=wide, USE_GDC=True)
+        ptx, info = compile_sm90(fn, signature(fn, ptrs, ints), const, num_warps=ALIGN_WARPS)
+        case = (np_, block, wide)
+        assert " 0 bytes spill stores" in info, (case, info)
+        # One warp: the sort, the neighbour gathers, the scans and the sums are warp shuffles,
+        # no shared memory, no CTA barrier.
+        assert "bar.sync" not in ptx and "st.shared" not in ptx and "shfl.sync" in ptx, case
+        assert "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx, case
+        assert ("st.global.b64" in ptx) == wide, case
+        print("align", case, re.findall(r"Used \\d+ registers", info))
+    # P = 1 arrives as a specialised int (the one-pair launch), not an i32 tensor scalar.
+    const = dict(P=1, NUM_EXPERTS=512, PAIRS_PER_TOKEN=9, BLOCK_SIZE=16, NP=32, WIDE_PAD=True, USE_GDC=True)
+    compile_sm90(fn, signature(fn, ptrs, [n for n in ints if n != "P"]), const, num_warps=ALIGN_WARPS)
+""")
+
+
+def test_align_compiles_for_sm90_one_warp_without_spills():
+    # The real (non-interpreted) compile for an H200 with the bundled ptxas at the launcher's
+    # warps: no spills and nothing that leaves the warp.
+    run_sm90_compile_check(_ALIGN_COMPILE_CHECK)
 
 
 # moe_align op.
