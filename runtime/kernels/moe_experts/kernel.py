@@ -23,7 +23,9 @@ its (block, tile) sums the partials in chunk order 0..split_k-1 and applies the 
 (swiglu_gemm's, with the clamp), rounding the activation to x.dtype into ``act[pair]``.
 With ``block_k > 0`` (the loop design) a CTA streams its chunk through a software-pipelined loop
 of block_k-wide tiles (``up_stages`` deep, cp.async into shared memory) instead of holding it in
-registers from one load; its shared-expert CTAs then load nothing before the wait.
+registers from one load; its shared-expert CTAs then load nothing before the wait. With
+``up_gemv`` the up-GEMM runs on CUDA cores instead (up_gemv_kernel.py: H whole, no split-K; a
+sweep dimension, slower than this one on the H200).
 
 Down-GEMM + combine (``_moe_down_kernel``), grid ``(n_htiles, n_blocks)``: a CTA owns
 one block and ``BLOCK_H`` output columns over the whole intermediate size. Its weight tile is
@@ -57,7 +59,7 @@ from .up_gemv_kernel import _moe_up_gemv_kernel
 
 __all__ = [
     "BLOCK_M", "COMBINE_T", "CONFIGS", "MoeExpertsBuffers", "MoeExpertsConfig", "alloc_buffers", "config_for",
-    "moe_experts_triton",
+    "moe_experts_triton", "up_chunks",
 ]
 
 # Tokens the combine handles per step (a [COMBINE_T, BLOCK_H] fp32 accumulator).
@@ -520,9 +522,22 @@ def moe_experts_triton(
             num_warps=cfg.up_warps, num_stages=1, **launch, **_register_cap(cfg.up_maxnreg),
         )
     else:
-        _launch_up_mma(x, sorted_ids, block_experts, topk_ids, w_gate, w_up, sg, su, act, partials, tickets,
-                       t, p, up_blocks, n_shared_blocks, h, inter, inter_s, lim, lim_s, num_experts, k, kp, cfg,
-                       chunk, split_k, n_tiles, has_limit, slot_blocks, dot, launch)
+        ws = partials if partials is not None else act
+        _moe_up_kernel[(split_k, n_tiles, n_shared_blocks + up_blocks)](
+            x, sorted_ids, block_experts, topk_ids,
+            w_gate, w_up, sg, su,
+            act, ws, tickets,
+            t, p, up_blocks, n_shared_blocks, h, inter, inter_s,
+            x.stride(0), x.stride(1), topk_ids.stride(1),
+            w_gate.stride(0), w_gate.stride(1), w_up.stride(0), w_up.stride(1), sg.stride(-2), su.stride(-2),
+            act.stride(0), ws.stride(0) if partials is not None else 0, ws.stride(1) if partials is not None else 0,
+            lim, lim_s,
+            NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp,
+            BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=split_k, N_TILES=n_tiles,
+            HAS_LIMIT=has_limit, SLOT_BLOCKS=slot_blocks, K_TILE=cfg.block_k, **dot,
+            num_warps=cfg.up_warps, num_stages=cfg.up_stages if cfg.block_k else 1, **launch,
+            **_register_cap(cfg.up_maxnreg),
+        )
     _moe_down_kernel[(n_htiles, n_blocks)](
         act, sorted_ids, block_experts, total, topk_ids,
         w_down, sd, y, topk_weights, out, tickets,
@@ -536,25 +551,3 @@ def moe_experts_triton(
         num_warps=cfg.down_warps, num_stages=1, **launch, **_register_cap(cfg.down_maxnreg),
     )
     return out
-
-
-def _launch_up_mma(x, sorted_ids, block_experts, topk_ids, w_gate, w_up, sg, su, act, partials, tickets,
-                   t, p, up_blocks, n_shared_blocks, h, inter, inter_s, lim, lim_s, num_experts, k, kp, cfg,
-                   chunk, split_k, n_tiles, has_limit, slot_blocks, dot, launch):
-    """The tensor-core up-GEMM launch (``_moe_up_kernel``), split-K partials in ``partials``."""
-    ws = partials if partials is not None else act
-    _moe_up_kernel[(split_k, n_tiles, n_shared_blocks + up_blocks)](
-        x, sorted_ids, block_experts, topk_ids,
-        w_gate, w_up, sg, su,
-        act, ws, tickets,
-        t, p, up_blocks, n_shared_blocks, h, inter, inter_s,
-        x.stride(0), x.stride(1), topk_ids.stride(1),
-        w_gate.stride(0), w_gate.stride(1), w_up.stride(0), w_up.stride(1), sg.stride(-2), su.stride(-2),
-        act.stride(0), ws.stride(0) if partials is not None else 0, ws.stride(1) if partials is not None else 0,
-        lim, lim_s,
-        NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp,
-        BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=split_k, N_TILES=n_tiles,
-        HAS_LIMIT=has_limit, SLOT_BLOCKS=slot_blocks, K_TILE=cfg.block_k, **dot,
-        num_warps=cfg.up_warps, num_stages=cfg.up_stages if cfg.block_k else 1, **launch,
-        **_register_cap(cfg.up_maxnreg),
-    )
