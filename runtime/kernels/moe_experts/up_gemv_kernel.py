@@ -34,6 +34,7 @@ launch table picks one design per shape, never per T.
 import triton
 import triton.language as tl
 
+from lingc.runtime.kernels.gemm.gemv_kernel import _load_w, _load_x_row  # design C's tile loads
 from lingc.runtime.kernels.swiglu_gemm.kernel import _swiglu
 from lingc.runtime.pdl import pdl_wait_then_release
 
@@ -41,11 +42,14 @@ __all__ = ["_moe_up_gemv_kernel"]
 
 
 @triton.jit
-def _load_rows(row_ptrs, ok, K_FIRST: tl.constexpr, KT: tl.constexpr, H):
-    """The rows' H tile [K_FIRST, K_FIRST + KT) as [ROWS, KT], masked past H and for rows not
-    ``ok``. Read once: not kept in L1 (.cg)."""
-    kk = K_FIRST + tl.arange(0, KT)[None, :]
-    return tl.load(row_ptrs[:, None] + kk, mask=ok[:, None] & (kk < H), other=0.0, cache_modifier=".cg")
+def _load_rows(row_ptrs, ok, K1: tl.constexpr, K2: tl.constexpr, H):
+    """The rows [2 * COLS] over the whole H as design C's two tiles [ROWS, K1], [ROWS, K2] (the
+    second = the first when K2 = 0, unused), masked past H and for rows not ``ok``."""
+    w1 = _load_w(row_ptrs[:, None], ok[:, None], 0, K1, H)
+    w2 = w1
+    if K2 > 0:
+        w2 = _load_w(row_ptrs[:, None], ok[:, None], K1, K2, H)
+    return w1, w2
 
 
 @triton.jit
@@ -53,12 +57,9 @@ def _row_swiglu(w1, w2, x_ptr, tok, pair, n_e, lim, act_ptr, stride_xt, stride_x
                 COLS: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr, HAS_LIMIT: tl.constexpr):
     """act[pair, pid_n * COLS ...] = SwiGLU of the token row's products with the fp32 weight
     tiles w1 [2 * COLS, K1], w2 [2 * COLS, K2] (rows interleaved g, u)."""
-    k1 = tl.arange(0, K1)[None, :]
-    x1 = tl.load(x_ptr + tok * stride_xt + k1 * stride_xh, mask=k1 < H, other=0.0).to(tl.float32)
+    x1, x2 = _load_x_row(x_ptr + tok * stride_xt, True, stride_xh, K1, K2, H)
     acc = tl.sum(w1 * x1, axis=1)
     if K2 > 0:
-        k2 = K1 + tl.arange(0, K2)[None, :]
-        x2 = tl.load(x_ptr + tok * stride_xt + k2 * stride_xh, mask=k2 < H, other=0.0).to(tl.float32)
         acc += tl.sum(w2 * x2, axis=1)
     g, u = tl.split(tl.reshape(acc, (COLS, 2)))
     cols = pid_n * COLS + tl.arange(0, COLS)
@@ -86,10 +87,7 @@ def _moe_up_gemv_kernel(
     if pid_b < NSB:
         # The shared expert, tokens pid_b * 16 ...: producer-independent weights, requested first.
         s_rows = tl.where(even, sg_ptr + j * stride_sgn, su_ptr + j * stride_sun)
-        w1 = _load_rows(s_rows, j < IS, 0, K1, H)
-        w2 = w1
-        if K2 > 0:
-            w2 = _load_rows(s_rows, j < IS, K1, K2, H)
+        w1, w2 = _load_rows(s_rows, j < IS, K1, K2, H)
         pdl_wait_then_release(USE_GDC)
         if pid_n * COLS < IS:
             w1f = w1.to(tl.float32)     # converted once, not per token row
@@ -110,10 +108,7 @@ def _moe_up_gemv_kernel(
         if (e < NUM_EXPERTS) & (pid_n * COLS < I):
             e64 = e.to(tl.int64)
             g_rows = tl.where(even, wg_ptr + e64 * stride_ge + j * stride_gn, wu_ptr + e64 * stride_ue + j * stride_un)
-            w1 = _load_rows(g_rows, j < I, 0, K1, H)
-            w2 = w1
-            if K2 > 0:
-                w2 = _load_rows(g_rows, j < I, K1, K2, H)
+            w1, w2 = _load_rows(g_rows, j < I, K1, K2, H)
             w1f = w1.to(tl.float32)
             w2f = w2.to(tl.float32)
             if SLOT_BLOCKS:

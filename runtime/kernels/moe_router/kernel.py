@@ -86,13 +86,6 @@ def _order_key(v):
 
 
 @triton.jit
-def _key_value(key):
-    """The fp32 value in the high half of a packed (order key, tie-break) int64 key."""
-    b = (key >> 32).to(tl.int32)
-    return tl.where(b < 0, b ^ 0x7FFFFFFF, b).to(tl.float32, bitcast=True)
-
-
-@triton.jit
 def _moe_router_select_kernel(
     logits_ptr, bias_ptr, ids_ptr, wts_ptr, routed_scaling,
     stride_lt, stride_it, stride_wt,
