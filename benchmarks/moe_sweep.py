@@ -79,13 +79,13 @@ def candidates(n_max: int, h: int, which: str = "all") -> list[MoeExpertsConfig]
         variants = [replace(base, block_n=bn, block_k=bk, up_stages=st, up_warps=w,
                             up_maxnreg=0 if bk or w > 4 else base.up_maxnreg) for bn, bk, st, w in ups]
         out += [c for c in variants if up_chunks(c, h) == up_chunks(base, h)]
-        out += [replace(base, block_h=bh, down_warps=w, down_maxnreg=0) for bh, w in [(32, 4), (128, 4), (128, 8), (256, 8)]]
+        out += [replace(base, block_h=bh, down_warps=w, down_maxnreg=0, down_warps_one_token=0) for bh, w in [(32, 4), (128, 4), (128, 8), (256, 8)]]
         return list(dict.fromkeys(out))
     if which in ("grid", "all"):
         ups = [(16, 5, 4), (16, 10, 4), (16, 3, 8), (8, 5, 4), (8, 10, 4), (32, 10, 4), (16, 20, 4)]
         downs = [(64, 4), (32, 4), (16, 4), (128, 8), (32, 2)]
         out += [replace(base, block_n=bn, split_k=sk, up_warps=w) for bn, sk, w in ups]
-        out += [replace(base, block_h=bh, down_warps=w) for bh, w in downs]
+        out += [replace(base, block_h=bh, down_warps=w, down_warps_one_token=0) for bh, w in downs]
     if which in ("regs", "all"):
         out += [replace(base, up_maxnreg=r) for r in (0, 96)]
         out += [replace(base, up_maxnreg=96, down_maxnreg=80)]
@@ -95,6 +95,7 @@ def candidates(n_max: int, h: int, which: str = "all") -> list[MoeExpertsConfig]
 def label(c: MoeExpertsConfig) -> str:
     regs = f" r{c.up_maxnreg}" if c.up_maxnreg else ""
     dregs = f" r{c.down_maxnreg}" if c.down_maxnreg else ""
+    dregs += f" (T=1 w{c.down_warps_one_token})" if c.down_warps_one_token else ""
     loop = f" bk{c.block_k} st{c.up_stages}" if c.block_k else ""
     up = f"gemv n{c.block_n}" if c.up_gemv else f"n{c.block_n} k{c.split_k}{loop}"
     return f"up {up} w{c.up_warps}{regs} | down h{c.block_h} w{c.down_warps}{dregs}"

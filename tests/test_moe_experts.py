@@ -597,8 +597,9 @@ _COMPILE_CHECK = textwrap.dedent("""
         const = dict(stride_wk=1, stride_oh=1, stride_ik=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9,
                      HAS_SHARED=True, BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=triton.next_power_of_2(n_max),
                      COMBINE_T=COMBINE_T, SLOT_BLOCKS=slot, DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
-        ptx, info = build(_moe_down_kernel, ptrs, ints, [], const, cfg.down_warps, cfg.down_maxnreg)
-        tile_loads = cfg.block_h * triton.next_power_of_2(n_max) * 2 // 16 // (32 * cfg.down_warps)
+        down_warps = (cfg.down_warps_one_token or cfg.down_warps) if slot else cfg.down_warps
+        ptx, info = build(_moe_down_kernel, ptrs, ints, [], const, down_warps, cfg.down_maxnreg)
+        tile_loads = cfg.block_h * triton.next_power_of_2(n_max) * 2 // 16 // (32 * down_warps)
         assert max_loads_before_a_wait(ptx) >= tile_loads, ptx[-3000:]
         print("down", n_max, slot, [l for l in info.splitlines() if "registers" in l])
 
@@ -706,6 +707,25 @@ def test_gpu_register_caps_keep_the_bits(t):
     assert_close(out, _gpu_reference(pb), RTOL_GPU_BF16)
 
 
+def test_config_rejects_bad_warp_counts():
+    base = config_for(192, 2560)
+    for field, bad in (("down_warps_one_token", 3), ("down_warps_one_token", -1), ("up_warps", 0),
+                       ("down_warps", 32)):
+        with pytest.raises(ValueError, match=field):
+            dataclasses.replace(base, **{field: bad})
+    assert dataclasses.replace(base, down_warps_one_token=0).down_warps_one_token == 0
+
+
+def test_one_token_down_warps_keep_the_bits():
+    # The one-token down-GEMM's own warp count changes who computes which output columns, not
+    # the sums: the same output under the interpreter (the GPU test compares bits).
+    pb = make_problem(1, torch.bfloat16, seed=217)
+    cfg = config_for(40, 64)
+    outs = [run_kernel(pb, dataclasses.replace(cfg, down_warps_one_token=w)) for w in (0, 2, 8)]
+    assert all(torch.equal(o, outs[0]) for o in outs[1:])
+    assert_close(outs[0], reference(pb), RTOL[torch.bfloat16])
+
+
 def test_register_caps_are_dropped_by_the_interpreter():
     # Under TRITON_INTERPRET the launch option does not exist: the launcher leaves it out.
     pb = make_problem(6, torch.bfloat16, seed=216)
@@ -740,6 +760,8 @@ GPU_SAME_CHUNK_CONFIGS = [
     MoeExpertsConfig(block_n=64, split_k=10, up_warps=4, block_h=128, down_warps=8, block_k=128, up_stages=2),
     MoeExpertsConfig(block_n=16, split_k=10, up_warps=4, block_h=32, down_warps=4),
     MoeExpertsConfig(block_n=64, split_k=10, up_warps=8, block_h=256, down_warps=8),
+    # The table's one-token down-GEMM with down_warps instead of down_warps_one_token.
+    dataclasses.replace(config_for(192, 2560), down_warps_one_token=0),
 ]
 
 

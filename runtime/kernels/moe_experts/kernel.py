@@ -85,8 +85,18 @@ class MoeExpertsConfig:
     # The up-GEMM as a GEMV on CUDA cores (up_gemv_kernel.py): block_n activation columns (a
     # power of two, >= 1) over the whole of H per CTA, no split-K (split_k must be 1, block_k 0).
     up_gemv: bool = False
+    # Down-GEMM warps for one token (the slot layout), 0 = down_warps. The down-GEMM takes I whole
+    # in one dot and its warps split the output tile, never K, so a token's bits do not depend on
+    # them (only the up-GEMM's H chunks decide: ``up_chunks``); the one-token grid is nine blocks,
+    # where more warps per CTA put more of the tile's loads in flight.
+    down_warps_one_token: int = 0
 
     def __post_init__(self):
+        for name in ("up_warps", "down_warps", "down_warps_one_token"):
+            w = getattr(self, name)
+            if w < (0 if name == "down_warps_one_token" else 1) or w & (w - 1) or w > 16:
+                raise ValueError(f"MoeExpertsConfig.{name}={w}: use a power of two from 1 to 16"
+                                 + (" (or 0: down_warps)" if name == "down_warps_one_token" else ""))
         if self.block_k and (self.block_k < 16 or self.block_k & (self.block_k - 1)):
             raise ValueError(f"MoeExpertsConfig.block_k={self.block_k}: use 0 (one load per chunk) or a "
                              f"power of two >= 16")
@@ -117,10 +127,11 @@ class MoeExpertsConfig:
 # bits (`up_chunks`): session 18 (`moe_sweep --set chunk`, the same bits checked on the GPU) timed
 # column tiles, load designs and down tiles around the table with its chunks; the down-GEMM's
 # 128-column tile (168 registers, three CTAs per SM) took 46.8 us at T = 6 against 47.7 for 64
-# columns, 12.9 against 12.9 at T = 1; no up-GEMM variant beat the table's at either T.
+# columns, 12.9 against 12.9 at T = 1, and with 8 warps 12.5 at T = 1 (48.6 at T = 6): hence
+# ``down_warps_one_token``; no up-GEMM variant beat the table's at either T.
 CONFIGS: dict[tuple[int, int], MoeExpertsConfig] = {
     (192, 2560): MoeExpertsConfig(block_n=32, split_k=10, up_warps=4, block_h=128, down_warps=4,
-                                  up_maxnreg=96),
+                                  up_maxnreg=96, down_warps_one_token=8),
     (768, 2560): MoeExpertsConfig(block_n=32, split_k=10, up_warps=4, block_h=32, down_warps=8),
 }
 
@@ -548,6 +559,7 @@ def moe_experts_triton(
         BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=max(16, triton.next_power_of_2(n_max)), COMBINE_T=COMBINE_T,
         SLOT_BLOCKS=slot_blocks,
         **dot,
-        num_warps=cfg.down_warps, num_stages=1, **launch, **_register_cap(cfg.down_maxnreg),
+        num_warps=(cfg.down_warps_one_token or cfg.down_warps) if slot_blocks else cfg.down_warps,
+        num_stages=1, **launch, **_register_cap(cfg.down_maxnreg),
     )
     return out
