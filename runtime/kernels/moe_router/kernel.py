@@ -10,14 +10,15 @@ Design (README.md has the derivation and the measurements behind it):
   small fp32 workspace [T, E].
 - Select launch: one CTA of ONE warp per row. The expert bias is loaded before its wait; after
   it, the row's E logits are read and the grouped top-k runs on a [G_PAD, GS_PAD] view (group
-  g, member j). Group score top-1 + top-2 from fp32 max reductions. Every pick after that (the
-  topk_group best groups, then the top_k experts) is two int32 reductions: the max of the
-  order keys (an int32 with the score's order), then the lowest index attaining it, the tie
-  rule of naive.py. The experts are picked from the kept groups' members only, read again as a
-  dense [KG_PAD, GS_PAD] tile. With one warp every reduction is shuffles inside the warp, never
-  a shared-memory round trip and a CTA barrier; rows run side by side on T SMs. The warp is
-  bound by its instruction count, hence the fp32 group stage, the dense kept tile and the int32
-  picks (1832 -> 1384 -> 1136 SASS instructions at Ling-3).
+  g, member j). Group score top-1 + top-2 from fp32 max reductions; the topk_group best groups
+  by repeated max over int64 group keys, (order key of the score) << 32 | (G_PAD - 1 - g), so
+  one max gives the best score and, among equal scores, the lowest index: the rule of
+  naive.py. Then the kept groups' members are read again as a dense [KG_PAD, GS_PAD] tile and
+  each of the top_k picks is two int32 reductions over their order keys only: the max, then
+  the lowest expert id attaining it. With one warp every reduction is shuffles inside the warp,
+  never a shared-memory round trip and a CTA barrier; rows run side by side on T SMs. The warp
+  is bound by its instruction count, hence the fp32 group stage, the dense kept tile and the
+  int32 picks (1832 -> 1384 -> 1160 SASS instructions at Ling-3).
 - Why two launches: the former one-launch kernel elected the last CTA (an atomic ticket) to run
   the selection of every row with the logits kernel's 8 warps; its cross-warp reductions cost
   ~6 us per row done one at a time, and still 21 us at T=6 with four rows at a time (H200,
@@ -95,14 +96,16 @@ def _moe_router_select_kernel(
 ):
     """Grouped top-k of row program_id(0) on a [G_PAD, GS_PAD] view of its logits.
 
-    Ties go to the lowest index (the rule of naive.py): a pick, of a group or of an expert, is
-    the max of the int32 order keys, then the minimum index among the keys equal to it, and
-    removing the winner is an equality test on its index (indices are distinct). Two 32-bit
-    reductions take fewer instructions than the max of one int64 (score, index) key, the former
-    form (a 64-bit max step is two compares and two selects). KG_PAD = next_pow2(TOPK_GROUP):
-    the rows of the kept groups' tile."""
+    Ties go to the lowest index (the rule of naive.py): a group key is one int64, (order key of
+    its score) << 32 | (G_PAD - 1 - g), so one max reduction yields the best score AND the lowest
+    index among equals; an expert pick is the max of the int32 order keys, then the minimum id
+    among the keys equal to it, and removing the winner is an equality test on its id (ids are
+    distinct). Two 32-bit reductions take fewer instructions than one 64-bit one (a 64-bit max
+    is two compares and two selects per step). KG_PAD = next_pow2(TOPK_GROUP): the rows of the
+    kept groups' tile."""
     E: tl.constexpr = N_GROUP * GROUP_SIZE
     neg_inf = float("-inf")
+    lowest = -9223372036854775808            # below every group key (its high half is >= key(-inf))
     lowest32 = -2147483648                   # below every order key (order_key(-inf) is above it)
     t = tl.program_id(0)
     g = tl.arange(0, G_PAD)[:, None]
@@ -118,20 +121,19 @@ def _moe_router_select_kernel(
     c = tl.where(valid, tl.sigmoid(lg) + bias, neg_inf)
     # Group score: top-1 + top-2 of the group's values, where top-2 is top-1 again when top-1
     # occurs twice (the sum does not depend on which of two tied values is "first"). fp32 max
-    # reductions: a third of the instructions of int64 (score, index) keys.
+    # reductions: a third of the instructions of the int64 keys.
     m1 = tl.max(c, axis=1)
     twice = tl.sum((c == m1[:, None]).to(tl.int32), axis=1) > 1
     m2 = tl.where(twice, m1, tl.max(tl.where(c == m1[:, None], neg_inf, c), axis=1))
     gar = tl.arange(0, G_PAD)
     gscore = tl.where(gar < N_GROUP, m1 + m2, neg_inf)
-    gkey = _order_key(gscore)
+    gkey = (_order_key(gscore).to(tl.int64) << 32) | (G_PAD - 1 - gar).to(tl.int64)
     kg = tl.arange(0, KG_PAD)
     kept = tl.zeros([KG_PAD], dtype=tl.int32)
     for i in tl.static_range(TOPK_GROUP):
         best = tl.max(gkey, axis=0)
-        pick = tl.min(tl.where(gkey == best, gar, G_PAD), axis=0)
-        kept = tl.where(kg == i, pick, kept)
-        gkey = tl.where(gar == pick, lowest32, gkey)
+        kept = tl.where(kg == i, (G_PAD - 1 - (best & 0x7FFFFFFF)).to(tl.int32), kept)
+        gkey = tl.where(gkey == best, lowest, gkey)
     # The kept groups' members again, as a dense [KG_PAD, GS_PAD] tile (this warp's own loads,
     # so L1 hits): the top_k picks below walk topk_group / n_group of the keys (Ling-3: half)
     # instead of every group's with the dropped ones masked. The one-warp selection is bound by
