@@ -311,7 +311,7 @@ _ROUTER_COMPILE_CHECK = textwrap.dedent("""
 
 def test_router_compiles_for_sm90_without_spills():
     # The real (non-interpreted) compile for an H200 at Ling-3's shape with the bundled ptxas:
-    # the gate tile's 16-byte loads before the wait; the one-warp selection with its order keys
+    # the gate tile's 16-byte loads before the wait; the one-warp selection with its int64 keys
     # neither spills nor leaves the warp.
     run_sm90_compile_check(_ROUTER_COMPILE_CHECK)
 

@@ -10,15 +10,14 @@ Design (README.md has the derivation and the measurements behind it):
   small fp32 workspace [T, E].
 - Select launch: one CTA of ONE warp per row. The expert bias is loaded before its wait; after
   it, the row's E logits are read and the grouped top-k runs on a [G_PAD, GS_PAD] view (group
-  g, member j). Group score top-1 + top-2 from fp32 max reductions; the topk_group best groups
-  by repeated max over int64 group keys, (order key of the score) << 32 | (G_PAD - 1 - g), so
-  one max gives the best score and, among equal scores, the lowest index: the rule of
-  naive.py. Then the kept groups' members are read again as a dense [KG_PAD, GS_PAD] tile and
-  each of the top_k picks is two int32 reductions over their order keys only: the max, then
-  the lowest expert id attaining it. With one warp every reduction is shuffles inside the warp,
-  never a shared-memory round trip and a CTA barrier; rows run side by side on T SMs. The warp
-  is bound by its instruction count, hence the fp32 group stage, the dense kept tile and the
-  int32 picks (1832 -> 1384 -> 1160 SASS instructions at Ling-3).
+  g, member j). Every candidate is one int64 key, (order key of its score) << 32 | (E - 1 -
+  id), so one max reduction gives the best score and, among equal scores, the lowest id: the
+  rule of naive.py. Group score top-1 + top-2 from fp32 max reductions; the topk_group best
+  groups by repeated max over group keys; then the kept groups' members are read again as a
+  dense [KG_PAD, GS_PAD] tile and top_k repeated maxes run over their keys only. With one warp
+  every reduction is shuffles inside the warp, never a shared-memory round trip and a CTA
+  barrier; rows run side by side on T SMs. The warp is bound by its instruction count, hence
+  the fp32 group stage and the dense kept tile (1832 -> 1384 SASS instructions at Ling-3).
 - Why two launches: the former one-launch kernel elected the last CTA (an atomic ticket) to run
   the selection of every row with the logits kernel's 8 warps; its cross-warp reductions cost
   ~6 us per row done one at a time, and still 21 us at T=6 with four rows at a time (H200,
@@ -96,17 +95,13 @@ def _moe_router_select_kernel(
 ):
     """Grouped top-k of row program_id(0) on a [G_PAD, GS_PAD] view of its logits.
 
-    Ties go to the lowest index (the rule of naive.py): a group key is one int64, (order key of
-    its score) << 32 | (G_PAD - 1 - g), so one max reduction yields the best score AND the lowest
-    index among equals; an expert pick is the max of the int32 order keys, then the minimum id
-    among the keys equal to it, and removing the winner is an equality test on its id (ids are
-    distinct). Two 32-bit reductions take fewer instructions than one 64-bit one (a 64-bit max
-    is two compares and two selects per step). KG_PAD = next_pow2(TOPK_GROUP): the rows of the
-    kept groups' tile."""
+    Each candidate is one int64 key, (order key of its score) << 32 | (E - 1 - expert id), so a
+    single max reduction yields the best score AND, among equal scores, the lowest id (the tie
+    rule of naive.py); keys are distinct, so removing the winner is an equality test. KG_PAD =
+    next_pow2(TOPK_GROUP): the rows of the kept groups' tile."""
     E: tl.constexpr = N_GROUP * GROUP_SIZE
     neg_inf = float("-inf")
-    lowest = -9223372036854775808            # below every group key (its high half is >= key(-inf))
-    lowest32 = -2147483648                   # below every order key (order_key(-inf) is above it)
+    lowest = -9223372036854775808            # below every key (a key's high half is >= key(-inf))
     t = tl.program_id(0)
     g = tl.arange(0, G_PAD)[:, None]
     j = tl.arange(0, GS_PAD)[None, :]
@@ -144,14 +139,13 @@ def _moe_router_select_kernel(
     klg = tl.load(logits_ptr + t * stride_lt + kidx, mask=kvalid, other=0.0)
     kb = tl.load(bias_ptr + kidx, mask=kvalid, other=0.0)
     kc = tl.sigmoid(klg) + kb
-    key = tl.where(kvalid, _order_key(kc), lowest32)
+    key = tl.where(kvalid, (_order_key(kc).to(tl.int64) << 32) | (E - 1 - kidx).to(tl.int64), lowest)
     kr = tl.arange(0, K_PAD)
     ids = tl.zeros([K_PAD], dtype=tl.int32)
     for i in tl.static_range(TOP_K):
         best = tl.max(tl.max(key, axis=1), axis=0)
-        pick = tl.min(tl.min(tl.where(key == best, kidx, E), axis=1), axis=0)
-        ids = tl.where(kr == i, pick, ids)
-        key = tl.where(kidx == pick, lowest32, key)
+        ids = tl.where(kr == i, (E - 1 - (best & 0x7FFFFFFF)).to(tl.int32), ids)
+        key = tl.where(key == best, lowest, key)
     mask = kr < TOP_K
     # The weights are the unbiased scores at the picked experts.
     lsel = tl.load(logits_ptr + t * stride_lt + ids, mask=mask, other=0.0)
