@@ -37,11 +37,9 @@ from lingc.runtime.kernels.moe_align.kernel import moe_align_triton
 from lingc.runtime.kernels.moe_experts.kernel import MoeExpertsConfig, config_for, moe_experts_triton, up_chunks
 from lingc.runtime.kernels.moe_router.kernel import moe_router_triton
 
-# (BLOCK_E, logits warps) of --set router, over Ling-3's five 512-column H chunks: 640 / 320 /
-# 160 / 80 CTAs, 2..8 warps each; the table's is (16, 4). Session 16 call 2 (H200) timed the
-# former one-chunk tiling ([BLOCK_E, 4096] tiles): none beat its (4, 8) at T=1 (5.16 us) or T=6
-# (8.62 us).
-ROUTER_VARIANTS = [(16, 4), (4, 2), (4, 4), (8, 2), (8, 4), (16, 8), (32, 4), (32, 8)]
+# (BLOCK_E, logits warps) of --set router: 128 / 64 / 32 CTAs, 2..16 warps each. Session 16
+# call 2 (H200): none beat the table's (4, 8) at T=1 (5.16 us) or T=6 (8.62 us).
+ROUTER_VARIANTS = [(4, 2), (4, 4), (4, 8), (4, 16), (8, 4), (8, 8), (8, 16), (16, 8), (16, 16)]
 
 RTOL_RMS = 5e-3
 

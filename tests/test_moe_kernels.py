@@ -29,7 +29,7 @@ from lingc.runtime.kernels.moe_align import kernel as align_kernel
 from lingc.runtime.kernels.moe_align.naive import no_expert
 from lingc.runtime.kernels.moe_align.kernel import SINGLE_LAUNCH_MAX_PAIRS, moe_align_triton
 from lingc.runtime.kernels.moe_router import grouped_topk_reference, moe_router, moe_router_reference, router_logits
-from lingc.runtime.kernels.moe_router.kernel import moe_router_triton, router_block_e, router_h_chunks
+from lingc.runtime.kernels.moe_router.kernel import moe_router_triton, router_block_e
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.bfloat16]
@@ -216,8 +216,7 @@ def test_router_batch_invariant(e, n_group, dtype):
 
 @pytest.mark.parametrize("block_e", [2, 4, 8])
 def test_router_block_e_does_not_change_bits(block_e):
-    assert router_h_chunks(2560) == (512, 5) and router_h_chunks(96) == (128, 1)
-    assert router_block_e(512, 5) == 16 and router_block_e(64) == 4  # Ling-3: 32 x 5 = 160 CTAs
+    assert router_block_e(512) == 4 and router_block_e(64) == 4  # Ling-3: 128 CTAs
     x, w, bias = make_router_inputs(6, 64, 96, torch.float32, seed=41)
     base = run_router(x, w, bias, 8)
     other = run_router(x, w, bias, 8, block_e=block_e)
@@ -234,23 +233,6 @@ def test_router_matches_model_grouped_topk(e, n_group, dtype):
     ids, wts = run_router(x, w, bias, n_group)
     assert torch.equal(ids.long().cpu(), ref_ids)
     torch.testing.assert_close(wts.cpu(), ref_w, atol=WEIGHT_ATOL, rtol=0)
-
-
-@pytest.mark.parametrize("h", [600, 1100])
-def test_router_h_chunks_sum_in_order(h):
-    # H past one 512-column chunk: the logits launch writes one partial per chunk (the last one
-    # partly masked) and the selection adds them in chunk order; the logits it used are exposed,
-    # its picks are those of py_router on them, and a row's bits do not depend on T.
-    assert router_h_chunks(h)[1] == (2 if h == 600 else 3)
-    x, w, bias = make_router_inputs(6, 64, h, torch.bfloat16, seed=62 + h)
-    logits = torch.full((6, 64), float("nan"), device=DEVICE)
-    ids, wts = run_router(x, w, bias, 8, logits_out=logits)
-    torch.testing.assert_close(logits.cpu(), exact_logits(x, w), atol=1e-5, rtol=1e-5)
-    assert_router_matches(ids, wts, *py_router(logits, bias, 8, TOPK_GROUP, TOP_K, SCALING, True))
-    for r in (0, 4):
-        one = torch.full((1, 64), float("nan"), device=DEVICE)
-        ids1, w1 = run_router(x[r : r + 1], w, bias, 8, logits_out=one)
-        assert torch.equal(one, logits[r : r + 1]) and torch.equal(ids1, ids[r : r + 1]) and torch.equal(w1, wts[r : r + 1])
 
 
 def test_router_logits_workspace():
@@ -294,31 +276,29 @@ _ROUTER_COMPILE_CHECK = textwrap.dedent("""
     import re
     from sm90 import compile_sm90, divisible_by_16, signature
     from lingc.runtime.kernels.moe_router.kernel import (
-        SELECT_WARPS, _moe_router_logits_kernel, _moe_router_select_kernel, router_block_e, router_h_chunks,
-        router_num_warps)
+        SELECT_WARPS, _moe_router_logits_kernel, _moe_router_select_kernel, router_block_e, router_num_warps)
     fn = _moe_router_logits_kernel
-    chunk, n_chunks = router_h_chunks(2560)
-    block_e = router_block_e(512, n_chunks)
+    block_e = router_block_e(512)
     for wdt in ("*bf16", "*fp32"):
-        ptrs = dict(x_ptr="*bf16", w_ptr=wdt, part_ptr="*fp32")
-        ints = ["T", "H", "stride_xt", "stride_we", "stride_ps", "stride_pt"]
-        const = dict(stride_xh=1, E=512, BLOCK_E=block_e, CHUNK=chunk, USE_GDC=True)
+        ptrs = dict(x_ptr="*bf16", w_ptr=wdt, logits_ptr="*fp32")
+        ints = ["T", "H", "stride_xt", "stride_we", "stride_lt"]
+        const = dict(stride_xh=1, E=512, BLOCK_E=block_e, BLOCK_H=4096, USE_GDC=True)
         attrs = divisible_by_16(fn, [n for n in list(ptrs) + ints if n != "T"])
         ptx, info = compile_sm90(fn, signature(fn, ptrs, ints), const, attrs,
-                                 num_warps=router_num_warps(block_e, chunk))
+                                 num_warps=router_num_warps(block_e, 2560))
         assert " 0 bytes spill stores" in info, info
         # The gate tile is requested before the wait: its loads sit ahead of griddepcontrol.wait.
         before = ptx.split("griddepcontrol.wait")[0]
-        # [16, 512] lanes over 128 threads: 64 per thread, 8 (bf16) / 16 (fp32) 16-byte loads.
+        # [4, 4096] lanes over 256 threads: 64 per thread, 8 (bf16) / 16 (fp32) 16-byte loads.
         v4 = len(re.findall(r"ld\\.global(\\.\\w+)*\\.v4", before))
         assert v4 >= (8 if wdt == "*bf16" else 16), (wdt, v4)
         assert "griddepcontrol.launch_dependents" in ptx
         print("logits", wdt, re.findall(r"Used \\d+ registers", info))
     fn = _moe_router_select_kernel
-    ptrs = dict(part_ptr="*fp32", bias_ptr="*fp32", ids_ptr="*i32", wts_ptr="*fp32", logits_ptr="*fp32")
-    ints = ["stride_ps", "stride_pt", "stride_it", "stride_wt", "stride_lt"]
+    ptrs = dict(logits_ptr="*fp32", bias_ptr="*fp32", ids_ptr="*i32", wts_ptr="*fp32")
+    ints = ["stride_lt", "stride_it", "stride_wt"]
     const = dict(N_GROUP=8, GROUP_SIZE=64, TOPK_GROUP=4, TOP_K=8, RENORMALIZE=True, G_PAD=8, GS_PAD=64,
-                 K_PAD=8, KG_PAD=4, KSPLIT=n_chunks, STORE_LOGITS=False, USE_GDC=True)
+                 K_PAD=8, KG_PAD=4, USE_GDC=True)
     ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, ["routed_scaling"]), const,
                              divisible_by_16(fn, list(ptrs) + ints), num_warps=SELECT_WARPS)
     assert " 0 bytes spill stores" in info, info

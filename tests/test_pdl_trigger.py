@@ -39,10 +39,10 @@ _CHECK = textwrap.dedent("""
                           num_warps=4)
     assert order(ptx) == ("late" if TRIGGER == "late" else "early"), TRIGGER
 
-    sig = dict(x_ptr="*bf16", w_ptr="*bf16", part_ptr="*fp32", T="i32", H="i32", stride_xt="i32",
-               stride_xh="i32", stride_we="i32", stride_ps="i32", stride_pt="i32")
-    ptx, _ = compile_sm90(_moe_router_logits_kernel, sig, dict(E=512, BLOCK_E=16, CHUNK=512, USE_GDC=True),
-                          num_warps=4)
+    sig = dict(x_ptr="*bf16", w_ptr="*bf16", logits_ptr="*fp32", T="i32", H="i32", stride_xt="i32",
+               stride_xh="i32", stride_we="i32", stride_lt="i32")
+    ptx, _ = compile_sm90(_moe_router_logits_kernel, sig, dict(E=512, BLOCK_E=4, BLOCK_H=4096, USE_GDC=True),
+                          num_warps=8)
     assert order(ptx) == ("early" if TRIGGER == "early" else "late"), TRIGGER
 
     # The KDA chain reads its state tile and bf16 conv windows before the wait when pdl_swap vouches

@@ -35,27 +35,24 @@ import triton.language as tl
 
 from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
 
-__all__ = ["SELECT_WARPS", "moe_router_triton", "router_block_e", "router_h_chunks", "router_num_warps"]
+__all__ = ["SELECT_WARPS", "moe_router_triton", "router_block_e", "router_num_warps"]
 
-# CTAs the matvec is spread over at most (H200: 132 SMs; Ling-3: 32 expert blocks x 5 H chunks).
-_TARGET_CTAS = 160
-# H columns per logits CTA at most: the chunks' partial sums are added by the selection.
-_H_CHUNK = 512
+# CTAs the matvec is spread over at most (H200: 132 SMs; 128 divides the expert counts).
+_TARGET_CTAS = 128
 # Warps of a selection CTA: one, so every reduction stays inside the warp (README.md).
 SELECT_WARPS = 1
 
 
 @triton.jit(do_not_specialize=["T"])
 def _moe_router_logits_kernel(
-    x_ptr, w_ptr, part_ptr, T, H,
-    stride_xt, stride_xh, stride_we, stride_ps, stride_pt,
-    E: tl.constexpr, BLOCK_E: tl.constexpr, CHUNK: tl.constexpr, USE_GDC: tl.constexpr,
+    x_ptr, w_ptr, logits_ptr, T, H,
+    stride_xt, stride_xh, stride_we, stride_lt,
+    E: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    ks = tl.program_id(1)
-    # Producer-independent load first: this CTA's gate tile, BLOCK_E experts x H chunk ks.
+    # Producer-independent load first: this CTA's gate tile.
     rows = pid * BLOCK_E + tl.arange(0, BLOCK_E)
-    offs_h = ks * CHUNK + tl.arange(0, CHUNK)
+    offs_h = tl.arange(0, BLOCK_H)
     mask_e = rows < E
     mask_h = offs_h < H
     w = tl.load(w_ptr + rows[:, None] * stride_we + offs_h[None, :],
@@ -72,23 +69,12 @@ def _moe_router_logits_kernel(
     # previous row's reduction (the same arithmetic per row whatever T is).
     t = 0
     xv = tl.load(x_ptr + offs_h * stride_xh, mask=mask_h & (T > 0), other=0.0)
-    out = part_ptr + ks * stride_ps + rows
     while t < T:
         xn = tl.load(x_ptr + (t + 1) * stride_xt + offs_h * stride_xh, mask=mask_h & (t + 1 < T), other=0.0)
         logit = tl.sum(wf * xv.to(tl.float32)[None, :], axis=1)
-        tl.store(out + t * stride_pt, logit, mask=mask_e)
+        tl.store(logits_ptr + t * stride_lt + rows, logit, mask=mask_e)
         xv = xn
         t += 1
-
-
-@triton.jit
-def _logits_at(part_ptr, offs, mask, stride_ps, KSPLIT: tl.constexpr):
-    """The logits at ``offs`` (row offset + expert ids): the H chunks' partial sums added in chunk
-    order, the same order for every row and every T."""
-    acc = tl.load(part_ptr + offs, mask=mask, other=0.0)
-    for s in tl.static_range(1, KSPLIT):
-        acc += tl.load(part_ptr + s * stride_ps + offs, mask=mask, other=0.0)
-    return acc
 
 
 @triton.jit
@@ -101,11 +87,11 @@ def _order_key(v):
 
 @triton.jit
 def _moe_router_select_kernel(
-    part_ptr, bias_ptr, ids_ptr, wts_ptr, logits_ptr, routed_scaling,
-    stride_ps, stride_pt, stride_it, stride_wt, stride_lt,
+    logits_ptr, bias_ptr, ids_ptr, wts_ptr, routed_scaling,
+    stride_lt, stride_it, stride_wt,
     N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, TOPK_GROUP: tl.constexpr, TOP_K: tl.constexpr,
     RENORMALIZE: tl.constexpr, G_PAD: tl.constexpr, GS_PAD: tl.constexpr, K_PAD: tl.constexpr,
-    KG_PAD: tl.constexpr, KSPLIT: tl.constexpr, STORE_LOGITS: tl.constexpr, USE_GDC: tl.constexpr,
+    KG_PAD: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     """Grouped top-k of row program_id(0) on a [G_PAD, GS_PAD] view of its logits.
 
@@ -126,9 +112,7 @@ def _moe_router_select_kernel(
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
 
-    lg = _logits_at(part_ptr + t * stride_pt, eidx, valid, stride_ps, KSPLIT)
-    if STORE_LOGITS:  # tests and sweeps read the summed logits
-        tl.store(logits_ptr + t * stride_lt + eidx, lg, mask=valid)
+    lg = tl.load(logits_ptr + t * stride_lt + eidx, mask=valid, other=0.0)
     c = tl.where(valid, tl.sigmoid(lg) + bias, neg_inf)
     # Group score: top-1 + top-2 of the group's values, where top-2 is top-1 again when top-1
     # occurs twice (the sum does not depend on which of two tied values is "first"). fp32 max
@@ -152,7 +136,7 @@ def _moe_router_select_kernel(
     # picks were most of it. Same scores: the same loads and the same arithmetic as above.
     kvalid = (kg[:, None] < TOPK_GROUP) & (j < GROUP_SIZE)
     kidx = tl.where(kvalid, kept[:, None] * GROUP_SIZE + j, 0)
-    klg = _logits_at(part_ptr + t * stride_pt, kidx, kvalid, stride_ps, KSPLIT)
+    klg = tl.load(logits_ptr + t * stride_lt + kidx, mask=kvalid, other=0.0)
     kb = tl.load(bias_ptr + kidx, mask=kvalid, other=0.0)
     kc = tl.sigmoid(klg) + kb
     key = tl.where(kvalid, (_order_key(kc).to(tl.int64) << 32) | (E - 1 - kidx).to(tl.int64), lowest)
@@ -164,7 +148,7 @@ def _moe_router_select_kernel(
         key = tl.where(key == best, lowest, key)
     mask = kr < TOP_K
     # The weights are the unbiased scores at the picked experts.
-    lsel = _logits_at(part_ptr + t * stride_pt, ids, mask, stride_ps, KSPLIT)
+    lsel = tl.load(logits_ptr + t * stride_lt + ids, mask=mask, other=0.0)
     wsel = tl.where(mask, tl.sigmoid(lsel), 0.0)
     if RENORMALIZE:
         wsel = wsel / tl.sum(wsel, axis=0)
@@ -173,27 +157,17 @@ def _moe_router_select_kernel(
     tl.store(wts_ptr + t * stride_wt + kr, wsel, mask=mask)
 
 
-def router_h_chunks(hidden: int) -> tuple[int, int]:
-    """(chunk, count): the logits launch splits H into ``count`` power-of-two chunks of ``chunk``
-    columns (Ling-3: 5 x 512), one CTA each per expert block, so no lane is padding (one
-    next_pow2(H) tile wasted 37.5% of its lanes at H = 2560) and each CTA reads only its chunk of
-    every x row. A function of H alone: the chunks are the logits' summation tree."""
-    chunk = min(_H_CHUNK, triton.next_power_of_2(max(hidden, 1)))
-    return chunk, triton.cdiv(max(hidden, 1), chunk)
+def router_block_e(num_experts: int) -> int:
+    """Experts per CTA: the smallest power of two that keeps the grid at <= 128 CTAs, at least 4
+    (E = 512: 4, 128 CTAs). It changes which CTA computes a logit, never how (each logit is one
+    row's reduction over H), so it does not change the bits (a test checks)."""
+    return max(4, triton.next_power_of_2(triton.cdiv(num_experts, _TARGET_CTAS)))
 
 
-def router_block_e(num_experts: int, h_chunks: int = 1) -> int:
-    """Experts per CTA: the smallest power of two that keeps the grid (expert blocks x H chunks)
-    at <= _TARGET_CTAS CTAs, at least 4 (E = 512 in 5 chunks: 16, 160 CTAs). It changes which CTA
-    computes a partial sum, never how (each is one row's reduction over one chunk), so it does not
-    change the bits (a test checks)."""
-    return max(4, triton.next_power_of_2(triton.cdiv(num_experts * h_chunks, _TARGET_CTAS)))
-
-
-def router_num_warps(block_e: int, chunk: int) -> int:
-    """Warps for a [block_e, chunk] gate tile: ~64 elements per thread at most (Ling-3 bf16:
-    [16, 512] over 4 warps), so the tile and its fp32 copy stay in registers."""
-    elems = block_e * triton.next_power_of_2(max(chunk, 1))
+def router_num_warps(block_e: int, hidden: int) -> int:
+    """Warps for a [block_e, next_pow2(hidden)] gate tile: ~64 elements per thread at most
+    (Ling-3 bf16: [4, 4096] over 8 warps), so the tile and its fp32 copy stay in registers."""
+    elems = block_e * triton.next_power_of_2(max(hidden, 1))
     return int(min(16, max(4, triton.next_power_of_2(triton.cdiv(elems, 64 * 32)))))
 
 
@@ -218,10 +192,10 @@ def moe_router_triton(
     (ids int32 [T, top_k], weights fp32 [T, top_k]) (naive.moe_router_reference).
 
     ``ids_out`` / ``weights_out`` may be given (tests pass poisoned buffers); ``logits_out``, an
-    fp32 [T, E] buffer with unit expert stride, receives the logits the selection used (tests and
-    sweeps; the launch writes nothing there otherwise). ``block_e`` overrides ``router_block_e``
-    and ``logits_warps`` ``router_num_warps`` (benchmarks.moe_sweep --set router); ``use_pdl``
-    defaults to ``pdl_supported(x.device)``. Arguments are assumed validated by the op.
+    fp32 [T, E] contiguous buffer, is the workspace and exposes the logits to tests. ``block_e``
+    overrides ``router_block_e`` and ``logits_warps`` ``router_num_warps`` (benchmarks.moe_sweep
+    --set router); ``use_pdl`` defaults to ``pdl_supported(x.device)``.
+    Arguments are assumed validated by the op.
     """
     t, h = x.shape
     e = gate_w.shape[0]
@@ -230,35 +204,31 @@ def moe_router_triton(
         ids_out = torch.empty((t, top_k), device=dev, dtype=torch.int32)
     if weights_out is None:
         weights_out = torch.empty((t, top_k), device=dev, dtype=torch.float32)
+    if logits_out is None:
+        logits_out = torch.empty((t, e), device=dev, dtype=torch.float32)
     assert ids_out.shape == (t, top_k) and ids_out.dtype == torch.int32 and ids_out.stride(1) == 1
     assert weights_out.shape == (t, top_k) and weights_out.dtype == torch.float32 and weights_out.stride(1) == 1
-    if logits_out is not None:
-        assert logits_out.shape == (t, e) and logits_out.dtype == torch.float32 and logits_out.stride(1) == 1
+    assert logits_out.shape == (t, e) and logits_out.dtype == torch.float32 and logits_out.stride(1) == 1
     if t == 0:
         return ids_out, weights_out
     if use_pdl is None:
         use_pdl = pdl_supported(dev)
-    chunk, h_chunks = router_h_chunks(h)
-    block_e = block_e or router_block_e(e, h_chunks)
-    # The partial logits, one [T, E] slice per H chunk, summed in chunk order by the selection.
-    partials = torch.empty((h_chunks, t, e), device=dev, dtype=torch.float32)
+    block_e = block_e or router_block_e(e)
     group_size = e // n_group
     pdl = {"launch_pdl": True} if use_pdl else {}
-    _moe_router_logits_kernel[(triton.cdiv(e, block_e), h_chunks)](
-        x, gate_w, partials, t, h,
-        x.stride(0), x.stride(1), gate_w.stride(0), partials.stride(0), partials.stride(1),
-        E=e, BLOCK_E=block_e, CHUNK=chunk, USE_GDC=use_pdl,
-        num_warps=logits_warps or router_num_warps(block_e, chunk), **pdl,
+    _moe_router_logits_kernel[(triton.cdiv(e, block_e),)](
+        x, gate_w, logits_out, t, h,
+        x.stride(0), x.stride(1), gate_w.stride(0), logits_out.stride(0),
+        E=e, BLOCK_E=block_e, BLOCK_H=triton.next_power_of_2(h), USE_GDC=use_pdl,
+        num_warps=logits_warps or router_num_warps(block_e, h), **pdl,
     )
-    store_logits = logits_out is not None
-    logits_arg = logits_out if store_logits else partials
     _moe_router_select_kernel[(t,)](
-        partials, expert_bias, ids_out, weights_out, logits_arg, float(routed_scaling),
-        partials.stride(0), partials.stride(1), ids_out.stride(0), weights_out.stride(0), logits_arg.stride(-2),
+        logits_out, expert_bias, ids_out, weights_out, float(routed_scaling),
+        logits_out.stride(0), ids_out.stride(0), weights_out.stride(0),
         N_GROUP=n_group, GROUP_SIZE=group_size, TOPK_GROUP=topk_group, TOP_K=top_k,
         RENORMALIZE=bool(renormalize), G_PAD=triton.next_power_of_2(n_group),
         GS_PAD=triton.next_power_of_2(group_size), K_PAD=triton.next_power_of_2(top_k),
-        KG_PAD=triton.next_power_of_2(topk_group), KSPLIT=h_chunks, STORE_LOGITS=store_logits,
+        KG_PAD=triton.next_power_of_2(topk_group),
         USE_GDC=use_pdl, num_warps=SELECT_WARPS, **pdl,
     )
     return ids_out, weights_out
