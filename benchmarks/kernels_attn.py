@@ -9,6 +9,8 @@ context: positions L-6 .. L-1), q RoPE and the head gate fused. Variants:
 
 - ``lingc``         the op's Triton launcher, PDL-launched where supported
 - ``lingc-no-pdl``  the same launch without PDL
+- ``lingc-split-no-pdl`` / ``lingc-combine-no-pdl``  MLA only, PDL for one of the two kernels
+                    (``MlaDecodeConfig.split_pdl`` / ``combine_pdl`` False)
 - ``lingc-splitN``  MLA only, the split kernel at SPLIT_LEN = N instead of the table (``--split-len``)
 - ``lingc-sN-lB-stS-wW-crR-csC``  MLA only, a whole config (``--mla-config N,B,S,W[,R[,C]]``)
 - ``eager``         the model's own code: the decoder's bf16 residual add + layers.RMSNorm's expression;
@@ -30,6 +32,7 @@ status is 1. Written for the H200; not yet run.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -205,7 +208,9 @@ def bench_mla(L, T, copy_gbps, replays, inductor, split_lens, configs=()):
     def lingc(cfg, pdl):
         return lambda x: mla_decode_triton(*args(x), out=x["out"], config=cfg, use_pdl=None if pdl else False)
 
-    variants = {"lingc": lingc(table, True), "lingc-no-pdl": lingc(table, False)}
+    variants = {"lingc": lingc(table, True), "lingc-no-pdl": lingc(table, False),
+                "lingc-split-no-pdl": lingc(replace(table, split_pdl=False), True),
+                "lingc-combine-no-pdl": lingc(replace(table, combine_pdl=False), True)}
     for n in split_lens:
         variants[f"lingc-split{n}"] = lingc(MlaDecodeConfig(split_len=n, block_l=min(table.block_l, n),
                                                                  num_warps=table.num_warps), True)
@@ -227,7 +232,8 @@ def bench_mla(L, T, copy_gbps, replays, inductor, split_lens, configs=()):
             continue
         t = time_in_graph(fn, [(x,) for x in layers], replays=replays)
         row = _row("mla_decode", shape, T, variant, t, floor_bytes, copy_gbps, err, RTOL["mla"], copies)
-        row["split_len"] = table.split_len if variant in ("lingc", "lingc-no-pdl") else None
+        table_layout = ("lingc", "lingc-no-pdl", "lingc-split-no-pdl", "lingc-combine-no-pdl")
+        row["split_len"] = table.split_len if variant in table_layout else None
         rows.append(row)
     del layers
     torch.cuda.empty_cache()
