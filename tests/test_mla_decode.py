@@ -357,6 +357,10 @@ def test_config_depends_on_capacity_only():
         cfg = config_for(L, 8, 512, 64)
         assert (cfg.split_len, num_splits(L, cfg)) == (split, ns), L
     assert config_for(8192, 8, 512, 64).num_warps == 8
+    # The split joins the PDL chain at the shortest split length only (measured: 8192 on, 65536 off).
+    assert [config_for(L, 8, 512, 64).split_pdl for L in (48, 8192, 16384, 32768, 65536, 262144)] == \
+        [True, True, True, False, False, False]
+    assert all(config_for(L, 8, 512, 64).combine_pdl for L in (8192, 65536))
 
 
 _COMPILE_CHECK = textwrap.dedent("""
@@ -427,6 +431,37 @@ def test_gpu_batch_invariant_in_T(L):
     for n in range(1, 8):
         part = {k: (v[:n] if k in ("q_lat", "q_rope", "positions", "gate") else v) for k, v in x.items()}
         assert torch.equal(run_kernel(args(part, gate=True, rope=True), config=None), full[:n]), f"T={n}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split_pdl, combine_pdl, edges", [(False, True, [1, 0, 1]), (True, False, [0, 1, 0])])
+def test_gpu_pdl_for_one_kernel_keeps_the_bits(split_pdl, combine_pdl, edges):
+    # A config that leaves one of the two kernels out of the PDL chain (config_for does it for
+    # the split at long contexts): the captured chain has plain edges into that kernel, and the
+    # output is the all-PDL launch's, bit for bit.
+    if not pdl_supported(DEVICE):
+        pytest.skip("PDL needs compute capability >= 9")
+    from dataclasses import replace
+    x = _flash_inputs(6, 8192, seed=5)
+    cfg = replace(config_for(8192, 8, 512, 64), split_pdl=split_pdl, combine_pdl=combine_pdl)
+
+    def step(q_lat, config):
+        o1 = mla_decode_triton(q_lat, x["q_rope"], x["kv_cache"], x["positions"], SCALE, x["gate"], x["inv_freq"],
+                               config=config)
+        return mla_decode_triton(o1, x["q_rope"], x["kv_cache"], x["positions"], SCALE, x["gate"], x["inv_freq"],
+                                 config=config)
+
+    static_q = x["q_lat"].clone()
+    reference = step(static_q, config_for(8192, 8, 512, 64))
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph(keep_graph=True)
+    with torch.cuda.graph(graph):
+        static_out = step(static_q, cfg)
+    assert graph_edge_types(graph) == edges
+    graph.instantiate()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static_out, reference)
 
 
 @pytest.mark.gpu

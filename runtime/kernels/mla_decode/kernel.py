@@ -73,8 +73,7 @@ class MlaDecodeConfig:
     combine_block_s: int = 32     # splits per combine chunk
     # Whether the split / the combine take part in the PDL chain when the launch uses PDL. A
     # launch without it waits for its predecessor by stream order and releases its successor
-    # when it exits; the bits do not change. (Session 18: at 65536 the pair ran 15% slower with
-    # PDL than without; these fields locate and fix that per capacity.)
+    # when it exits; the bits do not change. config_for turns the split's off at long contexts.
     split_pdl: bool = True
     combine_pdl: bool = True
 
@@ -92,7 +91,12 @@ def config_for(L: int, H: int, R: int, P: int) -> MlaDecodeConfig:
     split = max(MIN_SPLIT_LEN, triton.next_power_of_2(triton.cdiv(L, TARGET_SPLITS)))
     bh = max(16, triton.next_power_of_2(H))
     warps = 4 if bh * triton.next_power_of_2(R) <= 16 * 256 else 8     # 4 warps spill at 16 x 512
-    return MlaDecodeConfig(split_len=split, num_warps=warps)
+    # The split joins the PDL chain only at the shortest split length (L <= 16384). Session 19
+    # (H200, kernels_attn, split/combine chains over cold layers): at 65536, PDL on both kernels
+    # took 45.0 us at T = 1 and 105.8 at T = 6, PDL on either one alone 38.7-39.0 / 99.3-99.4,
+    # none 38.4 / 99.1; at 8192 both on took 14.0 / 26.5 and either alone 15.6-15.7 / 26.6-26.8.
+    # Between the two the rule is a guess.
+    return MlaDecodeConfig(split_len=split, num_warps=warps, split_pdl=split <= MIN_SPLIT_LEN)
 
 
 def num_splits(L: int, config: MlaDecodeConfig) -> int:
