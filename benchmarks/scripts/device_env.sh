@@ -14,7 +14,8 @@
 #     $OUT/decode_lingc.json (JSON in sub-folders does not always come back);
 #   - `decode_as GPU NAME SECONDS MODES TOKENS [VAR=value ...]`: the same with --profile, the
 #     given modes and tokens and environment, $PRELUDE (Python, e.g. a launch-table override)
-#     run first in the same process, log and JSON as $OUT/NAME.log and $OUT/NAME.json;
+#     run first in the same process, $CONTEXT as the context (8192 unless set), log and JSON as
+#     $OUT/NAME.log and $OUT/NAME.json;
 #   - `gemm_sweep_as GPU SECONDS SHAPE...`: benchmarks.gemm_sweep at M 1 and 6 on the named
 #     shapes (DECODE_SHAPES: the decode step's projections), log $OUT/gemm_sweep.log, JSON
 #     $OUT/gemm_sweep.json (moved in whole: a caller waiting for it never reads half a file);
@@ -92,7 +93,7 @@ decode_as() {
     [ "${BASE:-0}" = 1 ] && { cd /tmp/base/run; set -- PYTHONPATH=/tmp/base/pkgs:$TRITON_USED_PATH "$@"; }
     env CUDA_VISIBLE_DEVICES=$gpu "$@" timeout "$limit" python3 -c "${PRELUDE:-}
 from benchmarks.decode import main
-raise SystemExit(main(['--preset', 'flash-tp4-rank', '--context', '8192', '--lingc-inductor', '0',
+raise SystemExit(main(['--preset', 'flash-tp4-rank', '--context', '${CONTEXT:-8192}', '--lingc-inductor', '0',
                        '--modes', '$modes', '--tokens', '$tokens', '--profile', '--out', '$OUT/$name']))" 2>&1 \
         | stamp > "$OUT/$name.log"
     cp "$OUT/$name/decode.json" "$OUT/$name.json"; rm -rf "$OUT/$name"; cd "$here"
