@@ -27,7 +27,10 @@ assert).
 """
 import torch
 
-__all__ = ["pair_experts", "align_sizes", "moe_align_reference", "no_expert"]
+__all__ = ["SINGLE_LAUNCH_MAX_PAIRS", "pair_experts", "align_sizes", "moe_align_reference", "no_expert"]
+
+# Largest pair count of the single-launch kernel (kernel.py): T = 8 tokens x (8 routed + 1 shared).
+SINGLE_LAUNCH_MAX_PAIRS = 72
 
 
 def no_expert(num_experts: int) -> int:
