@@ -132,7 +132,10 @@ def args_of(pb):
 
 
 def reference(pb):
-    return moe_experts_reference(*(a.cpu() if torch.is_tensor(a) else a for a in args_of(pb)))
+    """naive.py's per-token reference on the CPU, returned on pb's device (the unmarked tests also
+    run on a GPU when one is present)."""
+    out = moe_experts_reference(*(a.cpu() if torch.is_tensor(a) else a for a in args_of(pb)))
+    return out.to(pb["x"].device)
 
 
 def run_kernel(pb, config=None, **kw):
@@ -844,6 +847,19 @@ def test_gpu_batch_invariant(routing):
     _batch_invariance(run_kernel, _gpu_problem(8, seed=220, routing=routing))
 
 
+def _chain_problem(disable_pdl, t, seed, monkeypatch):
+    """(problem, Ling-3 router gate weight, bias, x) of a router -> experts chain test, PDL off
+    when asked (skipped when it is asked for and missing)."""
+    if disable_pdl:
+        monkeypatch.setenv("LINGC_DISABLE_PDL", "1")
+    elif not pdl_supported(DEVICE):
+        pytest.skip("PDL needs compute capability >= 9")
+    pb = _gpu_problem(t, seed=seed)
+    gen = torch.Generator(device=DEVICE).manual_seed(seed + 1)
+    gate_w = (torch.randn(512, 2560, generator=gen, device=DEVICE) / 2560**0.5).to(torch.bfloat16)
+    return pb, gate_w, 0.1 * torch.randn(512, generator=gen, device=DEVICE), pb["x"].clone()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("t", [2, 6])
 @pytest.mark.parametrize("disable_pdl", [False, True], ids=["pdl", "no-pdl"])
@@ -851,15 +867,7 @@ def test_gpu_route_align_experts_chain_under_graph_capture(disable_pdl, t, monke
     # moe_route_align -> moe_experts with its layout: logits, selection (+ align), up-GEMM,
     # down-GEMM (four kernels, no moe_align launch); the down-GEMM reads the selection's block
     # table before its wait. Replays equal fresh launches and the reference.
-    if disable_pdl:
-        monkeypatch.setenv("LINGC_DISABLE_PDL", "1")
-    elif not pdl_supported(DEVICE):
-        pytest.skip("PDL needs compute capability >= 9")
-    pb = _gpu_problem(t, seed=234)
-    gen = torch.Generator(device=DEVICE).manual_seed(235)
-    gate_w = (torch.randn(512, 2560, generator=gen, device=DEVICE) / 2560**0.5).to(torch.bfloat16)
-    bias = 0.1 * torch.randn(512, generator=gen, device=DEVICE)
-    x = pb["x"].clone()
+    pb, gate_w, bias, x = _chain_problem(disable_pdl, t, 234, monkeypatch)
 
     def step():
         ids, w, *aligned = torch.ops.lingc.moe_route_align(x, gate_w, bias, 8, 4, 8, 2.5, True, 16, True)
@@ -889,15 +897,7 @@ def test_gpu_route_align_experts_chain_under_graph_capture(disable_pdl, t, monke
 @pytest.mark.parametrize("disable_pdl", [False, True], ids=["pdl", "no-pdl"])
 def test_gpu_router_experts_chain_under_graph_capture(disable_pdl, t, monkeypatch):
     # T = 1 runs the slot layout: the down-GEMM reads the router's ids before its wait.
-    if disable_pdl:
-        monkeypatch.setenv("LINGC_DISABLE_PDL", "1")
-    elif not pdl_supported(DEVICE):
-        pytest.skip("PDL needs compute capability >= 9")
-    pb = _gpu_problem(t, seed=230)
-    gen = torch.Generator(device=DEVICE).manual_seed(231)
-    gate_w = (torch.randn(512, 2560, generator=gen, device=DEVICE) / 2560**0.5).to(torch.bfloat16)
-    bias = 0.1 * torch.randn(512, generator=gen, device=DEVICE)
-    x = pb["x"].clone()
+    pb, gate_w, bias, x = _chain_problem(disable_pdl, t, 230, monkeypatch)
 
     def step():
         ids, w = torch.ops.lingc.moe_router(x, gate_w, bias, 8, 4, 8, 2.5, True)
