@@ -356,7 +356,7 @@ class FusedMoE(LingcPass):
         ids, w = new
         pair = ids.args[0]
         t, k = ids.meta["val"].shape
-        if not isinstance(t, int) or not 1 < t or t * (k + shared) > SINGLE_LAUNCH_MAX_PAIRS:
+        if not isinstance(t, int) or t <= 1 or t * (k + shared) > SINGLE_LAUNCH_MAX_PAIRS:
             return []
         with graph.inserting_before(pair):
             fused = emit(graph, torch.ops.lingc.moe_route_align.default, *pair.args, ALIGN_BLOCK_SIZE, shared)

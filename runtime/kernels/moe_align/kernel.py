@@ -219,7 +219,7 @@ def moe_align_triton(
     _moe_align_kernel[(1,)](
         topk_ids, sorted_ids, block_experts, total,
         p, k, blocks, topk_ids.stride(0), topk_ids.stride(1),
-        **align_launch_args(p, kp, blocks, num_experts, block_size, sorted_ids),
+        NUM_EXPERTS=num_experts, **align_launch_args(p, kp, blocks, num_experts, block_size, sorted_ids),
         USE_GDC=use_pdl, num_warps=ALIGN_WARPS,
         **({"launch_pdl": True} if use_pdl else {}),
     )
@@ -228,13 +228,14 @@ def moe_align_triton(
 
 def align_launch_args(p: int, kp: int, blocks: int, num_experts: int, block_size: int,
                       sorted_ids: torch.Tensor) -> dict:
-    """``align_pairs``' constexprs for P pairs of kp per token into ``blocks`` blocks (P <=
-    SINGLE_LAUNCH_MAX_PAIRS), shared by moe_align's launch and the router's fused align."""
+    """``align_pairs``' constexprs but NUM_EXPERTS for P pairs of kp per token into ``blocks``
+    blocks (P <= SINGLE_LAUNCH_MAX_PAIRS), shared by moe_align's launch and the router's fused
+    align; num_experts only bounds the sort key."""
     # At least one warp's 32 lanes: no lane holds a replicated element.
     np_ = max(32, triton.next_power_of_2(p))
     assert blocks <= np_, (blocks, np_)  # the block tail is one store per lane
     if (num_experts + 2) * np_ > 2**31:
         raise ValueError(f"moe_align: num_experts {num_experts} too large for the int32 sort key "
                          f"(expert << log2({np_}))")
-    return dict(NUM_EXPERTS=num_experts, PAIRS_PER_TOKEN=kp, BLOCK_SIZE=block_size, NP=np_,
+    return dict(PAIRS_PER_TOKEN=kp, BLOCK_SIZE=block_size, NP=np_,
                 WIDE_PAD=block_size % 2 == 0 and sorted_ids.data_ptr() % 8 == 0)

@@ -214,7 +214,7 @@ def moe_router_triton(
     overrides ``router_block_e`` and ``logits_warps`` ``router_num_warps`` (benchmarks.moe_sweep
     --set router); ``use_pdl`` defaults to ``pdl_supported(x.device)``.
     ``align = (block_size, shared_expert)`` also writes moe_align's three outputs for the ids
-    (naive.moe_align_reference, experts E..) into ``align_out`` (allocated if None): up to
+    (naive.moe_align_reference, experts E..) into ``align_out`` (required then): up to
     SINGLE_LAUNCH_MAX_PAIRS pairs by the selection's last CTA, above that by moe_align's
     fallback after it. Arguments are assumed validated by the op.
     """
@@ -232,7 +232,7 @@ def moe_router_triton(
     assert logits_out.shape == (t, e) and logits_out.dtype == torch.float32 and logits_out.stride(1) == 1
     if t == 0:
         if align is not None:
-            align_out = moe_align_triton(ids_out, e, align[0], align[1], out=align_out)
+            moe_align_triton(ids_out, e, align[0], align[1], out=align_out)
         return ids_out, weights_out
     if use_pdl is None:
         use_pdl = pdl_supported(dev)
@@ -245,29 +245,29 @@ def moe_router_triton(
         E=e, BLOCK_E=block_e, BLOCK_H=triton.next_power_of_2(h), USE_GDC=use_pdl,
         num_warps=logits_warps or router_num_warps(block_e, h), **pdl,
     )
-    fused = None        # (P, blocks, align constexprs) when the selection's last CTA aligns
+    # Without the fused align its pointers are unread (ids_out stands in) and its constexprs idle.
+    p, blocks, consts = 0, 0, dict(PAIRS_PER_TOKEN=1, BLOCK_SIZE=1, NP=32, WIDE_PAD=False)
+    ticket = sorted_ids = block_ids = total = ids_out
+    fused = False
     if align is not None:
         block_size, shared = align
         kp = top_k + int(shared)
         slots, blocks = align_sizes(t * kp, e, block_size, shared)
-        if align_out is None:
-            align_out = tuple(torch.empty(n, dtype=torch.int32, device=dev) for n in (slots, blocks, 1))
         assert [tuple(o.shape) for o in align_out] == [(slots,), (blocks,), (1,)], [o.shape for o in align_out]
         assert all(o.dtype == torch.int32 and o.is_contiguous() for o in align_out)
-        if t * kp <= SINGLE_LAUNCH_MAX_PAIRS:
-            fused = (t * kp, blocks, align_launch_args(t * kp, kp, blocks, e, block_size, align_out[0]))
-    a = fused[2] if fused else dict(PAIRS_PER_TOKEN=1, BLOCK_SIZE=1, NP=32, WIDE_PAD=False)
-    sorted_ids, block_ids, total = align_out if fused else (ids_out, ids_out, ids_out)   # unread without ALIGN
-    ticket = persistent_buffer("router_align_ticket", dev, 1, torch.int32, 0) if fused else ids_out
+        fused = t * kp <= SINGLE_LAUNCH_MAX_PAIRS
+        if fused:
+            p, consts = t * kp, align_launch_args(t * kp, kp, blocks, e, block_size, align_out[0])
+            sorted_ids, block_ids, total = align_out
+            ticket = persistent_buffer("router_align_ticket", dev, 1, torch.int32, 0)
     _moe_router_select_kernel[(t,)](
         logits_out, expert_bias, ids_out, weights_out, float(routed_scaling),
         logits_out.stride(0), ids_out.stride(0), weights_out.stride(0),
-        ticket, sorted_ids, block_ids, total, t, fused[0] if fused else 0, fused[1] if fused else 0,
+        ticket, sorted_ids, block_ids, total, t, p, blocks,
         N_GROUP=n_group, GROUP_SIZE=group_size, TOPK_GROUP=topk_group, TOP_K=top_k,
         RENORMALIZE=bool(renormalize), G_PAD=triton.next_power_of_2(n_group),
         GS_PAD=triton.next_power_of_2(group_size), K_PAD=triton.next_power_of_2(top_k),
-        KG_PAD=triton.next_power_of_2(topk_group), ALIGN=fused is not None,
-        PAIRS_PER_TOKEN=a["PAIRS_PER_TOKEN"], BLOCK_SIZE=a["BLOCK_SIZE"], NP=a["NP"], WIDE_PAD=a["WIDE_PAD"],
+        KG_PAD=triton.next_power_of_2(topk_group), ALIGN=fused, **consts,
         USE_GDC=use_pdl, num_warps=SELECT_WARPS, **pdl,
     )
     if align is not None and not fused:

@@ -88,7 +88,7 @@ _SCHEMA = ("(Tensor x, Tensor gate_w, Tensor expert_bias, int n_group, int topk_
 moe_router = register_op("moe_router", _moe_router, _moe_router_fake, schema=_SCHEMA)
 
 
-def _check_align(op, block_size, shared_expert) -> None:
+def _check_align(op, block_size) -> None:
     if block_size < 1:
         raise ValueError(f"{op}: block_size must be >= 1, got {block_size}")
 
@@ -97,7 +97,7 @@ def _moe_route_align(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_
                      block_size, shared_expert):
     args = (x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
     check_moe_router_args(*args)
-    _check_align("moe_route_align", block_size, shared_expert)
+    _check_align("moe_route_align", block_size)
     e = gate_w.shape[0]
     if not x.is_cuda:
         ids, w = moe_router_reference(*args)
@@ -114,7 +114,7 @@ def _moe_route_align(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_
 def _moe_route_align_fake(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize,
                           block_size, shared_expert):
     ids, w = _moe_router_fake(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
-    _check_align("moe_route_align", block_size, shared_expert)
+    _check_align("moe_route_align", block_size)
     slots, blocks = align_sizes(x.shape[0] * (top_k + int(shared_expert)), gate_w.shape[0], block_size,
                                 shared_expert)
     return ids, w, *(x.new_empty((n,), dtype=torch.int32) for n in (slots, blocks, 1))
