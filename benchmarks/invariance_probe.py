@@ -93,17 +93,6 @@ def _same(a, b, t, j):
     return bool(torch.equal(a.select(ax, 0), b.select(ax, j)))
 
 
-# Chain-graph ops that pair with a decode-graph op of another name: a chain's router also returns
-# moe_align's layout (fused_moe), its first two outputs are moe_router's (pairs compare the
-# outputs they share).
-_PAIRED = {"moe_route_align": "moe_router"}
-
-
-def _op_name(n: fx.Node) -> str:
-    op = n.target._schema.name.split("::")[-1]
-    return _PAIRED.get(op, op)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="flash-tp4-rank")
@@ -136,7 +125,7 @@ def main(argv=None) -> int:
         restore()
     dec = next(g for g in graphs if len(g["runs"]) == t)["runs"]
     ch = next(g for g in graphs if len(g["runs"]) == 1)["runs"][0]
-    name = _op_name
+    name = lambda n: n.target._schema.name.split("::")[-1]  # noqa: E731
     print(f"{args.preset} x {args.layers} layers, {args.dtype}, {dev}: {len(ch)} lingc ops in the chain graph, "
           f"{len(dec[0])} in the decode graph")
     hidden_ok = all(torch.equal(seq[j][1][0], chain[1][j]) for j in range(t))

@@ -7,9 +7,9 @@ The whole MoE layer (router gate + grouped top-k, routed experts, shared expert,
 preset (flash-tp4-rank: 512 experts of I = 192, top-8, shared expert 192, H = 2560, bf16) for
 T in {1, 6} tokens. Variants:
 
-- ``lingc``         the lingc ops as fused_moe emits them (4 launches: router logits, selection
-                    (with moe_align's layout for a chain: moe_route_align), up-GEMM, down-GEMM +
-                    combine), PDL-chained where supported
+- ``lingc``         torch.ops.lingc.moe_router + torch.ops.lingc.moe_experts (5 launches: router
+                    logits and selection, moe_align, up-GEMM, down-GEMM + combine; 4 for one
+                    token, which needs no moe_align), PDL-chained where supported
 - ``lingc-no-pdl``  the same with LINGC_DISABLE_PDL=1 at capture
 - ``eager``         the model's own ``lingc.models.moe.MoE`` module (gather + bmm formulation)
 - ``inductor``      ``torch.compile`` (default mode) of that module's forward, the layer's
@@ -51,8 +51,6 @@ from lingc.models.config import preset
 from lingc.models.moe import MoE
 from lingc.runtime.kernels.moe_experts import moe_experts_reference
 from lingc.runtime.kernels.moe_experts.kernel import config_for
-from lingc.runtime.kernels.moe_align.naive import SINGLE_LAUNCH_MAX_PAIRS
-from lingc.runtime.kernels.moe_experts.naive import ALIGN_BLOCK_SIZE
 from lingc.runtime.kernels.moe_router import moe_router  # noqa: F401  (registers lingc::moe_router)
 
 RTOL_RMS = {"lingc": 5e-3, "lingc-no-pdl": 5e-3, "eager": 1e-2, "inductor": 1e-2, "inductor-max-autotune": 1e-2}
@@ -88,21 +86,14 @@ def build_layers(cfg, n_layers: int, device, seed: int = 0) -> list[MoE]:
 
 
 def lingc_layer(x: torch.Tensor, moe: MoE) -> torch.Tensor:
-    """The MoE layer on lingc's ops as fused_moe emits them: one token, router then experts (no
-    align); a chain of up to 72 pairs, the router with moe_align's layout (moe_route_align) then
-    the experts on it; more, router then experts with moe_align's fallback inside."""
+    """The MoE layer on lingc's ops: router, then align + experts + shared + combine."""
     cfg, inter, s = moe.gate.cfg, moe.experts.inter, moe.shared_experts
-    route = (x, moe.gate.weight, moe.gate.expert_bias, cfg.n_group, cfg.topk_group, cfg.num_experts_per_tok,
-             cfg.routed_scaling_factor, cfg.norm_topk_prob)
-    aligned = []
-    if 1 < x.shape[0] and x.shape[0] * (cfg.num_experts_per_tok + 1) <= SINGLE_LAUNCH_MAX_PAIRS:
-        ids, w, *aligned = torch.ops.lingc.moe_route_align(*route, ALIGN_BLOCK_SIZE, True)
-    else:
-        ids, w = torch.ops.lingc.moe_router(*route)
+    ids, w = torch.ops.lingc.moe_router(x, moe.gate.weight, moe.gate.expert_bias, cfg.n_group, cfg.topk_group,
+                                        cfg.num_experts_per_tok, cfg.routed_scaling_factor, cfg.norm_topk_prob)
     w13 = moe.experts.w13
     return torch.ops.lingc.moe_experts(x, ids, w, w13[:, :inter], w13[:, inter:], moe.experts.w2,
                                        s.gate_proj.weight, s.up_proj.weight, s.down_proj.weight,
-                                       moe.experts.limit, s.limit, *aligned)
+                                       moe.experts.limit, s.limit)
 
 
 def lingc_routing(x: torch.Tensor, moe: MoE):

@@ -6,9 +6,6 @@
              out = sum_j w_j * y_j + Wd @ swiglu(Wg @ x, Wu @ x)       two bmm, a combine chain
     after:   ids, w = lingc.moe_router(x, Wr, bias, n_group, topk_group, top_k, scale, renorm)
              out = lingc.moe_experts(x, ids, w, W13[:, :I], W13[:, I:], W2, Wg, Wu, Wd, L, Ls)
-    (a chain of 2..8 tokens: ids, w, sorted, blocks, total = lingc.moe_route_align(..., 16, shared)
-     and moe_experts(..., sorted, blocks, total): the selection's last CTA aligns the pairs, so
-     the experts launch no moe_align of their own)
 
 Matched on the ATen graph by what it computes, never by module names:
 - Router: a `gather` of sigmoid scores by top-k indices anchors it; the gate is a linear of a weight
@@ -53,8 +50,6 @@ from lingc.moe_trace import Down, MoETrace, Proj, atoms, mode
 from lingc.pass_manager import LingcPass
 from lingc.runtime.kernels import moe_experts as _moe_experts  # noqa: F401  (registers lingc::moe_experts)
 from lingc.runtime.kernels import moe_router as _moe_router  # noqa: F401  (registers lingc::moe_router)
-from lingc.runtime.kernels.moe_align.naive import SINGLE_LAUNCH_MAX_PAIRS
-from lingc.runtime.kernels.moe_experts.naive import ALIGN_BLOCK_SIZE
 
 # ------------------------------------------------------------------------------------------ router
 @dataclass
@@ -321,9 +316,6 @@ class FusedMoE(LingcPass):
             why = "expert weights and x have different dtypes"
         if why:
             return why
-        aligned = []
-        if new is not None:
-            aligned = self._route_align(graph, new, shared is not None)
         with graph.inserting_before(final):
             if x.meta["val"].dim() != 2:
                 x = emit(graph, aten.view.default, x, [-1, x.meta["val"].shape[-1]])
@@ -337,7 +329,7 @@ class FusedMoE(LingcPass):
             for d in mlps:
                 args += [_row_view(graph, d.act.gate), _row_view(graph, d.act.up), d.param]
             args += [None] * (9 - len(args)) + [float(routed.act.limit), float(shared.act.limit if shared else 0.0)]
-            out = emit(graph, op, *args, *aligned)
+            out = emit(graph, op, *args)
             want = final.meta["val"]
             if want.dtype != out.meta["val"].dtype:
                 out = emit(graph, prims.convert_element_type.default, out, want.dtype)
@@ -345,27 +337,6 @@ class FusedMoE(LingcPass):
                 out = emit(graph, aten.view.default, out, list(want.shape))
         final.replace_all_uses_with(out)
         return int(shared is not None)
-
-
-    def _route_align(self, graph: fx.Graph, new: tuple, shared: bool) -> list:
-        """A chain of 2..8 tokens: moe_router becomes moe_route_align, which also returns
-        moe_align's layout for the experts (aligned by the selection's last CTA, so the experts
-        launch no moe_align). One token needs no align (moe_experts' slot layout); more than 72
-        pairs take moe_align's multi-launch fallback either way. Returns the three align nodes,
-        or [] when the router stays as it is."""
-        ids, w = new
-        pair = ids.args[0]
-        t, k = ids.meta["val"].shape
-        if not isinstance(t, int) or t <= 1 or t * (k + shared) > SINGLE_LAUNCH_MAX_PAIRS:
-            return []
-        with graph.inserting_before(pair):
-            fused = emit(graph, torch.ops.lingc.moe_route_align.default, *pair.args, ALIGN_BLOCK_SIZE, shared)
-        for n in (ids, w):
-            n.args = (fused, n.args[1])
-        graph.erase_node(pair)
-        with graph.inserting_after(w):
-            out = [emit(graph, operator.getitem, fused, i) for i in (2, 3, 4)]
-        return out
 
 
 def _row_view(graph: fx.Graph, p: Proj) -> fx.Node:

@@ -34,7 +34,7 @@ from lingc.runtime.kernels.moe_experts import kernel as experts_kernel
 from lingc.runtime.kernels.moe_experts.kernel import (
     BLOCK_M, MoeExpertsConfig, up_chunks, alloc_buffers, config_for, moe_experts_triton,
 )
-from lingc.runtime.kernels.moe_align.naive import align_sizes, moe_align_reference
+from lingc.runtime.kernels.moe_align.naive import align_sizes
 from lingc.runtime.pdl import pdl_supported
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -474,8 +474,7 @@ def test_op_schema_fake_and_opcheck():
     assert str(torch.ops.lingc.moe_experts.default._schema) == (
         "lingc::moe_experts(Tensor x, Tensor topk_ids, Tensor topk_weights, Tensor w_gate, Tensor w_up, "
         "Tensor w_down, Tensor? shared_gate, Tensor? shared_up, Tensor? shared_down, float limit, "
-        "float shared_limit, Tensor? sorted_pair_ids=None, Tensor? block_expert_ids=None, "
-        "Tensor? total_padded=None) -> Tensor"
+        "float shared_limit) -> Tensor"
     )
     pb = make_problem(3, torch.bfloat16, seed=112, device="cpu")
     with FakeTensorMode() as mode:
@@ -484,42 +483,6 @@ def test_op_schema_fake_and_opcheck():
     torch.library.opcheck(torch.ops.lingc.moe_experts, args_of(pb))
     torch.library.opcheck(torch.ops.lingc.moe_experts, args_of(make_problem(2, torch.float32, seed=113, shared=False,
                                                                             device="cpu")))
-
-
-def _aligned(pb):
-    """moe_align's layout of pb's ids (block 16, the shared expert iff pb has one)."""
-    return moe_align_reference(pb["topk_ids"], pb["w_gate"].shape[0], 16, pb["shared_gate"] is not None)
-
-
-def test_op_takes_the_align_layout():
-    # The optional align inputs (what lingc::moe_route_align returns): the same output on the CPU,
-    # through the fake impl, and opcheck; given partly or sized for other ids they are rejected.
-    pb = make_problem(6, torch.bfloat16, seed=114, device="cpu")
-    aligned = _aligned(pb)
-    assert torch.equal(torch.ops.lingc.moe_experts(*args_of(pb), *aligned), reference(pb))
-    torch.library.opcheck(torch.ops.lingc.moe_experts, (*args_of(pb), *aligned))
-    with pytest.raises(ValueError, match="must be given together or all be None, got tensor/None/tensor"):
-        torch.ops.lingc.moe_experts(*args_of(pb), aligned[0], None, aligned[2])
-    other = _aligned(make_problem(2, torch.bfloat16, seed=115, device="cpu"))
-    with pytest.raises(ValueError, match=r"sorted_pair_ids must be a contiguous int32 \[.*block size 16, shared "
-                                         r"expert True"):
-        torch.ops.lingc.moe_experts(*args_of(pb), *other)
-    with pytest.raises(ValueError, match="total_padded must be a contiguous int32"):
-        torch.ops.lingc.moe_experts(*args_of(pb), aligned[0], aligned[1], aligned[2].long())
-
-
-def test_kernel_with_the_align_layout_launches_no_align(monkeypatch):
-    # moe_experts_triton(aligned=...) reads the given layout (no moe_align launch) and gives the
-    # bits of its own align's layout, for a chain and for one token.
-    calls = []
-    real = experts_kernel.moe_align_triton
-    for t in (1, 6):
-        pb = make_problem(t, torch.bfloat16, seed=116 + t)
-        base = run_kernel(pb)
-        monkeypatch.setattr(experts_kernel, "moe_align_triton", lambda *a, **kw: calls.append(1) or real(*a, **kw))
-        assert torch.equal(run_kernel(pb, aligned=tuple(a.to(DEVICE) for a in _aligned(pb))), base)
-        monkeypatch.setattr(experts_kernel, "moe_align_triton", real)
-    assert calls == []
 
 
 def test_op_registration_is_idempotent():
@@ -847,57 +810,20 @@ def test_gpu_batch_invariant(routing):
     _batch_invariance(run_kernel, _gpu_problem(8, seed=220, routing=routing))
 
 
-def _chain_problem(disable_pdl, t, seed, monkeypatch):
-    """(problem, Ling-3 router gate weight, bias, x) of a router -> experts chain test, PDL off
-    when asked (skipped when it is asked for and missing)."""
-    if disable_pdl:
-        monkeypatch.setenv("LINGC_DISABLE_PDL", "1")
-    elif not pdl_supported(DEVICE):
-        pytest.skip("PDL needs compute capability >= 9")
-    pb = _gpu_problem(t, seed=seed)
-    gen = torch.Generator(device=DEVICE).manual_seed(seed + 1)
-    gate_w = (torch.randn(512, 2560, generator=gen, device=DEVICE) / 2560**0.5).to(torch.bfloat16)
-    return pb, gate_w, 0.1 * torch.randn(512, generator=gen, device=DEVICE), pb["x"].clone()
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("t", [2, 6])
-@pytest.mark.parametrize("disable_pdl", [False, True], ids=["pdl", "no-pdl"])
-def test_gpu_route_align_experts_chain_under_graph_capture(disable_pdl, t, monkeypatch):
-    # moe_route_align -> moe_experts with its layout: logits, selection (+ align), up-GEMM,
-    # down-GEMM (four kernels, no moe_align launch); the down-GEMM reads the selection's block
-    # table before its wait. Replays equal fresh launches and the reference.
-    pb, gate_w, bias, x = _chain_problem(disable_pdl, t, 234, monkeypatch)
-
-    def step():
-        ids, w, *aligned = torch.ops.lingc.moe_route_align(x, gate_w, bias, 8, 4, 8, 2.5, True, 16, True)
-        return ids, w, torch.ops.lingc.moe_experts(x, ids, w, *args_of(pb)[3:], *aligned)
-
-    step()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph(keep_graph=True)
-    with torch.cuda.graph(graph):
-        captured = step()
-    assert graph_edge_types(graph) == [0 if disable_pdl else 1] * 3
-    graph.instantiate()
-    for seed in (236, 237):
-        x.copy_(_gpu_problem(t, seed=seed)["x"])
-        graph.replay()
-        fresh = step()
-        torch.cuda.synchronize()
-        assert all(torch.equal(a, b) for a, b in zip(captured, fresh))
-        plain = torch.ops.lingc.moe_experts(x, fresh[0], fresh[1], *args_of(pb)[3:])
-        assert torch.equal(captured[2], plain)
-        ref = _gpu_reference({**pb, "x": x, "topk_ids": fresh[0], "topk_weights": fresh[1]})
-        assert_close(captured[2], ref, RTOL_GPU_BF16)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("t", [1, 6])
 @pytest.mark.parametrize("disable_pdl", [False, True], ids=["pdl", "no-pdl"])
 def test_gpu_router_experts_chain_under_graph_capture(disable_pdl, t, monkeypatch):
     # T = 1 runs the slot layout: the down-GEMM reads the router's ids before its wait.
-    pb, gate_w, bias, x = _chain_problem(disable_pdl, t, 230, monkeypatch)
+    if disable_pdl:
+        monkeypatch.setenv("LINGC_DISABLE_PDL", "1")
+    elif not pdl_supported(DEVICE):
+        pytest.skip("PDL needs compute capability >= 9")
+    pb = _gpu_problem(t, seed=230)
+    gen = torch.Generator(device=DEVICE).manual_seed(231)
+    gate_w = (torch.randn(512, 2560, generator=gen, device=DEVICE) / 2560**0.5).to(torch.bfloat16)
+    bias = 0.1 * torch.randn(512, generator=gen, device=DEVICE)
+    x = pb["x"].clone()
 
     def step():
         ids, w = torch.ops.lingc.moe_router(x, gate_w, bias, 8, 4, 8, 2.5, True)

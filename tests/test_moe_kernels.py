@@ -295,33 +295,24 @@ _ROUTER_COMPILE_CHECK = textwrap.dedent("""
         assert "griddepcontrol.launch_dependents" in ptx
         print("logits", wdt, re.findall(r"Used \\d+ registers", info))
     fn = _moe_router_select_kernel
-    ptrs = dict(logits_ptr="*fp32", bias_ptr="*fp32", ids_ptr="*i32", wts_ptr="*fp32", ticket_ptr="*i32",
-                sorted_ptr="*i32", block_ptr="*i32", total_ptr="*i32")
-    ints = ["stride_lt", "stride_it", "stride_wt", "T", "P", "NBLK"]
-    for align in (False, True):
-        # ALIGN: the fused moe_align of a 6-token verify chain (54 pairs, 16-slot blocks).
-        const = dict(N_GROUP=8, GROUP_SIZE=64, TOPK_GROUP=4, TOP_K=8, RENORMALIZE=True, G_PAD=8, GS_PAD=64,
-                     K_PAD=8, KG_PAD=4, ALIGN=align, PAIRS_PER_TOKEN=9, BLOCK_SIZE=16, NP=64, WIDE_PAD=True,
-                     USE_GDC=True)
-        aligned = [n for n in list(ptrs) + ints if n not in ("T", "P", "NBLK")]
-        ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, ["routed_scaling"]), const,
-                                 divisible_by_16(fn, aligned), num_warps=SELECT_WARPS)
-        assert " 0 bytes spill stores" in info, info
-        # One warp: every reduction is warp shuffles, no shared memory; with the align, two CTA
-        # barriers: one orders the row's stores before the ticket, one broadcasts the ticket (one
-        # thread's atomic, through shared memory: its only use).
-        assert ("st.shared" in ptx) == align and "shfl.sync" in ptx
-        assert ptx.count("bar.sync") == 2 * int(align) and ptx.count("atom.") == 2 * int(align), align
-        assert "ld.global" in ptx.split("griddepcontrol.wait")[0]   # the bias, before the wait
-        assert ("ld.global.cg" in ptx) == align                    # the other rows' ids, from L2
-        print("select", align, re.findall(r"Used \\d+ registers", info))
+    ptrs = dict(logits_ptr="*fp32", bias_ptr="*fp32", ids_ptr="*i32", wts_ptr="*fp32")
+    ints = ["stride_lt", "stride_it", "stride_wt"]
+    const = dict(N_GROUP=8, GROUP_SIZE=64, TOPK_GROUP=4, TOP_K=8, RENORMALIZE=True, G_PAD=8, GS_PAD=64,
+                 K_PAD=8, KG_PAD=4, USE_GDC=True)
+    ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, ["routed_scaling"]), const,
+                             divisible_by_16(fn, list(ptrs) + ints), num_warps=SELECT_WARPS)
+    assert " 0 bytes spill stores" in info, info
+    # One warp: every reduction is warp shuffles, no shared memory, no CTA barrier.
+    assert "bar.sync" not in ptx and "st.shared" not in ptx and "shfl.sync" in ptx
+    assert "ld.global" in ptx.split("griddepcontrol.wait")[0]   # the bias, before the wait
+    print("select", re.findall(r"Used \\d+ registers", info))
 """)
 
 
 def test_router_compiles_for_sm90_without_spills():
     # The real (non-interpreted) compile for an H200 at Ling-3's shape with the bundled ptxas:
     # the gate tile's 16-byte loads before the wait; the one-warp selection with its int64 keys
-    # neither spills nor leaves the warp, with and without the fused align.
+    # neither spills nor leaves the warp.
     run_sm90_compile_check(_ROUTER_COMPILE_CHECK)
 
 
@@ -445,46 +436,6 @@ def run_align(topk_ids, num_experts, block_size, shared_expert, **kw):
     slots, blocks = align_sizes(t * (k + int(shared_expert)), num_experts, block_size, shared_expert)
     out = tuple(torch.full((n,), POISON, dtype=torch.int32, device=topk_ids.device) for n in (slots, blocks, 1))
     return moe_align_triton(topk_ids, num_experts, block_size, shared_expert, out=out, **kw)
-
-
-@pytest.mark.parametrize("t, shared, block_size", [(2, True, 16), (6, True, 16), (8, True, 16), (6, False, 4),
-                                                  (16, True, 16)])
-def test_router_fused_align(t, shared, block_size):
-    # moe_router_triton(align=...): the selection's last CTA writes moe_align's layout of the ids it
-    # picked (up to 72 pairs; T = 16 x 9 takes the fallback after the selection), into poisoned
-    # buffers, and leaves its ticket at zero; ids and weights are those of the plain launch.
-    e, n_group = 64, 8
-    x, w, bias = make_router_inputs(t, e, 96, torch.float32, seed=300 + t)
-    slots, blocks = align_sizes(t * (TOP_K + int(shared)), e, block_size, shared)
-    out = tuple(torch.full((n,), POISON, dtype=torch.int32, device=DEVICE) for n in (slots, blocks, 1))
-    ids, wts = run_router(x, w, bias, n_group, align=(block_size, shared), align_out=out)
-    plain_ids, plain_w = run_router(x, w, bias, n_group)
-    assert torch.equal(ids, plain_ids) and torch.equal(wts, plain_w)
-    check_align(out, ids, e, block_size, shared)
-    from lingc.runtime.kernels.gemm_common import persistent_buffer
-    assert int(persistent_buffer("router_align_ticket", torch.device(DEVICE), 1, torch.int32, 0)[0]) == 0
-
-
-def test_route_align_op_cpu_schema_and_fake():
-    x, w, bias = make_router_inputs(6, 64, 96, torch.float32, seed=310, device="cpu")
-    ids, wts, *aligned = torch.ops.lingc.moe_route_align(x, w, bias, 8, 2, 4, 2.5, True, 16, True)
-    ref_ids, ref_w = moe_router_reference(x, w, bias, 8, 2, 4, 2.5, True)
-    assert torch.equal(ids, ref_ids) and torch.equal(wts, ref_w)
-    for a, b in zip(aligned, moe_align_reference(ref_ids, 64, 16, True)):
-        assert torch.equal(a, b)
-    assert str(torch.ops.lingc.moe_route_align.default._schema) == (
-        "lingc::moe_route_align(Tensor x, Tensor gate_w, Tensor expert_bias, int n_group, int topk_group, "
-        "int top_k, float routed_scaling, bool renormalize, int block_size, bool shared_expert) -> "
-        "(Tensor, Tensor, Tensor, Tensor, Tensor)")
-    with FakeTensorMode():
-        outs = torch.ops.lingc.moe_route_align(torch.empty(6, 2560, dtype=torch.bfloat16),
-                                               torch.empty(512, 2560, dtype=torch.bfloat16),
-                                               torch.empty(512), 8, 4, 8, 2.5, True, 16, True)
-    slots, blocks = align_sizes(54, 512, 16, True)
-    assert [tuple(o.shape) for o in outs] == [(6, 8), (6, 8), (slots,), (blocks,), (1,)]
-    torch.library.opcheck(torch.ops.lingc.moe_route_align, (x, w, bias, 8, 2, 4, 2.5, True, 16, False))
-    with pytest.raises(ValueError, match="block_size must be >= 1"):
-        torch.ops.lingc.moe_route_align(x, w, bias, 8, 2, 4, 2.5, True, 0, True)
 
 
 def make_ids(t, k, num_experts, kind, seed, device=DEVICE):

@@ -51,10 +51,12 @@ import triton.language as tl
 
 from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
 
-from .naive import SINGLE_LAUNCH_MAX_PAIRS, align_sizes, moe_align_reference
+from .naive import align_sizes, moe_align_reference
 
-__all__ = ["ALIGN_WARPS", "SINGLE_LAUNCH_MAX_PAIRS", "align_launch_args", "align_pairs", "moe_align_triton"]
+__all__ = ["ALIGN_WARPS", "SINGLE_LAUNCH_MAX_PAIRS", "moe_align_triton"]
 
+# Largest pair count of the single launch: T = 8 tokens x (8 routed + 1 shared) = 72.
+SINGLE_LAUNCH_MAX_PAIRS = 72
 # One warp: every cross-lane step is a shuffle (module docstring).
 ALIGN_WARPS = 1
 
@@ -103,20 +105,7 @@ def _moe_align_kernel(
 ):
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
-    align_pairs(ids_ptr, sorted_ptr, block_ptr, total_ptr, P, K, NBLK, stride_t, stride_k,
-                NUM_EXPERTS, PAIRS_PER_TOKEN, BLOCK_SIZE, NP, WIDE_PAD, "")
 
-
-@triton.jit
-def align_pairs(
-    ids_ptr, sorted_ptr, block_ptr, total_ptr,
-    P, K, NBLK, stride_t, stride_k,
-    NUM_EXPERTS: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    NP: tl.constexpr, WIDE_PAD: tl.constexpr, IDS_CACHE: tl.constexpr,
-):
-    """The whole align of the module docstring, by the calling CTA's one warp: moe_align's own
-    launch, or the router selection's last CTA (moe_router's fused align). ``IDS_CACHE`` is the
-    ids loads' cache modifier: ".cg" (L2) when other CTAs of the same launch wrote them."""
     PAIR_BITS: tl.constexpr = _log2(NP)
     i = tl.arange(0, NP)
     valid = i < P
@@ -124,8 +113,7 @@ def align_pairs(
     slot = i % PAIRS_PER_TOKEN
     # Slot K (only with the shared expert) is the shared expert, id NUM_EXPERTS. One int32
     # offset: one 64-bit address computation instead of two.
-    e = tl.load(ids_ptr + (tok * stride_t + slot * stride_k), mask=valid & (slot < K), other=NUM_EXPERTS,
-                cache_modifier=IDS_CACHE)
+    e = tl.load(ids_ptr + (tok * stride_t + slot * stride_k), mask=valid & (slot < K), other=NUM_EXPERTS)
     # (expert, pair) in one int32 key; the lanes past P sort after every pair (E + 1).
     key = _bitonic_sort((tl.where(valid, e, NUM_EXPERTS + 1) << PAIR_BITS) | i)
 
@@ -216,26 +204,18 @@ def moe_align_triton(
         return out
     if use_pdl is None:
         use_pdl = pdl_supported(dev)
-    _moe_align_kernel[(1,)](
-        topk_ids, sorted_ids, block_experts, total,
-        p, k, blocks, topk_ids.stride(0), topk_ids.stride(1),
-        NUM_EXPERTS=num_experts, **align_launch_args(p, kp, blocks, num_experts, block_size, sorted_ids),
-        USE_GDC=use_pdl, num_warps=ALIGN_WARPS,
-        **({"launch_pdl": True} if use_pdl else {}),
-    )
-    return out
-
-
-def align_launch_args(p: int, kp: int, blocks: int, num_experts: int, block_size: int,
-                      sorted_ids: torch.Tensor) -> dict:
-    """``align_pairs``' constexprs but NUM_EXPERTS for P pairs of kp per token into ``blocks``
-    blocks (P <= SINGLE_LAUNCH_MAX_PAIRS), shared by moe_align's launch and the router's fused
-    align; num_experts only bounds the sort key."""
     # At least one warp's 32 lanes: no lane holds a replicated element.
     np_ = max(32, triton.next_power_of_2(p))
     assert blocks <= np_, (blocks, np_)  # the block tail is one store per lane
     if (num_experts + 2) * np_ > 2**31:
         raise ValueError(f"moe_align: num_experts {num_experts} too large for the int32 sort key "
                          f"(expert << log2({np_}))")
-    return dict(PAIRS_PER_TOKEN=kp, BLOCK_SIZE=block_size, NP=np_,
-                WIDE_PAD=block_size % 2 == 0 and sorted_ids.data_ptr() % 8 == 0)
+    _moe_align_kernel[(1,)](
+        topk_ids, sorted_ids, block_experts, total,
+        p, k, blocks, topk_ids.stride(0), topk_ids.stride(1),
+        NUM_EXPERTS=num_experts, PAIRS_PER_TOKEN=kp, BLOCK_SIZE=block_size,
+        NP=np_, WIDE_PAD=block_size % 2 == 0 and sorted_ids.data_ptr() % 8 == 0,
+        USE_GDC=use_pdl, num_warps=ALIGN_WARPS,
+        **({"launch_pdl": True} if use_pdl else {}),
+    )
+    return out

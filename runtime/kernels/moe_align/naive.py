@@ -27,10 +27,7 @@ assert).
 """
 import torch
 
-__all__ = ["SINGLE_LAUNCH_MAX_PAIRS", "pair_experts", "align_sizes", "moe_align_reference", "no_expert"]
-
-# Largest pair count of the single-launch kernel (kernel.py): T = 8 tokens x (8 routed + 1 shared).
-SINGLE_LAUNCH_MAX_PAIRS = 72
+__all__ = ["pair_experts", "align_sizes", "moe_align_reference", "no_expert"]
 
 
 def no_expert(num_experts: int) -> int:

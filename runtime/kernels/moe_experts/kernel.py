@@ -55,10 +55,7 @@ from lingc.runtime.kernels.swiglu_gemm.kernel import _swiglu  # the SwiGLU epilo
 from lingc.runtime.kernels.gemm.gemv_kernel import k_tiles_pow2
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait, pdl_wait_then_release
 
-from .naive import ALIGN_BLOCK_SIZE
 from .up_gemv_kernel import _moe_up_gemv_kernel
-
-assert BLOCK_M == ALIGN_BLOCK_SIZE, (BLOCK_M, ALIGN_BLOCK_SIZE)   # the align layout the op takes
 
 __all__ = [
     "BLOCK_M", "COMBINE_T", "CONFIGS", "MoeExpertsBuffers", "MoeExpertsConfig", "alloc_buffers", "config_for",
@@ -454,7 +451,6 @@ def moe_experts_triton(
     align_out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     max_single_launch: int = SINGLE_LAUNCH_MAX_PAIRS,
     align_one_token: bool = False,
-    aligned: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """out [T, H] (naive.moe_experts_reference) in three launches: moe_align, up-GEMM, down-GEMM;
     for one token in two (the slot layout: block j holds the token's slot j, read straight from
@@ -462,10 +458,8 @@ def moe_experts_triton(
 
     ``out`` may be any strided [T, H] tensor of x.dtype; ``config`` overrides the table;
     ``buffers`` (``alloc_buffers``) and ``align_out`` (moe_align's three outputs) let tests pass
-    poisoned workspaces; ``max_single_launch`` is moe_align's. ``aligned`` is moe_align's output
-    for these ids computed upstream (lingc::moe_route_align): no align launch, whatever T is.
-    Arguments are assumed validated by the op (weights with unit stride along H for gate/up and
-    along I for down).
+    poisoned workspaces; ``max_single_launch`` is moe_align's. Arguments are assumed validated by
+    the op (weights with unit stride along H for gate/up and along I for down).
     """
     t, h = x.shape
     k = topk_ids.shape[1]
@@ -500,7 +494,7 @@ def moe_experts_triton(
     # One token: its k + 1 experts are distinct blocks by construction, so the slot layout needs
     # no align launch (the up-GEMM's routed blocks are its k slots, the down-GEMM's its k + 1).
     # A token's bits do not depend on which block its row sits in (module docstring).
-    slot_blocks = t == 1 and not align_one_token and aligned is None
+    slot_blocks = t == 1 and not align_one_token
     if slot_blocks:
         n_blocks, up_blocks = kp, k
     else:
@@ -510,9 +504,6 @@ def moe_experts_triton(
     tickets = split_k_tickets(dev, max((n_blocks + n_shared_blocks) * n_tiles, n_htiles))
     if slot_blocks:
         sorted_ids = block_experts = total = topk_ids   # unread: the kernels take topk_ids
-    elif aligned is not None:
-        sorted_ids, block_experts, total = aligned
-        assert block_experts.shape == (n_blocks,), (block_experts.shape, n_blocks)
     else:
         sorted_ids, block_experts, total = moe_align_triton(
             topk_ids, num_experts, BLOCK_M, has_shared, out=align_out, use_pdl=use_pdl,

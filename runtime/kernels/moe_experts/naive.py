@@ -24,13 +24,9 @@ weight, so a token's bits do not depend on how many tokens run with it.
 import torch
 import torch.nn.functional as F
 
-# Rows per expert block of the CUDA kernels (gemm_common.BLOCK_M, which kernel.py checks against
-# it): the block size of the moe_align layout that lingc::moe_experts takes as input.
-ALIGN_BLOCK_SIZE = 16
-
 from lingc.runtime.kernels.swiglu_gemm.naive import swiglu_activation
 
-__all__ = ["ALIGN_BLOCK_SIZE", "expert_mlp_row", "moe_experts_reference"]
+__all__ = ["expert_mlp_row", "moe_experts_reference"]
 
 
 def expert_mlp_row(

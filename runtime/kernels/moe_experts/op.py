@@ -13,10 +13,6 @@ float limit, float shared_limit) -> Tensor``
 - shared_gate, shared_up [Is, H] and shared_down [H, Is]: the optional shared expert (all three
   or none), with its own intermediate size and clamp; added unscaled.
 - limit / shared_limit: SwiGLU clamp, 0 = none.
-- sorted_pair_ids, block_expert_ids, total_padded: optional (all three or none), moe_align's
-  outputs for these ids with block size 16 and the shared expert folded in iff given (what
-  lingc::moe_route_align returns): then the CUDA path launches no moe_align of its own. The CPU
-  reference does not need them.
 
 Returns out [T, H] in x.dtype: ``sum_j topk_weights[t, j] * expert_j(x[t]) + shared(x[t])``
 summed in fp32 in slot order (shared last) and rounded once. **Declared numerics**: the eager
@@ -32,10 +28,9 @@ import math
 
 import torch
 
-from lingc.runtime.kernels.moe_align.naive import align_sizes
 from lingc.runtime.registry import register_op
 
-from .naive import ALIGN_BLOCK_SIZE, moe_experts_reference
+from .naive import moe_experts_reference
 
 __all__ = ["moe_experts", "check_moe_experts_args"]
 
@@ -47,11 +42,9 @@ def _unit_last_stride(w: torch.Tensor) -> bool:
 
 
 def check_moe_experts_args(x, topk_ids, topk_weights, w_gate, w_up, w_down, shared_gate, shared_up, shared_down,
-                           limit, shared_limit, sorted_pair_ids=None, block_expert_ids=None,
-                           total_padded=None) -> None:
+                           limit, shared_limit) -> None:
     """Raise ValueError naming the bad argument of ``moe_experts``."""
     op = "moe_experts"
-    _check_aligned(op, x, topk_ids, w_gate, shared_gate, (sorted_pair_ids, block_expert_ids, total_padded))
     if x.dim() != 2:
         raise ValueError(f"{op}: x must be [T, H] (2-d), got shape {tuple(x.shape)}")
     if x.dtype not in _DTYPES:
@@ -110,51 +103,27 @@ def check_moe_experts_args(x, topk_ids, topk_weights, w_gate, w_up, w_down, shar
             raise ValueError(f"{op}: {name} must be a finite number >= 0 (0 = no clamp), got {value}")
 
 
-def _check_aligned(op, x, topk_ids, w_gate, shared_gate, aligned) -> None:
-    """The optional moe_align outputs: all or none, int32, contiguous, on x's device, sized for
-    these ids at block size ALIGN_BLOCK_SIZE."""
-    given = [a is not None for a in aligned]
-    if not any(given):
-        return
-    names = ("sorted_pair_ids", "block_expert_ids", "total_padded")
-    if not all(given):
-        raise ValueError(f"{op}: {', '.join(names)} must be given together or all be None, got "
-                         f"{'/'.join('tensor' if g else 'None' for g in given)}")
-    if topk_ids.dim() != 2 or w_gate.dim() != 3:
-        return          # reported by the checks of topk_ids and w_gate
-    shared = shared_gate is not None
-    slots, blocks = align_sizes(topk_ids.shape[0] * (topk_ids.shape[1] + int(shared)), w_gate.shape[0], ALIGN_BLOCK_SIZE,
-                                shared)
-    for name, a, n in zip(names, aligned, (slots, blocks, 1)):
-        if tuple(a.shape) != (n,) or a.dtype != torch.int32 or not a.is_contiguous() or a.device != x.device:
-            raise ValueError(f"{op}: {name} must be a contiguous int32 [{n}] tensor on {x.device} (moe_align's "
-                             f"output for these ids, block size {ALIGN_BLOCK_SIZE}, shared expert {shared}), got "
-                             f"{a.dtype} {tuple(a.shape)} on {a.device}")
-
-
 def _moe_experts(x, topk_ids, topk_weights, w_gate, w_up, w_down, shared_gate, shared_up, shared_down,
-                 limit, shared_limit, sorted_pair_ids=None, block_expert_ids=None, total_padded=None):
+                 limit, shared_limit):
     args = (x, topk_ids, topk_weights, w_gate, w_up, w_down, shared_gate, shared_up, shared_down, limit, shared_limit)
-    aligned = (sorted_pair_ids, block_expert_ids, total_padded)
-    check_moe_experts_args(*args, *aligned)
+    check_moe_experts_args(*args)
     if not x.is_cuda:
         return moe_experts_reference(*args)
     # Imported here so the CPU path needs no triton.
     from .kernel import moe_experts_triton
 
-    return moe_experts_triton(*args, aligned=aligned if sorted_pair_ids is not None else None)
+    return moe_experts_triton(*args)
 
 
 def _moe_experts_fake(x, topk_ids, topk_weights, w_gate, w_up, w_down, shared_gate, shared_up, shared_down,
-                      limit, shared_limit, sorted_pair_ids=None, block_expert_ids=None, total_padded=None):
+                      limit, shared_limit):
     check_moe_experts_args(x, topk_ids, topk_weights, w_gate, w_up, w_down, shared_gate, shared_up, shared_down,
-                           limit, shared_limit, sorted_pair_ids, block_expert_ids, total_padded)
+                           limit, shared_limit)
     return x.new_empty(x.shape)
 
 
 _SCHEMA = ("(Tensor x, Tensor topk_ids, Tensor topk_weights, Tensor w_gate, Tensor w_up, Tensor w_down, "
-           "Tensor? shared_gate, Tensor? shared_up, Tensor? shared_down, float limit, float shared_limit, "
-           "Tensor? sorted_pair_ids=None, Tensor? block_expert_ids=None, Tensor? total_padded=None) -> Tensor")
+           "Tensor? shared_gate, Tensor? shared_up, Tensor? shared_down, float limit, float shared_limit) -> Tensor")
 
 
 moe_experts = register_op("moe_experts", _moe_experts, _moe_experts_fake, schema=_SCHEMA)

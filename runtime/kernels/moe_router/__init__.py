@@ -1,12 +1,10 @@
 """The Ling-3 MoE router (gate matvec + sigmoid + biased grouped top-k + renormalised weights)
 in two PDL-chained launches: reference, Triton kernels, custom op.
 
-Importing this package registers ``torch.ops.lingc.moe_router`` and ``torch.ops.lingc.moe_route_align``
-(the router with moe_align's outputs, aligned by the selection's last CTA on CUDA). The Triton launcher
+Importing this package registers ``torch.ops.lingc.moe_router``. The Triton launcher
 (``.kernel``) is imported on first CUDA use, so the CPU path needs no triton.
 """
 from .naive import grouped_topk_reference, moe_router_reference, router_logits
-from .op import check_moe_router_args, moe_route_align, moe_router
+from .op import check_moe_router_args, moe_router
 
-__all__ = ["check_moe_router_args", "grouped_topk_reference", "moe_route_align", "moe_router", "moe_router_reference",
-           "router_logits"]
+__all__ = ["check_moe_router_args", "grouped_topk_reference", "moe_router", "moe_router_reference", "router_logits"]

@@ -33,10 +33,6 @@ import torch
 import triton
 import triton.language as tl
 
-from lingc.runtime.kernels.gemm_common import persistent_buffer
-from lingc.runtime.kernels.moe_align.kernel import SINGLE_LAUNCH_MAX_PAIRS, align_launch_args, align_pairs
-from lingc.runtime.kernels.moe_align.kernel import moe_align_triton
-from lingc.runtime.kernels.moe_align.naive import align_sizes
 from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
 
 __all__ = ["SELECT_WARPS", "moe_router_triton", "router_block_e", "router_num_warps"]
@@ -89,15 +85,13 @@ def _order_key(v):
     return tl.where(b < 0, b ^ 0x7FFFFFFF, b)
 
 
-@triton.jit(do_not_specialize=["T", "P", "NBLK"])
+@triton.jit
 def _moe_router_select_kernel(
     logits_ptr, bias_ptr, ids_ptr, wts_ptr, routed_scaling,
     stride_lt, stride_it, stride_wt,
-    ticket_ptr, sorted_ptr, block_ptr, total_ptr, T, P, NBLK,
     N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, TOPK_GROUP: tl.constexpr, TOP_K: tl.constexpr,
     RENORMALIZE: tl.constexpr, G_PAD: tl.constexpr, GS_PAD: tl.constexpr, K_PAD: tl.constexpr,
-    KG_PAD: tl.constexpr, ALIGN: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    NP: tl.constexpr, WIDE_PAD: tl.constexpr, USE_GDC: tl.constexpr,
+    KG_PAD: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     """Grouped top-k of row program_id(0) on a [G_PAD, GS_PAD] view of its logits.
 
@@ -161,16 +155,6 @@ def _moe_router_select_kernel(
     wsel = wsel * routed_scaling
     tl.store(ids_ptr + t * stride_it + kr, ids, mask=mask)
     tl.store(wts_ptr + t * stride_wt + kr, wsel, mask=mask)
-    if ALIGN:
-        # moe_align's work without a launch of its own: the last of the T rows to finish (an
-        # integer ticket; acq_rel orders every row's id stores before it) sorts all T rows' pairs
-        # into the block layout, reading the ids from L2, then leaves the ticket at zero.
-        tl.debug_barrier()
-        ticket = tl.atomic_add(ticket_ptr, 1, sem="acq_rel", scope="gpu")
-        if ticket == T - 1:
-            align_pairs(ids_ptr, sorted_ptr, block_ptr, total_ptr, P, TOP_K, NBLK, stride_it, 1,
-                        E, PAIRS_PER_TOKEN, BLOCK_SIZE, NP, WIDE_PAD, ".cg")
-            tl.atomic_xchg(ticket_ptr, 0, sem="relaxed", scope="gpu")   # ready for the next call
 
 
 def router_block_e(num_experts: int) -> int:
@@ -203,8 +187,6 @@ def moe_router_triton(
     block_e: int | None = None,
     logits_warps: int | None = None,
     use_pdl: bool | None = None,
-    align: tuple[int, bool] | None = None,
-    align_out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch on x [T, H], gate_w [E, H] (unit H stride), expert_bias fp32 [E]; returns
     (ids int32 [T, top_k], weights fp32 [T, top_k]) (naive.moe_router_reference).
@@ -213,10 +195,7 @@ def moe_router_triton(
     fp32 [T, E] contiguous buffer, is the workspace and exposes the logits to tests. ``block_e``
     overrides ``router_block_e`` and ``logits_warps`` ``router_num_warps`` (benchmarks.moe_sweep
     --set router); ``use_pdl`` defaults to ``pdl_supported(x.device)``.
-    ``align = (block_size, shared_expert)`` also writes moe_align's three outputs for the ids
-    (naive.moe_align_reference, experts E..) into ``align_out`` (required then): up to
-    SINGLE_LAUNCH_MAX_PAIRS pairs by the selection's last CTA, above that by moe_align's
-    fallback after it. Arguments are assumed validated by the op.
+    Arguments are assumed validated by the op.
     """
     t, h = x.shape
     e = gate_w.shape[0]
@@ -231,8 +210,6 @@ def moe_router_triton(
     assert weights_out.shape == (t, top_k) and weights_out.dtype == torch.float32 and weights_out.stride(1) == 1
     assert logits_out.shape == (t, e) and logits_out.dtype == torch.float32 and logits_out.stride(1) == 1
     if t == 0:
-        if align is not None:
-            moe_align_triton(ids_out, e, align[0], align[1], out=align_out)
         return ids_out, weights_out
     if use_pdl is None:
         use_pdl = pdl_supported(dev)
@@ -245,31 +222,13 @@ def moe_router_triton(
         E=e, BLOCK_E=block_e, BLOCK_H=triton.next_power_of_2(h), USE_GDC=use_pdl,
         num_warps=logits_warps or router_num_warps(block_e, h), **pdl,
     )
-    # Without the fused align its pointers are unread (ids_out stands in) and its constexprs idle.
-    p, blocks, consts = 0, 0, dict(PAIRS_PER_TOKEN=1, BLOCK_SIZE=1, NP=32, WIDE_PAD=False)
-    ticket = sorted_ids = block_ids = total = ids_out
-    fused = False
-    if align is not None:
-        block_size, shared = align
-        kp = top_k + int(shared)
-        slots, blocks = align_sizes(t * kp, e, block_size, shared)
-        assert [tuple(o.shape) for o in align_out] == [(slots,), (blocks,), (1,)], [o.shape for o in align_out]
-        assert all(o.dtype == torch.int32 and o.is_contiguous() for o in align_out)
-        fused = t * kp <= SINGLE_LAUNCH_MAX_PAIRS
-        if fused:
-            p, consts = t * kp, align_launch_args(t * kp, kp, blocks, e, block_size, align_out[0])
-            sorted_ids, block_ids, total = align_out
-            ticket = persistent_buffer("router_align_ticket", dev, 1, torch.int32, 0)
     _moe_router_select_kernel[(t,)](
         logits_out, expert_bias, ids_out, weights_out, float(routed_scaling),
         logits_out.stride(0), ids_out.stride(0), weights_out.stride(0),
-        ticket, sorted_ids, block_ids, total, t, p, blocks,
         N_GROUP=n_group, GROUP_SIZE=group_size, TOPK_GROUP=topk_group, TOP_K=top_k,
         RENORMALIZE=bool(renormalize), G_PAD=triton.next_power_of_2(n_group),
         GS_PAD=triton.next_power_of_2(group_size), K_PAD=triton.next_power_of_2(top_k),
-        KG_PAD=triton.next_power_of_2(topk_group), ALIGN=fused, **consts,
+        KG_PAD=triton.next_power_of_2(topk_group),
         USE_GDC=use_pdl, num_warps=SELECT_WARPS, **pdl,
     )
-    if align is not None and not fused:
-        moe_align_triton(ids_out, e, align[0], align[1], out=align_out, use_pdl=use_pdl)
     return ids_out, weights_out

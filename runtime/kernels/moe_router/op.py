@@ -1,4 +1,4 @@
-"""The Ling-3 MoE router as opaque custom ops: the router alone, and the router with moe_align.
+"""The Ling-3 MoE router as an opaque custom op.
 
 ``torch.ops.lingc.moe_router(Tensor x, Tensor gate_w, Tensor expert_bias, int n_group,
 int topk_group, int top_k, float routed_scaling, bool renormalize) -> (Tensor, Tensor)``:
@@ -6,26 +6,17 @@ x [T, H] (bf16 or fp32), gate_w [E, H] of x's dtype (unit stride along H, any ro
 expert_bias fp32 [E]; returns (topk_ids int32 [T, top_k], topk_weights fp32 [T, top_k]).
 naive.py gives the exact math and the tie rule (lowest index wins).
 
-``torch.ops.lingc.moe_route_align(..., int block_size, bool shared_expert) -> (Tensor, Tensor,
-Tensor, Tensor, Tensor)``: the same arguments and two outputs, then moe_align's three outputs for
-those ids (moe_align/naive.py: sorted_pair_ids, block_expert_ids, total_padded; the shared expert,
-if any, is expert E). On CUDA the selection's last CTA aligns the pairs (up to 72), so a verify
-chain's MoE needs no moe_align launch; lingc::moe_experts takes the three as its optional align
-inputs.
-
-The fused_moe pass emits them, so they must trace (fake impl), run on the CPU (the reference) and
-on CUDA (the two Triton kernels, PDL-launched on Hopper). ``custom_op``s rather than
-``triton_op``s for the reason given in gemm/op.py: an opaque op keeps our own PDL launch.
+The fused_moe pass emits it, so it must trace (fake impl), run on the CPU (the reference) and
+on CUDA (the two Triton kernels, PDL-launched on Hopper). A ``custom_op`` rather than a
+``triton_op`` for the reason given in gemm/op.py: an opaque op keeps our own PDL launch.
 """
 import torch
 
 from lingc.runtime.registry import register_op
 
-from lingc.runtime.kernels.moe_align.naive import align_sizes, moe_align_reference
-
 from .naive import moe_router_reference
 
-__all__ = ["moe_route_align", "moe_router", "check_moe_router_args"]
+__all__ = ["moe_router", "check_moe_router_args"]
 
 _DTYPES = (torch.bfloat16, torch.float32)
 
@@ -86,41 +77,3 @@ _SCHEMA = ("(Tensor x, Tensor gate_w, Tensor expert_bias, int n_group, int topk_
 
 
 moe_router = register_op("moe_router", _moe_router, _moe_router_fake, schema=_SCHEMA)
-
-
-def _check_align(op, block_size) -> None:
-    if block_size < 1:
-        raise ValueError(f"{op}: block_size must be >= 1, got {block_size}")
-
-
-def _moe_route_align(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize,
-                     block_size, shared_expert):
-    args = (x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
-    check_moe_router_args(*args)
-    _check_align("moe_route_align", block_size)
-    e = gate_w.shape[0]
-    if not x.is_cuda:
-        ids, w = moe_router_reference(*args)
-        return (ids, w, *moe_align_reference(ids, e, block_size, shared_expert))
-    from .kernel import moe_router_triton
-
-    t = x.shape[0]
-    slots, blocks = align_sizes(t * (top_k + int(shared_expert)), e, block_size, shared_expert)
-    align_out = tuple(torch.empty(n, dtype=torch.int32, device=x.device) for n in (slots, blocks, 1))
-    ids, w = moe_router_triton(*args, align=(block_size, bool(shared_expert)), align_out=align_out)
-    return (ids, w, *align_out)
-
-
-def _moe_route_align_fake(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize,
-                          block_size, shared_expert):
-    ids, w = _moe_router_fake(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
-    _check_align("moe_route_align", block_size)
-    slots, blocks = align_sizes(x.shape[0] * (top_k + int(shared_expert)), gate_w.shape[0], block_size,
-                                shared_expert)
-    return ids, w, *(x.new_empty((n,), dtype=torch.int32) for n in (slots, blocks, 1))
-
-
-moe_route_align = register_op(
-    "moe_route_align", _moe_route_align, _moe_route_align_fake,
-    schema=_SCHEMA.replace(") -> (Tensor, Tensor)", ", int block_size, bool shared_expert) -> "
-                                                      "(Tensor, Tensor, Tensor, Tensor, Tensor)"))
