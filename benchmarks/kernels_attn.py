@@ -42,7 +42,7 @@ from benchmarks.common import cold_copies, copy_bandwidth_gbps, markdown_table, 
 from lingc.models.kda_math import gated_head_rmsnorm as model_gated_head_rmsnorm
 from lingc.models.layers import apply_rope_interleaved, rope_inv_freq
 from lingc.runtime.kernels.mla_decode import mla_decode_reference
-from lingc.runtime.kernels.mla_decode.kernel import MlaDecodeConfig, config_for, mla_decode_triton
+from lingc.runtime.kernels.mla_decode.kernel import MIN_SPLIT_LEN, MlaDecodeConfig, config_for, mla_decode_triton
 from lingc.runtime.kernels.norms import gated_head_rmsnorm_reference, rmsnorm_reference
 from lingc.runtime.kernels.norms.kernel import gated_head_rmsnorm_triton, rmsnorm_triton
 
@@ -164,13 +164,14 @@ def _eager_mla(q_lat, q_rope, kv_cache, positions, gate, inv_freq):
 
 
 def parse_mla_config(spec: str) -> MlaDecodeConfig:
-    """'split_len,block_l,num_stages,num_warps[,combine_block_r[,combine_block_s]]' -> a config."""
+    """'split_len,block_l,num_stages,num_warps[,combine_block_r[,combine_block_s]]' -> a config,
+    the split in the PDL chain or not as config_for decides for that split length."""
     try:
         vals = [int(v) for v in spec.split(",")]
         names = ["split_len", "block_l", "num_stages", "num_warps", "combine_block_r", "combine_block_s"]
         if not 4 <= len(vals) <= len(names):
             raise ValueError(f"{len(vals)} numbers")
-        return MlaDecodeConfig(**dict(zip(names, vals)))
+        return MlaDecodeConfig(**dict(zip(names, vals)), split_pdl=vals[0] <= MIN_SPLIT_LEN)
     except (ValueError, AssertionError) as e:
         raise SystemExit(f"--mla-config {spec!r}: want split_len,block_l,num_stages,num_warps"
                          f"[,combine_block_r[,combine_block_s]] (split_len a multiple of block_l >= 16): {e}")

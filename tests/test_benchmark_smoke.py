@@ -249,6 +249,22 @@ def test_gemm_sweep_candidates_start_with_the_table_and_include_each_design():
         assert kinds == ({"A", "B", "C"} if k >= 512 else {"B", "C"}), (label, names)
 
 
+def test_mla_config_specs_follow_the_tables_pdl_rule():
+    # --mla-config variants take the split in or out of the PDL chain as config_for does for
+    # their split length, so a sweep at 65536 compares tiles, not PDL placements.
+    from benchmarks.kernels_attn import parse_mla_config
+    from lingc.runtime.kernels.mla_decode.kernel import config_for
+
+    for L, spec in ((8192, "128,64,3,8"), (65536, "512,64,3,8")):
+        assert parse_mla_config(spec) == config_for(L, 8, 512, 64), spec
+    c = parse_mla_config("256,32,4,8,32,16")
+    assert (c.split_len, c.block_l, c.num_stages, c.num_warps, c.combine_block_r, c.combine_block_s,
+            c.split_pdl) == (256, 32, 4, 8, 32, 16, False)
+    for bad in ("512,64,3", "96,64,3,8", "a,b,c,d"):
+        with pytest.raises(SystemExit, match="--mla-config"):
+            parse_mla_config(bad)
+
+
 def test_plot_draws_a_decode_json(tmp_path):
     # benchmarks.plot on a decode JSON of two modes (one with a projected TPOT): a PNG is written.
     pytest.importorskip("matplotlib")
