@@ -63,6 +63,52 @@ def short_lowering_messages():
         cls.operator_str = old
 
 
+def functionalize_inference_backend(fw_compiler: Callable, decompositions: dict) -> Callable:
+    """aot_inference_backend's ATen inference graph from one functionalised trace under Dynamo's
+    fake mode: the graph's input mutations stay in it as trailing copy_ ops, as with AOTAutograd
+    and keep_inference_input_mutations, and only some view nodes come in another order.
+    AOTAutograd traces twice (metadata collection, then the graph): this takes about half its
+    time. Functionalisation sees each input as its own tensor, so when a mutated input shares
+    storage with another input, the graph goes through AOTAutograd instead, which handles it."""
+    from torch._guards import TracingContext, detect_fake_mode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+        ctx = TracingContext.try_get()
+        fake_mode = detect_fake_mode(example_inputs) or (ctx.fake_mode if ctx else None)
+        if fake_mode is None:
+            from torch._subclasses.fake_tensor import FakeTensorMode
+            fake_mode = FakeTensorMode()
+        fakes = [fake_mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in example_inputs]
+        fn = torch.func.functionalize(gm, remove="mutations")
+        with fake_mode:
+            g = make_fx(lambda *args: fn(*args), decomposition_table=decompositions, tracing_mode="real")(*fakes)
+        if _mutates_an_aliased_input(g, example_inputs):
+            return aot_inference_backend(fw_compiler, decompositions)(gm, example_inputs)
+        g.graph.eliminate_dead_code()
+        g.recompile()
+        compiled = fw_compiler(g, fakes)
+        if getattr(compiled, "_boxed_call", False):            # AOTAutograd's calling convention
+            return lambda *args: compiled(list(args))
+        return compiled
+
+    return backend
+
+
+def _mutates_an_aliased_input(g: torch.fx.GraphModule, inputs: Sequence[Any]) -> bool:
+    """Whether an input the graph writes back (a trailing copy_ into a placeholder) shares its
+    storage with another input."""
+    placeholders = [n for n in g.graph.nodes if n.op == "placeholder"]
+    written = {placeholders.index(n.args[0]) for n in g.graph.nodes
+               if n.target is torch.ops.aten.copy_.default and n.args[0] in placeholders}
+
+    def storage(x):
+        return x.untyped_storage().data_ptr() if isinstance(x, torch.Tensor) and x.device.type != "meta" else None
+
+    ptrs = [storage(x) for x in inputs]
+    return any(ptrs[i] is not None and sum(p == ptrs[i] for p in ptrs) > 1 for i in written)
+
+
 def aot_inference_backend(fw_compiler: Callable, decompositions: dict) -> Callable:
     """Dynamo backend that functionalises to an ATen inference graph with cache/state mutations
     kept in the graph as explicit copy_ ops (the capture contract of design.md)."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ROLES = ("forward", "decode", "draft", "verify", "extend")
+CAPTURES = ("aot", "functionalize")
 
 
 @dataclass
@@ -36,6 +37,11 @@ class LingcOptions:
     # Tensor parallel: the graph's all-reduces run on NCCL ("nccl") or as one-shot
     # symmetric-memory kernels ("symm_mem", the symm_allreduce pass; CUDA, no multicast needed).
     allreduce: str = "nccl"
+    # How the Dynamo graph becomes the functionalised ATen graph (also LINGC_CAPTURE): "aot"
+    # (AOTAutograd: a metadata run, then the trace) or "functionalize" (one functionalised trace,
+    # about half the time; the same ops, some view nodes in another order; inputs that share
+    # storage with a mutated input go through AOTAutograd, which handles aliasing).
+    capture: str = "aot"
 
     @classmethod
     def from_user(cls, options: dict[str, Any] | None) -> "LingcOptions":
@@ -52,6 +58,8 @@ class LingcOptions:
             options["disable_passes"] = list(options.get("disable_passes", [])) + extra
         if env.get("LINGC_VERIFY", "0") not in ("", "0"):
             options["verify"] = True
+        if env.get("LINGC_CAPTURE"):
+            options["capture"] = env["LINGC_CAPTURE"]
         if env.get("LINGC_INDUCTOR") in ("0", "1"):
             options["inductor"] = env["LINGC_INDUCTOR"] == "1"
         opts = cls(**options)
@@ -64,6 +72,8 @@ class LingcOptions:
         for name in ("inductor", "verify", "fail_on_recompile", "print_summary", "cudagraphs"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"lingc: option {name}={getattr(self, name)!r} must be a bool")
+        if self.capture not in CAPTURES:
+            raise ValueError(f"lingc: option capture={self.capture!r}; expected one of {list(CAPTURES)}")
         if self.allreduce not in ("nccl", "symm_mem"):
             raise ValueError(f"lingc: option allreduce={self.allreduce!r}; expected 'nccl' or 'symm_mem'")
         if isinstance(self.disable_passes, str):

@@ -27,9 +27,10 @@ def model():
     return tiny_model()
 
 
-@pytest.fixture(scope="module")
-def engine(model):
-    return Engine(model, max_len=512, steps=STEPS, options=OPTS, progress=False)
+@pytest.fixture(scope="module", params=["aot", "functionalize"])
+def engine(model, request):
+    # Every relay gate under both captures of the ATen graph (LingcOptions.capture).
+    return Engine(model, max_len=512, steps=STEPS, options={**OPTS, "capture": request.param}, progress=False)
 
 
 @pytest.fixture(scope="module")
