@@ -2,7 +2,7 @@
 
     python -m benchmarks.compile_time --preset flash-tp4-rank --out OUT
         [--layers 42] [--experts 64] [--roles draft verify extend decode] [--steps 5]
-        [--inductor 0|1] [--dump-dir DIR]
+        [--inductor 0|1] [--capture aot|functionalize] [--dump-dir DIR]
 
 Builds the preset (random bf16 weights, on CUDA when there is one, else the CPU), then prepares
 the relay's roles one at a time in this process, as `Engine.prepare` does for a user: Dynamo,
@@ -33,7 +33,7 @@ ROLES = ("draft", "verify", "extend", "decode")
 
 
 def measure(preset_name: str, layers: int | None, experts: int | None, roles, steps: int,
-            inductor: bool, dump_dir: str | None) -> dict:
+            inductor: bool, dump_dir: str | None, capture: str = "aot") -> dict:
     from lingc.backend import compile_reports
     from lingc.models import build_model, preset
     from lingc.runtime.relay.engine import Engine
@@ -48,7 +48,7 @@ def measure(preset_name: str, layers: int | None, experts: int | None, roles, st
     t0 = time.perf_counter()
     model = build_model(cfg, device=device, dtype=torch.bfloat16, seed=0)
     build_s = time.perf_counter() - t0
-    options = {"inductor": inductor}
+    options = {"inductor": inductor, "capture": capture}
     if dump_dir:
         options["dump_dir"] = dump_dir
     eng = Engine(model, max_len=512, steps=steps, options=options, progress=False)
@@ -70,7 +70,7 @@ def measure(preset_name: str, layers: int | None, experts: int | None, roles, st
         rows.append(dict(role=role, wall_s=wall, passes_s=sum(v for v in passes.values() if v),
                          per_pass_s=passes, graphs=len(compile_reports) - n))
     return dict(preset=preset_name, layers=cfg.num_hidden_layers, experts=cfg.num_experts,
-                device=device, inductor=inductor, captured=eng.cudagraphs, steps=steps,
+                device=device, inductor=inductor, capture=capture, captured=eng.cudagraphs, steps=steps,
                 build_s=build_s, total_s=sum(r["wall_s"] for r in rows), roles=rows)
 
 
@@ -83,7 +83,7 @@ def format_report(res: dict) -> str:
     body = [{**r["per_pass_s"], **r} for r in res["roles"]]
     what = "compile + capture" if res["captured"] else "compile (no capture on the CPU)"
     title = (f"{what}: {res['preset']}, {res['layers']} layers, {res['experts']} experts, "
-             f"{res['device']}, inductor {'on' if res['inductor'] else 'off'}; "
+             f"{res['device']}, inductor {'on' if res['inductor'] else 'off'}, capture {res['capture']}; "
              f"total {res['total_s']:.1f} s (model build {res['build_s']:.1f} s not counted)")
     return title + "\n" + markdown_table(body, cols)
 
@@ -96,11 +96,13 @@ def main(argv=None) -> int:
     ap.add_argument("--roles", nargs="+", default=list(ROLES), choices=ROLES)
     ap.add_argument("--steps", type=int, default=5, help="relay depth (draft forwards per step)")
     ap.add_argument("--inductor", type=int, default=1)
+    ap.add_argument("--capture", default="aot", choices=["aot", "functionalize"],
+                    help="how the ATen graph is captured (LingcOptions.capture)")
     ap.add_argument("--dump-dir", help="also write the pass dumps (their writing is then timed too)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     try:
-        res = measure(a.preset, a.layers, a.experts, a.roles, a.steps, bool(a.inductor), a.dump_dir)
+        res = measure(a.preset, a.layers, a.experts, a.roles, a.steps, bool(a.inductor), a.dump_dir, a.capture)
     except ValueError as e:                     # a preset override the config rejects
         raise SystemExit(f"benchmarks.compile_time: {e}") from None
     print(format_report(res))

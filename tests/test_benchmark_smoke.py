@@ -336,9 +336,11 @@ def test_inductor_cudagraph_modes_mark_the_cache_static():
 
 def test_compile_time_reports_each_role_and_pass(tmp_path):
     out = run(["benchmarks.compile_time", "--preset", "tiny", "--layers", "3", "--roles", "verify",
-               "decode", "--inductor", "0"], tmp_path, timeout=240)
+               "decode", "--inductor", "0", "--capture", "functionalize"], tmp_path, timeout=240)
     assert "compile (no capture on the CPU): tiny, 3 layers" in out and "| role | wall s |" in out
+    assert "capture functionalize" in out
     data = json.loads((tmp_path / "compile_time.json").read_text())
+    assert data["capture"] == "functionalize"
     assert [r["role"] for r in data["roles"]] == ["verify", "decode"]
     verify, decode = data["roles"]
     # stage_commit is for the relay's verify graph only: timed there, skipped (None) for decode.
