@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import markdown_table, write_json
+from lingc.options import CAPTURES
 
 ROLES = ("draft", "verify", "extend", "decode")
 
@@ -96,7 +97,7 @@ def main(argv=None) -> int:
     ap.add_argument("--roles", nargs="+", default=list(ROLES), choices=ROLES)
     ap.add_argument("--steps", type=int, default=5, help="relay depth (draft forwards per step)")
     ap.add_argument("--inductor", type=int, default=1)
-    ap.add_argument("--capture", default="aot", choices=["aot", "functionalize"],
+    ap.add_argument("--capture", default="aot", choices=CAPTURES,
                     help="how the ATen graph is captured (LingcOptions.capture)")
     ap.add_argument("--dump-dir", help="also write the pass dumps (their writing is then timed too)")
     ap.add_argument("--out", required=True)

@@ -74,11 +74,7 @@ def functionalize_inference_backend(fw_compiler: Callable, decompositions: dict)
     from torch.fx.experimental.proxy_tensor import make_fx
 
     def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
-        ctx = TracingContext.try_get()
-        fake_mode = detect_fake_mode(example_inputs) or (ctx.fake_mode if ctx else None)
-        if fake_mode is None:
-            from torch._subclasses.fake_tensor import FakeTensorMode
-            fake_mode = FakeTensorMode()
+        fake_mode = detect_fake_mode(example_inputs) or TracingContext.get().fake_mode    # Dynamo's
         fakes = [fake_mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in example_inputs]
         fn = torch.func.functionalize(gm, remove="mutations")
         with fake_mode:
