@@ -34,7 +34,7 @@ ROLES = ("draft", "verify", "extend", "decode")
 
 
 def measure(preset_name: str, layers: int | None, experts: int | None, roles, steps: int,
-            inductor: bool, dump_dir: str | None, capture: str = "aot") -> dict:
+            inductor: bool, dump_dir: str | None, capture: str = "functionalize") -> dict:
     from lingc.backend import compile_reports
     from lingc.models import build_model, preset
     from lingc.runtime.relay.engine import Engine
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
     ap.add_argument("--roles", nargs="+", default=list(ROLES), choices=ROLES)
     ap.add_argument("--steps", type=int, default=5, help="relay depth (draft forwards per step)")
     ap.add_argument("--inductor", type=int, default=1)
-    ap.add_argument("--capture", default="aot", choices=CAPTURES,
+    ap.add_argument("--capture", default="functionalize", choices=CAPTURES,
                     help="how the ATen graph is captured (LingcOptions.capture)")
     ap.add_argument("--dump-dir", help="also write the pass dumps (their writing is then timed too)")
     ap.add_argument("--out", required=True)

@@ -37,11 +37,11 @@ class LingcOptions:
     # Tensor parallel: the graph's all-reduces run on NCCL ("nccl") or as one-shot
     # symmetric-memory kernels ("symm_mem", the symm_allreduce pass; CUDA, no multicast needed).
     allreduce: str = "nccl"
-    # How the Dynamo graph becomes the functionalised ATen graph (also LINGC_CAPTURE): "aot"
-    # (AOTAutograd: a metadata run, then the trace) or "functionalize" (one functionalised trace,
-    # about half the time; the same ops, some view nodes in another order; inputs that share
-    # storage with a mutated input go through AOTAutograd, which handles aliasing).
-    capture: str = "aot"
+    # How the Dynamo graph becomes the functionalised ATen graph (also LINGC_CAPTURE):
+    # "functionalize" (one functionalised trace; inputs that share storage with a mutated input
+    # go through AOTAutograd, which handles aliasing) or "aot" (AOTAutograd: a metadata run, then
+    # the trace; about twice the time, the same ops, some view nodes in another order).
+    capture: str = "functionalize"
 
     @classmethod
     def from_user(cls, options: dict[str, Any] | None) -> "LingcOptions":

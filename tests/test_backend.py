@@ -67,10 +67,11 @@ def test_options_from_env(monkeypatch, tmp_path):
     monkeypatch.setenv("LINGC_DUMP_DIR", str(tmp_path))
     monkeypatch.setenv("LINGC_DISABLE_PASSES", "swiglu_epilogue")
     monkeypatch.setenv("LINGC_VERIFY", "1")
-    monkeypatch.setenv("LINGC_CAPTURE", "functionalize")
+    assert LingcOptions.from_user({}).capture == "functionalize"
+    monkeypatch.setenv("LINGC_CAPTURE", "aot")
     o = LingcOptions.from_user({"role": "decode"})
     assert (o.dump_dir, o.disable_passes, o.verify, o.role, o.capture) == \
-        (str(tmp_path), ["swiglu_epilogue"], True, "decode", "functionalize")
+        (str(tmp_path), ["swiglu_epilogue"], True, "decode", "aot")
 
 
 @pytest.mark.parametrize("T", [1, 6])

@@ -14,6 +14,7 @@ Tolerances (relative RMS vs the fp32 reference): fp32 caches use fp32 dots (2e-6
 use hi/lo-split bf16 dots whose fp32 operand keeps ~16 bits (5e-5 under the interpreter, whose
 bf16 cast truncates; the GPU rounds to nearest).
 """
+import dataclasses
 import textwrap
 
 import pytest
@@ -41,6 +42,8 @@ SCALE = (16 + 8) ** -0.5
 # Small splits so short contexts cross split boundaries: 2 tiles per split, or 1.
 SPLIT32 = MlaDecodeConfig(split_len=32, block_l=16)
 SPLIT16 = MlaDecodeConfig(split_len=16, block_l=16)
+# A 32-row query tile: 8 queries of the tiny model's 4 heads per program instead of 4.
+SPLIT32_H32 = MlaDecodeConfig(split_len=32, block_l=16, block_h=32)
 
 
 def make_inputs(T, L, positions, kv_dtype, seed, q_rope_dtype=None, garbage=100.0, device=DEVICE, heads=H,
@@ -99,6 +102,9 @@ CASES = [
     (6, 100, 27, SPLIT32),
     (6, 50, 44, SPLIT16),
     (8, 300, 200, None),          # the default config: splits of 128 rows
+    (1, 100, 63, SPLIT32_H32),    # a 32-row query tile: one query in 8 live rows of 32
+    (6, 100, 27, SPLIT32_H32),
+    (12, 100, 70, SPLIT32_H32),   # two programs per split, the second half empty
 ]
 
 
@@ -176,18 +182,19 @@ def test_rows_past_the_positions_are_never_read():
 # Batch invariance in T.
 
 
+@pytest.mark.parametrize("config", [SPLIT32, SPLIT32_H32], ids=["tile16", "tile32"])
 @pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_kernel_batch_invariant_in_T(kv_dtype):
+def test_kernel_batch_invariant_in_T(kv_dtype, config):
     # A T = 8 chain straddling a split boundary (rows 28..35, splits of 32): every shorter chain
     # and every single-position decode gives the same bits for the same position.
     x = make_inputs(8, 64, chain(28, 8), kv_dtype, seed=21)
-    full = run_kernel(args(x, gate=True, rope=True))
+    full = run_kernel(args(x, gate=True, rope=True), config)
     for n in range(1, 8):
         part = {k: (v[:n] if k in ("q_lat", "q_rope", "positions", "gate") else v) for k, v in x.items()}
-        assert torch.equal(run_kernel(args(part, gate=True, rope=True)), full[:n]), f"T={n}"
+        assert torch.equal(run_kernel(args(part, gate=True, rope=True), config), full[:n]), f"T={n}"
     for j in (0, 5, 7):
         one = {k: (v[j:j + 1] if k in ("q_lat", "q_rope", "positions", "gate") else v) for k, v in x.items()}
-        assert torch.equal(run_kernel(args(one, gate=True, rope=True)), full[j:j + 1]), f"decode of position {j}"
+        assert torch.equal(run_kernel(args(one, gate=True, rope=True), config), full[j:j + 1]), f"decode of position {j}"
 
 
 def test_reference_batch_invariant_in_T():
@@ -424,13 +431,16 @@ def test_gpu_flash_shapes_match_reference(T, L, q_rope_dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("block_h", [0, 32], ids=["table-tile", "tile32"])
 @pytest.mark.parametrize("L", [8192, 65536])
-def test_gpu_batch_invariant_in_T(L):
+def test_gpu_batch_invariant_in_T(L, block_h):
     x = _flash_inputs(8, L, seed=L + 1)
-    full = run_kernel(args(x, gate=True, rope=True), config=None)
+    cfg = dataclasses.replace(config_for(L, 8, 512, 64), block_h=block_h)
+    full = run_kernel(args(x, gate=True, rope=True), config=cfg)
+    assert_close(full, mla_decode_reference(*cpu(args(x, gate=True, rope=True))), 5e-5)
     for n in range(1, 8):
         part = {k: (v[:n] if k in ("q_lat", "q_rope", "positions", "gate") else v) for k, v in x.items()}
-        assert torch.equal(run_kernel(args(part, gate=True, rope=True), config=None), full[:n]), f"T={n}"
+        assert torch.equal(run_kernel(args(part, gate=True, rope=True), config=cfg), full[:n]), f"T={n}"
 
 
 @pytest.mark.gpu

@@ -71,6 +71,10 @@ class MlaDecodeConfig:
     num_stages: int = 3
     combine_block_r: int = 64     # latent columns per combine program
     combine_block_s: int = 32     # splits per combine chunk
+    # Rows of a split program's query tile (queries x padded heads); 0 = max(16, next_pow2(H)),
+    # the fewest tl.dot takes. More rows put more queries of a verify chain in one program, so
+    # fewer programs re-read each cache tile; a shape constant like the rest (never from T).
+    block_h: int = 0
     # Whether the split / the combine take part in the PDL chain when the launch uses PDL. A
     # launch without it waits for its predecessor by stream order and releases its successor
     # when it exits; the bits do not change. config_for turns the split's off at long contexts.
@@ -80,6 +84,7 @@ class MlaDecodeConfig:
     def __post_init__(self):
         assert self.block_l >= 16 and self.block_l & (self.block_l - 1) == 0, self
         assert self.split_len % self.block_l == 0, self
+        assert self.block_h == 0 or (self.block_h >= 16 and self.block_h & (self.block_h - 1) == 0), self
 
 
 def config_for(L: int, H: int, R: int, P: int) -> MlaDecodeConfig:
@@ -289,7 +294,7 @@ def mla_decode_triton(q_lat, q_rope, kv_cache, positions, scale: float, gate=Non
     kv_bf16 = kv_cache.dtype != torch.float32
     rope = rope_inv_freq is not None
     hp = triton.next_power_of_2(H)
-    bh = max(16, hp)
+    bh = max(16, hp, cfg.block_h)
     _mla_split_kernel[(triton.cdiv(T, bh // hp), ns)](
         q_lat, q_rope, kv_cache, positions, rope_inv_freq if rope else positions, m, l, acc,
         q_lat.stride(0), q_lat.stride(1), q_rope.stride(0), q_rope.stride(1), kv_cache.stride(0), L, float(scale),
