@@ -11,7 +11,7 @@ NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/
 CUDA_VISIBLE_DEVICES=0 timeout 300 "$NCU" --kernel-name regex:"_mla_split_kernel" --launch-skip 1 --launch-count 3 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
-    --section InstructionStats --csv --page details --print-units base --log-file "$OUT/ncu_mla_split.csv" \
+    --section InstructionStats --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" --csv --page details --print-units base --log-file "$OUT/ncu_mla_split.csv" \
     python3 benchmarks/scripts/mla_split_ncu_run.py 2>&1 | stamp > "$OUT/ncu_run.log"
 tail -5 "$OUT/ncu_run.log"
 python3 - "$OUT/ncu_mla_split.csv" <<'PY'
@@ -19,9 +19,9 @@ import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 keys = ("Duration", "Registers Per Thread", "Achieved Occupancy", "Compute (SM) Throughput", "Memory Throughput",
         "DRAM Throughput", "Issue Slots Busy", "Executed Ipc Active", "No Eligible", "Warp Cycles Per Issued Instruction",
-        "Stall", "Executed Instructions", "Pipe")
+        "Stall", "stalled", "Executed Instructions", "Pipe")
 for r in rows:
-    if any(k in r["Metric Name"] for k in keys):
+    if any(k in r["Metric Name"] for k in keys) and not ("stalled" in r["Metric Name"] and float(r["Metric Value"] or 0) < 0.05):
         print(r["ID"], r["Grid Size"], r["Metric Name"], r["Metric Value"], r["Metric Unit"])
 PY
 find "$OUT" -maxdepth 1 -empty -delete; ls -la "$OUT"
