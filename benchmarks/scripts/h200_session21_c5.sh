@@ -20,8 +20,13 @@ rows = list(csv.DictReader(open(sys.argv[1])))
 keys = ("Duration", "Registers Per Thread", "Achieved Occupancy", "Compute (SM) Throughput", "Memory Throughput",
         "DRAM Throughput", "Issue Slots Busy", "Executed Ipc Active", "No Eligible", "Warp Cycles Per Issued Instruction",
         "Stall", "stalled", "Executed Instructions", "Pipe")
+def small(v):
+    try:
+        return float(v.replace(",", "")) < 0.05
+    except ValueError:
+        return False
 for r in rows:
-    if any(k in r["Metric Name"] for k in keys) and not ("stalled" in r["Metric Name"] and float(r["Metric Value"] or 0) < 0.05):
+    if any(k in r["Metric Name"] for k in keys) and not ("stalled" in r["Metric Name"] and small(r["Metric Value"])):
         print(r["ID"], r["Grid Size"], r["Metric Name"], r["Metric Value"], r["Metric Unit"])
 PY
 find "$OUT" -maxdepth 1 -empty -delete; ls -la "$OUT"
