@@ -164,23 +164,25 @@ def _eager_mla(q_lat, q_rope, kv_cache, positions, gate, inv_freq):
 
 
 def parse_mla_config(spec: str) -> MlaDecodeConfig:
-    """'split_len,block_l,num_stages,num_warps[,combine_block_r[,combine_block_s[,block_h]]]' -> a
-    config, the split in the PDL chain or not as config_for decides for that split length."""
+    """'split_len,block_l,num_stages,num_warps[,combine_block_r[,combine_block_s[,block_h[,max_registers]]]]' ->
+    a config, the split in the PDL chain or not as config_for decides for that split length."""
     try:
         vals = [int(v) for v in spec.split(",")]
-        names = ["split_len", "block_l", "num_stages", "num_warps", "combine_block_r", "combine_block_s", "block_h"]
+        names = ["split_len", "block_l", "num_stages", "num_warps", "combine_block_r", "combine_block_s", "block_h",
+                 "max_registers"]
         if not 4 <= len(vals) <= len(names):
             raise ValueError(f"{len(vals)} numbers")
         return MlaDecodeConfig(**dict(zip(names, vals)), split_pdl=vals[0] <= MIN_SPLIT_LEN)
     except (ValueError, AssertionError) as e:
         raise SystemExit(f"--mla-config {spec!r}: want split_len,block_l,num_stages,num_warps"
-                         f"[,combine_block_r[,combine_block_s[,block_h]]] (split_len a multiple of block_l >= 16,"
-                         f" block_h 0 or a power of two >= 16): {e}")
+                         f"[,combine_block_r[,combine_block_s[,block_h[,max_registers]]]] (split_len a multiple"
+                         f" of block_l >= 16, block_h 0 or a power of two >= 16): {e}")
 
 
 def mla_config_label(c: MlaDecodeConfig) -> str:
     return (f"lingc-s{c.split_len}-l{c.block_l}-st{c.num_stages}-w{c.num_warps}"
-            f"-cr{c.combine_block_r}-cs{c.combine_block_s}" + (f"-h{c.block_h}" if c.block_h else ""))
+            f"-cr{c.combine_block_r}-cs{c.combine_block_s}" + (f"-h{c.block_h}" if c.block_h else "")
+            + (f"-r{c.max_registers}" if c.max_registers else ""))
 
 
 def bench_mla(L, T, copy_gbps, replays, inductor, split_lens, configs=()):

@@ -75,6 +75,9 @@ class MlaDecodeConfig:
     # the fewest tl.dot takes. More rows put more queries of a verify chain in one program, so
     # fewer programs re-read each cache tile; a shape constant like the rest (never from T).
     block_h: int = 0
+    # Register cap per thread for the split kernel (Triton's maxnreg; 0 = none): at 128 and 8
+    # warps two split programs can share an SM when the tiles leave the shared memory for it.
+    max_registers: int = 0
     # Whether the split / the combine take part in the PDL chain when the launch uses PDL. A
     # launch without it waits for its predecessor by stream order and releases its successor
     # when it exits; the bits do not change. config_for turns the split's off at long contexts.
@@ -304,6 +307,7 @@ def mla_decode_triton(q_lat, q_rope, kv_cache, positions, scale: float, gate=Non
         SPLIT_Q=kv_bf16 and q_lat.dtype != kv_cache.dtype, SPLIT_QR=kv_bf16 and q_rope.dtype != kv_cache.dtype,
         SPLIT_P=kv_bf16, DOT_PRECISION="ieee", DOT_UPCAST=interpreting() and kv_bf16, USE_GDC=split_pdl,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if split_pdl else {}),
+        **({"maxnreg": cfg.max_registers} if cfg.max_registers and not interpreting() else {}),
     )
     g = gate if gate is not None else positions
     _mla_combine_kernel[(T, H, triton.cdiv(R, cfg.combine_block_r))](
