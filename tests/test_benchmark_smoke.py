@@ -261,6 +261,7 @@ def test_mla_config_specs_follow_the_tables_pdl_rule():
     assert (c.split_len, c.block_l, c.num_stages, c.num_warps, c.combine_block_r, c.combine_block_s,
             c.split_pdl) == (256, 32, 4, 8, 32, 16, False)
     assert (c.block_h, parse_mla_config("512,64,3,8,64,32,32").block_h) == (0, 32)
+    assert (c.max_registers, parse_mla_config("128,64,2,8,64,32,0,128").max_registers) == (0, 128)
     for bad in ("512,64,3", "96,64,3,8", "a,b,c,d", "512,64,3,8,64,32,24"):
         with pytest.raises(SystemExit, match="--mla-config"):
             parse_mla_config(bad)

@@ -98,7 +98,9 @@ def config_for(L: int, H: int, R: int, P: int) -> MlaDecodeConfig:
     benchmarks/results (``benchmarks.kernels_attn --split-len / --mla-config``)."""
     split = max(MIN_SPLIT_LEN, triton.next_power_of_2(triton.cdiv(L, TARGET_SPLITS)))
     bh = max(16, triton.next_power_of_2(H))
-    warps = 4 if bh * triton.next_power_of_2(R) <= 16 * 256 else 8     # 4 warps spill at 16 x 512
+    # At 16 x 512 four warps sit at the 255-register limit; two such programs share an SM and
+    # win alone at T = 6, but lost in the decode step (session 21), so 8 warps there.
+    warps = 4 if bh * triton.next_power_of_2(R) <= 16 * 256 else 8
     # The split joins the PDL chain only at the shortest split length (L <= 16384). Session 19
     # (H200, kernels_attn, split/combine chains over cold layers): at 65536, PDL on both kernels
     # took 45.0 us at T = 1 and 105.8 at T = 6, PDL on either one alone 38.7-39.0 / 99.3-99.4,
