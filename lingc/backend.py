@@ -4,9 +4,10 @@
 
 Registered through the `torch_dynamo_backends` entry point, so no import of lingc is needed.
 Pipeline per Dynamo graph (design.md):
-1. AOT capture to a functionalised ATen inference graph (parameters, buffers and caches are
+1. capture to a functionalised ATen inference graph (parameters, buffers and caches are
    placeholders; cache and state writes stay in the graph as explicit copy_ ops), decomposed with
-   Inductor's own table so the leftovers are exactly what Inductor expects;
+   Inductor's own table so the leftovers are exactly what Inductor expects: one functionalised
+   trace by default, or AOTAutograd's with `capture="aot"`;
 2. lingc's passes, in order, on that graph (pass_manager.py), with dumps and optional verification;
 3. what no pass claimed is compiled by Inductor (its CUDA graphs off: lingc captures), or run as
    plain ATen ops with `inductor=False`.
