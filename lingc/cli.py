@@ -4,6 +4,8 @@
                                               (plain and NEXTN relay), compare with eager
     python -m lingc explain --preset tiny --t 6   pass summary and kernel table, no benchmark
     python -m lingc explain --role extend         the same for one step graph of the NEXTN relay
+    python -m lingc run --checkpoint DIR --prompt-ids 1,2,3   a Ling-3 HF checkpoint instead of a
+                                              preset's random weights (both commands take it)
 """
 
 from __future__ import annotations
@@ -24,6 +26,46 @@ def _device(name: str | None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def _source(args: argparse.Namespace) -> str:
+    """What the model is built from, after checking that --preset and --checkpoint do not clash."""
+    if args.checkpoint and args.preset:
+        raise SystemExit(f"--preset {args.preset} and --checkpoint {args.checkpoint}: the checkpoint's "
+                         "config.json describes the model; give one of the two")
+    return f"checkpoint {args.checkpoint}" if args.checkpoint else f"{args.preset or 'tiny'} with random weights"
+
+
+def _model(args: argparse.Namespace, dev: torch.device, tp=None, progress: bool = True):
+    """The checkpoint's weights with --checkpoint, else the preset's random ones (seed --seed)."""
+    from .models.checkpoint import CheckpointError
+    from .models.parallel import SINGLE
+
+    tp = tp if tp is not None else SINGLE
+    if not args.checkpoint:
+        return build_model(preset(args.preset or "tiny"), device=dev, seed=getattr(args, "seed", 0),
+                           progress=progress, tp=tp)
+    from .models import Ling3ForCausalLM
+    try:
+        return Ling3ForCausalLM.from_pretrained(args.checkpoint, device=dev, progress=progress, tp=tp)
+    except CheckpointError as e:    # the message names the directory, the keys and the fix
+        raise SystemExit(f"lingc: cannot load --checkpoint: {e}") from None
+
+
+def _prompt(args: argparse.Namespace, vocab_size: int) -> list[int]:
+    """--prompt-ids as a list, each id checked against the vocabulary; else --prompt-len random ids."""
+    if args.prompt_ids is None:
+        gen = torch.Generator().manual_seed(args.seed)
+        return torch.randint(0, vocab_size, (args.prompt_len,), generator=gen).tolist()
+    try:
+        ids = [int(v) for v in args.prompt_ids.split(",") if v.strip()]
+    except ValueError:
+        raise SystemExit(f"--prompt-ids {args.prompt_ids!r}: want comma-separated token ids, e.g. 1,2,3") from None
+    bad = [i for i in ids if not 0 <= i < vocab_size]
+    if not ids or bad:
+        raise SystemExit(f"--prompt-ids {args.prompt_ids!r}: " + (f"ids {bad[:5]} are outside the vocabulary "
+                         f"[0, {vocab_size})" if bad else "no token ids given"))
+    return ids
+
+
 def compile_step(model, role: str = "decode", **options):
     """The model's forward compiled with lingc as one static-shape graph per T."""
     return torch.compile(model, backend="lingc", fullgraph=True, dynamic=False,
@@ -37,8 +79,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from .backend import compile_reports
 
     dev = _device(args.device)
-    cfg = preset(args.preset)
-    model = build_model(cfg, device=dev, seed=0)
+    name = _source(args)
+    model = _model(args, dev, progress=False)
+    cfg = model.config
     opts = {"inductor": args.inductor}
     if args.dump_dir:
         opts["dump_dir"] = args.dump_dir
@@ -62,7 +105,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
                         cudagraphs=False, progress=False)
         engine.prepare([role])
         what = f"relay step '{role}', {args.steps} drafts"
-    print(f"lingc explain: preset {args.preset}, {what}, device {dev}, "
+    print(f"lingc explain: {name}, {what}, device {dev}, "
           f"inductor={args.inductor}, compiled in {time.perf_counter() - t0:.1f} s\n")
     print(compile_reports[-1].format())
     if args.dump_dir:
@@ -84,21 +127,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     dev = _device(args.device)
     if dev.type == "cuda" and tp.enabled:
         dev = torch.device("cuda", torch.cuda.current_device())
-    cfg = preset(args.preset)
     lead = tp.rank == 0
     print = builtins.print if lead else (lambda *a, **k: None)   # noqa: A001  (rank 0 speaks)
     split = f", {tp.size}-way tensor parallel" if tp.enabled else ""
-    print(f"lingc: building {args.preset} with random weights on {dev}{split}")
-    model = build_model(cfg, device=dev, seed=args.seed, progress=lead, tp=tp)
-    gen = torch.Generator().manual_seed(args.seed)
-    prompt = torch.randint(0, cfg.vocab_size, (args.prompt_len,), generator=gen).tolist()
+    print(f"lingc: {'loading' if args.checkpoint else 'building'} {_source(args)} on {dev}{split}")
+    model = _model(args, dev, tp=tp, progress=lead)
+    cfg = model.config
+    prompt = _prompt(args, cfg.vocab_size)
     n = args.new_tokens
 
     t0 = time.perf_counter()
     eager = greedy_generate(model, prompt, n, eos_token_id=None)
     t_eager = time.perf_counter() - t0
 
-    engine = Engine(model, max_len=args.prompt_len + n + 2 * (args.steps + 1), steps=args.steps,
+    engine = Engine(model, max_len=len(prompt) + n + 2 * (args.steps + 1), steps=args.steps,
                     options={"inductor": args.inductor}, progress=lead)
     first = len(compile_reports)
     t0 = time.perf_counter()
@@ -118,13 +160,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     def same(out):
         return "identical to eager" if out == eager else "DIFFER from eager"
 
-    print(f"prompt: {args.prompt_len} random tokens; {n} new tokens, greedy; device {dev}; "
+    print(f"prompt: {len(prompt)} {'given' if args.prompt_ids else 'random'} tokens; {n} new tokens, greedy; "
+          f"device {dev}; "
           f"CUDA graphs {'on' if engine.cudagraphs else 'off'}")
     print(f"  eager PyTorch          {t_eager:7.2f} s   {eager[:10]} ...")
     print(f"  lingc plain decode     {t_plain:7.2f} s   {n / t_plain:8.1f} tok/s   tokens {same(plain)}")
     print(f"  lingc NEXTN relay      {t_spec:7.2f} s   {n / t_spec:8.1f} tok/s   tokens {same(spec)}, "
           f"accept length {st.mean_accept_length:.2f} over {st.steps} steps"
-          + (" (random weights: the draft rarely agrees)" if args.seed is not None else ""))
+          + ("" if args.checkpoint else " (random weights: the draft rarely agrees)"))
     print(f"  compile + capture of the 4 step graphs: {t_compile:.1f} s; "
           f"speed-up over eager: plain {t_eager / t_plain:.1f}x, relay {t_eager / t_spec:.1f}x")
     if dev.type == "cpu":
@@ -139,12 +182,16 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in ("run", "explain"):
         p = sub.add_parser(name)
-        p.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
+        p.add_argument("--preset", default=None, choices=sorted(PRESETS), help="random weights (default: tiny)")
+        p.add_argument("--checkpoint", default=None, metavar="DIR",
+                       help="a Ling-3 HF checkpoint directory (config.json + safetensors) instead of a preset")
         p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if present)")
         p.add_argument("--inductor", action=argparse.BooleanOptionalAction, default=False,
                        help="compile the leftovers with Inductor (default: run them as ATen ops)")
     run, explain = sub.choices["run"], sub.choices["explain"]
-    run.add_argument("--prompt-len", type=int, default=24)
+    run.add_argument("--prompt-len", type=int, default=24, help="random prompt tokens (without --prompt-ids)")
+    run.add_argument("--prompt-ids", default=None, metavar="IDS",
+                     help="the prompt as comma-separated token ids (lingc has no tokenizer)")
     run.add_argument("--new-tokens", type=int, default=48)
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--steps", type=int, default=5, help="NEXTN drafts per relay step (1..7)")
