@@ -24,10 +24,15 @@ reports. The floor is per rank (the bytes one GPU reads), and the all-reduce sha
 step is estimated as (collectives in the step's graphs) x (one decode-sized all-reduce captured
 in a CUDA graph, measured in the same run) / step time.
 
-Random bf16 weights (it says so in the output). The context is synthetic: the cache holds
-`context` rows of random latents and random KDA states, as after a prefill, and decoding starts
-at position `context` (eager MLA scans every cache row, so its cost is that of the full cache
-whatever the position; lingc's MLA kernel reads rows up to the position, which is `context`).
+Random bf16 weights unless `--checkpoint DIR` loads a Ling-3 checkpoint (it says which in the
+output). The context is synthetic: the cache holds `context` rows of random latents and random
+KDA states, as after a prefill, and decoding starts at position `context` (eager MLA scans every
+cache row, so its cost is that of the full cache whatever the position; lingc's MLA kernel reads
+rows up to the position, which is `context`). With `--prompt-ids-file FILE` the lingc modes
+prefill those token ids instead and decode after them (the context is their length), so with a
+checkpoint the relay's accept length and TPOT are measured, not projected; the eager and Inductor
+modes still time their steps on the synthetic cache at that position (their step time does not
+depend on the cache's content), and the eager relay keeps its short prompt.
 
 Columns (method.md): step time = GPU time of one step (CUDA events, median); wall per step =
 wall time of the real generation loop / steps launched (host run-ahead included); host per step
@@ -99,9 +104,34 @@ def fill_synthetic(cache: Ling3Cache, seed: int = 1) -> None:
         t.normal_(0, 0.3, generator=g)
 
 
-def synthetic_start(eng, context: int) -> None:
+def prompt_start(prompt: list[int]):
+    """A lingc run's start from a real prompt (``--prompt-ids-file``): the engine's own prefill
+    (the target's cache, and the draft layer's for the relay), which leaves the cache and relay
+    buffers where generate() continues from; the prefill's first token is not part of the run.
+    Returns a ``start(eng, context)`` for run_lingc."""
+    def start(eng, context: int, speculative: bool) -> None:
+        next(eng.stream(prompt, 2, speculative="nextn" if speculative else None, eos_token_id=None))
+    return start
+
+
+def read_prompt_ids(path: str) -> list[int]:
+    """Token ids from a text file, separated by whitespace or commas (lingc has no tokenizer)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise SystemExit(f"--prompt-ids-file {path}: {e.strerror}") from None
+    try:
+        ids = [int(v) for v in text.replace(",", " ").split()]
+    except ValueError as e:
+        raise SystemExit(f"--prompt-ids-file {path}: want token ids separated by whitespace or commas ({e})") from None
+    if not ids:
+        raise SystemExit(f"--prompt-ids-file {path}: no token ids in it")
+    return ids
+
+
+def synthetic_start(eng, context: int, speculative: bool = False) -> None:
     """The synthetic context of an Engine: the same cache and relay inputs for every engine and
-    run (decoding continues at position ``context``)."""
+    run (decoding continues at position ``context``); plain and relay runs share it."""
     fill_synthetic(eng.cache)
     r = eng.relay
     r.n.fill_(context)
@@ -379,10 +409,12 @@ def run_inductor_relay(model, cache, ctx, mode, steps=STEPS, compile_kwargs=None
 
 
 def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl", progress=True,
-              profile=None, steps=STEPS, max_steps=STEPS):
+              profile=None, steps=STEPS, max_steps=STEPS, start=synthetic_start):
     """``profile``: None, or the path prefix of the Chrome traces to write (one per graph).
     ``max_steps``: the deepest relay of the run; every engine gets the same cache size, so the
-    same synthetic context, and the relay's tokens can be checked against plain decode's."""
+    same synthetic context, and the relay's tokens can be checked against plain decode's.
+    ``start(eng, ctx, speculative)`` sets up the state decoding continues from: the synthetic
+    context, or ``prompt_start``'s prefill of a real prompt."""
     from lingc.runtime.relay.engine import Engine
     eng = Engine(model, max_len=ctx + (tokens + 8) * (max_steps + 1) + 64, steps=steps,
                  options={"inductor": bool(lingc_inductor), "allreduce": allreduce}, progress=progress)
@@ -391,7 +423,7 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
     eng.prepare(roles)
     _sync()
     compile_s = time.perf_counter() - t0
-    synthetic_start(eng, ctx)
+    start(eng, ctx, speculative)
     kind = "nextn" if speculative else None
     list(eng.resume(8, kind))                       # warm-up steps (not timed)
     _sync()
@@ -410,7 +442,7 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
     # The tokens for the speculative == plain check come from one uninterrupted run from the
     # synthetic context: between two resume() calls the steps launched ahead of the last token
     # read have already advanced the cache, by a different number of tokens in each mode.
-    synthetic_start(eng, ctx)
+    start(eng, ctx, speculative)
     check = list(eng.resume(tokens, kind))
     _sync()
     return dict(step_ms=sum(per_graph.values()), wall_ms=wall,
@@ -526,7 +558,24 @@ def main(argv=None) -> int:
     ap.add_argument("--smoke", action="store_true",
                     help="CPU smoke run of the whole path (tiny preset unless given, lingc leftovers as ATen "
                          "ops, wall-clock timing)")
+    ap.add_argument("--checkpoint", metavar="DIR",
+                    help="a Ling-3 HF checkpoint directory instead of --preset's random weights (under "
+                         "torchrun each rank reads its slices)")
+    ap.add_argument("--prompt-ids-file", metavar="FILE",
+                    help="a real context: token ids (whitespace or commas) that the lingc modes prefill and "
+                         "decode after, so the relay's accept length is measured; the context is its length")
     args = ap.parse_args(argv)
+    if args.checkpoint and args.preset:
+        raise SystemExit(f"--preset {args.preset} and --checkpoint {args.checkpoint}: the checkpoint's "
+                         "config.json describes the model; give one of the two")
+    prompt = read_prompt_ids(args.prompt_ids_file) if args.prompt_ids_file else None
+    if prompt is not None:
+        if args.context is not None and args.context != len(prompt):
+            raise SystemExit(f"--context {args.context} and --prompt-ids-file {args.prompt_ids_file} "
+                             f"({len(prompt)} ids): the prompt is the context; give one of the two")
+        args.context = len(prompt)
+    if args.checkpoint:
+        args.preset = f"checkpoint {Path(args.checkpoint).name}"
     for k, v in (SMOKE if args.smoke else DEFAULTS).items():
         if getattr(args, k) is None:
             setattr(args, k, v)
@@ -549,9 +598,22 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     bw = copy_bandwidth_gbps() if DEV == "cuda" else cpu_copy_bandwidth_gbps()
-    full = preset(args.preset, router_dtype="bf16")
-    model = build_model(full, device=DEV, dtype=torch.bfloat16, seed=0, progress=lead, tp=tp)
+    if args.checkpoint:
+        from lingc.models import Ling3ForCausalLM
+        from lingc.models.checkpoint import CheckpointError
+        try:
+            model = Ling3ForCausalLM.from_pretrained(args.checkpoint, dtype=torch.bfloat16, device=DEV,
+                                                     progress=lead, tp=tp, router_dtype="bf16")
+        except CheckpointError as e:
+            raise SystemExit(f"--checkpoint: {e}") from None
+    else:
+        model = build_model(preset(args.preset, router_dtype="bf16"), device=DEV, dtype=torch.bfloat16, seed=0,
+                            progress=lead, tp=tp)
     cfg = model.config
+    if prompt is not None and not all(0 <= i < cfg.vocab_size for i in prompt):
+        bad = [i for i in prompt if not 0 <= i < cfg.vocab_size]
+        raise SystemExit(f"--prompt-ids-file {args.prompt_ids_file}: ids {bad[:5]} are outside the vocabulary "
+                         f"[0, {cfg.vocab_size})")
     ctx = args.context
     ar_us = {}
     if tp.enabled and DEV == "cuda":
@@ -622,7 +684,8 @@ def main(argv=None) -> int:
                 trace = str(out / f"trace_{name.replace(' ', '_').replace('=', '')}") if args.profile else None
                 res = run_lingc(model, ctx, args.tokens, "nextn" in mode, args.lingc_inductor,
                                 "symm_mem" if mode.endswith("-symm") else "nccl", progress=lead,
-                                profile=trace, steps=k or STEPS, max_steps=max(args.steps + [STEPS]))
+                                profile=trace, steps=k or STEPS, max_steps=max(args.steps + [STEPS]),
+                                start=prompt_start(prompt) if prompt is not None else synthetic_start)
         except Exception as e:  # a failing mode is reported, the others still run
             res = {"error": f"{type(e).__name__}: {e}"}
             print(f"rank {tp.rank}: {name} failed: {res['error']}", flush=True)
@@ -659,7 +722,7 @@ def main(argv=None) -> int:
             for m, r in results.items()]
     split = f", {tp.size}-way tensor parallel (per-rank floor)" if tp.enabled else ""
     where = "CPU SMOKE RUN (wall-clock times of the tiny model: they exercise the path, they measure nothing)" \
-        if DEV == "cpu" else "random weights (accept lengths are not meaningful)"
+        if DEV == "cpu" else _weights_label(args, prompt)
     print(f"\n{args.preset}{split}, context {ctx}, {where}\n")
     print(markdown_table(rows, [("mode", "mode", "s"), ("step_ms", "GPU step ms" if DEV == "cuda" else "step ms", ".3f"),
                                 ("wall_ms", "wall/step ms", ".3f"), ("host_ms", "host/step ms", ".3f"),
@@ -726,8 +789,17 @@ def _json_name(args) -> str:
     return "decode.json" if args.tp == 1 else f"decode_tp{args.tp}.json"
 
 
+def _weights_label(args, prompt) -> str:
+    weights = "checkpoint weights" if args.checkpoint else "random weights"
+    if prompt is not None:
+        return f"{weights}, a real prompt of {len(prompt)} tokens (the lingc modes' accept lengths are measured)"
+    return f"{weights}, synthetic context (accept lengths are not meaningful)"
+
+
 def _payload(args, bw, floors, results, tp, ar_us):
-    return {"preset": args.preset, "context": args.context, "weights": "random bf16",
+    return {"preset": args.preset, "context": args.context,
+            "weights": f"checkpoint {args.checkpoint} (bf16)" if args.checkpoint else "random bf16",
+            "prompt_ids_file": args.prompt_ids_file,
             "tp": tp.size, "allreduce_graph_us": ar_us,
             "copy_bandwidth_gbps": bw, "floor_ms": floors, "article_accept": ARTICLE_ACCEPT,
             "results": results, "env": environment()}
