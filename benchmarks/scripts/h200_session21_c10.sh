@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Session 21 call 10 on ONE H200 (carry .whl, .triton_cache.tar.gz): the GPU path of this
+# session's CPU-tested features, on a tiny checkpoint saved here: `lingc run --checkpoint
+# --prompt-ids` (CUDA graphs, run-ahead) and `benchmarks.decode --checkpoint --prompt-ids-file`
+# (the lingc modes resuming after the engine's prefill of the prompt, relay == plain).
+set -u
+source "$(dirname "$0")/device_env.sh"
+python3 -c "
+from lingc.models import build_model, preset
+build_model(preset('tiny'), seed=4, progress=False).save_pretrained('/tmp/ck')" 2>&1 | tail -2
+echo "5 17 2 99 41 8 63 12 7 150 3 44 9 1 250 31" > /tmp/prompt.txt
+CUDA_VISIBLE_DEVICES=0 timeout 70 python3 -m lingc run --checkpoint /tmp/ck --prompt-ids 5,17,2,99,41 \
+    --new-tokens 24 2>&1 | stamp > "$OUT/checkpoint_gpu.log"
+CUDA_VISIBLE_DEVICES=0 timeout 90 python3 -m benchmarks.decode --checkpoint /tmp/ck --prompt-ids-file /tmp/prompt.txt \
+    --modes lingc,lingc-nextn --tokens 24 --lingc-inductor 0 --out "$OUT/d" 2>&1 | stamp >> "$OUT/checkpoint_gpu.log"
+grep -E "loading|prompt|identical|DIFFER|\| lingc|greedy output|checkpoint|Error|error" "$OUT/checkpoint_gpu.log" | head -30
+rm -rf "$OUT/d"
+grep -qiE "error" "$OUT/install.log" || rm -f "$OUT/install.log"
+find "$OUT" -maxdepth 1 -empty -delete; ls -la "$OUT"
