@@ -116,17 +116,12 @@ def prompt_start(prompt: list[int]):
 
 def read_prompt_ids(path: str) -> list[int]:
     """Token ids from a text file, separated by whitespace or commas (lingc has no tokenizer)."""
+    from lingc.cli import parse_token_ids
     try:
         text = Path(path).read_text()
     except OSError as e:
         raise SystemExit(f"--prompt-ids-file {path}: {e.strerror}") from None
-    try:
-        ids = [int(v) for v in text.replace(",", " ").split()]
-    except ValueError as e:
-        raise SystemExit(f"--prompt-ids-file {path}: want token ids separated by whitespace or commas ({e})") from None
-    if not ids:
-        raise SystemExit(f"--prompt-ids-file {path}: no token ids in it")
-    return ids
+    return parse_token_ids(text, f"--prompt-ids-file {path}")
 
 
 def synthetic_start(eng, context: int, speculative: bool = False) -> None:
@@ -610,10 +605,9 @@ def main(argv=None) -> int:
         model = build_model(preset(args.preset, router_dtype="bf16"), device=DEV, dtype=torch.bfloat16, seed=0,
                             progress=lead, tp=tp)
     cfg = model.config
-    if prompt is not None and not all(0 <= i < cfg.vocab_size for i in prompt):
-        bad = [i for i in prompt if not 0 <= i < cfg.vocab_size]
-        raise SystemExit(f"--prompt-ids-file {args.prompt_ids_file}: ids {bad[:5]} are outside the vocabulary "
-                         f"[0, {cfg.vocab_size})")
+    if prompt is not None:
+        from lingc.cli import check_vocabulary
+        check_vocabulary(prompt, cfg.vocab_size, f"--prompt-ids-file {args.prompt_ids_file}")
     ctx = args.context
     ar_us = {}
     if tp.enabled and DEV == "cuda":

@@ -50,20 +50,32 @@ def _model(args: argparse.Namespace, dev: torch.device, tp=None, progress: bool 
         raise SystemExit(f"lingc: cannot load --checkpoint: {e}") from None
 
 
+def parse_token_ids(text: str, what: str) -> list[int]:
+    """Token ids written as text, separated by commas or whitespace (lingc has no tokenizer);
+    `what` names the source in the error (an option, a file)."""
+    try:
+        ids = [int(v) for v in text.replace(",", " ").split()]
+    except ValueError as e:
+        raise SystemExit(f"{what}: want token ids separated by commas or whitespace, e.g. 1,2,3 ({e})") from None
+    if not ids:
+        raise SystemExit(f"{what}: no token ids given")
+    return ids
+
+
+def check_vocabulary(ids: list[int], vocab_size: int, what: str) -> list[int]:
+    bad = [i for i in ids if not 0 <= i < vocab_size]
+    if bad:
+        raise SystemExit(f"{what}: ids {bad[:5]} are outside the vocabulary [0, {vocab_size})")
+    return ids
+
+
 def _prompt(args: argparse.Namespace, vocab_size: int) -> list[int]:
-    """--prompt-ids as a list, each id checked against the vocabulary; else --prompt-len random ids."""
+    """--prompt-ids, checked against the vocabulary; else --prompt-len random ids."""
     if args.prompt_ids is None:
         gen = torch.Generator().manual_seed(args.seed)
         return torch.randint(0, vocab_size, (args.prompt_len,), generator=gen).tolist()
-    try:
-        ids = [int(v) for v in args.prompt_ids.split(",") if v.strip()]
-    except ValueError:
-        raise SystemExit(f"--prompt-ids {args.prompt_ids!r}: want comma-separated token ids, e.g. 1,2,3") from None
-    bad = [i for i in ids if not 0 <= i < vocab_size]
-    if not ids or bad:
-        raise SystemExit(f"--prompt-ids {args.prompt_ids!r}: " + (f"ids {bad[:5]} are outside the vocabulary "
-                         f"[0, {vocab_size})" if bad else "no token ids given"))
-    return ids
+    what = f"--prompt-ids {args.prompt_ids!r}"
+    return check_vocabulary(parse_token_ids(args.prompt_ids, what), vocab_size, what)
 
 
 def compile_step(model, role: str = "decode", **options):

@@ -31,7 +31,7 @@ def test_explain_a_checkpoint(checkpoint, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--preset", "tiny", "--checkpoint", "CKPT"], "give one of the two"),
     (["--checkpoint", "EMPTY"], r"cannot load --checkpoint: .*no config.json"),
-    (["--prompt-ids", "1,x"], "want comma-separated token ids"),
+    (["--prompt-ids", "1,x"], "want token ids separated by commas or whitespace"),
     (["--prompt-ids", "7,320,-1"], r"ids \[320, -1\] are outside the vocabulary \[0, 320\)"),
     (["--prompt-ids", ","], "no token ids given"),
 ])

@@ -52,8 +52,8 @@ def test_decode_benchmark_on_a_checkpoint_and_a_prompt_file(checkpoint, tmp_path
     (["--preset", "tiny", "--checkpoint", "CKPT"], "give one of the two"),
     (["--checkpoint", "EMPTY"], r"--checkpoint: .*no config.json"),
     (["--prompt-ids-file", "MISSING"], r"--prompt-ids-file .*missing.txt: No such file"),
-    (["--prompt-ids-file", "BAD"], "want token ids separated by whitespace or commas"),
-    (["--prompt-ids-file", "BLANK"], "no token ids in it"),
+    (["--prompt-ids-file", "BAD"], "want token ids separated by commas or whitespace"),
+    (["--prompt-ids-file", "BLANK"], "no token ids given"),
     (["--prompt-ids-file", "PROMPT", "--context", "64"], r"--context 64 and --prompt-ids-file .* \(11 ids\)"),
     (["--checkpoint", "CKPT", "--prompt-ids-file", "HUGE"], r"ids \[320, 1000\] are outside the vocabulary \[0, 320\)"),
 ])
