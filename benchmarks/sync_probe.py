@@ -123,6 +123,13 @@ def run_form(form: str, G: int, phases: int, device, replays: int = 20) -> tuple
     return t.us_per_call / phases, ok
 
 
+def table(rows: list[dict]) -> str:
+    """The markdown table of run rows (form, programs, phases, us, correct)."""
+    shown = [dict(r, check="yes" if r["correct"] else "NO: a phase saw stale values") for r in rows]
+    return markdown_table(shown, [("form", "form", "s"), ("programs", "programs", "d"), ("phases", "phases", "d"),
+                                  ("us", "us per phase", ".2f"), ("check", "values right", "s")])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -142,10 +149,7 @@ def main(argv=None) -> int:
             us, ok = run_form(form, G, args.phases, dev, args.replays)
             rows.append(dict(form=form, programs=G, phases=args.phases, us=us, correct=ok))
             print(rows[-1], flush=True)
-    table = markdown_table(rows, [("form", "form", "s"), ("programs", "programs", "d"),
-                                  ("phases", "phases", "d"), ("us", "us per phase", ".2f"),
-                                  ("correct", "values right", "s")])
-    print(table)
+    print(table(rows))
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(args.out / "sync_probe.json", dict(environment=environment(), sms=sms, rows=rows))
     print(f"wrote {args.out / 'sync_probe.json'}")

@@ -7,7 +7,7 @@ import pytest
 import torch
 from helpers import run_sm90_compile_check
 
-from benchmarks.sync_probe import FORMS, barrier_phases, expected, run_form
+from benchmarks.sync_probe import FORMS, barrier_phases, expected, run_form, table
 
 
 @pytest.mark.parametrize("G, phases", [(5, 1), (5, 7), (33, 4)])
@@ -36,6 +36,13 @@ def test_a_wrong_phase_is_reported(monkeypatch):
 
     monkeypatch.setattr(sync_probe, "chain_phase", first_three)
     assert run_form("plain", 6, 4, torch.device("cpu")) == (None, False)
+
+
+def test_table_shows_times_and_a_failed_check():
+    text = table([dict(form="pdl", programs=132, phases=64, us=1.234, correct=True),
+                  dict(form="barrier", programs=132, phases=64, us=None, correct=False)])
+    assert "| pdl | 132 | 64 | 1.23 | yes |" in text
+    assert "| barrier | 132 | 64 | - | NO: a phase saw stale values |" in text
 
 
 def test_barrier_form_refuses_the_interpreter():
