@@ -21,9 +21,10 @@ rm -rf "$OUT/d"
 # barrier inside one persistent kernel (benchmarks/sync_probe.py; decides whether a per-layer
 # persistent kernel is worth building).
 CUDA_VISIBLE_DEVICES=0 timeout 90 python3 -m benchmarks.sync_probe --out "$OUT/s" 2>&1 | stamp > "$OUT/sync_probe.log"
+SKIP=(); [ "${PIPESTATUS[0]}" = 124 ] && SKIP=(--ignore=tests/test_sync_probe.py)   # a hung barrier: not twice
 cp "$OUT/s/sync_probe.json" "$OUT/" 2>/dev/null; rm -rf "$OUT/s"; grep -E "\| (pdl|plain|barrier) " "$OUT/sync_probe.log"
 CUDA_VISIBLE_DEVICES=0 timeout 330 $PYT --timeout 240 --timeout-method thread \
-    tests/ --ignore=tests/test_tensor_parallel.py 2>&1 | stamp > "$OUT/pytest_gpu.log"
+    tests/ --ignore=tests/test_tensor_parallel.py "${SKIP[@]}" 2>&1 | stamp > "$OUT/pytest_gpu.log"
 tail -3 "$OUT/pytest_gpu.log"; grep -E "FAILED|Error" "$OUT/pytest_gpu.log" | head -20
 grep -qiE "error" "$OUT/install.log" || rm -f "$OUT/install.log"
 find "$OUT" -maxdepth 1 -empty -delete; ls -la "$OUT"
