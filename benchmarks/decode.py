@@ -53,6 +53,7 @@ from typing import NamedTuple
 
 import torch
 
+from lingc.cli import check_vocabulary, load_checkpoint, parse_token_ids, source_label
 from lingc.models import Ling3Cache, build_model, preset
 from lingc.models.moe import MoE
 from lingc.models.parallel import init_from_env
@@ -108,7 +109,7 @@ def prompt_start(prompt: list[int]):
     """A lingc run's start from a real prompt (``--prompt-ids-file``): the engine's own prefill
     (the target's cache, and the draft layer's for the relay), which leaves the cache and relay
     buffers where generate() continues from; the prefill's first token is not part of the run.
-    Returns a ``start(eng, context)`` for run_lingc."""
+    Returns a ``start(eng, context, speculative)`` for run_lingc."""
     def start(eng, context: int, speculative: bool) -> None:
         next(eng.stream(prompt, 2, speculative="nextn" if speculative else None, eos_token_id=None))
     return start
@@ -116,7 +117,6 @@ def prompt_start(prompt: list[int]):
 
 def read_prompt_ids(path: str) -> list[int]:
     """Token ids from a text file, separated by whitespace or commas (lingc has no tokenizer)."""
-    from lingc.cli import parse_token_ids
     try:
         text = Path(path).read_text()
     except OSError as e:
@@ -560,9 +560,7 @@ def main(argv=None) -> int:
                     help="a real context: token ids (whitespace or commas) that the lingc modes prefill and "
                          "decode after, so the relay's accept length is measured; the context is its length")
     args = ap.parse_args(argv)
-    if args.checkpoint and args.preset:
-        raise SystemExit(f"--preset {args.preset} and --checkpoint {args.checkpoint}: the checkpoint's "
-                         "config.json describes the model; give one of the two")
+    source_label(args.preset, args.checkpoint)          # refuses both at once
     prompt = read_prompt_ids(args.prompt_ids_file) if args.prompt_ids_file else None
     if prompt is not None:
         if args.context is not None and args.context != len(prompt):
@@ -594,19 +592,13 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     bw = copy_bandwidth_gbps() if DEV == "cuda" else cpu_copy_bandwidth_gbps()
     if args.checkpoint:
-        from lingc.models import Ling3ForCausalLM
-        from lingc.models.checkpoint import CheckpointError
-        try:
-            model = Ling3ForCausalLM.from_pretrained(args.checkpoint, dtype=torch.bfloat16, device=DEV,
-                                                     progress=lead, tp=tp, router_dtype="bf16")
-        except CheckpointError as e:
-            raise SystemExit(f"--checkpoint: {e}") from None
+        model = load_checkpoint(args.checkpoint, dtype=torch.bfloat16, device=DEV, progress=lead, tp=tp,
+                                router_dtype="bf16")
     else:
         model = build_model(preset(args.preset, router_dtype="bf16"), device=DEV, dtype=torch.bfloat16, seed=0,
                             progress=lead, tp=tp)
     cfg = model.config
     if prompt is not None:
-        from lingc.cli import check_vocabulary
         check_vocabulary(prompt, cfg.vocab_size, f"--prompt-ids-file {args.prompt_ids_file}")
     ctx = args.context
     ar_us = {}

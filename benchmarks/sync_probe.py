@@ -134,7 +134,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--programs", type=int, nargs="+", default=None,
-                    help="grid sizes G (default: the SM count, and twice it for the chain forms)")
+                    help="grid sizes G (default: the SM count and twice it)")
     ap.add_argument("--phases", type=int, default=64)
     ap.add_argument("--replays", type=int, default=20)
     args = ap.parse_args(argv)

@@ -183,5 +183,6 @@ def lingc_backend(gm: fx.GraphModule, example_inputs: list[Any],
                          "model under torch.no_grad() or model.requires_grad_(False)")
     _watch.check(example_inputs, opts, _compile_wrapper())
     compiler = GraphCompiler(opts, list(example_inputs))
-    capture = compat.functionalize_inference_backend if opts.capture == "functionalize" else compat.aot_inference_backend
+    capture = (compat.functionalize_inference_backend if opts.capture == "functionalize"
+               else compat.aot_inference_backend)
     return capture(compiler, compat.decomposition_table())(gm, example_inputs)

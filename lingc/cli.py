@@ -26,28 +26,34 @@ def _device(name: str | None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def _source(args: argparse.Namespace) -> str:
+def source_label(preset_name: str | None, checkpoint: str | None) -> str:
     """What the model is built from, after checking that --preset and --checkpoint do not clash."""
-    if args.checkpoint and args.preset:
-        raise SystemExit(f"--preset {args.preset} and --checkpoint {args.checkpoint}: the checkpoint's "
+    if checkpoint and preset_name:
+        raise SystemExit(f"--preset {preset_name} and --checkpoint {checkpoint}: the checkpoint's "
                          "config.json describes the model; give one of the two")
-    return f"checkpoint {args.checkpoint}" if args.checkpoint else f"{args.preset or 'tiny'} with random weights"
+    return f"checkpoint {checkpoint}" if checkpoint else f"{preset_name or 'tiny'} with random weights"
+
+
+def load_checkpoint(path: str, **kwargs):
+    """Ling3ForCausalLM.from_pretrained(path, **kwargs), a bad checkpoint as a message (the
+    CheckpointError names the directory, the keys and the fix) rather than a traceback."""
+    from .models import Ling3ForCausalLM
+    from .models.checkpoint import CheckpointError
+    try:
+        return Ling3ForCausalLM.from_pretrained(path, **kwargs)
+    except CheckpointError as e:
+        raise SystemExit(f"lingc: cannot load --checkpoint: {e}") from None
 
 
 def _model(args: argparse.Namespace, dev: torch.device, tp=None, progress: bool = True):
     """The checkpoint's weights with --checkpoint, else the preset's random ones (seed --seed)."""
-    from .models.checkpoint import CheckpointError
     from .models.parallel import SINGLE
 
     tp = tp if tp is not None else SINGLE
-    if not args.checkpoint:
-        return build_model(preset(args.preset or "tiny"), device=dev, seed=getattr(args, "seed", 0),
-                           progress=progress, tp=tp)
-    from .models import Ling3ForCausalLM
-    try:
-        return Ling3ForCausalLM.from_pretrained(args.checkpoint, device=dev, progress=progress, tp=tp)
-    except CheckpointError as e:    # the message names the directory, the keys and the fix
-        raise SystemExit(f"lingc: cannot load --checkpoint: {e}") from None
+    if args.checkpoint:
+        return load_checkpoint(args.checkpoint, device=dev, progress=progress, tp=tp)
+    return build_model(preset(args.preset or "tiny"), device=dev, seed=getattr(args, "seed", 0),
+                       progress=progress, tp=tp)
 
 
 def parse_token_ids(text: str, what: str) -> list[int]:
@@ -91,7 +97,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from .backend import compile_reports
 
     dev = _device(args.device)
-    name = _source(args)
+    name = source_label(args.preset, args.checkpoint)
     model = _model(args, dev, progress=False)
     cfg = model.config
     opts = {"inductor": args.inductor}
@@ -142,7 +148,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     lead = tp.rank == 0
     print = builtins.print if lead else (lambda *a, **k: None)   # noqa: A001  (rank 0 speaks)
     split = f", {tp.size}-way tensor parallel" if tp.enabled else ""
-    print(f"lingc: {'loading' if args.checkpoint else 'building'} {_source(args)} on {dev}{split}")
+    what = source_label(args.preset, args.checkpoint)
+    print(f"lingc: {'loading' if args.checkpoint else 'building'} {what} on {dev}{split}")
     model = _model(args, dev, tp=tp, progress=lead)
     cfg = model.config
     prompt = _prompt(args, cfg.vocab_size)

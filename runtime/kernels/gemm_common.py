@@ -13,7 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["BLOCK_M", "TARGET_SMS", "TICKET_CAPACITY", "dot_acc", "persistent_buffer", "split_k_tickets"]
+__all__ = ["BLOCK_M", "TARGET_SMS", "TICKET_CAPACITY", "dot_acc", "persistent_buffer", "register_cap",
+           "split_k_tickets"]
 
 BLOCK_M = 16
 TARGET_SMS = 132
@@ -34,6 +35,13 @@ def dot_acc(x, w, acc, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr):
 
 
 _PERSISTENT: dict[tuple, torch.Tensor] = {}
+
+
+def register_cap(maxnreg: int) -> dict:
+    """The launch option capping ptxas registers per thread (0 = none). The interpreter has no
+    such option."""
+    from lingc.runtime.pdl import interpreting
+    return {"maxnreg": maxnreg} if maxnreg and not interpreting() else {}
 
 
 def persistent_buffer(name: str, device: torch.device, capacity: int, dtype: torch.dtype,

@@ -50,7 +50,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lingc.runtime.kernels.gemm_common import dot_acc
+from lingc.runtime.kernels.gemm_common import dot_acc, register_cap
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait, pdl_wait_small
 
 __all__ = ["MlaDecodeConfig", "config_for", "num_splits", "mla_decode_triton", "TARGET_SPLITS", "MIN_SPLIT_LEN"]
@@ -309,7 +309,7 @@ def mla_decode_triton(q_lat, q_rope, kv_cache, positions, scale: float, gate=Non
         SPLIT_Q=kv_bf16 and q_lat.dtype != kv_cache.dtype, SPLIT_QR=kv_bf16 and q_rope.dtype != kv_cache.dtype,
         SPLIT_P=kv_bf16, DOT_PRECISION="ieee", DOT_UPCAST=interpreting() and kv_bf16, USE_GDC=split_pdl,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if split_pdl else {}),
-        **({"maxnreg": cfg.max_registers} if cfg.max_registers and not interpreting() else {}),
+        **register_cap(cfg.max_registers),
     )
     g = gate if gate is not None else positions
     _mla_combine_kernel[(T, H, triton.cdiv(R, cfg.combine_block_r))](

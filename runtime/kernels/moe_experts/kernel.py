@@ -47,7 +47,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lingc.runtime.kernels.gemm_common import BLOCK_M, split_k_tickets
+from lingc.runtime.kernels.gemm_common import BLOCK_M, register_cap, split_k_tickets
 from lingc.runtime.kernels.gemm_common import dot_acc as _dot_acc
 from lingc.runtime.kernels.moe_align.kernel import SINGLE_LAUNCH_MAX_PAIRS, moe_align_triton
 from lingc.runtime.kernels.moe_align.naive import align_sizes
@@ -404,12 +404,6 @@ def _moe_down_kernel(
         tl.atomic_xchg(ticket_ptr + pid_h, 0, sem="relaxed", scope="gpu")  # ready for the next call
 
 
-def _register_cap(maxnreg: int) -> dict:
-    """The launch option capping ptxas registers per thread (0 = none). The interpreter has no
-    such option."""
-    return {"maxnreg": maxnreg} if maxnreg and not interpreting() else {}
-
-
 @dataclass
 class MoeExpertsBuffers:
     """The per-call workspaces: ``act`` [P, n_max] x.dtype (SwiGLU activations by pair),
@@ -530,7 +524,7 @@ def moe_experts_triton(
             act.stride(0), lim, lim_s,
             NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp, BLOCK_M=BLOCK_M, COLS=cfg.block_n, K1=k1,
             K2=k2, HAS_LIMIT=has_limit, SLOT_BLOCKS=slot_blocks, USE_GDC=use_pdl,
-            num_warps=cfg.up_warps, num_stages=1, **launch, **_register_cap(cfg.up_maxnreg),
+            num_warps=cfg.up_warps, num_stages=1, **launch, **register_cap(cfg.up_maxnreg),
         )
     else:
         ws = partials if partials is not None else act
@@ -547,7 +541,7 @@ def moe_experts_triton(
             BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=split_k, N_TILES=n_tiles,
             HAS_LIMIT=has_limit, SLOT_BLOCKS=slot_blocks, K_TILE=cfg.block_k, **dot,
             num_warps=cfg.up_warps, num_stages=cfg.up_stages if cfg.block_k else 1, **launch,
-            **_register_cap(cfg.up_maxnreg),
+            **register_cap(cfg.up_maxnreg),
         )
     _moe_down_kernel[(n_htiles, n_blocks)](
         act, sorted_ids, block_experts, total, topk_ids,
@@ -560,6 +554,6 @@ def moe_experts_triton(
         SLOT_BLOCKS=slot_blocks,
         **dot,
         num_warps=(cfg.down_warps_one_token or cfg.down_warps) if slot_blocks else cfg.down_warps,
-        num_stages=1, **launch, **_register_cap(cfg.down_maxnreg),
+        num_stages=1, **launch, **register_cap(cfg.down_maxnreg),
     )
     return out
