@@ -29,7 +29,7 @@ from lingc.runtime.kernels.moe_align import kernel as align_kernel
 from lingc.runtime.kernels.moe_align.naive import no_expert
 from lingc.runtime.kernels.moe_align.kernel import SINGLE_LAUNCH_MAX_PAIRS, moe_align_triton
 from lingc.runtime.kernels.moe_router import grouped_topk_reference, moe_router, moe_router_reference, router_logits
-from lingc.runtime.kernels.moe_router.kernel import moe_router_triton, router_block_e
+from lingc.runtime.kernels.moe_router.kernel import moe_router_triton, router_block_e, router_row_groups
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.bfloat16]
@@ -223,6 +223,30 @@ def test_router_block_e_does_not_change_bits(block_e):
     assert torch.equal(base[0], other[0]) and torch.equal(base[1], other[1])
 
 
+def test_router_row_groups_split_rows_evenly():
+    assert [router_row_groups(t, 2) for t in (1, 2, 5, 6, 8)] == [(1, 1), (2, 1), (2, 3), (2, 3), (2, 4)]
+    assert router_row_groups(6, 4) == (3, 2) and router_row_groups(6, 6) == (6, 1)
+    assert router_row_groups(6, 1) == (1, 6) and router_row_groups(3, 8) == (3, 1)
+    with pytest.raises(ValueError, match="row groups must be >= 1, got 0"):
+        router_row_groups(6, 0)
+
+
+@pytest.mark.parametrize("groups", [1, 2, 3, 4, 8])
+def test_router_row_groups_do_not_change_bits(groups):
+    """Each row's logits are one program's, in the same arithmetic whichever program and however
+    many rows it has: the logits (fresh random inputs, a NaN-poisoned workspace) and the picks
+    are the same bits for every grouping, and every logit is written."""
+    t = 7
+    x, w, bias = make_router_inputs(t, 64, 96, torch.bfloat16, seed=43)
+    outs = []
+    for g in (1, groups):
+        logits = torch.full((t, 64), float("nan"), device=DEVICE)
+        ids, wts = run_router(x, w, bias, 8, logits_out=logits, row_groups=g)
+        assert not logits.isnan().any(), f"row groups {g}: logits left unwritten"
+        outs.append((logits, ids, wts))
+    assert all(torch.equal(a, b) for a, b in zip(*outs))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("e, n_group", ROUTER_SHAPES)
 def test_router_matches_model_grouped_topk(e, n_group, dtype):
@@ -281,9 +305,9 @@ _ROUTER_COMPILE_CHECK = textwrap.dedent("""
     block_e = router_block_e(512)
     for wdt in ("*bf16", "*fp32"):
         ptrs = dict(x_ptr="*bf16", w_ptr=wdt, logits_ptr="*fp32")
-        ints = ["T", "H", "stride_xt", "stride_we", "stride_lt"]
+        ints = ["T", "ROWS", "H", "stride_xt", "stride_we", "stride_lt"]
         const = dict(stride_xh=1, E=512, BLOCK_E=block_e, BLOCK_H=4096, USE_GDC=True)
-        attrs = divisible_by_16(fn, [n for n in list(ptrs) + ints if n != "T"])
+        attrs = divisible_by_16(fn, [n for n in list(ptrs) + ints if n not in ("T", "ROWS")])
         ptx, info = compile_sm90(fn, signature(fn, ptrs, ints), const, attrs,
                                  num_warps=router_num_warps(block_e, 2560))
         assert " 0 bytes spill stores" in info, info
@@ -671,6 +695,23 @@ def test_gpu_router_batch_invariant(dtype):
     for t in (1, 6, 8):
         ids_t, w_t = run_router(x[:t], w, bias, *args)
         assert torch.equal(ids_t, ids16[:t]) and torch.equal(w_t, w16[:t])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("t", [6, 16])
+def test_gpu_router_row_groups_same_bits(t):
+    """Ling-3 shapes: the logits (NaN-poisoned workspace, every element written) and the picks
+    are the same bits for every row grouping of the logits launch, the table's among them."""
+    g = LING3
+    x, w, bias = make_router_inputs(t, g["e"], g["h"], torch.bfloat16, seed=310 + t)
+    args = (g["n_group"], g["topk_group"], g["top_k"], g["scaling"])
+    outs = []
+    for groups in (1, 2, 3, t, None):
+        logits = torch.full((t, g["e"]), float("nan"), device=DEVICE)
+        outs.append((logits, *run_router(x, w, bias, *args, logits_out=logits, row_groups=groups)))
+        assert not logits.isnan().any(), groups
+    for other in outs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(outs[0], other))
 
 
 @pytest.mark.gpu

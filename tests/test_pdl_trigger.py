@@ -39,7 +39,7 @@ _CHECK = textwrap.dedent("""
                           num_warps=4)
     assert order(ptx) == ("late" if TRIGGER == "late" else "early"), TRIGGER
 
-    sig = dict(x_ptr="*bf16", w_ptr="*bf16", logits_ptr="*fp32", T="i32", H="i32", stride_xt="i32",
+    sig = dict(x_ptr="*bf16", w_ptr="*bf16", logits_ptr="*fp32", T="i32", ROWS="i32", H="i32", stride_xt="i32",
                stride_xh="i32", stride_we="i32", stride_lt="i32")
     ptx, _ = compile_sm90(_moe_router_logits_kernel, sig, dict(E=512, BLOCK_E=4, BLOCK_H=4096, USE_GDC=True),
                           num_warps=8)

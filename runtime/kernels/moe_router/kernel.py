@@ -35,20 +35,26 @@ import triton.language as tl
 
 from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
 
-__all__ = ["SELECT_WARPS", "moe_router_triton", "router_block_e", "router_num_warps"]
+__all__ = ["SELECT_WARPS", "moe_router_triton", "router_block_e", "router_num_warps", "router_row_groups"]
 
 # CTAs the matvec is spread over at most (H200: 132 SMs; 128 divides the expert counts).
 _TARGET_CTAS = 128
+# Row groups of the logits launch: the T token rows are split over up to this many programs per
+# expert block, each reducing its rows one after another (1 = every row in one program).
+ROW_GROUPS = 2
 # Warps of a selection CTA: one, so every reduction stays inside the warp (README.md).
 SELECT_WARPS = 1
 
 
-@triton.jit(do_not_specialize=["T"])
+@triton.jit(do_not_specialize=["T", "ROWS"])
 def _moe_router_logits_kernel(
-    x_ptr, w_ptr, logits_ptr, T, H,
+    x_ptr, w_ptr, logits_ptr, T, ROWS, H,
     stride_xt, stride_xh, stride_we, stride_lt,
     E: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr, USE_GDC: tl.constexpr,
 ):
+    """Program (e, r): the logits of experts [e * BLOCK_E, (e + 1) * BLOCK_E) for token rows
+    [r * ROWS, min((r + 1) * ROWS, T)), one row after another with the same arithmetic per row
+    whatever ROWS and T are (so the bits do not depend on the row grouping)."""
     pid = tl.program_id(0)
     # Producer-independent load first: this CTA's gate tile.
     rows = pid * BLOCK_E + tl.arange(0, BLOCK_E)
@@ -67,10 +73,11 @@ def _moe_router_logits_kernel(
     # to the same scf loop.
     # Row t + 1 is requested before row t is reduced, so a row's L2 latency overlaps the
     # previous row's reduction (the same arithmetic per row whatever T is).
-    t = 0
-    xv = tl.load(x_ptr + offs_h * stride_xh, mask=mask_h & (T > 0), other=0.0)
-    while t < T:
-        xn = tl.load(x_ptr + (t + 1) * stride_xt + offs_h * stride_xh, mask=mask_h & (t + 1 < T), other=0.0)
+    t = tl.program_id(1) * ROWS
+    t_end = tl.minimum(t + ROWS, T)
+    xv = tl.load(x_ptr + t * stride_xt + offs_h * stride_xh, mask=mask_h & (t < t_end), other=0.0)
+    while t < t_end:
+        xn = tl.load(x_ptr + (t + 1) * stride_xt + offs_h * stride_xh, mask=mask_h & (t + 1 < t_end), other=0.0)
         logit = tl.sum(wf * xv.to(tl.float32)[None, :], axis=1)
         tl.store(logits_ptr + t * stride_lt + rows, logit, mask=mask_e)
         xv = xn
@@ -164,6 +171,18 @@ def router_block_e(num_experts: int) -> int:
     return max(4, triton.next_power_of_2(triton.cdiv(num_experts, _TARGET_CTAS)))
 
 
+def router_row_groups(t: int, groups: int | None = None) -> tuple[int, int]:
+    """(programs along the rows, rows per program) for T token rows: at most ``groups`` (default
+    ROW_GROUPS) programs per expert block, ceil(T / programs) rows each. The grouping decides
+    which program reduces a row, never how (each row has the same arithmetic in any group), so
+    it may depend on T without breaking batch invariance (a test checks the bits)."""
+    groups = ROW_GROUPS if groups is None else groups
+    if groups < 1:
+        raise ValueError(f"row groups must be >= 1, got {groups}")
+    rows = triton.cdiv(t, min(groups, max(t, 1)))
+    return triton.cdiv(t, rows), rows
+
+
 def router_num_warps(block_e: int, hidden: int) -> int:
     """Warps for a [block_e, next_pow2(hidden)] gate tile: ~64 elements per thread at most
     (Ling-3 bf16: [4, 4096] over 8 warps), so the tile and its fp32 copy stay in registers."""
@@ -186,6 +205,7 @@ def moe_router_triton(
     logits_out: torch.Tensor | None = None,
     block_e: int | None = None,
     logits_warps: int | None = None,
+    row_groups: int | None = None,
     use_pdl: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch on x [T, H], gate_w [E, H] (unit H stride), expert_bias fp32 [E]; returns
@@ -193,8 +213,8 @@ def moe_router_triton(
 
     ``ids_out`` / ``weights_out`` may be given (tests pass poisoned buffers); ``logits_out``, an
     fp32 [T, E] contiguous buffer, is the workspace and exposes the logits to tests. ``block_e``
-    overrides ``router_block_e`` and ``logits_warps`` ``router_num_warps`` (benchmarks.moe_sweep
-    --set router); ``use_pdl`` defaults to ``pdl_supported(x.device)``.
+    overrides ``router_block_e``, ``logits_warps`` ``router_num_warps`` and ``row_groups``
+    ``ROW_GROUPS`` (benchmarks.moe_sweep --set router); ``use_pdl`` defaults to ``pdl_supported(x.device)``.
     Arguments are assumed validated by the op.
     """
     t, h = x.shape
@@ -216,8 +236,9 @@ def moe_router_triton(
     block_e = block_e or router_block_e(e)
     group_size = e // n_group
     pdl = {"launch_pdl": True} if use_pdl else {}
-    _moe_router_logits_kernel[(triton.cdiv(e, block_e),)](
-        x, gate_w, logits_out, t, h,
+    groups, rows = router_row_groups(t, row_groups)
+    _moe_router_logits_kernel[(triton.cdiv(e, block_e), groups)](
+        x, gate_w, logits_out, t, rows, h,
         x.stride(0), x.stride(1), gate_w.stride(0), logits_out.stride(0),
         E=e, BLOCK_E=block_e, BLOCK_H=triton.next_power_of_2(h), USE_GDC=use_pdl,
         num_warps=logits_warps or router_num_warps(block_e, h), **pdl,
