@@ -217,6 +217,7 @@ def test_router_batch_invariant(e, n_group, dtype):
 @pytest.mark.parametrize("block_e", [2, 4, 8])
 def test_router_block_e_does_not_change_bits(block_e):
     assert router_block_e(512) == 4 and router_block_e(64) == 4  # Ling-3: 128 CTAs
+    assert router_block_e(512, 6) == 8 and router_block_e(512, 1) == 4   # x 2 row groups: 128 again
     x, w, bias = make_router_inputs(6, 64, 96, torch.float32, seed=41)
     base = run_router(x, w, bias, 8)
     other = run_router(x, w, bias, 8, block_e=block_e)
@@ -302,14 +303,16 @@ _ROUTER_COMPILE_CHECK = textwrap.dedent("""
     from lingc.runtime.kernels.moe_router.kernel import (
         SELECT_WARPS, _moe_router_logits_kernel, _moe_router_select_kernel, router_block_e, router_num_warps)
     fn = _moe_router_logits_kernel
-    block_e = router_block_e(512)
-    for wdt in ("*bf16", "*fp32"):
+    # One row's tile for both dtypes; the tile of several rows (twice the experts, the same warps)
+    # in bf16, the model's dtype.
+    for block_e, wdt in ((router_block_e(512), "*bf16"), (router_block_e(512), "*fp32"),
+                         (router_block_e(512, 6), "*bf16")):
         ptrs = dict(x_ptr="*bf16", w_ptr=wdt, logits_ptr="*fp32")
         ints = ["T", "ROWS", "H", "stride_xt", "stride_we", "stride_lt"]
         const = dict(stride_xh=1, E=512, BLOCK_E=block_e, BLOCK_H=4096, USE_GDC=True)
         attrs = divisible_by_16(fn, [n for n in list(ptrs) + ints if n not in ("T", "ROWS")])
         ptx, info = compile_sm90(fn, signature(fn, ptrs, ints), const, attrs,
-                                 num_warps=router_num_warps(block_e, 2560))
+                                 num_warps=router_num_warps(router_block_e(512), 2560))   # as the launcher
         assert " 0 bytes spill stores" in info, info
         # The gate tile is requested before the wait: its loads sit ahead of griddepcontrol.wait.
         before = ptx.split("griddepcontrol.wait")[0]
@@ -317,7 +320,7 @@ _ROUTER_COMPILE_CHECK = textwrap.dedent("""
         v4 = len(re.findall(r"ld\\.global(\\.\\w+)*\\.v4", before))
         assert v4 >= (8 if wdt == "*bf16" else 16), (wdt, v4)
         assert "griddepcontrol.launch_dependents" in ptx
-        print("logits", wdt, re.findall(r"Used \\d+ registers", info))
+        print("logits", block_e, wdt, re.findall(r"Used \\d+ registers", info))
     fn = _moe_router_select_kernel
     ptrs = dict(logits_ptr="*fp32", bias_ptr="*fp32", ids_ptr="*i32", wts_ptr="*fp32")
     ints = ["stride_lt", "stride_it", "stride_wt"]
@@ -691,9 +694,15 @@ def test_gpu_router_batch_invariant(dtype):
     g = LING3
     x, w, bias = make_router_inputs(16, g["e"], g["h"], dtype, seed=300)
     args = (g["n_group"], g["topk_group"], g["top_k"], g["scaling"])
-    ids16, w16 = run_router(x, w, bias, *args)
-    for t in (1, 6, 8):
-        ids_t, w_t = run_router(x[:t], w, bias, *args)
+    # T = 1 runs 4 experts a CTA and T > 1 8 (router_block_e), with the same warps: the
+    # logits, not only the picks, must be the same bits.
+    assert router_block_e(g["e"], 1) != router_block_e(g["e"], 16)
+    l16 = torch.empty(16, g["e"], device=DEVICE)
+    ids16, w16 = run_router(x, w, bias, *args, logits_out=l16)
+    for t in (1, 2, 6, 8):
+        l_t = torch.empty(t, g["e"], device=DEVICE)
+        ids_t, w_t = run_router(x[:t], w, bias, *args, logits_out=l_t)
+        assert torch.equal(l_t, l16[:t]), t
         assert torch.equal(ids_t, ids16[:t]) and torch.equal(w_t, w16[:t])
 
 

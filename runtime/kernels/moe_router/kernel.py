@@ -2,12 +2,14 @@
 
 Design (README.md has the derivation and the measurements behind it):
 
-- Logits launch: one CTA per BLOCK_E experts (Ling-3: E = 512, BLOCK_E = 4, 128 CTAs, one per
-  SM of an H200). A CTA loads its whole gate tile [BLOCK_E, H] (20 KB in bf16) BEFORE
-  ``gdc_wait``: the 2.6 MB cold weight read is independent of the producer, so it overlaps the
-  previous kernel's tail. Then it waits, triggers the dependents, and for each of the T rows
-  computes BLOCK_E fp32 logits (products in fp32, one tree reduction per row over H) into a
-  small fp32 workspace [T, E].
+- Logits launch: one CTA per BLOCK_E experts and row group (Ling-3: E = 512; one token row:
+  BLOCK_E = 4, 128 CTAs, one per SM of an H200; more rows: BLOCK_E = 8 and the rows split over
+  2 groups, 128 CTAs again). A CTA loads its whole gate tile [BLOCK_E, H] (20 KB in bf16 at
+  BLOCK_E = 4) BEFORE ``gdc_wait``: the 2.6 MB cold weight read is independent of the producer,
+  so it overlaps the previous kernel's tail. Then it waits, triggers the dependents, and for
+  each of its group's rows computes BLOCK_E fp32 logits (products in fp32, one tree reduction
+  per row over H) into a small fp32 workspace [T, E]. Rows are serial within a CTA (each one's
+  reduction crosses warps), so splitting them over two groups halves verify's chain.
 - Select launch: one CTA of ONE warp per row. The expert bias is loaded before its wait; after
   it, the row's E logits are read and the grouped top-k runs on a [G_PAD, GS_PAD] view (group
   g, member j). Every candidate is one int64 key, (order key of its score) << 32 | (E - 1 -
@@ -41,7 +43,13 @@ __all__ = ["SELECT_WARPS", "moe_router_triton", "router_block_e", "router_num_wa
 _TARGET_CTAS = 128
 # Row groups of the logits launch: the T token rows are split over up to this many programs per
 # expert block, each reducing its rows one after another (1 = every row in one program).
+# H200, session 22 (benchmarks/results, "Session 22"): verify's logits (T = 6) took 192 us per
+# step with 1 group, 123 with 2, 175 with 3 and 194 with 6.
 ROW_GROUPS = 2
+# Above one token row, a logits CTA takes this many times the experts of router_block_e(E): with
+# 2 row groups that keeps the grid at ~128 CTAs. Same warps, so 177 registers a thread at Ling-3
+# (one CTA an SM), no spills (tests/test_moe_kernels.py compiles it for sm_90).
+MANY_ROWS_BLOCK_E_FACTOR = 2
 # Warps of a selection CTA: one, so every reduction stays inside the warp (README.md).
 SELECT_WARPS = 1
 
@@ -164,11 +172,13 @@ def _moe_router_select_kernel(
     tl.store(wts_ptr + t * stride_wt + kr, wsel, mask=mask)
 
 
-def router_block_e(num_experts: int) -> int:
-    """Experts per CTA: the smallest power of two that keeps the grid at <= 128 CTAs, at least 4
-    (E = 512: 4, 128 CTAs). It changes which CTA computes a logit, never how (each logit is one
-    row's reduction over H), so it does not change the bits (a test checks)."""
-    return max(4, triton.next_power_of_2(triton.cdiv(num_experts, _TARGET_CTAS)))
+def router_block_e(num_experts: int, t: int = 1) -> int:
+    """Experts per CTA for T token rows: at one row the smallest power of two that keeps the grid
+    at <= 128 CTAs, at least 4 (E = 512: 4, 128 CTAs); above one row MANY_ROWS_BLOCK_E_FACTOR
+    times that. It changes which CTA computes a logit, never how (each logit is one row's
+    reduction over H), so it does not change the bits and may depend on T (a test checks)."""
+    one_row = max(4, triton.next_power_of_2(triton.cdiv(num_experts, _TARGET_CTAS)))
+    return one_row * (MANY_ROWS_BLOCK_E_FACTOR if t > 1 else 1)
 
 
 def router_row_groups(t: int, groups: int | None = None) -> tuple[int, int]:
@@ -233,7 +243,9 @@ def moe_router_triton(
         return ids_out, weights_out
     if use_pdl is None:
         use_pdl = pdl_supported(dev)
-    block_e = block_e or router_block_e(e)
+    # The warps are one row's (router_block_e(e)) at any T: the wider tile above one row keeps them.
+    warps = logits_warps or router_num_warps(router_block_e(e), h)
+    block_e = block_e or router_block_e(e, t)
     group_size = e // n_group
     pdl = {"launch_pdl": True} if use_pdl else {}
     groups, rows = router_row_groups(t, row_groups)
@@ -241,7 +253,7 @@ def moe_router_triton(
         x, gate_w, logits_out, t, rows, h,
         x.stride(0), x.stride(1), gate_w.stride(0), logits_out.stride(0),
         E=e, BLOCK_E=block_e, BLOCK_H=triton.next_power_of_2(h), USE_GDC=use_pdl,
-        num_warps=logits_warps or router_num_warps(block_e, h), **pdl,
+        num_warps=warps, **pdl,
     )
     _moe_router_select_kernel[(t,)](
         logits_out, expert_bias, ids_out, weights_out, float(routed_scaling),
