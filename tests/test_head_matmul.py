@@ -33,12 +33,12 @@ def operands(bsz, m, k, n, dtype, b_layout, seed):
     return a.to(DEVICE), b.to(DEVICE)
 
 
-def launch(a, b, out_dtype=None, heads_inner=False, b_is_weight=True):
+def launch(a, b, out_dtype=None, heads_inner=False, b_is_weight=True, groups=None):
     bsz, m, n = a.shape[0], a.shape[1], b.shape[2]
     dt = out_dtype or torch.float32
     out = (torch.full((m, bsz, n), float("nan"), dtype=dt, device=a.device).transpose(0, 1) if heads_inner
            else torch.full((bsz, m, n), float("nan"), dtype=dt, device=a.device))
-    return head_matmul_triton(a, b, out_dtype, b_is_weight, out=out)
+    return head_matmul_triton(a, b, out_dtype, b_is_weight, out=out, groups=groups)
 
 
 SHAPES = [  # (B, M, K, N): flash-tp4-rank's W_uk and W_uv products at T = 1 and 6, odd sizes
@@ -73,6 +73,16 @@ def test_batch_invariant_in_rows():
         part = launch(a[:, :m], b)
         assert torch.equal(part, full[:, :m])
     assert torch.equal(launch(a[:, 5:6], b), full[:, 5:6])
+
+
+@pytest.mark.parametrize("groups", [1, 2, 3, 8])
+def test_row_groups_do_not_change_bits(groups):
+    """The rows split over 1..8 programs per (head, tile), 7 rows (a short last group): every
+    element written (NaN-poisoned output), the same bits as the table's grouping."""
+    a, b = operands(4, 7, 64, 48, torch.bfloat16, "k", seed=17)
+    out = launch(a, b, groups=groups)
+    assert not out.isnan().any()
+    assert torch.equal(out, launch(a, b))
 
 
 def test_block_n_fills_the_grid_at_flash_shapes():
@@ -122,7 +132,7 @@ def test_bad_arguments_are_named(a_shape, b_shape, dtype, match):
 _COMPILE_CHECK = textwrap.dedent("""
     from sm90 import compile_sm90, divisible_by_16, signature
     from lingc.runtime.kernels.head_matmul.kernel import _head_matmul_kernel as fn, head_matmul_block_n
-    ints = ["M", "K", "N", "stride_ab", "stride_am", "stride_ak", "stride_bb", "stride_bk", "stride_bn",
+    ints = ["M", "ROWS", "K", "N", "stride_ab", "stride_am", "stride_ak", "stride_bb", "stride_bk", "stride_bn",
             "stride_ob", "stride_om"]
     for k, n, bdt in ((128, 512, "*bf16"), (512, 128, "*bf16")):
         ptrs = dict(a_ptr="*fp32", b_ptr=bdt, out_ptr="*fp32")
@@ -131,7 +141,7 @@ _COMPILE_CHECK = textwrap.dedent("""
         ints_k = [i for i in ints if i not in unit]
         const = dict(**unit, BLOCK_K=k, BLOCK_N=head_matmul_block_n(k, n), B_IS_WEIGHT=True, USE_GDC=True)
         ptx, info = compile_sm90(fn, signature(fn, ptrs, ints_k), const,
-                                 divisible_by_16(fn, list(ptrs) + [i for i in ints_k if i != "M"]), num_warps=4)
+                                 divisible_by_16(fn, list(ptrs) + [i for i in ints_k if i not in ("M", "ROWS")]), num_warps=4)
         assert " 0 bytes spill stores" in info, info
         before = ptx.split("griddepcontrol.wait")[0]
         assert "ld.global" in before, "the weight tile must be requested before the PDL wait"
@@ -160,3 +170,4 @@ def test_gpu_flash_shapes_in_a_cuda_graph():
     torch.cuda.synchronize()
     for (a, b), o in zip(cases, outs):
         assert_close(o, head_matmul_reference(a, b), 1e-6)
+        assert torch.equal(o, launch(a, b, groups=1))   # one program walking every row: same bits

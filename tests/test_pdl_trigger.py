@@ -32,7 +32,7 @@ _CHECK = textwrap.dedent("""
                           num_warps=c.num_warps)
     assert order(ptx) == ("late" if TRIGGER == "late" else "early"), TRIGGER
 
-    sig = dict(a_ptr="*fp32", b_ptr="*bf16", out_ptr="*bf16", M="i32", K="i32", N="i32",
+    sig = dict(a_ptr="*fp32", b_ptr="*bf16", out_ptr="*bf16", M="i32", ROWS="i32", K="i32", N="i32",
                **{s: "i32" for s in ("stride_ab", "stride_am", "stride_ak", "stride_bb", "stride_bk",
                                      "stride_bn", "stride_ob", "stride_om")})
     ptx, _ = compile_sm90(_head_matmul_kernel, sig, dict(BLOCK_K=128, BLOCK_N=32, B_IS_WEIGHT=True, USE_GDC=True),

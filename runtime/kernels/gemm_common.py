@@ -8,13 +8,15 @@
 - ``split_k_tickets``: the zeroed int32 counters with which split-K CTAs elect, in the same
   launch, the one that reduces the partials (the last to arrive), instead of float atomics or a
   second kernel.
+- ``row_groups``: how the router's logits and ``head_matmul`` split a launch's token rows over
+  programs (rows within a program run one after another).
 """
 import torch
 import triton
 import triton.language as tl
 
 __all__ = ["BLOCK_M", "TARGET_SMS", "TICKET_CAPACITY", "dot_acc", "persistent_buffer", "register_cap",
-           "split_k_tickets"]
+           "row_groups", "split_k_tickets"]
 
 BLOCK_M = 16
 TARGET_SMS = 132
@@ -35,6 +37,17 @@ def dot_acc(x, w, acc, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr):
 
 
 _PERSISTENT: dict[tuple, torch.Tensor] = {}
+
+
+def row_groups(t: int, groups: int) -> tuple[int, int]:
+    """(programs along the rows, rows per program) for t rows split over at most ``groups``
+    programs: ceil(t / programs) rows each, the last group possibly shorter. Kernels that walk
+    their rows with the same arithmetic per row (a row's result never depends on its group) may
+    pick the grouping per t without breaking batch invariance."""
+    if groups < 1:
+        raise ValueError(f"row groups must be >= 1, got {groups}")
+    rows = triton.cdiv(t, min(groups, max(t, 1)))
+    return triton.cdiv(t, rows), rows
 
 
 def register_cap(maxnreg: int) -> dict:

@@ -35,6 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
+from lingc.runtime.kernels.gemm_common import row_groups
 from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
 
 __all__ = ["SELECT_WARPS", "moe_router_triton", "router_block_e", "router_num_warps", "router_row_groups"]
@@ -186,11 +187,7 @@ def router_row_groups(t: int, groups: int | None = None) -> tuple[int, int]:
     ROW_GROUPS) programs per expert block, ceil(T / programs) rows each. The grouping decides
     which program reduces a row, never how (each row has the same arithmetic in any group), so
     it may depend on T without breaking batch invariance (a test checks the bits)."""
-    groups = ROW_GROUPS if groups is None else groups
-    if groups < 1:
-        raise ValueError(f"row groups must be >= 1, got {groups}")
-    rows = triton.cdiv(t, min(groups, max(t, 1)))
-    return triton.cdiv(t, rows), rows
+    return row_groups(t, ROW_GROUPS if groups is None else groups)
 
 
 def router_num_warps(block_e: int, hidden: int) -> int:
