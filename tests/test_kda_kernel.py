@@ -14,6 +14,7 @@ bit for bit.
 """
 import os
 import textwrap
+from dataclasses import replace
 
 import pytest
 import torch
@@ -188,6 +189,41 @@ def test_kernel_batch_invariant_in_T(dtype):
         assert torch.equal(ss, ss8[:n]) and torch.equal(sw, sw8[:n]), f"stages of T={n} differ"
         _, state, window, _, _ = run_kernel(prefix(x, n), staged=False)
         assert torch.equal(state, ss8[n - 1]) and torch.equal(window, sw8[n - 1]), f"persistent T={n}"
+
+
+# KdaConfig.fused_reductions: other roundings, the same guarantees.
+FUSED_CONFIG = KdaConfig(bv=16, fused_reductions=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("H,K", [(2, 16), (2, 24)])
+def test_fused_reductions_match_the_model_and_the_prefixes(H, K, dtype):
+    """Persistent: o, state and window against the model's math; staged: every position against
+    the from-scratch reference of its prefix (fresh random inputs, NaN-poisoned outputs)."""
+    T = 6
+    x = make_inputs(T, H, K, dtype, seed=500 + K)
+    o, state, window, _, _ = run_kernel(x, staged=False, config=FUSED_CONFIG)
+    o_ref, S_ref, win_ref = model_math(x)
+    assert_close(o, o_ref, RTOL)
+    assert_close(state, S_ref, RTOL)
+    assert torch.equal(window, win_ref)
+    o2, _, _, ss, sw = run_kernel(x, staged=True, config=FUSED_CONFIG)
+    assert_close(o2, o_ref, RTOL)
+    for j in range(T):
+        scratch = kda_chain_reference(*ref_args(prefix(x, j + 1)))
+        assert_close(ss[j], scratch.state, RTOL)
+        assert torch.equal(sw[j], scratch.window), f"stage window {j}"
+
+
+def test_fused_reductions_batch_invariant_in_T():
+    """Position j of any chain is the same bits, staged or persistent, whatever T is."""
+    x = make_inputs(8, 2, 16, torch.bfloat16, seed=43)
+    o8, _, _, ss8, sw8 = run_kernel(x, staged=True, config=FUSED_CONFIG)
+    for n in (1, 3, 6):
+        o, _, _, ss, sw = run_kernel(prefix(x, n), staged=True, config=FUSED_CONFIG)
+        assert torch.equal(o, o8[:n]) and torch.equal(ss, ss8[:n]) and torch.equal(sw, sw8[:n]), n
+        _, state, window, _, _ = run_kernel(prefix(x, n), staged=False, config=FUSED_CONFIG)
+        assert torch.equal(state, ss8[n - 1]) and torch.equal(window, sw8[n - 1]), n
 
 
 def test_reference_batch_invariant_in_T():
@@ -413,7 +449,7 @@ def test_commit_bad_index_raises():
 
 
 def test_config_depends_on_shape_only():
-    assert config_for(8, 128, 128) == KdaConfig(bv=8, num_warps=4)
+    assert config_for(8, 128, 128) == KdaConfig(bv=8, num_warps=4, fused_reductions=False)
     assert all(config_for(h, k, k).bv >= 4 for h in (1, 2, 8, 32, 64) for k in (16, 24, 128))
 
 
@@ -426,13 +462,22 @@ _COMPILE_CHECK = textwrap.dedent("""
                                      "sstate_ptr"]})
     sig.update(ticket_ptr="*i32", lower_bound="fp32", scale="fp32", eps="fp32")
     cfg = config_for(8, 128, 128)
+    barriers = {}
     for staged in (False, True):
-        const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv, STAGED=staged,
-                     STATE_BEFORE_WAIT=True, USE_GDC=True)
-        ptx, info = compile_sm90(_kda_chain_kernel, sig, const, num_warps=cfg.num_warps)
-        assert "griddepcontrol.wait" in ptx
-        print(staged, info)
-        assert " 0 bytes spill stores" in info, info
+        for fused in (False, True):
+            const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv, STAGED=staged,
+                         STATE_BEFORE_WAIT=True, FUSED_RED=fused, USE_GDC=True)
+            ptx, info = compile_sm90(_kda_chain_kernel, sig, const, num_warps=cfg.num_warps)
+            assert "griddepcontrol.wait" in ptx
+            print(staged, fused, info)
+            assert " 0 bytes spill stores" in info, info
+            barriers[staged, fused] = ptx.count("bar.sync")
+    # KdaConfig.fused_reductions: the two norms' and the two state products' shared-memory round
+    # trips become one each (a norm's reduction across the warps costs three barriers, a state
+    # product's two): six CTA barriers fewer, all of them in the token loop (persistent binary
+    # 20 -> 14, staged 18 -> 12 on triton 3.6).
+    for staged in (False, True):
+        assert barriers[staged, True] == barriers[staged, False] - 6, barriers
 """)
 
 
@@ -470,11 +515,13 @@ def ref_args_on_cpu(x, **kw):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("fused", [False, True], ids=["table", "fused_reductions"])
 @pytest.mark.parametrize("staged", [False, True], ids=["persistent", "staged"])
 @pytest.mark.parametrize("T", [1, 6, 8])
-def test_gpu_flash_tp4_rank_matches_reference(T, staged):
+def test_gpu_flash_tp4_rank_matches_reference(T, staged, fused):
     x = make_inputs(T, 8, 128, torch.bfloat16, seed=90 + T)
-    o, state, window, ss, sw = run_kernel(x, staged)
+    cfg = config_for(8, 128, 128)
+    o, state, window, ss, sw = run_kernel(x, staged, replace(cfg, fused_reductions=fused))
     ref = kda_chain_reference(*ref_args_on_cpu(x))
     assert_close(o, ref.o, 1e-4)
     if staged:
@@ -562,12 +609,13 @@ def test_op_takes_the_conv_weights_as_a_list():
 
 
 @pytest.mark.gpu
-def test_gpu_staged_and_persistent_agree_bitwise_at_flash_tp4_rank_shapes():
+@pytest.mark.parametrize("fused", [False, True], ids=["table", "fused_reductions"])
+def test_gpu_staged_and_persistent_agree_bitwise_at_flash_tp4_rank_shapes(fused):
     """The relay's verify runs the staged kernel, plain decode the persistent one: position j of a
     staged chain must be the persistent kernel's j+1-token result bit for bit, at the shapes and
     table config of flash-tp4-rank (8 heads x 128, bf16), or greedy speculative != plain."""
     x = make_inputs(6, 8, 128, torch.bfloat16, seed=61)
-    cfg = config_for(8, 128, 128)
+    cfg = replace(config_for(8, 128, 128), fused_reductions=fused)
     o6, _, _, ss6, sw6 = run_kernel(x, staged=True, config=cfg)
     for n in range(1, 7):
         o, state, window, _, _ = run_kernel(prefix(x, n), staged=False, config=cfg)

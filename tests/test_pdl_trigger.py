@@ -60,7 +60,8 @@ _CHECK = textwrap.dedent("""
     cfg = config_for(8, 128, 128)
     for early_read in (True, False):
         const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv,
-                     STATE_BEFORE_WAIT=state_before_wait(early_read, True), USE_GDC=True)
+                     STATE_BEFORE_WAIT=state_before_wait(early_read, True), FUSED_RED=cfg.fused_reductions,
+                     USE_GDC=True)
         ptx, _ = compile_sm90(_kda_chain_kernel, sig, const, num_warps=cfg.num_warps)
         head = ptx.split("griddepcontrol.wait")[0]
         bf16_before = re.search(r"ld\\.global(\\.\\w+)*\\.[bu]16", head) is not None

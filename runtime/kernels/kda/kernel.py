@@ -71,6 +71,13 @@ _TARGET_PROGRAMS = 128
 class KdaConfig:
     bv: int             # V columns per program (power of two >= 4)
     num_warps: int = 4
+    # Two multi-operand reductions per token instead of four single ones: (q.q, k.k, q.k) of the
+    # raw q and k, then (S'^T k, S'^T q), with o = S'^T q + delta (q.k) (the same math as
+    # (S' + k delta^T)^T q, other roundings). Across K each reduction is a shared-memory round
+    # trip: 12 CTA barriers per token instead of 18 in the sm_90 binary (a test checks the
+    # count). Other bits than False, but the same for any T. Not yet timed on a GPU: off in
+    # the table until it is.
+    fused_reductions: bool = False
 
 
 # Fixed launch table keyed by (H, K, V). Not yet swept on the GPU (benchmarks/kernels_kda.py
@@ -103,6 +110,16 @@ def _conv_taps(w_ptr, ch, mask):
 
 
 @triton.jit
+def _add2(a0, b0, a1, b1):
+    return a0 + a1, b0 + b1
+
+
+@triton.jit
+def _add3(a0, b0, c0, a1, b1, c1):
+    return a0 + a1, b0 + b1, c0 + c1
+
+
+@triton.jit
 def _conv_silu(x0, x1, x2, x, w0, w1, w2, w3):
     """Depthwise conv over (x0, x1, x2 = window oldest first, x = new input), taps summed in
     order as kda_math.short_conv does, then SiLU."""
@@ -132,7 +149,7 @@ def _kda_chain_kernel(
     wq_ptr, wk_ptr, wv_ptr, win_ptr, alog_ptr, dtb_ptr, state_ptr, o_ptr, sstate_ptr, swin_ptr, ticket_ptr,
     T, STAGED, lower_bound, scale, eps,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    NVB: tl.constexpr, STATE_BEFORE_WAIT: tl.constexpr, USE_GDC: tl.constexpr,
+    NVB: tl.constexpr, STATE_BEFORE_WAIT: tl.constexpr, FUSED_RED: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     h = tl.program_id(0)
     vb = tl.program_id(1)
@@ -192,16 +209,29 @@ def _kda_chain_kernel(
         xq0, xq1, xq2 = xq1, xq2, xq
         xk0, xk1, xk2 = xk1, xk2, xk
         xv0, xv1, xv2 = xv1, xv2, xv
-        q = q * tl.rsqrt(tl.sum(q * q, axis=0) + eps) * scale
-        k = k * tl.rsqrt(tl.sum(k * k, axis=0) + eps)
         g = lower_bound * tl.sigmoid(a * (fx + dtb))
         beta = tl.sigmoid(bx)
-
-        S = S * tl.exp(g)[:, None]
-        kv = tl.sum(S * k[:, None], axis=0)                  # S'^T k over the whole K
-        delta = (v - kv) * beta
-        S = S + k[:, None] * delta[None, :]
-        o = tl.sum(S * q[:, None], axis=0)                   # S^T q
+        if FUSED_RED:
+            # KdaConfig.fused_reductions: one reduction for both norms and q.k, one for both
+            # state products; o from S' and the rank-one update's q.k.
+            qq, kk, qk = tl.reduce((q * q, k * k, q * k), 0, _add3)
+            rq = tl.rsqrt(qq + eps) * scale
+            rk = tl.rsqrt(kk + eps)
+            q = q * rq
+            k = k * rk
+            S = S * tl.exp(g)[:, None]
+            kv, sq = tl.reduce((S * k[:, None], S * q[:, None]), 0, _add2)   # S'^T k, S'^T q
+            delta = (v - kv) * beta
+            S = S + k[:, None] * delta[None, :]
+            o = sq + delta * (qk * rq * rk)                                  # S^T q
+        else:
+            q = q * tl.rsqrt(tl.sum(q * q, axis=0) + eps) * scale
+            k = k * tl.rsqrt(tl.sum(k * k, axis=0) + eps)
+            S = S * tl.exp(g)[:, None]
+            kv = tl.sum(S * k[:, None], axis=0)                  # S'^T k over the whole K
+            delta = (v - kv) * beta
+            S = S + k[:, None] * delta[None, :]
+            o = tl.sum(S * q[:, None], axis=0)                   # S^T q
         tl.store(o_ptr + t * H * V + h * V + offs_v, o, mask=mv)
 
         if STAGED != 0:
@@ -367,7 +397,7 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
         stage_states if staged else state, stage_windows if staged else conv_window, tickets,
         T, int(staged), float(lower_bound), float(K) ** -0.5, _L2_EPS,
         H=H, K=K, V=V, BK=triton.next_power_of_2(K), BV=cfg.bv, NVB=nvb,
-        STATE_BEFORE_WAIT=state_before_wait(state_ready, use_pdl), USE_GDC=use_pdl,
+        FUSED_RED=cfg.fused_reductions, STATE_BEFORE_WAIT=state_before_wait(state_ready, use_pdl), USE_GDC=use_pdl,
         num_warps=cfg.num_warps, num_stages=1, **launch,
     )
     return out
