@@ -8,7 +8,7 @@
 - ``split_k_tickets``: the zeroed int32 counters with which split-K CTAs elect, in the same
   launch, the one that reduces the partials (the last to arrive), instead of float atomics or a
   second kernel.
-- ``row_groups``: how the router's logits and ``head_matmul`` split a launch's token rows over
+- ``split_rows``: how the router's logits and ``head_matmul`` split a launch's token rows over
   programs (rows within a program run one after another).
 """
 import torch
@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 __all__ = ["BLOCK_M", "TARGET_SMS", "TICKET_CAPACITY", "dot_acc", "persistent_buffer", "register_cap",
-           "row_groups", "split_k_tickets"]
+           "split_k_tickets", "split_rows"]
 
 BLOCK_M = 16
 TARGET_SMS = 132
@@ -39,7 +39,7 @@ def dot_acc(x, w, acc, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr):
 _PERSISTENT: dict[tuple, torch.Tensor] = {}
 
 
-def row_groups(t: int, groups: int) -> tuple[int, int]:
+def split_rows(t: int, groups: int) -> tuple[int, int]:
     """(programs along the rows, rows per program) for t rows split over at most ``groups``
     programs: ceil(t / programs) rows each, the last group possibly shorter. Kernels that walk
     their rows with the same arithmetic per row (a row's result never depends on its group) may

@@ -3,7 +3,7 @@
 Grid (B, cdiv(N, BLOCK_N), row groups). Program (h, j, r) holds the whole [K, BLOCK_N] tile of
 b[h] in registers (K <= MAX_K) and walks the rows of its group: row m is one fp32 multiply and
 one tree reduction over K, stored (optionally rounded) to out[h, m, j-tile]. The rows are split
-over up to ROW_GROUPS groups (gemm_common.row_groups; by default every row of a decode chain
+over up to ROW_GROUPS groups (gemm_common.split_rows; by default every row of a decode chain
 its own program: a walked row costs its a-load's L2 latency, and verify's T = 6 took ~3x T = 1's
 time with one group). M and the rows per group are runtime loop bounds and the tile shapes come
 from (K, N) only, so a row's result does not depend on M or its group (batch invariant in T).
@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lingc.runtime.kernels.gemm_common import row_groups
+from lingc.runtime.kernels.gemm_common import split_rows
 from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait_small
 
 __all__ = ["MAX_K", "TILE_ELEMS", "head_matmul_block_n", "head_matmul_triton"]
@@ -89,7 +89,7 @@ def head_matmul_triton(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype 
     if use_pdl is None:
         use_pdl = pdl_supported(a.device)
     block_n = head_matmul_block_n(k, n)
-    n_groups, rows = row_groups(m, ROW_GROUPS if groups is None else groups)
+    n_groups, rows = split_rows(m, ROW_GROUPS if groups is None else groups)
     _head_matmul_kernel[(bsz, triton.cdiv(n, block_n), n_groups)](
         a, b, out, m, rows, k, n,
         a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2),

@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lingc.runtime.kernels.gemm_common import row_groups
+from lingc.runtime.kernels.gemm_common import split_rows
 from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
 
 __all__ = ["SELECT_WARPS", "moe_router_triton", "router_block_e", "router_num_warps", "router_row_groups"]
@@ -187,7 +187,7 @@ def router_row_groups(t: int, groups: int | None = None) -> tuple[int, int]:
     ROW_GROUPS) programs per expert block, ceil(T / programs) rows each. The grouping decides
     which program reduces a row, never how (each row has the same arithmetic in any group), so
     it may depend on T without breaking batch invariance (a test checks the bits)."""
-    return row_groups(t, ROW_GROUPS if groups is None else groups)
+    return split_rows(t, ROW_GROUPS if groups is None else groups)
 
 
 def router_num_warps(block_e: int, hidden: int) -> int:
