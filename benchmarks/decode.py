@@ -13,7 +13,10 @@ can pick the depth from step time x accept length. `--profile` adds, per lingc g
 by kernel name, a Chrome trace (OUT/trace_<mode>_<role>.json) and the kernel sequence of one
 replay with grids (in the JSON; `python -m benchmarks.sequence` compares two runs), and each
 layer's chain against its floor (`layer_floor_us` in the JSON; `python -m benchmarks.layer_chains`
-tables it by layer or class of layer). Sanity: every
+tables it by layer or class of layer), and the chain bound: the step's kernels x one PDL kernel
+boundary (timed in the same run by `benchmarks.sync_probe`'s chained form) + the floor, the least
+a chain of that many dependent kernels could take even if each read its bytes at the copy
+bandwidth (`chain_bound_ms` in the JSON). Sanity: every
 lingc relay run's greedy tokens must equal plain lingc's from the same synthetic state (printed, and
 `spec_equals_plain` in the JSON). Output: the table on stdout, OUT/decode.json, and OUT/decode.png
 when matplotlib is installed (else `python -m benchmarks.plot` draws it anywhere).
@@ -447,6 +450,7 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
                 per_graph_ms=per_graph, ahead=st.ahead / max(1, st.launched - 1),
                 captured={r_: eng._steps[r_].captured for r_ in roles},
                 graphs=[i.format() for i in eng.graph_infos()], kernel_profile=kernels,
+                kernels_per_step=sum(i.kernel_nodes for i in eng.graph_infos()),
                 kernel_sequence=sequence,
                 tokens=[int(t) for t in check])
 
@@ -651,6 +655,16 @@ def main(argv=None) -> int:
         say(f"all-reduce in a CUDA graph ({tp.size} ranks), us: " + ", ".join(
             f"{k} {v:.1f}" for k, v in ar_us.items()))
 
+    # One PDL-chained kernel boundary, timed here for the chain bound (--profile, lingc modes).
+    boundary_us = None
+    if args.profile and DEV == "cuda" and any(m.startswith("lingc") for m in modes):
+        from .sync_probe import run_form
+        sms = torch.cuda.get_device_properties(DEV).multi_processor_count
+        boundary_us, ok = run_form("pdl", sms, 64, torch.device(DEV))
+        if not ok:
+            raise RuntimeError("the PDL boundary probe computed wrong values: no chain bound from it")
+        say(f"one PDL-chained kernel boundary (benchmarks.sync_probe, {sms} programs): {boundary_us:.2f} us")
+
     # (mode, depth) runs: relay modes once per --steps value, named "<mode> s=<k>" in a sweep.
     runs = [(m, k) for m in modes for k in (args.steps if "nextn" in m else [None])]
     results = {}
@@ -682,6 +696,8 @@ def main(argv=None) -> int:
         res["floor_ms"] = relay_floor[k] if relay else floors["plain"]
         if mode.startswith("lingc"):
             res["layer_floor_us"] = layer_floors[k if relay else "plain"]
+        if boundary_us and res.get("kernels_per_step"):
+            res["chain_bound_ms"] = chain_bound_ms(res["floor_ms"], res["kernels_per_step"], boundary_us)
         if res.get("wall_ms"):
             tps = res.get("tokens_per_step") or 1.0
             res["tpot_ms"] = res["wall_ms"] / tps
@@ -696,10 +712,10 @@ def main(argv=None) -> int:
             res["allreduce_share"] = res["allreduce_ms_est"] / res["step_ms"]
         results[name] = res
         if lead:
-            write_json(out / _json_name(args), _payload(args, bw, floors, results, tp, ar_us))
+            write_json(out / _json_name(args), _payload(args, bw, floors, results, tp, ar_us, boundary_us))
     sanity = spec_equals_plain(results)
     if lead and sanity:
-        write_json(out / _json_name(args), {**_payload(args, bw, floors, results, tp, ar_us),
+        write_json(out / _json_name(args), {**_payload(args, bw, floors, results, tp, ar_us, boundary_us),
                                             "spec_equals_plain": sanity})
     if not lead:
         return 0
@@ -727,6 +743,8 @@ def main(argv=None) -> int:
             print(f"{m}: per graph ms {r['per_graph_ms']}{extra}")
             for g in r.get("graphs", []):
                 print("   ", g)
+        if r.get("chain_bound_ms"):
+            print(f"{m}: chain bound {chain_bound_line(r)}")
         for role, rows in (r.get("kernel_profile") or {}).items():
             print(f"{m} {role}: {'GPU' if DEV == 'cuda' else 'CPU'} us per step by kernel: on the critical path "
                   f"(end to end), and start to end (PDL overlaps those)")
@@ -756,6 +774,24 @@ def main(argv=None) -> int:
     return 0
 
 
+def chain_bound_ms(floor_ms: float, kernels: int, boundary_us: float) -> float:
+    """The least time a step of `kernels` dependent kernels can take: each boundary costs one
+    PDL-chained grid-wide synchronisation (measured) and the bytes at least the floor."""
+    if kernels < 0 or boundary_us < 0 or floor_ms <= 0:
+        raise ValueError(f"chain bound of {kernels} kernels, {boundary_us} us a boundary, floor {floor_ms} ms")
+    return floor_ms + kernels * boundary_us / 1e3
+
+
+def chain_bound_line(r: dict) -> str:
+    """'N kernels x B us + floor F ms = X ms (Y x floor); the step's wall W ms is Z x the bound'."""
+    b, f = r["chain_bound_ms"], r["floor_ms"]
+    per = (b - f) * 1e3 / r["kernels_per_step"]
+    line = f"{r['kernels_per_step']} kernels x {per:.2f} us + floor {f:.3f} ms = {b:.3f} ms ({b / f:.2f}x floor)"
+    if r.get("wall_ms"):
+        line += f"; the step's wall {r['wall_ms']:.3f} ms is {r['wall_ms'] / b:.2f}x the bound"
+    return line
+
+
 def spec_equals_plain(results: dict) -> dict[str, bool]:
     """For each lingc relay run: are its greedy tokens (one uninterrupted run from the same synthetic
     state) the plain lingc run's, over the shorter of the two? Empty without a plain lingc run."""
@@ -782,8 +818,8 @@ def _weights_label(args, prompt) -> str:
     return f"{weights}, synthetic context (accept lengths are not meaningful)"
 
 
-def _payload(args, bw, floors, results, tp, ar_us):
-    return {"preset": args.preset, "context": args.context,
+def _payload(args, bw, floors, results, tp, ar_us, boundary_us=None):
+    return {"preset": args.preset, "context": args.context, "pdl_boundary_us": boundary_us,
             "weights": f"checkpoint {args.checkpoint} (bf16)" if args.checkpoint else "random bf16",
             "prompt_ids_file": args.prompt_ids_file,
             "tp": tp.size, "allreduce_graph_us": ar_us,

@@ -88,6 +88,21 @@ def test_invariance_probe_finds_nothing_on_the_tiny_model_and_names_a_broken_op(
     assert "first difference at lingc op" in out and "moe_router" in out, out
 
 
+def test_chain_bound_adds_one_boundary_per_kernel_to_the_floor():
+    from benchmarks.decode import chain_bound_line, chain_bound_ms
+    # The plain step of session 22: 449 kernels, a 0.93 us PDL boundary, a 0.648 ms floor.
+    b = chain_bound_ms(0.648, 449, 0.93)
+    assert b == pytest.approx(0.648 + 0.41757)
+    line = chain_bound_line({"chain_bound_ms": b, "floor_ms": 0.648, "kernels_per_step": 449, "wall_ms": 1.737})
+    assert line == ("449 kernels x 0.93 us + floor 0.648 ms = 1.066 ms (1.64x floor); "
+                    "the step's wall 1.737 ms is 1.63x the bound")
+    assert chain_bound_ms(0.648, 0, 0.93) == 0.648
+    with pytest.raises(ValueError, match="chain bound of -1 kernels"):
+        chain_bound_ms(0.648, -1, 0.93)
+    with pytest.raises(ValueError, match="floor 0.0 ms"):
+        chain_bound_ms(0.0, 449, 0.93)
+
+
 def test_critical_path_charges_each_kernel_the_time_since_the_previous_end():
     """Under PDL kernel B starts before A ends; B must be charged only what it adds past A's end."""
     from types import SimpleNamespace
