@@ -1,7 +1,7 @@
 """Each decoder layer's kernel chain against the floor of the bytes that layer must read.
 
     python -m benchmarks.layer_chains DECODE_JSON [--mode lingc-nextn] [--graph verify]
-        [--layers | --kernels "KDA + MoE"]
+        [--layers | --kernels "KDA + MoE"] [--boundary-us 0.93]
 
 The attention issue's last target is a whole-layer chain, captured in a CUDA graph, within 1.3x
 of the sum of its kernels' floors. ``benchmarks.decode --profile`` records each graph's kernels in
@@ -17,6 +17,12 @@ lm_head and its argmax, the relay's verdict and advance, ATen glue), is counted 
 layers, as are the kernels after the last layer (the final norm, a verify's KDA commits). A
 graph whose cut does not give one segment per layer of its floor list is reported as such, not
 matched by guesswork.
+
+With a kernel boundary's cost (``pdl_boundary_us`` in a JSON of ``benchmarks.decode --profile``
+since session 22, or ``--boundary-us``: ``benchmarks.sync_probe``'s PDL-chained form), the class
+table adds each class's chain bound (its floor + its kernels x one boundary, medians) and the
+time beyond it: what the kernels cost besides their bytes and their synchronisation, the part a
+faster kernel can win back, where the rest needs fewer kernels.
 """
 from __future__ import annotations
 
@@ -76,18 +82,24 @@ def layer_rows(seq: list[dict], floors: list[tuple[str, float]]) -> list[dict] |
     return rows
 
 
-def class_rows(rows: list[dict]) -> list[dict]:
+def class_rows(rows: list[dict], boundary_us: float | None = None) -> list[dict]:
     """Per class of layer (in first-seen order): layers, median us and floor, median and worst
-    ratio, and whether the worst is within TARGET_X_FLOOR."""
+    ratio, and whether the worst is within TARGET_X_FLOOR; with ``boundary_us`` (one kernel
+    boundary), also the median chain bound (floor + kernels x boundary) and the time beyond it."""
     out = []
     for label in dict.fromkeys(r["class"] for r in rows):
         rs = [r for r in rows if r["class"] == label]
         worst = max(r["x_floor"] for r in rs)
-        out.append({"class": label, "layers": len(rs), "kernels": statistics.median(r["kernels"] for r in rs),
-                    "us": statistics.median(r["us"] for r in rs),
-                    "floor_us": statistics.median(r["floor_us"] for r in rs),
-                    "x_floor": statistics.median(r["x_floor"] for r in rs), "worst": worst,
-                    "target": "met" if worst <= TARGET_X_FLOOR else "missed"})
+        row = {"class": label, "layers": len(rs), "kernels": statistics.median(r["kernels"] for r in rs),
+               "us": statistics.median(r["us"] for r in rs),
+               "floor_us": statistics.median(r["floor_us"] for r in rs),
+               "x_floor": statistics.median(r["x_floor"] for r in rs), "worst": worst,
+               "target": "met" if worst <= TARGET_X_FLOOR else "missed"}
+        if boundary_us is not None:
+            bounds = [r["floor_us"] + r["kernels"] * boundary_us for r in rs]
+            row["bound_us"] = statistics.median(bounds)
+            row["beyond_us"] = statistics.median(r["us"] - b for r, b in zip(rs, bounds))
+        out.append(row)
     return out
 
 
@@ -119,6 +131,7 @@ CLASS_COLUMNS = [("class", "layer", "s"), ("layers", "layers", "d"), ("kernels",
                  ("us", "chain us (median)", ".1f"), ("floor_us", "floor us (median)", ".1f"),
                  ("x_floor", "x floor (median)", ".2f"), ("worst", "x floor (worst)", ".2f"),
                  ("target", f"<= {TARGET_X_FLOOR}x", "s")]
+BOUND_COLUMNS = [("bound_us", "floor + kernels x boundary us", ".1f"), ("beyond_us", "beyond that us", ".1f")]
 
 
 def summary_line(seq: list[dict], floors: list[tuple[str, float]]) -> str:
@@ -132,6 +145,11 @@ def summary_line(seq: list[dict], floors: list[tuple[str, float]]) -> str:
              f"(worst {c['worst']:.2f}x)" for c in class_rows(rows)]
     return ("layer chains, median critical us / floor us: " + "; ".join(parts)
             + f"; outside the layers {sum(k['critical_us'] for k in outside):.0f} us")
+
+
+def boundary_of(path: Path) -> float | None:
+    """The PDL kernel boundary a decode JSON measured (``pdl_boundary_us``), if it has one."""
+    return json.loads(Path(path).read_text()).get("pdl_boundary_us")
 
 
 def load(path: Path, mode: str, graph: str) -> tuple[list[dict], list[tuple[str, float]]]:
@@ -158,7 +176,12 @@ def main(argv=None) -> int:
     view.add_argument("--layers", action="store_true", help="one row per layer instead of per class")
     view.add_argument("--kernels", metavar="CLASS",
                       help="the chain of one class of layer kernel by kernel (e.g. 'KDA + MoE'), medians over its layers")
+    ap.add_argument("--boundary-us", type=float, default=None,
+                    help="one kernel boundary's cost for the class table's chain bound (default: the JSON's "
+                         "pdl_boundary_us, when it has one)")
     args = ap.parse_args(argv)
+    if args.boundary_us is not None and args.boundary_us < 0:
+        raise SystemExit(f"--boundary-us {args.boundary_us}: a boundary's cost cannot be negative")
     seq, floors = load(args.json, args.mode, args.graph)
     if args.kernels:
         rows = kernel_rows(seq, floors, args.kernels)
@@ -178,7 +201,10 @@ def main(argv=None) -> int:
                                     ("us", "chain us", ".1f"), ("floor_us", "floor us", ".1f"),
                                     ("x_floor", "x floor", ".2f")]))
     else:
-        print(markdown_table(class_rows(rows), CLASS_COLUMNS))
+        boundary = args.boundary_us if args.boundary_us is not None else boundary_of(args.json)
+        if boundary is not None:
+            print(f"chain bound: each layer's floor + its kernels x {boundary:.2f} us (one PDL kernel boundary)\n")
+        print(markdown_table(class_rows(rows, boundary), CLASS_COLUMNS + (BOUND_COLUMNS if boundary is not None else [])))
     _, outside = split_layers(seq)
     print(f"\noutside the layers: {sum(k['critical_us'] for k in outside):.1f} us in {len(outside)} kernels")
     return 0

@@ -76,6 +76,29 @@ def test_cli_tables_a_decode_json_and_names_what_is_missing(tmp_path, capsys):
         main([str(path), "--graph", "verify"])
 
 
+def test_class_table_sets_the_chain_bound_beside_each_class(tmp_path, capsys):
+    """floor + kernels x one boundary per layer, and what the chain takes beyond it."""
+    floors = [("KDA + dense MLP", 30.0), ("MLA + MoE", 50.0)]
+    kda, mla = class_rows(layer_rows(SEQ, floors), boundary_us=1.0)
+    assert (kda["bound_us"], kda["beyond_us"]) == (38.0, 0.0)          # 30 + 8 x 1; 38 - 38
+    assert (mla["bound_us"], mla["beyond_us"]) == (62.0, 39.0)         # 50 + 12 x 1; 101 - 62
+    assert "bound_us" not in class_rows(layer_rows(SEQ, floors))[0]
+    path = tmp_path / "decode.json"
+    doc = {"results": {"lingc": {"kernel_sequence": {"decode": SEQ}, "layer_floor_us": {"decode": floors}}}}
+    path.write_text(json.dumps({**doc, "pdl_boundary_us": 0.5}))
+    assert main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "each layer's floor + its kernels x 0.50 us" in out
+    assert "| MLA + MoE | 1 | 12 | 101.0 | 50.0 | 2.02 | 2.02 | missed | 56.0 | 45.0 |" in out
+    assert main([str(path), "--boundary-us", "1"]) == 0                # the option wins over the JSON
+    assert "| 62.0 | 39.0 |" in capsys.readouterr().out
+    path.write_text(json.dumps(doc))                                   # an older JSON: no bound columns
+    assert main([str(path)]) == 0
+    assert "chain bound" not in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--boundary-us -1.0: a boundary's cost cannot be negative"):
+        main([str(path), "--boundary-us", "-1"])
+
+
 @pytest.mark.parametrize("T", [1, 6])
 def test_layer_floors_sum_to_the_step_floor(T):
     # The per-layer bytes of a target forward plus the final norm and lm_head are Floor.bytes, with
