@@ -103,6 +103,21 @@ def test_chain_bound_adds_one_boundary_per_kernel_to_the_floor():
         chain_bound_ms(0.0, 449, 0.93)
 
 
+def test_boundary_probe_failures_cost_the_bound_not_the_run(monkeypatch):
+    from benchmarks import decode, sync_probe
+    said = []
+    monkeypatch.setattr(sync_probe, "run_form", lambda *a, **k: (0.93, True))
+    assert decode.measure_boundary_us(132, said.append) == 0.93 and "132 programs): 0.93 us" in said[-1]
+    monkeypatch.setattr(sync_probe, "run_form", lambda *a, **k: (0.93, False))
+    assert decode.measure_boundary_us(132, said.append) is None and "wrong values" in said[-1]
+
+    def broken(*a, **k):
+        raise RuntimeError("no GPU here")
+    monkeypatch.setattr(sync_probe, "run_form", broken)
+    assert decode.measure_boundary_us(132, said.append) is None
+    assert said[-1] == "no chain bound: the PDL boundary probe failed (RuntimeError: no GPU here)"
+
+
 def test_critical_path_charges_each_kernel_the_time_since_the_previous_end():
     """Under PDL kernel B starts before A ends; B must be charged only what it adds past A's end."""
     from types import SimpleNamespace
