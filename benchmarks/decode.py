@@ -430,6 +430,7 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
     _sync()
     wall = (time.perf_counter() - t1) / eng.stats.launched * 1e3
     st = eng.stats
+    infos = eng.graph_infos()
     per_graph, kernels, sequence = {}, None, None
     with torch.no_grad():          # as the engine runs them (an uncaptured step would recompile)
         for role in roles:
@@ -449,8 +450,8 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
                 collectives=collectives_per_step(roles),
                 per_graph_ms=per_graph, ahead=st.ahead / max(1, st.launched - 1),
                 captured={r_: eng._steps[r_].captured for r_ in roles},
-                graphs=[i.format() for i in eng.graph_infos()], kernel_profile=kernels,
-                kernels_per_step=sum(i.kernel_nodes for i in eng.graph_infos()),
+                graphs=[i.format() for i in infos], kernel_profile=kernels,
+                kernels_per_step=sum(i.kernel_nodes for i in infos),
                 kernel_sequence=sequence,
                 tokens=[int(t) for t in check])
 

@@ -147,12 +147,9 @@ def summary_line(seq: list[dict], floors: list[tuple[str, float]]) -> str:
             + f"; outside the layers {sum(k['critical_us'] for k in outside):.0f} us")
 
 
-def boundary_of(path: Path) -> float | None:
-    """The PDL kernel boundary a decode JSON measured (``pdl_boundary_us``), if it has one."""
-    return json.loads(Path(path).read_text()).get("pdl_boundary_us")
-
-
-def load(path: Path, mode: str, graph: str) -> tuple[list[dict], list[tuple[str, float]]]:
+def load(path: Path, mode: str, graph: str) -> tuple[list[dict], list[tuple[str, float]], float | None]:
+    """(the graph's kernel sequence, its layer floors, the PDL kernel boundary the run measured
+    (``pdl_boundary_us``, None in JSONs before session 22))."""
     data = json.loads(Path(path).read_text())
     results = data.get("results", {})
     if mode not in results:
@@ -164,7 +161,7 @@ def load(path: Path, mode: str, graph: str) -> tuple[list[dict], list[tuple[str,
     if not floors:
         raise SystemExit(f"{path}: mode {mode!r} has no layer floors for graph {graph!r} (written by "
                          f"benchmarks.decode since session 17; rerun it)")
-    return seq, [tuple(f) for f in floors]
+    return seq, [tuple(f) for f in floors], data.get("pdl_boundary_us")
 
 
 def main(argv=None) -> int:
@@ -182,7 +179,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.boundary_us is not None and args.boundary_us < 0:
         raise SystemExit(f"--boundary-us {args.boundary_us}: a boundary's cost cannot be negative")
-    seq, floors = load(args.json, args.mode, args.graph)
+    seq, floors, measured_boundary = load(args.json, args.mode, args.graph)
     if args.kernels:
         rows = kernel_rows(seq, floors, args.kernels)
         if isinstance(rows, str):
@@ -201,7 +198,7 @@ def main(argv=None) -> int:
                                     ("us", "chain us", ".1f"), ("floor_us", "floor us", ".1f"),
                                     ("x_floor", "x floor", ".2f")]))
     else:
-        boundary = args.boundary_us if args.boundary_us is not None else boundary_of(args.json)
+        boundary = args.boundary_us if args.boundary_us is not None else measured_boundary
         if boundary is not None:
             print(f"chain bound: each layer's floor + its kernels x {boundary:.2f} us (one PDL kernel boundary)\n")
         print(markdown_table(class_rows(rows, boundary), CLASS_COLUMNS + (BOUND_COLUMNS if boundary is not None else [])))

@@ -211,26 +211,29 @@ def _kda_chain_kernel(
         xv0, xv1, xv2 = xv1, xv2, xv
         g = lower_bound * tl.sigmoid(a * (fx + dtb))
         beta = tl.sigmoid(bx)
+        # KdaConfig.fused_reductions (FUSED_RED): one reduction for both norms and the raw q.k,
+        # one for both state products, and o from S' and the rank-one update's q.k.
         if FUSED_RED:
-            # KdaConfig.fused_reductions: one reduction for both norms and q.k, one for both
-            # state products; o from S' and the rank-one update's q.k.
             qq, kk, qk = tl.reduce((q * q, k * k, q * k), 0, _add3)
-            rq = tl.rsqrt(qq + eps) * scale
-            rk = tl.rsqrt(kk + eps)
-            q = q * rq
-            k = k * rk
-            S = S * tl.exp(g)[:, None]
-            kv, sq = tl.reduce((S * k[:, None], S * q[:, None]), 0, _add2)   # S'^T k, S'^T q
-            delta = (v - kv) * beta
-            S = S + k[:, None] * delta[None, :]
-            o = sq + delta * (qk * rq * rk)                                  # S^T q
+            rq = tl.rsqrt(qq + eps)
         else:
-            q = q * tl.rsqrt(tl.sum(q * q, axis=0) + eps) * scale
-            k = k * tl.rsqrt(tl.sum(k * k, axis=0) + eps)
-            S = S * tl.exp(g)[:, None]
+            rq = tl.rsqrt(tl.sum(q * q, axis=0) + eps)
+        q = q * rq * scale
+        if FUSED_RED:
+            rk = tl.rsqrt(kk + eps)
+        else:
+            rk = tl.rsqrt(tl.sum(k * k, axis=0) + eps)
+        k = k * rk
+        S = S * tl.exp(g)[:, None]
+        if FUSED_RED:
+            kv, sq = tl.reduce((S * k[:, None], S * q[:, None]), 0, _add2)   # S'^T k, S'^T q
+        else:
             kv = tl.sum(S * k[:, None], axis=0)                  # S'^T k over the whole K
-            delta = (v - kv) * beta
-            S = S + k[:, None] * delta[None, :]
+        delta = (v - kv) * beta
+        S = S + k[:, None] * delta[None, :]
+        if FUSED_RED:
+            o = sq + delta * (qk * rq * scale * rk)              # S^T q
+        else:
             o = tl.sum(S * q[:, None], axis=0)                   # S^T q
         tl.store(o_ptr + t * H * V + h * V + offs_v, o, mask=mv)
 
