@@ -9,8 +9,8 @@ stage commit). Variants:
 
 - ``lingc``        torch.ops.lingc.kda_chain's Triton kernel, PDL-launched where supported
 - ``lingc-no-pdl`` the same kernel launched without PDL
-- ``lingc-fused``  the table's config with ``fused_reductions`` flipped (two multi-operand
-                   reductions per token instead of four; other roundings, checked the same way)
+- ``lingc-unfused`` the table's config with ``fused_reductions=False`` (four single reductions
+                   per token instead of two multi-operand ones; other roundings, checked the same way)
 - ``lingc-bvN``    the kernel at BV=N instead of the table's choice (``--bv``), for the table sweep
 - ``lingc-bvN-wM`` BV=N at M warps per program (``--warps``; each swept BV, the table's BV if none)
 - ``commit``       torch.ops.lingc.kda_commit's kernel (copy one stage position into the slot)
@@ -144,8 +144,7 @@ def bench_T(T, bvs, warps, replays, copies_override):
     for mode, stage in modes:
         variants[(mode, "lingc")] = lingc(table, True, stage)
         variants[(mode, "lingc-no-pdl")] = lingc(table, False, stage)
-        variants[(mode, "lingc-fused")] = lingc(replace(table, fused_reductions=not table.fused_reductions),
-                                                True, stage)
+        variants[(mode, "lingc-unfused")] = lingc(replace(table, fused_reductions=False), True, stage)
         for bv in bvs:
             variants[(mode, f"lingc-bv{bv}")] = lingc(KdaConfig(bv=bv), True, stage)
         for bv in bvs or [table.bv]:

@@ -191,23 +191,24 @@ def test_kernel_batch_invariant_in_T(dtype):
         assert torch.equal(state, ss8[n - 1]) and torch.equal(window, sw8[n - 1]), f"persistent T={n}"
 
 
-# KdaConfig.fused_reductions: other roundings, the same guarantees.
-FUSED_CONFIG = KdaConfig(bv=16, fused_reductions=True)
+# KdaConfig.fused_reductions=False (four single reductions per token, the table's path before
+# session 23): other roundings, the same guarantees.
+UNFUSED_CONFIG = KdaConfig(bv=16, fused_reductions=False)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("H,K", [(2, 16), (2, 24)])
-def test_fused_reductions_match_the_model_and_the_prefixes(H, K, dtype):
+def test_unfused_reductions_match_the_model_and_the_prefixes(H, K, dtype):
     """Persistent: o, state and window against the model's math; staged: every position against
     the from-scratch reference of its prefix (fresh random inputs, NaN-poisoned outputs)."""
     T = 6
     x = make_inputs(T, H, K, dtype, seed=500 + K)
-    o, state, window, _, _ = run_kernel(x, staged=False, config=FUSED_CONFIG)
+    o, state, window, _, _ = run_kernel(x, staged=False, config=UNFUSED_CONFIG)
     o_ref, S_ref, win_ref = model_math(x)
     assert_close(o, o_ref, RTOL)
     assert_close(state, S_ref, RTOL)
     assert torch.equal(window, win_ref)
-    o2, _, _, ss, sw = run_kernel(x, staged=True, config=FUSED_CONFIG)
+    o2, _, _, ss, sw = run_kernel(x, staged=True, config=UNFUSED_CONFIG)
     assert_close(o2, o_ref, RTOL)
     for j in range(T):
         scratch = kda_chain_reference(*ref_args(prefix(x, j + 1)))
@@ -215,14 +216,14 @@ def test_fused_reductions_match_the_model_and_the_prefixes(H, K, dtype):
         assert torch.equal(sw[j], scratch.window), f"stage window {j}"
 
 
-def test_fused_reductions_batch_invariant_in_T():
+def test_unfused_reductions_batch_invariant_in_T():
     """Position j of any chain is the same bits, staged or persistent, whatever T is."""
     x = make_inputs(8, 2, 16, torch.bfloat16, seed=43)
-    o8, _, _, ss8, sw8 = run_kernel(x, staged=True, config=FUSED_CONFIG)
+    o8, _, _, ss8, sw8 = run_kernel(x, staged=True, config=UNFUSED_CONFIG)
     for n in (1, 3, 6):
-        o, _, _, ss, sw = run_kernel(prefix(x, n), staged=True, config=FUSED_CONFIG)
+        o, _, _, ss, sw = run_kernel(prefix(x, n), staged=True, config=UNFUSED_CONFIG)
         assert torch.equal(o, o8[:n]) and torch.equal(ss, ss8[:n]) and torch.equal(sw, sw8[:n]), n
-        _, state, window, _, _ = run_kernel(prefix(x, n), staged=False, config=FUSED_CONFIG)
+        _, state, window, _, _ = run_kernel(prefix(x, n), staged=False, config=UNFUSED_CONFIG)
         assert torch.equal(state, ss8[n - 1]) and torch.equal(window, sw8[n - 1]), n
 
 
@@ -449,7 +450,7 @@ def test_commit_bad_index_raises():
 
 
 def test_config_depends_on_shape_only():
-    assert config_for(8, 128, 128) == KdaConfig(bv=8, num_warps=4, fused_reductions=False)
+    assert config_for(8, 128, 128) == KdaConfig(bv=8, num_warps=4, fused_reductions=True)
     assert all(config_for(h, k, k).bv >= 4 for h in (1, 2, 8, 32, 64) for k in (16, 24, 128))
 
 
@@ -515,7 +516,7 @@ def ref_args_on_cpu(x, **kw):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fused", [False, True], ids=["table", "fused_reductions"])
+@pytest.mark.parametrize("fused", [False, True], ids=["unfused", "fused"])
 @pytest.mark.parametrize("staged", [False, True], ids=["persistent", "staged"])
 @pytest.mark.parametrize("T", [1, 6, 8])
 def test_gpu_flash_tp4_rank_matches_reference(T, staged, fused):
@@ -609,7 +610,7 @@ def test_op_takes_the_conv_weights_as_a_list():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fused", [False, True], ids=["table", "fused_reductions"])
+@pytest.mark.parametrize("fused", [False, True], ids=["unfused", "fused"])
 def test_gpu_staged_and_persistent_agree_bitwise_at_flash_tp4_rank_shapes(fused):
     """The relay's verify runs the staged kernel, plain decode the persistent one: position j of a
     staged chain must be the persistent kernel's j+1-token result bit for bit, at the shapes and
