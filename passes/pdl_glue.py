@@ -26,6 +26,9 @@ kernels between them, each a full (non-programmatic) edge in the captured graph.
     before:  y = cat([a, b], -1)                  (a [T, D1], b [T, D2], one dtype, 2-d)
     after:   y = lingc.concat_cols(a, b)
 
+    before:  y, h = lingc.rmsnorm(x, w, r, eps) ; ids, wts = lingc.moe_router(y, Wr, bias, ...)
+    after:   y, h, ids, wts = lingc.rmsnorm_router(x, w, r, eps, Wr, bias, ...)
+
 The fourth is MLA's absorbed products (q_nope @ W_uk, o_lat @ W_uv^T per head): ATen upcasts the
 bf16 weight slice to a fresh fp32 copy every step, then runs a library bmm. On flash-tp4-rank's
 decode graph these were 28 elementwise kernels and 14 library GEMMs per step.
@@ -55,6 +58,14 @@ Why each is exact:
 - a concatenation copies its inputs' values (runtime/kernels/concat_cols): only two 2-d inputs of
   one dtype with unit column stride, along the last dim. ATen's cat is a full edge in the captured
   graph; NEXTN's eh_proj (26 MB) behind it could not stream its weights until the copy ended.
+- the MoE block's input norm moves into its router's logits kernel (runtime/kernels/moe_router),
+  whose every CTA holds whole token rows for the gate matvec anyway: it forms h and y with the
+  norm kernel's arithmetic, routes y, and the expert blocks write y and h a slice each. One
+  launch (and one PDL boundary) less per MoE layer. Only where the router reads the norm's y
+  itself (or through views that change nothing: a full slice) and every reader of the two ops' results takes one output (getitem);
+  the router's other operands must already exist at the norm. Numerics: h is the same bits;
+  y's sum of squares is reduced in another order on the GPU (the CPU path runs the two
+  references, the same bits); the ids and weights are the router's own of that y.
 """
 
 from __future__ import annotations
@@ -68,7 +79,7 @@ from lingc.graph_region import shape, val
 from lingc.pass_manager import VIEW_OPS, write_counts, written_bases
 
 __all__ = ["absorbed_products", "direct_epilogue_writes", "direct_lingc_writes", "drop_fresh_clones", "drop_round_trips",
-           "embedding_into_norm", "fold_casts"]
+           "embedding_into_norm", "fold_casts", "norms_into_routers"]
 
 lingc_ops = torch.ops.lingc
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -280,6 +291,53 @@ def embedding_into_norm(g: fx.Graph) -> int:
                 back = xs if tuple(val(emb).shape) == (T, D) else emit(g, aten.view.default, xs, list(val(emb).shape))
             emb.replace_all_uses_with(back)
         g.erase_node(emb)
+        count += 1
+    return count
+
+
+def _through_identity_views(n):
+    """n's source through views that change nothing (a full slice, a same-shape view: the same
+    shape, strides and offset), e.g. the x[:T] a model takes of its [T, H] rows."""
+    while (is_call(n, aten.slice.Tensor, aten.view.default, aten.alias.default)
+           and isinstance(n.args[0], fx.Node) and _same_layout(val(n), val(n.args[0]))):
+        n = n.args[0]
+    return n
+
+
+def _same_layout(a, b) -> bool:
+    return (tuple(a.shape) == tuple(b.shape) and tuple(a.stride()) == tuple(b.stride())
+            and a.storage_offset() == b.storage_offset())
+
+
+def norms_into_routers(g: fx.Graph) -> int:
+    """y, h = lingc.rmsnorm(x, w, r, eps) ; ids, wts = lingc.moe_router(y, ...): one
+    lingc.rmsnorm_router (the module docstring says when). Returns the norms folded."""
+    import operator
+
+    from lingc.runtime.kernels import moe_router  # noqa: F401  (registers rmsnorm_router)
+
+    count = 0
+    order = {n: i for i, n in enumerate(g.nodes)}      # the graph's nodes before any rewrite here
+    for router in [n for n in g.nodes if is_call(n, lingc_ops.moe_router.default)]:
+        y = _through_identity_views(router.args[0])
+        if not (is_call(y, operator.getitem) and y.args[1] == 0 and is_call(y.args[0], lingc_ops.rmsnorm.default)):
+            continue
+        rms = y.args[0]
+        x, w, residual, eps = rms.args
+        users = list(rms.users) + list(router.users)
+        if any(not is_call(u, operator.getitem) for u in users):
+            continue
+        # The fused op takes the norm's place, so the router's other operands must exist there.
+        if any(isinstance(a, fx.Node) and order[a] > order[rms] for a in router.args[1:]):
+            continue
+        with g.inserting_before(rms):
+            new = emit(g, lingc_ops.rmsnorm_router.default, x, w, residual, eps, *router.args[1:])
+        for u in list(rms.users):                       # y, h: outputs 0 and 1
+            u.args = (new, u.args[1])
+        for u in list(router.users):                    # ids, weights: outputs 2 and 3
+            u.args = (new, u.args[1] + 2)
+        g.erase_node(router)
+        g.erase_node(rms)
         count += 1
     return count
 

@@ -305,22 +305,26 @@ _ROUTER_COMPILE_CHECK = textwrap.dedent("""
     fn = _moe_router_logits_kernel
     # One row's tile for both dtypes; the tile of several rows (twice the experts, the same warps)
     # in bf16, the model's dtype.
-    for block_e, wdt in ((router_block_e(512), "*bf16"), (router_block_e(512), "*fp32"),
-                         (router_block_e(512, 6), "*bf16")):
-        ptrs = dict(x_ptr="*bf16", w_ptr=wdt, logits_ptr="*fp32")
-        ints = ["T", "ROWS", "H", "stride_xt", "stride_we", "stride_lt"]
-        const = dict(stride_xh=1, E=512, BLOCK_E=block_e, BLOCK_H=4096, USE_GDC=True)
-        attrs = divisible_by_16(fn, [n for n in list(ptrs) + ints if n not in ("T", "ROWS")])
-        ptx, info = compile_sm90(fn, signature(fn, ptrs, ints), const, attrs,
+    # And the same tiles with the block's input norm folded in (lingc.rmsnorm_router, bf16).
+    for block_e, wdt, norm in ((router_block_e(512), "*bf16", False), (router_block_e(512), "*fp32", False),
+                               (router_block_e(512, 6), "*bf16", False), (router_block_e(512), "*bf16", True),
+                               (router_block_e(512, 6), "*bf16", True)):
+        ptrs = dict(x_ptr="*bf16", w_ptr=wdt, logits_ptr="*fp32", res_ptr="*bf16", nw_ptr="*bf16", y_ptr="*bf16",
+                    h_ptr="*bf16")
+        ints = ["T", "ROWS", "H", "stride_xt", "stride_we", "stride_lt", "stride_rt", "stride_yt", "stride_ht",
+                "SLICE"]
+        const = dict(stride_xh=1, E=512, BLOCK_E=block_e, BLOCK_H=4096, USE_GDC=True, NORM=norm, HAS_RES=norm)
+        attrs = divisible_by_16(fn, [n for n in list(ptrs) + ints if n not in ("T", "ROWS", "SLICE")])
+        ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, ["eps"]), const, attrs,
                                  num_warps=router_num_warps(router_block_e(512), 2560))   # as the launcher
-        assert " 0 bytes spill stores" in info, info
+        assert " 0 bytes spill stores" in info, (block_e, norm, info)
         # The gate tile is requested before the wait: its loads sit ahead of griddepcontrol.wait.
         before = ptx.split("griddepcontrol.wait")[0]
         # [4, 4096] lanes over 256 threads: 64 per thread, 8 (bf16) / 16 (fp32) 16-byte loads.
         v4 = len(re.findall(r"ld\\.global(\\.\\w+)*\\.v4", before))
         assert v4 >= (8 if wdt == "*bf16" else 16), (wdt, v4)
         assert "griddepcontrol.launch_dependents" in ptx
-        print("logits", block_e, wdt, re.findall(r"Used \\d+ registers", info))
+        print("logits", block_e, wdt, "norm" if norm else "", re.findall(r"Used \\d+ registers", info))
     fn = _moe_router_select_kernel
     ptrs = dict(logits_ptr="*fp32", bias_ptr="*fp32", ids_ptr="*i32", wts_ptr="*fp32")
     ints = ["stride_lt", "stride_it", "stride_wt"]

@@ -38,7 +38,7 @@ import triton.language as tl
 from lingc.runtime.kernels.gemm_common import split_rows
 from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
 
-__all__ = ["SELECT_WARPS", "moe_router_triton", "router_block_e", "router_num_warps", "router_row_groups"]
+__all__ = ["SELECT_WARPS", "moe_router_triton", "rmsnorm_router_triton", "router_block_e", "router_num_warps", "router_row_groups"]
 
 # CTAs the matvec is spread over at most (H200: 132 SMs; 128 divides the expert counts).
 _TARGET_CTAS = 128
@@ -55,23 +55,44 @@ MANY_ROWS_BLOCK_E_FACTOR = 2
 SELECT_WARPS = 1
 
 
+@triton.jit
+def _norm_row(x_ptr, res_ptr, t, stride_xt, stride_rt, offs_h, mask, HAS_RES: tl.constexpr):
+    """Row t's residual stream h = residual + x, rounded to x's dtype (the rmsnorm kernel's)."""
+    x = tl.load(x_ptr + t * stride_xt + offs_h, mask=mask, other=0.0)
+    if HAS_RES:
+        r = tl.load(res_ptr + t * stride_rt + offs_h, mask=mask, other=0.0)
+        x = (r.to(tl.float32) + x.to(tl.float32)).to(x.dtype)
+    return x
+
+
 @triton.jit(do_not_specialize=["T", "ROWS"])
 def _moe_router_logits_kernel(
     x_ptr, w_ptr, logits_ptr, T, ROWS, H,
     stride_xt, stride_xh, stride_we, stride_lt,
+    res_ptr, nw_ptr, y_ptr, h_ptr, stride_rt, stride_yt, stride_ht, eps, SLICE,
     E: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr, USE_GDC: tl.constexpr,
+    NORM: tl.constexpr = False, HAS_RES: tl.constexpr = False,
 ):
     """Program (e, r): the logits of experts [e * BLOCK_E, (e + 1) * BLOCK_E) for token rows
     [r * ROWS, min((r + 1) * ROWS, T)), one row after another with the same arithmetic per row
-    whatever ROWS and T are (so the bits do not depend on the row grouping)."""
+    whatever ROWS and T are (so the bits do not depend on the row grouping).
+
+    NORM (``lingc.rmsnorm_router``): x is the sub-layer output, not yet normed. Each program
+    forms its rows' residual stream h = residual + x and y = RMSNorm(h) * norm_w with the
+    rmsnorm kernel's arithmetic (the whole row is in its registers anyway, for the matvec), takes
+    the logits of y, and stores columns [e * SLICE, (e + 1) * SLICE) of y and h: the expert
+    blocks together write every column once, and the norm is not a launch of its own."""
     pid = tl.program_id(0)
-    # Producer-independent load first: this CTA's gate tile.
+    # Producer-independent loads first: this CTA's gate tile (and the norm weight).
     rows = pid * BLOCK_E + tl.arange(0, BLOCK_E)
     offs_h = tl.arange(0, BLOCK_H)
     mask_e = rows < E
     mask_h = offs_h < H
     w = tl.load(w_ptr + rows[:, None] * stride_we + offs_h[None, :],
                 mask=mask_e[:, None] & mask_h[None, :], other=0.0)
+    if NORM:
+        nw = tl.load(nw_ptr + offs_h, mask=mask_h, other=0.0).to(tl.float32)
+        mine = mask_h & (offs_h >= pid * SLICE) & (offs_h < (pid + 1) * SLICE)
 
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
@@ -84,10 +105,22 @@ def _moe_router_logits_kernel(
     # previous row's reduction (the same arithmetic per row whatever T is).
     t = tl.program_id(1) * ROWS
     t_end = tl.minimum(t + ROWS, T)
-    xv = tl.load(x_ptr + t * stride_xt + offs_h * stride_xh, mask=mask_h & (t < t_end), other=0.0)
+    if NORM:
+        xv = _norm_row(x_ptr, res_ptr, t, stride_xt, stride_rt, offs_h, mask_h & (t < t_end), HAS_RES)
+    else:
+        xv = tl.load(x_ptr + t * stride_xt + offs_h * stride_xh, mask=mask_h & (t < t_end), other=0.0)
     while t < t_end:
-        xn = tl.load(x_ptr + (t + 1) * stride_xt + offs_h * stride_xh, mask=mask_h & (t + 1 < t_end), other=0.0)
-        logit = tl.sum(wf * xv.to(tl.float32)[None, :], axis=1)
+        if NORM:
+            xn = _norm_row(x_ptr, res_ptr, t + 1, stride_xt, stride_rt, offs_h, mask_h & (t + 1 < t_end), HAS_RES)
+            tl.store(h_ptr + t * stride_ht + offs_h, xv, mask=mine)
+            hf = xv.to(tl.float32)
+            ms = tl.sum(hf * hf, axis=0) / H
+            yv = (hf * tl.rsqrt(ms + eps) * nw).to(y_ptr.dtype.element_ty)
+            tl.store(y_ptr + t * stride_yt + offs_h, yv, mask=mine)
+        else:
+            xn = tl.load(x_ptr + (t + 1) * stride_xt + offs_h * stride_xh, mask=mask_h & (t + 1 < t_end), other=0.0)
+            yv = xv
+        logit = tl.sum(wf * yv.to(tl.float32)[None, :], axis=1)
         tl.store(logits_ptr + t * stride_lt + rows, logit, mask=mask_e)
         xv = xn
         t += 1
@@ -214,6 +247,11 @@ def moe_router_triton(
     logits_warps: int | None = None,
     row_groups: int | None = None,
     use_pdl: bool | None = None,
+    norm_weight: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    eps: float = 0.0,
+    y_out: torch.Tensor | None = None,
+    h_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch on x [T, H], gate_w [E, H] (unit H stride), expert_bias fp32 [E]; returns
     (ids int32 [T, top_k], weights fp32 [T, top_k]) (naive.moe_router_reference).
@@ -222,6 +260,9 @@ def moe_router_triton(
     fp32 [T, E] contiguous buffer, is the workspace and exposes the logits to tests. ``block_e``
     overrides ``router_block_e``, ``logits_warps`` ``router_num_warps`` and ``row_groups``
     ``ROW_GROUPS`` (benchmarks.moe_sweep --set router); ``use_pdl`` defaults to ``pdl_supported(x.device)``.
+    With ``norm_weight`` (``lingc.rmsnorm_router``) x is the sub-layer output: the logits kernel
+    first forms h = residual + x and y = RMSNorm(h) * norm_weight (rmsnorm's math), routes y,
+    and writes y and h into ``y_out`` / ``h_out`` ([T, H] of x.dtype, unit stride along H).
     Arguments are assumed validated by the op.
     """
     t, h = x.shape
@@ -246,10 +287,21 @@ def moe_router_triton(
     group_size = e // n_group
     pdl = {"launch_pdl": True} if use_pdl else {}
     groups, rows = router_row_groups(t, row_groups)
-    _moe_router_logits_kernel[(triton.cdiv(e, block_e), groups)](
+    e_blocks = triton.cdiv(e, block_e)
+    norm = norm_weight is not None
+    if norm:
+        assert y_out is not None and h_out is not None and y_out.stride(1) == 1 and h_out.stride(1) == 1
+        assert x.stride(1) == 1 and (residual is None or residual.stride(1) == 1)
+    # Absent norm operands: any pointer (their branch is compiled out).
+    res_t = residual if residual is not None else x
+    nw_t, y_t, h_t = (norm_weight, y_out, h_out) if norm else (x, x, x)
+    _moe_router_logits_kernel[(e_blocks, groups)](
         x, gate_w, logits_out, t, rows, h,
         x.stride(0), x.stride(1), gate_w.stride(0), logits_out.stride(0),
+        res_t, nw_t, y_t, h_t, res_t.stride(0), y_t.stride(0), h_t.stride(0), float(eps),
+        triton.cdiv(h, e_blocks),
         E=e, BLOCK_E=block_e, BLOCK_H=triton.next_power_of_2(h), USE_GDC=use_pdl,
+        NORM=norm, HAS_RES=residual is not None,
         num_warps=warps, **pdl,
     )
     _moe_router_select_kernel[(t,)](
@@ -262,3 +314,33 @@ def moe_router_triton(
         USE_GDC=use_pdl, num_warps=SELECT_WARPS, **pdl,
     )
     return ids_out, weights_out
+
+
+def rmsnorm_router_triton(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    residual: torch.Tensor | None,
+    eps: float,
+    gate_w: torch.Tensor,
+    expert_bias: torch.Tensor,
+    n_group: int,
+    topk_group: int,
+    top_k: int,
+    routed_scaling: float,
+    renormalize: bool,
+    *,
+    y_out: torch.Tensor | None = None,
+    h_out: torch.Tensor | None = None,
+    **launch,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(y, h, ids, weights) = rmsnorm(x, norm_weight, residual, eps) routed by moe_router, in the
+    router's two launches (naive.rmsnorm_router_reference). ``launch``: moe_router_triton's
+    keyword arguments (buffers, overrides, ``use_pdl``)."""
+    if y_out is None:
+        y_out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    if h_out is None:
+        h_out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    ids, weights = moe_router_triton(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling,
+                                     renormalize, norm_weight=norm_weight, residual=residual, eps=eps,
+                                     y_out=y_out, h_out=h_out, **launch)
+    return y_out, h_out, ids, weights

@@ -28,7 +28,7 @@ row's result does not depend on how many rows come with it (design.md).
 import torch
 import torch.nn.functional as F
 
-__all__ = ["router_logits", "grouped_topk_reference", "moe_router_reference"]
+__all__ = ["router_logits", "grouped_topk_reference", "moe_router_reference", "rmsnorm_router_reference"]
 
 
 def router_logits(x: torch.Tensor, gate_w: torch.Tensor) -> torch.Tensor:
@@ -86,3 +86,27 @@ def moe_router_reference(
         return torch.cat([r[0] for r in rows]), torch.cat([r[1] for r in rows])
     scores = torch.sigmoid(router_logits(x, gate_w))
     return grouped_topk_reference(scores, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
+
+
+def rmsnorm_router_reference(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    residual: torch.Tensor | None,
+    eps: float,
+    gate_w: torch.Tensor,
+    expert_bias: torch.Tensor,
+    n_group: int,
+    topk_group: int,
+    top_k: int,
+    routed_scaling: float,
+    renormalize: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(y, h, ids, weights): ``y, h = rmsnorm(x, norm_weight, residual, eps)`` (the norms'
+    reference: h = residual + x in x.dtype, y = RMSNorm(h) * norm_weight rounded once), then the
+    router of y. Exactly the two ops it replaces, one after the other."""
+    from lingc.runtime.kernels.norms.naive import rmsnorm_reference
+
+    y, h = rmsnorm_reference(x, norm_weight, residual, eps)
+    ids, weights = moe_router_reference(y, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling,
+                                        renormalize)
+    return y, h, ids, weights

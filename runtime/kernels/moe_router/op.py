@@ -9,6 +9,14 @@ naive.py gives the exact math and the tie rule (lowest index wins).
 The fused_moe pass emits it, so it must trace (fake impl), run on the CPU (the reference) and
 on CUDA (the two Triton kernels, PDL-launched on Hopper). A ``custom_op`` rather than a
 ``triton_op`` for the reason given in gemm/op.py: an opaque op keeps our own PDL launch.
+
+``torch.ops.lingc.rmsnorm_router(Tensor x, Tensor norm_weight, Tensor? residual, float eps,
+Tensor gate_w, Tensor expert_bias, int n_group, int topk_group, int top_k, float routed_scaling,
+bool renormalize) -> (Tensor y, Tensor h, Tensor ids, Tensor weights)``: ``lingc.rmsnorm`` (the
+residual add and the MoE block's input norm: y, h) followed by ``moe_router`` of y, as one op.
+On CUDA the router's logits kernel does the norm on the rows it already holds for the matvec
+and writes y and h (kernel.py), so the norm is not a launch of its own; on the CPU it is the two
+references one after the other. pdl_glue.norms_into_routers emits it.
 """
 import torch
 
@@ -16,7 +24,7 @@ from lingc.runtime.registry import register_op
 
 from .naive import moe_router_reference
 
-__all__ = ["moe_router", "check_moe_router_args"]
+__all__ = ["moe_router", "rmsnorm_router", "check_moe_router_args", "check_rmsnorm_router_args"]
 
 _DTYPES = (torch.bfloat16, torch.float32)
 
@@ -77,3 +85,51 @@ _SCHEMA = ("(Tensor x, Tensor gate_w, Tensor expert_bias, int n_group, int topk_
 
 
 moe_router = register_op("moe_router", _moe_router, _moe_router_fake, schema=_SCHEMA)
+
+
+def check_rmsnorm_router_args(x, norm_weight, residual, eps, gate_w, expert_bias, n_group, topk_group, top_k,
+                              routed_scaling, renormalize) -> None:
+    """Raise ValueError naming the bad argument of ``rmsnorm_router`` (the norm's checks, then
+    the router's, each message prefixed with the op's name)."""
+    from lingc.runtime.kernels.norms.op import check_rmsnorm_args
+
+    try:
+        check_rmsnorm_args(x, norm_weight, residual, eps)
+        check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
+    except ValueError as err:
+        raise ValueError(f"rmsnorm_router: {err}") from None
+
+
+def _rmsnorm_router(x, norm_weight, residual, eps, gate_w, expert_bias, n_group, topk_group, top_k,
+                    routed_scaling, renormalize):
+    args = (x, norm_weight, residual, eps, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling,
+            renormalize)
+    check_rmsnorm_router_args(*args)
+    if not x.is_cuda:
+        # The two references through this module's names (rmsnorm_router_reference is the same
+        # composition), so a patched router reference reaches the fused op too.
+        from lingc.runtime.kernels.norms.naive import rmsnorm_reference
+
+        y, h = rmsnorm_reference(x, norm_weight, residual, eps)
+        return (y, h, *moe_router_reference(y, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling,
+                                            renormalize))
+    from .kernel import rmsnorm_router_triton
+
+    return rmsnorm_router_triton(*args)
+
+
+def _rmsnorm_router_fake(x, norm_weight, residual, eps, gate_w, expert_bias, n_group, topk_group, top_k,
+                         routed_scaling, renormalize):
+    check_rmsnorm_router_args(x, norm_weight, residual, eps, gate_w, expert_bias, n_group, topk_group, top_k,
+                              routed_scaling, renormalize)
+    t = x.shape[0]
+    return (torch.empty_like(x, memory_format=torch.contiguous_format),
+            torch.empty_like(x, memory_format=torch.contiguous_format),
+            x.new_empty((t, top_k), dtype=torch.int32), x.new_empty((t, top_k), dtype=torch.float32))
+
+
+rmsnorm_router = register_op(
+    "rmsnorm_router", _rmsnorm_router, _rmsnorm_router_fake,
+    schema=("(Tensor x, Tensor norm_weight, Tensor? residual, float eps, Tensor gate_w, Tensor expert_bias, "
+            "int n_group, int topk_group, int top_k, float routed_scaling, bool renormalize) "
+            "-> (Tensor, Tensor, Tensor, Tensor)"))

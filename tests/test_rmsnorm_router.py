@@ -1,0 +1,152 @@
+"""lingc.rmsnorm_router: the MoE block's input norm done by the router's logits kernel.
+
+The fused launch must give what the two ops it replaces give: h = residual + x exactly, y =
+RMSNorm(h) * weight (the norms' reference, within one rounding of the output dtype: the kernel
+sums the squares in another order), and ids / weights bit for bit those of the unfused router
+run on the kernel's own y (the logits are the same code on the same values). Fresh random
+inputs, outputs poisoned with NaN / -1 so an unwritten element fails; on the CPU under the
+interpreter at small shapes, on the GPU at Ling-3's (E = 512, H = 2560).
+"""
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from lingc.runtime.kernels.moe_router import rmsnorm_router, rmsnorm_router_reference
+from lingc.runtime.kernels.moe_router.kernel import moe_router_triton, rmsnorm_router_triton
+from lingc.runtime.kernels.norms.kernel import rmsnorm_triton
+from lingc.runtime.kernels.norms.naive import rmsnorm_reference
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+N_GROUP, TOPK_GROUP, TOP_K, SCALING, EPS = 8, 2, 4, 2.5, 1e-6
+
+
+def make_inputs(t, e, h, dtype, seed, device=DEVICE, residual=True):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(t, h, generator=gen).to(device=device, dtype=dtype)
+    res = (3 * torch.randn(t, h, generator=gen)).to(device=device, dtype=dtype) if residual else None
+    nw = (1 + 0.2 * torch.randn(h, generator=gen)).to(device=device, dtype=dtype)
+    gate = (torch.randn(e, h, generator=gen) / h**0.5).to(device=device, dtype=dtype)
+    bias = (0.1 * torch.randn(e, generator=gen)).to(device)
+    return x, res, nw, gate, bias
+
+
+def run_fused(x, res, nw, gate, bias, n_group=N_GROUP, **kw):
+    """The fused launcher into poisoned buffers (y, h NaN; ids -1; weights NaN)."""
+    t, h = x.shape
+    y = torch.full((t, h), float("nan"), dtype=x.dtype, device=x.device)
+    hh = torch.full((t, h), float("nan"), dtype=x.dtype, device=x.device)
+    ids = torch.full((t, TOP_K), -1, dtype=torch.int32, device=x.device)
+    wts = torch.full((t, TOP_K), float("nan"), dtype=torch.float32, device=x.device)
+    rmsnorm_router_triton(x, nw, res, EPS, gate, bias, n_group, TOPK_GROUP, TOP_K, SCALING, True,
+                          y_out=y, h_out=hh, ids_out=ids, weights_out=wts, **kw)
+    return y, hh, ids, wts
+
+
+def assert_matches_unfused(x, res, nw, gate, bias, n_group=N_GROUP, **kw):
+    y, h, ids, wts = run_fused(x, res, nw, gate, bias, n_group, **kw)
+    # h: the unfused norm kernel's residual add, bit for bit (the same one rounding, whatever the
+    # platform's fp32 -> bf16 cast does: the interpreter truncates).
+    _, h_norm = rmsnorm_triton(x, nw, res, EPS)
+    assert torch.equal(h, h_norm), "h differs from the rmsnorm kernel's residual + x"
+    assert not y.isnan().any(), "y has unwritten elements"
+    # y: the norm of the kernel's own h within one rounding of the output dtype (the sum of
+    # squares in another order, the cast's rounding mode).
+    y_ref, _ = rmsnorm_reference(h.cpu(), nw.cpu(), None, EPS)
+    ulp = {torch.float32: 2e-6, torch.bfloat16: 2**-7}[x.dtype]
+    torch.testing.assert_close(y.cpu().float(), y_ref.float(), rtol=ulp, atol=ulp)
+    ids_u, wts_u = moe_router_triton(y, gate, bias, n_group, TOPK_GROUP, TOP_K, SCALING, True,
+                                     **{k: v for k, v in kw.items() if k in ("row_groups", "block_e")})
+    assert torch.equal(ids, ids_u) and torch.equal(wts, wts_u), "the router part differs from the unfused router"
+    return y, h, ids, wts
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("t", [1, 2, 6])
+@pytest.mark.parametrize("h,e", [(96, 64), (40, 16)])
+def test_fused_matches_norm_then_router(h, e, t, dtype):
+    x, res, nw, gate, bias = make_inputs(t, e, h, dtype, seed=100 * h + 10 * t + e)
+    assert_matches_unfused(x, res, nw, gate, bias, n_group=8 if e == 64 else 4)
+
+
+def test_fused_without_residual_copies_x():
+    x, _, nw, gate, bias = make_inputs(3, 64, 96, torch.bfloat16, seed=5, residual=False)
+    _, h, _, _ = assert_matches_unfused(x, None, nw, gate, bias)
+    assert torch.equal(h, x)
+
+
+def test_every_column_written_when_h_is_not_a_multiple_of_the_expert_blocks():
+    # 64 experts in 16 blocks of 4 over H = 40 columns: slices of 3, the last block writes 0-1.
+    x, res, nw, gate, bias = make_inputs(2, 64, 40, torch.float32, seed=9)
+    assert_matches_unfused(x, res, nw, gate, bias, block_e=4)
+
+
+@pytest.mark.parametrize("groups", [1, 2, 3])
+def test_fused_batch_invariant_and_row_groups_keep_bits(groups):
+    x, res, nw, gate, bias = make_inputs(8, 64, 96, torch.bfloat16, seed=21)
+    full = run_fused(x, res, nw, gate, bias)
+    for n in (1, 3, 6, 8):
+        part = run_fused(x[:n], res[:n], nw, gate, bias, row_groups=groups)
+        for a, b in zip(part, full):
+            assert torch.equal(a, b[:n]), (n, groups)
+
+
+def test_strided_rows_are_read_by_their_stride():
+    x, res, nw, gate, bias = make_inputs(4, 64, 96, torch.bfloat16, seed=33)
+    wide_x = torch.randn(4, 200, device=DEVICE).to(x.dtype)
+    wide_r = torch.randn(4, 150, device=DEVICE).to(x.dtype)
+    wide_x[:, 10:106] = x
+    wide_r[:, 30:126] = res
+    a = run_fused(wide_x[:, 10:106], wide_r[:, 30:126], nw, gate, bias)
+    b = run_fused(x, res, nw, gate, bias)
+    for u, v in zip(a, b):
+        assert torch.equal(u, v)
+
+
+def test_op_cpu_path_is_the_two_references():
+    x, res, nw, gate, bias = make_inputs(3, 64, 96, torch.float32, seed=41, device="cpu")
+    out = rmsnorm_router(x, nw, res, EPS, gate, bias, N_GROUP, TOPK_GROUP, TOP_K, SCALING, True)
+    ref = rmsnorm_router_reference(x, nw, res, EPS, gate, bias, N_GROUP, TOPK_GROUP, TOP_K, SCALING, True)
+    y, h = rmsnorm_reference(x, nw, res, EPS)
+    ids, wts = torch.ops.lingc.moe_router(y, gate, bias, N_GROUP, TOPK_GROUP, TOP_K, SCALING, True)
+    for a, b, c in zip(out, ref, (y, h, ids, wts)):
+        assert torch.equal(a, b) and torch.equal(a, c)
+
+
+def test_op_fake_shapes_and_errors():
+    x, res, nw, gate, bias = make_inputs(3, 64, 96, torch.bfloat16, seed=1, device="cpu")
+    with FakeTensorMode() as mode:
+        f = [mode.from_tensor(v) for v in (x, res, nw, gate, bias)]
+        y, h, ids, wts = rmsnorm_router(f[0], f[2], f[1], EPS, f[3], f[4], N_GROUP, TOPK_GROUP, TOP_K, SCALING, True)
+    assert (y.shape, h.shape, ids.shape, wts.shape) == ((3, 96), (3, 96), (3, TOP_K), (3, TOP_K))
+    assert (y.dtype, h.dtype, ids.dtype, wts.dtype) == (x.dtype, x.dtype, torch.int32, torch.float32)
+    with pytest.raises(ValueError, match=r"rmsnorm_router: rmsnorm: residual must have x's shape"):
+        rmsnorm_router(x, nw, res[:2], EPS, gate, bias, N_GROUP, TOPK_GROUP, TOP_K, SCALING, True)
+    with pytest.raises(ValueError, match=r"rmsnorm_router: moe_router: H mismatch"):
+        rmsnorm_router(x, nw, res, EPS, gate[:, :90], bias, N_GROUP, TOPK_GROUP, TOP_K, SCALING, True)
+    with pytest.raises(ValueError, match=r"rmsnorm_router: rmsnorm: eps must be"):
+        rmsnorm_router(x, nw, res, -1.0, gate, bias, N_GROUP, TOPK_GROUP, TOP_K, SCALING, True)
+
+
+def test_a_broken_norm_is_caught():
+    """The y comparison is tight enough to fail a kernel run with the wrong norm weight."""
+    x, res, nw, gate, bias = make_inputs(2, 64, 96, torch.float32, seed=51)
+    y, h, _, _ = run_fused(x, res, 1.01 * nw, gate, bias)
+    y_ref, _ = rmsnorm_reference(h.cpu(), nw.cpu(), None, EPS)
+    with pytest.raises(AssertionError):
+        torch.testing.assert_close(y.cpu(), y_ref, rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("t", [1, 6, 16])
+def test_gpu_ling3(t):
+    x, res, nw, gate, bias = make_inputs(t, 512, 2560, torch.bfloat16, seed=700 + t)
+    assert_matches_unfused(x, res, nw, gate, bias)
+
+
+@pytest.mark.gpu
+def test_gpu_ling3_batch_invariant():
+    x, res, nw, gate, bias = make_inputs(8, 512, 2560, torch.bfloat16, seed=777)
+    full = run_fused(x, res, nw, gate, bias)
+    for n in (1, 2, 6):
+        for a, b in zip(run_fused(x[:n], res[:n], nw, gate, bias), full):
+            assert torch.equal(a, b[:n]), n
