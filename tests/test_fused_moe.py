@@ -294,8 +294,10 @@ def test_tiny_model(tiny, T, blocks):
     assert s.notes == [f"{blocks} routers, {blocks} expert blocks ({blocks} with shared expert)"]
     assert not verify or s.max_rel_err < 1e-5                          # verify mode ran the graph
     rows, rows_off = _rows(report), _rows(report_off)
-    # (pdl_swap then folds each block's input norm into its router: lingc.rmsnorm_router)
-    assert rows["lingc.rmsnorm_router"] == rows["lingc.moe_experts"] == blocks
+    # (pdl_swap then folds each block's input norm into its router, lingc.rmsnorm_router, up to
+    # its T limit; past it the norms stay ATen and the routers lingc.moe_router)
+    routers = rows.get("lingc.rmsnorm_router", 0) + rows.get("lingc.moe_router", 0)
+    assert routers == rows["lingc.moe_experts"] == blocks
     assert rows["aten.topk"] == rows["aten.index"] == 0
     assert rows_off["aten.bmm"] - rows["aten.bmm"] == 2 * blocks         # only attention bmm left
     # the dense layer's MLP is the only SwiGLU left for swiglu_epilogue
