@@ -77,15 +77,15 @@ def test_invariance_probe_finds_nothing_on_the_tiny_model_and_names_a_broken_op(
     # perturbation standing in for a T-dependent summation order) is caught and named.
     import lingc.runtime.kernels.moe_router.op as router_op
 
-    real = router_op.moe_router_reference
+    # (the MoE layers' routers run inside lingc.rmsnorm_router: pdl_glue.norms_into_routers)
+    real = router_op.rmsnorm_router_reference
 
     def mixing(x, *a):
-        ids, w = real(x, *a)
-        return ids, w * (1 + 1e-6 * (x.shape[0] > 1))
-    monkeypatch.setattr(router_op, "moe_router_reference", mixing)
+        y, h, ids, w = real(x, *a)
+        return y, h, ids, w * (1 + 1e-6 * (x.shape[0] > 1))
+    monkeypatch.setattr(router_op, "rmsnorm_router_reference", mixing)
     assert invariance_probe.main(["--preset", "tiny", "--layers", "3", "--dtype", "float32"]) == 1
     out = capsys.readouterr().out
-    # (the MoE layers' routers run inside lingc.rmsnorm_router: pdl_glue.norms_into_routers)
     assert "first difference at lingc op" in out and "rmsnorm_router" in out, out
 
 

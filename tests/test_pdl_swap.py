@@ -328,8 +328,8 @@ def test_embedding_gather_folded_into_the_first_norm(early_reader):
 @pytest.mark.parametrize("T", [1, 6])
 def test_moe_input_norms_folded_into_their_routers(tiny, T, monkeypatch):
     """pdl_glue.norms_into_routers: every MoE layer's post-attention rmsnorm + moe_router become one
-    rmsnorm_router; on the CPU the op runs the two references, so the graph's results are the
-    same bits with and without the fold."""
+    rmsnorm_router; the graph's results agree with and without the fold up to the declared
+    rounding (the router's logits of the fp32 normed row), the greedy tokens exactly."""
     from lingc.passes.pdl_swap import PdlSwap
     model, base = tiny
     cfg = model.config
@@ -347,9 +347,11 @@ def test_moe_input_norms_folded_into_their_routers(tiny, T, monkeypatch):
     assert r_on["lingc.rmsnorm"] == r_off["lingc.rmsnorm"] - moe
     assert f"{moe} MoE input norms folded into their routers" in notes
     for a, b in zip(on, off):
-        assert torch.equal(a, b)
+        assert_rel_close(a, b, 1e-5, "graph output, fold on vs off")
+    assert torch.equal(on[0].argmax(-1), off[0].argmax(-1))
     for a, b in zip(c_on.tensors(), c_off.tensors()):
-        assert torch.equal(a, b)
+        if b.abs().max() > 0:
+            assert_rel_close(a, b, 1e-5, "cache, fold on vs off")
 
 
 class NotANorm(nn.Module):

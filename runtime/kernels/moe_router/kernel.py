@@ -56,6 +56,11 @@ SELECT_WARPS = 1
 
 
 @triton.jit
+def _add2(a0, a1, b0, b1):
+    return a0 + b0, a1 + b1
+
+
+@triton.jit
 def _norm_row(x_ptr, res_ptr, t, stride_xt, stride_rt, offs_h, mask, HAS_RES: tl.constexpr):
     """Row t's residual stream h = residual + x, rounded to x's dtype (the rmsnorm kernel's)."""
     x = tl.load(x_ptr + t * stride_xt + offs_h, mask=mask, other=0.0)
@@ -78,10 +83,12 @@ def _moe_router_logits_kernel(
     whatever ROWS and T are (so the bits do not depend on the row grouping).
 
     NORM (``lingc.rmsnorm_router``): x is the sub-layer output, not yet normed. Each program
-    forms its rows' residual stream h = residual + x and y = RMSNorm(h) * norm_w with the
-    rmsnorm kernel's arithmetic (the whole row is in its registers anyway, for the matvec), takes
-    the logits of y, and stores columns [e * SLICE, (e + 1) * SLICE) of y and h: the expert
-    blocks together write every column once, and the norm is not a launch of its own."""
+    forms its rows' residual stream h = residual + x (the rmsnorm kernel's rounding; the whole
+    row is in its registers anyway, for the matvec), reduces sum(h^2) and the gate products of
+    h * norm_w in one pass, scales the latter by r = rsqrt(sum(h^2) / H + eps) (the logits of
+    the fp32 normed row), and stores columns [e * SLICE, (e + 1) * SLICE) of y = h * r * norm_w
+    (rounded once) and of h: the expert blocks together write every column once, and the norm
+    is not a launch of its own."""
     pid = tl.program_id(0)
     # Producer-independent loads first: this CTA's gate tile (and the norm weight).
     rows = pid * BLOCK_E + tl.arange(0, BLOCK_E)
@@ -114,13 +121,18 @@ def _moe_router_logits_kernel(
             xn = _norm_row(x_ptr, res_ptr, t + 1, stride_xt, stride_rt, offs_h, mask_h & (t + 1 < t_end), HAS_RES)
             tl.store(h_ptr + t * stride_ht + offs_h, xv, mask=mine)
             hf = xv.to(tl.float32)
-            ms = tl.sum(hf * hf, axis=0) / H
-            yv = (hf * tl.rsqrt(ms + eps) * nw).to(y_ptr.dtype.element_ty)
+            # One reduction for the sum of squares and the products: logits = r * (w . (h * nw))
+            # with r = rsqrt(sum(h^2) / H + eps), the norm's scale applied after the sum (the
+            # fp32 normed row, before y's rounding). Each expert row reduces the same squares in
+            # the same tree, so every lane of ss holds the same sum, and so does y's scale.
+            acc, ss = tl.reduce((wf * (hf * nw)[None, :], tl.broadcast_to((hf * hf)[None, :], wf.shape)), 1, _add2)
+            r = tl.rsqrt(ss / H + eps)
+            logit = acc * r
+            yv = (hf * tl.max(r, axis=0) * nw).to(y_ptr.dtype.element_ty)
             tl.store(y_ptr + t * stride_yt + offs_h, yv, mask=mine)
         else:
             xn = tl.load(x_ptr + (t + 1) * stride_xt + offs_h * stride_xh, mask=mask_h & (t + 1 < t_end), other=0.0)
-            yv = xv
-        logit = tl.sum(wf * yv.to(tl.float32)[None, :], axis=1)
+            logit = tl.sum(wf * xv.to(tl.float32)[None, :], axis=1)
         tl.store(logits_ptr + t * stride_lt + rows, logit, mask=mask_e)
         xv = xn
         t += 1

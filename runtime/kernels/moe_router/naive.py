@@ -101,12 +101,25 @@ def rmsnorm_router_reference(
     routed_scaling: float,
     renormalize: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(y, h, ids, weights): ``y, h = rmsnorm(x, norm_weight, residual, eps)`` (the norms'
-    reference: h = residual + x in x.dtype, y = RMSNorm(h) * norm_weight rounded once), then the
-    router of y. Exactly the two ops it replaces, one after the other."""
+    """(y, h, ids, weights) of ``lingc.rmsnorm_router``: ``y, h = rmsnorm(x, norm_weight,
+    residual, eps)`` (the norms' reference: h = residual + x in x.dtype, y = h * r * norm_weight
+    rounded once, r = rsqrt(mean(h^2) + eps)), and the router's selection on the logits of the
+    fp32 normed row, ``r * ((h * norm_weight) @ gate_w.T)`` in fp32: the kernel's one reduction
+    for the squares and the products, with the scale after the sum. Declared against
+    ``moe_router(y)``: the logits skip y's rounding to x.dtype (one rounding fewer), so the two
+    agree up to that rounding. Row by row (batch invariance)."""
     from lingc.runtime.kernels.norms.naive import rmsnorm_reference
 
     y, h = rmsnorm_reference(x, norm_weight, residual, eps)
-    ids, weights = moe_router_reference(y, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling,
-                                        renormalize)
-    return y, h, ids, weights
+    hf = h.float()
+    r = torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)                  # [T, 1]
+    logits = router_logits(hf * norm_weight.float(), gate_w) * r
+    ids, weights = [], []
+    for t in range(x.shape[0]):
+        i, w = grouped_topk_reference(torch.sigmoid(logits[t:t + 1]), expert_bias, n_group, topk_group, top_k,
+                                      routed_scaling, renormalize)
+        ids.append(i)
+        weights.append(w)
+    if not ids:
+        return y, h, x.new_empty((0, top_k), dtype=torch.int32), x.new_empty((0, top_k), dtype=torch.float32)
+    return y, h, torch.cat(ids), torch.cat(weights)

@@ -13,16 +13,18 @@ on CUDA (the two Triton kernels, PDL-launched on Hopper). A ``custom_op`` rather
 ``torch.ops.lingc.rmsnorm_router(Tensor x, Tensor norm_weight, Tensor? residual, float eps,
 Tensor gate_w, Tensor expert_bias, int n_group, int topk_group, int top_k, float routed_scaling,
 bool renormalize) -> (Tensor y, Tensor h, Tensor ids, Tensor weights)``: ``lingc.rmsnorm`` (the
-residual add and the MoE block's input norm: y, h) followed by ``moe_router`` of y, as one op.
-On CUDA the router's logits kernel does the norm on the rows it already holds for the matvec
-and writes y and h (kernel.py), so the norm is not a launch of its own; on the CPU it is the two
-references one after the other. pdl_glue.norms_into_routers emits it.
+residual add and the MoE block's input norm: y, h) followed by the router, as one op. On CUDA
+the router's logits kernel does the norm on the rows it already holds for the matvec and writes
+y and h (kernel.py), so the norm is not a launch of its own. Declared numerics: the logits are
+those of the fp32 normed row (the norm's scale applied after the gate products), not of y
+rounded to x.dtype (naive.rmsnorm_router_reference, the CPU path). pdl_glue.norms_into_routers
+emits it.
 """
 import torch
 
 from lingc.runtime.registry import register_op
 
-from .naive import moe_router_reference
+from .naive import moe_router_reference, rmsnorm_router_reference
 
 __all__ = ["moe_router", "rmsnorm_router", "check_moe_router_args", "check_rmsnorm_router_args"]
 
@@ -106,13 +108,7 @@ def _rmsnorm_router(x, norm_weight, residual, eps, gate_w, expert_bias, n_group,
             renormalize)
     check_rmsnorm_router_args(*args)
     if not x.is_cuda:
-        # The two references through this module's names (rmsnorm_router_reference is the same
-        # composition), so a patched router reference reaches the fused op too.
-        from lingc.runtime.kernels.norms.naive import rmsnorm_reference
-
-        y, h = rmsnorm_reference(x, norm_weight, residual, eps)
-        return (y, h, *moe_router_reference(y, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling,
-                                            renormalize))
+        return rmsnorm_router_reference(*args)
     from .kernel import rmsnorm_router_triton
 
     return rmsnorm_router_triton(*args)
