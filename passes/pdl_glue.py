@@ -63,9 +63,11 @@ Why each is exact:
   norm kernel's arithmetic, routes y, and the expert blocks write y and h a slice each. One
   launch (and one PDL boundary) less per MoE layer. Only where the router reads the norm's y
   itself (or through views that change nothing: a full slice) and every reader of the two ops' results takes one output (getitem);
-  the router's other operands must already exist at the norm. Numerics: h is the same bits;
-  y's sum of squares is reduced in another order on the GPU (the CPU path runs the two
-  references, the same bits); the ids and weights are the router's own of that y.
+  the router's other operands must already exist at the norm. Numerics (declared): h is the
+  same bits; y's sum of squares is reduced in another order on the GPU; the router's logits are
+  those of the fp32 normed row (the norm's scale applied after the gate products, one rounding
+  fewer than routing y). H200, flash-tp4-rank (session 23): plain decode 1.750 -> 1.723 ms, the
+  relay level (4.121 -> 4.129 ms wall, 4.395 -> 4.374 ms GPU).
 """
 
 from __future__ import annotations
