@@ -263,6 +263,24 @@ def test_read_probe_kernel_folds_each_chunk(n, chunk_bytes):
     assert out[:ctas].tolist() == want and out[ctas].item() == 12345
 
 
+@pytest.mark.parametrize("m, n, k", [(1, 200, 512), (6, 48, 384), (3, 70, 200)])
+def test_tma_probe_kernel_matches_the_product(m, n, k):
+    # benchmarks.tma_probe's kernel (interpreter on the CPU, host tensor descriptors): each K
+    # chunk's fp32 partial of x @ w.T, for variants with 1-3 tiles before the wait and split K;
+    # ragged N and K (the descriptor zero-fills past the weight); partials NaN-poisoned first.
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from benchmarks.tma_probe import TmaVariant, plan, tma_gemm
+
+    gen = torch.Generator().manual_seed(m * n + k)
+    x, w = torch.randn(m, k, generator=gen), torch.randn(n, k, generator=gen)
+    for v in (TmaVariant(16, 64, 2), TmaVariant(32, 64, 3, 2, pre=2), TmaVariant(16, 32, 2, pre=3)):
+        per, chunks = plan(k, v)
+        ws = torch.full((chunks, m, n), float("nan"))
+        tma_gemm(x, TensorDescriptor.from_tensor(w, [v.block_n, v.block_k]), n, ws, v, use_pdl=False)
+        torch.testing.assert_close(ws.sum(0), x @ w.T, rtol=1e-4, atol=1e-4)
+
+
 def test_gemm_sweep_candidates_start_with_the_table_and_include_each_design():
     # Every shape of the preset: the table's config first, no repeats, designs A (where K holds
     # enough tiles), B and C among the candidates, each named by the sweep's printout.
