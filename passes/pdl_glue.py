@@ -62,8 +62,8 @@ Why each is exact:
   whose every CTA holds whole token rows for the gate matvec anyway: it forms h and y with the
   norm kernel's arithmetic, routes y, and the expert blocks write y and h a slice each. One
   launch (and one PDL boundary) less per MoE layer. Only where the router reads the norm's y
-  itself (or through views that change nothing: a full slice) and every reader of the two ops' results takes one output (getitem);
-  the router's other operands must already exist at the norm. Numerics (declared): h is the
+  itself (or through views that change nothing: a full slice), every reader of the two ops'
+  results takes one output (getitem), and the router's other operands exist at the norm. Numerics (declared): h is the
   same bits; y's sum of squares is reduced in another order on the GPU; the router's logits are
   those of the fp32 normed row (the norm's scale applied after the gate products, one rounding
   fewer than routing y). H200, flash-tp4-rank (session 23): plain decode 1.750 -> 1.723 ms, the

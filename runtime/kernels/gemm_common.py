@@ -10,12 +10,14 @@
   second kernel.
 - ``split_rows``: how the router's logits and ``head_matmul`` split a launch's token rows over
   programs (rows within a program run one after another).
+- ``add_pairs``: the combine function of a two-operand ``tl.reduce`` (two sums in one
+  shared-memory round trip: the KDA chain's state products, the router's norm and logits).
 """
 import torch
 import triton
 import triton.language as tl
 
-__all__ = ["BLOCK_M", "TARGET_SMS", "TICKET_CAPACITY", "dot_acc", "persistent_buffer", "register_cap",
+__all__ = ["BLOCK_M", "TARGET_SMS", "TICKET_CAPACITY", "add_pairs", "dot_acc", "persistent_buffer", "register_cap",
            "split_k_tickets", "split_rows"]
 
 BLOCK_M = 16
@@ -34,6 +36,12 @@ def dot_acc(x, w, acc, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr):
     if DOT_UPCAST:
         return tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
     return tl.dot(x, tl.trans(w), acc, out_dtype=tl.float32, input_precision=DOT_PRECISION)
+
+
+@triton.jit
+def add_pairs(a0, b0, a1, b1):
+    """tl.reduce's combine for two operands: (a, b) of the left side plus (a, b) of the right."""
+    return a0 + a1, b0 + b1
 
 
 _PERSISTENT: dict[tuple, torch.Tensor] = {}

@@ -52,7 +52,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lingc.runtime.kernels.gemm_common import persistent_buffer
+from lingc.runtime.kernels.gemm_common import add_pairs, persistent_buffer
 from lingc.runtime.pdl import EARLY_TRIGGER, pdl_launch_dependents, pdl_supported, pdl_wait
 
 __all__ = ["COMMIT_GROUP", "CONV_WIDTH", "KdaConfig", "CONFIGS", "config_for", "kda_chain_triton",
@@ -109,11 +109,6 @@ def _conv_taps(w_ptr, ch, mask):
     """The four conv taps [ch, 4] of channels ch, oldest first."""
     return (tl.load(w_ptr + ch * 4 + 0, mask=mask, other=0.0), tl.load(w_ptr + ch * 4 + 1, mask=mask, other=0.0),
             tl.load(w_ptr + ch * 4 + 2, mask=mask, other=0.0), tl.load(w_ptr + ch * 4 + 3, mask=mask, other=0.0))
-
-
-@triton.jit
-def _add2(a0, b0, a1, b1):
-    return a0 + a1, b0 + b1
 
 
 @triton.jit
@@ -228,7 +223,7 @@ def _kda_chain_kernel(
         k = k * rk
         S = S * tl.exp(g)[:, None]
         if FUSED_RED:
-            kv, sq = tl.reduce((S * k[:, None], S * q[:, None]), 0, _add2)   # S'^T k, S'^T q
+            kv, sq = tl.reduce((S * k[:, None], S * q[:, None]), 0, add_pairs)   # S'^T k, S'^T q
         else:
             kv = tl.sum(S * k[:, None], axis=0)                  # S'^T k over the whole K
         delta = (v - kv) * beta

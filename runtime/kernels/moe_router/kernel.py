@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lingc.runtime.kernels.gemm_common import split_rows
+from lingc.runtime.kernels.gemm_common import add_pairs, split_rows
 from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
 
 __all__ = ["SELECT_WARPS", "moe_router_triton", "rmsnorm_router_triton", "router_block_e", "router_num_warps", "router_row_groups"]
@@ -53,11 +53,6 @@ ROW_GROUPS = 2
 MANY_ROWS_BLOCK_E_FACTOR = 2
 # Warps of a selection CTA: one, so every reduction stays inside the warp (README.md).
 SELECT_WARPS = 1
-
-
-@triton.jit
-def _add2(a0, a1, b0, b1):
-    return a0 + b0, a1 + b1
 
 
 @triton.jit
@@ -125,7 +120,8 @@ def _moe_router_logits_kernel(
             # with r = rsqrt(sum(h^2) / H + eps), the norm's scale applied after the sum (the
             # fp32 normed row, before y's rounding). Each expert row reduces the same squares in
             # the same tree, so every lane of ss holds the same sum, and so does y's scale.
-            acc, ss = tl.reduce((wf * (hf * nw)[None, :], tl.broadcast_to((hf * hf)[None, :], wf.shape)), 1, _add2)
+            squares = tl.broadcast_to((hf * hf)[None, :], wf.shape)
+            acc, ss = tl.reduce((wf * (hf * nw)[None, :], squares), 1, add_pairs)
             r = tl.rsqrt(ss / H + eps)
             logit = acc * r
             yv = (hf * tl.max(r, axis=0) * nw).to(y_ptr.dtype.element_ty)
