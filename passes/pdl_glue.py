@@ -29,9 +29,6 @@ kernels between them, each a full (non-programmatic) edge in the captured graph.
     before:  y, h = lingc.rmsnorm(x, w, r, eps) ; ids, wts = lingc.moe_router(y, Wr, bias, ...)
     after:   y, h, ids, wts = lingc.rmsnorm_router(x, w, r, eps, Wr, bias, ...)
 
-    before:  y, h = lingc.rmsnorm(x, w, r, eps) ; out = lingc.gemm(y, [W...])
-    after:   out, h = lingc.rmsnorm_gemm(x, r, w, eps, [W...])
-
 The fourth is MLA's absorbed products (q_nope @ W_uk, o_lat @ W_uv^T per head): ATen upcasts the
 bf16 weight slice to a fresh fp32 copy every step, then runs a library bmm. On flash-tp4-rank's
 decode graph these were 28 elementwise kernels and 14 library GEMMs per step.
@@ -71,15 +68,6 @@ Why each is exact:
   those of the fp32 normed row (the norm's scale applied after the gate products, one rounding
   fewer than routing y). H200, flash-tp4-rank (session 23): plain decode 1.750 -> 1.723 ms, the
   relay level (4.121 -> 4.129 ms wall, 4.395 -> 4.374 ms GPU).
-- a layer's input norm after the MoE moves into the fused projection GEMM that is its only
-  reader (runtime/kernels/gemm, NORM): each K-chunk CTA forms its tiles of h = r + x, feeds
-  h * w to the dot and sums h^2 beside its K loop; the norm's per-row scale multiplies the summed
-  products. One launch less per layer, and nothing added before the GEMM's first MMA but an add
-  and a multiply a tile. Only where the GEMM reads y itself or through views that change nothing,
-  y has no other reader, the GEMM has no epilogue operands, the norm has a residual, and the
-  weights exist at the norm. Numerics (declared): h is the same bits; the GEMM sums the products
-  of bf16(h * w) and scales them by the row's rsqrt after the sum (the unfused path rounds
-  h * rsqrt * w to bf16 first), and the sum of squares is reduced in another order.
 """
 
 from __future__ import annotations
@@ -93,7 +81,7 @@ from lingc.graph_region import shape, val
 from lingc.pass_manager import VIEW_OPS, write_counts, written_bases
 
 __all__ = ["absorbed_products", "direct_epilogue_writes", "direct_lingc_writes", "drop_fresh_clones", "drop_round_trips",
-           "embedding_into_norm", "fold_casts", "norms_into_gemms", "norms_into_routers"]
+           "embedding_into_norm", "fold_casts", "norms_into_routers"]
 
 lingc_ops = torch.ops.lingc
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -351,53 +339,6 @@ def norms_into_routers(g: fx.Graph) -> int:
         for u in list(router.users):                    # ids, weights: outputs 2 and 3
             u.args = (new, u.args[1] + 2)
         g.erase_node(router)
-        g.erase_node(rms)
-        count += 1
-    return count
-
-
-def norms_into_gemms(g: fx.Graph) -> int:
-    """y, h = lingc.rmsnorm(x, w, r, eps) ; out = lingc.gemm(y, weights): one
-    lingc.rmsnorm_gemm (the module docstring says when). Returns the norms folded."""
-    import operator
-
-    from lingc.runtime.kernels import gemm  # noqa: F401  (registers rmsnorm_gemm)
-
-    count = 0
-    order = {n: i for i, n in enumerate(g.nodes)}      # the graph's nodes before any rewrite here
-    for mm in [n for n in g.nodes if is_call(n, lingc_ops.gemm.default)]:
-        if mm.kwargs or any(a is not None for a in mm.args[2:]):
-            continue                                    # bias / residual / gate epilogues
-        chain, y = [], mm.args[0]
-        while y is not _through_identity_views(y) and len(y.users) == 1:
-            chain.append(y)
-            y = y.args[0]
-        if not (is_call(y, operator.getitem) and y.args[1] == 0 and len(y.users) == 1
-                and is_call(y.args[0], lingc_ops.rmsnorm.default)):
-            continue
-        rms = y.args[0]
-        x, w, residual, eps = rms.args
-        weights = mm.args[1]
-        if residual is None or val(x).dtype not in (torch.bfloat16, torch.float32):
-            continue
-        if any(not is_call(u, operator.getitem) for u in rms.users):
-            continue
-        # The fused op takes the norm's place, so the weights must exist there.
-        if any(isinstance(a, fx.Node) and order[a] > order[rms] for a in weights):
-            continue
-        with g.inserting_before(rms):
-            new = emit(g, lingc_ops.rmsnorm_gemm.default, x, residual, w, eps, list(weights))
-        with g.inserting_after(new):
-            out = emit(g, operator.getitem, new, 0)
-        mm.replace_all_uses_with(out)
-        g.erase_node(mm)
-        for v in chain:                                 # the views, from the GEMM's side
-            g.erase_node(v)
-        for u in list(rms.users):                       # h (output 1) moves; y goes with the GEMM
-            if u is y:
-                continue
-            u.args = (new, u.args[1])
-        g.erase_node(y)
         g.erase_node(rms)
         count += 1
     return count

@@ -6,6 +6,8 @@ whether the kernel itself or the chain around it pays that. Cold weights (one co
 one CUDA graph, PDL-launched), medians; also NORM under other configs of the same weights.
 
     python benchmarks/scripts/probe_norm_gemm.py OUT.json
+
+Runs on commit 204478c, the one that had lingc.rmsnorm_gemm (removed after this probe).
 """
 import json
 import sys

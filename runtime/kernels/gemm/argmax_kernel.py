@@ -78,10 +78,9 @@ def _gemm_argmax_kernel(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     mask_m = offs_m < M
 
-    acc, _ = _block_dot(  # (no norm: its operands are never read)
+    acc = _block_dot(
         x_ptr, w_ptr, stride_wn, rows, mask_n, offs_m, mask_m, 0, K, stride_xm, stride_xk,
-        x_ptr, x_ptr, x_ptr, 0, 0, False,
-        BLOCK_M, BLOCK_N, BLOCK_K, K_TILES, EVEN_K, False, DOT_PRECISION, DOT_UPCAST, USE_GDC,
+        BLOCK_M, BLOCK_N, BLOCK_K, K_TILES, EVEN_K, DOT_PRECISION, DOT_UPCAST, USE_GDC,
     )
     if ROUND_TO_BF16:  # the logits as a bf16 graph would hold them (ties included)
         acc = acc.to(tl.bfloat16).to(tl.float32)

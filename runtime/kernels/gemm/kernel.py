@@ -16,15 +16,6 @@ gemv_kernel.py's, launched from ``gemm_triton`` too. Split-K partials (fp32) go 
 the CTA that draws the last integer ticket of its output tile adds them in chunk order
 0..SPLIT_K-1 and runs the epilogue, in the same launch.
 
-With NORM (``rmsnorm_gemm_triton``, the op ``lingc.rmsnorm_gemm``) the kernel is also the
-layer's input RMSNorm: x is the sub-layer output, each A tile is formed from x and the residual
-tile as h = residual + x (stored by column block 0's CTAs: the new residual stream) and fed to
-the dot as (h * w_norm) rounded to x.dtype, while the CTA sums h^2 per row beside its K loop. The
-norm's scale rsqrt(sum h^2 / K + eps) is a per-row factor of the whole product, so it is applied
-once to the summed accumulator; with split-K each chunk stores its rows' sums beside its partials
-and the last-ticket CTA adds them in chunk order too. No whole-row reduction runs before the
-first MMA (the serial prologue that lost in sessions 6 and 9).
-
 Batch invariance (design.md): BLOCK_M is 16 for every M (rows past M are masked to zero), the
 config is a function of (N, K) only, M is excluded from Triton's value specialisation, K tiles
 are folded into the fp32 accumulator in increasing order, and split-K partials are summed in a
@@ -40,7 +31,7 @@ from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported
 from .config import GemmConfig, config_for
 from .op import MAX_WEIGHTS
 
-__all__ = ["gemm_triton", "rmsnorm_gemm_triton", "block_plan", "k_plan", "dot_flags", "resolve_pdl"]
+__all__ = ["gemm_triton", "block_plan", "k_plan", "dot_flags", "resolve_pdl"]
 
 
 @triton.jit
@@ -67,67 +58,43 @@ def _weight_block(pid_n, w_ptrs, w_strides, w_rows, block_starts, col_starts, BL
 
 
 @triton.jit
-def _norm_tile(x, res_ptr, nw, h_ptr, offs_m, offs_k, mask_xk, stride_nm, stride_hm, write_h, sq):
-    """NORM's A tile: h = residual + x rounded to x.dtype (the norm kernel's stream), stored
-    where ``write_h``; returns ((h * w_norm) in x.dtype, sq + the rows' sums of h^2)."""
-    r = tl.load(res_ptr + offs_m[:, None] * stride_nm + offs_k[None, :], mask=mask_xk, other=0.0)
-    h = (r.to(tl.float32) + x.to(tl.float32)).to(x.dtype)
-    tl.store(h_ptr + offs_m[:, None] * stride_hm + offs_k[None, :], h, mask=mask_xk & write_h)
-    hf = h.to(tl.float32)
-    return (hf * nw[None, :]).to(x.dtype), sq + tl.sum(hf * hf, axis=1)
-
-
-@triton.jit
 def _block_dot(
     x_ptr, w_ptr, stride_wn, rows, mask_n, offs_m, mask_m, k_first, K, stride_xm, stride_xk,
-    res_ptr, nw_ptr, h_ptr, stride_nm, stride_hm, write_h,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_TILES: tl.constexpr,
-    EVEN_K: tl.constexpr, NORM: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
+    EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
-    """(fp32 [BLOCK_M, BLOCK_N] = a[offs_m, chunk] @ w[rows, chunk].T over the K_TILES tiles
-    starting at k_first, in increasing k; fp32 [BLOCK_M] sums of h^2 over the chunk) where a is
-    x, or with NORM the normed row's numerator (``_norm_tile``; the sums are zero without NORM).
-    The weight has unit K stride (checked by the op), so its rows load as contiguous vectors.
+    """fp32 [BLOCK_M, BLOCK_N] = x[offs_m, chunk] @ w[rows, chunk].T over the K_TILES tiles
+    starting at k_first, in increasing k. The weight has unit K stride (checked by the op), so
+    its rows load as contiguous vectors.
 
-    Issues the first weight tile (design B: the whole chunk), and the norm weight's, before
-    waiting for the producer, then triggers the dependents at once: the next kernel's CTAs are
-    only scheduled after all of ours have triggered, so they take no slot we need and start
-    their own weight prefetch while we stream (runtime/pdl.py)."""
+    Issues the first weight tile (design B: the whole chunk) before waiting for the producer,
+    then triggers the dependents at once: the next kernel's CTAs are only scheduled after all of
+    ours have triggered, so they take no slot we need and start their own weight prefetch while
+    we stream (runtime/pdl.py)."""
     offs_k = k_first + tl.arange(0, BLOCK_K)
     w_ptrs = w_ptr + rows[:, None] * stride_wn + offs_k[None, :]
     x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk
     mask_wk = mask_n[:, None]
     mask_xk = mask_m[:, None]
-    mask_k = offs_k < K
     if not EVEN_K:
-        mask_wk = mask_wk & mask_k[None, :]
-        mask_xk = mask_xk & mask_k[None, :]
+        mask_wk = mask_wk & (offs_k[None, :] < K)
+        mask_xk = mask_xk & (offs_k[None, :] < K)
     w = tl.load(w_ptrs, mask=mask_wk, other=0.0)
-    sq = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    if NORM:
-        nw = tl.load(nw_ptr + offs_k, mask=mask_k, other=0.0).to(tl.float32)
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
     x = tl.load(x_ptrs, mask=mask_xk, other=0.0)
-    if NORM:
-        x, sq = _norm_tile(x, res_ptr, nw, h_ptr, offs_m, offs_k, mask_xk, stride_nm, stride_hm, write_h, sq)
     acc = dot_acc(x, w, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), DOT_PRECISION, DOT_UPCAST)
     for _ in range(1, K_TILES):
         offs_k += BLOCK_K
         w_ptrs += BLOCK_K
         x_ptrs += BLOCK_K * stride_xk
-        mask_k = offs_k < K
         if not EVEN_K:
-            mask_wk = mask_n[:, None] & mask_k[None, :]
-            mask_xk = mask_m[:, None] & mask_k[None, :]
+            mask_wk = mask_n[:, None] & (offs_k[None, :] < K)
+            mask_xk = mask_m[:, None] & (offs_k[None, :] < K)
         w = tl.load(w_ptrs, mask=mask_wk, other=0.0)
         x = tl.load(x_ptrs, mask=mask_xk, other=0.0)
-        if NORM:
-            nw = tl.load(nw_ptr + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-            x, sq = _norm_tile(x, res_ptr, nw, h_ptr, offs_m, offs_k, mask_xk, stride_nm, stride_hm, write_h, sq)
         acc = dot_acc(x, w, acc, DOT_PRECISION, DOT_UPCAST)
-    return acc, sq
+    return acc
 
 
 @triton.jit
@@ -151,14 +118,14 @@ def _epilogue(
 
 @triton.jit(do_not_specialize=["M"])
 def _gemm_kernel(
-    x_ptr, out_ptr, ws_ptr, ticket_ptr, bias_ptr, res_ptr, mul_ptr, nres_ptr, nw_ptr, h_ptr,
+    x_ptr, out_ptr, ws_ptr, ticket_ptr, bias_ptr, res_ptr, mul_ptr,
     w_ptrs, w_strides, w_rows, block_starts, col_starts,
-    M, K, SQ_COL, eps,
+    M, K,
     stride_xm, stride_xk, stride_om, stride_on, stride_ws_s, stride_ws_m,
-    stride_b, stride_rm, stride_rn, stride_gm, stride_gn, stride_nm, stride_hm,
+    stride_b, stride_rm, stride_rn, stride_gm, stride_gn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_TILES: tl.constexpr,
     SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
-    HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, HAS_MUL: tl.constexpr, NORM: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, HAS_MUL: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     # Axis 0 is M so the CTAs that share a weight block (M > 16) are scheduled together.
@@ -171,28 +138,20 @@ def _gemm_kernel(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     mask_m = offs_m < M
 
-    acc, sq = _block_dot(
+    acc = _block_dot(
         x_ptr, w_ptr, stride_wn, rows, mask_n, offs_m, mask_m, pid_k * K_TILES * BLOCK_K, K,
-        stride_xm, stride_xk, nres_ptr, nw_ptr, h_ptr, stride_nm, stride_hm, pid_n == 0,
-        BLOCK_M, BLOCK_N, BLOCK_K, K_TILES, EVEN_K, NORM, DOT_PRECISION, DOT_UPCAST, USE_GDC,
+        stride_xm, stride_xk, BLOCK_M, BLOCK_N, BLOCK_K, K_TILES, EVEN_K, DOT_PRECISION, DOT_UPCAST, USE_GDC,
     )
 
     out_ptrs = out_ptr + offs_m[:, None] * stride_om + cols[None, :] * stride_on
     mask = mask_m[:, None] & mask_n[None, :]
     if SPLIT_K == 1:
-        if NORM:
-            acc = acc * tl.rsqrt(sq / K + eps)[:, None]
         y = _epilogue(acc, offs_m, cols, mask_m, mask_n, bias_ptr, res_ptr, mul_ptr, stride_b,
                       stride_rm, stride_rn, stride_gm, stride_gn, HAS_BIAS, HAS_RES, HAS_MUL)
         tl.store(out_ptrs, y.to(out_ptr.dtype.element_ty), mask=mask)
     else:
         ws_ptrs = ws_ptr + offs_m[:, None] * stride_ws_m + cols[None, :]
         tl.store(ws_ptrs + pid_k * stride_ws_s, acc, mask=mask)
-        # NORM: the chunk's sums of h^2 go to the tile's own column past the partials (every CTA
-        # of the tile stores them, so the last one needs no CTA outside its ticket).
-        sq_ptrs = ws_ptr + offs_m * stride_ws_m + SQ_COL + pid_n
-        if NORM:
-            tl.store(sq_ptrs + pid_k * stride_ws_s, sq, mask=mask_m)
         # Every thread's partial is stored before the ticket is taken (barrier), and the ticket
         # is acq_rel at GPU scope: the chunk that draws the last ticket sees every partial.
         tl.debug_barrier()
@@ -203,11 +162,6 @@ def _gemm_kernel(
             total = tl.load(ws_ptrs, mask=mask, other=0.0, cache_modifier=".cg")
             for s in tl.static_range(1, SPLIT_K):
                 total += tl.load(ws_ptrs + s * stride_ws_s, mask=mask, other=0.0, cache_modifier=".cg")
-            if NORM:
-                ss = tl.load(sq_ptrs, mask=mask_m, other=0.0, cache_modifier=".cg")
-                for s in tl.static_range(1, SPLIT_K):
-                    ss += tl.load(sq_ptrs + s * stride_ws_s, mask=mask_m, other=0.0, cache_modifier=".cg")
-                total = total * tl.rsqrt(ss / K + eps)[:, None]
             y = _epilogue(total, offs_m, cols, mask_m, mask_n, bias_ptr, res_ptr, mul_ptr, stride_b,
                           stride_rm, stride_rn, stride_gm, stride_gn, HAS_BIAS, HAS_RES, HAS_MUL)
             tl.store(out_ptrs, y.to(out_ptr.dtype.element_ty), mask=mask)
@@ -278,7 +232,9 @@ def gemm_triton(
     m, k = x.shape
     rows = [w.shape[0] for w in weights]
     n = sum(rows)
-    _check_launch(x, weights)
+    assert 1 <= len(weights) <= MAX_WEIGHTS, len(weights)
+    assert all(w.shape[1] == k and w.dtype == x.dtype and (w.stride(1) == 1 or k <= 1) for w in weights), (
+        x.shape, [(w.shape, w.dtype, w.stride()) for w in weights])
     if out is None:
         out = torch.empty((m, n), device=x.device, dtype=x.dtype)
     assert out.shape == (m, n) and out.dtype == x.dtype, (out.shape, out.dtype)
@@ -290,64 +246,6 @@ def gemm_triton(
         from .gemv_kernel import gemv_triton
 
         return gemv_triton(x, weights, bias, residual, sigmoid_mul, out, cfg, use_pdl)
-    _launch(x, weights, out, cfg, use_pdl, bias, residual, sigmoid_mul, None)
-    return out
-
-
-def rmsnorm_gemm_triton(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    norm_weight: torch.Tensor,
-    eps: float,
-    weights: list[torch.Tensor],
-    out: torch.Tensor | None = None,
-    h: torch.Tensor | None = None,
-    *,
-    config: GemmConfig | None = None,
-    use_pdl: bool | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out [M, sum N_i], h [M, K]) of naive.rmsnorm_gemm_reference: the GEMM of
-    RMSNorm(residual + x) * norm_weight with the weights, and the new residual stream h, in one
-    launch (NORM, the module docstring). x and residual [M, K] with unit stride along K.
-    ``config`` overrides the table entry of the plain GEMM of these weights (designs A and B;
-    the whole-row design C has no norm). Arguments are assumed validated by the op."""
-    m, k = x.shape
-    rows = [w.shape[0] for w in weights]
-    n = sum(rows)
-    _check_launch(x, weights)
-    assert residual.shape == x.shape and residual.dtype == x.dtype and (k <= 1 or residual.stride(1) == 1), (
-        residual.shape, residual.dtype, residual.stride())
-    assert norm_weight.shape == (k,) and norm_weight.is_contiguous(), (norm_weight.shape, norm_weight.stride())
-    if out is None:
-        out = torch.empty((m, n), device=x.device, dtype=x.dtype)
-    if h is None:
-        h = torch.empty((m, k), device=x.device, dtype=x.dtype)
-    assert out.shape == (m, n) and out.dtype == x.dtype, (out.shape, out.dtype)
-    assert h.shape == (m, k) and h.dtype == x.dtype and (k <= 1 or h.stride(1) == 1), (h.shape, h.dtype, h.stride())
-    if m == 0 or n == 0:
-        if m and k:  # no column block to write h: the stream still advances
-            h.copy_((residual.float() + x.float()).to(x.dtype))
-        return out, h
-    cfg = config if config is not None else config_for(n, k)
-    if cfg.gemv:
-        raise ValueError(f"rmsnorm_gemm: config {cfg} is design C (whole rows, no dot), which has no norm; "
-                         f"pass a design A or B config")
-    _launch(x, weights, out, cfg, use_pdl, None, None, None, (residual, norm_weight, float(eps), h))
-    return out, h
-
-
-def _check_launch(x, weights) -> None:
-    k = x.shape[1]
-    assert 1 <= len(weights) <= MAX_WEIGHTS, len(weights)
-    assert all(w.shape[1] == k and w.dtype == x.dtype and (w.stride(1) == 1 or k <= 1) for w in weights), (
-        x.shape, [(w.shape, w.dtype, w.stride()) for w in weights])
-
-
-def _launch(x, weights, out, cfg, use_pdl, bias, residual, sigmoid_mul, norm) -> None:
-    """One _gemm_kernel launch (designs A and B); ``norm`` = (residual, weight, eps, h) or None."""
-    m, k = x.shape
-    rows = [w.shape[0] for w in weights]
-    n = sum(rows)
     assert cfg.block_n >= 16 and (cfg.prefetch or cfg.block_k >= 16), cfg
     use_gdc, launch = resolve_pdl(x.device, use_pdl)
 
@@ -355,27 +253,25 @@ def _launch(x, weights, out, cfg, use_pdl, bias, residual, sigmoid_mul, norm) ->
     block_k, k_tiles, split_k, even_k = k_plan(k, cfg)
     grid = (triton.cdiv(m, BLOCK_M), blocks, split_k)
     if split_k > 1:
-        # NORM: each column block's chunk sums of h^2 in one more column per block, past N.
-        ws = torch.empty((split_k, m, n + (blocks if norm else 0)), device=x.device, dtype=torch.float32)
+        ws = torch.empty((split_k, m, n), device=x.device, dtype=torch.float32)
         tickets = split_k_tickets(x.device, grid[0] * grid[1])
     else:
         ws, tickets = out, out  # unused (SPLIT_K == 1 compiles the split-K branch out)
-    # Absent operands: any pointer of the right kind; their branch is compiled out.
+    # Absent epilogue operands: any pointer of the right kind; their branch is compiled out.
     bias_t, res_t, mul_t = (t if t is not None else out for t in (bias, residual, sigmoid_mul))
-    nres, nw, eps, h = norm if norm is not None else (out, out, 0.0, out)
     _gemm_kernel[grid](
-        x, out, ws, tickets, bias_t, res_t, mul_t, nres, nw, h,
+        x, out, ws, tickets, bias_t, res_t, mul_t,
         tuple(weights), tuple(w.stride(0) for w in weights), tuple(rows), block_starts, col_starts,
-        m, k, n, eps,
+        m, k,
         x.stride(0), x.stride(1), out.stride(0), out.stride(1),
         ws.stride(0) if split_k > 1 else 0, ws.stride(1) if split_k > 1 else 0,
         bias.stride(0) if bias is not None else 0,
         *(residual.stride() if residual is not None else (0, 0)),
         *(sigmoid_mul.stride() if sigmoid_mul is not None else (0, 0)),
-        nres.stride(0) if norm is not None else 0, h.stride(0) if norm is not None else 0,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, BLOCK_K=block_k, K_TILES=k_tiles,
         SPLIT_K=split_k, EVEN_K=even_k,
         HAS_BIAS=bias is not None, HAS_RES=residual is not None, HAS_MUL=sigmoid_mul is not None,
-        NORM=norm is not None, USE_GDC=use_gdc, **dot_flags(x.dtype),
+        USE_GDC=use_gdc, **dot_flags(x.dtype),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch,
     )
+    return out

@@ -17,24 +17,14 @@ i.e. the logits rounded to ``x.dtype`` as the graph they replace would hold them
 than any number (the first NaN wins). ``max_logit`` is the fp32 value of the logit at the
 returned id.
 
-``rmsnorm_gemm_reference(x, residual, norm_weight, eps, weights)``: ``(out, h)``, the layer's
-input RMSNorm and the GEMM after it as one op (``lingc.rmsnorm_gemm``):
-
-    h   = (residual + x).to(x.dtype)                       the new residual stream
-    a   = (h.f32 * norm_weight.f32).to(x.dtype)            the normed row's numerator
-    out = ((a @ cat(weights).T) * rsqrt(sum(h.f32^2) / K + eps)).to(x.dtype)
-
-The norm's scale is a per-row factor, so it multiplies the fp32 sums once instead of every
-element of the row (declared numerics: one rounding of ``h * w`` instead of ``h * r * w``).
-
-All three are batch-invariant like the kernels (design.md): each row goes through its own
+Both are batch-invariant like the kernels (design.md): each row goes through its own
 [1, K] x [K, N] product, so a row's bits do not depend on how many rows run with it. They are
 the ops' CPU implementations.
 """
 import torch
 import torch.nn.functional as F
 
-__all__ = ["gemm_epilogue", "gemm_reference", "gemm_argmax_reference", "rmsnorm_gemm_reference"]
+__all__ = ["gemm_epilogue", "gemm_reference", "gemm_argmax_reference"]
 
 
 def gemm_epilogue(
@@ -79,18 +69,3 @@ def gemm_argmax_reference(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tenso
     logits = gemm_reference(x, [w]).float()
     ids = torch.argmax(logits, dim=1)
     return ids, logits.gather(1, ids[:, None])[:, 0]
-
-
-def rmsnorm_gemm_reference(
-    x: torch.Tensor,
-    residual: torch.Tensor,
-    norm_weight: torch.Tensor,
-    eps: float,
-    weights: list[torch.Tensor],
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out [M, sum N] in x.dtype, h [M, K] in x.dtype) (module docstring)."""
-    h = (residual.float() + x.float()).to(x.dtype)
-    hf = h.float()
-    a = (hf * norm_weight.float()).to(x.dtype)
-    scale = torch.rsqrt((hf * hf).sum(dim=1, keepdim=True) / x.shape[1] + eps)
-    return (_rowwise_linear(a, weights) * scale).to(x.dtype), h

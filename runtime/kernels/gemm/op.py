@@ -8,13 +8,7 @@
   max_logit fp32 [M]) of x @ w.T rounded to x.dtype, ties to the lowest index as
   torch.argmax; the logits are never written.
 
-- ``torch.ops.lingc.rmsnorm_gemm(Tensor x, Tensor residual, Tensor norm_weight, float eps,
-  Tensor[] weights) -> (Tensor, Tensor)``: (out, h) with h = residual + x and out the GEMM of
-  RMSNorm(h) * norm_weight with the weights, one launch (the norm's scale applied to the summed
-  products: naive.rmsnorm_gemm_reference). pdl_swap emits it for a layer's input norm whose
-  normed row only feeds the fused projection after it (pdl_glue.norms_into_gemms).
-
-The fuse_projections pass emits the first two, so they must trace (fake impls), run on the CPU (the
+The fuse_projections pass emits these, so they must trace (fake impls), run on the CPU (the
 references, batch-invariant like the kernels) and on CUDA (the Triton kernels, PDL-launched on
 Hopper). They are ``torch.library.custom_op``s rather than ``triton_op``s on purpose: Inductor
 re-launches traced user Triton kernels without the PDL attribute, while an opaque op keeps our
@@ -24,10 +18,9 @@ import torch
 
 from lingc.runtime.registry import register_op
 
-from .naive import gemm_argmax_reference, gemm_reference, rmsnorm_gemm_reference
+from .naive import gemm_argmax_reference, gemm_reference
 
-__all__ = ["MAX_WEIGHTS", "gemm", "gemm_argmax", "rmsnorm_gemm", "check_gemm_args", "check_gemm_argmax_args",
-           "check_rmsnorm_gemm_args"]
+__all__ = ["MAX_WEIGHTS", "gemm", "gemm_argmax", "check_gemm_args", "check_gemm_argmax_args"]
 
 # Weight pointers one launch takes (KDA q/k/v/f/g/b is 6; larger groups are split by the pass).
 MAX_WEIGHTS = 8
@@ -89,40 +82,6 @@ def check_gemm_argmax_args(x: torch.Tensor, w: torch.Tensor) -> None:
         raise ValueError(f"gemm_argmax: w must have at least one row (the argmax of nothing), got {tuple(w.shape)}")
 
 
-def check_rmsnorm_gemm_args(x, residual, norm_weight, eps, weights) -> None:
-    """Raise ValueError naming the bad argument of ``rmsnorm_gemm`` (the norm's checks, then the
-    GEMM's, each message prefixed with the op's name)."""
-    from lingc.runtime.kernels.norms.op import check_rmsnorm_args
-
-    op = "rmsnorm_gemm"
-    if residual is None:
-        raise ValueError(f"{op}: residual is required (the norm of the first layer's embedding has no "
-                         f"residual: use lingc.rmsnorm and lingc.gemm there)")
-    try:
-        check_rmsnorm_args(x, norm_weight, residual, eps)
-    except ValueError as err:
-        raise ValueError(f"{op}: {err}") from None
-    _check_x(op, x)
-    if not 1 <= len(weights) <= MAX_WEIGHTS:
-        raise ValueError(f"{op}: weights must hold 1 to {MAX_WEIGHTS} tensors, got {len(weights)}")
-    for i, w in enumerate(weights):
-        _check_weight(op, f"weights[{i}]", x, w)
-
-
-def _rmsnorm_gemm(x, residual, norm_weight, eps, weights):
-    check_rmsnorm_gemm_args(x, residual, norm_weight, eps, weights)
-    if not x.is_cuda:
-        return rmsnorm_gemm_reference(x, residual, norm_weight, eps, weights)
-    from .kernel import rmsnorm_gemm_triton
-
-    return rmsnorm_gemm_triton(x, residual, norm_weight, eps, weights)
-
-
-def _rmsnorm_gemm_fake(x, residual, norm_weight, eps, weights):
-    check_rmsnorm_gemm_args(x, residual, norm_weight, eps, weights)
-    return x.new_empty((x.shape[0], sum(w.shape[0] for w in weights))), x.new_empty(x.shape)
-
-
 def _gemm(x, weights, bias=None, residual=None, sigmoid_mul=None):
     check_gemm_args(x, weights, bias, residual, sigmoid_mul)
     if not x.is_cuda:
@@ -157,10 +116,8 @@ _SCHEMAS = {
     "gemm": "(Tensor x, Tensor[] weights, Tensor? bias=None, Tensor? residual=None, "
     "Tensor? sigmoid_mul=None) -> Tensor",
     "gemm_argmax": "(Tensor x, Tensor w) -> (Tensor, Tensor)",
-    "rmsnorm_gemm": "(Tensor x, Tensor residual, Tensor norm_weight, float eps, Tensor[] weights) -> (Tensor, Tensor)",
 }
 
 
 gemm = register_op("gemm", _gemm, _gemm_fake, schema=_SCHEMAS["gemm"])
 gemm_argmax = register_op("gemm_argmax", _gemm_argmax, _gemm_argmax_fake, schema=_SCHEMAS["gemm_argmax"])
-rmsnorm_gemm = register_op("rmsnorm_gemm", _rmsnorm_gemm, _rmsnorm_gemm_fake, schema=_SCHEMAS["rmsnorm_gemm"])
