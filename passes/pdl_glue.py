@@ -29,6 +29,9 @@ kernels between them, each a full (non-programmatic) edge in the captured graph.
     before:  y, h = lingc.rmsnorm(x, w, r, eps) ; ids, wts = lingc.moe_router(y, Wr, bias, ...)
     after:   y, h, ids, wts = lingc.rmsnorm_router(x, w, r, eps, Wr, bias, ...)
 
+    before:  c, _ = lingc.rmsnorm(x, w, None, eps) ; lingc.mla_kv_write(c, k, pos, freq, cache)
+    after:   lingc.mla_kv_write(x, k, pos, freq, cache, w, eps)
+
 The fourth is MLA's absorbed products (q_nope @ W_uk, o_lat @ W_uv^T per head): ATen upcasts the
 bf16 weight slice to a fresh fp32 copy every step, then runs a library bmm. On flash-tp4-rank's
 decode graph these were 28 elementwise kernels and 14 library GEMMs per step.
@@ -68,6 +71,11 @@ Why each is exact:
   those of the fp32 normed row (the norm's scale applied after the gate products, one rounding
   fewer than routing y). H200, flash-tp4-rank (session 23): plain decode 1.750 -> 1.723 ms, the
   relay level (4.121 -> 4.129 ms wall, 4.395 -> 4.374 ms GPU).
+- MLA's kv_a_layernorm moves into the cache write (runtime/kernels/mla_kv_write), whose program
+  holds the token's whole latent row anyway: it norms the row with the norm kernel's arithmetic
+  before writing it. One launch less per MLA layer. Only for a norm without a residual whose
+  normed row the write reads itself (or through views that change nothing) and nothing else
+  reads. Numerics (declared): the row's sum of squares is reduced in another order on the GPU.
 """
 
 from __future__ import annotations
@@ -81,7 +89,7 @@ from lingc.graph_region import shape, val
 from lingc.pass_manager import VIEW_OPS, write_counts, written_bases
 
 __all__ = ["absorbed_products", "direct_epilogue_writes", "direct_lingc_writes", "drop_fresh_clones", "drop_round_trips",
-           "embedding_into_norm", "fold_casts", "norms_into_routers"]
+           "embedding_into_norm", "fold_casts", "norms_into_kv_writes", "norms_into_routers"]
 
 lingc_ops = torch.ops.lingc
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -340,6 +348,36 @@ def norms_into_routers(g: fx.Graph) -> int:
             u.args = (new, u.args[1] + 2)
         g.erase_node(router)
         g.erase_node(rms)
+        count += 1
+    return count
+
+
+def norms_into_kv_writes(g: fx.Graph) -> int:
+    """c, _ = lingc.rmsnorm(x, w, None, eps) ; lingc.mla_kv_write(c, ...): one
+    lingc.mla_kv_write(x, ..., w, eps) (the module docstring says when). Returns the norms folded."""
+    import operator
+
+    count = 0
+    for kv in [n for n in g.nodes if is_call(n, lingc_ops.mla_kv_write.default)]:
+        if kv.kwargs or len(kv.args) != 5:
+            continue                                    # already with its norm
+        chain, c = [], kv.args[0]
+        while isinstance(c, fx.Node) and c is not _through_identity_views(c) and len(c.users) == 1:
+            chain.append(c)
+            c = c.args[0]
+        if not (is_call(c, operator.getitem) and c.args[1] == 0 and len(c.users) == 1
+                and is_call(c.args[0], lingc_ops.rmsnorm.default)):
+            continue
+        rms = c.args[0]
+        x, w, residual, eps = rms.args
+        if residual is not None or any(u is not c and (not is_call(u, operator.getitem) or u.users)
+                                       for u in rms.users):
+            continue                                    # a residual, or x's copy has readers
+        with g.inserting_before(kv):
+            emit(g, lingc_ops.mla_kv_write.default, x, *kv.args[1:], w, eps)
+        g.erase_node(kv)
+        for v in [*chain, c, *[u for u in rms.users if u is not c], rms]:
+            g.erase_node(v)
         count += 1
     return count
 

@@ -107,6 +107,7 @@ class PdlSwap(LingcPass):
     fold_embedding = True        # off: the token embedding gather stays an ATen op (tests that want a leftover)
     fold_concat = True           # off: two-input last-dim concatenations stay ATen cats
     fold_router_norm = True      # off: the MoE block's input norm stays a lingc.rmsnorm launch
+    fold_kv_norm = True          # off: MLA's kv_a_layernorm stays a lingc.rmsnorm launch
 
     def apply(self, gm: fx.GraphModule) -> int:
         import lingc.runtime.kernels.head_matmul  # noqa: F401
@@ -138,6 +139,7 @@ class PdlSwap(LingcPass):
         gathers = pdl_glue.embedding_into_norm(g) if self.fold_embedding else 0
         concats = pdl_glue.concat_cols(g) if self.fold_concat else 0
         routed = pdl_glue.norms_into_routers(g) if self.fold_router_norm else 0
+        kv_normed = pdl_glue.norms_into_kv_writes(g) if self.fold_kv_norm else 0
         tail = relay_tail(g) if self.fold_relay_tail else 0
         eliminate_dead_code(g)
         summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "no match"
@@ -152,6 +154,8 @@ class PdlSwap(LingcPass):
             summary += f"; {concats} concatenations on lingc.concat_cols"
         if routed:
             summary += f"; {routed} MoE input norms folded into their routers"
+        if kv_normed:
+            summary += f"; {kv_normed} latent norms folded into their cache writes"
         if tail:
             summary += f"; relay tail: {tail} epilogue writes -> 1 relay_advance"
         if self.probes_reused:

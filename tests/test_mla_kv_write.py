@@ -46,6 +46,50 @@ def test_kernel_matches_reference_and_touches_only_its_rows(T, R, P, L, dtype):
     assert (got[pos][:, R:].float() - want[pos][:, R:].float()).abs().max() <= tol * 4
 
 
+@pytest.mark.parametrize("T,R,P,L", [(1, 40, 8, 64), (6, 40, 8, 64), (3, 512, 64, 300)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_with_the_latent_norm(T, R, P, L, dtype):
+    """NORM: the raw latent (a strided column window, as kv_a's slice of the fused projection)
+    RMS-normed in the kernel, against lingc.rmsnorm's reference then the write; the key half as
+    without the norm; only the target rows change, every element of them written."""
+    c, k, pos, freq, cache = _case(T, R, P, L, dtype, dtype, seed=T * 10 + R + 7)
+    wide = torch.randn(T, R + 9, generator=torch.Generator().manual_seed(5)).to(dtype=dtype, device=DEV)
+    c = wide[:, 4:4 + R]
+    nw = (torch.rand(R, generator=torch.Generator().manual_seed(6)) + 0.5).to(dtype=dtype, device=DEV)
+    want = cache.clone()
+    mla_kv_write_reference(c, k, pos, freq, want, nw, 1e-6)
+    got = cache.clone()
+    got[pos] = float("nan")
+    mla_kv_write_triton(c, k, pos, freq, got, nw, 1e-6)
+    assert not got.isnan().any()
+    keep = torch.ones(L, dtype=torch.bool, device=cache.device)
+    keep[pos] = False
+    assert torch.equal(got[keep], cache[keep])
+    # The normed latent: the sum of squares reduced in another order than the reference's, and
+    # (interpreter) a truncating bf16 cast: within two bf16 ulps, fp32 to rounding.
+    normed = got[pos][:, :R].float()
+    ref = want[pos][:, :R].float()
+    tol = 1e-5 if dtype == torch.float32 else 2 * 2.0**-8
+    assert ((normed - ref).abs() <= tol * ref.abs().clamp_min(1.0)).all()
+    # A kernel that skipped the norm (or its weight) would be far off.
+    assert (c.float() - ref).abs().max() > 0.1
+    tol_k = 1e-6 if dtype == torch.float32 else 8e-3
+    assert (got[pos][:, R:].float() - want[pos][:, R:].float()).abs().max() <= tol_k * 4
+
+
+def test_op_with_the_norm_is_rmsnorm_then_the_write():
+    from lingc.runtime.kernels.norms import rmsnorm
+    c, k, pos, freq, cache = _case(6, 40, 8, 64, torch.bfloat16, torch.bfloat16, seed=4)
+    nw = torch.rand(40, dtype=torch.bfloat16, device=DEV) + 0.5
+    a, b = cache.clone(), cache.clone()
+    torch.ops.lingc.mla_kv_write(c, k, pos, freq, a, nw, 1e-6)
+    torch.ops.lingc.mla_kv_write(rmsnorm(c, nw, None, 1e-6)[0], k, pos, freq, b)
+    if DEV == "cpu":
+        assert torch.equal(a, b)              # the same reference, bit for bit
+    else:
+        assert (a.float() - b.float()).abs().max() <= 2 * 2.0**-8 * b.float().abs().max()
+
+
 def test_op_is_the_model_write_and_traces():
     c, k, pos, freq, cache = _case(6, 40, 8, 64, torch.float32, torch.float32, seed=3)
     a, b = cache.clone(), cache.clone()
@@ -65,29 +109,38 @@ def test_op_is_the_model_write_and_traces():
     (lambda a: a.update(freq=a["freq"].double()), "inv_freq"),
     (lambda a: a.update(pos=a["pos"].float()), "positions"),
     (lambda a: a.update(cache=a["cache"][:, :40]), "R \\+ P"),
+    (lambda a: a.update(nw=a["nw"][:8]), "norm_weight must be a contiguous float \\[R\\] = \\[40\\]"),
+    (lambda a: a.update(nw=a["nw"].long()), "norm_weight must be a contiguous float"),
+    (lambda a: a.update(eps=float("nan")), "eps must be a finite number"),
 ])
 def test_bad_arguments_are_named(bad, match):
     c, k, pos, freq, cache = _case(2, 40, 8, 16, torch.float32, torch.float32, seed=1)
-    args = dict(c=c, k=k, pos=pos, freq=freq, cache=cache)
+    args = dict(c=c, k=k, pos=pos, freq=freq, cache=cache, nw=torch.ones(40, device=DEV), eps=1e-6)
     bad(args)
     with pytest.raises(ValueError, match=match):
-        torch.ops.lingc.mla_kv_write(args["c"], args["k"], args["pos"], args["freq"], args["cache"])
+        torch.ops.lingc.mla_kv_write(args["c"], args["k"], args["pos"], args["freq"], args["cache"], args["nw"],
+                                     args["eps"])
 
 
 _COMPILE_CHECK = textwrap.dedent("""
     import triton
     from triton.backends.compiler import GPUTarget
     from lingc.runtime.kernels.mla_kv_write.kernel import _mla_kv_write_kernel
-    sig = dict(c_ptr="*bf16", k_ptr="*bf16", pos_ptr="*i64", freq_ptr="*fp32", cache_ptr="*bf16",
-               stride_c="i32", stride_k="i32", stride_l="i32", R="i32", HALF="i32")
-    const = dict(BR=512, BH=32, USE_GDC=True)
-    src = triton.compiler.ASTSource(_mla_kv_write_kernel, {**sig, **{k: "constexpr" for k in const}}, const)
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
-    assert "griddepcontrol.wait" in k.asm["ptx"]
+    sig = dict(c_ptr="*bf16", k_ptr="*bf16", pos_ptr="*i64", freq_ptr="*fp32", cache_ptr="*bf16", w_ptr="*bf16",
+               stride_c="i32", stride_k="i32", stride_l="i32", R="i32", HALF="i32", eps="fp32")
+    for norm in (False, True):
+        const = dict(BR=512, BH=32, NORM=norm, USE_GDC=True)
+        src = triton.compiler.ASTSource(_mla_kv_write_kernel, {**sig, **{k: "constexpr" for k in const}}, const)
+        ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4)).asm["ptx"]
+        assert "griddepcontrol.wait" in ptx
+        # The norm weight, a parameter, is requested before the wait (with inv_freq).
+        head = ptx.split("griddepcontrol.wait")[0]
+        assert head.count("ld.global") >= (2 if norm else 1), norm
 """)
 
 
 def test_kernel_compiles_for_sm90():
     """The real (not interpreted) Triton compile for an H200 at Ling-3's shapes (R=512, P=64,
-    bf16, PDL on): catches what the interpreter accepts and the compiler does not."""
+    bf16, PDL on), with and without the latent norm: catches what the interpreter accepts and
+    the compiler does not."""
     run_sm90_compile_check(_COMPILE_CHECK)

@@ -44,11 +44,12 @@ def rows(report):
 def expected_counts(cfg):
     kda, mla = len(cfg.kda_layers), len(cfg.mla_layers)
     moe = sum(cfg.is_moe_layer(i) for i in range(cfg.num_hidden_layers))
-    # input + post-attention norm per layer, MLA's kv_a_layernorm, the final norm (the first
-    # input norm with the token embedding's gather folded in; a MoE layer's post-attention norm
-    # folded into its router) and MLA's two absorbed products (q_nope @ W_uk, o_lat @ W_uv) per layer
+    # input + post-attention norm per layer and the final norm (the first input norm with the
+    # token embedding's gather folded in; a MoE layer's post-attention norm folded into its
+    # router; MLA's kv_a_layernorm folded into its cache write) and MLA's two absorbed products
+    # (q_nope @ W_uk, o_lat @ W_uv) per layer
     return {"lingc.kda_chain": kda, "lingc.gated_head_rmsnorm": kda, "lingc.mla_decode": mla,
-            "lingc.mla_kv_write": mla, "lingc.rmsnorm": 2 * cfg.num_hidden_layers + mla - moe,
+            "lingc.mla_kv_write": mla, "lingc.rmsnorm": 2 * cfg.num_hidden_layers - moe,
             "lingc.rmsnorm_router": moe, "lingc.embedding_rmsnorm": 1, "lingc.head_matmul": 2 * mla}
 
 
@@ -78,7 +79,8 @@ def test_tiny_forward_numbers_and_counts(tiny, T):
     r, st = rows(report), stat(report, "pdl_swap")
     for op, n in expected_counts(model.config).items():
         assert r.get(op, 0) == n, op
-    assert st.matches == sum(expected_counts(model.config).values())
+    # (MLA's kv_a_layernorms are matched as norms, then folded into their cache writes.)
+    assert st.matches == sum(expected_counts(model.config).values()) + len(model.config.mla_layers)
     assert "lingc.kda_commit" not in r
     # In place: no epilogue copy is left (the KDA states and windows by kda_chain, the MLA
     # caches' rows by mla_kv_write), and no functional write of a whole state or cache slot.
@@ -354,6 +356,32 @@ def test_moe_input_norms_folded_into_their_routers(tiny, T, monkeypatch):
             assert_rel_close(a, b, 1e-5, "cache, fold on vs off")
 
 
+@pytest.mark.parametrize("T", [1, 6])
+def test_latent_norms_folded_into_their_cache_writes(tiny, T, monkeypatch):
+    """pdl_glue.norms_into_kv_writes: every MLA layer's kv_a_layernorm moves into its
+    lingc.mla_kv_write (one launch less per MLA layer); on the CPU both run lingc.rmsnorm's
+    reference, so the graph's results and cache are the same bits with and without the fold."""
+    from lingc.passes.pdl_swap import PdlSwap
+    model, base = tiny
+    mla = len(model.config.mla_layers)
+    ids, pos = torch.randint(0, VOCAB, (T,)), torch.arange(P, P + T)
+    results = {}
+    for fold in (True, False):
+        monkeypatch.setattr(PdlSwap, "fold_kv_norm", fold)
+        c = base.clone()
+        out, report = run_and_report(model, ids, pos, c, role="forward")
+        results[fold] = (out, c, rows(report), stat(report, "pdl_swap").notes[0])
+    (on, c_on, r_on, notes), (off, c_off, r_off, _) = results[True], results[False]
+    assert r_on["lingc.mla_kv_write"] == r_off["lingc.mla_kv_write"] == mla
+    assert r_on["lingc.rmsnorm"] == r_off["lingc.rmsnorm"] - mla
+    assert f"{mla} latent norms folded into their cache writes" in notes
+    assert "latent norms" not in results[False][3]
+    for a, b in zip(on, off):
+        assert torch.equal(a, b)
+    for a, b in zip(c_on.tensors(), c_off.tensors()):
+        assert torch.equal(a, b)
+
+
 class NotANorm(nn.Module):
     """x * rsqrt(mean(x^2) + eps) * w with the mean over the wrong dim: left alone."""
 
@@ -377,15 +405,15 @@ def test_expect_dump(tiny):
     st = stat(report, "pdl_swap")
     assert_expected_inline(f"{st.matches} matches, ops {st.ops_before} -> {st.ops_after}\n" + "\n".join(st.notes) + "\n",
                            """\
-31 matches, ops 1049 -> 249
-4 kda_chain, 2 mla_decode, 4 gated_head_rmsnorm, 15 rmsnorm, 2 mla_kv_write, 4 head_matmul (head gate folded into 2 mla_decode); glue: 4 copies of fresh values dropped, 0 casts folded or dropped, 0 epilogue writes made direct; 1 embedding gathers folded into their first norm; 5 MoE input norms folded into their routers; 3 region probes run, 3 reused for repeated layers
-PDL coverage 51/51 kernel-launching ops (100%)
+31 matches, ops 1049 -> 245
+4 kda_chain, 2 mla_decode, 4 gated_head_rmsnorm, 15 rmsnorm, 2 mla_kv_write, 4 head_matmul (head gate folded into 2 mla_decode); glue: 4 copies of fresh values dropped, 0 casts folded or dropped, 0 epilogue writes made direct; 1 embedding gathers folded into their first norm; 5 MoE input norms folded into their routers; 2 latent norms folded into their cache writes; 3 region probes run, 3 reused for repeated layers
+PDL coverage 49/49 kernel-launching ops (100%)
 chain L0 KDA: embedding_rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > swiglu_gemm_separate > gemm
 chain L1 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts
-chain L2 MLA: rmsnorm > gemm > rmsnorm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > rmsnorm_router > moe_experts
+chain L2 MLA: rmsnorm > gemm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > rmsnorm_router > moe_experts
 chain L3 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts
 chain L4 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts
-chain L5 MLA: rmsnorm > gemm > rmsnorm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > rmsnorm_router > moe_experts
+chain L5 MLA: rmsnorm > gemm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > rmsnorm_router > moe_experts
 chain head: rmsnorm > gemm
 """)
 

@@ -4,6 +4,10 @@ pairwise by position * inv_freq (interleaved RoPE, fp32, rounded to the key's dt
 the cache's, as the model rounds). inv_freq is loaded before `gdc_wait` (a constant); the rows,
 positions and every store come after it (a previous kernel may still read the cache). A program
 touches only its own row, so the result does not depend on T (batch-invariant).
+
+With NORM the program also runs MLA's kv_a_layernorm on its latent row first (it holds the whole
+row anyway): c = (c.f32 * rsqrt(mean(c.f32^2) + eps) * w.f32) rounded to c's dtype, the norm
+kernel's arithmetic; the norm weight is loaded before `gdc_wait` with inv_freq.
 """
 from __future__ import annotations
 
@@ -17,12 +21,17 @@ MAX_R = 8192        # one program holds the latent row (Ling-3: 512)
 
 
 @triton.jit
-def _mla_kv_write_kernel(c_ptr, k_ptr, pos_ptr, freq_ptr, cache_ptr, stride_c, stride_k, stride_l,
-                         R, HALF, BR: tl.constexpr, BH: tl.constexpr, USE_GDC: tl.constexpr):
+def _mla_kv_write_kernel(c_ptr, k_ptr, pos_ptr, freq_ptr, cache_ptr, w_ptr, stride_c, stride_k, stride_l,
+                         R, HALF, eps, BR: tl.constexpr, BH: tl.constexpr, NORM: tl.constexpr,
+                         USE_GDC: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     offs_h = tl.arange(0, BH)
     mh = offs_h < HALF
     freq = tl.load(freq_ptr + offs_h, mask=mh, other=0.0)             # producer-independent
+    offs = tl.arange(0, BR)                                            # the whole latent row
+    m = offs < R
+    if NORM:
+        w = tl.load(w_ptr + offs, mask=m, other=0.0).to(tl.float32)    # producer-independent
 
     # A small kernel: its successor (the q absorption) streams w_kc while this one runs.
     pdl_wait_small(USE_GDC)
@@ -30,9 +39,10 @@ def _mla_kv_write_kernel(c_ptr, k_ptr, pos_ptr, freq_ptr, cache_ptr, stride_c, s
 
     pos = tl.load(pos_ptr + t).to(tl.int64)
     row = cache_ptr + pos * stride_l
-    offs = tl.arange(0, BR)                                            # the whole latent row
-    m = offs < R
     c = tl.load(c_ptr + t * stride_c + offs, mask=m, other=0.0)
+    if NORM:
+        cf = c.to(tl.float32)
+        c = (cf * tl.rsqrt(tl.sum(cf * cf, axis=0) / R + eps) * w).to(c.dtype)
     tl.store(row + offs, c.to(cache_ptr.dtype.element_ty), mask=m)
     x0 = tl.load(k_ptr + t * stride_k + 2 * offs_h, mask=mh, other=0.0)
     x1 = tl.load(k_ptr + t * stride_k + 2 * offs_h + 1, mask=mh, other=0.0)
@@ -46,13 +56,16 @@ def _mla_kv_write_kernel(c_ptr, k_ptr, pos_ptr, freq_ptr, cache_ptr, stride_c, s
 
 
 def mla_kv_write_triton(c: torch.Tensor, k_rope: torch.Tensor, positions: torch.Tensor,
-                        inv_freq: torch.Tensor, cache: torch.Tensor) -> None:
+                        inv_freq: torch.Tensor, cache: torch.Tensor, norm_weight: torch.Tensor | None = None,
+                        eps: float = 0.0) -> None:
+    """Write the T rows (op.py); with ``norm_weight`` c is the raw latent, RMS-normed here."""
     T, R = c.shape
     half = k_rope.shape[1] // 2
     if R > MAX_R:
         raise ValueError(f"mla_kv_write: latent width R={R} exceeds {MAX_R} (one program holds a row)")
     use = pdl_supported(c.device)
     _mla_kv_write_kernel[(T,)](
-        c, k_rope, positions, inv_freq, cache, c.stride(0), k_rope.stride(0), cache.stride(0),
-        R, half, BR=triton.next_power_of_2(R), BH=triton.next_power_of_2(half),
+        c, k_rope, positions, inv_freq, cache, c if norm_weight is None else norm_weight,
+        c.stride(0), k_rope.stride(0), cache.stride(0), R, half, float(eps),
+        BR=triton.next_power_of_2(R), BH=triton.next_power_of_2(half), NORM=norm_weight is not None,
         USE_GDC=use, num_warps=4, **launch_kwargs(c.device))

@@ -1,5 +1,5 @@
 """Reference of `lingc::mla_kv_write`: exactly the model's ops (lingc/models/mla.py project_kv
-after the latent norm, then `kv_cache.index_copy_(0, positions, rows.to(cache.dtype))`)."""
+after the latent norm, or with it, then `kv_cache.index_copy_(0, positions, rows.to(cache.dtype))`)."""
 
 from __future__ import annotations
 
@@ -14,5 +14,11 @@ def mla_kv_rows_reference(c: torch.Tensor, k_rope: torch.Tensor, positions: torc
     return torch.cat([c, apply_rope_interleaved(k_rope, positions, inv_freq)], dim=-1).to(dtype)
 
 
-def mla_kv_write_reference(c, k_rope, positions, inv_freq, cache) -> None:
+def mla_kv_write_reference(c, k_rope, positions, inv_freq, cache, norm_weight=None, eps=0.0) -> None:
+    """The rows written in place; with ``norm_weight`` c is the raw latent and goes through the
+    model's kv_a_layernorm (lingc.rmsnorm's reference, no residual) first."""
+    if norm_weight is not None:
+        from lingc.runtime.kernels.norms.naive import rmsnorm_reference
+
+        c = rmsnorm_reference(c, norm_weight, None, eps)[0]
     cache.index_copy_(0, positions, mla_kv_rows_reference(c, k_rope, positions, inv_freq, cache.dtype))

@@ -1,10 +1,13 @@
 """``torch.ops.lingc.mla_kv_write(Tensor c, Tensor k_rope, Tensor positions, Tensor inv_freq,
-Tensor(a!) cache) -> ()``: write T new rows of an MLA latent cache in place.
+Tensor(a!) cache, Tensor? norm_weight=None, float eps=0.0) -> ()``: write T new rows of an MLA
+latent cache in place.
 
 Row t of ``cache`` [L, R + P] at ``positions[t]`` becomes [c[t] ; rope(k_rope[t], positions[t])]
 in the cache dtype: c [T, R] is the normed latent (kv_a_layernorm's output), k_rope [T, P] the
 raw shared key, RoPE interleaved in fp32 with ``inv_freq`` [P / 2] (naive.py is the exact math:
-the model's own ops). The pdl_swap pass emits it for the functional cache write
+the model's own ops). With ``norm_weight`` [R] c is the raw latent and the op runs the
+kv_a_layernorm itself (lingc.rmsnorm's arithmetic without a residual, ``eps`` its epsilon): the
+kernel holds the whole latent row anyway, so the norm's launch goes (pdl_glue.norms_into_kv_writes). The pdl_swap pass emits it for the functional cache write
 (index_put + select_scatter + the epilogue copy_), which otherwise costs ~15 small kernels per
 MLA layer and, outside Inductor, three copies of the whole cache slot.
 
@@ -15,6 +18,8 @@ after the write. CUDA: kernel.py (PDL-launched on Hopper); CPU: the reference.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from lingc.runtime.registry import register_op
@@ -24,7 +29,7 @@ from .naive import mla_kv_write_reference
 __all__ = ["mla_kv_write", "check_mla_kv_write_args"]
 
 
-def check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache) -> None:
+def check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight=None, eps=0.0) -> None:
     """Raise ValueError naming the bad argument."""
     op = "mla_kv_write"
     if c.dim() != 2 or k_rope.dim() != 2 or cache.dim() != 2:
@@ -50,23 +55,34 @@ def check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache) -> None:
     for name, t in (("c", c), ("k_rope", k_rope), ("cache", cache)):
         if t.shape[1] > 1 and t.stride(1) != 1:
             raise ValueError(f"{op}: {name} must have unit stride along its rows, got strides {t.stride()}")
-    for name, t in (("k_rope", k_rope), ("positions", positions), ("inv_freq", inv_freq), ("cache", cache)):
-        if t.device != c.device:
+    for name, t in (("k_rope", k_rope), ("positions", positions), ("inv_freq", inv_freq), ("cache", cache),
+                    ("norm_weight", norm_weight)):
+        if t is not None and t.device != c.device:
             raise ValueError(f"{op}: {name} is on {t.device} but c is on {c.device}")
+    if norm_weight is not None:
+        if tuple(norm_weight.shape) != (R,) or not norm_weight.is_floating_point() or not norm_weight.is_contiguous():
+            raise ValueError(f"{op}: norm_weight must be a contiguous float [R] = [{R}] (kv_a_layernorm's "
+                             f"weight), got {norm_weight.dtype} {tuple(norm_weight.shape)} strides {norm_weight.stride()}")
+        if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps >= 0):
+            raise ValueError(f"{op}: eps must be a finite number >= 0 (Ling-3 uses 1e-6), got {eps}")
 
 
 def _mla_kv_write(c: torch.Tensor, k_rope: torch.Tensor, positions: torch.Tensor,
-                  inv_freq: torch.Tensor, cache: torch.Tensor) -> None:
-    check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache)
+                  inv_freq: torch.Tensor, cache: torch.Tensor, norm_weight: torch.Tensor | None = None,
+                  eps: float = 0.0) -> None:
+    check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight, eps)
     if not c.is_cuda:
-        mla_kv_write_reference(c, k_rope, positions.long(), inv_freq, cache)
+        mla_kv_write_reference(c, k_rope, positions.long(), inv_freq, cache, norm_weight, eps)
         return
     from .kernel import mla_kv_write_triton
-    mla_kv_write_triton(c, k_rope, positions.contiguous(), inv_freq, cache)
+    mla_kv_write_triton(c, k_rope, positions.contiguous(), inv_freq, cache, norm_weight, eps)
 
 
-def _mla_kv_write_fake(c, k_rope, positions, inv_freq, cache) -> None:
-    check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache)
+def _mla_kv_write_fake(c, k_rope, positions, inv_freq, cache, norm_weight=None, eps=0.0) -> None:
+    check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight, eps)
 
 
-mla_kv_write = register_op("mla_kv_write", _mla_kv_write, _mla_kv_write_fake, mutates_args=("cache",))
+mla_kv_write = register_op(
+    "mla_kv_write", _mla_kv_write, _mla_kv_write_fake, mutates_args=("cache",),
+    schema="(Tensor c, Tensor k_rope, Tensor positions, Tensor inv_freq, Tensor(a!) cache, "
+           "Tensor? norm_weight=None, float eps=0.0) -> ()")
