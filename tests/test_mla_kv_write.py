@@ -95,7 +95,11 @@ def test_op_is_the_model_write_and_traces():
     a, b = cache.clone(), cache.clone()
     torch.ops.lingc.mla_kv_write(c, k, pos, freq, a)
     mla_kv_write_reference(c, k, pos, freq, b)
-    assert torch.equal(a, b) and not torch.equal(a, cache)
+    assert not torch.equal(a, cache)
+    if DEV == "cpu":
+        assert torch.equal(a, b)              # the CPU op is the reference
+    else:                                     # the kernel: Triton's cos/sin (module docstring)
+        assert torch.equal(a[:, :40], b[:, :40]) and (a - b).abs().max() <= 4e-6
 
     def f(c, k, pos, freq, cache):
         torch.ops.lingc.mla_kv_write(c, k, pos, freq, cache)
