@@ -77,6 +77,18 @@ def test_kernel_with_the_latent_norm(T, R, P, L, dtype):
     assert (got[pos][:, R:].float() - want[pos][:, R:].float()).abs().max() <= tol_k * 4
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("norm", [False, True], ids=["no-norm", "norm"])
+@pytest.mark.parametrize("T", [1, 2, 6, 8])
+def test_gpu_model_shapes(T, norm):
+    # flash-tp4-rank's MLA cache rows (R = 512, P = 64) at context 8192, bf16; the unmarked tests
+    # above run on the GPU only when the whole file does (a `-m gpu` run skips them).
+    if norm:
+        test_kernel_with_the_latent_norm(T, 512, 64, 8192, torch.bfloat16)
+    else:
+        test_kernel_matches_reference_and_touches_only_its_rows(T, 512, 64, 8192, torch.bfloat16)
+
+
 def test_op_with_the_norm_is_rmsnorm_then_the_write():
     from lingc.runtime.kernels.norms import rmsnorm
     c, k, pos, freq, cache = _case(6, 40, 8, 64, torch.bfloat16, torch.bfloat16, seed=4)
