@@ -21,9 +21,11 @@ def assert_close(actual: torch.Tensor, ref: torch.Tensor, rtol_rms: float) -> No
 
     One relative-RMS number per tensor (not an elementwise allclose) so that a tolerance can be
     stated once per dtype; the non-finite check is what catches unwritten (NaN-poisoned)
-    outputs, which an RMS alone could hide behind a NaN-tolerant comparison.
+    outputs, which an RMS alone could hide behind a NaN-tolerant comparison. A kernel's result on
+    the GPU may be compared with a reference computed on the CPU (moved there first).
     """
     assert actual.shape == ref.shape, f"shape {tuple(actual.shape)} != reference {tuple(ref.shape)}"
+    actual = actual.to(ref.device)
     bad_ref = ~torch.isfinite(ref.detach().float())
     assert not bad_ref.any(), f"reference has {int(bad_ref.sum())} non-finite values"
     bad = ~torch.isfinite(actual.detach().float())

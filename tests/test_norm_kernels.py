@@ -81,14 +81,14 @@ def check_rmsnorm(got, ref, dtype, w=None):
     """fp32: out within RTOL, the residual add exact. bf16: the residual add within one rounding,
     and out within one rounding of the reference norm of the kernel's own residual (so an
     interpreter truncation of h is not counted twice)."""
-    out, new_res = got
+    out, new_res = (t.cpu() for t in got)       # (the references are CPU tensors)
     ref_out, ref_res = ref
     if dtype == torch.float32:
         assert_close(out, ref_out, RTOL[dtype])
         assert torch.equal(new_res, ref_res), "fp32 residual add must be exact"
     else:
-        assert_within_one_ulp(new_res.cpu(), ref_res)
-        assert_within_one_ulp(out.cpu(), rmsnorm_reference(new_res.cpu(), w.cpu(), None, EPS)[0])
+        assert_within_one_ulp(new_res, ref_res)
+        assert_within_one_ulp(out, rmsnorm_reference(new_res, w.cpu(), None, EPS)[0])
         assert_close(out, ref_out, 2 * RTOL[dtype])
 
 
