@@ -327,23 +327,30 @@ def test_embedding_gather_folded_into_the_first_norm(early_reader):
         assert torch.equal(a, b)          # the gather is exact and the norm is the same kernel
 
 
+def fold_on_and_off(tiny, T, monkeypatch, flag):
+    """[(outputs, cache, kernel rows, pdl_swap's summary) with PdlSwap.<flag> on, the same off]
+    for one tiny-model forward of T tokens."""
+    from lingc.passes.pdl_swap import PdlSwap
+    model, base = tiny
+    ids, pos = torch.randint(0, VOCAB, (T,)), torch.arange(P, P + T)
+    results = []
+    for fold in (True, False):
+        monkeypatch.setattr(PdlSwap, flag, fold)
+        c = base.clone()
+        out, report = run_and_report(model, ids, pos, c, role="forward")
+        results.append((out, c, rows(report), stat(report, "pdl_swap").notes[0]))
+    return results
+
+
 @pytest.mark.parametrize("T", [1, 6])
 def test_moe_input_norms_folded_into_their_routers(tiny, T, monkeypatch):
     """pdl_glue.norms_into_routers: every MoE layer's post-attention rmsnorm + moe_router become one
     rmsnorm_router; the graph's results agree with and without the fold up to the declared
     rounding (the router's logits of the fp32 normed row), the greedy tokens exactly."""
-    from lingc.passes.pdl_swap import PdlSwap
-    model, base = tiny
+    model, _ = tiny
     cfg = model.config
     moe = sum(cfg.is_moe_layer(i) for i in range(cfg.num_hidden_layers))
-    ids, pos = torch.randint(0, VOCAB, (T,)), torch.arange(P, P + T)
-    results = {}
-    for fold in (True, False):
-        monkeypatch.setattr(PdlSwap, "fold_router_norm", fold)
-        c = base.clone()
-        out, report = run_and_report(model, ids, pos, c, role="forward")
-        results[fold] = (out, c, rows(report), stat(report, "pdl_swap").notes[0])
-    (on, c_on, r_on, notes), (off, c_off, r_off, _) = results[True], results[False]
+    (on, c_on, r_on, notes), (off, c_off, r_off, _) = fold_on_and_off(tiny, T, monkeypatch, "fold_router_norm")
     assert r_on["lingc.rmsnorm_router"] == moe and "lingc.moe_router" not in r_on
     assert r_off["lingc.moe_router"] == moe and "lingc.rmsnorm_router" not in r_off
     assert r_on["lingc.rmsnorm"] == r_off["lingc.rmsnorm"] - moe
@@ -361,21 +368,12 @@ def test_latent_norms_folded_into_their_cache_writes(tiny, T, monkeypatch):
     """pdl_glue.norms_into_kv_writes: every MLA layer's kv_a_layernorm moves into its
     lingc.mla_kv_write (one launch less per MLA layer); on the CPU both run lingc.rmsnorm's
     reference, so the graph's results and cache are the same bits with and without the fold."""
-    from lingc.passes.pdl_swap import PdlSwap
-    model, base = tiny
-    mla = len(model.config.mla_layers)
-    ids, pos = torch.randint(0, VOCAB, (T,)), torch.arange(P, P + T)
-    results = {}
-    for fold in (True, False):
-        monkeypatch.setattr(PdlSwap, "fold_kv_norm", fold)
-        c = base.clone()
-        out, report = run_and_report(model, ids, pos, c, role="forward")
-        results[fold] = (out, c, rows(report), stat(report, "pdl_swap").notes[0])
-    (on, c_on, r_on, notes), (off, c_off, r_off, _) = results[True], results[False]
+    mla = len(tiny[0].config.mla_layers)
+    (on, c_on, r_on, notes), (off, c_off, r_off, notes_off) = fold_on_and_off(tiny, T, monkeypatch, "fold_kv_norm")
     assert r_on["lingc.mla_kv_write"] == r_off["lingc.mla_kv_write"] == mla
     assert r_on["lingc.rmsnorm"] == r_off["lingc.rmsnorm"] - mla
     assert f"{mla} latent norms folded into their cache writes" in notes
-    assert "latent norms" not in results[False][3]
+    assert "latent norms" not in notes_off
     for a, b in zip(on, off):
         assert torch.equal(a, b)
     for a, b in zip(c_on.tensors(), c_off.tensors()):
