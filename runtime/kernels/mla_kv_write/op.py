@@ -7,9 +7,11 @@ in the cache dtype: c [T, R] is the normed latent (kv_a_layernorm's output), k_r
 raw shared key, RoPE interleaved in fp32 with ``inv_freq`` [P / 2] (naive.py is the exact math:
 the model's own ops). With ``norm_weight`` [R] c is the raw latent and the op runs the
 kv_a_layernorm itself (lingc.rmsnorm's arithmetic without a residual, ``eps`` its epsilon): the
-kernel holds the whole latent row anyway, so the norm's launch goes (pdl_glue.norms_into_kv_writes). The pdl_swap pass emits it for the functional cache write
-(index_put + select_scatter + the epilogue copy_), which otherwise costs ~15 small kernels per
-MLA layer and, outside Inductor, three copies of the whole cache slot.
+kernel holds the whole latent row anyway, so the norm's launch goes (pdl_glue.norms_into_kv_writes).
+
+The pdl_swap pass emits it for the functional cache write (index_put + select_scatter + the
+epilogue copy_), which otherwise costs ~15 small kernels per MLA layer and, outside Inductor,
+three copies of the whole cache slot.
 
 Positions are not bounds-checked on the device (that would need a host sync): the engine checks
 the capacity before it launches, and the CPU path (index_copy_) raises on a bad position.
@@ -62,7 +64,8 @@ def check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight=N
     if norm_weight is not None:
         if tuple(norm_weight.shape) != (R,) or not norm_weight.is_floating_point() or not norm_weight.is_contiguous():
             raise ValueError(f"{op}: norm_weight must be a contiguous float [R] = [{R}] (kv_a_layernorm's "
-                             f"weight), got {norm_weight.dtype} {tuple(norm_weight.shape)} strides {norm_weight.stride()}")
+                             f"weight), got {norm_weight.dtype} {tuple(norm_weight.shape)} "
+                             f"strides {norm_weight.stride()}")
         if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps >= 0):
             raise ValueError(f"{op}: eps must be a finite number >= 0 (Ling-3 uses 1e-6), got {eps}")
 
