@@ -75,7 +75,7 @@ Why each is exact:
   holds the token's whole latent row anyway: it norms the row with the norm kernel's arithmetic
   before writing it. One launch less per MLA layer. Only for a norm without a residual whose
   normed row the write reads itself (or through views that change nothing) and nothing else
-  reads. Numerics (declared): the row's sum of squares is reduced in another order on the GPU.
+  reads, over a row that no op of the graph writes in place (the norm now reads it later). Numerics (declared): the row's sum of squares is reduced in another order on the GPU.
 """
 
 from __future__ import annotations
@@ -358,6 +358,7 @@ def norms_into_kv_writes(g: fx.Graph) -> int:
     import operator
 
     count = 0
+    written = written_bases(g)
     for kv in [n for n in g.nodes if is_call(n, lingc_ops.mla_kv_write.default)]:
         if kv.kwargs or len(kv.args) != 5:
             continue                                    # already with its norm
@@ -373,6 +374,8 @@ def norms_into_kv_writes(g: fx.Graph) -> int:
         if residual is not None or any(u is not c and (not is_call(u, operator.getitem) or u.users)
                                        for u in rms.users):
             continue                                    # a residual, or x's copy has readers
+        if _view_root(x)[0] in written:
+            continue                  # the norm moves to the write: x must hold the same values there
         with g.inserting_before(kv):
             emit(g, lingc_ops.mla_kv_write.default, x, *kv.args[1:], w, eps)
         g.erase_node(kv)

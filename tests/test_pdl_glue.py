@@ -163,3 +163,39 @@ def test_epilogue_writes_stay_where_the_snapshot_matters():
     TwoSlices()(x, want)
     run_and_report(TwoSlices(), x, buf, role="forward")
     assert torch.equal(buf, want)
+
+
+def _kv_write_graph(write_x_between: bool):
+    """make_fx graph of kv_a_layernorm -> lingc.mla_kv_write, with or without an in-place write
+    of the latent between the two (the fold would move the norm's read past it)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    import lingc.runtime.kernels.mla_kv_write  # noqa: F401
+    import lingc.runtime.kernels.norms  # noqa: F401
+    from lingc.models.layers import rope_inv_freq
+
+    def f(x, w, k, pos, freq, cache):
+        c, _ = torch.ops.lingc.rmsnorm(x, w, None, 1e-6)
+        if write_x_between:
+            x.mul_(2.0)
+        torch.ops.lingc.mla_kv_write(c, k, pos, freq, cache)
+        return cache
+
+    args = (torch.randn(2, 40), torch.rand(40) + 0.5, torch.randn(2, 8), torch.tensor([3, 5]),
+            rope_inv_freq(8, 10000.0), torch.randn(16, 48))
+    return f, args, make_fx(f, tracing_mode="fake")(*args)
+
+
+@pytest.mark.parametrize("write_x_between", [False, True], ids=["folds", "latent-written-between"])
+def test_latent_norm_folds_into_the_cache_write_only_where_its_row_is_unchanged(write_x_between):
+    from lingc.passes import pdl_glue
+
+    f, args, gm = _kv_write_graph(write_x_between)
+    folded = pdl_glue.norms_into_kv_writes(gm.graph)
+    gm.recompile()
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert folded == (0 if write_x_between else 1)
+    assert (torch.ops.lingc.rmsnorm.default in targets) == write_x_between
+    want = f(*[a.clone() for a in args])
+    got = gm(*[a.clone() for a in args])
+    assert torch.equal(got, want)               # (the CPU op: the same reference bits)
