@@ -6,8 +6,10 @@
 set -u
 source "$(dirname "$0")/device_env.sh"
 deadline=$((SECONDS + ${BUDGET:-300}))
-for f in mla_kv_write relay_advance greedy_verdict head_matmul rmsnorm_router concat_cols norm_kernels \
-         mla_decode kda_kernel swiglu_gemm gemm moe_kernels moe_experts; do
+# FILES (test file stems, in order) overrides the list, e.g. session 25's remainder:
+#   BUDGET=300 FILES="norm_kernels mla_decode kda_kernel swiglu_gemm gemm moe_kernels moe_experts"
+for f in ${FILES:-mla_kv_write relay_advance greedy_verdict head_matmul rmsnorm_router concat_cols norm_kernels \
+         mla_decode kda_kernel swiglu_gemm gemm moe_kernels moe_experts}; do
     left=$((deadline - SECONDS)); [ "$left" -lt 20 ] && { echo "tests/test_$f.py: not run (time)"; continue; }
     CUDA_VISIBLE_DEVICES=0 timeout "$left" python3 -m pytest -p no:cacheprovider -q --tb=short \
         --timeout 120 --timeout-method thread "tests/test_$f.py" > "/tmp/t_$f.log" 2>&1
