@@ -66,16 +66,17 @@ Why each is exact:
   norm kernel's arithmetic, routes y, and the expert blocks write y and h a slice each. One
   launch (and one PDL boundary) less per MoE layer. Only where the router reads the norm's y
   itself (or through views that change nothing: a full slice), every reader of the two ops'
-  results takes one output (getitem), and the router's other operands exist at the norm. Numerics (declared): h is the
-  same bits; y's sum of squares is reduced in another order on the GPU; the router's logits are
-  those of the fp32 normed row (the norm's scale applied after the gate products, one rounding
-  fewer than routing y). H200, flash-tp4-rank (session 23): plain decode 1.750 -> 1.723 ms, the
+  results takes one output (getitem), and the router's other operands exist at the norm.
+  Numerics (declared): h is the same bits; y's sum of squares is reduced in another order on the
+  GPU; the router's logits are those of the fp32 normed row (the norm's scale applied after the
+  gate products, one rounding fewer than routing y). H200, flash-tp4-rank (session 23): plain decode 1.750 -> 1.723 ms, the
   relay level (4.121 -> 4.129 ms wall, 4.395 -> 4.374 ms GPU).
 - MLA's kv_a_layernorm moves into the cache write (runtime/kernels/mla_kv_write), whose program
   holds the token's whole latent row anyway: it norms the row with the norm kernel's arithmetic
   before writing it. One launch less per MLA layer. Only for a norm without a residual whose
   normed row the write reads itself (or through views that change nothing) and nothing else
-  reads, over a row that no op of the graph writes in place (the norm now reads it later). Numerics (declared): the row's sum of squares is reduced in another order on the GPU.
+  reads, over a row that no op of the graph writes in place (the norm now reads it later).
+  Numerics (declared): the row's sum of squares is reduced in another order on the GPU.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ def test_kernel_matches_the_reference_every_output_written(T, H, R, accepted):
 @pytest.mark.parametrize("accepted", [True, False])
 @pytest.mark.parametrize("T", [1, 6])
 def test_gpu_model_shapes(T, accepted):
-    # flash-tp4-rank's hidden width (2560) in bf16, the relay's verify chain (T = 6) and decode's
+    # flash-tp4-rank's hidden width (2560), the relay's verify chain (T = 6) and decode's
     # single row; the unmarked sweep above runs here only when the whole file does.
     test_kernel_matches_the_reference_every_output_written(T, 2560, 4, accepted)
 

@@ -20,8 +20,6 @@ after the write. CUDA: kernel.py (PDL-launched on Hopper); CPU: the reference.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 from lingc.runtime.registry import register_op
@@ -66,8 +64,9 @@ def check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight=N
             raise ValueError(f"{op}: norm_weight must be a contiguous float [R] = [{R}] (kv_a_layernorm's "
                              f"weight), got {norm_weight.dtype} {tuple(norm_weight.shape)} "
                              f"strides {norm_weight.stride()}")
-        if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps >= 0):
-            raise ValueError(f"{op}: eps must be a finite number >= 0 (Ling-3 uses 1e-6), got {eps}")
+        from lingc.runtime.kernels.norms.op import _check_eps    # the norm ops' own eps rule
+
+        _check_eps(op, eps)
 
 
 def _mla_kv_write(c: torch.Tensor, k_rope: torch.Tensor, positions: torch.Tensor,
