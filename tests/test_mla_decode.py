@@ -279,7 +279,9 @@ def test_kernel_inside_the_models_layer(tiny):
         want = layer(x, positions, _cache_with_history(cfg, p0, seed=p0))
 
         def impl(*a):
-            return mla_decode_triton(*a, config=config)
+            # The layer lives on the CPU; on a GPU machine the kernel runs on the GPU.
+            a = [v.to(DEVICE) if isinstance(v, torch.Tensor) else v for v in a]
+            return mla_decode_triton(*a, config=config).cpu()
 
         got = layer_with_op(layer, x, positions, _cache_with_history(cfg, p0, seed=p0), impl, True, True)
         assert_close(got, want, tol)

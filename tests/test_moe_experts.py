@@ -425,12 +425,14 @@ def test_ignored_routing_weights_are_caught():
 
 
 def test_split_k_reduction_never_elected_is_caught():
-    # A ticket left non-zero (e.g. by a kernel that forgot to reset it) means no chunk draws the
-    # last ticket: activations stay unwritten (NaN) and the output shows it.
+    # A ticket left far from zero (e.g. by a kernel that forgot to reset it) means no chunk draws
+    # the last ticket: activations stay unwritten (NaN) and the output shows it. (Left at 1, the
+    # second of three chunks would reduce early: NaN on the interpreter, which runs the chunks in
+    # order, but on a GPU the third chunk's partial is often already stored and nothing shows.)
     pb = make_problem(1, torch.float32, seed=102, h=96)
     tickets = split_k_tickets(pb["x"].device, 1)
     try:
-        tickets[:4096] = 1
+        tickets[:4096] = 1 << 20
         with pytest.raises(AssertionError, match="non-finite"):
             assert_close(run_kernel(pb, SPLIT_CONFIGS[0]), reference(pb), RTOL[torch.float32])
     finally:

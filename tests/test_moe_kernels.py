@@ -214,7 +214,9 @@ def test_router_batch_invariant(e, n_group, dtype):
         assert torch.equal(ids1, ids8[r : r + 1]) and torch.equal(w1, w8[r : r + 1])
 
 
-@pytest.mark.parametrize("block_e", [2, 4, 8])
+# Not 2: a block narrower than the 4 warps changes the layout of a row's reduction on the GPU
+# (router_block_e's docstring), which is why router_block_e never goes below 4.
+@pytest.mark.parametrize("block_e", [4, 8, 16])
 def test_router_block_e_does_not_change_bits(block_e):
     assert router_block_e(512) == 4 and router_block_e(64) == 4  # Ling-3: 128 CTAs
     assert router_block_e(512, 6) == 8 and router_block_e(512, 1) == 4   # x 2 row groups: 128 again

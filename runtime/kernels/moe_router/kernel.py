@@ -217,8 +217,12 @@ def _moe_router_select_kernel(
 def router_block_e(num_experts: int, t: int = 1) -> int:
     """Experts per CTA for T token rows: at one row the smallest power of two that keeps the grid
     at <= 128 CTAs, at least 4 (E = 512: 4, 128 CTAs); above one row MANY_ROWS_BLOCK_E_FACTOR
-    times that. It changes which CTA computes a logit, never how (each logit is one row's
-    reduction over H), so it does not change the bits and may depend on T (a test checks)."""
+    times that. At the fixed warps (router_num_warps of the one-row block) it changes which CTA
+    computes a logit, not how: the compiler spreads a row's H over the same threads and warps
+    when the block is at least 4 wide, so the bits do not change and it may depend on T (tests
+    check 4, 8 and 16, and the Ling-3 shapes on the GPU). A narrower block can: at 2 experts and
+    4 warps (H = 96) the layout splits H over more warps and the logits' last bits moved on an
+    H200 (session 25), hence the floor of 4."""
     one_row = max(4, triton.next_power_of_2(triton.cdiv(num_experts, _TARGET_CTAS)))
     return one_row * (MANY_ROWS_BLOCK_E_FACTOR if t > 1 else 1)
 
