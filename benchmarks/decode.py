@@ -63,6 +63,7 @@ from lingc.models.parallel import init_from_env
 
 from .common import copy_bandwidth_gbps, environment, event_times_ms, markdown_table, require_cuda, write_json
 from .layer_chains import summary_line
+from .method_figures import count_aten_ops, sanity_lines
 from .sequence import by_kind
 
 ALL_MODES = ["eager", "eager-nextn", "inductor", "reduce-overhead", "reduce-overhead-pdl",
@@ -272,7 +273,18 @@ def run_eager(model, cache, ctx, tokens):
     pos = torch.tensor([ctx], device=DEV)
     with torch.no_grad():
         ms = _events_ms(lambda: step(ids, pos, cache), reps=5)
-    return dict(step_ms=ms, wall_ms=ms, host_ms=None, tokens_per_step=1.0, compile_s=0.0)
+    # What the step is made of (method.md's sanity figures), after the timing, in more steps: its
+    # ATen ops and, on a GPU, the time its kernels kept the GPU busy.
+    ops, kernel_ops = count_aten_ops(lambda: step(ids, pos, cache))
+    res = dict(step_ms=ms, wall_ms=ms, host_ms=None, tokens_per_step=1.0, compile_s=0.0,
+               aten_ops=ops, kernel_ops=kernel_ops)
+    if DEV == "cuda":
+        with torch.no_grad():
+            rows = kernel_profile(lambda: step(ids, pos, cache), replays=1, top=1 << 30)
+        if rows and not rows[0]["kernel"].startswith("profiling failed"):
+            res.update(gpu_busy_ms=sum(r["us_per_step"] for r in rows) / 1e3,
+                       kernels=round(sum(r["calls_per_step"] for r in rows)))
+    return res
 
 
 def run_eager_nextn(model, cache, ctx, tokens, steps=STEPS):
@@ -644,6 +656,8 @@ def main(argv=None) -> int:
                              "draft": (k - 1) * layer_floor_us(1, e_d1, draft=True),
                              "extend": layer_floor_us(k + 1, e_x[k], draft=True)} for k in args.steps})
 
+    # A T = 6 verify forward's bytes alone (method.md's 7.1 GB figure), at steps = 5.
+    verify_bytes = floor.bytes(6, [], sum(e_v[5])) if 5 in e_v else None
     relay_floor = {k: floor_ms(b) for k, b in relay_bytes.items()}
     floors = {"plain": floor_ms(plain_bytes)}
     floors.update({("relay" if len(args.steps) == 1 else f"relay s={k}"): f for k, f in relay_floor.items()})
@@ -710,9 +724,12 @@ def main(argv=None) -> int:
         if lead:
             write_json(out / _json_name(args), _payload(args, bw, floors, results, tp, ar_us, boundary_us))
     sanity = spec_equals_plain(results)
-    if lead and sanity:
+    against_method = ([] if tp.enabled or prompt is not None or args.checkpoint else
+                      sanity_lines(args.preset, ctx, results, plain_bytes / 1e9,
+                                   verify_bytes / 1e9 if verify_bytes else None))
+    if lead and (sanity or against_method):
         write_json(out / _json_name(args), {**_payload(args, bw, floors, results, tp, ar_us, boundary_us),
-                                            "spec_equals_plain": sanity})
+                                            "spec_equals_plain": sanity, "against_method_md": against_method})
     if not lead:
         return 0
 
@@ -757,6 +774,10 @@ def main(argv=None) -> int:
     for name, same in sanity.items():
         print(f"greedy output of {name} == lingc plain over the same steps: "
               f"{'yes' if same else 'NO: THE RELAY CHANGED THE OUTPUT'}")
+    if against_method:
+        print("against method.md's independent figures (one H200, 2026-11-29):")
+        for line in against_method:
+            print(f"  {line}")
     json_path = out / _json_name(args)
     try:
         import matplotlib  # noqa: F401

@@ -40,6 +40,10 @@ def test_decode_smoke_with_depth_sweep_and_profile(tmp_path):
     # A deeper relay reads more: its floor is higher.
     assert data["floor_ms"]["relay s=3"] > data["floor_ms"]["relay s=2"] > data["floor_ms"]["plain"]
     assert data["spec_equals_plain"] == {"lingc-nextn s=2": True, "lingc-nextn s=3": True}
+    # The eager step's ops are counted (method.md's sanity figures); the tiny preset is not one
+    # method.md measured, so nothing is compared.
+    assert data["results"]["eager"]["aten_ops"] > data["results"]["eager"]["kernel_ops"] > 100
+    assert data["against_method_md"] == [] and "against method.md" not in out
     assert "greedy output of lingc-nextn s=3 == lingc plain over the same steps: yes" in out
     for role in ("draft", "verify", "extend"):
         trace = json.loads((tmp_path / f"trace_lingc-nextn_s3_{role}.json").read_text())
