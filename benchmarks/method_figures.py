@@ -1,12 +1,12 @@
 """The independent figures of method.md, and the sanity lines a decode run prints against them.
 
-The benchmark issue asks that eager PyTorch and Inductor reduce-overhead land within 25% of method.md's
-independently measured times on flash-tp4-rank at context 8192, and the floor bytes within 3% of
-its 2.75 / 7.1 GB, or that the output explain the difference. ``sanity_lines`` turns a run's
-results into one line per figure it can compare ("within" or "OUTSIDE", with the ratio), plus,
-for eager, what the step is made of: its ATen ops (views apart, each launches a kernel), the wall
-time per op, and on a GPU the time the GPU was busy, beside method.md's 12,600 kernels in 81 ms
-(launch-bound there: the host, not the GPU, sets the time).
+The benchmark issue asks that eager PyTorch and Inductor reduce-overhead land within 25% of
+method.md's independently measured times on flash-tp4-rank at context 8192, and the floor bytes
+within 3% of its 2.75 / 7.1 GB, or that the output explain the difference. ``sanity_lines`` turns
+a run's results into one line per figure it can compare ("within" or "OUTSIDE", with the ratio),
+plus, for eager, what the step is made of: its ATen ops (views apart, each launches a kernel),
+the wall time per op, and on a GPU the time the GPU was busy, beside method.md's 12,600 kernels
+in 81 ms (launch-bound there: the host, not the GPU, sets the time).
 """
 from __future__ import annotations
 
