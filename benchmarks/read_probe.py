@@ -13,10 +13,20 @@ projection for 26.3 MB, its o_proj for 5.2 MB), so the GEMM's gap to a pure read
 within one run.
 
 Output: a markdown table (us per call, GB/s, share of the copy bandwidth) and JSON.
+
+    python -m benchmarks.read_probe --out DIR --step DECODE_JSON [--mode lingc|lingc-nextn]
+
+The step's shape instead (``step_reads``): a JSON of ``benchmarks.decode --profile`` gives the
+mode's kernels per step and each layer's floor bytes. The probe chains as many pure reads as the
+step has kernels, each layer's bytes read by ONE of its kernels and the rest reading one vector,
+the bytes outside the layers (the lm_head's) by the lm_head argmax kernels, in one CUDA graph.
+That is a lower bound for any chain of that many kernels over those bytes at this granularity:
+no kernel does more than read, and a layer's bytes come in the largest, most efficient read.
 """
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import torch
@@ -55,6 +65,80 @@ def read(src: torch.Tensor, out: torch.Tensor, chunk_bytes: int, use_pdl: bool, 
                        **({"launch_pdl": True} if use_pdl else {}))
 
 
+# A read that stands for a kernel with (almost) nothing to read: one 16-byte vector.
+_TINY_BYTES = 16
+
+
+def step_reads(path: Path, mode: str) -> tuple[list[int], dict]:
+    """(bytes per kernel, in the order the step runs them; facts) for ``mode`` of a decode JSON
+    written with ``--profile``: per graph of the mode (plain: decode; the relay: draft, verify,
+    extend), each layer's floor bytes on its first kernel and ``_TINY_BYTES`` on the others; the
+    step's floor bytes beyond its layers' (the lm_head's) split evenly over the lm_head argmax
+    kernels. Raises ValueError when a graph's kernels do not cut into its floor list's layers."""
+    from benchmarks.layer_chains import load, split_layers
+
+    data = json.loads(Path(path).read_text())
+    res = data.get("results", {}).get(mode)
+    if res is None:
+        raise ValueError(f"{path}: no mode {mode!r}; it has {sorted(data.get('results', {}))}")
+    bw = data["copy_bandwidth_gbps"]
+    graphs = list(res.get("layer_floor_us") or {})
+    if not graphs:
+        raise ValueError(f"{path}: mode {mode!r} has no layer floors (run benchmarks.decode with --profile)")
+    reads, heads, layer_bytes = [], [], 0
+    for graph in graphs:
+        seq, floors, _ = load(path, mode, graph)
+        layers, _outside = split_layers(seq)
+        if len(layers) != len(floors):
+            raise ValueError(f"{path}: {mode} {graph}: {len(layers)} layer segments against {len(floors)} floors")
+        first = {id(layer[0]): int(us * bw * 1e3) for layer, (_, us) in zip(layers, floors)}
+        layer_bytes += sum(first.values())
+        for k in seq:
+            if k["kernel"].startswith("_gemm_argmax"):
+                heads.append(len(reads))
+            reads.append(first.get(id(k), _TINY_BYTES))
+    step_bytes = int(res["floor_ms"] * bw * 1e6)
+    rest = max(0, step_bytes - layer_bytes)
+    for i in heads:
+        reads[i] = max(_TINY_BYTES, rest // len(heads))
+    if not heads and rest:
+        raise ValueError(f"{path}: {mode} reads {rest} bytes outside its layers and has no lm_head argmax kernel")
+    facts = dict(mode=mode, graphs=graphs, kernels=len(reads), bytes=sum(reads), floor_ms=res["floor_ms"],
+                 step_wall_ms=res.get("wall_ms"), json_copy_bandwidth_gbps=bw)
+    return reads, facts
+
+
+def run_step_chain(reads: list[int], chunk_kb: int, replays: int) -> float:
+    """ms of one chain of pure reads of these sizes (each from its own buffer: the step's bytes
+    exceed L2 many times over, so every replay reads cold), PDL-chained, in one CUDA graph."""
+    dev = require_cuda()
+    bufs = [torch.empty(-(-n // 16) * 4, dtype=torch.int32, device=dev) for n in reads]
+    out = torch.empty(max(b.numel() for b in bufs) // (chunk_kb * 256) + 1, dtype=torch.int32, device=dev)
+    t = time_in_graph(lambda b: read(b, out, chunk_kb * 1024, True), [(b,) for b in bufs], replays=replays)
+    return t.us_per_call * len(bufs) / 1e3
+
+
+def _step_main(args) -> int:
+    reads, facts = step_reads(args.step, args.mode)
+    bw = copy_bandwidth_gbps()
+    floor_ms = facts["bytes"] / (bw * 1e6)
+    ms = {kb: run_step_chain(reads, kb, args.replays) for kb in args.chunk_kb}
+    best = min(ms, key=ms.get)
+    wall = facts["step_wall_ms"]
+    print(f"copy bandwidth {bw:.0f} GB/s; {facts['mode']} ({', '.join(facts['graphs'])}): {facts['kernels']} kernels, "
+          f"{facts['bytes'] / 1e9:.2f} GB, floor {floor_ms:.3f} ms here")
+    for kb, t in ms.items():
+        print(f"  pure-read chain, {kb} KB per CTA: {t:.3f} ms ({t / floor_ms:.2f}x floor)")
+    if wall:
+        print(f"  the step in {args.step}: {wall:.3f} ms wall ({wall / facts['floor_ms']:.2f}x its floor); "
+              f"the best pure-read chain is {ms[best] / floor_ms:.2f}x")
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_json(args.out / "read_probe_step.json", dict(environment=environment(), copy_bandwidth_gbps=bw,
+                                                        floor_ms=floor_ms, chain_ms=ms, **facts))
+    print(f"wrote {args.out / 'read_probe_step.json'}")
+    return 0
+
+
 def _gemm_case(mb: float):
     """(name, N, K) of the flash-tp4-rank projection with about ``mb`` MB of weights, or None."""
     for name, n, k in (("fused KDA projection", 5128, 2560), ("KDA o_proj", 2560, 1024)):
@@ -75,7 +159,11 @@ def main(argv=None) -> int:
     ap.add_argument("--mb", type=float, nargs="+", default=[5.24, 26.25, 63.0, 200.0])
     ap.add_argument("--chunk-kb", type=int, nargs="+", default=[16, 32, 64])
     ap.add_argument("--replays", type=int, default=20)
+    ap.add_argument("--step", type=Path, help="a benchmarks.decode --profile JSON: chain reads in its step's shape")
+    ap.add_argument("--mode", default="lingc", help="with --step: the JSON's mode (lingc, lingc-nextn)")
     args = ap.parse_args(argv)
+    if args.step:
+        return _step_main(args)
     dev = require_cuda()
     from lingc.runtime.kernels.gemm.kernel import gemm_triton
 

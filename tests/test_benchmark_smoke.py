@@ -267,6 +267,45 @@ def test_read_probe_kernel_folds_each_chunk(n, chunk_bytes):
     assert out[:ctas].tolist() == want and out[ctas].item() == 12345
 
 
+def _step_json(tmp_path, seq_names, floors_us, floor_ms, bw=1000.0):
+    k = lambda name: {"kernel": name, "grid": [1, 1, 1], "critical_us": 1.0, "us": 1.0}  # noqa: E731
+    data = {"copy_bandwidth_gbps": bw, "results": {"lingc": {
+        "floor_ms": floor_ms, "wall_ms": 0.5, "kernel_sequence": {"decode": [k(n) for n in seq_names]},
+        "layer_floor_us": {"decode": [["KDA + MoE", us] for us in floors_us]}}}}
+    path = tmp_path / "decode.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_read_probe_step_reads_put_each_layers_bytes_on_one_kernel(tmp_path):
+    from benchmarks.read_probe import step_reads
+
+    # Two layers (each ends at its MoE down-GEMM), then the final norm and the lm_head argmax.
+    layer = ["_rmsnorm_kernel", "_gemm_kernel", "_kda_chain_kernel", "_moe_up_kernel", "_moe_down_kernel"]
+    names = layer + layer + ["_rmsnorm_kernel", "_gemm_argmax_kernel"]
+    # 1000 GB/s: 1 us is 1 MB. Layers 10 and 20 us; the step 0.05 ms: 20 MB beyond the layers.
+    path = _step_json(tmp_path, names, [10.0, 20.0], 0.05)
+    reads, facts = step_reads(path, "lingc")
+    tiny = 16
+    assert reads == ([10_000_000] + [tiny] * 4 + [20_000_000] + [tiny] * 4 + [tiny, 20_000_000])
+    assert facts["kernels"] == 12 and facts["bytes"] == sum(reads) and facts["step_wall_ms"] == 0.5
+    with pytest.raises(ValueError, match="2 layer segments against 3 floors"):
+        step_reads(_step_json(tmp_path, names, [10.0, 20.0, 5.0], 0.05), "lingc")
+    with pytest.raises(ValueError, match="no mode 'lingc-nextn'"):
+        step_reads(path, "lingc-nextn")
+    with pytest.raises(ValueError, match="no lm_head argmax kernel"):
+        step_reads(_step_json(tmp_path, layer + layer, [10.0, 20.0], 0.05), "lingc")
+
+
+@pytest.mark.gpu
+def test_gpu_read_probe_step_chain_times_a_chain():
+    from benchmarks.read_probe import run_step_chain
+
+    small = run_step_chain([16] * 8, chunk_kb=16, replays=5)
+    big = run_step_chain([64 << 20] * 8, chunk_kb=16, replays=5)
+    assert 0 < small < big
+
+
 @pytest.mark.parametrize("m, n, k", [(1, 200, 512), (6, 48, 384), (3, 70, 200)])
 def test_tma_probe_kernel_matches_the_product(m, n, k):
     # benchmarks.tma_probe's kernel (interpreter on the CPU, host tensor descriptors): each K

@@ -4,7 +4,9 @@
 # tests/test_kda_prefill.py whole (the one kernel test file not yet run whole on a GPU), then
 # eager, lingc plain and the relay in one process: the table's sanity lines against method.md
 # with eager's op count and GPU-busy time measured (session 25 counted the ops on the meta
-# device only), and the session's reference times.
+# device only), and the session's reference times; last, the pure-read chain in the shape of
+# session 25's profiled plain and relay steps (benchmarks.read_probe --step): a lower bound for
+# any chain of that many kernels over those bytes.
 set -u
 DURATIONS=10 source "$(dirname "$0")/device_env.sh"
 CUDA_VISIBLE_DEVICES=0 timeout 330 $PYT --timeout 240 --timeout-method thread \
@@ -18,6 +20,11 @@ CUDA_VISIBLE_DEVICES=0 timeout 170 python3 -m benchmarks.decode --preset flash-t
     | grep --line-buffered -v "UserWarning\|warnings.warn\|^$" | stamp > "$OUT/table.log"
 cp "$OUT/table/decode.json" "$OUT/table.json"; rm -rf "$OUT/table"
 grep -E "^ *[0-9.]+ \| |greedy output|method.md|  (eager|floor|Inductor)" "$OUT/table.log"
+for mode in lingc lingc-nextn; do
+    CUDA_VISIBLE_DEVICES=0 timeout 90 python3 -m benchmarks.read_probe --out "$OUT/rp_$mode" --chunk-kb 16 32 \
+        --step benchmarks/results/decode_table_s25_c1.json --mode $mode 2>&1 | stamp   # stdout: the device
+    cp "$OUT/rp_$mode/read_probe_step.json" "$OUT/read_probe_step_$mode.json"; rm -rf "$OUT/rp_$mode"   # returns <= 8 files
+done
 save_triton_cache
 grep -qiE "error" "$OUT/install.log" || rm -f "$OUT/install.log"
 find "$OUT" -maxdepth 1 -empty -delete; ls -la "$OUT"
