@@ -53,6 +53,13 @@ save_triton_cache() {
     echo "triton cache: $(wc -l < "$list") entries packed, $(du -h "$OUT/triton_cache.tar.gz" | cut -f1)"
 }
 PYT="python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -v --durations=${DURATIONS:-10}"
+# Every single-GPU test file's gpu-marked tests on GPU 0 into $OUT/pytest_gpu.log (LIMIT seconds,
+# default 330); the summary and the failures on stdout.
+gpu_tests() {
+    CUDA_VISIBLE_DEVICES=0 timeout "${1:-330}" $PYT --timeout 240 --timeout-method thread \
+        tests/ --ignore=tests/test_tensor_parallel.py 2>&1 | stamp > "$OUT/pytest_gpu.log"
+    tail -2 "$OUT/pytest_gpu.log"; grep -E "FAILED|Error" "$OUT/pytest_gpu.log" | head -20
+}
 lingc_decode() {
     local gpu=$1 limit=$2; shift 2
     CUDA_VISIBLE_DEVICES=$gpu timeout "$limit" python3 -m benchmarks.decode --preset flash-tp4-rank --context 8192 \

@@ -6,9 +6,7 @@
 # (the chain bound's first GPU run).
 set -u
 DURATIONS=10 source "$(dirname "$0")/device_env.sh"
-CUDA_VISIBLE_DEVICES=0 timeout 330 $PYT --timeout 240 --timeout-method thread \
-    tests/ --ignore=tests/test_tensor_parallel.py 2>&1 | stamp > "$OUT/pytest_gpu.log"
-tail -2 "$OUT/pytest_gpu.log"; grep -E "FAILED|Error" "$OUT/pytest_gpu.log" | head -20
+gpu_tests
 decode_as 0 decode_table 150 lingc,lingc-nextn 48
 grep -E "^ *[0-9.]+ \| lingc|greedy output|chain bound|PDL-chained kernel boundary" "$OUT"/decode_table.log
 save_triton_cache

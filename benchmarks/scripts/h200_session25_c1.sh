@@ -6,9 +6,7 @@
 # fixed after it), then a profiled plain + relay decode: the session's reference.
 set -u
 DURATIONS=10 source "$(dirname "$0")/device_env.sh"
-CUDA_VISIBLE_DEVICES=0 timeout 330 $PYT --timeout 240 --timeout-method thread \
-    tests/ --ignore=tests/test_tensor_parallel.py 2>&1 | stamp > "$OUT/pytest_gpu.log"
-tail -2 "$OUT/pytest_gpu.log"; grep -E "FAILED|Error" "$OUT/pytest_gpu.log" | head -20
+gpu_tests
 CUDA_VISIBLE_DEVICES=0 timeout 60 python3 -m pytest -p no:cacheprovider -q --tb=short tests/test_norm_kernels.py \
     2>&1 | stamp > "$OUT/pytest_norm_kernels_full.log"
 tail -1 "$OUT/pytest_norm_kernels_full.log"

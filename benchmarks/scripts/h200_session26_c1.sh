@@ -9,9 +9,7 @@
 # any chain of that many kernels over those bytes.
 set -u
 DURATIONS=10 source "$(dirname "$0")/device_env.sh"
-CUDA_VISIBLE_DEVICES=0 timeout 330 $PYT --timeout 240 --timeout-method thread \
-    tests/ --ignore=tests/test_tensor_parallel.py 2>&1 | stamp > "$OUT/pytest_gpu.log"
-tail -2 "$OUT/pytest_gpu.log"; grep -E "FAILED|Error" "$OUT/pytest_gpu.log" | head -20
+gpu_tests
 CUDA_VISIBLE_DEVICES=0 timeout 90 python3 -m pytest -p no:cacheprovider -q --tb=short tests/test_kda_prefill.py \
     2>&1 | stamp > "$OUT/pytest_kda_prefill_full.log"
 tail -1 "$OUT/pytest_kda_prefill_full.log"; grep -E "^FAILED" "$OUT/pytest_kda_prefill_full.log" | head
