@@ -42,7 +42,9 @@ wall time of the real generation loop / steps launched (host run-ahead included)
 = Python time to launch a step; tokens per step = measured accept length (random weights give
 about 1); TPOT = wall per step / tokens per step, and projected at the article's accept length
 3.25 for relay rows (a projection, labelled); floor = bytes the step must read / copy bandwidth
-measured in the same run, with the routed experts counted from the router's real choices.
+measured in the same run, with the routed experts counted from the router's real choices;
+lingc faster by = another system's wall per step over lingc's in the same run (plain modes
+against lingc, relay modes against the lingc relay at the same depth).
 """
 
 from __future__ import annotations
@@ -723,6 +725,8 @@ def main(argv=None) -> int:
         results[name] = res
         if lead:
             write_json(out / _json_name(args), _payload(args, bw, floors, results, tp, ar_us, boundary_us))
+    for name, x in lingc_faster_by(results).items():
+        results[name]["lingc_faster_by"] = x
     sanity = spec_equals_plain(results)
     against_method = ([] if tp.enabled or prompt is not None or args.checkpoint else
                       sanity_lines(args.preset, ctx, results, plain_bytes / 1e9,
@@ -746,6 +750,7 @@ def main(argv=None) -> int:
                                 ("x_floor", "x floor", ".2f"),
                                 ("tpot_projected_ms", "TPOT @3.25 (proj.) ms", ".3f"),
                                 ("compile_s", "compile+capture s", ".1f"),
+                                ("lingc_faster_by", "lingc faster by", ".1f"),
                                 ("allreduce_share", "all-reduce share (est.)", ".0%")]))
     for m, r in results.items():
         if r.get("inductor_cudagraphs") is not None:
@@ -824,6 +829,22 @@ def chain_bound_line(r: dict) -> str:
     if r.get("wall_ms"):
         line += f"; the step's wall {r['wall_ms']:.3f} ms is {r['wall_ms'] / b:.2f}x the bound"
     return line
+
+
+def lingc_faster_by(results: dict) -> dict[str, float]:
+    """For each run of another system: its wall time per step over lingc's of the same kind in
+    this run (plain modes against ``lingc``, relay modes against ``lingc-nextn`` at the same
+    depth), i.e. how many times faster lingc is. Runs without that lingc run are left out."""
+    out = {}
+    for name, r in results.items():
+        mode, _, depth = name.partition(" ")
+        if mode.startswith("lingc") or not r.get("wall_ms"):
+            continue
+        base = (f"lingc-nextn {depth}".strip() if "nextn" in mode else "lingc")
+        lingc_ms = results.get(base, {}).get("wall_ms")
+        if lingc_ms:
+            out[name] = r["wall_ms"] / lingc_ms
+    return out
 
 
 def spec_equals_plain(results: dict) -> dict[str, bool]:

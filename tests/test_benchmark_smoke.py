@@ -44,6 +44,10 @@ def test_decode_smoke_with_depth_sweep_and_profile(tmp_path):
     # method.md measured, so nothing is compared.
     assert data["results"]["eager"]["aten_ops"] > data["results"]["eager"]["kernel_ops"] > 100
     assert data["against_method_md"] == [] and "against method.md" not in out
+    # eager's row says how many times faster lingc plain was in the same run.
+    eager, lingc = data["results"]["eager"], data["results"]["lingc"]
+    assert eager["lingc_faster_by"] == pytest.approx(eager["wall_ms"] / lingc["wall_ms"])
+    assert "lingc_faster_by" not in lingc and "| lingc faster by |" in out
     assert "greedy output of lingc-nextn s=3 == lingc plain over the same steps: yes" in out
     for role in ("draft", "verify", "extend"):
         trace = json.loads((tmp_path / f"trace_lingc-nextn_s3_{role}.json").read_text())
@@ -91,6 +95,21 @@ def test_invariance_probe_finds_nothing_on_the_tiny_model_and_names_a_broken_op(
     assert invariance_probe.main(["--preset", "tiny", "--layers", "3", "--dtype", "float32"]) == 1
     out = capsys.readouterr().out
     assert "first difference at lingc op" in out and "rmsnorm_router" in out, out
+
+
+def test_lingc_faster_by_compares_each_run_with_lingc_of_its_kind():
+    from benchmarks.decode import lingc_faster_by
+
+    results = {"eager": {"wall_ms": 90.0}, "reduce-overhead": {"wall_ms": 9.0}, "lingc": {"wall_ms": 1.8},
+               "eager-nextn s=3": {"wall_ms": 200.0}, "reduce-overhead-nextn s=3": {"wall_ms": 14.0},
+               "lingc-nextn s=3": {"wall_ms": 4.0}, "reduce-overhead-nextn s=4": {"wall_ms": 15.0},
+               "inductor": {"error": "RuntimeError: x"}}
+    assert lingc_faster_by(results) == pytest.approx({"eager": 50.0, "reduce-overhead": 5.0,
+                                                      "eager-nextn s=3": 50.0, "reduce-overhead-nextn s=3": 3.5})
+    # Without the lingc run of a kind, its rows get nothing (s=4 above had no lingc relay either).
+    assert lingc_faster_by({"eager": {"wall_ms": 90.0}, "lingc-nextn": {"wall_ms": 4.0}}) == {}
+    assert lingc_faster_by({"eager-nextn": {"wall_ms": 200.0}, "lingc-nextn": {"wall_ms": 4.0}}) == \
+        pytest.approx({"eager-nextn": 50.0})
 
 
 def test_chain_bound_adds_one_boundary_per_kernel_to_the_floor():
