@@ -7,10 +7,12 @@
 # device only), and the session's reference times; last, the pure-read chain in the shape of
 # session 25's profiled plain and relay steps (benchmarks.read_probe --step): a lower bound for
 # any chain of that many kernels over those bytes.
+# Expected ~500 s (session 25: gpu tests 257 s cold, a decode of the lingc modes ~95 s); run it
+# with timeout_s 590.
 set -u
 DURATIONS=10 source "$(dirname "$0")/device_env.sh"
 gpu_tests
-CUDA_VISIBLE_DEVICES=0 timeout 90 python3 -m pytest -p no:cacheprovider -q --tb=short tests/test_kda_prefill.py \
+CUDA_VISIBLE_DEVICES=0 timeout 60 python3 -m pytest -p no:cacheprovider -q --tb=short tests/test_kda_prefill.py \
     2>&1 | stamp > "$OUT/pytest_kda_prefill_full.log"
 tail -1 "$OUT/pytest_kda_prefill_full.log"; grep -E "^FAILED" "$OUT/pytest_kda_prefill_full.log" | head
 CUDA_VISIBLE_DEVICES=0 timeout 170 python3 -m benchmarks.decode --preset flash-tp4-rank --context 8192 \
@@ -19,7 +21,7 @@ CUDA_VISIBLE_DEVICES=0 timeout 170 python3 -m benchmarks.decode --preset flash-t
 cp "$OUT/table/decode.json" "$OUT/table.json"; rm -rf "$OUT/table"
 grep -E "^ *[0-9.]+ \| |greedy output|method.md|  (eager|floor|Inductor)" "$OUT/table.log"
 for mode in lingc lingc-nextn; do
-    CUDA_VISIBLE_DEVICES=0 timeout 90 python3 -m benchmarks.read_probe --out "$OUT/rp_$mode" --chunk-kb 16 32 \
+    CUDA_VISIBLE_DEVICES=0 timeout 60 python3 -m benchmarks.read_probe --out "$OUT/rp_$mode" --chunk-kb 16 32 \
         --step benchmarks/results/decode_table_s25_c1.json --mode $mode 2>&1 | stamp   # stdout: the device
     cp "$OUT/rp_$mode/read_probe_step.json" "$OUT/read_probe_step_$mode.json"; rm -rf "$OUT/rp_$mode"   # returns <= 8 files
 done
