@@ -88,7 +88,7 @@ def step_reads(path: Path, mode: str) -> tuple[list[int], dict]:
     reads, heads, layer_bytes = [], [], 0
     for graph in graphs:
         seq, floors, _ = load(path, mode, graph)
-        layers, _outside = split_layers(seq)
+        layers, _ = split_layers(seq)
         if len(layers) != len(floors):
             raise ValueError(f"{path}: {mode} {graph}: {len(layers)} layer segments against {len(floors)} floors")
         first = {id(layer[0]): int(us * bw * 1e3) for layer, (_, us) in zip(layers, floors)}
