@@ -730,7 +730,8 @@ def main(argv=None) -> int:
     sanity = spec_equals_plain(results)
     against_method = ([] if tp.enabled or prompt is not None or args.checkpoint else
                       sanity_lines(args.preset, ctx, results, plain_bytes / 1e9,
-                                   verify_bytes / 1e9 if verify_bytes else None))
+                                   verify_bytes / 1e9 if verify_bytes else None,
+                                   verify_experts=sum(e_v[5]) / len(e_v[5]) if verify_bytes else None))
     if lead:    # again: the runs now carry lingc_faster_by, and the checks are added
         write_json(out / _json_name(args), {**_payload(args, bw, floors, results, tp, ar_us, boundary_us),
                                             "spec_equals_plain": sanity, "against_method_md": against_method})

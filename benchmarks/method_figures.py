@@ -30,6 +30,8 @@ class MethodFigures:
     reduce_overhead_t6_ms: float = 14.4
     plain_floor_gb: float = 2.75
     verify_floor_gb: float = 7.1            # T = 6, random routing
+    verify_distinct_experts: int = 45       # "45 of 48 selected experts distinct per layer"
+    verify_picks: int = 48                  # 6 tokens x top-8
     time_tolerance: float = 0.25
     bytes_tolerance: float = 0.03
 
@@ -64,13 +66,16 @@ def _compare(what: str, ours: float, theirs: float, tolerance: float, unit: str)
 
 
 def sanity_lines(preset: str, context: int, results: dict, plain_gb: float | None,
-                 verify_gb: float | None, figures: MethodFigures = METHOD) -> list[str]:
+                 verify_gb: float | None, figures: MethodFigures = METHOD,
+                 verify_experts: float | None = None) -> list[str]:
     """One line per method.md figure this run measured (none for another preset or context).
 
     ``results``: benchmarks.decode's per-mode dicts (``wall_ms``; eager's ``aten_ops``,
     ``kernel_ops`` and, on a GPU, ``gpu_busy_ms`` and ``kernels``; reduce-overhead-nextn's
     ``per_graph_ms`` with its ``verify T=6`` entry);
-    ``plain_gb`` / ``verify_gb``: the run's floor bytes of a T = 1 step and a T = 6 verify."""
+    ``plain_gb`` / ``verify_gb``: the run's floor bytes of a T = 1 step and a T = 6 verify;
+    ``verify_experts``: that verify's distinct experts per MoE layer (mean), which explain its
+    bytes: method.md counted uniform routing's, a real router's picks overlap more."""
     if (preset, context) != (figures.preset, figures.context):
         return []
     lines = []
@@ -79,6 +84,10 @@ def sanity_lines(preset: str, context: int, results: dict, plain_gb: float | Non
     if verify_gb is not None:
         lines.append(_compare("floor bytes, T=6 verify", verify_gb, figures.verify_floor_gb,
                               figures.bytes_tolerance, "GB"))
+        if verify_experts is not None:
+            lines.append(f"  the verify's router chose {verify_experts:.1f} distinct experts of {figures.verify_picks} "
+                         f"picks per MoE layer; method.md counted {figures.verify_distinct_experts} "
+                         f"(random routing, taken as uniform)")
     eager = results.get("eager") or {}
     if eager.get("wall_ms"):
         lines.append(_compare("eager, T=1 step", eager["wall_ms"], figures.eager_t1_ms, figures.time_tolerance, "ms"))

@@ -120,6 +120,13 @@ def run_step_chain(reads: list[int], chunk_kb: int, replays: int) -> float:
     return t.us_per_call * len(bufs) / 1e3
 
 
+def step_record(facts: dict, bw: float, chain_ms: dict) -> dict:
+    """The JSON of one --step run: the step's facts (its floor as its JSON measured it, under
+    ``floor_ms``) beside this run's copy bandwidth, the floor at it, and the chain times."""
+    return dict(environment=environment(), copy_bandwidth_gbps=bw, floor_ms_here=facts["bytes"] / (bw * 1e6),
+                chain_ms=chain_ms, **facts)
+
+
 def _step_main(args) -> int:
     reads, facts = step_reads(args.step, args.mode)
     bw = copy_bandwidth_gbps()
@@ -135,8 +142,7 @@ def _step_main(args) -> int:
         print(f"  the step in {args.step}: {wall:.3f} ms wall ({wall / facts['floor_ms']:.2f}x its floor); "
               f"the best pure-read chain is {ms[best] / floor_ms:.2f}x")
     args.out.mkdir(parents=True, exist_ok=True)
-    write_json(args.out / "read_probe_step.json", dict(environment=environment(), copy_bandwidth_gbps=bw,
-                                                        floor_ms=floor_ms, chain_ms=ms, **facts))
+    write_json(args.out / "read_probe_step.json", step_record(facts, bw, ms))
     print(f"wrote {args.out / 'read_probe_step.json'}")
     return 0
 

@@ -316,6 +316,17 @@ def test_read_probe_step_reads_put_each_layers_bytes_on_one_kernel(tmp_path):
         step_reads(_step_json(tmp_path, layer + layer, [10.0, 20.0], 0.05), "lingc")
 
 
+def test_read_probe_step_record_keeps_both_floors(tmp_path):
+    # Session 26 found the --step JSON passing floor_ms twice (the step's and this run's).
+    from benchmarks.read_probe import step_record, step_reads
+
+    names = ["_gemm_kernel", "_moe_down_kernel", "_gemm_argmax_kernel"]
+    _, facts = step_reads(_step_json(tmp_path, names, [10.0], 0.05), "lingc")
+    rec = step_record(facts, 2000.0, {16: 0.04})
+    assert rec["floor_ms"] == 0.05 and rec["floor_ms_here"] == pytest.approx(facts["bytes"] / 2e9)
+    assert rec["chain_ms"] == {16: 0.04} and json.loads(json.dumps(rec))["kernels"] == 3
+
+
 @pytest.mark.gpu
 def test_gpu_read_probe_step_chain_times_a_chain():
     from benchmarks.read_probe import run_step_chain

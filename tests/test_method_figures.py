@@ -20,10 +20,12 @@ RESULTS = {
 
 
 def test_each_figure_is_compared_with_its_ratio_and_verdict():
-    lines = sanity_lines("flash-tp4-rank", 8192, RESULTS, plain_gb=2.748, verify_gb=7.45)
+    lines = sanity_lines("flash-tp4-rank", 8192, RESULTS, plain_gb=2.748, verify_gb=7.45, verify_experts=46.62)
     assert lines == [
         "floor bytes, T=1 step: 2.748 GB against method.md's 2.75 GB (1.00x): within 3%",
         "floor bytes, T=6 verify: 7.450 GB against method.md's 7.1 GB (1.05x): OUTSIDE 3%",
+        "  the verify's router chose 46.6 distinct experts of 48 picks per MoE layer; method.md counted 45 "
+        "(random routing, taken as uniform)",
         "eager, T=1 step: 152.93 ms against method.md's 81 ms (1.89x): OUTSIDE 25%",
         "  eager: 10950 ATen ops a step, 6393 of them not views, 23.9 us of wall time each; the GPU busy "
         "3.2 ms of it in 6012 kernels; method.md's implementation: 12600 kernels, 6.4 us each",
