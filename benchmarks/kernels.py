@@ -31,7 +31,7 @@ NO_INDUCTOR = {"gemm": [], "moe": ["--inductor"], "attn": ["--no-inductor"]}
 # Benchmarks with a CPU smoke mode (tiny preset, kernels under the Triton interpreter, wall-clock
 # timing) and its arguments; the others time CUDA graphs and need a GPU.
 SMOKE = {"moe": ["--smoke"]}
-WITH_INDUCTOR = {"gemm": ["--inductor"]}
+WITH_INDUCTOR = {"gemm": ["--inductor"], "kda": ["--inductor"]}
 
 
 def main(argv=None) -> int:

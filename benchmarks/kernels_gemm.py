@@ -97,7 +97,10 @@ def _variants(fused: bool, inductor: bool = False):
         v["cublas-cat"] = lambda x, s: F.linear(x, s[1])
     if inductor:
         # torch.compile's default Inductor (its own CUDA graphs off: the benchmark captures);
-        # compiled during time_in_graph's eager warm-up, before the capture.
+        # compiled during time_in_graph's eager warm-up, before the capture. Dynamo caches the
+        # compiled graphs on _linears' code object, and past its recompile limit (8) a new shape
+        # would run eagerly without a word: this run's 11 shapes x 2 M start from a clean cache.
+        torch._dynamo.reset()
         compiled = torch.compile(_linears, dynamic=False)
         v["inductor"] = lambda x, s: compiled(x, s[0])
     return v

@@ -16,6 +16,9 @@ stage commit). Variants:
 - ``commit``       torch.ops.lingc.kda_commit's kernel (copy one stage position into the slot)
 - ``eager``        the model's eager path: kda_math's short_conv / l2norm / kda_gate /
                    kda_recurrent on whole [T, ...] tensors, then the in-place state/window copies
+- ``inductor``     (``--inductor``) torch.compile, default mode, of that eager path with the
+                   layer's tensors as graph inputs (one graph serves every cold copy; its own
+                   CUDA graphs off: the benchmark captures)
 - ``fla``          flash-linear-attention's fused_recurrent_kda, when importable: recurrence only
                    (q/k/v after the conv and g precomputed outside the timing, L2 norm in the
                    kernel, state returned out of place), so it does less work than lingc
@@ -75,20 +78,34 @@ def _to_cpu(a):
     return a.cpu() if torch.is_tensor(a) else a
 
 
-def _eager(x):
+_EAGER_INPUTS = ("q_raw", "k_raw", "v_raw", "f_raw", "b_raw", "conv_w", "conv_window", "a_log", "dt_bias", "state")
+
+
+def _eager_math(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state):
     """lingc/models/kda.py's math on whole [T, ...] tensors, cache writes as copy_."""
-    T = x["q_raw"].shape[0]
+    T = q_raw.shape[0]
     ys, wins = [], []
-    for i, name in enumerate(("q_raw", "k_raw", "v_raw")):
-        y, win = short_conv(x[name], x["conv_window"][i], x["conv_w"][i])
+    for i, raw in enumerate((q_raw, k_raw, v_raw)):
+        y, win = short_conv(raw, conv_window[i], conv_w[i])
         ys.append(y.view(T, H, K))
         wins.append(win)
     q, k = l2norm(ys[0]) * (K ** -0.5), l2norm(ys[1])
-    g = kda_gate(x["f_raw"].view(T, H, K), x["a_log"], x["dt_bias"], LOWER_BOUND)
-    o, S = kda_recurrent(q, k, ys[2], g, torch.sigmoid(x["b_raw"].float()), x["state"])
-    x["state"].copy_(S)
-    x["conv_window"].copy_(torch.stack(wins, 0))
+    g = kda_gate(f_raw.view(T, H, K), a_log, dt_bias, LOWER_BOUND)
+    o, S = kda_recurrent(q, k, ys[2], g, torch.sigmoid(b_raw.float()), state)
+    state.copy_(S)
+    conv_window.copy_(torch.stack(wins, 0))
     return o
+
+
+def _eager(x):
+    return _eager_math(*(x[n] for n in _EAGER_INPUTS))
+
+
+def _inductor():
+    """torch.compile (default Inductor) of the eager path; its CUDA graphs are off (the benchmark
+    captures), the layer's tensors are inputs so every cold copy runs the same compiled graph."""
+    compiled = torch.compile(_eager_math, dynamic=False)
+    return lambda x: compiled(*(x[n] for n in _EAGER_INPUTS))
 
 
 def _fla_inputs(x):
@@ -118,7 +135,7 @@ def _rel_rms(a, b):
     return ((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt()).item()
 
 
-def bench_T(T, bvs, warps, replays, copies_override):
+def bench_T(T, bvs, warps, replays, copies_override, inductor=False):
     gen = torch.Generator(device="cuda").manual_seed(T)
     staged = T > 1
     layer_bytes = (4 * H * K * K * (1 + (T if staged else 0)) + 3 * H * K * W * 4 + 5 * T * H * K * 2)
@@ -151,6 +168,8 @@ def bench_T(T, bvs, warps, replays, copies_override):
             for w in warps:
                 variants[(mode, f"lingc-bv{bv}-w{w}")] = lingc(KdaConfig(bv=bv, num_warps=w), True, stage)
     variants[("persistent", "eager")] = _eager
+    if inductor:
+        variants[("persistent", "inductor")] = _inductor()
     if staged:
         variants[("commit", "commit")] = lambda x: kda_commit_triton(
             x["state"], x["conv_window"], x["stage_states"], x["stage_windows"], x["index"])
@@ -185,10 +204,12 @@ def bench_T(T, bvs, warps, replays, copies_override):
                          "correct": err <= 1e-2})
         except Exception as e:  # a peer that fails to run is reported, not fatal
             print(f"fla fused_recurrent_kda failed at T={T}: {type(e).__name__}: {e}")
-    eager_us = next(r["us"] for r in rows if r["variant"] == "eager")
+    base = {name: next((r["us"] for r in rows if r["variant"] == name), None) for name in ("eager", "inductor")}
     for r in rows:
         if r["variant"].startswith("lingc"):
-            r["speedup_vs_eager"] = eager_us / r["us"]
+            for name, us in base.items():
+                if us:
+                    r[f"speedup_vs_{name}"] = us / r["us"]
     del layers
     torch.cuda.empty_cache()
     return rows
@@ -204,19 +225,22 @@ def main(argv=None):
     parser.add_argument("--layers", type=int, default=0,
                         help="layer copies to rotate (default: max(35, enough to span 4x L2))")
     parser.add_argument("--replays", type=int, default=30, help="graph replays per timing")
+    parser.add_argument("--inductor", action="store_true",
+                        help="add torch.compile (Inductor, default mode) of the eager path")
     args = parser.parse_args(argv)
     require_cuda()
 
     rows = []
     for T in args.t:
-        rows += bench_T(T, args.bv, args.warps, args.replays, args.layers)
+        rows += bench_T(T, args.bv, args.warps, args.replays, args.layers, args.inductor)
     all_correct = all(r["correct"] for r in rows)
     if not all_correct:
         bad = [f"T={r['T']} {r['mode']} {r['variant']} (rel RMS {r['rel_rms_err']:.2e})" for r in rows if not r["correct"]]
         print("CORRECTNESS CHECK FAILED for: " + "; ".join(bad))
     print(markdown_table(rows, [
         ("T", "T", "d"), ("mode", "mode", "s"), ("variant", "variant", "s"), ("us", "us/layer", ".2f"),
-        ("us_min", "min", ".2f"), ("speedup_vs_eager", "x vs eager", ".2f"), ("rel_rms_err", "rel RMS err", ".1e"),
+        ("us_min", "min", ".2f"), ("speedup_vs_eager", "x vs eager", ".2f"),
+        ("speedup_vs_inductor", "x vs inductor", ".2f"), ("rel_rms_err", "rel RMS err", ".1e"),
         ("copies", "layers rotated", "d"),
     ]))
     path = write_json(args.out / "kernels_kda.json", {

@@ -473,3 +473,17 @@ def test_compile_time_reports_each_role_and_pass(tmp_path):
         assert r["graphs"] == 1 and r["per_pass_s"]["pdl_swap"] > 0
         assert 0 < r["passes_s"] < r["wall_s"]
     assert data["total_s"] == pytest.approx(verify["wall_s"] + decode["wall_s"])
+
+
+@pytest.mark.gpu
+def test_gpu_kernels_kda_inductor_column(tmp_path):
+    # The KDA benchmark's Inductor column: one compiled graph of the eager path for every cold
+    # copy, checked against the fp32 reference like the other variants, lingc rows get the ratio.
+    from benchmarks import kernels_kda
+
+    assert kernels_kda.main(["--out", str(tmp_path), "--t", "1", "6", "--inductor", "--layers", "3",
+                             "--replays", "3"]) == 0
+    rows = json.loads((tmp_path / "kernels_kda.json").read_text())["rows"]
+    ind = [r for r in rows if r["variant"] == "inductor"]
+    assert [r["T"] for r in ind] == [1, 6] and all(r["correct"] and r["us"] > 0 for r in ind)
+    assert all(r["speedup_vs_inductor"] > 0 for r in rows if r["variant"] == "lingc")
