@@ -55,7 +55,10 @@ MLA_LAYERS = 7
 BF16 = torch.bfloat16
 # Relative RMS against the references: the norms' bf16 outputs are one rounding from fp32 (eager
 # is the reference's own expression); the MLA kernel's hi/lo dots are ~2^-17, eager/Inductor fp32.
-RTOL = {"norm": 8e-3, "mla": 1e-4}
+# Inductor's compile of the same MLA expression lands 7.7e-4 - 9.7e-4 from the reference on the
+# H200 (session 26; eager 4e-7): its contraction or rounding order, not investigated. The check of
+# a baseline is there to catch a wrong answer (off by O(1)), so it gets one bf16 rounding's room.
+RTOL = {"norm": 8e-3, "mla": 1e-4, "mla_inductor": 2e-3}
 
 
 def _rel_rms(a, b):
@@ -235,7 +238,8 @@ def bench_mla(L, T, copy_gbps, replays, inductor, split_lens, configs=()):
             print(f"mla_decode {shape} T={T} {variant}: skipped, {e}", flush=True)
             continue
         t = time_in_graph(fn, [(x,) for x in layers], replays=replays)
-        row = _row("mla_decode", shape, T, variant, t, floor_bytes, copy_gbps, err, RTOL["mla"], copies)
+        tol = RTOL["mla_inductor"] if variant == "inductor" else RTOL["mla"]
+        row = _row("mla_decode", shape, T, variant, t, floor_bytes, copy_gbps, err, tol, copies)
         table_layout = ("lingc", "lingc-no-pdl", "lingc-split-no-pdl", "lingc-combine-no-pdl")
         row["split_len"] = table.split_len if variant in table_layout else None
         rows.append(row)

@@ -27,8 +27,8 @@ Inductor mode.
 
 Correctness first, on every layer: each variant's output against the per-token fp32 reference
 (``moe_experts_reference``) under the routing that variant computes (lingc's fp32-accumulated
-router, or the eager ``Router`` with ``--router-dtype``; the two may differ on near-ties, which is
-why each is checked against its own). If one fails, or Inductor compiled more graphs than there
+router, the eager ``Router`` with ``--router-dtype``, or the router Inductor compiled; they may
+differ on near-ties, which is why each is checked against its own). If one fails, or Inductor compiled more graphs than there
 are distinct clamp settings, no speedup is printed and the exit status is 1. Targets (issue 5):
 lingc T=1 within 1.5x of the floor, T=6 within 1.3x, and at least 3x faster than the best
 Inductor mode at T=6.
@@ -48,7 +48,7 @@ from torch.func import functional_call
 
 from benchmarks.common import copy_bandwidth_gbps, markdown_table, require_cuda, time_in_graph, write_json
 from lingc.models.config import preset
-from lingc.models.moe import MoE
+from lingc.models.moe import MOE_CHUNK, MoE
 from lingc.runtime.kernels.moe_experts import moe_experts_reference
 from lingc.runtime.kernels.moe_experts.kernel import config_for
 from lingc.runtime.kernels.moe_router import moe_router  # noqa: F401  (registers lingc::moe_router)
@@ -102,7 +102,24 @@ def lingc_routing(x: torch.Tensor, moe: MoE):
                                       cfg.num_experts_per_tok, cfg.routed_scaling_factor, cfg.norm_topk_prob)
 
 
-def _functional_moe(template: MoE, params: dict, x: torch.Tensor) -> torch.Tensor:
+class _Routed(torch.nn.Module):
+    """MoE._forward (one chunk, no tensor parallelism: the benchmark's T <= MOE_CHUNK on one
+    GPU), returning the routing it used as well: a compiled router may break a near-tie the
+    other way than the eager one, so Inductor is checked under its own routing, like lingc."""
+
+    def __init__(self, moe: MoE):
+        super().__init__()
+        self.m = moe
+
+    def forward(self, x: torch.Tensor):
+        ids, w = self.m.gate(x)
+        y = self.m.experts(x, ids, w)
+        if self.m.shared_experts is not None:
+            y = y + self.m.shared_experts(x).float()
+        return y.to(x.dtype), ids, w
+
+
+def _functional_moe(template: _Routed, params: dict, x: torch.Tensor):
     return functional_call(template, params, (x,))
 
 
@@ -122,13 +139,27 @@ class InductorLayer:
         self.compiled = torch.compile(_functional_moe, dynamic=False, mode=mode)
         self.templates, self.params = {}, {}
         for moe in layers:
+            if moe.tp.enabled:
+                raise ValueError("kernels_moe's Inductor layer is MoE._forward on one GPU: build the layers "
+                                 "without tensor parallelism")
             key = (moe.experts.limit, moe.shared_experts.limit)
             if key not in self.templates:
                 with torch.device("meta"):
-                    self.templates[key] = MoE(moe.gate.cfg, moe.layer_id).eval()
-            self.params[id(moe)] = (self.templates[key], dict(moe.named_parameters()))
+                    self.templates[key] = _Routed(MoE(moe.gate.cfg, moe.layer_id).eval())
+            self.params[id(moe)] = (self.templates[key], {f"m.{n}": p for n, p in moe.named_parameters()})
 
     def __call__(self, x: torch.Tensor, moe: MoE) -> torch.Tensor:
+        return self.routed(x, moe)[0]
+
+    def routing(self, x: torch.Tensor, moe: MoE):
+        """The (ids, weights) this compiled layer computes for x (deterministic: the same as in
+        the call that is checked)."""
+        return self.routed(x, moe)[1:]
+
+    def routed(self, x: torch.Tensor, moe: MoE):
+        if x.shape[0] > MOE_CHUNK:
+            raise ValueError(f"T = {x.shape[0]}: kernels_moe's Inductor layer runs MoE._forward on one chunk "
+                             f"of at most MOE_CHUNK = {MOE_CHUNK} tokens")
         template, params = self.params[id(moe)]
         return self.compiled(template, params, x)
 
@@ -157,7 +188,7 @@ def make_variants(layers: list[MoE], inductor_modes: list[str]) -> dict:
     for mode in inductor_modes:
         name = "inductor" if mode == "default" else f"inductor-{mode}"
         compiled = InductorLayer(layers, None if mode == "default" else f"{mode}-no-cudagraphs")
-        v[name] = (compiled, eager_routing, contextlib.nullcontext)
+        v[name] = (compiled, compiled.routing, contextlib.nullcontext)
     return v
 
 

@@ -487,3 +487,18 @@ def test_gpu_kernels_kda_inductor_column(tmp_path):
     ind = [r for r in rows if r["variant"] == "inductor"]
     assert [r["T"] for r in ind] == [1, 6] and all(r["correct"] and r["us"] > 0 for r in ind)
     assert all(r["speedup_vs_inductor"] > 0 for r in rows if r["variant"] == "lingc")
+
+
+def test_kernels_moe_routed_wrapper_is_the_modules_forward():
+    # kernels_moe's Inductor variant compiles _Routed (MoE._forward that also returns its routing,
+    # so Inductor is checked under the routing it computed): eagerly it is the module, bit for bit.
+    from benchmarks.kernels_moe import _Routed, build_layers
+    from lingc.models.config import preset
+
+    cfg = preset("tiny")
+    moe = build_layers(cfg, 1, "cpu")[0]
+    x = torch.randn(6, cfg.hidden_size)
+    with torch.no_grad():
+        y, ids, w = _Routed(moe)(x)
+        ids_ref, w_ref = moe.gate(x)
+        assert torch.equal(y, moe(x)) and torch.equal(ids, ids_ref) and torch.equal(w, w_ref)
