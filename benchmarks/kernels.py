@@ -6,7 +6,8 @@ medians, the copy-bandwidth floor in the same run).
 
 Each benchmark writes its own JSON and prints its markdown table; this runner runs them in one
 process, keeps going when one fails (and says which), and writes OUT/kernels_summary.json with
-each one's status and wall time.
+each one's status and wall time, and, where matplotlib is installed, OUT/kernels.png
+(``benchmarks.plot_kernels``: lingc beside each baseline and the floor, per kernel).
 """
 
 from __future__ import annotations
@@ -72,7 +73,23 @@ def main(argv=None) -> int:
         write_json(args.out / "kernels_summary.json", summary)
     for name, s in summary.items():
         print(f"{name:<8} {s['status']}  ({s['seconds']:.0f} s)")
+    _plot(args.out)
     return 0 if all(s["status"] == "ok" or s["status"].startswith("GPU only") for s in summary.values()) else 1
+
+
+def _plot(out: Path) -> None:
+    """OUT/kernels.png from the JSON written (benchmarks.plot_kernels), where matplotlib is."""
+    from . import plot_kernels
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print(f"no matplotlib here: python -m benchmarks.plot_kernels {out} --out kernels.png draws the chart "
+              f"on any machine that has it")
+        return
+    try:
+        print(f"wrote {plot_kernels.draw(plot_kernels.load([out]), out / 'kernels.png')}")
+    except SystemExit as e:     # nothing to draw (every benchmark failed): the summary says why
+        print(f"no chart: {e}")
 
 
 if __name__ == "__main__":

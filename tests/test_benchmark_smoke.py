@@ -72,6 +72,70 @@ def test_kernels_runner_smoke(tmp_path):
     moe = json.loads((tmp_path / "kernels_moe_tiny.json").read_text())
     assert moe["all_correct"] and {r["variant"] for r in moe["rows"]} >= {"lingc", "eager"}
     assert "| T | variant | us/layer |" in out
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:     # CI: the runner says how to draw it elsewhere
+        assert "python -m benchmarks.plot_kernels" in out
+    else:
+        assert (tmp_path / "kernels.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _kernel_jsons():
+    """One row set of each kernel benchmark's JSON, as they write them (values made up)."""
+    return {
+        "kernels_swiglu": [dict(shape="dense-mlp", M=1, variant=v, us=us, copy_fraction=f)
+                           for v, us, f in (("lingc", 6.5, 0.57), ("lingc-no-pdl", 9.0, 0.4), ("eager", 21.0, 0.18),
+                                            ("fused-linear", 11.0, 0.34))],
+        "kernels_gemm": [dict(kind=k, shape=s, M=1, variant=v, us=us, copy_fraction=0.5)
+                         for k, s, v, us in (("fused", "KDA fused", "lingc", 10.0), ("fused", "KDA fused", "cublas", 78.0),
+                                             ("fused", "KDA fused", "lingc-no-pdl", 12.0),
+                                             ("single", "KDA b", "lingc", 2.4),
+                                             ("single", "lm_head argmax", "lingc-argmax", 52.0),
+                                             ("single", "lm_head argmax", "cublas+argmax", 64.0))],
+        "kernels_kda": [dict(T=t, mode=m, variant=v, us=us)
+                        for t, m, v, us in ((1, "persistent", "lingc", 3.2), (1, "persistent", "lingc-bv8", 3.3),
+                                            (6, "staged", "lingc", 8.8), (6, "persistent", "lingc", 7.9),
+                                            (6, "persistent", "inductor", 57.9), (6, "commit", "commit", 2.1),
+                                            (6, "recurrence-only", "fla", 11.4))],
+        "kernels_moe": [dict(T=6, variant=v, us=us, floor_us=30.4)
+                        for v, us in (("lingc", 53.0), ("inductor-max-autotune", 134.0))],
+        "kernels_attn": [dict(kernel="mla_decode", shape="L=8192", T=1, variant=v, us=us, floor_us=2.2)
+                         for v, us in (("lingc", 14.2), ("lingc-split64", 15.0), ("inductor", 49.8))],
+    }
+
+
+def test_plot_kernels_keeps_lingc_and_the_baselines_with_their_floors():
+    from benchmarks.plot_kernels import Bar, bars
+
+    got = {k: bars({"benchmark": k, "rows": rows}) for k, rows in _kernel_jsons().items()}
+    assert got["kernels_swiglu"] == [Bar("dense-mlp, M=1", "lingc", 6.5, pytest.approx(6.5 * 0.57)),
+                                     Bar("dense-mlp, M=1", "eager", 21.0, pytest.approx(21.0 * 0.18)),
+                                     Bar("dense-mlp, M=1", "fused-linear", 11.0, pytest.approx(11.0 * 0.34))]
+    # The GEMM panel: fused projections and the lm_head only; lingc's argmax kernel is "lingc".
+    assert [(b.group, b.variant) for b in got["kernels_gemm"]] == [
+        ("KDA fused, M=1", "lingc"), ("KDA fused, M=1", "cublas"), ("lm_head argmax, M=1", "lingc"),
+        ("lm_head argmax, M=1", "cublas+argmax")]
+    # KDA at T = 6: lingc's staged (verify) kernel, not its persistent one, nor the commit.
+    assert [(b.group, b.variant, b.us) for b in got["kernels_kda"]] == [
+        ("T=1", "lingc", 3.2), ("T=6 (lingc staged)", "lingc", 8.8), ("T=6 (lingc staged)", "inductor", 57.9),
+        ("T=6 (lingc staged)", "fla-core (recurrence only)", 11.4)]
+    assert [(b.variant, b.floor_us) for b in got["kernels_moe"]] == [("lingc", 30.4), ("inductor-max-autotune", 30.4)]
+    assert [b.variant for b in got["kernels_attn"]] == ["lingc", "inductor"]
+    with pytest.raises(ValueError, match="unknown benchmark 'kernels_x'"):
+        bars({"benchmark": "kernels_x", "rows": [dict(variant="lingc", us=1.0)]})
+
+
+def test_plot_kernels_draws_every_json_of_a_folder(tmp_path):
+    pytest.importorskip("matplotlib")
+    from benchmarks.plot_kernels import main
+
+    for k, rows in _kernel_jsons().items():
+        (tmp_path / f"{k}.json").write_text(json.dumps({"benchmark": k, "rows": rows}))
+    (tmp_path / "kernels_summary.json").write_text(json.dumps({"moe": {"status": "ok"}}))   # not a benchmark
+    assert main([str(tmp_path), "--out", str(tmp_path / "k.png"), "--title", "X"]) == 0
+    assert (tmp_path / "k.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(SystemExit, match="no kernel benchmark rows"):
+        main([str(tmp_path / "kernels_summary.json"), "--out", str(tmp_path / "n.png")])
 
 
 def test_invariance_probe_finds_nothing_on_the_tiny_model_and_names_a_broken_op(capsys, monkeypatch):
