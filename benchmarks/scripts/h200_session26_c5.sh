@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Session 26 call 5 on ONE H200 (carry .whl): the decode benchmark's sanity lines against
+# method.md with the T = 6 verify's distinct-expert count printed under its floor-bytes line
+# (added after call 1, whose verify floor was 6.543 GB against method.md's 7.1), from the cheapest
+# mode (eager, 4 tokens): the floors and their expert counts do not depend on the modes run.
+# Expected ~60 s after the install; run with timeout_s 240.
+set -u
+source "$(dirname "$0")/device_env.sh"
+CUDA_VISIBLE_DEVICES=0 timeout 150 python3 -m benchmarks.decode --preset flash-tp4-rank --context 8192 \
+    --lingc-inductor 0 --tokens 4 --modes eager --out "$OUT/d" 2>&1 \
+    | grep --line-buffered -v "UserWarning\|warnings.warn\|^$" | stamp > "$OUT/sanity.log"
+cp "$OUT/d/decode.json" "$OUT/sanity.json"; rm -rf "$OUT/d"
+grep -E "floor|method.md|distinct|eager" "$OUT/sanity.log" | head -20
+grep -qiE "error" "$OUT/install.log" || rm -f "$OUT/install.log"
+find "$OUT" -maxdepth 1 -empty -delete; ls -la "$OUT"
