@@ -3,7 +3,8 @@
     python -m benchmarks.plot_kernels DIR [JSON ...] --out kernels.png
 
 Reads the JSON that ``benchmarks.kernels`` (or one of the ``benchmarks.kernels_*`` modules)
-writes: every ``kernels_*.json`` in a folder, or the files named. One panel per benchmark, one
+writes: every ``kernels_*.json`` of a folder that is a benchmark's (the runner's summary is
+skipped), or the files named (each must be one). One panel per benchmark, one
 group of horizontal bars per kernel and shape, us per call on a log axis; the floor (bytes the
 call must move over the copy bandwidth of the same run) is a black tick where the benchmark
 knows it (a floor far below every bar of its panel, as a norm's few KB, is left off the axis). Only the table's lingc kernel and the baselines are drawn (eager, Inductor, cuBLAS,
@@ -77,17 +78,19 @@ def bars(data: dict) -> list[Bar]:
 
 def load(paths: list[Path]) -> list[tuple[str, list[Bar]]]:
     """(panel title, bars) per benchmark JSON found in ``paths`` (folders: their kernels_*.json)."""
-    files = []
+    files = []      # (path, named: a file given by name must be a benchmark's JSON)
     for p in paths:
         if p.is_dir():
-            files += sorted(f for f in p.glob("kernels_*.json") if f.name != "kernels_summary.json")
+            files += [(f, False) for f in sorted(p.glob("kernels_*.json"))]
         elif p.is_file():
-            files.append(p)
+            files.append((p, True))
         else:
             raise SystemExit(f"{p}: no such file or folder")
     panels = []
-    for f in files:
+    for f, named in files:
         data = json.loads(f.read_text())
+        if not named and data.get("benchmark") not in TITLES:   # the runner's summary, a stray file
+            continue
         b = bars(data)
         if b:
             panels.append((TITLES.get(data.get("benchmark"), f.stem), b))

@@ -132,10 +132,13 @@ def test_plot_kernels_draws_every_json_of_a_folder(tmp_path):
     for k, rows in _kernel_jsons().items():
         (tmp_path / f"{k}.json").write_text(json.dumps({"benchmark": k, "rows": rows}))
     (tmp_path / "kernels_summary.json").write_text(json.dumps({"moe": {"status": "ok"}}))   # not a benchmark
+    (tmp_path / "kernels_other.json").write_text(json.dumps({"benchmark": "x", "rows": [{"variant": "lingc"}]}))
     assert main([str(tmp_path), "--out", str(tmp_path / "k.png"), "--title", "X"]) == 0
     assert (tmp_path / "k.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(SystemExit, match="no kernel benchmark rows"):
         main([str(tmp_path / "kernels_summary.json"), "--out", str(tmp_path / "n.png")])
+    with pytest.raises(ValueError, match="unknown benchmark 'x'"):     # named: it must be one
+        main([str(tmp_path / "kernels_other.json"), "--out", str(tmp_path / "n.png")])
 
 
 def test_invariance_probe_finds_nothing_on_the_tiny_model_and_names_a_broken_op(capsys, monkeypatch):
