@@ -569,3 +569,35 @@ def test_kernels_moe_routed_wrapper_is_the_modules_forward():
         y, ids, w = _Routed(moe)(x)
         ids_ref, w_ref = moe.gate(x)
         assert torch.equal(y, moe(x)) and torch.equal(ids, ids_ref) and torch.equal(w, w_ref)
+
+
+@pytest.mark.parametrize("form", ["direct", "id-early", "id-after-wait", "+ split-K"])
+def test_gather_probe_reads_the_up_gemms_tiles(form):
+    # benchmarks.gather_probe's kernel (interpreter on the CPU) at a small shape: I = 16 rows of
+    # gate and up, H = 64 (two tiles of 8 columns, four chunks of 16), three blocks of a pool of 5.
+    from benchmarks.gather_probe import Gather, tile_folds
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    i, h, bn, ck = 16, 64, 8, 16
+    w = torch.randint(-2**31, 2**31 - 1, (5, 2 * i, h // 2), dtype=torch.int32, device=dev)
+    g = Gather(w, 3, rows=2, i=i, h=h, block_n=bn, chunk_k=ck)
+    experts = [4, 0, 2] if form != "direct" else [1, 2, 3]
+    ref = tile_folds(w.cpu(), experts, i, bn)                       # [blocks * tiles, 2 * bn]
+    for _ in range(2):                                              # the tickets are reset for the next call
+        out = g(form, torch.tensor([4, 0, 2], dtype=torch.int32, device=dev), 1, False).cpu()
+        if form == "+ split-K":
+            assert torch.equal(out[:ref.numel()].view_as(ref), ref)
+        else:   # one word per CTA: the xor of its chunk, whose xor over the chunks is the tile's
+            words = out[:ref.shape[0] * g.split_k].view(ref.shape[0], g.split_k)
+            folded = words[:, 0].clone()
+            for k in range(1, g.split_k):
+                folded ^= words[:, k]
+            tiles = ref[:, 0].clone()
+            for c in range(1, ref.shape[1]):
+                tiles ^= ref[:, c]
+            assert torch.equal(folded, tiles)
+    assert g.nbytes == 3 * 2 * i * h * 2
+    with pytest.raises(ValueError, match="rows = 3: a power of two"):
+        Gather(w, 3, rows=3, i=i, h=h, block_n=bn, chunk_k=ck)
+    with pytest.raises(ValueError, match=r"want int32 \[E, 32, 32\]"):
+        Gather(w.float(), 3, rows=2, i=i, h=h, block_n=bn, chunk_k=ck)
