@@ -601,3 +601,15 @@ def test_gather_probe_reads_the_up_gemms_tiles(form):
         Gather(w, 3, rows=3, i=i, h=h, block_n=bn, chunk_k=ck)
     with pytest.raises(ValueError, match=r"want int32 \[E, 32, 32\]"):
         Gather(w.float(), 3, rows=2, i=i, h=h, block_n=bn, chunk_k=ck)
+
+
+@pytest.mark.gpu
+def test_gpu_gather_probe_runs_every_form(tmp_path):
+    from benchmarks.gather_probe import FORMS, main
+
+    assert main(["--out", str(tmp_path), "--experts", "8", "--sets", "4", "--pool", "64", "--replays", "3"]) == 0
+    data = json.loads((tmp_path / "gather_probe.json").read_text())
+    assert data["correct"] and [r["what"] for r in data["rows"]][:len(FORMS)] == list(FORMS)
+    assert all(r["us"] > 0 for r in data["rows"])
+    with pytest.raises(SystemExit, match="each set needs its own experts"):
+        main(["--out", str(tmp_path), "--experts", "40", "--sets", "4", "--pool", "64"])
