@@ -90,6 +90,15 @@ def test_kernel_configs_match_reference(k, dtype, config):
     assert_close(run_kernel(x, weights, config), gemm_reference(x, weights), RTOL[dtype])
 
 
+@pytest.mark.parametrize("config", ["C-r4", "C-r16-w8-ahead"])
+@pytest.mark.parametrize("m", [1, 16])
+def test_design_c_rows_match_reference(m, config):
+    # Design C runs the token rows one after another in each CTA: one row and more rows than
+    # a CTA has weight rows, beside the M = 6 of the config sweep above.
+    x, weights = make_inputs(m, 96, (24, 7, 37), torch.bfloat16, seed=900 + m)
+    assert_close(run_kernel(x, weights, CONFIG_CASES[config]), gemm_reference(x, weights), RTOL[torch.bfloat16])
+
+
 EPILOGUES = [("bias",), ("residual",), ("sigmoid_mul",), ("bias", "residual", "sigmoid_mul")]
 
 
@@ -224,8 +233,20 @@ def test_unwritten_output_is_caught():
 # gemm_argmax.
 
 
+# A NaN with a payload no arithmetic produces (the max logit may itself be NaN or inf).
+_UNWRITTEN_BITS = 0x7FA5A5A5
+
+
 def run_argmax(x, w, config=None):
-    return gemm_argmax_triton(x, w, config=config)
+    # Into pre-filled outputs (an impossible id, a marked NaN): every row must be written.
+    m = x.shape[0]
+    out = (torch.full((m,), -1, dtype=torch.int64, device=x.device),
+           torch.full((m,), _UNWRITTEN_BITS, dtype=torch.int32, device=x.device).view(torch.float32))
+    ids, best = gemm_argmax_triton(x, w, config=config, out=out)
+    assert ids is out[0] and best is out[1]
+    assert not (ids < 0).any() and not (best.view(torch.int32) == _UNWRITTEN_BITS).any(), \
+        "gemm_argmax left a row unwritten"
+    return ids, best
 
 
 @pytest.mark.parametrize("n", [37, 300])

@@ -241,14 +241,18 @@ def test_reference_batch_invariant_in_T():
 
 @pytest.mark.parametrize("index_shape", [(), (1,)], ids=["0d", "1elem"])
 @pytest.mark.parametrize("impl", ["triton", "op"])
-def test_commit_copies_the_chosen_position(impl, index_shape):
-    x = make_inputs(6, 2, 16, torch.bfloat16, seed=51)
+@pytest.mark.parametrize("H,K", SHAPES)
+def test_commit_copies_the_chosen_position(impl, index_shape, H, K):
+    # Every element written (NaN-poisoned destinations) from the chosen stage position; the
+    # Triton launch at a small block too, so the state and the window span several blocks.
+    x = make_inputs(6, H, K, torch.bfloat16, seed=51 + H + K)
     _, _, _, ss, sw = run_kernel(x, staged=True)
     for i in (0, 3, 5):
-        state, window = x["state"].clone(), x["conv_window"].clone()
+        state = torch.full_like(x["state"], float("nan"))
+        window = torch.full_like(x["conv_window"], float("nan"))
         index = torch.full(index_shape, i, dtype=torch.int64, device=state.device)
         if impl == "triton":
-            kda_commit_triton(state, window, ss, sw, index)
+            kda_commit_triton(state, window, ss, sw, index, block=64 if i == 3 else 4096)
         else:
             kda_commit(state, window, ss, sw, index)
         assert torch.equal(state, ss[i]) and torch.equal(window, sw[i])
@@ -270,8 +274,8 @@ def _commit_many_buffers(n, H, K, D, seed, device=DEVICE, P=6):
 def test_commit_many_copies_every_layers_chosen_position(impl, n):
     # Every element of every layer is written (NaN-poisoned destinations), from its own layer's
     # stage (fresh random stages per layer), across launch-group boundaries.
-    for i in (0, 5):
-        states, windows, ss, sw = _commit_many_buffers(n, 2, 16, 8, seed=60 + n + i)
+    for i, (H, K, D) in ((0, (2, 16, 8)), (5, (4, 32, 24))):
+        states, windows, ss, sw = _commit_many_buffers(n, H, K, D, seed=60 + n + i)
         index = torch.tensor([i], device=states[0].device)
         if impl == "triton":
             kda_commit_many_triton(states, windows, ss, sw, index, block=256)

@@ -116,6 +116,18 @@ def test_kernel_matches_reference(T, L, p0, config, kv_dtype):
     assert_close(got, mla_decode_reference(*cpu(args(x))), RTOL[kv_dtype])
 
 
+@pytest.mark.parametrize("T,p0", [(1, 70), (6, 30)])
+@pytest.mark.parametrize("heads,rank,rope", [(3, 24, 6), (8, 64, 16)])
+def test_kernel_matches_reference_other_head_shapes(heads, rank, rope, T, p0):
+    # Head count, latent rank and RoPE width away from the tiny preset's (4, 40, 8) on the CPU
+    # too (flash-tp4-rank's 8, 512, 64 run in the GPU tests): padded head tiles, a rank and a
+    # RoPE width that are not powers of two.
+    x = make_inputs(T, 100, chain(p0, T), torch.bfloat16, seed=heads * 100 + rank + T, heads=heads, rank=rank,
+                    rope=rope)
+    got = run_kernel(args(x, gate=True, rope=True))
+    assert_close(got, mla_decode_reference(*cpu(args(x, gate=True, rope=True))), RTOL[torch.bfloat16])
+
+
 @pytest.mark.parametrize("kv_dtype,q_rope_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
                                                    (torch.bfloat16, torch.float32)], ids=["fp32", "bf16", "bf16-q32"])
 def test_kernel_fused_rope_and_gate(kv_dtype, q_rope_dtype):

@@ -116,17 +116,25 @@ def gemm_argmax_triton(
     *,
     config: GemmConfig | None = None,
     use_pdl: bool | None = None,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch on x [M, K] and w [N, K] (unit K stride); returns (ids int64 [M], max_logit fp32
-    [M]) as naive.gemm_argmax_reference. ``config`` (split_k must be 1) overrides the table;
-    ``use_pdl`` defaults to ``pdl_supported(x.device)``. Arguments are assumed validated by the op.
+    [M]) as naive.gemm_argmax_reference, in ``out`` when given (contiguous int64 [M], fp32 [M]:
+    a test pre-fills them to see every row written). ``config`` (split_k must be 1) overrides
+    the table; ``use_pdl`` defaults to ``pdl_supported(x.device)``. Arguments are assumed
+    validated by the op.
     """
     m, k = x.shape
     n = w.shape[0]
     assert w.shape[1] == k and w.dtype == x.dtype and (w.stride(1) == 1 or k <= 1) and n >= 1, (
         x.shape, w.shape, w.dtype, w.stride())
-    ids = torch.empty(m, device=x.device, dtype=torch.int64)
-    best = torch.empty(m, device=x.device, dtype=torch.float32)
+    if out is None:
+        ids = torch.empty(m, device=x.device, dtype=torch.int64)
+        best = torch.empty(m, device=x.device, dtype=torch.float32)
+    else:
+        ids, best = out
+        assert (ids.shape == best.shape == (m,) and ids.dtype == torch.int64 and best.dtype == torch.float32
+                and ids.is_contiguous() and best.is_contiguous()), (ids.shape, ids.dtype, best.shape, best.dtype)
     if m == 0:
         return ids, best
     cfg = config if config is not None else argmax_config_for(n, k)
