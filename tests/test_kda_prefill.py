@@ -100,6 +100,34 @@ def test_small_chunk_many_chunks(T):
     assert_close(S, S_rec, RTOL)
 
 
+class _NanScratchTorch:
+    """torch as the prefill launcher sees it, with every floating-point torch.empty NaN-filled:
+    its scratch between the two kernels (w, qg, kd, u, p, gc) then holds NaN wherever the chunk
+    kernel does not write, and an output that read such an element would be NaN."""
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    @staticmethod
+    def empty(*a, **kw):
+        t = torch.empty(*a, **kw)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+
+@pytest.mark.parametrize("T,chunk", [(37, 16), (37, 64), (130, 64)])
+def test_state_kernel_reads_only_scratch_the_chunk_kernel_wrote(monkeypatch, T, chunk):
+    # Partial last chunks (37 = 2 x 16 + 5; 130 = 2 x 64 + 2): the padding rows of the scratch
+    # must be written by the chunk kernel or never read by the state kernel.
+    from lingc.runtime.kernels.kda_prefill import kernel as kmod
+
+    monkeypatch.setattr(kmod, "torch", _NanScratchTorch())
+    x = make_inputs(T, 2, 24, 16, seed=400 + T + chunk)
+    o, S = run_kernel(x, KdaPrefillConfig(chunk=chunk, bv=16))
+    o_rec, S_rec = kda_recurrent(*args(cpu(x)))
+    assert_close(o, o_rec, RTOL)
+    assert_close(S, S_rec, RTOL)
+
+
 @pytest.mark.parametrize("decay", [0.001, 4.0], ids=["near-one", "strong"])
 def test_extreme_decay(decay):
     # Strong: g down to -20 per token, so the in-chunk cumulative decay reaches ~-1300, far past
