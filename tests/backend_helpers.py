@@ -45,6 +45,25 @@ def stat(report, name):
     return next(s for s in report.stats if s.name == name)
 
 
+def dump_op_changes(dump_root, report, pass_name: str) -> str:
+    """What one pass changed in a dumped graph, as "+op n" / "-op n" lines sorted by op: the
+    nodes its after-dump has and its before-dump lacks, by target (a readable pin of a pass that
+    rewrites hundreds of nodes, where the whole diff would be noise)."""
+    import difflib
+    from collections import Counter
+    from pathlib import Path
+
+    d = Path(dump_root) / report.dump_dir.split("/")[-1]
+    before = next(d.glob(f"*-{pass_name}.before.txt")).read_text().splitlines()
+    after = next(d.glob(f"*-{pass_name}.after.txt")).read_text().splitlines()
+    counts = Counter()
+    for line in difflib.unified_diff(before, after, n=0, lineterm=""):
+        if line.startswith(("+++", "---")) or "= " not in line or line[0] not in "+-":
+            continue
+        counts[(line[0], line.split("= ", 1)[1].split("(")[0])] += 1
+    return "".join(f"{sign}{op} {n}\n" for (sign, op), n in sorted(counts.items(), key=lambda kv: (kv[0][1], kv[0][0])))
+
+
 # Expect tests of printed graphs are pinned on the CPU / torch 2.13 path (design.md): other torch
 # versions name and order nodes differently.
 import pytest  # noqa: E402

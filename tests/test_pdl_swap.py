@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from backend_helpers import pinned_graph_text, run_and_report, stat
+from backend_helpers import dump_op_changes, pinned_graph_text, run_and_report, stat
 from expecttest import assert_expected_inline
 from model_helpers import assert_rel_close, chain_accepting, randomize_cache_, tiny_model
 
@@ -397,9 +397,66 @@ def test_not_a_norm_is_left():
 
 
 @pinned_graph_text
-def test_expect_dump(tiny):
+def test_expect_dump(tiny, tmp_path):
     model, base = tiny
-    _, report = run_and_report(model, torch.tensor([5]), torch.tensor([P]), base.clone(), role="decode")
+    _, report = run_and_report(model, torch.tensor([5]), torch.tensor([P]), base.clone(), role="decode",
+                               dump_dir=str(tmp_path))
+    # The ops it adds and drops, from its before / after dump (~800 nodes: by op, not line by line).
+    assert_expected_inline(dump_op_changes(tmp_path, report, "pdl_swap"), """\
+-aten.add.Tensor 101
+-aten.amax 2
+-aten.bitwise_not 2
+-aten.bmm 10
+-aten.cat 22
+-aten.clone 4
+-aten.copy 8
+-aten.copy_ 10
+-aten.cos 4
+-aten.div.Tensor 14
+-aten.embedding 1
+-aten.exp 22
+-aten.index_put 2
+-aten.le.Tensor 2
+-aten.mean.dim 19
+-aten.mul.Tensor 162
+-aten.neg 12
+-aten.permute 48
+-aten.pow.Tensor_Scalar 19
++aten.reshape 16
+-aten.rsqrt 27
+-aten.scalar_tensor 2
++aten.select.int 10
+-aten.select.int 118
+-aten.select_scatter 10
+-aten.sigmoid 14
+-aten.sin 4
++aten.slice.Tensor 5
+-aten.slice.Tensor 71
+-aten.squeeze.dim 12
+-aten.sub.Tensor 10
+-aten.sum.dim_IntList 18
+-aten.unsqueeze 64
++aten.view 16
+-aten.view 78
+-aten.where.self 2
++getitem 35
+-getitem 10
++lingc.embedding_rmsnorm 1
++lingc.gated_head_rmsnorm 4
++lingc.gemm 7
+-lingc.gemm 7
++lingc.head_matmul 4
++lingc.kda_chain 4
++lingc.mla_decode 2
++lingc.mla_kv_write 2
+-lingc.moe_router 5
++lingc.rmsnorm 7
++lingc.rmsnorm_router 5
++lingc.swiglu_gemm_separate 1
+-lingc.swiglu_gemm_separate 1
+-prims.convert_element_type 4
+-prims.iota 2
+""")
     st = stat(report, "pdl_swap")
     assert_expected_inline(f"{st.matches} matches, ops {st.ops_before} -> {st.ops_after}\n" + "\n".join(st.notes) + "\n",
                            """\

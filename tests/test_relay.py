@@ -6,9 +6,12 @@ its cache and relay buffers, which the pollution test checks.
 
 from __future__ import annotations
 
+import difflib
+
 import pytest
 import torch
 from backend_helpers import run_and_report, stat
+from expecttest import assert_expected_inline
 from model_helpers import tiny_model
 
 import lingc
@@ -141,6 +144,8 @@ def test_generate_api_and_stream(model, gold):
 def test_metadata_capture_inputs_before_and_after(model):
     """After the pass the verify graph no longer reads the host-refilled positions buffer."""
     from lingc import pass_manager
+    from lingc.compat import TORCH_VERSION
+    from lingc.graph_text import format_graph
     from lingc.passes.metadata_capture import MetadataCapture, graph_reads
     seen = {}
 
@@ -149,8 +154,11 @@ def test_metadata_capture_inputs_before_and_after(model):
             refills = [n for n in gm.graph.nodes if n.target is torch.ops.lingc.host_refill.default]
             seen["host"] = {n.args[0].name for n in refills}
             seen["before"] = set(graph_reads(gm))
+            seen["text_before"] = format_graph(gm).splitlines()
             matches = super().apply(gm)
             seen["after"] = set(graph_reads(gm))
+            seen["text_after"] = format_graph(gm).splitlines()
+            seen["refills_after"] = [n for n in gm.graph.nodes if n.target is torch.ops.lingc.host_refill.default]
             return matches
 
     cfg = model.config
@@ -166,8 +174,30 @@ def test_metadata_capture_inputs_before_and_after(model):
         pass_manager.registered_passes = orig
     assert stat(report, "metadata_capture").matches == 1
     assert len(seen["host"]) == 1 and seen["host"] <= seen["before"]
-    assert seen["after"] == seen["before"] - seen["host"]
+    assert seen["after"] == seen["before"] - seen["host"] and not seen["refills_after"]
     assert "chain positions" in stat(report, "metadata_capture").notes[0]
+    if TORCH_VERSION == (2, 13):    # graph text is pinned on torch 2.13 (backend_helpers.pinned_graph_text)
+        diff = [line for line in difflib.unified_diff(seen["text_before"], seen["text_after"], n=0, lineterm="")
+                if not line.startswith(("+++", "---", "@@"))]
+        assert_expected_inline("\n".join(diff) + "\n", """\
+-%host_refill = lingc.host_refill(%arg1_1, %add, 'chain positions') i64[6]
+-%convert_element_type = prims.convert_element_type(%host_refill, f32) f32[6]
++%convert_element_type = prims.convert_element_type(%add, f32) f32[6]
+-%convert_element_type_1 = prims.convert_element_type(%host_refill, f32) f32[6]
++%convert_element_type_1 = prims.convert_element_type(%add, f32) f32[6]
+-%index_put = aten.index_put(%select_112, [%host_refill], %cat_12) f32[32, 48]
++%index_put = aten.index_put(%select_112, [%add], %cat_12)    f32[32, 48]
+-%unsqueeze_94 = aten.unsqueeze(%host_refill, 1)              i64[6, 1]
++%unsqueeze_94 = aten.unsqueeze(%add, 1)                      i64[6, 1]
+-%convert_element_type_2 = prims.convert_element_type(%host_refill, f32) f32[6]
++%convert_element_type_2 = prims.convert_element_type(%add, f32) f32[6]
+-%convert_element_type_3 = prims.convert_element_type(%host_refill, f32) f32[6]
++%convert_element_type_3 = prims.convert_element_type(%add, f32) f32[6]
+-%index_put_1 = aten.index_put(%select_239, [%host_refill], %cat_25) f32[32, 48]
++%index_put_1 = aten.index_put(%select_239, [%add], %cat_25)  f32[32, 48]
+-%unsqueeze_206 = aten.unsqueeze(%host_refill, 1)             i64[6, 1]
++%unsqueeze_206 = aten.unsqueeze(%add, 1)                     i64[6, 1]
+""")
 
 
 # -- GPU ------------------------------------------------------------------------------------------

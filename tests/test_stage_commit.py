@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn as nn
-from backend_helpers import compile_lingc, pinned_graph_text, run_and_report, stat
+from backend_helpers import compile_lingc, dump_op_changes, pinned_graph_text, run_and_report, stat
 from expecttest import assert_expected_inline
 from model_helpers import assert_rel_close, chain_accepting, randomize_cache_, tiny_model
 
@@ -181,12 +181,31 @@ def test_verdict_reference():
 
 
 @pinned_graph_text
-def test_expect_dump(setup):
+def test_expect_dump(setup, tmp_path):
     model, base = setup
     from lingc.dump import format_summary
     chain = chain_accepting(model, base, 2, start=P, steps=S, vocab=VOCAB)
-    _, report = run_and_report(verify_fn(model), chain,
-                               torch.arange(P, P + S + 1), base.clone(), role="verify", disable_passes=OTHER)
+    _, report = run_and_report(verify_fn(model), chain, torch.arange(P, P + S + 1), base.clone(), role="verify",
+                               disable_passes=OTHER, dump_dir=str(tmp_path))
+    # The ops it adds and drops, from its before / after dump (the staged copies and their stacks).
+    assert_expected_inline(dump_op_changes(tmp_path, report, "stage_commit"), """\
++aten.cat 20
++aten.copy 8
+-aten.copy 8
++aten.copy_ 8
+-aten.copy_ 8
++aten.index.Tensor 8
++aten.permute 60
++aten.select.int 8
+-aten.select.int 8
++aten.select_scatter 8
+-aten.select_scatter 8
++aten.slice.Tensor 60
++aten.squeeze.dim 8
++aten.stack 8
++aten.view 20
+-lingc.state_commit 1
+""")
     text = format_summary([s for s in report.stats if s.name in ("stage_commit", "cleanup")], "verify",
                           timings=False)
     assert_expected_inline(text.replace("; ", ";\n    "), """\

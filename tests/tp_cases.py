@@ -96,8 +96,8 @@ def relay_case(tp, preset_name: str = "tiny", new_tokens: int = 48, spec_tokens:
 
 
 def symm_case(tp, steps: int = 8, **overrides) -> dict:
-    """A decode step compiled with allreduce='symm_mem' next to the NCCL one: the rewrite's counts
-    and both graphs' greedy tokens."""
+    """A decode step compiled with allreduce='symm_mem' next to the NCCL one: the rewrite's counts,
+    both graphs' greedy tokens and their first step's logits."""
     from lingc.backend import compile_reports
     from lingc.decoding.reference import allocate_cache, prefill
 
@@ -106,7 +106,7 @@ def symm_case(tp, steps: int = 8, **overrides) -> dict:
 
     def step(ids, pos, cache):
         logits, _ = model(ids, pos, cache)
-        return logits.argmax(-1)
+        return logits
 
     out = {}
     for mode in ("nccl", "symm_mem"):
@@ -116,11 +116,13 @@ def symm_case(tp, steps: int = 8, **overrides) -> dict:
         cache = allocate_cache(model, len(PROMPT), steps + 1)
         logits, _ = prefill(model, cache, torch.tensor(PROMPT, device=dev))
         tok = logits.argmax(-1).view(1)
-        toks = []
+        toks, first = [], None
         with torch.no_grad():
             for i in range(steps):
-                tok = compiled(tok, torch.tensor([len(PROMPT) + i], device=dev), cache)
+                logits = compiled(tok, torch.tensor([len(PROMPT) + i], device=dev), cache)
+                first = logits.float().cpu() if first is None else first
+                tok = logits.argmax(-1)
                 toks.append(int(tok))
-        out[mode] = {"tokens": toks, "report": compile_reports[-1].format(),
+        out[mode] = {"tokens": toks, "logits0": first, "report": compile_reports[-1].format(),
                      "table": {op: n for _c, op, n, _ in compile_reports[-1].kernels.rows}}
     return out
