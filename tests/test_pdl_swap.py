@@ -121,6 +121,7 @@ def test_state_ready_not_on_a_second_chain_of_one_state():
     transposed temporary never qualifies."""
     import torch.fx as fx
 
+    import lingc.runtime.kernels.kda  # noqa: F401  (registers lingc::kda_chain, whatever ran before)
     from lingc.graph_match import aten
     from lingc.passes.pdl_swap import PdlSwap
 
