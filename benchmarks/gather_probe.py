@@ -15,8 +15,9 @@ up-GEMM's structure one piece at a time:
 - ``id-early``      the expert id read from a table first, before the wait (ids ready early);
 - ``id-after-wait`` the id read after the wait, as the up-GEMM must (moe_align writes it);
 - ``+ split-K``     and each CTA stores its partial (``--rows`` rows of 64 words: the valid
-                    rows, ~1 at T = 6) and takes an acq_rel ticket; the last of a tile's chunks reads every partial and stores
-                    the tile's result, as the up-GEMM's epilogue does.
+                    rows, ~1 at T = 6) and takes an acq_rel ticket; the last of a tile's
+                    chunks reads every partial and stores the tile's result, as the
+                    up-GEMM's epilogue does.
 
 Beside them, in the same run, a contiguous pure read of the same bytes (read_probe's kernel, 32
 KB per CTA). Each call of a CUDA graph is one kernel over its own expert set (id sets drawn from
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -61,19 +63,17 @@ def _gather_kernel(w_ptr, ids_ptr, base, part_ptr, ticket_ptr, out_ptr,
     j = pid_n * BLOCK_N + r // 2
     row = tl.where(r % 2 == 0, j, I + j)          # gate, up interleaved, as the up-GEMM's tile
     offs = pid_k * LANES + tl.arange(0, LANES)
+    if FORM >= 2:                                 # the id is the previous kernel's output
+        pdl_wait(USE_GDC)
+        pdl_launch_dependents(USE_GDC)
     if FORM == 0:
         e = base + pid_b
-    elif FORM == 1:
-        e = tl.load(ids_ptr + pid_b)
-    if FORM < 2:
-        w = tl.load(w_ptr + (e.to(tl.int64) * 2 * I + row[:, None]) * (H // 2) + offs[None, :])
-        pdl_wait(USE_GDC)
-        pdl_launch_dependents(USE_GDC)
     else:
+        e = tl.load(ids_ptr + pid_b)
+    w = tl.load(w_ptr + (e.to(tl.int64) * 2 * I + row[:, None]) * (H // 2) + offs[None, :])
+    if FORM < 2:                                  # the tile requested before the wait
         pdl_wait(USE_GDC)
         pdl_launch_dependents(USE_GDC)
-        e = tl.load(ids_ptr + pid_b)
-        w = tl.load(w_ptr + (e.to(tl.int64) * 2 * I + row[:, None]) * (H // 2) + offs[None, :])
     fold = tl.xor_sum(w, axis=1)                  # [2 * BLOCK_N]: this chunk's word per row
     tile = pid_b * N_TILES + pid_n
     if FORM < 3:
@@ -127,17 +127,17 @@ class Gather:
         return self.out
 
 
+def xor_reduce(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """Bitwise xor of an integer tensor along ``dim`` (torch has no xor reduction)."""
+    return torch.from_numpy(np.bitwise_xor.reduce(t.cpu().numpy(), axis=dim))
+
+
 def tile_folds(w: torch.Tensor, experts: list[int], i: int, block_n: int) -> torch.Tensor:
     """Reference of the split-K form's output: per (block, column tile), the xor over H of each
     of the tile's interleaved gate / up rows, [blocks * n_tiles, 2 * block_n] int32."""
-    def xor_rows(m):                                  # [rows, lanes] -> [rows]
-        acc = m[:, 0].clone()
-        for c in range(1, m.shape[1]):
-            acc ^= m[:, c]
-        return acc
     out = []
     for e in experts:
-        folds = xor_rows(w[e])                        # [2 I]
+        folds = xor_reduce(w[e], 1)                   # [2 I]
         for t in range(i // block_n):
             j = t * block_n + torch.arange(block_n)
             out.append(torch.stack([folds[j], folds[i + j]], 1).reshape(-1))

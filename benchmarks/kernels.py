@@ -81,13 +81,10 @@ def _plot(out: Path) -> None:
     """OUT/kernels.png from the JSON written (benchmarks.plot_kernels), where matplotlib is."""
     from . import plot_kernels
     try:
-        import matplotlib  # noqa: F401
-    except ImportError:
+        print(f"wrote {plot_kernels.draw(plot_kernels.load([out]), out / 'kernels.png')}")
+    except ImportError:         # draw's matplotlib
         print(f"no matplotlib here: python -m benchmarks.plot_kernels {out} --out kernels.png draws the chart "
               f"on any machine that has it")
-        return
-    try:
-        print(f"wrote {plot_kernels.draw(plot_kernels.load([out]), out / 'kernels.png')}")
     except SystemExit as e:     # nothing to draw (every benchmark failed): the summary says why
         print(f"no chart: {e}")
 

@@ -28,8 +28,9 @@ Inductor mode.
 Correctness first, on every layer: each variant's output against the per-token fp32 reference
 (``moe_experts_reference``) under the routing that variant computes (lingc's fp32-accumulated
 router, the eager ``Router`` with ``--router-dtype``, or the router Inductor compiled; they may
-differ on near-ties, which is why each is checked against its own). If one fails, or Inductor compiled more graphs than there
-are distinct clamp settings, no speedup is printed and the exit status is 1. Targets (issue 5):
+differ on near-ties, which is why each is checked against its own). If one fails, or Inductor
+compiled more graphs than there are distinct clamp settings, no speedup is printed and the exit
+status is 1. Targets (issue 5):
 lingc T=1 within 1.5x of the floor, T=6 within 1.3x, and at least 3x faster than the best
 Inductor mode at T=6.
 """
@@ -103,20 +104,17 @@ def lingc_routing(x: torch.Tensor, moe: MoE):
 
 
 class _Routed(torch.nn.Module):
-    """MoE._forward (one chunk, no tensor parallelism: the benchmark's T <= MOE_CHUNK on one
-    GPU), returning the routing it used as well: a compiled router may break a near-tie the
-    other way than the eager one, so Inductor is checked under its own routing, like lingc."""
+    """MoE.routed_chunk as a module's forward (one chunk, no tensor parallelism: the benchmark's
+    T <= MOE_CHUNK on one GPU): the output with the routing it used, since a compiled router may
+    break a near-tie the other way than the eager one, so Inductor is checked under its own
+    routing, like lingc."""
 
     def __init__(self, moe: MoE):
         super().__init__()
         self.m = moe
 
     def forward(self, x: torch.Tensor):
-        ids, w = self.m.gate(x)
-        y = self.m.experts(x, ids, w)
-        if self.m.shared_experts is not None:
-            y = y + self.m.shared_experts(x).float()
-        return y.to(x.dtype), ids, w
+        return self.m.routed_chunk(x)
 
 
 def _functional_moe(template: _Routed, params: dict, x: torch.Tensor):

@@ -575,7 +575,7 @@ def test_kernels_moe_routed_wrapper_is_the_modules_forward():
 def test_gather_probe_reads_the_up_gemms_tiles(form):
     # benchmarks.gather_probe's kernel (interpreter on the CPU) at a small shape: I = 16 rows of
     # gate and up, H = 64 (two tiles of 8 columns, four chunks of 16), three blocks of a pool of 5.
-    from benchmarks.gather_probe import Gather, tile_folds
+    from benchmarks.gather_probe import Gather, tile_folds, xor_reduce
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     i, h, bn, ck = 16, 64, 8, 16
@@ -589,13 +589,7 @@ def test_gather_probe_reads_the_up_gemms_tiles(form):
             assert torch.equal(out[:ref.numel()].view_as(ref), ref)
         else:   # one word per CTA: the xor of its chunk, whose xor over the chunks is the tile's
             words = out[:ref.shape[0] * g.split_k].view(ref.shape[0], g.split_k)
-            folded = words[:, 0].clone()
-            for k in range(1, g.split_k):
-                folded ^= words[:, k]
-            tiles = ref[:, 0].clone()
-            for c in range(1, ref.shape[1]):
-                tiles ^= ref[:, c]
-            assert torch.equal(folded, tiles)
+            assert torch.equal(xor_reduce(words, 1), xor_reduce(ref, 1))
     assert g.nbytes == 3 * 2 * i * h * 2
     with pytest.raises(ValueError, match="rows = 3: a power of two"):
         Gather(w, 3, rows=3, i=i, h=h, block_n=bn, chunk_k=ck)

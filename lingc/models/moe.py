@@ -130,8 +130,13 @@ class MoE(nn.Module):
         return self.tp.all_reduce(outs[0] if len(outs) == 1 else torch.cat(outs, 0))
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.routed_chunk(x)[0]
+
+    def routed_chunk(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One chunk (at most MOE_CHUNK tokens) before the all-reduce, with the routing it used:
+        (output, expert ids, weights)."""
         ids, w = self.gate(x)
         y = self.experts(x, ids, w)
         if self.shared_experts is not None:
             y = y + self.shared_experts(x).float()
-        return y.to(x.dtype)
+        return y.to(x.dtype), ids, w
