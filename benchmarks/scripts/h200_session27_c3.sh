@@ -9,7 +9,7 @@ source "$(dirname "$0")/device_env.sh"
 for form in split strided; do
     for v in table h128w8 h64w8 h64w4; do
         [ "$v" = table ] && [ "$form" = strided ] && continue
-        CUDA_VISIBLE_DEVICES=0 CUDA_LAUNCH_BLOCKING=1 timeout 60 python3 benchmarks/scripts/probe_sum_partials.py $v $form 2>&1 \
+        PYTHONPATH=$PWD:$PYTHONPATH CUDA_VISIBLE_DEVICES=0 CUDA_LAUNCH_BLOCKING=1 timeout 60 python3 benchmarks/scripts/probe_sum_partials.py $v $form 2>&1 \
             | grep -v "Warning\|warn" | tail -3 | stamp | tee -a "$OUT/probe_sum_partials.log"
     done
 done
