@@ -3,7 +3,7 @@ time into its launches, to fill the fixed table in runtime/kernels/moe_experts/k
 (tuning happens here, never on the captured path).
 
     python -m benchmarks.moe_sweep --out benchmarks/results [--preset flash-tp4-rank] [--t 1 6]
-        [--set grid|regs|all|router|table|loop|chunk|gemv|sum]
+        [--set grid|regs|all|router|table|loop|chunk|gemv]
 
 Conditions as in ``benchmarks.kernels_moe``: ``--layers`` distinct MoE layers with random weights
 (cold: each call of a replay reads another layer's experts), the routing of each layer computed
@@ -53,9 +53,7 @@ def candidates(n_max: int, h: int, which: str = "all") -> list[MoeExpertsConfig]
     register caps (0 = the compiler's choice; up 96 = five 4-warp CTAs per SM, down 80 = six);
     "all" both; "table" the table's entry alone; "loop" the up-GEMM's loop design (block_k > 0);
     "chunk" variants with the table's H chunks (the same bits: a per-T choice among them is allowed);
-    "gemv" the up-GEMM on CUDA cores (``up_gemv``: other bits than the table's); "sum" the split-K
-    partials summed by the down-GEMM instead of the up-GEMM's last ticket (``down_sums_partials``:
-    the table's bits), at several down-GEMM tiles."""
+    "gemv" the up-GEMM on CUDA cores (``up_gemv``: other bits than the table's)."""
     base = config_for(n_max, h)
     out = [base]
     if which == "table":
@@ -74,12 +72,6 @@ def candidates(n_max: int, h: int, which: str = "all") -> list[MoeExpertsConfig]
         gemv = [(2, 4), (1, 2), (4, 8), (2, 2), (4, 4), (8, 8)]
         return out + [replace(base, block_n=c, split_k=1, up_warps=w, block_k=0, up_stages=1, up_maxnreg=0,
                               up_gemv=True) for c, w in gemv]
-    if which == "sum":
-        # (block_h, down warps, one-token warps): the summing down-GEMM holds the block's partials
-        # of every chunk, so more warps spread them (4 warps spill at 128 and 64 columns).
-        downs = [(128, 8, 8), (64, 8, 8), (32, 8, 8), (64, 4, 8)]
-        return out + [replace(base, down_sums_partials=True, block_h=bh, down_warps=w, down_warps_one_token=w1)
-                      for bh, w, w1 in downs]
     if which == "chunk":
         # Variants that keep the table's H chunking (the same split-K chunks, each reduced by one
         # run of k16 MMAs from its start), so a token's bits are the table's whatever the column
@@ -108,7 +100,6 @@ def label(c: MoeExpertsConfig) -> str:
     dregs = f" r{c.down_maxnreg}" if c.down_maxnreg else ""
     dregs += f" (T=1 w{c.down_warps_one_token})" if c.down_warps_one_token else ""
     loop = f" bk{c.block_k} st{c.up_stages}" if c.block_k else ""
-    dregs += " sums partials" if c.down_sums_partials else ""
     up = f"gemv n{c.block_n}" if c.up_gemv else f"n{c.block_n} k{c.split_k}{loop}"
     return f"up {up} w{c.up_warps}{regs} | down h{c.block_h} w{c.down_warps}{dregs}"
 
@@ -154,7 +145,7 @@ def main(argv=None) -> int:
     parser.add_argument("--layers", type=int, default=40)
     parser.add_argument("--t", type=int, nargs="+", default=[1, 6])
     parser.add_argument("--replays", type=int, default=20)
-    parser.add_argument("--set", choices=["grid", "regs", "all", "router", "table", "loop", "chunk", "gemv", "sum"], default="all",
+    parser.add_argument("--set", choices=["grid", "regs", "all", "router", "table", "loop", "chunk", "gemv"], default="all",
                         help="which variants around the table's entry to time (candidates())")
     args = parser.parse_args(argv)
     device = require_cuda()

@@ -223,35 +223,6 @@ def test_kernel_split_k_matches_reference(t, config):
     assert int(split_k_tickets(pb["x"].device, 1).abs().sum()) == 0
 
 
-@pytest.mark.parametrize("config", SPLIT_CONFIGS, ids=["bn8-s3-bh16", "bn16-s2-bh32"])
-@pytest.mark.parametrize("t, shared, limits", [(1, True, LIMITS), (6, True, LIMITS), (6, False, (0.0, 0.0)),
-                                               (16, True, (0.0, 3.0))], ids=["T1", "T6", "T6-no-shared", "T16"])
-def test_kernel_down_sums_partials(t, shared, limits, config):
-    # The up-GEMM stores its split-K partials and takes no ticket; the down-GEMM sums them in
-    # chunk order and applies the SwiGLU (per block: the shared expert's clamp for its block):
-    # the reference's result, with the ticket path's bits, into poisoned workspaces, and no
-    # ticket left off zero.
-    pb = make_problem(t, torch.bfloat16, seed=48 + t, h=96, shared=shared, limits=limits)
-    summing = dataclasses.replace(config, down_sums_partials=True)
-    got = run_kernel(pb, summing)
-    assert_close(got, reference(pb), RTOL[torch.bfloat16])
-    assert torch.equal(got, run_kernel(pb, config))
-    assert int(split_k_tickets(pb["x"].device, 1).abs().sum()) == 0
-
-
-def test_kernel_down_sums_partials_batch_invariant():
-    pb = make_problem(8, torch.bfloat16, seed=83, routing="pool", h=96)
-    _batch_invariance(lambda p: run_kernel(p, dataclasses.replace(SPLIT_CONFIGS[1], down_sums_partials=True)), pb)
-
-
-def test_down_sums_partials_needs_split_k():
-    with pytest.raises(ValueError, match="split_k >= 2"):
-        MoeExpertsConfig(block_n=16, split_k=1, up_warps=4, block_h=32, down_warps=4, down_sums_partials=True)
-    with pytest.raises(ValueError, match="up_gemv=False"):
-        MoeExpertsConfig(block_n=2, split_k=1, up_warps=2, block_h=32, down_warps=4, up_gemv=True,
-                         down_sums_partials=True)
-
-
 @pytest.mark.parametrize("config", LOOP_CONFIGS, ids=LOOP_IDS)
 @pytest.mark.parametrize("t, dtype", [(1, torch.bfloat16), (6, torch.bfloat16), (6, torch.float32)])
 def test_kernel_up_loop_design_matches_reference(t, dtype, config):
@@ -576,7 +547,7 @@ def test_config_is_a_function_of_shape_only():
 # griddepcontrol.wait.
 
 _COMPILE_CHECK = textwrap.dedent("""
-    import dataclasses, os, re, triton
+    import os, re, triton
     os.environ["LINGC_PDL_TRIGGER"] = TRIGGER
     from sm90 import compile_sm90, divisible_by_16, signature
     from lingc.runtime.kernels.moe_experts.kernel import (_moe_up_kernel, _moe_down_kernel, config_for, BLOCK_M,
@@ -589,23 +560,19 @@ _COMPILE_CHECK = textwrap.dedent("""
         blocks = [re.split(r"\\n[$]L__BB\\w+:", seg)[-1] for seg in ptx.split("griddepcontrol.wait")[:-1]]
         return max(len(re.findall(V4, b)) for b in blocks)
 
-    def build(fn, ptrs, ints, floats, const, warps, maxnreg=0, spills_ok=False):
+    def build(fn, ptrs, ints, floats, const, warps, maxnreg=0):
         # Pointers 16-byte aligned, integer arguments divisible by 16 (what the launcher's
         # specialisation sees at H = 2560 with the model's strides), except the counts.
         attrs = divisible_by_16(fn, [n for n in list(ptrs) + ints if n not in ("T", "P", "NB", "NSB", "stride_wt")])
         ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, floats), const, attrs, num_warps=warps,
                                  maxnreg=maxnreg or None)
-        assert spills_ok or " 0 bytes spill stores" in info, info
+        assert " 0 bytes spill stores" in info, info
         assert "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx
         return ptx, info
 
-    for n_max, slot, summing in ((192, False, False), (768, False, False), (192, True, False), (192, False, True),
-                                 (192, True, True)):
-        # slot: one token's slot layout (no moe_align launch; ids read from the router's output);
-        # summing: the down-GEMM sums the up-GEMM's split-K partials (down_sums_partials)
+    for n_max, slot in ((192, False), (768, False), (192, True)):
+        # slot: one token's slot layout (no moe_align launch; ids read from the router's output)
         cfg = config_for(n_max, 2560)
-        if summing:
-            cfg = dataclasses.replace(cfg, down_sums_partials=True, down_warps=8)
         # (the values of T, P and NB are not specialised: do_not_specialize)
         chunk = triton.next_power_of_2(triton.cdiv(2560, cfg.split_k))
         b = "*bf16"
@@ -616,7 +583,7 @@ _COMPILE_CHECK = textwrap.dedent("""
         const = dict(stride_xh=1, stride_ik=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9, BLOCK_M=BLOCK_M,
                      BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=triton.cdiv(2560, chunk),
                      N_TILES=triton.cdiv(n_max, cfg.block_n), HAS_LIMIT=True, SLOT_BLOCKS=slot, K_TILE=cfg.block_k,
-                     TICKET=not summing, DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
+                     DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
         ptx, info = build(_moe_up_kernel, ptrs, ints, ["limit", "shared_limit"], const, cfg.up_warps, cfg.up_maxnreg)
         # Each of the two paths waits, then releases the down-GEMM (which reads moe_align's
         # output before its own wait), whatever LINGC_PDL_TRIGGER says.
@@ -627,27 +594,19 @@ _COMPILE_CHECK = textwrap.dedent("""
         tile_loads = 2 * cfg.block_n * chunk * 2 // 16 // (32 * cfg.up_warps)
         assert max_loads_before_a_wait(ptx) >= tile_loads, ptx[-3000:]
         assert len(re.findall(V4, ptx)) >= 2 * tile_loads, ptx[-3000:]
-        # Without the ticket no up-GEMM CTA takes an atomic.
-        assert ("atom.global" in ptx) != summing, summing
-        print("up", n_max, slot, summing, [l for l in info.splitlines() if "registers" in l])
+        print("up", n_max, slot, [l for l in info.splitlines() if "registers" in l])
         ptrs = dict(act_ptr=b, sorted_ptr="*i32", block_expert_ptr="*i32", total_ptr="*i32", ids_ptr="*i32",
-                    wd_ptr=b, sd_ptr=b, y_ptr="*fp32", topk_w_ptr="*fp32", out_ptr=b, ticket_ptr="*i32",
-                    ws_ptr="*fp32")
+                    wd_ptr=b, sd_ptr=b, y_ptr="*fp32", topk_w_ptr="*fp32", out_ptr=b, ticket_ptr="*i32")
         ints = ["T", "P", "H", "I", "IS", "stride_act", "stride_de", "stride_dh", "stride_sdh", "stride_y",
-                "stride_wt", "stride_ot", "stride_ws_s", "stride_ws_p"]
+                "stride_wt", "stride_ot"]
         const = dict(stride_wk=1, stride_oh=1, stride_ik=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9,
                      HAS_SHARED=True, BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=triton.next_power_of_2(n_max),
-                     COMBINE_T=COMBINE_T, SLOT_BLOCKS=slot, SUM_PARTIALS=summing,
-                     SPLIT_K=triton.cdiv(2560, chunk), HAS_LIMIT=True, DOT_PRECISION="tf32", DOT_UPCAST=False,
-                     USE_GDC=True)
+                     COMBINE_T=COMBINE_T, SLOT_BLOCKS=slot, DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
         down_warps = (cfg.down_warps_one_token or cfg.down_warps) if slot else cfg.down_warps
-        # The summing down-GEMM holds its block's [16, 2 I] partials of every chunk in flight
-        # and spills a little at 255 registers (a sweep variant, not the table's).
-        ptx, info = build(_moe_down_kernel, ptrs, ints, ["limit", "shared_limit"], const, down_warps,
-                          cfg.down_maxnreg, spills_ok=summing)
+        ptx, info = build(_moe_down_kernel, ptrs, ints, [], const, down_warps, cfg.down_maxnreg)
         tile_loads = cfg.block_h * triton.next_power_of_2(n_max) * 2 // 16 // (32 * down_warps)
         assert max_loads_before_a_wait(ptx) >= tile_loads, ptx[-3000:]
-        print("down", n_max, slot, summing, [l for l in info.splitlines() if "registers" in l])
+        print("down", n_max, slot, [l for l in info.splitlines() if "registers" in l])
 
     # The loop design (block_k 128, 4 stages; chunk 1280 = 10 tiles): the tile loop is pipelined
     # (cp.async into shared memory), both paths wait then release, no spills.
@@ -657,7 +616,7 @@ _COMPILE_CHECK = textwrap.dedent("""
             "stride_sgn", "stride_sun", "stride_act", "stride_ws_s", "stride_ws_p"]
     const = dict(stride_xh=1, stride_ik=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9, BLOCK_M=BLOCK_M,
                  BLOCK_N=32, CHUNK_K=1280, SPLIT_K=2, N_TILES=6, HAS_LIMIT=True, SLOT_BLOCKS=False, K_TILE=128,
-                 TICKET=True, DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
+                 DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
     attrs = divisible_by_16(_moe_up_kernel, [n for n in list(ptrs) + ints if n not in ("T", "P", "NB", "NSB")])
     ptx, info = compile_sm90(_moe_up_kernel, signature(_moe_up_kernel, ptrs, ints, ["limit", "shared_limit"]),
                              const, attrs, num_warps=4, num_stages=4)
@@ -808,8 +767,6 @@ GPU_SAME_CHUNK_CONFIGS = [
     MoeExpertsConfig(block_n=64, split_k=10, up_warps=8, block_h=256, down_warps=8),
     # The table's one-token down-GEMM with down_warps instead of down_warps_one_token.
     dataclasses.replace(config_for(192, 2560), down_warps_one_token=0),
-    # The split-K partials summed by the down-GEMM instead of the up-GEMM's last ticket.
-    dataclasses.replace(config_for(192, 2560), down_sums_partials=True, down_warps=8),
 ]
 
 
@@ -833,7 +790,6 @@ def test_up_chunks_decide_the_bits():
     assert all(up_chunks(c, 2560) == (256, 10) for c in GPU_SAME_CHUNK_CONFIGS)
     assert up_chunks(dataclasses.replace(base, split_k=2, block_k=128), 2560) == (1280, 2)
     assert up_chunks(dataclasses.replace(base, split_k=5, block_k=64), 2560) == (512, 5)
-    assert all(up_chunks(c, 2560) == (256, 10) and c.down_sums_partials for c in candidates(192, 2560, "sum")[1:])
     chunk = candidates(192, 2560, "chunk")
     assert chunk[0] == base and len(chunk) > 8
     assert all(up_chunks(c, 2560) == up_chunks(base, 2560) for c in chunk)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Runs on commit 05894b6 (down_sums_partials and its probe were removed after these calls).
 # Session 27 call 2 on ONE H200 (carry .whl, .triton_cache.tar.gz): does summing the routed
 # up-GEMM's split-K partials in the down-GEMM (MoeExpertsConfig.down_sums_partials: no release
 # fence and ticket at the end of every up-GEMM CTA; call 1's gather probe put the split-K

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Runs on commit 05894b6 (down_sums_partials and its probe were removed after these calls).
 # Session 27 call 3 on ONE H200 (carry .whl, .triton_cache.tar.gz): why the down-GEMM that sums
 # the split-K partials faulted at T = 6 and crawled at T = 1 in call 2 (its GPU tests passed on a
 # w_down with a row stride of I + 8, the model's is I): benchmarks/scripts/probe_sum_partials.py,

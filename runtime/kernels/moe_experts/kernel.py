@@ -90,11 +90,6 @@ class MoeExpertsConfig:
     # them (only the up-GEMM's H chunks decide: ``up_chunks``); the one-token grid is nine blocks,
     # where more warps per CTA put more of the tile's loads in flight.
     down_warps_one_token: int = 0
-    # Where the split-K partials are summed. False: in the up-GEMM, by the chunk that draws its
-    # tile's last ticket (a release fence and an atomic at the end of every up-GEMM CTA). True: in
-    # the down-GEMM, after its PDL wait (which waits for the whole up-GEMM), each CTA summing its
-    # block's rows in the same chunk order before the SwiGLU: no ticket, the same bits.
-    down_sums_partials: bool = False
 
     def __post_init__(self):
         for name in ("up_warps", "down_warps", "down_warps_one_token"):
@@ -109,10 +104,6 @@ class MoeExpertsConfig:
             raise ValueError(f"MoeExpertsConfig(up_gemv=True, block_n={self.block_n}, split_k={self.split_k}, "
                              f"block_k={self.block_k}): the GEMV up-GEMM takes H whole (split_k=1, block_k=0) "
                              f"and a power-of-two block_n")
-        if self.down_sums_partials and (self.up_gemv or self.split_k < 2):
-            raise ValueError(f"MoeExpertsConfig(down_sums_partials=True, split_k={self.split_k}, "
-                             f"up_gemv={self.up_gemv}): only split-K partials of the tensor-core up-GEMM can be "
-                             f"summed in the down-GEMM; use split_k >= 2 and up_gemv=False")
         if not self.up_gemv and 2 * self.block_n < 16:
             raise ValueError(f"MoeExpertsConfig.block_n={self.block_n}: the tensor-core up-GEMM needs "
                              f"2 * block_n >= 16 (tl.dot's least N); use up_gemv=True for narrower CTAs")
@@ -176,7 +167,7 @@ def _up_tile(
     w, tok, valid, pair, n_e, lim, rows_w, offs_k, mask_k, tile, pid_k, pid_n,
     x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh, stride_act, stride_ws_s, stride_ws_p,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr, HAS_LIMIT: tl.constexpr,
-    TICKET: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
 ):
     """One CTA's product of its weight chunk w [2*BLOCK_N, CHUNK_K] with the gathered x rows of
     ``tok`` (masked by ``valid``), then the SwiGLU epilogue (``_up_epilogue``)."""
@@ -184,7 +175,7 @@ def _up_tile(
                 mask=valid[:, None] & mask_k[None, :], other=0.0)
     acc = _dot_acc(x, w, tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32), DOT_PRECISION, DOT_UPCAST)
     _up_epilogue(acc, valid, pair, n_e, lim, rows_w, tile, pid_k, pid_n, act_ptr, ws_ptr, ticket_ptr,
-                 stride_act, stride_ws_s, stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT, TICKET)
+                 stride_act, stride_ws_s, stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT)
 
 
 @triton.jit
@@ -192,8 +183,7 @@ def _up_tile_loop(
     w_rows, w_ok, tok, valid, pair, n_e, lim, rows_w, k0, H, tile, pid_k, pid_n,
     x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh, stride_act, stride_ws_s, stride_ws_p,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, K_TILE: tl.constexpr, N_KT: tl.constexpr,
-    SPLIT_K: tl.constexpr, HAS_LIMIT: tl.constexpr, TICKET: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    DOT_UPCAST: tl.constexpr,
+    SPLIT_K: tl.constexpr, HAS_LIMIT: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
 ):
     """The same product over the chunk [k0, k0 + N_KT * K_TILE) as a loop of K_TILE-wide tiles
     (weight rows at ``w_rows``, masked by ``w_ok``): a constexpr trip count, so the launch's
@@ -207,7 +197,7 @@ def _up_tile_loop(
                     mask=valid[:, None] & mask_k[None, :], other=0.0)
         acc = _dot_acc(x, w, acc, DOT_PRECISION, DOT_UPCAST)
     _up_epilogue(acc, valid, pair, n_e, lim, rows_w, tile, pid_k, pid_n, act_ptr, ws_ptr, ticket_ptr,
-                 stride_act, stride_ws_s, stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT, TICKET)
+                 stride_act, stride_ws_s, stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT)
 
 
 @triton.jit
@@ -215,11 +205,9 @@ def _up_epilogue(
     acc, valid, pair, n_e, lim, rows_w, tile, pid_k, pid_n, act_ptr, ws_ptr, ticket_ptr,
     stride_act, stride_ws_s, stride_ws_p,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr, HAS_LIMIT: tl.constexpr,
-    TICKET: tl.constexpr,
 ):
     """SwiGLU of the interleaved (g, u) accumulator into act[pair]: directly, or through the
-    split-K partials and the last-ticket reduction of output tile ``tile``; without TICKET only
-    the partial is stored (the down-GEMM sums the partials: ``_sum_partials``)."""
+    split-K partials and the last-ticket reduction of output tile ``tile``."""
     mask_w = rows_w // 2 < n_e
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     act_ptrs = act_ptr + pair[:, None] * stride_act + offs_n[None, :]
@@ -231,18 +219,17 @@ def _up_epilogue(
         ws_ptrs = ws_ptr + pair[:, None] * stride_ws_p + rows_w[None, :]
         ws_mask = valid[:, None] & mask_w[None, :]
         tl.store(ws_ptrs + pid_k * stride_ws_s, acc, mask=ws_mask)
-        if TICKET:    # else the down-GEMM sums the partials after its wait (_sum_partials)
-            # Every thread's partial is stored before the ticket (barrier; acq_rel at GPU scope): the
-            # chunk that draws the last ticket of this output tile sees every partial.
-            tl.debug_barrier()
-            ticket = tl.atomic_add(ticket_ptr + tile, 1, sem="acq_rel", scope="gpu")
-            if ticket == SPLIT_K - 1:
-                sums = tl.load(ws_ptrs, mask=ws_mask, other=0.0, cache_modifier=".cg")
-                for s in tl.static_range(1, SPLIT_K):
-                    sums += tl.load(ws_ptrs + s * stride_ws_s, mask=ws_mask, other=0.0, cache_modifier=".cg")
-                g, u = tl.split(tl.reshape(sums, (BLOCK_M, BLOCK_N, 2)))
-                tl.store(act_ptrs, _swiglu(g, u, lim, HAS_LIMIT).to(act_ptr.dtype.element_ty), mask=act_mask)
-                tl.atomic_xchg(ticket_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next call
+        # Every thread's partial is stored before the ticket (barrier; acq_rel at GPU scope): the
+        # chunk that draws the last ticket of this output tile sees every partial.
+        tl.debug_barrier()
+        ticket = tl.atomic_add(ticket_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if ticket == SPLIT_K - 1:
+            sums = tl.load(ws_ptrs, mask=ws_mask, other=0.0, cache_modifier=".cg")
+            for s in tl.static_range(1, SPLIT_K):
+                sums += tl.load(ws_ptrs + s * stride_ws_s, mask=ws_mask, other=0.0, cache_modifier=".cg")
+            g, u = tl.split(tl.reshape(sums, (BLOCK_M, BLOCK_N, 2)))
+            tl.store(act_ptrs, _swiglu(g, u, lim, HAS_LIMIT).to(act_ptr.dtype.element_ty), mask=act_mask)
+            tl.atomic_xchg(ticket_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next call
 
 
 @triton.jit(do_not_specialize=["T", "P", "NB", "NSB"])
@@ -258,7 +245,7 @@ def _moe_up_kernel(
     NUM_EXPERTS: tl.constexpr, TOP_K: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     N_TILES: tl.constexpr, HAS_LIMIT: tl.constexpr, SLOT_BLOCKS: tl.constexpr, K_TILE: tl.constexpr,
-    TICKET: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     # K_TILE == 0: one load per chunk (a power of two); else a loop over the chunk's
     # CHUNK_K // K_TILE tiles (_up_tile_loop; CHUNK_K a multiple of K_TILE).
@@ -292,12 +279,12 @@ def _moe_up_kernel(
             if K_TILE == 0:
                 _up_tile(w, tok, tok < T, pair, IS, shared_limit, rows_w, offs_k, mask_k, tile, pid_k, pid_n,
                          x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh, stride_act, stride_ws_s,
-                         stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT, TICKET, DOT_PRECISION, DOT_UPCAST)
+                         stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT, DOT_PRECISION, DOT_UPCAST)
             else:
                 _up_tile_loop(s_rows, j < IS, tok, tok < T, pair, IS, shared_limit, rows_w, pid_k * CHUNK_K, H,
                               tile, pid_k, pid_n, x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh,
                               stride_act, stride_ws_s, stride_ws_p, BLOCK_M, BLOCK_N, K_TILE, N_KT, SPLIT_K,
-                              HAS_LIMIT, TICKET, DOT_PRECISION, DOT_UPCAST)
+                              HAS_LIMIT, DOT_PRECISION, DOT_UPCAST)
     else:
         # A routed block: its expert id is the producer's output (moe_align's; with SLOT_BLOCKS,
         # the router's: block b is the one token's slot b), so everything waits. Blocks past the
@@ -324,42 +311,24 @@ def _moe_up_kernel(
                 w = tl.load(g_rows[:, None] + offs_k[None, :], mask=(j < I)[:, None] & mask_k[None, :], other=0.0)
                 _up_tile(w, pair // PAIRS_PER_TOKEN, pair < P, pair, I, limit, rows_w, offs_k, mask_k,
                          b * N_TILES + pid_n, pid_k, pid_n, x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh,
-                         stride_act, stride_ws_s, stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT, TICKET,
-                         DOT_PRECISION, DOT_UPCAST)
+                         stride_act, stride_ws_s, stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT, DOT_PRECISION,
+                         DOT_UPCAST)
             else:
                 _up_tile_loop(g_rows, j < I, pair // PAIRS_PER_TOKEN, pair < P, pair, I, limit, rows_w,
                               pid_k * CHUNK_K, H, b * N_TILES + pid_n, pid_k, pid_n, x_ptr, act_ptr, ws_ptr,
                               ticket_ptr, stride_xt, stride_xh, stride_act, stride_ws_s, stride_ws_p, BLOCK_M,
-                              BLOCK_N, K_TILE, N_KT, SPLIT_K, HAS_LIMIT, TICKET, DOT_PRECISION, DOT_UPCAST)
-
-
-@triton.jit
-def _sum_partials(ws_ptr, pair, valid, n_e, lim, stride_ws_s, stride_ws_p,
-                  BLOCK_M: tl.constexpr, KPAD: tl.constexpr, SPLIT_K: tl.constexpr, HAS_LIMIT: tl.constexpr):
-    """The SwiGLU activations [BLOCK_M, KPAD] fp32 of the block's pairs from the up-GEMM's split-K
-    partials (rows interleaved g, u): summed in chunk order 0..SPLIT_K-1 and activated exactly as
-    _up_epilogue's last-ticket chunk does, so the activation has its bits. Masked entries are 0."""
-    rows = tl.arange(0, 2 * KPAD)
-    mask = valid[:, None] & (rows // 2 < n_e)[None, :]
-    ptrs = ws_ptr + pair[:, None] * stride_ws_p + rows[None, :]
-    # .cg: written by the previous grid; this SM's L1 may hold the lines of an earlier call.
-    sums = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg")
-    for s in tl.static_range(1, SPLIT_K):
-        sums += tl.load(ptrs + s * stride_ws_s, mask=mask, other=0.0, cache_modifier=".cg")
-    g, u = tl.split(tl.reshape(sums, (BLOCK_M, KPAD, 2)))
-    return _swiglu(g, u, lim, HAS_LIMIT)
+                              BLOCK_N, K_TILE, N_KT, SPLIT_K, HAS_LIMIT, DOT_PRECISION, DOT_UPCAST)
 
 
 @triton.jit(do_not_specialize=["T", "P"])
 def _moe_down_kernel(
     act_ptr, sorted_ptr, block_expert_ptr, total_ptr, ids_ptr,
-    wd_ptr, sd_ptr, y_ptr, topk_w_ptr, out_ptr, ticket_ptr, ws_ptr,
+    wd_ptr, sd_ptr, y_ptr, topk_w_ptr, out_ptr, ticket_ptr,
     T, P, H, I, IS,
     stride_act, stride_de, stride_dh, stride_sdh, stride_y, stride_wt, stride_wk, stride_ot, stride_oh, stride_ik,
-    stride_ws_s, stride_ws_p, limit, shared_limit,
     NUM_EXPERTS: tl.constexpr, TOP_K: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr, HAS_SHARED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr, KPAD: tl.constexpr, COMBINE_T: tl.constexpr,
-    SLOT_BLOCKS: tl.constexpr, SUM_PARTIALS: tl.constexpr, SPLIT_K: tl.constexpr, HAS_LIMIT: tl.constexpr,
+    SLOT_BLOCKS: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     pid_h = tl.program_id(0)
@@ -382,13 +351,11 @@ def _moe_down_kernel(
     base = wd_ptr + er.to(tl.int64) * stride_de
     stride_w = stride_dh
     k_e = I
-    lim = limit
     if HAS_SHARED:
         shared = e == NUM_EXPERTS
         base = tl.where(shared, sd_ptr, base)
         stride_w = tl.where(shared, stride_sdh, stride_dh)
         k_e = tl.where(shared, IS, I)
-        lim = tl.where(shared, shared_limit, limit)
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = offs_h < H
     offs_k = tl.arange(0, KPAD)
@@ -407,12 +374,8 @@ def _moe_down_kernel(
     else:
         pair = tl.load(sorted_ptr + slots)
     valid = pair < P
-    if SUM_PARTIALS:
-        a = _sum_partials(ws_ptr, pair, valid, k_e, lim, stride_ws_s, stride_ws_p, BLOCK_M, KPAD, SPLIT_K,
-                          HAS_LIMIT).to(act_ptr.dtype.element_ty)
-    else:
-        a = tl.load(act_ptr + pair[:, None] * stride_act + offs_k[None, :], mask=valid[:, None] & mask_k[None, :],
-                    other=0.0)
+    a = tl.load(act_ptr + pair[:, None] * stride_act + offs_k[None, :], mask=valid[:, None] & mask_k[None, :],
+                other=0.0)
     acc = _dot_acc(a, w, tl.zeros((BLOCK_M, BLOCK_H), dtype=tl.float32), DOT_PRECISION, DOT_UPCAST)
     tl.store(y_ptr + pair[:, None] * stride_y + offs_h[None, :], acc, mask=valid[:, None] & mask_h[None, :])
 
@@ -550,7 +513,6 @@ def moe_experts_triton(
     dot = dict(DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
                DOT_UPCAST=interpreting() and x.dtype != torch.float32, USE_GDC=use_pdl)
     act, partials, y = buffers.act, buffers.partials, buffers.y
-    sum_in_down = cfg.down_sums_partials and split_k > 1
     if cfg.up_gemv:
         k1, k2 = k_tiles_pow2(h)
         _moe_up_gemv_kernel[(n_tiles, n_shared_blocks + up_blocks)](
@@ -577,20 +539,19 @@ def moe_experts_triton(
             lim, lim_s,
             NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp,
             BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=split_k, N_TILES=n_tiles,
-            HAS_LIMIT=has_limit, SLOT_BLOCKS=slot_blocks, K_TILE=cfg.block_k, TICKET=not sum_in_down, **dot,
+            HAS_LIMIT=has_limit, SLOT_BLOCKS=slot_blocks, K_TILE=cfg.block_k, **dot,
             num_warps=cfg.up_warps, num_stages=cfg.up_stages if cfg.block_k else 1, **launch,
             **register_cap(cfg.up_maxnreg),
         )
     _moe_down_kernel[(n_htiles, n_blocks)](
         act, sorted_ids, block_experts, total, topk_ids,
-        w_down, sd, y, topk_weights, out, tickets, partials if sum_in_down else act,
+        w_down, sd, y, topk_weights, out, tickets,
         t, p, h, inter, inter_s,
         act.stride(0), w_down.stride(0), w_down.stride(1), sd.stride(-2), y.stride(0),
         topk_weights.stride(0), topk_weights.stride(1), out.stride(0), out.stride(1), topk_ids.stride(1),
-        partials.stride(0) if sum_in_down else 0, partials.stride(1) if sum_in_down else 0, lim, lim_s,
         NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp, HAS_SHARED=has_shared,
         BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=max(16, triton.next_power_of_2(n_max)), COMBINE_T=COMBINE_T,
-        SLOT_BLOCKS=slot_blocks, SUM_PARTIALS=sum_in_down, SPLIT_K=split_k, HAS_LIMIT=has_limit,
+        SLOT_BLOCKS=slot_blocks,
         **dot,
         num_warps=(cfg.down_warps_one_token or cfg.down_warps) if slot_blocks else cfg.down_warps,
         num_stages=1, **launch, **register_cap(cfg.down_maxnreg),
