@@ -135,7 +135,7 @@ def _rel_rms(a, b):
     return ((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt()).item()
 
 
-def bench_T(T, bvs, warps, replays, copies_override, inductor=False, release_last=False):
+def bench_T(T, bvs, warps, replays, copies_override, inductor=False):
     gen = torch.Generator(device="cuda").manual_seed(T)
     staged = T > 1
     layer_bytes = (4 * H * K * K * (1 + (T if staged else 0)) + 3 * H * K * W * 4 + 5 * T * H * K * 2)
@@ -167,9 +167,6 @@ def bench_T(T, bvs, warps, replays, copies_override, inductor=False, release_las
         for bv in bvs or [table.bv]:
             for w in warps:
                 variants[(mode, f"lingc-bv{bv}-w{w}")] = lingc(KdaConfig(bv=bv, num_warps=w), True, stage)
-                if release_last:
-                    variants[(mode, f"lingc-bv{bv}-w{w}-last")] = lingc(
-                        KdaConfig(bv=bv, num_warps=w, release_at_last_token=True), True, stage)
     variants[("persistent", "eager")] = _eager
     if inductor:
         variants[("persistent", "inductor")] = _inductor()
@@ -228,8 +225,6 @@ def main(argv=None):
     parser.add_argument("--layers", type=int, default=0,
                         help="layer copies to rotate (default: max(35, enough to span 4x L2))")
     parser.add_argument("--replays", type=int, default=30, help="graph replays per timing")
-    parser.add_argument("--release-last", action="store_true",
-                        help="with --warps: also each config releasing its PDL dependents at the last token")
     parser.add_argument("--inductor", action="store_true",
                         help="add torch.compile (Inductor, default mode) of the eager path")
     args = parser.parse_args(argv)
@@ -237,7 +232,7 @@ def main(argv=None):
 
     rows = []
     for T in args.t:
-        rows += bench_T(T, args.bv, args.warps, args.replays, args.layers, args.inductor, args.release_last)
+        rows += bench_T(T, args.bv, args.warps, args.replays, args.layers, args.inductor)
     all_correct = all(r["correct"] for r in rows)
     if not all_correct:
         bad = [f"T={r['T']} {r['mode']} {r['variant']} (rel RMS {r['rel_rms_err']:.2e})" for r in rows if not r["correct"]]

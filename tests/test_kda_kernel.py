@@ -216,16 +216,6 @@ def test_unfused_reductions_match_the_model_and_the_prefixes(H, K, dtype):
         assert torch.equal(sw[j], scratch.window), f"stage window {j}"
 
 
-@pytest.mark.parametrize("staged", [False, True], ids=["persistent", "staged"])
-def test_release_at_last_token_keeps_the_bits(staged):
-    # KdaConfig.release_at_last_token moves only the PDL release: every output bit stays.
-    x = make_inputs(6, 2, 16, torch.bfloat16, seed=41)
-    base = run_kernel(x, staged, KdaConfig(bv=8))
-    late = run_kernel(x, staged, KdaConfig(bv=8, release_at_last_token=True))
-    for a, b in zip(base, late):
-        assert (a is None and b is None) or torch.equal(a, b)
-
-
 def test_unfused_reductions_batch_invariant_in_T():
     """Position j of any chain is the same bits, staged or persistent, whatever T is."""
     x = make_inputs(8, 2, 16, torch.bfloat16, seed=43)
@@ -493,15 +483,6 @@ _COMPILE_CHECK = textwrap.dedent("""
     # 20 -> 14, staged 18 -> 12 on triton 3.6).
     for staged in (False, True):
         assert barriers[staged, True] == barriers[staged, False] - 6, barriers
-    # KdaConfig.release_at_last_token: the release leaves the spot right after the wait for the
-    # token loop, after the first token's input loads (by default none stands between the two).
-    for last in (False, True):
-        const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv, STAGED=True,
-                     STATE_BEFORE_WAIT=True, FUSED_RED=True, USE_GDC=True, RELEASE_LAST=last)
-        ptx, _ = compile_sm90(_kda_chain_kernel, sig, const, num_warps=cfg.num_warps)
-        assert ptx.count("griddepcontrol.launch_dependents") == 1
-        wait, release = ptx.index("griddepcontrol.wait"), ptx.index("griddepcontrol.launch_dependents")
-        assert wait < release and ("ld.global" in ptx[wait:release]) == last, last
 """)
 
 
@@ -645,19 +626,6 @@ def test_gpu_staged_and_persistent_agree_bitwise_at_flash_tp4_rank_shapes(fused)
         o, state, window, _, _ = run_kernel(prefix(x, n), staged=False, config=cfg)
         assert torch.equal(o, o6[:n]), f"outputs of a {n}-token persistent chain differ from the staged one"
         assert torch.equal(state, ss6[n - 1]) and torch.equal(window, sw6[n - 1]), f"state after {n} tokens"
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("warps", [1, 4])
-def test_gpu_release_at_last_token_keeps_the_bits(warps):
-    """The release's place is timing only: at flash-tp4-rank shapes, staged and persistent, the
-    late release gives the default's bits."""
-    x = make_inputs(6, 8, 128, torch.bfloat16, seed=62)
-    for staged in (False, True):
-        base = run_kernel(x, staged, KdaConfig(bv=8, num_warps=warps))
-        late = run_kernel(x, staged, KdaConfig(bv=8, num_warps=warps, release_at_last_token=True))
-        for a, b in zip(base, late):
-            assert (a is None and b is None) or torch.equal(a, b)
 
 
 @pytest.mark.gpu

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Runs on commit f511ab8 (release_at_last_token was removed after this call).
 # Session 28 call 2 on ONE H200 (carry .whl, .triton_cache.tar.gz). Call 1: the KDA chain at one
 # warp is faster alone (T = 6 staged 6.75 against 8.81 us, fla-core 11.22) and in plain decode
 # (KDA 145 -> 128 us critical), but slower in the verify graph (322 -> 337 us), where its

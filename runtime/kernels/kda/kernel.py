@@ -22,9 +22,6 @@ launch, so it has completed when this kernel starts (runtime/pdl.py, rule 3; the
 MoE down-GEMM's early read of moe_align's table). Without the flag (a direct call of the op, two
 chains on one state back to back, the transposed copy of an independently written layer) and
 under LINGC_PDL_TRIGGER=early they are read after the wait. Every store comes after the wait.
-A program releases its dependents right after its wait, or with KdaConfig.release_at_last_token
-at the start of its chain's last token (so a verify chain's successors do not share the SMs with
-it for the whole chain); either place is safe, since every lingc kernel waits before it reads.
 
 Conv windows. Every program needs its head's q and k windows; the v window of a channel is
 needed only by the program owning that channel. Ownership of the writes, so that every element
@@ -83,10 +80,6 @@ class KdaConfig:
     # step the KDA chain's critical time 136.6 -> 132.8 us (plain) and 333.9 -> 321.7 (verify),
     # relay 4.119 -> 4.106 ms.
     fused_reductions: bool = True
-    # Where a program releases its PDL dependents (the gated head norm, then o_proj, whose weight
-    # stream starts at the release): right after its wait (False), or at the start of the chain's
-    # last token (True; the same place when T = 1). Timing only: the bits do not depend on it.
-    release_at_last_token: bool = False
 
 
 # Fixed launch table keyed by (H, K, V). Not yet swept on the GPU (benchmarks/kernels_kda.py
@@ -154,7 +147,6 @@ def _kda_chain_kernel(
     T, STAGED, lower_bound, scale, eps,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     NVB: tl.constexpr, STATE_BEFORE_WAIT: tl.constexpr, FUSED_RED: tl.constexpr, USE_GDC: tl.constexpr,
-    RELEASE_LAST: tl.constexpr = False,
 ):
     h = tl.program_id(0)
     vb = tl.program_id(1)
@@ -177,8 +169,7 @@ def _kda_chain_kernel(
 
     if not STATE_BEFORE_WAIT:
         pdl_wait(USE_GDC)
-        if not RELEASE_LAST:
-            pdl_launch_dependents(USE_GDC)
+        pdl_launch_dependents(USE_GDC)
 
     # Windows (oldest first) and the state tile (module docstring, "PDL": before the wait when
     # the caller vouches that their writer has completed).
@@ -196,8 +187,7 @@ def _kda_chain_kernel(
 
     if STATE_BEFORE_WAIT:
         pdl_wait(USE_GDC)
-        if not RELEASE_LAST:
-            pdl_launch_dependents(USE_GDC)
+        pdl_launch_dependents(USE_GDC)
 
     # A while loop rather than range(T): the interpreter cannot take a runtime bound in range().
     # Token t + 1's inputs are requested before token t is computed, so their L2 latency overlaps
@@ -207,9 +197,6 @@ def _kda_chain_kernel(
                                        stride_b, 0, T, h, cqk, cv, mk, mv)
     while t < T:
         xq, xk, xv, fx, bx = nq, nk, nv, nf, nb
-        if RELEASE_LAST:
-            if t == T - 1:
-                pdl_launch_dependents(USE_GDC)
         nq, nk, nv, nf, nb = _token_inputs(q_ptr, k_ptr, v_ptr, f_ptr, b_ptr, stride_q, stride_k, stride_v,
                                            stride_f, stride_b, t + 1, T, h, cqk, cv, mk, mv)
 
@@ -410,7 +397,7 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
         stage_states if staged else state, stage_windows if staged else conv_window, tickets,
         T, int(staged), float(lower_bound), float(K) ** -0.5, _L2_EPS,
         H=H, K=K, V=V, BK=triton.next_power_of_2(K), BV=cfg.bv, NVB=nvb,
-        FUSED_RED=cfg.fused_reductions, RELEASE_LAST=cfg.release_at_last_token, STATE_BEFORE_WAIT=state_before_wait(state_ready, use_pdl), USE_GDC=use_pdl,
+        FUSED_RED=cfg.fused_reductions, STATE_BEFORE_WAIT=state_before_wait(state_ready, use_pdl), USE_GDC=use_pdl,
         num_warps=cfg.num_warps, num_stages=1, **launch,
     )
     return out
