@@ -19,7 +19,9 @@ from __future__ import annotations
 import json
 import math
 import platform
+import shutil
 import statistics
+import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,6 +38,7 @@ __all__ = [
     "cold_copies",
     "time_in_graph",
     "environment",
+    "gpu_state",
     "markdown_table",
     "write_json",
 ]
@@ -135,9 +138,51 @@ def time_in_graph(
     return GraphTiming(statistics.median(per_call), min(per_call), calls, replays)
 
 
+# What nvidia-smi reports of the GPU a result came from (``gpu_state``).
+GPU_STATE_FIELDS = ("uuid", "serial", "driver_version", "pstate", "clocks.sm", "clocks.max.sm", "clocks.mem",
+                    "clocks.max.mem", "power.draw", "power.limit", "temperature.gpu",
+                    "clocks_throttle_reasons.active")
+
+
+def _gpu_uuid() -> str:
+    """The current CUDA device's UUID as nvidia-smi names it (GPU-...)."""
+    uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+
+
+def gpu_state() -> dict[str, str]:
+    """Which physical GPU a result came from and its clocks, power and throttle reasons now, from
+    nvidia-smi (empty without a GPU or without nvidia-smi; ``error`` when it fails). Two machines
+    of one kind can time the same binary differently (session 28: the KDA chain's T = 6 verify
+    8.81 us in one call, 7.46 in the next): this is what tells them apart. A field this driver
+    does not know is left out (one query per field then), never the whole record."""
+    if not torch.cuda.is_available() or shutil.which("nvidia-smi") is None:
+        return {}
+
+    def query(fields):
+        try:
+            r = subprocess.run(["nvidia-smi", f"--id={_gpu_uuid()}", "--query-gpu=" + ",".join(fields),
+                                "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.SubprocessError) as e:
+            return f"{type(e).__name__}: {e}"
+        if r.returncode != 0:
+            return (r.stderr or r.stdout).strip()[:300]
+        values = [v.strip() for v in r.stdout.strip().splitlines()[0].split(",")] if r.stdout.strip() else []
+        if len(values) != len(fields):
+            return f"nvidia-smi gave {len(values)} fields for {len(fields)}: {r.stdout.strip()[:300]}"
+        return dict(zip(fields, values))
+
+    state = query(GPU_STATE_FIELDS)
+    if isinstance(state, dict):
+        return state
+    one_by_one = {f: query((f,)) for f in GPU_STATE_FIELDS}
+    kept = {f: v[f] for f, v in one_by_one.items() if isinstance(v, dict)}
+    return kept or {"error": state}
+
+
 def environment() -> dict[str, Any]:
     """What a result depends on: GPU (or "cpu" in a smoke run), driver-visible CUDA, library
-    versions, time."""
+    versions, time, and the GPU's identity and clocks when the result was written (``gpu_state``)."""
     import triton
 
     gpu = {"gpu": "none (CPU)"}
@@ -152,6 +197,8 @@ def environment() -> dict[str, Any]:
         "triton": triton.__version__,
         "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": platform.node(),
+        "gpu_state": gpu_state(),
     }
 
 
