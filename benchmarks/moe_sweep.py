@@ -3,7 +3,7 @@ time into its launches, to fill the fixed table in runtime/kernels/moe_experts/k
 (tuning happens here, never on the captured path).
 
     python -m benchmarks.moe_sweep --out benchmarks/results [--preset flash-tp4-rank] [--t 1 6]
-        [--set grid|regs|all|router|table|loop|chunk|gemv]
+        [--set grid|regs|all|router|table|loop|chunk|gemv|narrow]
 
 Conditions as in ``benchmarks.kernels_moe``: ``--layers`` distinct MoE layers with random weights
 (cold: each call of a replay reads another layer's experts), the routing of each layer computed
@@ -53,7 +53,8 @@ def candidates(n_max: int, h: int, which: str = "all") -> list[MoeExpertsConfig]
     register caps (0 = the compiler's choice; up 96 = five 4-warp CTAs per SM, down 80 = six);
     "all" both; "table" the table's entry alone; "loop" the up-GEMM's loop design (block_k > 0);
     "chunk" variants with the table's H chunks (the same bits: a per-T choice among them is allowed);
-    "gemv" the up-GEMM on CUDA cores (``up_gemv``: other bits than the table's)."""
+    "gemv" the up-GEMM on CUDA cores (``up_gemv``: other bits than the table's); "narrow" the loop
+    design at 8-16 columns with H whole or in two chunks."""
     base = config_for(n_max, h)
     out = [base]
     if which == "table":
@@ -65,6 +66,15 @@ def candidates(n_max: int, h: int, which: str = "all") -> list[MoeExpertsConfig]
                  (16, 2, 128, 4, 4), (64, 2, 128, 4, 4), (32, 1, 128, 4, 4), (64, 4, 128, 4, 8)]
         return out + [replace(base, block_n=bn, split_k=sk, block_k=bk, up_stages=st, up_warps=w, up_maxnreg=0)
                       for bn, sk, bk, st, w in loops]
+    if which == "narrow":
+        # The loop design at 8 or 16 activation columns and H whole (or in two chunks): no split-K
+        # ticket on most CTAs (the gather probe put the ticket at +2.7 us of a T = 6 layer) and
+        # still 108-216 CTAs at T = 1, where session 17's 32 x 1 had 54. (block_n, split_k,
+        # block_k, stages, warps)
+        narrow = [(8, 1, 256, 4, 4), (8, 1, 512, 3, 4), (8, 1, 128, 6, 4), (16, 1, 256, 4, 4), (8, 2, 256, 4, 4),
+                  (16, 2, 256, 4, 4)]
+        return out + [replace(base, block_n=bn, split_k=sk, block_k=bk, up_stages=st, up_warps=w, up_maxnreg=0)
+                      for bn, sk, bk, st, w in narrow]
     if which == "gemv":
         # The up-GEMM on CUDA cores (up_gemv_kernel.py): (activation columns, warps) per CTA,
         # H whole; the down-GEMM the table's. 10 16-byte weight loads a thread at (1, 2), (2, 4),
@@ -145,7 +155,7 @@ def main(argv=None) -> int:
     parser.add_argument("--layers", type=int, default=40)
     parser.add_argument("--t", type=int, nargs="+", default=[1, 6])
     parser.add_argument("--replays", type=int, default=20)
-    parser.add_argument("--set", choices=["grid", "regs", "all", "router", "table", "loop", "chunk", "gemv"], default="all",
+    parser.add_argument("--set", choices=["grid", "regs", "all", "router", "table", "loop", "chunk", "gemv", "narrow"], default="all",
                         help="which variants around the table's entry to time (candidates())")
     args = parser.parse_args(argv)
     device = require_cuda()

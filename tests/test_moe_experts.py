@@ -742,11 +742,13 @@ def test_register_caps_are_dropped_by_the_interpreter():
 GPU_LOOP_CONFIGS = [
     MoeExpertsConfig(block_n=32, split_k=2, up_warps=4, block_h=64, down_warps=4, block_k=128, up_stages=4),
     MoeExpertsConfig(block_n=32, split_k=5, up_warps=4, block_h=64, down_warps=4, block_k=64, up_stages=4),
+    # moe_sweep --set narrow: 8 columns, H whole (no split-K ticket).
+    MoeExpertsConfig(block_n=8, split_k=1, up_warps=4, block_h=128, down_warps=4, block_k=256, up_stages=4),
 ]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", GPU_LOOP_CONFIGS, ids=["bn32-s2-bk128", "bn32-s5-bk64"])
+@pytest.mark.parametrize("config", GPU_LOOP_CONFIGS, ids=["bn32-s2-bk128", "bn32-s5-bk64", "bn8-s1-bk256"])
 def test_gpu_up_loop_design(config):
     # Against the reference at T = 1 and 6, and each token's bits those of its T = 1 call.
     for t in (1, 6):
