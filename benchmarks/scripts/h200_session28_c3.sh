@@ -23,7 +23,10 @@ for run in 1 2; do
     grep -E "\| lingc \||fla" "$OUT/kernels_kda_$run.log"
 done
 kill $DMON
-python3 -c "import json; print(json.load(open('$OUT/kernels_kda_1.json'))['environment'])"
+python3 -c "
+import json
+for n in (1, 2): print(n, json.load(open(f'$OUT/kernels_kda_{n}.json'))['environment'])"
+rm "$OUT/kernels_kda_2.json"   # its table is in the log; eight files at most come back
 grep -E "Event Reasons|Throttle|SM  |Graphics|Power Draw|Current Power Limit" "$OUT/nvidia_smi_q.log" | head -20
 cat "$OUT/kernels_kda_2.log" >> "$OUT/kernels_kda_1.log"; rm "$OUT/kernels_kda_2.log"
 cat "$OUT/nvidia_smi_q.log" >> "$OUT/dmon.log"; rm "$OUT/nvidia_smi_q.log"
