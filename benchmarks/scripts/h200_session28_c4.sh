@@ -10,7 +10,7 @@
 set -u
 DURATIONS=5 source "$(dirname "$0")/device_env.sh"
 run_kda() {  # NAME CACHE_DIR
-    TRITON_CACHE_DIR=$2 TRITON_USED_LOG=$OUT/used_$1.txt CUDA_VISIBLE_DEVICES=0 timeout 120 \
+    TRITON_CACHE_DIR=$2 TRITON_USED_LOG=$OUT/used_$1.txt CUDA_VISIBLE_DEVICES=0 timeout 200 \
         python3 -m benchmarks.kernels_kda --t 1 6 --out "$OUT/k_$1" 2>&1 | stamp > "$OUT/kda_$1.log"
     echo "== $1"; grep -E "\| lingc \||fla" "$OUT/kda_$1.log"
 }
