@@ -2,6 +2,12 @@
 
 __version__ = "0.1.0"
 
+from .toolchain import pin_triton_ptxas as _pin_triton_ptxas
+
+# Before anything compiles: every Triton kernel of the process is built by one ptxas, the one
+# Triton's cache key names (toolchain.py says why).
+_pin_triton_ptxas()
+
 __all__ = ["generate", "Engine"]
 
 
