@@ -199,7 +199,19 @@ def environment() -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": platform.node(),
         "gpu_state": gpu_state(),
+        "triton_ptxas": _triton_ptxas(),
     }
+
+
+def _triton_ptxas() -> str:
+    """The ptxas Triton compiles with in this process, and its CUDA release (`import lingc` pins
+    Triton's bundled one: lingc/toolchain.py)."""
+    try:
+        from triton import knobs
+        tool = knobs.nvidia.ptxas
+        return f"{tool.path} ({tool.version})"
+    except Exception as e:  # a CPU-only or older Triton: say so rather than fail the benchmark
+        return f"unknown ({type(e).__name__}: {e})"
 
 
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, str]]) -> str:
