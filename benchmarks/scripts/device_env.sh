@@ -34,6 +34,21 @@ export TRITON_CACHE_DIR=$PWD/.triton_cache; mkdir -p "$TRITON_CACHE_DIR"
 TRITON_USED_PATH=$PWD/benchmarks/scripts/triton_used
 export PYTHONPATH=$TRITON_USED_PATH${PYTHONPATH:+:$PYTHONPATH} TRITON_USED_LOG=$PWD/.triton_used.txt
 [ -f .triton_cache.tar.gz ] && tar xzf .triton_cache.tar.gz -C "$TRITON_CACHE_DIR"
+# Drop carried entries another ptxas built (PTX version other than what Triton's own ptxas takes):
+# before `import lingc` pinned it, Inductor's PyTorch ptxas built some under the same keys
+# (session 28: the KDA chain 8.84 against 7.48 us). Each dropped entry is compiled again.
+python3 - "$TRITON_CACHE_DIR" <<'PY'
+import glob, os, re, shutil, sys
+from triton import knobs
+from triton.backends.nvidia.compiler import ptx_get_version
+v = ptx_get_version(knobs.nvidia.ptxas.version)
+want, dropped = f"{v // 10}.{v % 10}", 0
+for ptx in glob.glob(os.path.join(sys.argv[1], "*", "*.ptx")):
+    m = re.search(r"^\.version (\d+\.\d+)", open(ptx).read(), re.M)
+    if m and m.group(1) != want:
+        shutil.rmtree(os.path.dirname(ptx), ignore_errors=True); dropped += 1
+print(f"triton cache: {dropped} carried entries of another ptxas dropped (PTX {want} kept)")
+PY
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation .whl/*.whl > "$OUT/install.log" 2>&1
 python3 -m pip install -q --no-deps --no-build-isolation -e . >> "$OUT/install.log" 2>&1
