@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Session 29 call 2 on ONE H200 (carry .whl, .triton_cache.tar.gz from call 1): the README table's
+# first half on the pinned toolchain (session 28: `import lingc` pins Triton's ptxas; the table
+# was measured before, with Inductor's CUDA 13 ptxas building Inductor's kernels and some of
+# lingc's): eager, the eager relay, Inductor reduce-overhead and its relay forwards, lingc plain
+# and relay, in one process, 32 tokens, no profiling (the table's command, as h200_session25_c3.sh).
+# Expected ~450 s; run with timeout_s 590.
+set -u
+source "$(dirname "$0")/device_env.sh"
+table_modes() {   # NAME MODES LIMIT
+    CUDA_VISIBLE_DEVICES=0 timeout "$3" python3 -m benchmarks.decode --preset flash-tp4-rank --context 8192 \
+        --lingc-inductor 0 --tokens 32 --modes "$2" --out "$OUT/$1" 2>&1 \
+        | grep --line-buffered -v "UserWarning\|Online softmax\|split the reduction\|important use case\|softmax\.$\|warnings.warn\|^$" \
+        | stamp > "$OUT/$1.log"
+    cp "$OUT/$1/decode.json" "$OUT/$1.json"; cp "$OUT/$1/decode.png" "$OUT/$1.png" 2>/dev/null; rm -rf "$OUT/$1"
+}
+table_modes table_a eager,eager-nextn,reduce-overhead,reduce-overhead-nextn,lingc,lingc-nextn 540
+grep -E "^ *[0-9.]+ \| |greedy output|CUDA graphs|copy bandwidth" "$OUT/table_a.log"
+grep -qiE "error" "$OUT/install.log" 2>/dev/null || rm -f "$OUT/install.log"
+find "$OUT" -maxdepth 1 -empty -delete; ls -la "$OUT"
