@@ -26,6 +26,8 @@
 #   - `moe_sweep_as NAME PRELUDE [VAR=value ...]`: benchmarks.moe_sweep --set table at T = 2 and 6
 #     after a Python prelude (K = the moe_experts kernel module, tl = triton.language), appended to
 #     $OUT/moe_sweep.log under "VARIANT NAME";
+#   - `table_modes NAME MODES LIMIT`: the README table's decode command on GPU 0 for MODES, log,
+#     JSON and plot as $OUT/NAME.*;
 #   - `base_setup`: the baseline of an A/B, a `git archive` carried in as .base.tar.gz, installed
 #     (not editable) under /tmp/base; `BASE=1 decode_as ...` then runs the baseline's lingc and
 #     benchmarks, so two commits run side by side in one call.
@@ -88,6 +90,13 @@ gemm_sweep_as() {
         --shapes "$@" 2>&1 | stamp > "$OUT/gemm_sweep.log"
     cp "$OUT"/g/*.json "$OUT/gemm_sweep.json.tmp"; mv "$OUT/gemm_sweep.json.tmp" "$OUT/gemm_sweep.json"
     rm -rf "$OUT/g"
+}
+table_modes() {   # NAME MODES LIMIT: the README table's command (32 tokens, no profiling), log/json/png as NAME.*
+    CUDA_VISIBLE_DEVICES=0 timeout "$3" python3 -m benchmarks.decode --preset flash-tp4-rank --context 8192 \
+        --lingc-inductor 0 --tokens 32 --modes "$2" --out "$OUT/$1" 2>&1 \
+        | grep --line-buffered -v "UserWarning\|Online softmax\|split the reduction\|important use case\|softmax\.$\|warnings.warn\|^$" \
+        | stamp > "$OUT/$1.log"
+    cp "$OUT/$1/decode.json" "$OUT/$1.json"; cp "$OUT/$1/decode.png" "$OUT/$1.png" 2>/dev/null; rm -rf "$OUT/$1"
 }
 decode_on_sweep() {
     PRELUDE="exec(open('benchmarks/scripts/prelude_sweep_table.py').read())" \

@@ -7,13 +7,6 @@
 # Expected ~450 s; run with timeout_s 590.
 set -u
 source "$(dirname "$0")/device_env.sh"
-table_modes() {   # NAME MODES LIMIT
-    CUDA_VISIBLE_DEVICES=0 timeout "$3" python3 -m benchmarks.decode --preset flash-tp4-rank --context 8192 \
-        --lingc-inductor 0 --tokens 32 --modes "$2" --out "$OUT/$1" 2>&1 \
-        | grep --line-buffered -v "UserWarning\|Online softmax\|split the reduction\|important use case\|softmax\.$\|warnings.warn\|^$" \
-        | stamp > "$OUT/$1.log"
-    cp "$OUT/$1/decode.json" "$OUT/$1.json"; cp "$OUT/$1/decode.png" "$OUT/$1.png" 2>/dev/null; rm -rf "$OUT/$1"
-}
 table_modes table_a eager,eager-nextn,reduce-overhead,reduce-overhead-nextn,lingc,lingc-nextn 540
 grep -E "^ *[0-9.]+ \| |greedy output|CUDA graphs|copy bandwidth" "$OUT/table_a.log"
 grep -qiE "error" "$OUT/install.log" 2>/dev/null || rm -f "$OUT/install.log"

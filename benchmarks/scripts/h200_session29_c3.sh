@@ -6,11 +6,7 @@
 # Expected ~360 s; run with timeout_s 590.
 set -u
 source "$(dirname "$0")/device_env.sh"
-CUDA_VISIBLE_DEVICES=0 timeout 450 python3 -m benchmarks.decode --preset flash-tp4-rank --context 8192 \
-    --lingc-inductor 0 --tokens 32 --modes inductor,reduce-overhead-pdl --out "$OUT/table_b" 2>&1 \
-    | grep --line-buffered -v "UserWarning\|Online softmax\|split the reduction\|important use case\|softmax\.$\|warnings.warn\|^$" \
-    | stamp > "$OUT/table_b.log"
-cp "$OUT/table_b/decode.json" "$OUT/table_b.json"; cp "$OUT/table_b/decode.png" "$OUT/table_b.png" 2>/dev/null; rm -rf "$OUT/table_b"
+table_modes table_b inductor,reduce-overhead-pdl 450
 grep -E "^ *[0-9.]+ \| |CUDA graphs|copy bandwidth" "$OUT/table_b.log"
 CUDA_VISIBLE_DEVICES=0 timeout 100 python3 -m benchmarks.kernels_kda --t 1 6 --out "$OUT/k" 2>&1 | stamp > "$OUT/kernels_kda.log"
 cp "$OUT"/k/*.json "$OUT/kernels_kda.json"; rm -rf "$OUT/k"; grep -E "\| lingc \||fla" "$OUT/kernels_kda.log"
