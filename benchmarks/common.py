@@ -152,10 +152,10 @@ def _gpu_uuid() -> str:
 
 def gpu_state() -> dict[str, str]:
     """Which physical GPU a result came from and its clocks, power and throttle reasons now, from
-    nvidia-smi (empty without a GPU or without nvidia-smi; ``error`` when it fails). Two machines
-    of one kind can time the same binary differently (session 28: the KDA chain's T = 6 verify
-    8.81 us in one call, 7.46 in the next): this is what tells them apart. A field this driver
-    does not know is left out (one query per field then), never the whole record."""
+    nvidia-smi (empty without a GPU or without nvidia-smi; ``error`` when it fails), so that two
+    calls' results can be told apart by machine and clocks (session 28 had to rule out a clock
+    drop by hand before finding two ptxas builds). A field this driver does not know is left out
+    (one query per field then), never the whole record."""
     if not torch.cuda.is_available() or shutil.which("nvidia-smi") is None:
         return {}
 

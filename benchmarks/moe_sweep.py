@@ -47,6 +47,12 @@ ROUTER_VARIANTS = [(4, 8, 1), (4, 8, 2), (8, 8, 1), (8, 8, 2), (8, 8, 3), (8, 8,
 RTOL_RMS = 5e-3
 
 
+def _loop_variants(base: MoeExpertsConfig, specs) -> list[MoeExpertsConfig]:
+    """The up-GEMM's loop design (block_k > 0) at each (block_n, split_k, block_k, stages, warps)."""
+    return [replace(base, block_n=bn, split_k=sk, block_k=bk, up_stages=st, up_warps=w, up_maxnreg=0)
+            for bn, sk, bk, st, w in specs]
+
+
 def candidates(n_max: int, h: int, which: str = "all") -> list[MoeExpertsConfig]:
     """The table's entry first, then variants around it. ``which``: "grid" varies the up-GEMM
     (block_n, split_k, warps) and the down-GEMM (block_h, warps), one side at a time; "regs" the
@@ -64,8 +70,7 @@ def candidates(n_max: int, h: int, which: str = "all") -> list[MoeExpertsConfig]
         # through a pipelined tile loop, so the bytes in flight are not bounded by registers.
         loops = [(32, 2, 128, 4, 4), (32, 4, 128, 4, 4), (32, 5, 128, 3, 4), (32, 5, 64, 4, 4),
                  (16, 2, 128, 4, 4), (64, 2, 128, 4, 4), (32, 1, 128, 4, 4), (64, 4, 128, 4, 8)]
-        return out + [replace(base, block_n=bn, split_k=sk, block_k=bk, up_stages=st, up_warps=w, up_maxnreg=0)
-                      for bn, sk, bk, st, w in loops]
+        return out + _loop_variants(base, loops)
     if which == "narrow":
         # The loop design at 8 or 16 activation columns and H whole (or in two chunks): no split-K
         # ticket on most CTAs (the gather probe put the ticket at +2.7 us of a T = 6 layer) and
@@ -73,8 +78,7 @@ def candidates(n_max: int, h: int, which: str = "all") -> list[MoeExpertsConfig]
         # block_k, stages, warps)
         narrow = [(8, 1, 256, 4, 4), (8, 1, 512, 3, 4), (8, 1, 128, 6, 4), (16, 1, 256, 4, 4), (8, 2, 256, 4, 4),
                   (16, 2, 256, 4, 4)]
-        return out + [replace(base, block_n=bn, split_k=sk, block_k=bk, up_stages=st, up_warps=w, up_maxnreg=0)
-                      for bn, sk, bk, st, w in narrow]
+        return out + _loop_variants(base, narrow)
     if which == "gemv":
         # The up-GEMM on CUDA cores (up_gemv_kernel.py): (activation columns, warps) per CTA,
         # H whole; the down-GEMM the table's. 10 16-byte weight loads a thread at (1, 2), (2, 4),
