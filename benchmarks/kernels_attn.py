@@ -13,9 +13,6 @@ context: positions L-6 .. L-1), q RoPE and the head gate fused. Variants:
                     (``MlaDecodeConfig.split_pdl`` / ``combine_pdl`` False)
 - ``lingc-splitN``  MLA only, the split kernel at SPLIT_LEN = N instead of the table (``--split-len``)
 - ``lingc-sN-lB-stS-wW-crR-csC``  MLA only, a whole config (``--mla-config N,B,S,W[,R[,C]]``)
-- ``lingc-pack-lo`` / ``lingc-two-query``  MLA only, the table config with the other split kernel
-                    (``MlaDecodeConfig.pack_lo`` toggled: one query's hi and lo rows in one tile, or
-                    two queries' hi then lo rows; ``--other-split``)
 - ``eager``         the model's own code: the decoder's bf16 residual add + layers.RMSNorm's expression;
                     kda_math.gated_head_rmsnorm + the cast before o_proj; mla.py's absorbed core
                     (RoPE of q, fp32 einsums over the whole cache, masked softmax), gated on o_lat
@@ -188,10 +185,10 @@ def parse_mla_config(spec: str) -> MlaDecodeConfig:
 def mla_config_label(c: MlaDecodeConfig) -> str:
     return (f"lingc-s{c.split_len}-l{c.block_l}-st{c.num_stages}-w{c.num_warps}"
             f"-cr{c.combine_block_r}-cs{c.combine_block_s}" + (f"-h{c.block_h}" if c.block_h else "")
-            + (f"-r{c.max_registers}" if c.max_registers else "") + ("-pack" if c.pack_lo else ""))
+            + (f"-r{c.max_registers}" if c.max_registers else ""))
 
 
-def bench_mla(L, T, copy_gbps, replays, inductor, split_lens, configs=(), other_split=False):
+def bench_mla(L, T, copy_gbps, replays, inductor, split_lens, configs=()):
     gen = torch.Generator(device="cuda").manual_seed(L + T)
     cache_bytes = L * (RANK + ROPE) * 2
     floor_bytes = cache_bytes + T * MLA_H * (RANK * 4 + ROPE * 2) + T * MLA_H * RANK * 4
@@ -226,9 +223,6 @@ def bench_mla(L, T, copy_gbps, replays, inductor, split_lens, configs=(), other_
                                                                  num_warps=table.num_warps), True)
     for c in configs:
         variants[mla_config_label(c)] = lingc(c, True)
-    if other_split:
-        variants["lingc-two-query" if table.pack_lo else "lingc-pack-lo"] = lingc(replace(table, pack_lo=not table.pack_lo),
-                                                                                  True)
     eager = lambda x: _eager_mla(x["q_lat"], x["q_rope"], x["kv"], positions, x["gate"], inv_freq)  # noqa: E731
     variants["eager"] = eager
     if inductor:
@@ -265,8 +259,6 @@ def main(argv=None):
     parser.add_argument("--mla-config", action="append", default=[], metavar="SPEC",
                         help="an extra MLA config to time: split_len,block_l,num_stages,num_warps"
                              "[,combine_block_r[,combine_block_s]] (repeatable)")
-    parser.add_argument("--other-split", action="store_true",
-                        help="also time the MLA table config with the other split kernel (pack_lo toggled)")
     parser.add_argument("--replays", type=int, default=30, help="graph replays per timing")
     parser.add_argument("--no-inductor", action="store_true", help="skip the torch.compile columns")
     parser.add_argument("--no-norms", action="store_true")
@@ -282,8 +274,7 @@ def main(argv=None):
             rows += bench_norms(T, copy_gbps, args.replays, not args.no_inductor)
         if not args.no_mla:
             for L in args.context:
-                rows += bench_mla(L, T, copy_gbps, args.replays, not args.no_inductor, args.split_len, mla_configs,
-                                  args.other_split)
+                rows += bench_mla(L, T, copy_gbps, args.replays, not args.no_inductor, args.split_len, mla_configs)
     all_correct = all(r["correct"] for r in rows)
     if all_correct:
         _speedups(rows)

@@ -44,10 +44,6 @@ SPLIT32 = MlaDecodeConfig(split_len=32, block_l=16)
 SPLIT16 = MlaDecodeConfig(split_len=16, block_l=16)
 # A 32-row query tile: 8 queries of the tiny model's 4 heads per program instead of 4.
 SPLIT32_H32 = MlaDecodeConfig(split_len=32, block_l=16, block_h=32)
-# One query a program, its hi and lo halves in the tile's two row halves (bf16 caches; an fp32
-# cache takes the two-query kernel, so the fp32 cases check the fallback).
-SPLIT32_PACK = MlaDecodeConfig(split_len=32, block_l=16, pack_lo=True)
-SPLIT16_PACK = MlaDecodeConfig(split_len=16, block_l=16, pack_lo=True)
 
 
 def make_inputs(T, L, positions, kv_dtype, seed, q_rope_dtype=None, garbage=100.0, device=DEVICE, heads=H,
@@ -109,10 +105,6 @@ CASES = [
     (1, 100, 63, SPLIT32_H32),    # a 32-row query tile: one query in 8 live rows of 32
     (6, 100, 27, SPLIT32_H32),
     (12, 100, 70, SPLIT32_H32),   # two programs per split, the second half empty
-    (1, 100, 63, SPLIT32_PACK),   # hi and lo of one query in one tile
-    (1, 40, 0, SPLIT16_PACK),
-    (6, 100, 27, SPLIT32_PACK),
-    (8, 300, 200, MlaDecodeConfig(split_len=128, block_l=64, pack_lo=True)),
 ]
 
 
@@ -124,17 +116,15 @@ def test_kernel_matches_reference(T, L, p0, config, kv_dtype):
     assert_close(got, mla_decode_reference(*cpu(args(x))), RTOL[kv_dtype])
 
 
-@pytest.mark.parametrize("pack_lo", [False, True], ids=["two-query", "pack-lo"])
 @pytest.mark.parametrize("T,p0", [(1, 70), (6, 30)])
-@pytest.mark.parametrize("heads,rank,rope", [(3, 24, 6), (8, 64, 16), (12, 24, 8)])
-def test_kernel_matches_reference_other_head_shapes(heads, rank, rope, T, p0, pack_lo):
+@pytest.mark.parametrize("heads,rank,rope", [(3, 24, 6), (8, 64, 16)])
+def test_kernel_matches_reference_other_head_shapes(heads, rank, rope, T, p0):
     # Head count, latent rank and RoPE width away from the tiny preset's (4, 40, 8) on the CPU
     # too (flash-tp4-rank's 8, 512, 64 run in the GPU tests): padded head tiles, a rank and a
-    # RoPE width that are not powers of two; 12 heads pack into 32 rows (16 padded heads).
+    # RoPE width that are not powers of two.
     x = make_inputs(T, 100, chain(p0, T), torch.bfloat16, seed=heads * 100 + rank + T, heads=heads, rank=rank,
                     rope=rope)
-    cfg = dataclasses.replace(config_for(100, heads, rank, rope), pack_lo=pack_lo)
-    got = run_kernel(args(x, gate=True, rope=True), cfg)
+    got = run_kernel(args(x, gate=True, rope=True))
     assert_close(got, mla_decode_reference(*cpu(args(x, gate=True, rope=True))), RTOL[torch.bfloat16])
 
 
@@ -175,33 +165,6 @@ def test_kernel_positions_as_int32_and_strided_queries():
 # The causal mask and what the kernel never reads.
 
 
-def test_pack_lo_runs_the_packed_split_for_bf16_caches_only(monkeypatch):
-    # pack_lo picks _mla_split_packed_kernel where there is a lo half to pack (a bf16 cache) and
-    # the two-query kernel for an fp32 cache (one fp32 dot, nothing to pack).
-    launched = []
-
-    class Spy:
-        def __init__(self, name, fn):
-            self.name, self.fn = name, fn
-
-        def __getitem__(self, grid):
-            launched.append((self.name, grid))
-            return self.fn[grid]
-
-    for name in ("_mla_split_kernel", "_mla_split_packed_kernel"):
-        monkeypatch.setattr(mla_kernel, name, Spy(name, getattr(mla_kernel, name)))
-    for kv_dtype in (torch.bfloat16, torch.float32):
-        x = make_inputs(6, 100, chain(27, 6), kv_dtype, seed=8)
-        run_kernel(args(x), SPLIT32_PACK)
-        run_kernel(args(x), SPLIT32)
-    ns = num_splits(100, SPLIT32)
-    # The two-query kernel's 16 rows hold four queries of the tiny model's 4 heads: 2 programs.
-    assert launched == [("_mla_split_packed_kernel", (6, ns)), ("_mla_split_kernel", (2, ns)),
-                        ("_mla_split_kernel", (2, ns)), ("_mla_split_kernel", (2, ns))]
-    with pytest.raises(AssertionError, match="pack_lo holds one query a tile"):
-        MlaDecodeConfig(split_len=32, block_l=16, block_h=32, pack_lo=True)
-
-
 def test_causal_mask_inside_the_chain():
     # Query j of a chain sees rows <= its own position: rewriting the chain's later rows changes
     # the later queries' outputs and leaves query j's bit for bit unchanged.
@@ -231,7 +194,7 @@ def test_rows_past_the_positions_are_never_read():
 # Batch invariance in T.
 
 
-@pytest.mark.parametrize("config", [SPLIT32, SPLIT32_H32, SPLIT32_PACK], ids=["tile16", "tile32", "pack-lo"])
+@pytest.mark.parametrize("config", [SPLIT32, SPLIT32_H32], ids=["tile16", "tile32"])
 @pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_kernel_batch_invariant_in_T(kv_dtype, config):
     # A T = 8 chain straddling a split boundary (rows 28..35, splits of 32): every shorter chain
@@ -423,8 +386,7 @@ def test_config_depends_on_capacity_only():
 
 _COMPILE_CHECK = textwrap.dedent("""
     from sm90 import compile_sm90, divisible_by_16
-    from lingc.runtime.kernels.mla_decode.kernel import (_mla_combine_kernel, _mla_split_kernel,
-                                                         _mla_split_packed_kernel, config_for, num_splits)
+    from lingc.runtime.kernels.mla_decode.kernel import _mla_split_kernel, _mla_combine_kernel, config_for, num_splits
 
     def check(fn, sig, const, num_warps, num_stages):
         # Pointers and strides 16-divisible, as the launcher specialises them at these shapes:
@@ -433,8 +395,7 @@ _COMPILE_CHECK = textwrap.dedent("""
         aligned = [n for n in sig if n.endswith("_ptr") or n in ("stride_qlt", "stride_qlh", "stride_qrt", "stride_kv")]
         ptx, info = compile_sm90(fn, sig, const, attrs=divisible_by_16(fn, aligned), num_warps=num_warps,
                                  num_stages=num_stages)
-        split = fn in (_mla_split_kernel, _mla_split_packed_kernel)
-        assert not split or "cp.async" in ptx, "the split's tile loop is not pipelined"
+        assert fn is not _mla_split_kernel or "cp.async" in ptx, "the split's tile loop is not pipelined"
         assert "griddepcontrol.wait" in ptx
         assert " 0 bytes spill stores" in info, info
 
@@ -448,10 +409,6 @@ _COMPILE_CHECK = textwrap.dedent("""
                  ROPE=True, ROPE_RNE=False, SPLIT_Q=True, SPLIT_QR=False, SPLIT_P=True, DOT_PRECISION="ieee",
                  DOT_UPCAST=False, USE_GDC=True)
     check(_mla_split_kernel, sig, const, cfg.num_warps, cfg.num_stages)
-    # The packed split: one query's hi and lo rows in one 16-row tile (pack_lo).
-    for k in ("HP", "BH", "SPLIT_Q", "SPLIT_QR", "SPLIT_P"):
-        del const[k]
-    check(_mla_split_packed_kernel, sig, dict(const, HQ=8), cfg.num_warps, cfg.num_stages)
     sig = dict(m_ptr="*fp32", l_ptr="*fp32", acc_ptr="*fp32", pos_ptr="*i64", gate_ptr="*bf16", out_ptr="*fp32",
                stride_gt="i32", stride_gh="i32", L="i32")
     const = dict(H=8, R=512, NS=ns, SPLIT_LEN=cfg.split_len, BS=ns, BSC=32, BRC=cfg.combine_block_r,
@@ -474,27 +431,25 @@ def _flash_inputs(T, L, seed):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("pack_lo", [False, True], ids=["two-query", "pack-lo"])
 @pytest.mark.parametrize("q_rope_dtype", [torch.bfloat16, torch.float32], ids=["q_rope-bf16", "q_rope-fp32"])
 @pytest.mark.parametrize("L", [8192, 65536])
 @pytest.mark.parametrize("T", [1, 6, 8])
-def test_gpu_flash_shapes_match_reference(T, L, q_rope_dtype, pack_lo):
+def test_gpu_flash_shapes_match_reference(T, L, q_rope_dtype):
     # bf16 q_rope is the model's path (roped q rounded to bf16 on both sides); fp32 exercises
     # the hi/lo split of the rope query too.
     x = _flash_inputs(T, L, seed=T + L)
     x["q_rope"] = x["q_rope"].to(q_rope_dtype)
-    cfg = dataclasses.replace(config_for(L, 8, 512, 64), pack_lo=pack_lo)
-    got = run_kernel(args(x, gate=True, rope=True), config=cfg)
+    got = run_kernel(args(x, gate=True, rope=True), config=None)
     ref = mla_decode_reference(*cpu(args(x, gate=True, rope=True)))
     assert_close(got, ref, 5e-5)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("block_h,pack_lo", [(0, False), (32, False), (0, True)], ids=["tile16", "tile32", "pack-lo"])
+@pytest.mark.parametrize("block_h", [0, 32], ids=["table-tile", "tile32"])
 @pytest.mark.parametrize("L", [8192, 65536])
-def test_gpu_batch_invariant_in_T(L, block_h, pack_lo):
+def test_gpu_batch_invariant_in_T(L, block_h):
     x = _flash_inputs(8, L, seed=L + 1)
-    cfg = dataclasses.replace(config_for(L, 8, 512, 64), block_h=block_h, pack_lo=pack_lo)
+    cfg = dataclasses.replace(config_for(L, 8, 512, 64), block_h=block_h)
     full = run_kernel(args(x, gate=True, rope=True), config=cfg)
     assert_close(full, mla_decode_reference(*cpu(args(x, gate=True, rope=True))), 5e-5)
     for n in range(1, 8):

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Runs on commit 3c4c7c6 (MlaDecodeConfig.pack_lo and its kernel were removed after this call).
 # Session 29 call 4 on ONE H200 (carry .whl, .triton_cache.tar.gz). MLA's split with one query a
 # program and its hi and lo halves as the two row halves of one 16-row tile
 # (MlaDecodeConfig.pack_lo, _mla_split_packed_kernel): half the MMAs of a decode's split program

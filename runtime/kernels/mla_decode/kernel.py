@@ -83,17 +83,11 @@ class MlaDecodeConfig:
     # when it exits; the bits do not change. config_for turns the split's off at long contexts.
     split_pdl: bool = True
     combine_pdl: bool = True
-    # One query a split program, its hi and lo halves as the two row halves of one tile (bf16
-    # caches with an fp32 operand; _mla_split_packed_kernel): at 8 heads the 16 rows tl.dot needs
-    # carry hi and lo of one query instead of two queries' hi, then their lo, so a decode runs
-    # half the MMAs; a verify chain runs twice the programs with half the MMAs each.
-    pack_lo: bool = False
 
     def __post_init__(self):
         assert self.block_l >= 16 and self.block_l & (self.block_l - 1) == 0, self
         assert self.split_len % self.block_l == 0, self
         assert self.block_h == 0 or (self.block_h >= 16 and self.block_h & (self.block_h - 1) == 0), self
-        assert not (self.pack_lo and self.block_h), f"pack_lo holds one query a tile; block_h must be 0: {self}"
 
 
 def config_for(L: int, H: int, R: int, P: int) -> MlaDecodeConfig:
@@ -231,108 +225,6 @@ def _mla_split_kernel(
 
 
 @triton.jit
-def _pair_sum(x, HQ: tl.constexpr, N: tl.constexpr):
-    """[2 HQ, N] -> [2 HQ, N]: each row plus its partner (rows h and HQ + h: a head's hi and lo
-    halves). Both halves get the same bits (fp32 addition commutes); in the MMA layouts the two
-    rows sit in one thread, so the reshapes move no data."""
-    y = tl.sum(tl.reshape(x, [2, HQ, N]), axis=0)
-    return tl.reshape(tl.broadcast_to(y[None, :, :], [2, HQ, N]), [2 * HQ, N])
-
-
-@triton.jit(do_not_specialize=["T"])
-def _mla_split_packed_kernel(
-    ql_ptr, qr_ptr, kv_ptr, pos_ptr, freq_ptr, m_ptr, l_ptr, acc_ptr,
-    stride_qlt, stride_qlh, stride_qrt, stride_qrh, stride_kv, L, scale,
-    T, H: tl.constexpr, R: tl.constexpr, P: tl.constexpr, NS: tl.constexpr, HQ: tl.constexpr,
-    BR: tl.constexpr, BP: tl.constexpr, BL: tl.constexpr, SPLIT_LEN: tl.constexpr, ROPE: tl.constexpr,
-    ROPE_RNE: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
-):
-    """The split kernel with one query a program (grid (T, NS)) and its fp32 operands' hi and lo
-    halves in the two row halves of one tile: row h < HQ holds hi(q[h]), row HQ + h lo(q[h]), so
-    one dot gives both products and each head's score is the sum of its two rows; the
-    probabilities go back the same way (hi rows, lo rows) into one [2 HQ, R] accumulator whose
-    partner rows are summed at the end. At HQ = 8 (flash-tp4-rank) that is the 16 rows tl.dot
-    needs: a decode runs half the MMAs of _mla_split_kernel, whose 16-row tile holds two queries
-    and takes hi and lo as two dots. Batch invariance is by construction (one query a program,
-    the same arithmetic for every T). The softmax runs on all 2 HQ rows (partner rows hold the
-    same scores, bit for bit), which keeps every tensor in the dot's layout."""
-    BH: tl.constexpr = 2 * HQ
-    t = tl.program_id(0)
-    s = tl.program_id(1)
-    KV_DT: tl.constexpr = kv_ptr.dtype.element_ty
-    rows = tl.arange(0, BH)
-    h = rows % HQ
-    lo_row = rows >= HQ
-    mh = h < H
-    offs_r = tl.arange(0, BR)
-    mr = offs_r < R
-    offs_p = tl.arange(0, BP)
-    mp = offs_p < P
-    if ROPE:
-        offs_f = tl.arange(0, BP // 2)
-        freq = tl.load(freq_ptr + offs_f, mask=offs_f < P // 2, other=0.0)   # a constant buffer
-
-    pdl_wait(USE_GDC)
-    pdl_launch_dependents(USE_GDC)
-
-    pos = tl.load(pos_ptr + t).to(tl.int32)
-    last = tl.minimum(pos, L - 1)
-    start = s * SPLIT_LEN
-    if (start <= last) | (s == 0):
-        end = tl.minimum(start + SPLIT_LEN, last + 1)
-        ql = tl.load(ql_ptr + t * stride_qlt + h[:, None] * stride_qlh + offs_r[None, :],
-                     mask=mh[:, None] & mr[None, :], other=0.0).to(tl.float32)
-        qr = tl.load(qr_ptr + t * stride_qrt + h[:, None] * stride_qrh + offs_p[None, :],
-                     mask=mh[:, None] & mp[None, :], other=0.0).to(tl.float32)
-        if ROPE:
-            qe, qo = tl.split(tl.reshape(qr, [BH, BP // 2, 2]))
-            ang = pos.to(tl.float32) * freq[None, :]
-            cos = tl.cos(ang)
-            sin = tl.sin(ang)
-            qr = tl.reshape(tl.join(qe * cos - qo * sin, qe * sin + qo * cos), [BH, BP])
-            qr = _round_through(qr, qr_ptr.dtype.element_ty, ROPE_RNE)    # the model rounds roped q
-        # Operands already in the cache dtype have lo = 0 exactly: their lo rows add nothing.
-        ql_hi = ql.to(KV_DT)
-        q2 = tl.where(lo_row[:, None], (ql - ql_hi.to(tl.float32)).to(KV_DT), ql_hi)
-        qr_hi = qr.to(KV_DT)
-        qr2 = tl.where(lo_row[:, None], (qr - qr_hi.to(tl.float32)).to(KV_DT), qr_hi)
-
-        m_i = tl.full([BH], float("-inf"), tl.float32)
-        l_i = tl.zeros([BH], tl.float32)
-        acc = tl.zeros([BH, BR], tl.float32)
-        # As in _mla_split_kernel: a constexpr trip count; a tile past the query's end is fully
-        # masked (alpha = 1, p = 0: a bitwise no-op).
-        for i in range(SPLIT_LEN // BL):
-            offs_l = start + i * BL + tl.arange(0, BL)
-            ml = offs_l < end
-            kv_rows = kv_ptr + offs_l.to(tl.int64)[:, None] * stride_kv
-            c = tl.load(kv_rows + offs_r[None, :], mask=ml[:, None] & mr[None, :], other=0.0)
-            kr = tl.load(kv_rows + R + offs_p[None, :], mask=ml[:, None] & mp[None, :], other=0.0)
-            zero = tl.zeros([BH, BL], tl.float32) * scale     # runtime zero: two independent chains
-            sc = dot_acc(q2, c, zero, DOT_PRECISION, DOT_UPCAST)
-            sc_r = dot_acc(qr2, kr, zero, DOT_PRECISION, DOT_UPCAST)
-            sc = _pair_sum(sc + sc_r, HQ, BL)
-            sc = tl.where(ml[None, :], sc * scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(sc, axis=1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp(m_i - m_safe)
-            p = tl.exp(sc - m_safe[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-            p_hi = p.to(KV_DT)
-            p2 = tl.where(lo_row[:, None], (p - p_hi.to(tl.float32)).to(KV_DT), p_hi)
-            acc = acc * alpha[:, None]
-            acc = dot_acc(p2, tl.trans(c), acc, DOT_PRECISION, DOT_UPCAST)
-            m_i = m_new
-
-        out = _pair_sum(acc, HQ, BR)
-        part = (t * H + h) * NS + s
-        keep = mh & (rows < HQ)
-        tl.store(m_ptr + part, m_i, mask=keep)
-        tl.store(l_ptr + part, l_i, mask=keep)
-        tl.store(acc_ptr + part.to(tl.int64)[:, None] * R + offs_r[None, :], out, mask=keep[:, None] & mr[None, :])
-
-
-@triton.jit
 def _mla_combine_kernel(
     m_ptr, l_ptr, acc_ptr, pos_ptr, gate_ptr, out_ptr, stride_gt, stride_gh, L,
     H: tl.constexpr, R: tl.constexpr, NS: tl.constexpr, SPLIT_LEN: tl.constexpr,
@@ -408,26 +300,17 @@ def mla_decode_triton(q_lat, q_rope, kv_cache, positions, scale: float, gate=Non
     rope = rope_inv_freq is not None
     hp = triton.next_power_of_2(H)
     bh = max(16, hp, cfg.block_h)
-    common = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if split_pdl else {}),
-                  **register_cap(cfg.max_registers))
-    if cfg.pack_lo and kv_bf16:
-        _mla_split_packed_kernel[(T, ns)](
-            q_lat, q_rope, kv_cache, positions, rope_inv_freq if rope else positions, m, l, acc,
-            q_lat.stride(0), q_lat.stride(1), q_rope.stride(0), q_rope.stride(1), kv_cache.stride(0), L,
-            float(scale), T, H=H, R=R, P=P, NS=ns, HQ=max(8, hp), BR=max(16, triton.next_power_of_2(R)),
-            BP=max(16, triton.next_power_of_2(P)), BL=cfg.block_l, SPLIT_LEN=cfg.split_len, ROPE=rope,
-            ROPE_RNE=interpreting() and q_rope.dtype == torch.bfloat16, DOT_PRECISION="ieee",
-            DOT_UPCAST=interpreting(), USE_GDC=split_pdl, **common)
-    else:
-        _mla_split_kernel[(triton.cdiv(T, bh // hp), ns)](
-            q_lat, q_rope, kv_cache, positions, rope_inv_freq if rope else positions, m, l, acc,
-            q_lat.stride(0), q_lat.stride(1), q_rope.stride(0), q_rope.stride(1), kv_cache.stride(0), L, float(scale),
-            T, H=H, R=R, P=P, NS=ns, HP=hp, BH=bh, BR=max(16, triton.next_power_of_2(R)),
-            BP=max(16, triton.next_power_of_2(P)), BL=cfg.block_l, SPLIT_LEN=cfg.split_len, ROPE=rope,
-            ROPE_RNE=interpreting() and q_rope.dtype == torch.bfloat16,
-            SPLIT_Q=kv_bf16 and q_lat.dtype != kv_cache.dtype, SPLIT_QR=kv_bf16 and q_rope.dtype != kv_cache.dtype,
-            SPLIT_P=kv_bf16, DOT_PRECISION="ieee", DOT_UPCAST=interpreting() and kv_bf16, USE_GDC=split_pdl,
-            **common)
+    _mla_split_kernel[(triton.cdiv(T, bh // hp), ns)](
+        q_lat, q_rope, kv_cache, positions, rope_inv_freq if rope else positions, m, l, acc,
+        q_lat.stride(0), q_lat.stride(1), q_rope.stride(0), q_rope.stride(1), kv_cache.stride(0), L, float(scale),
+        T, H=H, R=R, P=P, NS=ns, HP=hp, BH=bh, BR=max(16, triton.next_power_of_2(R)),
+        BP=max(16, triton.next_power_of_2(P)), BL=cfg.block_l, SPLIT_LEN=cfg.split_len, ROPE=rope,
+        ROPE_RNE=interpreting() and q_rope.dtype == torch.bfloat16,
+        SPLIT_Q=kv_bf16 and q_lat.dtype != kv_cache.dtype, SPLIT_QR=kv_bf16 and q_rope.dtype != kv_cache.dtype,
+        SPLIT_P=kv_bf16, DOT_PRECISION="ieee", DOT_UPCAST=interpreting() and kv_bf16, USE_GDC=split_pdl,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if split_pdl else {}),
+        **register_cap(cfg.max_registers),
+    )
     g = gate if gate is not None else positions
     _mla_combine_kernel[(T, H, triton.cdiv(R, cfg.combine_block_r))](
         m, l, acc, positions, g, out, g.stride(0), g.stride(-1) if gate is not None else 0, L,
