@@ -84,6 +84,45 @@ def _prompt(args: argparse.Namespace, vocab_size: int) -> list[int]:
     return check_vocabulary(parse_token_ids(args.prompt_ids, what), vocab_size, what)
 
 
+def relay_margin(steps: int) -> int:
+    """Cache rows the relay may write past the last emitted token: one verify chain of drafts
+    and its bonus token, twice (a step is launched before the previous one's verdict)."""
+    return 2 * (steps + 1)
+
+
+def check_context(prompt_len: int, new_tokens: int, steps: int, max_positions: int) -> None:
+    """Refuse, before any work, a run whose cache would pass the model's positions."""
+    rows = prompt_len + new_tokens + relay_margin(steps)
+    if rows > max_positions:
+        room = max_positions - prompt_len - relay_margin(steps)
+        fix = f"at most --new-tokens {room} with this prompt" if room > 0 else "a shorter prompt"
+        raise SystemExit(f"prompt {prompt_len} + --new-tokens {new_tokens} + the relay's {relay_margin(steps)} "
+                         f"rows ahead (--steps {steps}) = {rows} cache rows, more than the model's "
+                         f"max_position_embeddings {max_positions}: use {fix}")
+
+
+def _positive(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want an integer >= 1, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"want an integer >= 1, got {v}")
+    return v
+
+
+def _nonnegative(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want an integer >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"want an integer >= 0, got {v}")
+    return v
+
+
 def compile_step(model, role: str = "decode", **options):
     """The model's forward compiled with lingc as one static-shape graph per T."""
     return torch.compile(model, backend="lingc", fullgraph=True, dynamic=False,
@@ -100,6 +139,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
     name = source_label(args.preset, args.checkpoint)
     model = _model(args, dev, progress=False)
     cfg = model.config
+    ahead = args.t if args.role == "model" else 4 * (args.steps + 1)
+    if args.context + ahead > cfg.max_position_embeddings:
+        raise SystemExit(f"--context {args.context} + {ahead} rows for the step = {args.context + ahead} cache rows, "
+                         f"more than the model's max_position_embeddings {cfg.max_position_embeddings}: use at most "
+                         f"--context {cfg.max_position_embeddings - ahead}")
     opts = {"inductor": args.inductor}
     if args.dump_dir:
         opts["dump_dir"] = args.dump_dir
@@ -119,7 +163,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         from .runtime.relay.engine import Engine
 
         role = args.role.removesuffix("-step")
-        engine = Engine(model, max_len=args.context + 4 * (args.steps + 1), steps=args.steps, options=opts,
+        engine = Engine(model, max_len=args.context + ahead, steps=args.steps, options=opts,
                         cudagraphs=False, progress=False)
         engine.prepare([role])
         what = f"relay step '{role}', {args.steps} drafts"
@@ -154,12 +198,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = model.config
     prompt = _prompt(args, cfg.vocab_size)
     n = args.new_tokens
+    check_context(len(prompt), n, args.steps, cfg.max_position_embeddings)
 
     t0 = time.perf_counter()
     eager = greedy_generate(model, prompt, n, eos_token_id=None)
     t_eager = time.perf_counter() - t0
 
-    engine = Engine(model, max_len=len(prompt) + n + 2 * (args.steps + 1), steps=args.steps,
+    engine = Engine(model, max_len=len(prompt) + n + relay_margin(args.steps), steps=args.steps,
                     options={"inductor": args.inductor}, progress=lead)
     first = len(compile_reports)
     t0 = time.perf_counter()
@@ -208,22 +253,24 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--inductor", action=argparse.BooleanOptionalAction, default=False,
                        help="compile the leftovers with Inductor (default: run them as ATen ops)")
     run, explain = sub.choices["run"], sub.choices["explain"]
-    run.add_argument("--prompt-len", type=int, default=24, help="random prompt tokens (without --prompt-ids)")
+    run.add_argument("--prompt-len", type=_positive, default=24, help="random prompt tokens (without --prompt-ids)")
     run.add_argument("--prompt-ids", default=None, metavar="IDS",
                      help="the prompt as comma-separated token ids (lingc has no tokenizer)")
-    run.add_argument("--new-tokens", type=int, default=48)
+    run.add_argument("--new-tokens", type=_positive, default=48)
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--steps", type=int, default=5, help="NEXTN drafts per relay step (1..7)")
+    run.add_argument("--steps", type=int, default=5, choices=range(1, 8), metavar="{1..7}",
+                     help="NEXTN drafts per relay step")
     run.add_argument("--tp", type=int, default=1,
                      help="tensor-parallel size: run under torchrun --nproc-per-node N")
     explain.add_argument("--t", type=int, default=1, choices=range(1, 17), metavar="{1..16}",
                          help="tokens per step: 1 = decode, 6 = chain verify")
-    explain.add_argument("--context", type=int, default=32, help="cache rows before the step")
+    explain.add_argument("--context", type=_nonnegative, default=32, help="cache rows before the step")
     explain.add_argument("--dump-dir", default=None)
     explain.add_argument("--role", default="model", choices=("model",) + RELAY_ROLES,
                          help="model: the bare forward at --t tokens (default); otherwise one step graph of the "
                               "NEXTN relay: decode-step (plain decoding), draft, verify-step, extend")
-    explain.add_argument("--steps", type=int, default=5, help="NEXTN drafts per relay step (1..7), for --role")
+    explain.add_argument("--steps", type=int, default=5, choices=range(1, 8), metavar="{1..7}",
+                         help="NEXTN drafts per relay step, for --role")
     args = ap.parse_args(argv)
     return {"run": cmd_run, "explain": cmd_explain}[args.cmd](args)
 

@@ -1,5 +1,7 @@
 """`python -m lingc run|explain` on a checkpoint directory instead of a preset's random weights,
 with the prompt given as token ids; and the errors for a clashing or broken source or prompt."""
+import re
+
 import pytest
 
 from lingc.cli import main
@@ -34,8 +36,39 @@ def test_explain_a_checkpoint(checkpoint, capsys):
     (["--prompt-ids", "1,x"], "want token ids separated by commas or whitespace"),
     (["--prompt-ids", "7,320,-1"], r"ids \[320, -1\] are outside the vocabulary \[0, 320\)"),
     (["--prompt-ids", ","], "no token ids given"),
+    (["--new-tokens", "4090"], r"prompt 24 \+ --new-tokens 4090 \+ the relay's 12 rows ahead \(--steps 5\) = 4126 "
+                               r"cache rows, more than the model's max_position_embeddings 4096: use at most "
+                               r"--new-tokens 4060 with this prompt"),
+    (["--prompt-len", "4090", "--steps", "7"], r"= 4154 cache rows, .* use a shorter prompt"),
 ])
 def test_run_refuses_a_bad_source_or_prompt(checkpoint, tmp_path, argv, message):
+    # Each refusal comes before the eager generation or any compile.
     argv = [str(checkpoint) if a == "CKPT" else str(tmp_path) if a == "EMPTY" else a for a in argv]
     with pytest.raises(SystemExit, match=message):
         main(["run", "--device", "cpu", *argv])
+
+
+@pytest.mark.parametrize("cmd, argv, message", [
+    ("run", ["--steps", "8"], r"--steps: invalid choice: 8 \(choose from 1, 2, 3, 4, 5, 6, 7\)"),
+    ("explain", ["--steps", "0"], r"--steps: invalid choice: 0"),
+    ("run", ["--new-tokens", "0"], r"--new-tokens: want an integer >= 1, got 0"),
+    ("run", ["--prompt-len", "x"], r"--prompt-len: want an integer >= 1, got 'x'"),
+    ("explain", ["--context", "-3"], r"--context: want an integer >= 0, got -3"),
+])
+def test_bad_numbers_are_refused_by_the_parser(cmd, argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([cmd, "--preset", "tiny", "--device", "cpu", *argv])
+    assert e.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_explain_refuses_a_context_past_the_positions():
+    with pytest.raises(SystemExit, match=r"--context 4090 \+ 7 rows for the step = 4097 cache rows, more than the "
+                                         r"model's max_position_embeddings 4096: use at most --context 4089"):
+        main(["explain", "--preset", "tiny", "--device", "cpu", "--context", "4090", "--t", "7"])
+    # A relay step needs 4 x (steps + 1) rows ahead; exactly the model's positions is accepted.
+    with pytest.raises(SystemExit, match=r"--context 4081 \+ 16 rows for the step = 4097 cache rows"):
+        main(["explain", "--preset", "tiny", "--device", "cpu", "--context", "4081", "--role", "verify-step",
+              "--steps", "3"])
+    assert main(["explain", "--preset", "tiny", "--device", "cpu", "--context", "4080", "--role", "verify-step",
+                 "--steps", "3"]) == 0
