@@ -62,6 +62,7 @@ from lingc.cli import check_vocabulary, load_checkpoint, parse_token_ids, source
 from lingc.models import Ling3Cache, build_model, preset
 from lingc.models.moe import MoE
 from lingc.models.parallel import init_from_env
+from lingc.runtime.relay.engine import MAX_STEPS
 
 from .common import copy_bandwidth_gbps, environment, event_times_ms, markdown_table, require_cuda, write_json
 from .layer_chains import summary_line
@@ -598,8 +599,9 @@ def main(argv=None) -> int:
     bad = [m for m in modes if m not in ALL_MODES]
     if bad:
         raise SystemExit(f"unknown mode(s) {bad}; valid: {ALL_MODES}")
-    if any(k < 1 for k in args.steps):
-        raise SystemExit(f"--steps {args.steps}: every depth must be >= 1 (draft tokens = steps + 1)")
+    if any(not 1 <= k <= MAX_STEPS for k in args.steps):
+        raise SystemExit(f"--steps {args.steps}: every depth must be in 1..{MAX_STEPS} "
+                         f"(draft tokens = steps + 1 <= {MAX_STEPS + 1})")
     if DEV == "cuda":
         require_cuda()
     tp = init_from_env()

@@ -18,6 +18,7 @@ import time
 import torch
 
 from .models import Ling3Cache, PRESETS, build_model, preset
+from .runtime.relay.engine import MAX_STEPS
 
 
 def _device(name: str | None) -> torch.device:
@@ -258,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
                      help="the prompt as comma-separated token ids (lingc has no tokenizer)")
     run.add_argument("--new-tokens", type=_positive, default=48)
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--steps", type=int, default=5, choices=range(1, 8), metavar="{1..7}",
+    run.add_argument("--steps", type=int, default=5, choices=range(1, MAX_STEPS + 1), metavar=f"{{1..{MAX_STEPS}}}",
                      help="NEXTN drafts per relay step")
     run.add_argument("--tp", type=int, default=1,
                      help="tensor-parallel size: run under torchrun --nproc-per-node N")
@@ -269,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     explain.add_argument("--role", default="model", choices=("model",) + RELAY_ROLES,
                          help="model: the bare forward at --t tokens (default); otherwise one step graph of the "
                               "NEXTN relay: decode-step (plain decoding), draft, verify-step, extend")
-    explain.add_argument("--steps", type=int, default=5, choices=range(1, 8), metavar="{1..7}",
+    explain.add_argument("--steps", type=int, default=5, choices=range(1, MAX_STEPS + 1), metavar=f"{{1..{MAX_STEPS}}}",
                          help="NEXTN drafts per relay step, for --role")
     args = ap.parse_args(argv)
     return {"run": cmd_run, "explain": cmd_explain}[args.cmd](args)

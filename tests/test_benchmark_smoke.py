@@ -62,6 +62,18 @@ def test_decode_smoke_with_depth_sweep_and_profile(tmp_path):
     assert floors["draft"][0][0] == "draft (NEXTN) layer" and all(us > 0 for _, us in floors["verify"])
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--steps", "3", "9"], r"--steps \[3, 9\]: every depth must be in 1..7 \(draft tokens = steps \+ 1 <= 8\)"),
+    (["--modes", "lingc,lingcx"], r"unknown mode\(s\) \['lingcx'\]; valid: \['eager', "),
+])
+def test_decode_refuses_bad_arguments_before_any_work(tmp_path, argv, message):
+    # Refused at parse time: a GPU run must not spend minutes of Inductor compiles first.
+    from benchmarks.decode import main
+    with pytest.raises(SystemExit, match=message):
+        main(["--smoke", "--out", str(tmp_path), *argv])
+    assert not any(tmp_path.iterdir())
+
+
 def test_kernels_runner_smoke(tmp_path):
     out = run(["benchmarks.kernels", "--smoke"], tmp_path, timeout=180)
     summary = {n: s for n, s in json.loads((tmp_path / "kernels_summary.json").read_text()).items()

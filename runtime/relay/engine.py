@@ -55,6 +55,11 @@ def _unwrap(model):
     return getattr(model, "_orig_mod", model)
 
 
+# Drafts per relay step. A verify chain is steps + 1 tokens; the relay is built and tested for
+# chains of up to 8 (8 tokens x 9 experts = 72 pairs, moe_align's one-launch limit).
+MAX_STEPS = 7
+
+
 class Engine:
     """Compiled, captured generation for one Ling-3 model (batch 1)."""
 
@@ -62,9 +67,9 @@ class Engine:
                  cudagraphs: bool | None = None, progress: bool = True):
         self.model = _unwrap(model)
         cfg = self.model.config
-        if not 1 <= steps <= 7:
-            raise ValueError(f"steps={steps}: the relay supports 1..7 drafts per step "
-                             f"(draft tokens = steps + 1 <= 8)")
+        if not 1 <= steps <= MAX_STEPS:
+            raise ValueError(f"steps={steps}: the relay supports 1..{MAX_STEPS} drafts per step "
+                             f"(draft tokens = steps + 1 <= {MAX_STEPS + 1})")
         self.steps = steps
         self.device = self.model.lm_head.weight.device
         self.options = dict(options or {})
