@@ -421,6 +421,25 @@ def run_inductor_relay(model, cache, ctx, mode, steps=STEPS, compile_kwargs=None
                 inductor_cudagraphs=cudagraphs_used(kwargs, skips))
 
 
+def engine_rows(ctx: int, tokens: int, max_steps: int) -> int:
+    """Cache rows a lingc engine of the run allocates: the context, then every step of the
+    deepest relay writing its whole chain (the relay may run ahead of its verdicts), plus slack."""
+    return ctx + (tokens + 8) * (max_steps + 1) + 64
+
+
+def check_cache_rows(ctx: int, tokens: int, steps: list[int], max_positions: int) -> None:
+    """Refuse a context and token count the model's positions cannot hold, before any mode runs."""
+    rows = max(ctx + 128, engine_rows(ctx, tokens, max(steps + [STEPS])))
+    if rows > max_positions:
+        deepest = max(steps + [STEPS])
+        room = max_positions - (rows - ctx)
+        most_tokens = (max_positions - ctx - 64) // (deepest + 1) - 8
+        fix = (f"at most --context {room}" if room > 0 else
+               f"at most --tokens {most_tokens}" if most_tokens >= 1 else "a shorter --context")
+        raise SystemExit(f"--context {ctx} with --tokens {tokens} and --steps {deepest} needs {rows} "
+                         f"cache rows, more than the model's max_position_embeddings {max_positions}: use {fix}")
+
+
 def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl", progress=True,
               profile=None, steps=STEPS, max_steps=STEPS, start=synthetic_start):
     """``profile``: None, or the path prefix of the Chrome traces to write (one per graph).
@@ -429,7 +448,7 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
     ``start(eng, ctx, speculative)`` sets up the state decoding continues from: the synthetic
     context, or ``prompt_start``'s prefill of a real prompt."""
     from lingc.runtime.relay.engine import Engine
-    eng = Engine(model, max_len=ctx + (tokens + 8) * (max_steps + 1) + 64, steps=steps,
+    eng = Engine(model, max_len=engine_rows(ctx, tokens, max_steps), steps=steps,
                  options={"inductor": bool(lingc_inductor), "allreduce": allreduce}, progress=progress)
     roles = ("draft", "verify", "extend") if speculative else ("decode",)
     t0 = time.perf_counter()
@@ -602,6 +621,8 @@ def main(argv=None) -> int:
     if any(not 1 <= k <= MAX_STEPS for k in args.steps):
         raise SystemExit(f"--steps {args.steps}: every depth must be in 1..{MAX_STEPS} "
                          f"(draft tokens = steps + 1 <= {MAX_STEPS + 1})")
+    if not args.checkpoint:
+        check_cache_rows(args.context, args.tokens, args.steps, preset(args.preset).max_position_embeddings)
     if DEV == "cuda":
         require_cuda()
     tp = init_from_env()
@@ -622,6 +643,7 @@ def main(argv=None) -> int:
     if prompt is not None:
         check_vocabulary(prompt, cfg.vocab_size, f"--prompt-ids-file {args.prompt_ids_file}")
     ctx = args.context
+    check_cache_rows(ctx, args.tokens, args.steps, cfg.max_position_embeddings)
     ar_us = {}
     if tp.enabled and DEV == "cuda":
         ar_us = {"T1": allreduce_graph_us(tp, cfg.hidden_size),

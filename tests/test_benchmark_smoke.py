@@ -65,6 +65,9 @@ def test_decode_smoke_with_depth_sweep_and_profile(tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["--steps", "3", "9"], r"--steps \[3, 9\]: every depth must be in 1..7 \(draft tokens = steps \+ 1 <= 8\)"),
     (["--modes", "lingc,lingcx"], r"unknown mode\(s\) \['lingcx'\]; valid: \['eager', "),
+    (["--context", "4000"], r"--context 4000 with --tokens 8 and --steps 5 needs 4160 cache rows, more than the "
+                            r"model's max_position_embeddings 4096: use at most --context 3936"),
+    (["--tokens", "4000"], r"needs 24176 cache rows, .*: use at most --tokens 653"),
 ])
 def test_decode_refuses_bad_arguments_before_any_work(tmp_path, argv, message):
     # Refused at parse time: a GPU run must not spend minutes of Inductor compiles first.
