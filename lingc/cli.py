@@ -102,26 +102,17 @@ def check_context(prompt_len: int, new_tokens: int, steps: int, max_positions: i
                          f"max_position_embeddings {max_positions}: use {fix}")
 
 
-def _positive(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"want an integer >= 1, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"want an integer >= 1, got {v}")
-    return v
-
-
-def _nonnegative(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"want an integer >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"want an integer >= 0, got {v}")
-    return v
+def _int_at_least(lo: int):
+    """argparse type: an integer >= lo."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"want an integer >= {lo}, got {text!r}") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"want an integer >= {lo}, got {v}")
+        return v
+    return parse
 
 
 def compile_step(model, role: str = "decode", **options):
@@ -254,10 +245,10 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--inductor", action=argparse.BooleanOptionalAction, default=False,
                        help="compile the leftovers with Inductor (default: run them as ATen ops)")
     run, explain = sub.choices["run"], sub.choices["explain"]
-    run.add_argument("--prompt-len", type=_positive, default=24, help="random prompt tokens (without --prompt-ids)")
+    run.add_argument("--prompt-len", type=_int_at_least(1), default=24, help="random prompt tokens (without --prompt-ids)")
     run.add_argument("--prompt-ids", default=None, metavar="IDS",
                      help="the prompt as comma-separated token ids (lingc has no tokenizer)")
-    run.add_argument("--new-tokens", type=_positive, default=48)
+    run.add_argument("--new-tokens", type=_int_at_least(1), default=48)
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--steps", type=int, default=5, choices=range(1, MAX_STEPS + 1), metavar=f"{{1..{MAX_STEPS}}}",
                      help="NEXTN drafts per relay step")
@@ -265,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                      help="tensor-parallel size: run under torchrun --nproc-per-node N")
     explain.add_argument("--t", type=int, default=1, choices=range(1, 17), metavar="{1..16}",
                          help="tokens per step: 1 = decode, 6 = chain verify")
-    explain.add_argument("--context", type=_nonnegative, default=32, help="cache rows before the step")
+    explain.add_argument("--context", type=_int_at_least(0), default=32, help="cache rows before the step")
     explain.add_argument("--dump-dir", default=None)
     explain.add_argument("--role", default="model", choices=("model",) + RELAY_ROLES,
                          help="model: the bare forward at --t tokens (default); otherwise one step graph of the "
