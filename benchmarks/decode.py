@@ -429,9 +429,9 @@ def engine_rows(ctx: int, tokens: int, max_steps: int) -> int:
 
 def check_cache_rows(ctx: int, tokens: int, steps: list[int], max_positions: int) -> None:
     """Refuse a context and token count the model's positions cannot hold, before any mode runs."""
-    rows = max(ctx + 128, engine_rows(ctx, tokens, max(steps + [STEPS])))
+    deepest = max(steps + [STEPS])
+    rows = max(ctx + 128, engine_rows(ctx, tokens, deepest))
     if rows > max_positions:
-        deepest = max(steps + [STEPS])
         room = max_positions - (rows - ctx)
         most_tokens = (max_positions - ctx - 64) // (deepest + 1) - 8
         fix = (f"at most --context {room}" if room > 0 else
@@ -643,7 +643,8 @@ def main(argv=None) -> int:
     if prompt is not None:
         check_vocabulary(prompt, cfg.vocab_size, f"--prompt-ids-file {args.prompt_ids_file}")
     ctx = args.context
-    check_cache_rows(ctx, args.tokens, args.steps, cfg.max_position_embeddings)
+    if args.checkpoint:           # a preset's positions were checked before the weights were built
+        check_cache_rows(ctx, args.tokens, args.steps, cfg.max_position_embeddings)
     ar_us = {}
     if tp.enabled and DEV == "cuda":
         ar_us = {"T1": allreduce_graph_us(tp, cfg.hidden_size),

@@ -245,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--inductor", action=argparse.BooleanOptionalAction, default=False,
                        help="compile the leftovers with Inductor (default: run them as ATen ops)")
     run, explain = sub.choices["run"], sub.choices["explain"]
-    run.add_argument("--prompt-len", type=_int_at_least(1), default=24, help="random prompt tokens (without --prompt-ids)")
+    run.add_argument("--prompt-len", type=_int_at_least(1), default=24,
+                     help="random prompt tokens (without --prompt-ids)")
     run.add_argument("--prompt-ids", default=None, metavar="IDS",
                      help="the prompt as comma-separated token ids (lingc has no tokenizer)")
     run.add_argument("--new-tokens", type=_int_at_least(1), default=48)
