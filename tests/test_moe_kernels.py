@@ -20,6 +20,7 @@ import types
 import numpy as np
 import pytest
 import torch
+import triton
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from helpers import run_sm90_compile_check
@@ -29,7 +30,7 @@ from lingc.runtime.kernels.moe_align import kernel as align_kernel
 from lingc.runtime.kernels.moe_align.naive import no_expert
 from lingc.runtime.kernels.moe_align.kernel import SINGLE_LAUNCH_MAX_PAIRS, moe_align_triton
 from lingc.runtime.kernels.moe_router import grouped_topk_reference, moe_router, moe_router_reference, router_logits
-from lingc.runtime.kernels.moe_router.kernel import moe_router_triton, router_block_e, router_row_groups
+from lingc.runtime.kernels.moe_router.kernel import moe_router_triton, redux_pack, router_block_e, router_row_groups
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.bfloat16]
@@ -299,11 +300,64 @@ def test_router_broken_variants_are_caught():
     assert_router_matches(*run_router(x, w, bias, n_group), *good)
 
 
+def near_tie_inputs(t, e, reverse_ids):
+    """x, identity gate and bias such that the biased scores of experts 8..23 are 0.8 plus i ulps
+    (i = id - 8; with ``reverse_ids`` the higher id scores higher): 16 scores whose fp32 order
+    keys share all but their last bits, so the int32 fast keys see them as ties. Every other
+    expert scores 0.1. The logits are exactly 0 (the identity gate), the sigmoid exactly 0.5,
+    and 0.5 + (c - 0.5) == c (Sterbenz), so the kernel's scores are these."""
+    x = torch.zeros(t, e, device=DEVICE)
+    w = torch.eye(e, device=DEVICE)
+    c = torch.full((e,), 0.1)
+    ulps = torch.arange(16, dtype=torch.int32)
+    near = (torch.tensor(0.8).view(torch.int32) + (ulps if reverse_ids else ulps.flip(0))).view(torch.float32)
+    c[8:24] = near
+    return x, w, (c - 0.5).to(DEVICE)
+
+
+@pytest.mark.parametrize("reverse_ids", [True, False])
+def test_router_near_ties_take_the_exact_path(reverse_ids, monkeypatch):
+    # 16 candidates within 16 ulps: the fast int32 keys order them by id alone. With the higher
+    # ids scoring higher that is the wrong order, and only the exact int64 path gets it right;
+    # without the tie check the kernel returns the fast path's (wrong) picks.
+    e, n_group, t = 64, 8, 2
+    x, w, bias = near_tie_inputs(t, e, reverse_ids)
+    ref = py_router(exact_logits(x, w), bias, n_group, TOPK_GROUP, TOP_K, SCALING, True)
+    assert ref[0][0] == ([23, 22, 21, 20] if reverse_ids else [8, 9, 10, 11])
+    assert_router_matches(*run_router(x, w, bias, n_group), *ref)
+    from lingc.runtime.kernels.moe_router import kernel as router_kernel
+    fast = router_kernel.select_fast
+    monkeypatch.setattr(router_kernel, "select_fast", lambda *a: {**fast(*a), "CHECK_TIES": False})
+    unchecked = run_router(x, w, bias, n_group)
+    if reverse_ids:
+        with pytest.raises(AssertionError, match="expert set|order"):
+            assert_router_matches(*unchecked, *ref)
+    else:   # ids in the scores' order: the fast keys were right
+        assert_router_matches(*unchecked, *ref)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_router_fast_path_same_bits_as_exact_path(seed, monkeypatch):
+    e, n_group, t = 64, 8, 8
+    x, w, bias = make_router_inputs(t, e, 96, torch.float32, seed=500 + seed)
+    fast = run_router(x, w, bias, n_group, 4, 8)
+    from lingc.runtime.kernels.moe_router import kernel as router_kernel
+    monkeypatch.setattr(router_kernel, "select_fast", lambda *a: dict(G_BITS=0, E_BITS=0, PACK=0))
+    exact = run_router(x, w, bias, n_group, 4, 8)
+    assert torch.equal(fast[0], exact[0]) and torch.equal(fast[1], exact[1])
+
+
+def test_redux_pack():
+    assert redux_pack(4, 64) == 8 and redux_pack(2, 64) == 4 and redux_pack(8, 64) == 16
+    assert redux_pack(2, 8) == 0 and redux_pack(2, 32) == 0 and redux_pack(16, 64) == 0
+
+
 _ROUTER_COMPILE_CHECK = textwrap.dedent("""
     import re
     from sm90 import compile_sm90, divisible_by_16, signature
     from lingc.runtime.kernels.moe_router.kernel import (
-        SELECT_WARPS, _moe_router_logits_kernel, _moe_router_select_kernel, router_block_e, router_num_warps)
+        SELECT_MAXNREG, SELECT_WARPS, _moe_router_logits_kernel, _moe_router_select_kernel, redux_pack,
+        router_block_e, router_num_warps)
     fn = _moe_router_logits_kernel
     # One row's tile for both dtypes; the tile of several rows (twice the experts, the same warps)
     # in bf16, the model's dtype.
@@ -331,12 +385,15 @@ _ROUTER_COMPILE_CHECK = textwrap.dedent("""
     ptrs = dict(logits_ptr="*fp32", bias_ptr="*fp32", ids_ptr="*i32", wts_ptr="*fp32")
     ints = ["stride_lt", "stride_it", "stride_wt"]
     const = dict(N_GROUP=8, GROUP_SIZE=64, TOPK_GROUP=4, TOP_K=8, RENORMALIZE=True, G_PAD=8, GS_PAD=64,
-                 K_PAD=8, KG_PAD=4, USE_GDC=True)
+                 K_PAD=8, KG_PAD=4, USE_GDC=True, G_BITS=3, E_BITS=9, PACK=redux_pack(4, 64), CHECK_TIES=True)
     ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, ["routed_scaling"]), const,
-                             divisible_by_16(fn, list(ptrs) + ints), num_warps=SELECT_WARPS)
+                             divisible_by_16(fn, list(ptrs) + ints), num_warps=SELECT_WARPS,
+                             maxnreg=SELECT_MAXNREG)
     assert " 0 bytes spill stores" in info, info
-    # One warp: every reduction is warp shuffles, no shared memory, no CTA barrier.
+    # One warp: every reduction is warp shuffles, no shared memory, no CTA barrier; the fast
+    # path's expert picks are one redux.sync each (top_k + 1 of them), the exact path's shuffles.
     assert "bar.sync" not in ptx and "st.shared" not in ptx and "shfl.sync" in ptx
+    assert ptx.count("redux.sync.max.s32") == 9, ptx.count("redux.sync.max.s32")
     assert "ld.global" in ptx.split("griddepcontrol.wait")[0]   # the bias, before the wait
     print("select", re.findall(r"Used \\d+ registers", info))
 """)
@@ -692,6 +749,30 @@ def test_gpu_router_ling3(t, dtype):
     # And the op on CUDA is the kernel.
     op_ids, op_w = torch.ops.lingc.moe_router(x, w, bias, g["n_group"], g["topk_group"], g["top_k"], g["scaling"], True)
     assert torch.equal(op_ids, ids) and torch.equal(op_w, wts)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("e, n_group, topk_group, top_k", [
+    (256, 4, 2, 8),     # kept tile [2, 64]: pack 4
+    (512, 8, 4, 8),     # Ling-3, [4, 64]: pack 8
+    (1024, 8, 4, 8),    # [4, 128]: pack 16
+    (256, 2, 1, 6),     # [1, 128]: pack 4
+    (512, 16, 8, 8),    # [8, 32]: pack 8
+    (1024, 16, 7, 8),   # [8, 64] over 7 kept groups: pack 16
+])
+def test_gpu_router_redux_packs(e, n_group, topk_group, top_k):
+    # The redux.sync picks assume a thread holds exactly redux_pack elements of the kept tile;
+    # a layout that replicates the tile would pick wrong experts here.
+    from lingc.runtime.kernels.moe_router.kernel import select_fast
+    kg, gs = triton.next_power_of_2(topk_group), triton.next_power_of_2(e // n_group)
+    assert select_fast(n_group, topk_group, e // n_group)["PACK"] == redux_pack(kg, gs) > 0
+    x, w, bias = make_router_inputs(6, e, 256, torch.float32, seed=e + topk_group)
+    ids, wts = run_router(x, w, bias, n_group, topk_group, top_k)
+    ref = py_router(exact_logits(x, w), bias, n_group, topk_group, top_k, SCALING, True)
+    assert_router_matches(ids, wts, *ref)
+    x, w, bias = near_tie_inputs(2, e, reverse_ids=True)
+    assert_router_matches(*run_router(x, w, bias, n_group, topk_group, top_k),
+                          *py_router(exact_logits(x, w), bias, n_group, topk_group, top_k, SCALING, True))
 
 
 @pytest.mark.gpu

@@ -35,10 +35,11 @@ import torch
 import triton
 import triton.language as tl
 
-from lingc.runtime.kernels.gemm_common import add_pairs, split_rows
-from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
+from lingc.runtime.kernels.gemm_common import add_pairs, register_cap, split_rows
+from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait
 
-__all__ = ["SELECT_WARPS", "moe_router_triton", "rmsnorm_router_triton", "router_block_e", "router_num_warps", "router_row_groups"]
+__all__ = ["SELECT_MAXNREG", "SELECT_WARPS", "moe_router_triton", "redux_pack", "rmsnorm_router_triton", "router_block_e",
+           "router_num_warps", "router_row_groups", "select_fast"]
 
 # CTAs the matvec is spread over at most (H200: 132 SMs; 128 divides the expert counts).
 _TARGET_CTAS = 128
@@ -53,6 +54,9 @@ ROW_GROUPS = 2
 MANY_ROWS_BLOCK_E_FACTOR = 2
 # Warps of a selection CTA: one, so every reduction stays inside the warp (README.md).
 SELECT_WARPS = 1
+# Its register cap: left alone, ptxas stops at 96 registers for the one-warp CTA and spills the
+# fast path's tiles (sm_90, triton 3.6: 4 bytes); it needs 106.
+SELECT_MAXNREG = 128
 
 
 @triton.jit
@@ -142,21 +146,83 @@ def _order_key(v):
     return tl.where(b < 0, b ^ 0x7FFFFFFF, b)
 
 
+def _warp_max_asm(pack: int) -> tuple[str, str]:
+    """PTX for ``_tile_max`` on a thread's ``pack`` elements: their max, then the warp's max of
+    those (``redux.sync``, one instruction where a shuffle tree takes five rounds), into every
+    output."""
+    ins = [f"${pack + i}" for i in range(pack)]
+    body = "{ .reg .s32 m; mov.b32 m, " + ins[0] + "; " + "".join(f"max.s32 m, m, {x}; " for x in ins[1:])
+    body += "redux.sync.max.s32 m, m, 0xffffffff; " + "".join(f"mov.b32 ${i}, m; " for i in range(pack)) + "}"
+    return body, ",".join(["=r"] * pack + ["r"] * pack)
+
+
+_MAX4, _CON4 = (tl.constexpr(x) for x in _warp_max_asm(4))
+_MAX8, _CON8 = (tl.constexpr(x) for x in _warp_max_asm(8))
+_MAX16, _CON16 = (tl.constexpr(x) for x in _warp_max_asm(16))
+
+
+def redux_pack(rows: int, cols: int) -> int:
+    """Elements a thread holds of a [rows, cols] tile (powers of two) on one warp, or 0 where
+    ``_tile_max`` does not use redux.sync. From 128 elements up a blocked layout with 16-byte
+    vectors along the row spreads the tile over the 32 lanes without replication, so each holds
+    n / 32; a smaller tile may be replicated across lanes (a lane's elements are then not n / 32),
+    and more than 512 is past the packs the helper has. tests/test_moe_kernels.py checks the
+    selection at each pack on the GPU."""
+    n = rows * cols
+    return n // 32 if 128 <= n <= 512 else 0
+
+
+@triton.jit
+def _tile_max(v, PACK: tl.constexpr):
+    """The max of the int32 tile v of one warp: a [rows, cols] tensor of it in every element
+    with PACK > 0 (redux.sync over the lanes' maxima; PACK must be the elements a thread holds,
+    ``redux_pack``), else a scalar (shuffle trees; the interpreter's path)."""
+    if PACK == 4:
+        return tl.inline_asm_elementwise(_MAX4, _CON4, [v], dtype=tl.int32, is_pure=True, pack=4)
+    elif PACK == 8:
+        return tl.inline_asm_elementwise(_MAX8, _CON8, [v], dtype=tl.int32, is_pure=True, pack=8)
+    elif PACK == 16:
+        return tl.inline_asm_elementwise(_MAX16, _CON16, [v], dtype=tl.int32, is_pure=True, pack=16)
+    else:
+        return tl.max(tl.max(v, axis=1), axis=0)
+
+
+@triton.jit
+def _fast_key(v, idx, valid, BITS: tl.constexpr):
+    """int32 key of score v and index idx: the order key's high 32 - BITS bits, then the
+    complement of idx in the low BITS bits (so the lowest index is the largest key among equal
+    highs); INT32_MIN where not valid. Orders like (v, -idx) except between scores whose order
+    keys agree above bit BITS: those compare by index alone (a near tie, checked by the caller)."""
+    k = ((_order_key(v) >> BITS) << BITS) | ((1 << BITS) - 1 - idx)
+    return tl.where(valid, k, -2147483648)
+
+
 @triton.jit
 def _moe_router_select_kernel(
     logits_ptr, bias_ptr, ids_ptr, wts_ptr, routed_scaling,
     stride_lt, stride_it, stride_wt,
     N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, TOPK_GROUP: tl.constexpr, TOP_K: tl.constexpr,
     RENORMALIZE: tl.constexpr, G_PAD: tl.constexpr, GS_PAD: tl.constexpr, K_PAD: tl.constexpr,
-    KG_PAD: tl.constexpr, USE_GDC: tl.constexpr,
+    KG_PAD: tl.constexpr, USE_GDC: tl.constexpr, G_BITS: tl.constexpr = 0, E_BITS: tl.constexpr = 0,
+    PACK: tl.constexpr = 0, CHECK_TIES: tl.constexpr = True,
 ):
     """Grouped top-k of row program_id(0) on a [G_PAD, GS_PAD] view of its logits.
 
-    Each candidate is one int64 key, (order key of its score) << 32 | (E - 1 - expert id), so a
-    single max reduction yields the best score AND, among equal scores, the lowest id (the tie
-    rule of naive.py); keys are distinct, so removing the winner is an equality test. KG_PAD =
-    next_pow2(TOPK_GROUP): the rows of the kept groups' tile."""
+    With G_BITS and E_BITS (> 0: the bit lengths of G_PAD - 1 and E - 1) the picks first run on
+    int32 keys (``_fast_key``: one compare per candidate where the exact key takes four; with
+    PACK > 0 each expert pick is one redux.sync, ``_tile_max``), and the exact int64 picks run
+    only when that could have decided differently: when the group scores on either side of the
+    kept groups' boundary, or any two neighbours among the top_k + 1 expert picks, agree in
+    their fast keys' high bits (ties, and scores within ~2^-(23 - E_BITS) of each other). Both
+    paths give the exact rule's ids, so the bits never depend on the path.
+
+    The exact rule: each candidate is one int64 key, (order key of its score) << 32 | (E - 1 -
+    expert id), so a single max reduction yields the best score AND, among equal scores, the
+    lowest id (the tie rule of naive.py); keys are distinct, so removing the winner is an
+    equality test. KG_PAD = next_pow2(TOPK_GROUP): the rows of the kept groups' tile. Each pick
+    records its rank at the candidate (``rank``), and the ids and weights are stored from there."""
     E: tl.constexpr = N_GROUP * GROUP_SIZE
+    FAST: tl.constexpr = G_BITS > 0 and E_BITS > 0
     neg_inf = float("-inf")
     lowest = -9223372036854775808            # below every key (a key's high half is >= key(-inf))
     t = tl.program_id(0)
@@ -179,39 +245,81 @@ def _moe_router_select_kernel(
     m2 = tl.where(twice, m1, tl.max(tl.where(c == m1[:, None], neg_inf, c), axis=1))
     gar = tl.arange(0, G_PAD)
     gscore = tl.where(gar < N_GROUP, m1 + m2, neg_inf)
-    gkey = (_order_key(gscore).to(tl.int64) << 32) | (G_PAD - 1 - gar).to(tl.int64)
     kg = tl.arange(0, KG_PAD)
-    kept = tl.zeros([KG_PAD], dtype=tl.int32)
-    for i in tl.static_range(TOPK_GROUP):
-        best = tl.max(gkey, axis=0)
-        kept = tl.where(kg == i, (G_PAD - 1 - (best & 0x7FFFFFFF)).to(tl.int32), kept)
-        gkey = tl.where(gkey == best, lowest, gkey)
-    # The kept groups' members again, as a dense [KG_PAD, GS_PAD] tile (this warp's own loads,
-    # so L1 hits): the top_k picks below walk topk_group / n_group of the keys (Ling-3: half)
-    # instead of every group's with the dropped ones masked. The one-warp selection is bound by
-    # its instruction count (Nsight Compute: one warp, an instruction every ~3.6 cycles), and the
-    # picks were most of it. Same scores: the same loads and the same arithmetic as above.
     kvalid = (kg[:, None] < TOPK_GROUP) & (j < GROUP_SIZE)
-    kidx = tl.where(kvalid, kept[:, None] * GROUP_SIZE + j, 0)
-    klg = tl.load(logits_ptr + t * stride_lt + kidx, mask=kvalid, other=0.0)
-    kb = tl.load(bias_ptr + kidx, mask=kvalid, other=0.0)
-    kc = tl.sigmoid(klg) + kb
-    key = tl.where(kvalid, (_order_key(kc).to(tl.int64) << 32) | (E - 1 - kidx).to(tl.int64), lowest)
-    kr = tl.arange(0, K_PAD)
-    ids = tl.zeros([K_PAD], dtype=tl.int32)
-    for i in tl.static_range(TOP_K):
-        best = tl.max(tl.max(key, axis=1), axis=0)
-        ids = tl.where(kr == i, (E - 1 - (best & 0x7FFFFFFF)).to(tl.int32), ids)
-        key = tl.where(key == best, lowest, key)
-    mask = kr < TOP_K
-    # The weights are the unbiased scores at the picked experts.
-    lsel = tl.load(logits_ptr + t * stride_lt + ids, mask=mask, other=0.0)
-    wsel = tl.where(mask, tl.sigmoid(lsel), 0.0)
+    kept = tl.zeros([KG_PAD], dtype=tl.int32)
+    rank = tl.full([KG_PAD, GS_PAD], -1, dtype=tl.int32)
+    if FAST:
+        # Kept groups: TOPK_GROUP + 1 picks; only the set matters (the expert keys carry ids), so
+        # only the boundary between the last kept and the first dropped group must be strict.
+        gfk = _fast_key(gscore, gar, gar < N_GROUP, G_BITS)
+        hi_kept = 0
+        for i in tl.static_range(TOPK_GROUP + 1):
+            gb = tl.max(gfk, axis=0)
+            if i < TOPK_GROUP:
+                kept = tl.where(kg == i, (1 << G_BITS) - 1 - (gb & ((1 << G_BITS) - 1)), kept)
+                hi_kept = gb >> G_BITS
+            else:
+                near = (gb >> G_BITS) == hi_kept
+            gfk = tl.where(gfk == gb, -2147483648, gfk)
+        # The kept groups' members as a dense [KG_PAD, GS_PAD] tile (this warp's own loads, so
+        # L1 hits): the picks walk topk_group / n_group of the keys (Ling-3: half). TOP_K + 1
+        # picks; each neighbour pair strictly ordered, or the exact path runs.
+        kidx = tl.where(kvalid, kept[:, None] * GROUP_SIZE + j, 0)
+        klg = tl.load(logits_ptr + t * stride_lt + kidx, mask=kvalid, other=0.0)
+        kb = tl.load(bias_ptr + kidx, mask=kvalid, other=0.0)
+        fk = _fast_key(tl.sigmoid(klg) + kb, kidx, kvalid, E_BITS)
+        prev = fk    # only read from the second pick on
+        ties = fk < fk   # all False, in fk's layout
+        for i in tl.static_range(TOP_K + 1):
+            fb = _tile_max(fk, PACK)
+            if i < TOP_K:
+                rank = tl.where(fk == fb, i, rank)
+            if i > 0:
+                ties = ties | ((fb >> E_BITS) == (prev >> E_BITS))
+            prev = fb
+            fk = tl.where(fk == fb, -2147483648, fk)
+        # CHECK_TIES=False exists for the test that shows the check is needed.
+        exact = (near | (tl.max(tl.max(ties.to(tl.int32), axis=1), axis=0) > 0)) & CHECK_TIES
+    else:
+        exact = True
+        kidx = tl.zeros([KG_PAD, GS_PAD], dtype=tl.int32)
+        klg = tl.zeros([KG_PAD, GS_PAD], dtype=tl.float32)
+    if exact:
+        gkey = (_order_key(gscore).to(tl.int64) << 32) | (G_PAD - 1 - gar).to(tl.int64)
+        for i in tl.static_range(TOPK_GROUP):
+            best = tl.max(gkey, axis=0)
+            kept = tl.where(kg == i, (G_PAD - 1 - (best & 0x7FFFFFFF)).to(tl.int32), kept)
+            gkey = tl.where(gkey == best, lowest, gkey)
+        kidx = tl.where(kvalid, kept[:, None] * GROUP_SIZE + j, 0)
+        klg = tl.load(logits_ptr + t * stride_lt + kidx, mask=kvalid, other=0.0)
+        kb = tl.load(bias_ptr + kidx, mask=kvalid, other=0.0)
+        kc = tl.sigmoid(klg) + kb
+        key = tl.where(kvalid, (_order_key(kc).to(tl.int64) << 32) | (E - 1 - kidx).to(tl.int64), lowest)
+        rank = tl.full([KG_PAD, GS_PAD], -1, dtype=tl.int32)
+        for i in tl.static_range(TOP_K):
+            best = tl.max(tl.max(key, axis=1), axis=0)
+            rank = tl.where(key == best, i, rank)
+            key = tl.where(key == best, lowest, key)
+    # The weights are the unbiased scores at the picked experts, summed in a fixed tree over the
+    # tile (the same for every row and every T).
+    picked = rank >= 0
+    wsel = tl.where(picked, tl.sigmoid(klg), 0.0)
     if RENORMALIZE:
-        wsel = wsel / tl.sum(wsel, axis=0)
+        wsel = wsel / tl.sum(tl.sum(wsel, axis=1), axis=0)
     wsel = wsel * routed_scaling
-    tl.store(ids_ptr + t * stride_it + kr, ids, mask=mask)
-    tl.store(wts_ptr + t * stride_wt + kr, wsel, mask=mask)
+    tl.store(ids_ptr + t * stride_it + rank, kidx, mask=picked)
+    tl.store(wts_ptr + t * stride_wt + rank, wsel, mask=picked)
+
+
+def select_fast(n_group: int, topk_group: int, group_size: int) -> dict:
+    """The selection kernel's fast-path constants: the int32 keys' index bits (G_BITS, E_BITS)
+    and redux.sync's PACK for the kept tile (0 under the interpreter, which runs no PTX)."""
+    e_bits = max(1, (n_group * group_size - 1).bit_length())
+    g_bits = max(1, (triton.next_power_of_2(n_group) - 1).bit_length())
+    pack = 0 if interpreting() else redux_pack(triton.next_power_of_2(topk_group),
+                                               triton.next_power_of_2(group_size))
+    return dict(G_BITS=g_bits, E_BITS=e_bits, PACK=pack)
 
 
 def router_block_e(num_experts: int, t: int = 1) -> int:
@@ -322,8 +430,8 @@ def moe_router_triton(
         N_GROUP=n_group, GROUP_SIZE=group_size, TOPK_GROUP=topk_group, TOP_K=top_k,
         RENORMALIZE=bool(renormalize), G_PAD=triton.next_power_of_2(n_group),
         GS_PAD=triton.next_power_of_2(group_size), K_PAD=triton.next_power_of_2(top_k),
-        KG_PAD=triton.next_power_of_2(topk_group),
-        USE_GDC=use_pdl, num_warps=SELECT_WARPS, **pdl,
+        KG_PAD=triton.next_power_of_2(topk_group), **select_fast(n_group, topk_group, group_size),
+        USE_GDC=use_pdl, num_warps=SELECT_WARPS, **pdl, **register_cap(SELECT_MAXNREG),
     )
     return ids_out, weights_out
 
