@@ -18,8 +18,9 @@ Design (README.md has the derivation and the measurements behind it):
   groups by repeated max over group keys; then the kept groups' members are read again as a
   dense [KG_PAD, GS_PAD] tile and top_k repeated maxes run over their keys only. With one warp
   every reduction is shuffles inside the warp, never a shared-memory round trip and a CTA
-  barrier; rows run side by side on T SMs. The warp is bound by its instruction count, hence
-  the fp32 group stage and the dense kept tile (1832 -> 1384 SASS instructions at Ling-3).
+  barrier; rows run side by side on T SMs. The warp is bound by its dependent chain, hence
+  the fp32 group stage, the dense kept tile, and the fast picks: int32 keys with one
+  redux.sync a pick, the int64 picks only where a near tie could make them differ (README.md).
 - Why two launches: the former one-launch kernel elected the last CTA (an atomic ticket) to run
   the selection of every row with the logits kernel's 8 warps; its cross-warp reductions cost
   ~6 us per row done one at a time, and still 21 us at T=6 with four rows at a time (H200,
