@@ -293,16 +293,17 @@ def _moe_up_kernel(
         # to do.
         b = pid_b - NSB
         pdl_wait_then_release(USE_GDC)
+        slots = b * BLOCK_M + tl.arange(0, BLOCK_M)
         if SLOT_BLOCKS:
             e = tl.load(ids_ptr + b * stride_ik)
+            pair = tl.where(slots == b * BLOCK_M, b, P)   # the block's one pair, then padding
         else:
+            # The block's pairs are requested with its expert id, not after it: the x rows they
+            # gather then start with the weight chunk instead of one L2 round trip later. Slots
+            # past the published blocks hold anything, and are read only when e < E.
             e = tl.load(block_expert_ptr + b)
+            pair = tl.load(sorted_ptr + slots)
         if (e < NUM_EXPERTS) & (pid_n * BLOCK_N < I):
-            slots = b * BLOCK_M + tl.arange(0, BLOCK_M)
-            if SLOT_BLOCKS:
-                pair = tl.where(slots == b * BLOCK_M, b, P)   # the block's one pair, then padding
-            else:
-                pair = tl.load(sorted_ptr + slots)   # a published block (e < E), so inside the range
             e64 = e.to(tl.int64)
             g_rows = tl.where(even, wg_ptr + e64 * stride_ge + j * stride_gn,
                               wu_ptr + e64 * stride_ue + j * stride_un)
@@ -347,6 +348,10 @@ def _moe_down_kernel(
         total = tl.load(total_ptr, cache_modifier=".cg")
         active = pid_b * BLOCK_M < total
         e = tl.load(block_expert_ptr + pid_b, mask=active, other=0, cache_modifier=".cg")
+        # The block's pairs too (moe_align's, complete for the same reason): after the wait only
+        # the activation rows are left to gather.
+        pair = tl.load(sorted_ptr + pid_b * BLOCK_M + tl.arange(0, BLOCK_M), mask=active, other=P,
+                       cache_modifier=".cg")
     er = tl.minimum(e, NUM_EXPERTS - 1)
     base = wd_ptr + er.to(tl.int64) * stride_de
     stride_w = stride_dh
@@ -368,11 +373,9 @@ def _moe_down_kernel(
     if pid_b * BLOCK_M >= total:
         return
 
-    slots = pid_b * BLOCK_M + tl.arange(0, BLOCK_M)
     if SLOT_BLOCKS:
+        slots = pid_b * BLOCK_M + tl.arange(0, BLOCK_M)
         pair = tl.where(slots == pid_b * BLOCK_M, pid_b, P)
-    else:
-        pair = tl.load(sorted_ptr + slots)
     valid = pair < P
     a = tl.load(act_ptr + pair[:, None] * stride_act + offs_k[None, :], mask=valid[:, None] & mask_k[None, :],
                 other=0.0)
