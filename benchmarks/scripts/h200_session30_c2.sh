@@ -28,4 +28,7 @@ CUDA_VISIBLE_DEVICES=0 timeout 90 $PYT tests/test_moe_kernels.py tests/test_rmsn
     tests/test_moe_experts.py tests/test_relay.py 2>&1 | stamp > "$OUT/pytest_gpu_moe.log"
 tail -2 "$OUT/pytest_gpu_moe.log"; grep -E "FAILED|Error" "$OUT/pytest_gpu_moe.log" | head
 rm -f "$OUT/install.log"
+# At most eight files come back: the three decode logs as one.
+for f in decode_base decode_head decode_full; do echo "== $f"; cat "$OUT/$f.log"; done > "$OUT/decode_s30_c2.log" \
+    && rm -f "$OUT"/decode_{base,head,full}.log
 find "$OUT" -maxdepth 1 -empty -delete; ls -la "$OUT"
