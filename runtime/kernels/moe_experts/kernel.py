@@ -293,17 +293,19 @@ def _moe_up_kernel(
         # to do.
         b = pid_b - NSB
         pdl_wait_then_release(USE_GDC)
-        slots = b * BLOCK_M + tl.arange(0, BLOCK_M)
         if SLOT_BLOCKS:
             e = tl.load(ids_ptr + b * stride_ik)
-            pair = tl.where(slots == b * BLOCK_M, b, P)   # the block's one pair, then padding
         else:
-            # The block's pairs are requested with its expert id, not after it: the x rows they
-            # gather then start with the weight chunk instead of one L2 round trip later. Slots
-            # past the published blocks hold anything, and are read only when e < E.
             e = tl.load(block_expert_ptr + b)
-            pair = tl.load(sorted_ptr + slots)
         if (e < NUM_EXPERTS) & (pid_n * BLOCK_N < I):
+            # The pairs after the id, not with it: requested by every block (the ones past the
+            # published, which exit here, too) they cost verify's up-GEMM 22.5 us a step (session
+            # 30, benchmarks/results/README.md).
+            slots = b * BLOCK_M + tl.arange(0, BLOCK_M)
+            if SLOT_BLOCKS:
+                pair = tl.where(slots == b * BLOCK_M, b, P)   # the block's one pair, then padding
+            else:
+                pair = tl.load(sorted_ptr + slots)   # a published block (e < E), so inside the range
             e64 = e.to(tl.int64)
             g_rows = tl.where(even, wg_ptr + e64 * stride_ge + j * stride_gn,
                               wu_ptr + e64 * stride_ue + j * stride_un)
