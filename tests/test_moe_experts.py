@@ -606,6 +606,10 @@ _COMPILE_CHECK = textwrap.dedent("""
         ptx, info = build(_moe_down_kernel, ptrs, ints, [], const, down_warps, cfg.down_maxnreg)
         tile_loads = cfg.block_h * triton.next_power_of_2(n_max) * 2 // 16 // (32 * down_warps)
         assert max_loads_before_a_wait(ptx) >= tile_loads, ptx[-3000:]
+        # moe_align's outputs from L2 before the wait: total_padded and the block's expert id,
+        # and in the align layout its pairs too (more than those two scalar loads).
+        align_reads = len(re.findall(r"ld\.global\.cg\.b32", ptx.split("griddepcontrol.wait")[0]))
+        assert align_reads > 2 if not slot else align_reads >= 1, (slot, align_reads)
         print("down", n_max, slot, [l for l in info.splitlines() if "registers" in l])
 
     # The loop design (block_k 128, 4 stages; chunk 1280 = 10 tiles): the tile loop is pipelined
