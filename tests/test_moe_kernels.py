@@ -385,7 +385,7 @@ _ROUTER_COMPILE_CHECK = textwrap.dedent("""
     ptrs = dict(logits_ptr="*fp32", bias_ptr="*fp32", ids_ptr="*i32", wts_ptr="*fp32")
     ints = ["stride_lt", "stride_it", "stride_wt"]
     const = dict(N_GROUP=8, GROUP_SIZE=64, TOPK_GROUP=4, TOP_K=8, RENORMALIZE=True, G_PAD=8, GS_PAD=64,
-                 K_PAD=8, KG_PAD=4, USE_GDC=True, G_BITS=3, E_BITS=9, PACK=redux_pack(4, 64), CHECK_TIES=True)
+                 KG_PAD=4, USE_GDC=True, G_BITS=3, E_BITS=9, PACK=redux_pack(4, 64), CHECK_TIES=True)
     ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, ["routed_scaling"]), const,
                              divisible_by_16(fn, list(ptrs) + ints), num_warps=SELECT_WARPS,
                              maxnreg=SELECT_MAXNREG)

@@ -203,7 +203,7 @@ def _moe_router_select_kernel(
     logits_ptr, bias_ptr, ids_ptr, wts_ptr, routed_scaling,
     stride_lt, stride_it, stride_wt,
     N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, TOPK_GROUP: tl.constexpr, TOP_K: tl.constexpr,
-    RENORMALIZE: tl.constexpr, G_PAD: tl.constexpr, GS_PAD: tl.constexpr, K_PAD: tl.constexpr,
+    RENORMALIZE: tl.constexpr, G_PAD: tl.constexpr, GS_PAD: tl.constexpr,
     KG_PAD: tl.constexpr, USE_GDC: tl.constexpr, G_BITS: tl.constexpr = 0, E_BITS: tl.constexpr = 0,
     PACK: tl.constexpr = 0, CHECK_TIES: tl.constexpr = True,
 ):
@@ -430,7 +430,7 @@ def moe_router_triton(
         logits_out.stride(0), ids_out.stride(0), weights_out.stride(0),
         N_GROUP=n_group, GROUP_SIZE=group_size, TOPK_GROUP=topk_group, TOP_K=top_k,
         RENORMALIZE=bool(renormalize), G_PAD=triton.next_power_of_2(n_group),
-        GS_PAD=triton.next_power_of_2(group_size), K_PAD=triton.next_power_of_2(top_k),
+        GS_PAD=triton.next_power_of_2(group_size),
         KG_PAD=triton.next_power_of_2(topk_group), **select_fast(n_group, topk_group, group_size),
         USE_GDC=use_pdl, num_warps=SELECT_WARPS, **pdl, **register_cap(SELECT_MAXNREG),
     )
