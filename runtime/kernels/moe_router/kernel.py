@@ -25,7 +25,7 @@ Design (README.md has the derivation and the measurements behind it):
   the selection of every row with the logits kernel's 8 warps; its cross-warp reductions cost
   ~6 us per row done one at a time, and still 21 us at T=6 with four rows at a time (H200,
   `benchmarks/moe_sweep.py`). PDL keeps the second launch's start hidden behind the first.
-- Weights: s at the picked experts (the sigmoid of their logits, gathered), renormalised
+- Weights: s at the picked experts (the kept tile's sigmoid of their logits), renormalised
   (w / sum w) and scaled.
 
 Batch invariance: a row's logits come from the same code and the same reduction tree for any
@@ -199,6 +199,15 @@ def _fast_key(v, idx, valid, BITS: tl.constexpr):
 
 
 @triton.jit
+def _kept_tile(kept, j, kvalid, logits_ptr, bias_ptr, row, GROUP_SIZE: tl.constexpr):
+    """The kept groups' members as a dense [KG_PAD, GS_PAD] tile (this warp's own loads, so L1
+    hits): their expert ids, unbiased scores (the weights) and biased scores (the keys)."""
+    kidx = tl.where(kvalid, kept[:, None] * GROUP_SIZE + j, 0)
+    s = tl.sigmoid(tl.load(logits_ptr + row + kidx, mask=kvalid, other=0.0))
+    return kidx, s, s + tl.load(bias_ptr + kidx, mask=kvalid, other=0.0)
+
+
+@triton.jit
 def _moe_router_select_kernel(
     logits_ptr, bias_ptr, ids_ptr, wts_ptr, routed_scaling,
     stride_lt, stride_it, stride_wt,
@@ -263,13 +272,10 @@ def _moe_router_select_kernel(
             else:
                 near = (gb >> G_BITS) == hi_kept
             gfk = tl.where(gfk == gb, -2147483648, gfk)
-        # The kept groups' members as a dense [KG_PAD, GS_PAD] tile (this warp's own loads, so
-        # L1 hits): the picks walk topk_group / n_group of the keys (Ling-3: half). TOP_K + 1
-        # picks; each neighbour pair strictly ordered, or the exact path runs.
-        kidx = tl.where(kvalid, kept[:, None] * GROUP_SIZE + j, 0)
-        klg = tl.load(logits_ptr + t * stride_lt + kidx, mask=kvalid, other=0.0)
-        kb = tl.load(bias_ptr + kidx, mask=kvalid, other=0.0)
-        fk = _fast_key(tl.sigmoid(klg) + kb, kidx, kvalid, E_BITS)
+        # The picks walk the kept groups' members, topk_group / n_group of the keys (Ling-3:
+        # half). TOP_K + 1 picks; each neighbour pair strictly ordered, or the exact path runs.
+        kidx, ks, kc = _kept_tile(kept, j, kvalid, logits_ptr, bias_ptr, t * stride_lt, GROUP_SIZE)
+        fk = _fast_key(kc, kidx, kvalid, E_BITS)
         prev = fk    # only read from the second pick on
         ties = fk < fk   # all False, in fk's layout
         for i in tl.static_range(TOP_K + 1):
@@ -285,17 +291,14 @@ def _moe_router_select_kernel(
     else:
         exact = True
         kidx = tl.zeros([KG_PAD, GS_PAD], dtype=tl.int32)
-        klg = tl.zeros([KG_PAD, GS_PAD], dtype=tl.float32)
+        ks = tl.zeros([KG_PAD, GS_PAD], dtype=tl.float32)
     if exact:
         gkey = (_order_key(gscore).to(tl.int64) << 32) | (G_PAD - 1 - gar).to(tl.int64)
         for i in tl.static_range(TOPK_GROUP):
             best = tl.max(gkey, axis=0)
             kept = tl.where(kg == i, (G_PAD - 1 - (best & 0x7FFFFFFF)).to(tl.int32), kept)
             gkey = tl.where(gkey == best, lowest, gkey)
-        kidx = tl.where(kvalid, kept[:, None] * GROUP_SIZE + j, 0)
-        klg = tl.load(logits_ptr + t * stride_lt + kidx, mask=kvalid, other=0.0)
-        kb = tl.load(bias_ptr + kidx, mask=kvalid, other=0.0)
-        kc = tl.sigmoid(klg) + kb
+        kidx, ks, kc = _kept_tile(kept, j, kvalid, logits_ptr, bias_ptr, t * stride_lt, GROUP_SIZE)
         key = tl.where(kvalid, (_order_key(kc).to(tl.int64) << 32) | (E - 1 - kidx).to(tl.int64), lowest)
         rank = tl.full([KG_PAD, GS_PAD], -1, dtype=tl.int32)
         for i in tl.static_range(TOP_K):
@@ -305,7 +308,7 @@ def _moe_router_select_kernel(
     # The weights are the unbiased scores at the picked experts, summed in a fixed tree over the
     # tile (the same for every row and every T).
     picked = rank >= 0
-    wsel = tl.where(picked, tl.sigmoid(klg), 0.0)
+    wsel = tl.where(picked, ks, 0.0)
     if RENORMALIZE:
         wsel = wsel / tl.sum(tl.sum(wsel, axis=1), axis=0)
     wsel = wsel * routed_scaling
