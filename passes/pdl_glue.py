@@ -32,6 +32,9 @@ kernels between them, each a full (non-programmatic) edge in the captured graph.
     before:  c, _ = lingc.rmsnorm(x, w, None, eps) ; lingc.mla_kv_write(c, k, pos, freq, cache)
     after:   lingc.mla_kv_write(x, k, pos, freq, cache, w, eps)
 
+    before:  pos = n + iota(T) ; lingc.mla_decode(..., slice(pos, 0, a, b), ...)    (n a [1] tensor)
+    after:   lingc.mla_decode(..., n, ..., pos_offset=a)
+
 The fourth is MLA's absorbed products (q_nope @ W_uk, o_lat @ W_uv^T per head): ATen upcasts the
 bf16 weight slice to a fresh fp32 copy every step, then runs a library bmm. On flash-tp4-rank's
 decode graph these were 28 elementwise kernels and 14 library GEMMs per step.
@@ -77,6 +80,13 @@ Why each is exact:
   normed row the write reads itself (or through views that change nothing) and nothing else
   reads, over a row that no op of the graph writes in place (the norm now reads it later).
   Numerics (declared): the row's sum of squares is reduced in another order on the GPU.
+- the relay's chain positions (metadata_capture's ``n + arange(T)``) reach the ops that read
+  positions (``mla_kv_write``, ``mla_decode``) as the base n and a static offset, and each
+  kernel forms n + offset + t where it loaded positions[t] (runtime/kernels/positions.py): the
+  same integers. Only for an add of a [1] integer tensor and an iota from 0 by 1, read by those
+  ops in their positions slot directly or through a slice along dim 0 by step 1. The iota and the
+  add were the first two kernels of every captured step graph (full edges: 4.1 us a plain
+  decode step, 4.2-5.9 us at the head of each relay graph on the H200, session 30's profile).
 """
 
 from __future__ import annotations
@@ -90,7 +100,7 @@ from lingc.graph_region import shape, val
 from lingc.pass_manager import VIEW_OPS, write_counts, written_bases
 
 __all__ = ["absorbed_products", "direct_epilogue_writes", "direct_lingc_writes", "drop_fresh_clones", "drop_round_trips",
-           "embedding_into_norm", "fold_casts", "norms_into_kv_writes", "norms_into_routers"]
+           "embedding_into_norm", "fold_casts", "norms_into_kv_writes", "norms_into_routers", "positions_into_readers"]
 
 lingc_ops = torch.ops.lingc
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -361,7 +371,7 @@ def norms_into_kv_writes(g: fx.Graph) -> int:
     count = 0
     written = written_bases(g)
     for kv in [n for n in g.nodes if is_call(n, lingc_ops.mla_kv_write.default)]:
-        if kv.kwargs or len(kv.args) != 5:
+        if kv.kwargs.get("norm_weight") is not None or (len(kv.args) > 5 and kv.args[5] is not None):
             continue                                    # already with its norm
         chain, c = [], kv.args[0]
         while isinstance(c, fx.Node) and c is not _through_identity_views(c) and len(c.users) == 1:
@@ -378,11 +388,81 @@ def norms_into_kv_writes(g: fx.Graph) -> int:
         if _view_root(x)[0] in written:
             continue                  # the norm moves to the write: x must hold the same values there
         with g.inserting_before(kv):
-            emit(g, lingc_ops.mla_kv_write.default, x, *kv.args[1:], w, eps)
+            emit(g, lingc_ops.mla_kv_write.default, x, *kv.args[1:5], w, eps,
+                 **{k: v for k, v in kv.kwargs.items() if k not in ("norm_weight", "eps")})
         g.erase_node(kv)
         for v in [*chain, c, *[u for u in rms.users if u is not c], rms]:
             g.erase_node(v)
         count += 1
+    return count
+
+
+def _position_readers() -> dict:
+    """{op: index of its positions argument} of the ops that take ``pos_offset``."""
+    return {lingc_ops.mla_kv_write.default: 2, lingc_ops.mla_decode.default: 3}
+
+
+def _iota_from_zero(n) -> int | None:
+    """The length of n = iota(T) / arange(T) counting from 0 by 1, else None."""
+    if is_call(n, torch.ops.prims.iota.default):
+        length = n.args[0]
+        start, step = n.kwargs.get("start", 0), n.kwargs.get("step", 1)
+    elif is_call(n, aten.arange.default):
+        length, start, step = n.args[0], 0, 1
+    elif is_call(n, aten.arange.start_step, aten.arange.start):
+        start, length = n.args[0], n.args[1]
+        step = n.args[2] if len(n.args) > 2 else n.kwargs.get("step", 1)
+    else:
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (length, start, step)):
+        return None
+    return length - start if (start, step) == (0, 1) else None
+
+
+def _base_plus_iota(add) -> fx.Node | None:
+    """The [1] integer base n of add = n + iota(T) (either order), else None."""
+    if not (is_call(add, aten.add.Tensor) and len(add.args) == 2 and not add.kwargs):
+        return None
+    for n, r in (add.args, add.args[::-1]):
+        if (isinstance(n, fx.Node) and _iota_from_zero(r) is not None and tuple(shape(n)) == (1,)
+                and val(n).dtype in (torch.int32, torch.int64) and val(add).dtype == val(n).dtype):
+            return n
+    return None
+
+
+def _row_offset(view, add) -> int | None:
+    """a for view = add, or slice(add, 0, a, b[, 1]) with a >= 0; else None."""
+    if view is add:
+        return 0
+    if not (is_call(view, aten.slice.Tensor) and view.args[0] is add and not view.kwargs):
+        return None
+    dim, start, _end, step = (list(view.args[1:]) + [0, None, None, 1][len(view.args) - 1:])[:4]
+    start = 0 if start is None else start
+    if dim != 0 or step != 1 or not isinstance(start, int) or start < 0:
+        return None
+    return start
+
+
+def positions_into_readers(g: fx.Graph) -> int:
+    """lingc readers of positions = n + iota(T) (or of a row slice of it) -> the reader takes n
+    and ``pos_offset`` (the module docstring says when). Returns the readers rewritten."""
+    readers = _position_readers()
+    count = 0
+    for add in [n for n in g.nodes if _base_plus_iota(n) is not None]:
+        base = _base_plus_iota(add)
+        views = [add] + [u for u in add.users if is_call(u, aten.slice.Tensor)]
+        for view in views:
+            offset = _row_offset(view, add)
+            if offset is None:
+                continue
+            for r in list(view.users):
+                idx = readers.get(r.target) if r.op == "call_function" else None
+                if (idx is None or len(r.args) <= idx or r.args[idx] is not view or "pos_offset" in r.kwargs
+                        or sum(a is view for a in list(r.args) + list(r.kwargs.values())) != 1):
+                    continue
+                r.args = r.args[:idx] + (base,) + r.args[idx + 1:]
+                r.kwargs = {**r.kwargs, "pos_offset": offset}
+                count += 1
     return count
 
 

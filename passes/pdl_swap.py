@@ -108,6 +108,7 @@ class PdlSwap(LingcPass):
     fold_concat = True           # off: two-input last-dim concatenations stay ATen cats
     fold_router_norm = True      # off: the MoE block's input norm stays a lingc.rmsnorm launch
     fold_kv_norm = True          # off: MLA's kv_a_layernorm stays a lingc.rmsnorm launch
+    fold_positions = True        # off: the relay's chain positions stay n + arange(T) ATen kernels
 
     def apply(self, gm: fx.GraphModule) -> int:
         import lingc.runtime.kernels.head_matmul  # noqa: F401
@@ -140,6 +141,7 @@ class PdlSwap(LingcPass):
         concats = pdl_glue.concat_cols(g) if self.fold_concat else 0
         routed = pdl_glue.norms_into_routers(g) if self.fold_router_norm else 0
         kv_normed = pdl_glue.norms_into_kv_writes(g) if self.fold_kv_norm else 0
+        positions = pdl_glue.positions_into_readers(g) if self.fold_positions else 0
         tail = relay_tail(g) if self.fold_relay_tail else 0
         eliminate_dead_code(g)
         summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "no match"
@@ -156,6 +158,8 @@ class PdlSwap(LingcPass):
             summary += f"; {routed} MoE input norms folded into their routers"
         if kv_normed:
             summary += f"; {kv_normed} latent norms folded into their cache writes"
+        if positions:
+            summary += f"; {positions} position readers take the relay's n (no positions kernels)"
         if tail:
             summary += f"; relay tail: {tail} epilogue writes -> 1 relay_advance"
         if self.probes_reused:

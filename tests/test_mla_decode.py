@@ -162,6 +162,27 @@ def test_kernel_positions_as_int32_and_strided_queries():
     assert_close(run_kernel(a), mla_decode_reference(*cpu(a)), RTOL[torch.bfloat16])
 
 
+@pytest.mark.parametrize("T,p0,offset", [(1, 36, 0), (1, 64, 3), (6, 27, 0), (6, 44, 2)])
+def test_kernel_positions_from_a_base(T, p0, offset):
+    """positions = a [1] base n with pos_offset o (query t at n + o + t, the relay's chain): the
+    same bits as the explicit [T] positions, on both kernels (the split's mask and RoPE, the
+    combine's split count), from a poisoned workspace and output."""
+    x = make_inputs(T, 100, chain(p0, T), torch.bfloat16, seed=T * 31 + p0)
+    explicit = run_kernel(args(x, gate=True, rope=True), SPLIT16)
+    base = torch.tensor([p0 - offset], dtype=torch.int64, device=DEVICE)
+    a = list(args(x, gate=True, rope=True))
+    a[3] = base
+    q_lat, kv = a[0], a[2]
+    out = torch.full(q_lat.shape, float("nan"), device=DEVICE)
+    parts = tuple(t.fill_(float("nan")) for t in workspace(T, H, R, num_splits(kv.shape[0], SPLIT16), DEVICE))
+    got = mla_decode_triton(*a, out=out, config=SPLIT16, partials=parts, pos_offset=offset)
+    assert torch.equal(got, explicit)
+    # The op (the reference on the CPU) reads the base form the same way.
+    assert torch.equal(mla_decode(*a, pos_offset=offset), mla_decode(*args(x, gate=True, rope=True)))
+    # A base read as explicit positions (offset ignored) would be another query set.
+    assert not torch.equal(mla_decode(*a, pos_offset=offset + 1), explicit)
+
+
 # The causal mask and what the kernel never reads.
 
 
@@ -361,8 +382,10 @@ def _bad(**kw):
     (dict(q_rope=torch.zeros(2, P, H).transpose(1, 2)), "q_rope must have unit stride"),
     (dict(kv_cache=torch.zeros(20, R)), r"kv_cache must be one slot's \[L, kv_lora_rank \+ rope_dim\] = \[L, 48\]"),
     (dict(kv_cache=torch.zeros(20, R + P, dtype=torch.float16)), "kv_cache.dtype must be bfloat16 or float32"),
-    (dict(positions=torch.tensor([10, 11], dtype=torch.float32)), r"positions must be a \[T\] = \[2\] int32/int64"),
-    (dict(positions=torch.tensor([10])), r"positions must be a \[T\] = \[2\]"),
+    (dict(positions=torch.tensor([10, 11], dtype=torch.float32)), "positions must be int32 or int64"),
+    (dict(positions=torch.tensor([10])), r"positions must be a \[T\] = \[2\] tensor, got shape \(1,\)"),
+    (dict(positions=torch.tensor([10, 11]), pos_offset=0), r"with pos_offset=0 positions is the base n, a \[1\]"),
+    (dict(positions=torch.tensor([10]), pos_offset=-1), "pos_offset must be an int >= 0"),
     (dict(scale=0.0), "scale must be a finite number > 0"),
     (dict(gate=torch.zeros(2, H, 1)), r"gate must be \[T, H\] = \(2, 4\)"),
     (dict(rope_inv_freq=torch.zeros(P)), r"rope_inv_freq must be a \[P/2\] = \(4,\) float32"),
@@ -404,13 +427,14 @@ _COMPILE_CHECK = textwrap.dedent("""
     ns = num_splits(L, cfg)
     sig = dict(ql_ptr="*fp32", qr_ptr="*bf16", kv_ptr="*bf16", pos_ptr="*i64", freq_ptr="*fp32", m_ptr="*fp32",
                l_ptr="*fp32", acc_ptr="*fp32", stride_qlt="i32", stride_qlh="i32", stride_qrt="i32",
-               stride_qrh="i32", stride_kv="i32", L="i32", scale="fp32", T="i32")
+               stride_qrh="i32", stride_kv="i32", pos_stride="i32", pos_add="i32", pos_step="i32", L="i32",
+               scale="fp32", T="i32")
     const = dict(H=8, R=512, P=64, NS=ns, HP=8, BH=16, BR=512, BP=64, BL=cfg.block_l, SPLIT_LEN=cfg.split_len,
                  ROPE=True, ROPE_RNE=False, SPLIT_Q=True, SPLIT_QR=False, SPLIT_P=True, DOT_PRECISION="ieee",
                  DOT_UPCAST=False, USE_GDC=True)
     check(_mla_split_kernel, sig, const, cfg.num_warps, cfg.num_stages)
     sig = dict(m_ptr="*fp32", l_ptr="*fp32", acc_ptr="*fp32", pos_ptr="*i64", gate_ptr="*bf16", out_ptr="*fp32",
-               stride_gt="i32", stride_gh="i32", L="i32")
+               stride_gt="i32", stride_gh="i32", pos_stride="i32", pos_add="i32", pos_step="i32", L="i32")
     const = dict(H=8, R=512, NS=ns, SPLIT_LEN=cfg.split_len, BS=ns, BSC=32, BRC=cfg.combine_block_r,
                  HAS_GATE=True, USE_GDC=True)
     check(_mla_combine_kernel, sig, const, 4, 1)
@@ -442,6 +466,19 @@ def test_gpu_flash_shapes_match_reference(T, L, q_rope_dtype):
     got = run_kernel(args(x, gate=True, rope=True), config=None)
     ref = mla_decode_reference(*cpu(args(x, gate=True, rope=True)))
     assert_close(got, ref, 5e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [1, 6])
+def test_gpu_positions_from_a_base_same_bits(T):
+    """flash-tp4-rank's shapes at 8192 with the table's config: the base form (the relay's n and
+    pos_offset) gives the explicit positions' bits on both kernels."""
+    x = _flash_inputs(T, 8192, seed=T + 5)
+    explicit = run_kernel(args(x, gate=True, rope=True), config=None)
+    a = list(args(x, gate=True, rope=True))
+    a[3] = x["positions"][:1] - 2
+    out = torch.full_like(explicit, float("nan"))
+    assert torch.equal(mla_decode_triton(*a, out=out, pos_offset=2), explicit)
 
 
 @pytest.mark.gpu

@@ -89,6 +89,45 @@ def test_gpu_model_shapes(T, norm):
         test_kernel_matches_reference_and_touches_only_its_rows(T, 512, 64, 8192, torch.bfloat16)
 
 
+@pytest.mark.parametrize("T,offset", [(1, 0), (1, 3), (6, 0), (6, 2)])
+@pytest.mark.parametrize("norm", [False, True], ids=["no-norm", "norm"])
+def test_positions_from_a_base(T, offset, norm):
+    """positions = a [1] base n with pos_offset o (row t at n + o + t, the relay's chain): the
+    kernel writes the same bits as with the explicit [T] positions, and the op (the reference on
+    the CPU) the same as the op with [T]; only the target rows change."""
+    c, k, _, freq, cache = _case(T, 40, 8, 64, torch.bfloat16, torch.bfloat16, seed=T + offset)
+    p0 = 20
+    pos = torch.arange(p0, p0 + T, device=DEV)
+    base = torch.tensor([p0 - offset], device=DEV)
+    nw = (torch.rand(40, generator=torch.Generator().manual_seed(2)) + 0.5).to(torch.bfloat16).to(DEV) if norm else None
+    want, got = cache.clone(), cache.clone()
+    got[pos] = float("nan")
+    mla_kv_write_triton(c, k, pos, freq, want, nw, 1e-6)
+    mla_kv_write_triton(c, k, base, freq, got, nw, 1e-6, pos_offset=offset)
+    assert torch.equal(got, want)
+    a, b = cache.clone(), cache.clone()
+    torch.ops.lingc.mla_kv_write(c, k, base, freq, a, nw, 1e-6, pos_offset=offset)
+    torch.ops.lingc.mla_kv_write(c, k, pos, freq, b, nw, 1e-6)
+    assert torch.equal(a, b) and not torch.equal(a, cache)
+
+
+@pytest.mark.parametrize("positions,offset,match", [
+    ([20, 21], 0, r"with pos_offset=0 positions is the base n, a \[1\] tensor"),
+    ([20], -2, "pos_offset must be an int >= 0"),
+    ([20], None, r"positions must be a \[T\] = \[2\] tensor, got shape \(1,\)"),
+])
+def test_bad_positions_raise(positions, offset, match):
+    c, k, _, freq, cache = _case(2, 40, 8, 64, torch.float32, torch.float32, seed=1)
+    with pytest.raises(ValueError, match=match):
+        torch.ops.lingc.mla_kv_write(c, k, torch.tensor(positions, device=DEV), freq, cache, pos_offset=offset)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T,offset", [(1, 0), (6, 2)])
+def test_gpu_positions_from_a_base(T, offset):
+    test_positions_from_a_base(T, offset, norm=True)
+
+
 def test_op_with_the_norm_is_rmsnorm_then_the_write():
     from lingc.runtime.kernels.norms import rmsnorm
     c, k, pos, freq, cache = _case(6, 40, 8, 64, torch.bfloat16, torch.bfloat16, seed=4)
@@ -143,7 +182,8 @@ _COMPILE_CHECK = textwrap.dedent("""
     from triton.backends.compiler import GPUTarget
     from lingc.runtime.kernels.mla_kv_write.kernel import _mla_kv_write_kernel
     sig = dict(c_ptr="*bf16", k_ptr="*bf16", pos_ptr="*i64", freq_ptr="*fp32", cache_ptr="*bf16", w_ptr="*bf16",
-               stride_c="i32", stride_k="i32", stride_l="i32", R="i32", HALF="i32", eps="fp32")
+               stride_c="i32", stride_k="i32", stride_l="i32", pos_stride="i32", pos_add="i32", pos_step="i32",
+               R="i32", HALF="i32", eps="fp32")
     for norm in (False, True):
         const = dict(BR=512, BH=32, NORM=norm, USE_GDC=True)
         src = triton.compiler.ASTSource(_mla_kv_write_kernel, {**sig, **{k: "constexpr" for k in const}}, const)

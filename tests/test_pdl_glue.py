@@ -199,3 +199,47 @@ def test_latent_norm_folds_into_the_cache_write_only_where_its_row_is_unchanged(
     want = f(*[a.clone() for a in args])
     got = gm(*[a.clone() for a in args])
     assert torch.equal(got, want)               # (the CPU op: the same reference bits)
+
+
+def _positions_graph(strided_reader: bool):
+    """make_fx graph: positions = n + arange(4) read by mla_kv_write through row slices and by
+    mla_decode whole; with ``strided_reader`` one more write reads positions[::2] (not
+    consecutive, so it keeps the [T] tensor, and the add stays)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    import lingc.runtime.kernels.mla_decode  # noqa: F401
+    import lingc.runtime.kernels.mla_kv_write  # noqa: F401
+    from lingc.models.layers import rope_inv_freq
+
+    def f(n, c, k, freq, cache, q_lat, q_rope):
+        pos = n + torch.arange(4)
+        torch.ops.lingc.mla_kv_write(c[:2], k[:2], pos[:2], freq, cache)
+        torch.ops.lingc.mla_kv_write(c[2:], k[2:], pos[2:4], freq, cache)
+        if strided_reader:
+            torch.ops.lingc.mla_kv_write(c[:2] * 2, k[:2], pos[::2], freq, cache)
+        return torch.ops.lingc.mla_decode(q_lat, q_rope, cache, pos, 0.2, None, freq), cache
+
+    g = torch.Generator().manual_seed(0)
+    args = (torch.tensor([9]), torch.randn(4, 40, generator=g), torch.randn(4, 8, generator=g),
+            rope_inv_freq(8, 10000.0), torch.randn(16, 48, generator=g), torch.randn(4, 2, 40, generator=g),
+            torch.randn(4, 2, 8, generator=g))
+    return f, args, make_fx(f, tracing_mode="fake")(*args)
+
+
+@pytest.mark.parametrize("strided_reader", [False, True], ids=["consecutive", "strided-reader-keeps-the-add"])
+def test_positions_reach_their_readers_as_a_base_and_offset(strided_reader):
+    from lingc.graph_build import eliminate_dead_code
+    from lingc.passes import pdl_glue
+
+    f, args, gm = _positions_graph(strided_reader)
+    assert pdl_glue.positions_into_readers(gm.graph) == 3
+    eliminate_dead_code(gm.graph)
+    gm.recompile()
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    offsets = sorted(n.kwargs["pos_offset"] for n in calls if "pos_offset" in n.kwargs)
+    assert offsets == [0, 0, 2]
+    kept = [n for n in calls if n.target is torch.ops.aten.add.Tensor]
+    assert len(kept) == int(strided_reader), kept      # only a reader that needs [T] keeps the add
+    want = f(*[a.clone() for a in args])
+    got = gm(*[a.clone() for a in args])
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])

@@ -200,6 +200,48 @@ def test_metadata_capture_inputs_before_and_after(model):
 """)
 
 
+@pytest.mark.parametrize("role", ["decode", "draft"])
+def test_positions_reach_their_readers_as_the_relay_n(model, role, monkeypatch):
+    """pdl_glue.positions_into_readers: the relay's chain positions (n + arange(T), two ATen
+    kernels at the head of every captured step graph) reach mla_kv_write and mla_decode as n
+    with an offset; no iota or add is left, and the step computes what it did with the fold off."""
+    from lingc.models import Ling3Cache
+    from lingc.passes.pdl_swap import PdlSwap
+
+    cfg = model.config
+    results = {}
+    for fold in (True, False):
+        monkeypatch.setattr(PdlSwap, "fold_positions", fold)
+        relay = RelayBuffers.allocate(STEPS, cfg.hidden_size, cfg.dtype, "cpu")
+        relay.n.fill_(7)
+        relay.x.fill_(11)
+        relay.seed.fill_(13)
+        relay.dh.normal_(generator=torch.Generator().manual_seed(1))
+        cache = Ling3Cache.allocate(cfg, 32)
+        fn = make_steps(model, STEPS)[role]
+        _, report = run_and_report(fn, relay, cache, role=role)
+        kernels = {op: n for _, op, n, _ in report.kernels.rows}
+        results[fold] = relay, cache
+        notes = " ".join(stat(report, "pdl_swap").notes)
+        readers = len(cfg.mla_layers) * 2 if role == "decode" else (STEPS - 1) * 2
+        if fold:
+            assert "prims.iota" not in kernels and "aten.add.Tensor" not in kernels, kernels
+            assert f"{readers} position readers take the relay's n" in notes, notes
+        else:
+            assert kernels.get("prims.iota") == 1 and kernels.get("aten.add.Tensor") == 1, kernels
+            assert "position readers" not in notes
+    (r1, c1), (r0, c0) = results[True], results[False]
+    for a, b in zip(r1.tensors(), r0.tensors()):
+        assert torch.equal(a, b)
+    for a, b in zip(c1.tensors(), c0.tensors()):
+        assert torch.equal(a, b)
+    written = c1.kv if role == "decode" else c1.draft_kv
+    # The rows at the chain's positions (n = 7 on): written, and nowhere else.
+    rows = [7] if role == "decode" else list(range(7, 7 + STEPS - 1))
+    assert all(t[0, rows].abs().sum(-1).gt(0).all() for t in written)
+    assert all(t[0, :7].abs().sum() == 0 and t[0, rows[-1] + 1:].abs().sum() == 0 for t in written)
+
+
 # -- GPU ------------------------------------------------------------------------------------------
 
 

@@ -51,6 +51,7 @@ import triton
 import triton.language as tl
 
 from lingc.runtime.kernels.gemm_common import dot_acc, register_cap
+from lingc.runtime.kernels.positions import position_terms
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait, pdl_wait_small
 
 __all__ = ["MlaDecodeConfig", "config_for", "num_splits", "mla_decode_triton", "TARGET_SPLITS", "MIN_SPLIT_LEN"]
@@ -125,10 +126,10 @@ def _round_through(x, DT: tl.constexpr, EMULATE_RNE: tl.constexpr):
     return x.to(DT).to(tl.float32)
 
 
-@triton.jit(do_not_specialize=["T"])
+@triton.jit(do_not_specialize=["T", "pos_stride", "pos_add", "pos_step"])
 def _mla_split_kernel(
     ql_ptr, qr_ptr, kv_ptr, pos_ptr, freq_ptr, m_ptr, l_ptr, acc_ptr,
-    stride_qlt, stride_qlh, stride_qrt, stride_qrh, stride_kv, L, scale,
+    stride_qlt, stride_qlh, stride_qrt, stride_qrh, stride_kv, pos_stride, pos_add, pos_step, L, scale,
     T, H: tl.constexpr, R: tl.constexpr, P: tl.constexpr, NS: tl.constexpr,
     HP: tl.constexpr, BH: tl.constexpr, BR: tl.constexpr, BP: tl.constexpr, BL: tl.constexpr,
     SPLIT_LEN: tl.constexpr, ROPE: tl.constexpr, ROPE_RNE: tl.constexpr, SPLIT_Q: tl.constexpr,
@@ -152,7 +153,8 @@ def _mla_split_kernel(
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
 
-    pos = tl.load(pos_ptr + t, mask=t < T, other=0).to(tl.int32)
+    # positions.py: a [T] tensor (1, 0, 0) or a base n with rows at n + offset + t (0, offset, 1)
+    pos = tl.load(pos_ptr + t * pos_stride, mask=t < T, other=0).to(tl.int32) + pos_add + t * pos_step
     last = tl.minimum(pos, L - 1)
     start = s * SPLIT_LEN
     active = mh & ((start <= last) | (s == 0))
@@ -224,9 +226,9 @@ def _mla_split_kernel(
         tl.store(acc_ptr + part.to(tl.int64)[:, None] * R + offs_r[None, :], acc, mask=active[:, None] & mr[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["pos_stride", "pos_add", "pos_step"])
 def _mla_combine_kernel(
-    m_ptr, l_ptr, acc_ptr, pos_ptr, gate_ptr, out_ptr, stride_gt, stride_gh, L,
+    m_ptr, l_ptr, acc_ptr, pos_ptr, gate_ptr, out_ptr, stride_gt, stride_gh, pos_stride, pos_add, pos_step, L,
     H: tl.constexpr, R: tl.constexpr, NS: tl.constexpr, SPLIT_LEN: tl.constexpr,
     BS: tl.constexpr, BSC: tl.constexpr, BRC: tl.constexpr, HAS_GATE: tl.constexpr, USE_GDC: tl.constexpr,
 ):
@@ -239,7 +241,7 @@ def _mla_combine_kernel(
     pdl_wait_small(USE_GDC)
     pdl_launch_dependents(USE_GDC)
 
-    pos = tl.load(pos_ptr + t).to(tl.int32)
+    pos = tl.load(pos_ptr + t * pos_stride).to(tl.int32) + pos_add + t * pos_step
     ns = tl.maximum(tl.minimum(pos, L - 1), 0) // SPLIT_LEN + 1     # the splits the split kernel wrote
     base = (t * H + h) * NS
     offs_s = tl.arange(0, BS)
@@ -275,10 +277,11 @@ def workspace(T: int, H: int, R: int, ns: int, device) -> tuple[torch.Tensor, to
 
 def mla_decode_triton(q_lat, q_rope, kv_cache, positions, scale: float, gate=None, rope_inv_freq=None,
                       out=None, *, config: MlaDecodeConfig | None = None, use_pdl: bool | None = None,
-                      partials=None) -> torch.Tensor:
+                      partials=None, pos_offset: int | None = None) -> torch.Tensor:
     """Launch split + combine; returns o_lat [T, H, R] fp32 (``out`` if given). Arguments are as
-    op.check_mla_decode_args accepts them; ``partials`` (from ``workspace``) lets a caller own or
-    poison the split workspace."""
+    op.check_mla_decode_args accepts them (``pos_offset``: positions is a [1] base, query t at
+    base + pos_offset + t); ``partials`` (from ``workspace``) lets a caller own or poison the
+    split workspace."""
     T, H, R = q_lat.shape
     P = q_rope.shape[2]
     L = kv_cache.shape[0]
@@ -300,9 +303,11 @@ def mla_decode_triton(q_lat, q_rope, kv_cache, positions, scale: float, gate=Non
     rope = rope_inv_freq is not None
     hp = triton.next_power_of_2(H)
     bh = max(16, hp, cfg.block_h)
+    pos_terms = position_terms(pos_offset)
     _mla_split_kernel[(triton.cdiv(T, bh // hp), ns)](
         q_lat, q_rope, kv_cache, positions, rope_inv_freq if rope else positions, m, l, acc,
-        q_lat.stride(0), q_lat.stride(1), q_rope.stride(0), q_rope.stride(1), kv_cache.stride(0), L, float(scale),
+        q_lat.stride(0), q_lat.stride(1), q_rope.stride(0), q_rope.stride(1), kv_cache.stride(0), *pos_terms,
+        L, float(scale),
         T, H=H, R=R, P=P, NS=ns, HP=hp, BH=bh, BR=max(16, triton.next_power_of_2(R)),
         BP=max(16, triton.next_power_of_2(P)), BL=cfg.block_l, SPLIT_LEN=cfg.split_len, ROPE=rope,
         ROPE_RNE=interpreting() and q_rope.dtype == torch.bfloat16,
@@ -313,7 +318,7 @@ def mla_decode_triton(q_lat, q_rope, kv_cache, positions, scale: float, gate=Non
     )
     g = gate if gate is not None else positions
     _mla_combine_kernel[(T, H, triton.cdiv(R, cfg.combine_block_r))](
-        m, l, acc, positions, g, out, g.stride(0), g.stride(-1) if gate is not None else 0, L,
+        m, l, acc, positions, g, out, g.stride(0), g.stride(-1) if gate is not None else 0, *pos_terms, L,
         H=H, R=R, NS=ns, SPLIT_LEN=cfg.split_len, BS=triton.next_power_of_2(ns),
         BSC=min(cfg.combine_block_s, triton.next_power_of_2(ns)), BRC=cfg.combine_block_r,
         HAS_GATE=gate is not None, USE_GDC=combine_pdl, num_warps=4, num_stages=1,

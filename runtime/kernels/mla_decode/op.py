@@ -1,7 +1,7 @@
 """MLA decode attention in latent space as an opaque, functional custom op.
 
 ``torch.ops.lingc.mla_decode(Tensor q_lat, Tensor q_rope, Tensor kv_cache, Tensor positions,
-float scale, Tensor? gate=None, Tensor? rope_inv_freq=None) -> Tensor``
+float scale, Tensor? gate=None, Tensor? rope_inv_freq=None, int? pos_offset=None) -> Tensor``
 
 - q_lat [T, H, R]: the absorbed query q_nope @ W_uk (fp32 in the model; bf16 accepted);
 - q_rope [T, H, P]: the rope part of q_proj's output, already roped, or raw when
@@ -10,7 +10,9 @@ float scale, Tensor? gate=None, Tensor? rope_inv_freq=None) -> Tensor``
 - kv_cache [L, R + P]: one slot's latent cache [c ; roped k_rope] (bf16 or fp32, unit inner
   stride), read AFTER this step's rows were written (the op does not write the cache);
 - positions [T] int32/int64 device tensor: query t sees cache rows 0..positions[t] (the causal
-  mask inside a verify chain; never a host int);
+  mask inside a verify chain; never a host int); with ``pos_offset`` o, positions is a [1] base n
+  and query t is at n + o + t (the relay's consecutive chain, read from n on the device:
+  runtime/kernels/positions.py);
 - scale: the softmax scale (qk_nope + qk_rope)^-0.5;
 - gate [T, H] (raw g_proj output) or None: o_lat[t, h] *= sigmoid(gate[t, h]) (the model gates
   after the W_uv absorption; the scalar commutes with it: same math, different fp32 rounding).
@@ -26,6 +28,7 @@ import math
 
 import torch
 
+from lingc.runtime.kernels.positions import check_positions, expand_positions
 from lingc.runtime.registry import register_op
 
 from .naive import mla_decode_reference
@@ -44,7 +47,8 @@ def _shape(t: torch.Tensor) -> tuple:
     return tuple(t.shape)
 
 
-def check_mla_decode_args(q_lat, q_rope, kv_cache, positions, scale, gate=None, rope_inv_freq=None) -> None:
+def check_mla_decode_args(q_lat, q_rope, kv_cache, positions, scale, gate=None, rope_inv_freq=None,
+                          pos_offset=None) -> None:
     """Raise ValueError naming the bad argument of ``mla_decode``."""
     op = "mla_decode"
     if q_lat.dim() != 3:
@@ -77,9 +81,7 @@ def check_mla_decode_args(q_lat, q_rope, kv_cache, positions, scale, gate=None, 
         raise ValueError(f"{op}: kv_cache.dtype must be bfloat16 or float32, got {kv_cache.dtype}")
     if kv_cache.stride(1) != 1:
         raise ValueError(f"{op}: kv_cache must have unit stride along its last dim, got strides {kv_cache.stride()}")
-    if _shape(positions) != (T,) or positions.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"{op}: positions must be a [T] = [{T}] int32/int64 tensor (on the device, not a host "
-                         f"int), got {_shape(positions)} {positions.dtype}")
+    check_positions(op, positions, T, pos_offset)
     if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
         raise ValueError(f"{op}: scale must be a finite number > 0 (the model uses (qk_nope + qk_rope)^-0.5), "
                          f"got {scale}")
@@ -102,22 +104,23 @@ def check_mla_decode_args(q_lat, q_rope, kv_cache, positions, scale, gate=None, 
 
 def _mla_decode(q_lat: torch.Tensor, q_rope: torch.Tensor, kv_cache: torch.Tensor, positions: torch.Tensor,
                 scale: float, gate: torch.Tensor | None = None,
-                rope_inv_freq: torch.Tensor | None = None) -> torch.Tensor:
-    check_mla_decode_args(q_lat, q_rope, kv_cache, positions, scale, gate, rope_inv_freq)
+                rope_inv_freq: torch.Tensor | None = None, pos_offset: int | None = None) -> torch.Tensor:
+    check_mla_decode_args(q_lat, q_rope, kv_cache, positions, scale, gate, rope_inv_freq, pos_offset)
     if not q_lat.is_cuda:
-        return mla_decode_reference(q_lat, q_rope, kv_cache, positions, scale, gate, rope_inv_freq)
+        return mla_decode_reference(q_lat, q_rope, kv_cache, expand_positions(positions, q_lat.shape[0], pos_offset),
+                                    scale, gate, rope_inv_freq)
     from .kernel import mla_decode_triton  # imported here so the CPU path needs no triton
 
-    return mla_decode_triton(q_lat, q_rope, kv_cache, positions, scale, gate, rope_inv_freq)
+    return mla_decode_triton(q_lat, q_rope, kv_cache, positions, scale, gate, rope_inv_freq, pos_offset=pos_offset)
 
 
-def _mla_decode_fake(q_lat, q_rope, kv_cache, positions, scale, gate=None, rope_inv_freq=None):
-    check_mla_decode_args(q_lat, q_rope, kv_cache, positions, scale, gate, rope_inv_freq)
+def _mla_decode_fake(q_lat, q_rope, kv_cache, positions, scale, gate=None, rope_inv_freq=None, pos_offset=None):
+    check_mla_decode_args(q_lat, q_rope, kv_cache, positions, scale, gate, rope_inv_freq, pos_offset)
     return q_lat.new_empty(q_lat.shape, dtype=torch.float32)
 
 
 _SCHEMA = ("(Tensor q_lat, Tensor q_rope, Tensor kv_cache, Tensor positions, float scale, Tensor? gate=None, "
-           "Tensor? rope_inv_freq=None) -> Tensor")
+           "Tensor? rope_inv_freq=None, int? pos_offset=None) -> Tensor")
 
 
 mla_decode = register_op("mla_decode", _mla_decode, _mla_decode_fake, schema=_SCHEMA)

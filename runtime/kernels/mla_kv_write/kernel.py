@@ -8,6 +8,9 @@ touches only its own row, so the result does not depend on T (batch-invariant).
 With NORM the program also runs MLA's kv_a_layernorm on its latent row first (it holds the whole
 row anyway): c = (c.f32 * rsqrt(mean(c.f32^2) + eps) * w.f32) rounded to c's dtype, the norm
 kernel's arithmetic; the norm weight is loaded before `gdc_wait` with inv_freq.
+
+Position t is ``load(pos_ptr + t * pos_stride) + pos_add + t * pos_step``: a [T] positions tensor
+or a base n with rows at n + offset + t (runtime/kernels/positions.py), one compiled kernel.
 """
 from __future__ import annotations
 
@@ -15,14 +18,15 @@ import torch
 import triton
 import triton.language as tl
 
+from lingc.runtime.kernels.positions import position_terms
 from lingc.runtime.pdl import launch_kwargs, pdl_launch_dependents, pdl_supported, pdl_wait_small
 
 MAX_R = 8192        # one program holds the latent row (Ling-3: 512)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["pos_stride", "pos_add", "pos_step"])
 def _mla_kv_write_kernel(c_ptr, k_ptr, pos_ptr, freq_ptr, cache_ptr, w_ptr, stride_c, stride_k, stride_l,
-                         R, HALF, eps, BR: tl.constexpr, BH: tl.constexpr, NORM: tl.constexpr,
+                         pos_stride, pos_add, pos_step, R, HALF, eps, BR: tl.constexpr, BH: tl.constexpr, NORM: tl.constexpr,
                          USE_GDC: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     offs_h = tl.arange(0, BH)
@@ -37,7 +41,7 @@ def _mla_kv_write_kernel(c_ptr, k_ptr, pos_ptr, freq_ptr, cache_ptr, w_ptr, stri
     pdl_wait_small(USE_GDC)
     pdl_launch_dependents(USE_GDC)
 
-    pos = tl.load(pos_ptr + t).to(tl.int64)
+    pos = tl.load(pos_ptr + t * pos_stride).to(tl.int64) + pos_add + t * pos_step
     row = cache_ptr + pos * stride_l
     c = tl.load(c_ptr + t * stride_c + offs, mask=m, other=0.0)
     if NORM:
@@ -57,8 +61,9 @@ def _mla_kv_write_kernel(c_ptr, k_ptr, pos_ptr, freq_ptr, cache_ptr, w_ptr, stri
 
 def mla_kv_write_triton(c: torch.Tensor, k_rope: torch.Tensor, positions: torch.Tensor,
                         inv_freq: torch.Tensor, cache: torch.Tensor, norm_weight: torch.Tensor | None = None,
-                        eps: float = 0.0) -> None:
-    """Write the T rows (op.py); with ``norm_weight`` c is the raw latent, RMS-normed here."""
+                        eps: float = 0.0, pos_offset: int | None = None) -> None:
+    """Write the T rows (op.py); with ``norm_weight`` c is the raw latent, RMS-normed here; with
+    ``pos_offset`` positions is a [1] base (rows at base + pos_offset + t)."""
     T, R = c.shape
     half = k_rope.shape[1] // 2
     if R > MAX_R:
@@ -66,6 +71,6 @@ def mla_kv_write_triton(c: torch.Tensor, k_rope: torch.Tensor, positions: torch.
     use = pdl_supported(c.device)
     _mla_kv_write_kernel[(T,)](
         c, k_rope, positions, inv_freq, cache, c if norm_weight is None else norm_weight,
-        c.stride(0), k_rope.stride(0), cache.stride(0), R, half, float(eps),
+        c.stride(0), k_rope.stride(0), cache.stride(0), *position_terms(pos_offset), R, half, float(eps),
         BR=triton.next_power_of_2(R), BH=triton.next_power_of_2(half), NORM=norm_weight is not None,
         USE_GDC=use, num_warps=4, **launch_kwargs(c.device))

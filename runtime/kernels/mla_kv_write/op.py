@@ -1,6 +1,6 @@
 """``torch.ops.lingc.mla_kv_write(Tensor c, Tensor k_rope, Tensor positions, Tensor inv_freq,
-Tensor(a!) cache, Tensor? norm_weight=None, float eps=0.0) -> ()``: write T new rows of an MLA
-latent cache in place.
+Tensor(a!) cache, Tensor? norm_weight=None, float eps=0.0, int? pos_offset=None) -> ()``: write T
+new rows of an MLA latent cache in place.
 
 Row t of ``cache`` [L, R + P] at ``positions[t]`` becomes [c[t] ; rope(k_rope[t], positions[t])]
 in the cache dtype: c [T, R] is the normed latent (kv_a_layernorm's output), k_rope [T, P] the
@@ -8,6 +8,8 @@ raw shared key, RoPE interleaved in fp32 with ``inv_freq`` [P / 2] (naive.py is 
 the model's own ops). With ``norm_weight`` [R] c is the raw latent and the op runs the
 kv_a_layernorm itself (lingc.rmsnorm's arithmetic without a residual, ``eps`` its epsilon): the
 kernel holds the whole latent row anyway, so the norm's launch goes (pdl_glue.norms_into_kv_writes).
+With ``pos_offset`` o, ``positions`` is a [1] base n and row t goes to position n + o + t (the
+relay's consecutive chain positions, read from n on the device: runtime/kernels/positions.py).
 
 The pdl_swap pass emits it for the functional cache write (index_put + select_scatter + the
 epilogue copy_), which otherwise costs ~15 small kernels per MLA layer and, outside Inductor,
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from lingc.runtime.kernels.positions import check_positions, expand_positions
 from lingc.runtime.registry import register_op
 
 from .naive import mla_kv_write_reference
@@ -29,7 +32,8 @@ from .naive import mla_kv_write_reference
 __all__ = ["mla_kv_write", "check_mla_kv_write_args"]
 
 
-def check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight=None, eps=0.0) -> None:
+def check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight=None, eps=0.0,
+                            pos_offset=None) -> None:
     """Raise ValueError naming the bad argument."""
     op = "mla_kv_write"
     if c.dim() != 2 or k_rope.dim() != 2 or cache.dim() != 2:
@@ -37,9 +41,9 @@ def check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight=N
                          f"{tuple(c.shape)}, {tuple(k_rope.shape)}, {tuple(cache.shape)}")
     T, R = c.shape
     P = k_rope.shape[1]
-    if k_rope.shape[0] != T or positions.shape != (T,):
-        raise ValueError(f"{op}: c has T={T} rows but k_rope has {k_rope.shape[0]} and positions "
-                         f"shape {tuple(positions.shape)}")
+    if k_rope.shape[0] != T:
+        raise ValueError(f"{op}: c has T={T} rows but k_rope has {k_rope.shape[0]}")
+    check_positions(op, positions, T, pos_offset)
     if P % 2 or P == 0:
         raise ValueError(f"{op}: the rope width P={P} must be even and > 0 (interleaved pairs)")
     if cache.shape[1] != R + P:
@@ -47,8 +51,6 @@ def check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight=N
     if inv_freq.shape != (P // 2,) or inv_freq.dtype != torch.float32 or not inv_freq.is_contiguous():
         raise ValueError(f"{op}: inv_freq must be contiguous fp32 [P/2] = [{P // 2}], got "
                          f"{inv_freq.dtype} {tuple(inv_freq.shape)}")
-    if positions.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"{op}: positions must be int32 or int64, got {positions.dtype}")
     if c.dtype != k_rope.dtype or not c.is_floating_point() or not cache.is_floating_point():
         raise ValueError(f"{op}: c and k_rope must share a float dtype and cache be float, got "
                          f"{c.dtype}, {k_rope.dtype}, {cache.dtype}")
@@ -71,20 +73,21 @@ def check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight=N
 
 def _mla_kv_write(c: torch.Tensor, k_rope: torch.Tensor, positions: torch.Tensor,
                   inv_freq: torch.Tensor, cache: torch.Tensor, norm_weight: torch.Tensor | None = None,
-                  eps: float = 0.0) -> None:
-    check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight, eps)
+                  eps: float = 0.0, pos_offset: int | None = None) -> None:
+    check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight, eps, pos_offset)
     if not c.is_cuda:
-        mla_kv_write_reference(c, k_rope, positions.long(), inv_freq, cache, norm_weight, eps)
+        mla_kv_write_reference(c, k_rope, expand_positions(positions, c.shape[0], pos_offset), inv_freq, cache,
+                               norm_weight, eps)
         return
     from .kernel import mla_kv_write_triton
-    mla_kv_write_triton(c, k_rope, positions.contiguous(), inv_freq, cache, norm_weight, eps)
+    mla_kv_write_triton(c, k_rope, positions.contiguous(), inv_freq, cache, norm_weight, eps, pos_offset)
 
 
-def _mla_kv_write_fake(c, k_rope, positions, inv_freq, cache, norm_weight=None, eps=0.0) -> None:
-    check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight, eps)
+def _mla_kv_write_fake(c, k_rope, positions, inv_freq, cache, norm_weight=None, eps=0.0, pos_offset=None) -> None:
+    check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight, eps, pos_offset)
 
 
 mla_kv_write = register_op(
     "mla_kv_write", _mla_kv_write, _mla_kv_write_fake, mutates_args=("cache",),
     schema="(Tensor c, Tensor k_rope, Tensor positions, Tensor inv_freq, Tensor(a!) cache, "
-           "Tensor? norm_weight=None, float eps=0.0) -> ()")
+           "Tensor? norm_weight=None, float eps=0.0, int? pos_offset=None) -> ()")
