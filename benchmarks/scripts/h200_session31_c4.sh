@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Session 31 call 4 on ONE H200 (carry .whl, .triton_cache.tar.gz from call 2, .base.tar.gz = the
-# commit before the change): the MoE router selection's weights' sum reduced beside the tie check,
-# before the branch (same bits), A/B in one call: flash-tp4-rank decode (context 8192, lingc plain
+# Session 31 call 4 (not run: the session's device time went to the README table) on ONE H200
+# (carry .whl, .triton_cache.tar.gz, .base.tar.gz = `git archive` of the checkout before the
+# patch): apply benchmarks/results/select_wsum_overlap_s31.patch first (`git am`): the MoE router
+# selection's weights' sum reduced beside the tie check, before the branch (same bits), A/B in one call: flash-tp4-rank decode (context 8192, lingc plain
 # and relay, --profile, 32 tokens) on the baseline, then on this checkout; then the GPU tests of
 # the router and the relay gates.
 # Expected ~330 s; run with timeout_s 450.
