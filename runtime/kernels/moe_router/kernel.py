@@ -208,6 +208,14 @@ def _kept_tile(kept, j, kvalid, logits_ptr, bias_ptr, row, GROUP_SIZE: tl.conste
 
 
 @triton.jit
+def _picked_weights(rank, ks):
+    """(the unbiased scores at the picked experts, 0 elsewhere; their sum in a fixed tree over the
+    tile, the same for every row and every T)."""
+    wsel = tl.where(rank >= 0, ks, 0.0)
+    return wsel, tl.sum(tl.sum(wsel, axis=1), axis=0)
+
+
+@triton.jit
 def _moe_router_select_kernel(
     logits_ptr, bias_ptr, ids_ptr, wts_ptr, routed_scaling,
     stride_lt, stride_it, stride_wt,
@@ -286,12 +294,17 @@ def _moe_router_select_kernel(
                 ties = ties | ((fb >> E_BITS) == (prev >> E_BITS))
             prev = fb
             fk = tl.where(fk == fb, -2147483648, fk)
+        # The weights' sum before the tie check's reduction, not after the branch: the two warp
+        # reductions are independent and overlap. The exact path sums its own picks again.
+        wsel, total = _picked_weights(rank, ks)
         # CHECK_TIES=False exists for the test that shows the check is needed.
         exact = (near | (tl.max(tl.max(ties.to(tl.int32), axis=1), axis=0) > 0)) & CHECK_TIES
     else:
         exact = True
         kidx = tl.zeros([KG_PAD, GS_PAD], dtype=tl.int32)
         ks = tl.zeros([KG_PAD, GS_PAD], dtype=tl.float32)
+        wsel = ks
+        total = tl.sum(tl.sum(ks, axis=1), axis=0)
     if exact:
         gkey = (_order_key(gscore).to(tl.int64) << 32) | (G_PAD - 1 - gar).to(tl.int64)
         for i in tl.static_range(TOPK_GROUP):
@@ -305,12 +318,10 @@ def _moe_router_select_kernel(
             best = tl.max(tl.max(key, axis=1), axis=0)
             rank = tl.where(key == best, i, rank)
             key = tl.where(key == best, lowest, key)
-    # The weights are the unbiased scores at the picked experts, summed in a fixed tree over the
-    # tile (the same for every row and every T).
+        wsel, total = _picked_weights(rank, ks)
     picked = rank >= 0
-    wsel = tl.where(picked, ks, 0.0)
     if RENORMALIZE:
-        wsel = wsel / tl.sum(tl.sum(wsel, axis=1), axis=0)
+        wsel = wsel / total
     wsel = wsel * routed_scaling
     tl.store(ids_ptr + t * stride_it + rank, kidx, mask=picked)
     tl.store(wts_ptr + t * stride_wt + rank, wsel, mask=picked)
