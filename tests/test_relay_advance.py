@@ -110,13 +110,14 @@ def tiny():
     return tiny_model()
 
 
-@pytest.mark.parametrize("role, unfolded, folded", [("decode", 14, 2), ("extend", 17, 2), ("verify", 5, 3)])
+@pytest.mark.parametrize("role, unfolded, folded", [("decode", 12, 0), ("extend", 15, 0), ("verify", 3, 1)])
 def test_relay_tail_glue_is_gone(tiny, role, unfolded, folded):
     """The tiny model's decode and extend graphs: the tail after gemm_argmax (row pick, n and x,
     the token ring: 12 ATen kernels in decode, 15 in extend, the ring's functional index_put and
-    its two copies back included) becomes one lingc.relay_advance. Left: the head's positions
-    (the embedding is folded into the first norm; extend's NEXTN cat is lingc.concat_cols either
-    way). (Before the ring moved into the graphs: 7 + 4
+    its two copies back included) becomes one lingc.relay_advance. Nothing else is left: the
+    head's positions reach the MLA kernels as the relay's n (pdl_glue.positions_into_readers,
+    either way), the embedding is folded into the first norm, and extend's NEXTN cat is
+    lingc.concat_cols. (Before the ring moved into the graphs: 7 + 4
     eager ring kernels in decode, 13 + 4 in extend.) In verify the verdict and the emitted
     tokens are written into relay.accept and relay.emitted by the ops' out variants
     (pdl_glue.direct_lingc_writes); the copy of the hidden states into relay.vhid is left."""
