@@ -402,8 +402,8 @@ def _position_readers() -> dict:
     return {lingc_ops.mla_kv_write.default: 2, lingc_ops.mla_decode.default: 3}
 
 
-def _iota_from_zero(n) -> int | None:
-    """The length of n = iota(T) / arange(T) counting from 0 by 1, else None."""
+def _iota_from_zero(n) -> bool:
+    """n = iota(T) / arange(T), counting from 0 by 1."""
     if is_call(n, torch.ops.prims.iota.default):
         length = n.args[0]
         start, step = n.kwargs.get("start", 0), n.kwargs.get("step", 1)
@@ -413,10 +413,9 @@ def _iota_from_zero(n) -> int | None:
         start, length = n.args[0], n.args[1]
         step = n.args[2] if len(n.args) > 2 else n.kwargs.get("step", 1)
     else:
-        return None
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (length, start, step)):
-        return None
-    return length - start if (start, step) == (0, 1) else None
+        return False
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (length, start, step))
+    return ints and (start, step) == (0, 1)
 
 
 def _base_plus_iota(add) -> fx.Node | None:
@@ -424,7 +423,7 @@ def _base_plus_iota(add) -> fx.Node | None:
     if not (is_call(add, aten.add.Tensor) and len(add.args) == 2 and not add.kwargs):
         return None
     for n, r in (add.args, add.args[::-1]):
-        if (isinstance(n, fx.Node) and _iota_from_zero(r) is not None and tuple(shape(n)) == (1,)
+        if (isinstance(n, fx.Node) and _iota_from_zero(r) and tuple(shape(n)) == (1,)
                 and val(n).dtype in (torch.int32, torch.int64) and val(add).dtype == val(n).dtype):
             return n
     return None
@@ -448,10 +447,11 @@ def positions_into_readers(g: fx.Graph) -> int:
     and ``pos_offset`` (the module docstring says when). Returns the readers rewritten."""
     readers = _position_readers()
     count = 0
-    for add in [n for n in g.nodes if _base_plus_iota(n) is not None]:
+    for add in list(g.nodes):
         base = _base_plus_iota(add)
-        views = [add] + [u for u in add.users if is_call(u, aten.slice.Tensor)]
-        for view in views:
+        if base is None:
+            continue
+        for view in [add, *add.users]:
             offset = _row_offset(view, add)
             if offset is None:
                 continue
