@@ -39,7 +39,7 @@ KINDS = (
     ("MLA", ("_mla", "_head_matmul")),
     ("norms", ("_rmsnorm", "_gated_head_rmsnorm")),
     ("relay verdict + advance", ("_greedy_verdict", "_greedy_emit", "_relay_advance")),
-    ("glue (concat)", ("_concat_cols",)),
+    ("glue (concat)", ("_concat_cols", "_concat_into")),
 )
 OTHER = "other (ATen, copies, collectives)"
 

@@ -19,6 +19,10 @@ kernels between them, each a full (non-programmatic) edge in the captured graph.
     after:   copy_(slice(buf, d, a, b), v)
     before:  v = lingc.greedy_verdict(chain, y) ; ... ; copy_(buf, v)        (buf a graph input)
     after:   lingc.greedy_verdict_out(chain, y, buf) ; ... (v's readers read buf)
+    before:  y, h = lingc.rmsnorm(x, w, r, eps) ; ... ; copy_(buf, y)          (buf a graph input)
+    after:   h = lingc.rmsnorm_out(x, w, r, eps, buf) ; ... (y's readers read buf)
+    before:  copy_(buf, cat([a, b, ...]))                                     (buf a graph input)
+    after:   lingc.concat_into([a, b, ...], buf)
 
     before:  e = embedding(table, ids) ; out, x = lingc.rmsnorm(views(e), w, None, eps) ; f(e)
     after:   out, x = lingc.embedding_rmsnorm(table, ids, w, eps) ; f(views(x))
@@ -56,6 +60,14 @@ Why each is exact:
   slice only when that copy_ is the only op writing the buffer (the other elements keep the
   values the slice_scatter would have copied). Each removed snapshot is one copy kernel, and on
   the GPU a full (non-PDL) edge, at the end of every relay step;
+- a norm's out variant writes the rows rmsnorm would return (the same kernel, ``out=``); the
+  copy it replaces was the verify graph's last ATen kernel (the final norm's rows into
+  relay.vhid, a full edge: 2.0 us of each relay step on the H200, session 31's profile). Only
+  where every reader of the norm takes one result (getitem).
+- ``concat_into`` copies its parts' values (runtime/kernels/concat_into): only a dim-0 cat of
+  1 to 16 contiguous parts of the input's dtype, into a contiguous input no other op reads or
+  writes (so no part is a view of it). The relay's draft graph wrote its chain as a cat and a
+  copy (3.8 us, two full edges at the end of each draft graph, session 31's profile).
 - the embedding's value is x, the rows rmsnorm already copies out without a residual (the same
   bits: a gather rounds nothing), so the first norm after the embedding reads the table rows
   itself, and the gather (a graph's head, an ATen kernel and a full edge of every step graph:
@@ -99,7 +111,7 @@ from lingc.graph_match import CASTS, aten, is_call
 from lingc.graph_region import shape, val
 from lingc.pass_manager import VIEW_OPS, write_counts, written_bases
 
-__all__ = ["absorbed_products", "direct_epilogue_writes", "direct_lingc_writes", "drop_fresh_clones", "drop_round_trips",
+__all__ = ["absorbed_products", "concat_into_inputs", "direct_epilogue_writes", "direct_lingc_writes", "drop_fresh_clones", "drop_round_trips",
            "embedding_into_norm", "fold_casts", "norms_into_kv_writes", "norms_into_routers", "positions_into_readers"]
 
 lingc_ops = torch.ops.lingc
@@ -237,31 +249,82 @@ def direct_epilogue_writes(g: fx.Graph) -> int:
 
 
 def _out_variants() -> dict:
+    from lingc.runtime.kernels import norms  # noqa: F401  (registers rmsnorm_out)
     from lingc.runtime.relay import ops as relay_ops  # noqa: F401  (registers the verdict ops)
 
     return {lingc_ops.greedy_verdict.default: lingc_ops.greedy_verdict_out.default,
-            lingc_ops.greedy_emit.default: lingc_ops.greedy_emit_out.default}
+            lingc_ops.greedy_emit.default: lingc_ops.greedy_emit_out.default,
+            lingc_ops.rmsnorm.default: lingc_ops.rmsnorm_out.default}
+
+
+def _written_value(c: fx.Node):
+    """c = copy_(dst, v) at the graph's end with dst a graph input that nothing else reads:
+    (dst, v), else None."""
+    if not (is_call(c, aten.copy_.default) and len(c.args) == 2 and not c.kwargs and not c.users):
+        return None
+    dst, v = c.args
+    if not (isinstance(dst, fx.Node) and dst.op == "placeholder" and len(dst.users) == 1
+            and isinstance(v, fx.Node) and val(dst).is_contiguous()):
+        return None
+    a, b = val(dst), val(v)
+    return (dst, v) if a.shape == b.shape and a.dtype == b.dtype else None
 
 
 def direct_lingc_writes(g: fx.Graph) -> int:
-    """copy_(input, v) with v a lingc op's value -> the op's out variant writing the input (the
-    module docstring says when). Returns the copies removed."""
+    """copy_(input, v) with v a lingc op's value (or rmsnorm's normed rows) -> the op's out
+    variant writing the input (the module docstring says when). Returns the copies removed."""
+    import operator
+
     variants = _out_variants()
     count = 0
     for c in list(g.nodes):
-        if not (is_call(c, aten.copy_.default) and len(c.args) == 2 and not c.kwargs and not c.users):
+        pair = _written_value(c)
+        if pair is None:
             continue
-        dst, v = c.args
-        if not (isinstance(dst, fx.Node) and dst.op == "placeholder" and len(dst.users) == 1
-                and isinstance(v, fx.Node) and v.op == "call_function" and v.target in variants and not v.kwargs):
+        dst, v = pair
+        op = v.args[0] if v.target is operator.getitem and v.args[1] == 0 else v
+        if not (op.op == "call_function" and op.target in variants and not op.kwargs):
             continue
-        a, b = val(dst), val(v)
-        if a.shape != b.shape or a.dtype != b.dtype or not a.is_contiguous():
-            continue
+        if op is not v and any(u.target is not operator.getitem for u in op.users):
+            continue                         # a norm's tuple read other than by getitem
         g.erase_node(c)
-        with g.inserting_before(v):
-            emit(g, variants[v.target], *v.args, dst)
+        with g.inserting_before(op):
+            new = emit(g, variants[op.target], *op.args, dst)
         v.replace_all_uses_with(dst)
+        g.erase_node(v)
+        if op is not v:                      # rmsnorm: its second result is the out variant's value
+            for u in list(op.users):
+                u.replace_all_uses_with(new)
+                g.erase_node(u)
+            g.erase_node(op)
+        count += 1
+    return count
+
+
+def concat_into_inputs(g: fx.Graph) -> int:
+    """copy_(input, cat(parts)) -> lingc.concat_into(parts, input) (the module docstring says
+    when). Returns the concatenations rewritten."""
+    from lingc.runtime.kernels.concat_into.op import MAX_PARTS  # (registers lingc::concat_into)
+
+    count = 0
+    for c in list(g.nodes):
+        pair = _written_value(c)
+        if pair is None:
+            continue
+        dst, v = pair
+        if not (is_call(v, aten.cat.default) and len(v.users) == 1):
+            continue
+        parts = v.args[0]
+        dim = v.args[1] if len(v.args) > 1 else v.kwargs.get("dim", 0)
+        ndim = val(dst).dim()
+        if dim not in (0, -ndim) or not 1 <= len(parts) <= MAX_PARTS:
+            continue
+        if not all(isinstance(p, fx.Node) and val(p).is_contiguous() and val(p).dtype == val(dst).dtype
+                   and val(p).dim() == ndim for p in parts):
+            continue
+        with g.inserting_before(c):
+            emit(g, lingc_ops.concat_into.default, list(parts), dst)
+        g.erase_node(c)
         g.erase_node(v)
         count += 1
     return count

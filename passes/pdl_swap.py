@@ -137,6 +137,7 @@ class PdlSwap(LingcPass):
         epilogue = pdl_glue.direct_epilogue_writes(g)
         eliminate_dead_code(g)                    # (the snapshots it dropped still read the inputs)
         epilogue += pdl_glue.direct_lingc_writes(g) if self.fold_relay_tail else 0
+        epilogue += pdl_glue.concat_into_inputs(g) if self.fold_relay_tail else 0
         gathers = pdl_glue.embedding_into_norm(g) if self.fold_embedding else 0
         concats = pdl_glue.concat_cols(g) if self.fold_concat else 0
         routed = pdl_glue.norms_into_routers(g) if self.fold_router_norm else 0

@@ -458,3 +458,33 @@ def test_embedding_rmsnorm_bad_arguments_raise(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         embedding_rmsnorm(**args)
+
+
+# rmsnorm_out: the in-place variant pdl_glue.direct_lingc_writes emits (the verify graph's final
+# norm written straight into relay.vhid).
+
+
+@pytest.mark.parametrize("T,D,dtype,residual", [(1, 96, torch.float32, True), (6, 2560, torch.bfloat16, True),
+                                                (3, 130, torch.float16, False)])
+def test_rmsnorm_out_writes_the_same_bits_into_out(T, D, dtype, residual):
+    x, w = rand(T, D, dtype=dtype, seed=71), rand(D, dtype=dtype, seed=72)
+    r = rand(T, D, dtype=dtype, seed=73) if residual else None
+    want_out, want_h = torch.ops.lingc.rmsnorm(x, w, r, EPS)
+    out = nan(T, D, dtype=dtype)
+    h = torch.ops.lingc.rmsnorm_out(x, w, r, EPS, out)
+    assert torch.equal(out, want_out) and torch.equal(h, want_h)
+    torch.library.opcheck(torch.ops.lingc.rmsnorm_out.default, (x, w, r, EPS, nan(T, D, dtype=dtype)))
+
+
+@pytest.mark.parametrize("out,match", [
+    (torch.empty(3, 8), r"out must be contiguous torch.float32 \(2, 8\) .* got torch.float32 \(3, 8\)"),
+    (torch.empty(2, 8, dtype=torch.bfloat16), "got torch.bfloat16"),
+    (torch.empty(8, 2).t(), r"strides \(1, 2\)"),
+])
+def test_rmsnorm_out_bad_out_raises(out, match):
+    with pytest.raises(ValueError, match=match):
+        torch.ops.lingc.rmsnorm_out(torch.randn(2, 8), torch.rand(8), None, EPS, out)
+    mode = FakeTensorMode()
+    fake = [mode.from_tensor(t) for t in (torch.empty(2, 8), torch.empty(8), out)]
+    with mode, pytest.raises(ValueError, match=match):
+        torch.ops.lingc.rmsnorm_out(fake[0], fake[1], None, EPS, fake[2])

@@ -243,3 +243,39 @@ def test_positions_reach_their_readers_as_a_base_and_offset(strided_reader):
     want = f(*[a.clone() for a in args])
     got = gm(*[a.clone() for a in args])
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+class NormIntoBuffer(nn.Module):
+    """The relay verify's tail in another spelling: the last norm's rows are both the head's input
+    and copied into a buffer input (relay.vhid); ``read_buf`` also reads the buffer first, so the
+    norm must not write it in place."""
+
+    def __init__(self, read_buf=False, d=32):
+        super().__init__()
+        self.w = nn.Parameter(torch.rand(d) + 0.5)
+        self.head = nn.Linear(d, 50, bias=False)
+        self.read_buf = read_buf
+
+    def forward(self, x, r, buf):
+        h = x + r
+        y = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+        out = self.head(y) + (buf.sum() if self.read_buf else 0)
+        buf.copy_(y)
+        return out, h * 2
+
+
+@pytest.mark.parametrize("read_buf", [False, True], ids=["written-in-place", "buffer-read-first"])
+def test_norm_rows_copied_into_an_input_are_written_by_the_norm(read_buf):
+    torch.manual_seed(0)
+    m = NormIntoBuffer(read_buf)
+    x, r, buf = torch.randn(6, 32), torch.randn(6, 32), torch.randn(6, 32)
+    want_buf = buf.clone()
+    with torch.no_grad():
+        want = m(x, r, want_buf)
+    out, report = run_and_report(m, x, r, buf, role="forward")
+    for a, b in zip(out, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert torch.equal(buf, want_buf)
+    r_ = rows(report)
+    assert r_.get("lingc.rmsnorm_out", 0) == int(not read_buf), r_
+    assert r_.get("aten.copy_", 0) == int(read_buf), r_

@@ -110,7 +110,8 @@ def tiny():
     return tiny_model()
 
 
-@pytest.mark.parametrize("role, unfolded, folded", [("decode", 12, 0), ("extend", 15, 0), ("verify", 3, 1)])
+@pytest.mark.parametrize("role, unfolded, folded", [("decode", 12, 0), ("extend", 15, 0), ("verify", 3, 0),
+                                                    ("draft", 2, 0)])
 def test_relay_tail_glue_is_gone(tiny, role, unfolded, folded):
     """The tiny model's decode and extend graphs: the tail after gemm_argmax (row pick, n and x,
     the token ring: 12 ATen kernels in decode, 15 in extend, the ring's functional index_put and
@@ -118,9 +119,10 @@ def test_relay_tail_glue_is_gone(tiny, role, unfolded, folded):
     head's positions reach the MLA kernels as the relay's n (pdl_glue.positions_into_readers,
     either way), the embedding is folded into the first norm, and extend's NEXTN cat is
     lingc.concat_cols. (Before the ring moved into the graphs: 7 + 4
-    eager ring kernels in decode, 13 + 4 in extend.) In verify the verdict and the emitted
-    tokens are written into relay.accept and relay.emitted by the ops' out variants
-    (pdl_glue.direct_lingc_writes); the copy of the hidden states into relay.vhid is left."""
+    eager ring kernels in decode, 13 + 4 in extend.) In verify the verdict, the emitted tokens
+    and the final norm's rows are written into relay.accept, relay.emitted and relay.vhid by the
+    ops' out variants (pdl_glue.direct_lingc_writes); the draft's chain (a cat and its copy) is
+    one lingc.concat_into (pdl_glue.concat_into_inputs)."""
     from lingc.passes.pdl_swap import PdlSwap
     from lingc.models import Ling3Cache
     from lingc.runtime.relay.buffers import RelayBuffers
@@ -146,13 +148,16 @@ def test_relay_tail_glue_is_gone(tiny, role, unfolded, folded):
         ops = {op: n for _, op, n, _ in report.kernels.rows}
         if role == "verify":
             assert ops.get("lingc.greedy_verdict_out", 0) == ops.get("lingc.greedy_emit_out", 0) == int(fold)
+            assert ops.get("lingc.rmsnorm_out", 0) == int(fold)
+        elif role == "draft":
+            assert ops.get("lingc.concat_into", 0) == int(fold)
         else:
             assert ops.get("lingc.relay_advance", 0) == int(fold)
             if fold:
                 assert "relay tail" in stat(report, "pdl_swap").notes[0]
     assert sum(counts[False].values()) == unfolded, counts[False]
     assert sum(counts[True].values()) == folded, counts[True]
-    assert role == "verify" or not {"aten.copy_", "aten.gather", "aten.index.Tensor", "aten.index_put", "aten.remainder.Scalar"} \
+    assert not {"aten.copy_", "aten.gather", "aten.index.Tensor", "aten.index_put", "aten.remainder.Scalar"} \
         & set(counts[True])
     assert all(torch.equal(a, b) for a, b in zip(results[False], results[True]))
 

@@ -6,6 +6,11 @@
   residual is None: the first layer's input norm) and out = RMSNorm(new_residual) * weight,
   computed in fp32 and rounded once to x.dtype: the decoder's ``h = x + sublayer(..)`` followed
   by the next RMSNorm of h, exactly as lingc/models/decoder.py and layers.py compute it.
+- ``torch.ops.lingc.rmsnorm_out(Tensor x, Tensor weight, Tensor? residual, float eps,
+  Tensor(a!) out) -> Tensor new_residual``: rmsnorm with ``out`` written in place (contiguous,
+  [T, D] in x.dtype), the same bits. pdl_swap emits it where the graph copies a norm's output
+  into one of its inputs (the relay's verify graph: the final norm's rows into relay.vhid), so the
+  copy is no kernel of its own (passes/pdl_glue.py, ``direct_lingc_writes``).
 - ``torch.ops.lingc.embedding_rmsnorm(Tensor table, Tensor ids, Tensor weight, float eps)
   -> (Tensor out, Tensor x)``: x = table[ids] (the token embedding gather, table [V, D], ids [T]
   int32/int64 in [0, V)) and out = RMSNorm(x) * weight, as rmsnorm(x, weight, None, eps) returns
@@ -17,7 +22,7 @@
   returns fp32 [T, H, V], or that rounded once to ``out_dtype`` (the model's cast before
   o_proj, folded in).
 
-Both are out of place (``mutates_args=()``): nothing in the graph is mutated, so
+All but rmsnorm_out are out of place (``mutates_args=()``): nothing in the graph is mutated, so
 functionalisation leaves them alone and the pdl_swap pass replaces pure subgraphs by pure ops.
 They trace (fake impls), run on the CPU (naive.py, batch-invariant in T) and on CUDA (kernel.py,
 PDL-launched on Hopper). ``custom_op`` rather than ``triton_op`` for the reason in gemm/op.py: an
@@ -33,7 +38,7 @@ from lingc.runtime.registry import register_op
 
 from .naive import embedding_rmsnorm_reference, gated_head_rmsnorm_reference, rmsnorm_reference
 
-__all__ = ["MAX_D", "rmsnorm", "embedding_rmsnorm", "gated_head_rmsnorm", "check_rmsnorm_args",
+__all__ = ["MAX_D", "rmsnorm", "rmsnorm_out", "embedding_rmsnorm", "gated_head_rmsnorm", "check_rmsnorm_args",
            "check_embedding_rmsnorm_args", "check_gated_head_rmsnorm_args"]
 
 MAX_D = 16384     # kernel.MAX_D: the widest row one program holds
@@ -139,6 +144,31 @@ def _rmsnorm_fake(x, weight, residual, eps):
         torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
+def _check_norm_out(x, out) -> None:
+    if tuple(out.shape) != tuple(x.shape) or out.dtype != x.dtype or out.device != x.device or not out.is_contiguous():
+        raise ValueError(f"rmsnorm_out: out must be contiguous {x.dtype} {tuple(x.shape)} on {x.device} like x, got "
+                         f"{out.dtype} {tuple(out.shape)} strides {out.stride()} on {out.device}")
+
+
+def _rmsnorm_out(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None, eps: float,
+                 out: torch.Tensor) -> torch.Tensor:
+    check_rmsnorm_args(x, weight, residual, eps)
+    _check_norm_out(x, out)
+    if not x.is_cuda:
+        y, h = rmsnorm_reference(x, weight, residual, eps)
+        out.copy_(y)
+        return h
+    from .kernel import rmsnorm_triton
+
+    return rmsnorm_triton(x, weight, residual, eps, out=out)[1]
+
+
+def _rmsnorm_out_fake(x, weight, residual, eps, out):
+    check_rmsnorm_args(x, weight, residual, eps)
+    _check_norm_out(x, out)
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
 def _embedding_rmsnorm(table: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor,
                        eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     check_embedding_rmsnorm_args(table, ids, weight, eps)
@@ -172,12 +202,15 @@ def _gated_head_rmsnorm_fake(o, gate, weight, eps, out_dtype=None):
 
 _SCHEMAS = {
     "rmsnorm": "(Tensor x, Tensor weight, Tensor? residual, float eps) -> (Tensor, Tensor)",
+    "rmsnorm_out": "(Tensor x, Tensor weight, Tensor? residual, float eps, Tensor(a!) out) -> Tensor",
     "embedding_rmsnorm": "(Tensor table, Tensor ids, Tensor weight, float eps) -> (Tensor, Tensor)",
     "gated_head_rmsnorm": "(Tensor o, Tensor gate, Tensor weight, float eps, ScalarType? out_dtype=None) -> Tensor",
 }
 
 
 rmsnorm = register_op("rmsnorm", _rmsnorm, _rmsnorm_fake, schema=_SCHEMAS["rmsnorm"])
+rmsnorm_out = register_op("rmsnorm_out", _rmsnorm_out, _rmsnorm_out_fake, mutates_args=("out",),
+                          schema=_SCHEMAS["rmsnorm_out"])
 embedding_rmsnorm = register_op("embedding_rmsnorm", _embedding_rmsnorm, _embedding_rmsnorm_fake,
                                 schema=_SCHEMAS["embedding_rmsnorm"])
 gated_head_rmsnorm = register_op("gated_head_rmsnorm", _gated_head_rmsnorm, _gated_head_rmsnorm_fake,
