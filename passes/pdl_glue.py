@@ -30,6 +30,10 @@ kernels between them, each a full (non-programmatic) edge in the captured graph.
     before:  y = cat([a, b], -1)                  (a [T, D1], b [T, D2], one dtype, 2-d)
     after:   y = lingc.concat_cols(a, b)
 
+    before:  ya, _ = lingc.embedding_rmsnorm(E, ids, wa, e1) ; yb, _ = lingc.rmsnorm(b, wb, None, e2)
+             y = lingc.concat_cols(ya, yb)
+    after:   y = lingc.rmsnorm_pair_cols(E, ids, wa, e1, b, wb, e2)
+
     before:  y, h = lingc.rmsnorm(x, w, r, eps) ; ids, wts = lingc.moe_router(y, Wr, bias, ...)
     after:   y, h, ids, wts = lingc.rmsnorm_router(x, w, r, eps, Wr, bias, ...)
 
@@ -76,6 +80,12 @@ Why each is exact:
 - a concatenation copies its inputs' values (runtime/kernels/concat_cols): only two 2-d inputs of
   one dtype with unit column stride, along the last dim. ATen's cat is a full edge in the captured
   graph; NEXTN's eh_proj (26 MB) behind it could not stream its weights until the copy ended.
+- two norms whose rows only a ``concat_cols`` reads (NEXTN's enorm of the embedding and hnorm
+  of the hidden state, before eh_proj) run as one ``lingc.rmsnorm_pair_cols``: each half is the
+  rmsnorm kernel's row arithmetic with its tile (the same bits). Only norms without a residual
+  (or the embedding form for the left half) whose second result nothing reads, of one shape and
+  dtype, over rows no op of the graph writes (the norms move to the concatenation). Three
+  launches become one in each NEXTN forward (four a draft graph, one in extend).
 - the MoE block's input norm moves into its router's logits kernel (runtime/kernels/moe_router),
   whose every CTA holds whole token rows for the gate matvec anyway: it forms h and y with the
   norm kernel's arithmetic, routes y, and the expert blocks write y and h a slice each. One
@@ -111,8 +121,9 @@ from lingc.graph_match import CASTS, aten, is_call
 from lingc.graph_region import shape, val
 from lingc.pass_manager import VIEW_OPS, write_counts, written_bases
 
-__all__ = ["absorbed_products", "concat_into_inputs", "direct_epilogue_writes", "direct_lingc_writes", "drop_fresh_clones", "drop_round_trips",
-           "embedding_into_norm", "fold_casts", "norms_into_kv_writes", "norms_into_routers", "positions_into_readers"]
+__all__ = ["absorbed_products", "concat_into_inputs", "direct_epilogue_writes", "direct_lingc_writes",
+           "drop_fresh_clones", "drop_round_trips", "embedding_into_norm", "fold_casts", "norm_pairs_into_concat",
+           "norms_into_kv_writes", "norms_into_routers", "positions_into_readers"]
 
 lingc_ops = torch.ops.lingc
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -551,6 +562,60 @@ def concat_cols(g: fx.Graph) -> int:
             new = emit(g, lingc_ops.concat_cols.default, *tensors)
         n.replace_all_uses_with(new)
         g.erase_node(n)
+        count += 1
+    return count
+
+
+def _lone_normed_rows(y):
+    """y = getitem(norm, 0), the only value of norm (lingc.rmsnorm without a residual, or
+    lingc.embedding_rmsnorm) anything reads, read once: (norm, its row source), else None."""
+    import operator
+
+    if not (is_call(y, operator.getitem) and y.args[1] == 0 and len(y.users) == 1):
+        return None
+    norm = y.args[0]
+    if is_call(norm, lingc_ops.rmsnorm.default):
+        if norm.args[2] is not None:
+            return None
+    elif not is_call(norm, lingc_ops.embedding_rmsnorm.default):
+        return None
+    if any(u is not y and (not is_call(u, operator.getitem) or u.users) for u in norm.users):
+        return None                       # the rows' copy (new_residual / the gathered x) is read
+    return norm, norm.args[0]
+
+
+def norm_pairs_into_concat(g: fx.Graph) -> int:
+    """lingc.concat_cols(norm_a(..)[0], rmsnorm(b, ..)[0]) -> lingc.rmsnorm_pair_cols (the module
+    docstring says when). Returns the concatenations rewritten."""
+    from lingc.runtime.kernels import norms  # noqa: F401  (registers rmsnorm_pair_cols)
+
+    count = 0
+    written = written_bases(g)
+    for cc in [n for n in g.nodes if is_call(n, lingc_ops.concat_cols.default)]:
+        pa, pb = (_lone_normed_rows(y) for y in cc.args)
+        if pa is None or pb is None or not is_call(pb[0], lingc_ops.rmsnorm.default):
+            continue
+        (na, src_a), (nb, src_b) = pa, pb
+        ya, yb = val(cc.args[0]), val(cc.args[1])
+        if ya.shape != yb.shape or ya.dtype != yb.dtype or na is nb:
+            continue
+        if _view_root(src_a)[0] in written or _view_root(src_b)[0] in written:
+            continue                      # the norms move to the concatenation: their rows must not change
+        if is_call(na, lingc_ops.embedding_rmsnorm.default):
+            table, ids, wa, eps_a = na.args
+            a_args = (table, ids, wa, eps_a)
+        else:
+            x, wa, _, eps_a = na.args
+            a_args = (x, None, wa, eps_a)
+        b, wb, _, eps_b = nb.args
+        with g.inserting_before(cc):
+            new = emit(g, lingc_ops.rmsnorm_pair_cols.default, *a_args, b, wb, eps_b)
+        cc.replace_all_uses_with(new)
+        g.erase_node(cc)
+        for norm in (na, nb):
+            for u in list(norm.users):
+                g.erase_node(u)
+            g.erase_node(norm)
         count += 1
     return count
 

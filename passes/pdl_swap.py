@@ -140,6 +140,7 @@ class PdlSwap(LingcPass):
         epilogue += pdl_glue.concat_into_inputs(g) if self.fold_relay_tail else 0
         gathers = pdl_glue.embedding_into_norm(g) if self.fold_embedding else 0
         concats = pdl_glue.concat_cols(g) if self.fold_concat else 0
+        norm_pairs = pdl_glue.norm_pairs_into_concat(g) if self.fold_concat else 0
         routed = pdl_glue.norms_into_routers(g) if self.fold_router_norm else 0
         kv_normed = pdl_glue.norms_into_kv_writes(g) if self.fold_kv_norm else 0
         positions = pdl_glue.positions_into_readers(g) if self.fold_positions else 0
@@ -155,6 +156,8 @@ class PdlSwap(LingcPass):
             summary += f"; {gathers} embedding gathers folded into their first norm"
         if concats:
             summary += f"; {concats} concatenations on lingc.concat_cols"
+        if norm_pairs:
+            summary += f"; {norm_pairs} norm pairs and their concatenation on lingc.rmsnorm_pair_cols"
         if routed:
             summary += f"; {routed} MoE input norms folded into their routers"
         if kv_normed:

@@ -66,37 +66,47 @@ def rows(report):
 
 class NormsThenCat(nn.Module):
     """NEXTN's head shape: two RMSNorms, their outputs side by side, a projection; ``cats`` adds a
-    three-input and a dim-0 cat, which the rewrite leaves alone."""
+    three-input and a dim-0 cat, which the rewrite leaves alone; ``gated`` multiplies the second
+    norm's rows by a sigmoid first (the concatenation then reads a plain ATen value: no norm pair)."""
 
-    def __init__(self, d=32, cats=False):
+    def __init__(self, d=32, cats=False, gated=False):
         super().__init__()
         self.wa, self.wb = nn.Parameter(torch.rand(d) + 0.5), nn.Parameter(torch.rand(d) + 0.5)
         self.proj = nn.Linear(2 * d, d, bias=False)
-        self.cats = cats
+        self.cats, self.gated = cats, gated
 
     @staticmethod
     def norm(x, w):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 
     def forward(self, x, h):
-        y = self.proj(torch.cat([self.norm(x, self.wa), self.norm(h, self.wb)], dim=-1))
+        hn = self.norm(h, self.wb)
+        y = self.proj(torch.cat([self.norm(x, self.wa), hn * torch.sigmoid(h) if self.gated else hn], dim=-1))
         if self.cats:
             return y, torch.cat([x, h, x], dim=-1), torch.cat([x, h], dim=0)
         return (y,)
 
 
-@pytest.mark.parametrize("cats", [False, True], ids=["head", "other-cats-left"])
-def test_pdl_swap_puts_the_head_concatenation_on_lingc(cats):
+@pytest.mark.parametrize("cats,gated", [(False, False), (True, False), (False, True)],
+                         ids=["norm-pair", "other-cats-left", "one-side-gated"])
+def test_pdl_swap_puts_the_head_concatenation_on_lingc(cats, gated):
+    """Two norms side by side become one lingc.rmsnorm_pair_cols (the norms inside); where one
+    side is not a norm's rows, the concatenation alone becomes lingc.concat_cols."""
     from backend_helpers import run_and_report, stat
 
     torch.manual_seed(0)
-    m = NormsThenCat(cats=cats)
+    m = NormsThenCat(cats=cats, gated=gated)
     x, h = torch.randn(6, 32), torch.randn(6, 32)
     with torch.no_grad():
         ref = m(x, h)
     out, report = run_and_report(m, x, h)
     r, notes = rows(report), stat(report, "pdl_swap").notes[0]
-    assert r["lingc.concat_cols"] == 1 and "1 concatenations on lingc.concat_cols" in notes
+    assert "1 concatenations on lingc.concat_cols" in notes
+    if gated:
+        assert r["lingc.concat_cols"] == 1 and r["lingc.rmsnorm"] == 2 and "lingc.rmsnorm_pair_cols" not in r, r
+    else:
+        assert r["lingc.rmsnorm_pair_cols"] == 1 and not {"lingc.rmsnorm", "lingc.concat_cols"} & set(r), r
+        assert "1 norm pairs and their concatenation on lingc.rmsnorm_pair_cols" in notes
     assert r.get("aten.cat", 0) == (2 if cats else 0)
     for a, b in zip(out, ref):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

@@ -488,3 +488,74 @@ def test_rmsnorm_out_bad_out_raises(out, match):
     fake = [mode.from_tensor(t) for t in (torch.empty(2, 8), torch.empty(8), out)]
     with mode, pytest.raises(ValueError, match=match):
         torch.ops.lingc.rmsnorm_out(fake[0], fake[1], None, EPS, fake[2])
+
+
+# rmsnorm_pair_cols: NEXTN's enorm and hnorm side by side (pdl_glue.norm_pairs_into_concat emits it).
+
+
+def run_pair(a, ids, wa, b, wb, eps_b=1e-5):
+    from lingc.runtime.kernels.norms.kernel import rmsnorm_pair_cols_triton
+    T, D = b.shape
+    out = nan(T, 2 * D, dtype=b.dtype, device=b.device)
+    rmsnorm_pair_cols_triton(a, ids, wa, EPS, b, wb, eps_b, out)
+    return out
+
+
+@pytest.mark.parametrize("gather", [True, False], ids=["embedding", "rows"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("T,D", [(1, 96), (6, 96), (3, 33), (2, 2560)])
+def test_rmsnorm_pair_cols_kernel_is_the_two_norms_side_by_side(T, D, dtype, gather):
+    from lingc.runtime.kernels.norms import rmsnorm_pair_cols_reference
+    a = rand(40 if gather else T, D + 3, dtype=dtype, seed=81)[:, :D]          # strided rows
+    ids = torch.randint(0, 40, (T,), generator=torch.Generator().manual_seed(T)).to(DEVICE) if gather else None
+    b, wa, wb = rand(T, D, dtype=dtype, seed=82), rand(D, dtype=dtype, seed=83), rand(D, dtype=dtype, seed=84)
+    got = run_pair(a, ids, wa, b, wb)
+    # The same bits as the rmsnorm kernel on each half (the same tile and reductions)...
+    rows = a if ids is None else a.index_select(0, ids)
+    want = torch.cat([run_rmsnorm(rows.contiguous(), wa, None)[0],
+                      rmsnorm_triton(b, wb, None, 1e-5)[0]], -1)
+    assert torch.equal(got, want)
+    # ... and within rounding of the reference.
+    ref = rmsnorm_pair_cols_reference(a.cpu(), None if ids is None else ids.cpu(), wa.cpu(), EPS, b.cpu(),
+                                      wb.cpu(), 1e-5)
+    assert_close(got, ref, RTOL[dtype] * (2 if dtype == torch.bfloat16 else 1))
+
+
+def test_rmsnorm_pair_cols_op_fake_and_opcheck():
+    a, ids = rand(40, 96, seed=91), torch.tensor([5, 39, 0], device=DEVICE)
+    b, wa, wb = rand(3, 96, seed=92), rand(96, seed=93), rand(96, seed=94)
+    y = torch.ops.lingc.rmsnorm_pair_cols(a, ids, wa, EPS, b, wb, EPS)
+    want = torch.cat([torch.ops.lingc.embedding_rmsnorm(a, ids, wa, EPS)[0], rmsnorm(b, wb, None, EPS)[0]], -1)
+    assert torch.equal(y, want)
+    torch.library.opcheck(torch.ops.lingc.rmsnorm_pair_cols.default, (a, ids, wa, EPS, b, wb, EPS))
+    torch.library.opcheck(torch.ops.lingc.rmsnorm_pair_cols.default, (b * 2, None, wa, EPS, b, wb, EPS))
+    with FakeTensorMode():
+        y = torch.ops.lingc.rmsnorm_pair_cols(torch.empty(40, 96, dtype=torch.bfloat16), torch.empty(6, dtype=torch.int64),
+                                              torch.empty(96), EPS, torch.empty(6, 96, dtype=torch.bfloat16),
+                                              torch.empty(96), EPS)
+        assert y.shape == (6, 192) and y.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("a,ids,b,match", [
+    (torch.zeros(3, 8), None, torch.zeros(2, 8), "a gives 3 rows but b has 2"),
+    (torch.zeros(9, 8), torch.tensor([1, 2]), torch.zeros(3, 8), "a gives 2 rows but b has 3"),
+    (torch.zeros(2, 16), None, torch.zeros(2, 8), "a's rows have D = 16 but b's 8"),
+    (torch.zeros(2, 8, dtype=torch.bfloat16), None, torch.zeros(2, 8), "a is torch.bfloat16 .* but b is torch.float32"),
+    (torch.zeros(9, 8), torch.tensor([[1, 2]]), torch.zeros(2, 8), r"ids must be \[T\] token ids"),
+])
+def test_rmsnorm_pair_cols_bad_arguments_raise(a, ids, b, match):
+    wa = torch.ones(a.shape[1], dtype=a.dtype)
+    with pytest.raises(ValueError, match=match):
+        torch.ops.lingc.rmsnorm_pair_cols(a, ids, wa, EPS, b, torch.ones(8), EPS)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [1, 6])
+def test_gpu_rmsnorm_pair_cols_flash_shapes_same_bits(T):
+    # NEXTN's enorm (embedding rows of a 39296-row vocab shard) and hnorm at flash-tp4-rank.
+    table, b = rand(39296, 2560, dtype=torch.bfloat16, seed=95), rand(T, 2560, dtype=torch.bfloat16, seed=96)
+    wa, wb = rand(2560, dtype=torch.bfloat16, seed=97), rand(2560, dtype=torch.bfloat16, seed=98)
+    ids = torch.randint(0, 39296, (T,), device=DEVICE)
+    y = torch.ops.lingc.rmsnorm_pair_cols(table, ids, wa, EPS, b, wb, EPS)
+    want = torch.cat([embedding_rmsnorm(table, ids, wa, EPS)[0], rmsnorm(b, wb, None, EPS)[0]], -1)
+    assert torch.equal(y, want)

@@ -10,6 +10,11 @@ fp32, rounded once. With GATHER (``lingc.embedding_rmsnorm``, the model's first 
 token embedding) x is the embedding table and row t reads table row ids[t], loaded after the wait
 (the ids are produced upstream); new_residual then holds the gathered row, the embedding's value.
 
+Two norms side by side (``_rmsnorm_pair_kernel``, ``lingc.rmsnorm_pair_cols``). Grid (T, 2):
+program (t, 0) norms row t of a (table row ids[t] with GATHER), program (t, 1) row t of b, each
+as ``_rmsnorm_kernel`` norms a row without a residual, into its half of one [T, 2 D] row: NEXTN's
+enorm(embedding) and hnorm(hidden) concatenated for eh_proj, one launch where there were three.
+
 Gated head norm (``_gated_head_rmsnorm_kernel``). Grid (T, cdiv(H, BH)): a program owns BH heads
 of one row; each head's mean square is reduced inside the program. The o_norm weight comes before
 ``gdc_wait``. Per head: y = o * rsqrt(mean(o^2) + eps) * w * sigmoid(gate), fp32, cast once to
@@ -30,7 +35,7 @@ import triton.language as tl
 from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait_small
 
 __all__ = ["MAX_D", "NormConfig", "rmsnorm_config", "gated_config", "rmsnorm_triton", "embedding_rmsnorm_triton",
-           "gated_head_rmsnorm_triton"]
+           "rmsnorm_pair_cols_triton", "gated_head_rmsnorm_triton"]
 
 # The widest row one program holds in registers (the whole row is one tile). Ling-3's widest
 # normed row is hidden 2560.
@@ -85,6 +90,40 @@ def _rmsnorm_kernel(x_ptr, ids_ptr, res_ptr, w_ptr, out_ptr, new_res_ptr, stride
     ms = tl.sum(hf * hf, axis=0) / D
     y = hf * tl.rsqrt(ms + eps) * w
     tl.store(out_ptr + row * D + offs, y.to(out_ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _rmsnorm_pair_kernel(a_ptr, ids_ptr, wa_ptr, b_ptr, wb_ptr, out_ptr, stride_a, stride_b, D, eps_a, eps_b,
+                         BLOCK: tl.constexpr, GATHER: tl.constexpr, USE_GDC: tl.constexpr):
+    """Program (t, s): row t of a (s = 0; table row ids[t] with GATHER) or of b (s = 1), normed as
+    ``_rmsnorm_kernel`` norms a row without a residual (the same tile and reductions, so the same
+    bits), into columns [s * D, (s + 1) * D) of out [T, 2 D]."""
+    row = tl.program_id(0).to(tl.int64)
+    side = tl.program_id(1)
+    offs = tl.arange(0, BLOCK)
+    m = offs < D
+    if side == 0:
+        w = tl.load(wa_ptr + offs, mask=m, other=0.0).to(tl.float32)   # producer-independent
+    else:
+        w = tl.load(wb_ptr + offs, mask=m, other=0.0).to(tl.float32)
+
+    pdl_wait_small(USE_GDC)
+    pdl_launch_dependents(USE_GDC)
+
+    if side == 0:
+        if GATHER:
+            src = tl.load(ids_ptr + row).to(tl.int64)
+        else:
+            src = row
+        x = tl.load(a_ptr + src * stride_a + offs, mask=m, other=0.0)
+        eps = eps_a
+    else:
+        x = tl.load(b_ptr + row * stride_b + offs, mask=m, other=0.0)
+        eps = eps_b
+    hf = x.to(tl.float32)
+    ms = tl.sum(hf * hf, axis=0) / D
+    y = hf * tl.rsqrt(ms + eps) * w
+    tl.store(out_ptr + row * 2 * D + side * D + offs, y.to(out_ptr.dtype.element_ty), mask=m)
 
 
 @triton.jit
@@ -158,6 +197,27 @@ def embedding_rmsnorm_triton(table: torch.Tensor, ids: torch.Tensor, weight: tor
     is no kernel of its own. Arguments are as op.check_embedding_rmsnorm_args accepts them."""
     assert ids.dim() == 1
     return _rmsnorm_rows(table, ids, None, weight, eps, ids.shape[0], out, x, config, use_pdl)
+
+
+def rmsnorm_pair_cols_triton(a: torch.Tensor, a_ids: torch.Tensor | None, wa: torch.Tensor, eps_a: float,
+                             b: torch.Tensor, wb: torch.Tensor, eps_b: float, out: torch.Tensor | None = None, *,
+                             use_pdl: bool | None = None) -> torch.Tensor:
+    """Launch the two norms side by side: out [T, 2 D] = [RMSNorm(a rows) * wa | RMSNorm(b) * wb]
+    (a's rows ``a[a_ids]`` when a_ids is given), contiguous in a.dtype. rmsnorm_config(D)'s tile
+    and warps, so each half has the bits ``rmsnorm`` gives it. Arguments are as
+    op.check_rmsnorm_pair_cols_args accepts them."""
+    T, D = b.shape
+    if out is None:
+        out = torch.empty((T, 2 * D), device=b.device, dtype=b.dtype)
+    assert out.shape == (T, 2 * D) and out.is_contiguous() and a.stride(-1) == 1 and b.stride(-1) == 1
+    if T == 0:
+        return out
+    cfg = rmsnorm_config(D)
+    use_pdl, launch = _launch(use_pdl, b.device)
+    _rmsnorm_pair_kernel[(T, 2)](a, a if a_ids is None else a_ids, wa, b, wb, out, a.stride(0), b.stride(0), D,
+                                 float(eps_a), float(eps_b), BLOCK=cfg.block, GATHER=a_ids is not None,
+                                 USE_GDC=use_pdl, num_warps=cfg.num_warps, num_stages=1, **launch)
+    return out
 
 
 def gated_head_rmsnorm_triton(o: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float,

@@ -26,7 +26,8 @@ import torch
 
 from lingc.models.kda_math import gated_head_rmsnorm
 
-__all__ = ["rmsnorm_reference", "gated_head_rmsnorm_reference"]
+__all__ = ["rmsnorm_reference", "embedding_rmsnorm_reference", "rmsnorm_pair_cols_reference",
+           "gated_head_rmsnorm_reference"]
 
 
 def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None,
@@ -46,6 +47,14 @@ def embedding_rmsnorm_reference(table: torch.Tensor, ids: torch.Tensor, weight: 
     """(rmsnorm(table[ids]) * weight, table[ids]): the token embedding gather and the first
     RMSNorm after it. table [V, D], ids [T] integer in [0, V), weight [D]; outputs in table.dtype."""
     return rmsnorm_reference(table.index_select(0, ids.long()), weight, None, eps)
+
+
+def rmsnorm_pair_cols_reference(a: torch.Tensor, a_ids: torch.Tensor | None, wa: torch.Tensor, eps_a: float,
+                                b: torch.Tensor, wb: torch.Tensor, eps_b: float) -> torch.Tensor:
+    """cat([rmsnorm(a rows) * wa, rmsnorm(b) * wb], -1), a's rows ``a[a_ids]`` when a_ids is
+    given (NEXTN's enorm of the embedding and hnorm of the hidden state, side by side)."""
+    rows = a if a_ids is None else a.index_select(0, a_ids.long())
+    return torch.cat([rmsnorm_reference(rows, wa, None, eps_a)[0], rmsnorm_reference(b, wb, None, eps_b)[0]], -1)
 
 
 def gated_head_rmsnorm_reference(o: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor,

@@ -16,6 +16,12 @@
   int32/int64 in [0, V)) and out = RMSNorm(x) * weight, as rmsnorm(x, weight, None, eps) returns
   them; one kernel, so the gather is not a launch (and a full edge of the captured graph) of its
   own. Ids are not range-checked on the device (nor by ATen's CUDA embedding, which asserts).
+- ``torch.ops.lingc.rmsnorm_pair_cols(Tensor a, Tensor? a_ids, Tensor wa, float eps_a, Tensor b,
+  Tensor wb, float eps_b) -> Tensor``: ``cat([out_a, out_b], -1)`` [T, 2 D] with out_a the
+  rmsnorm (no residual) of a's rows (``a[a_ids]``: an embedding table and token ids, as
+  embedding_rmsnorm) and out_b that of b [T, D]; one kernel, each half the bits rmsnorm gives it.
+  NEXTN's enorm and hnorm before eh_proj were three launches (two norms and the concatenation);
+  pdl_swap emits it there (passes/pdl_glue.py, ``norm_pairs_into_concat``).
 - ``torch.ops.lingc.gated_head_rmsnorm(Tensor o, Tensor gate, Tensor weight, float eps,
   ScalarType? out_dtype=None) -> Tensor``: KDA's output norm, kda_math.gated_head_rmsnorm:
   o [T, H, V] (fp32 from the KDA chain), gate [T, H, V] (raw g_proj output), weight [V];
@@ -36,10 +42,11 @@ import torch
 
 from lingc.runtime.registry import register_op
 
-from .naive import embedding_rmsnorm_reference, gated_head_rmsnorm_reference, rmsnorm_reference
+from .naive import (embedding_rmsnorm_reference, gated_head_rmsnorm_reference, rmsnorm_pair_cols_reference,
+                    rmsnorm_reference)
 
-__all__ = ["MAX_D", "rmsnorm", "rmsnorm_out", "embedding_rmsnorm", "gated_head_rmsnorm", "check_rmsnorm_args",
-           "check_embedding_rmsnorm_args", "check_gated_head_rmsnorm_args"]
+__all__ = ["MAX_D", "rmsnorm", "rmsnorm_out", "rmsnorm_pair_cols", "embedding_rmsnorm", "gated_head_rmsnorm", "check_rmsnorm_args",
+           "check_embedding_rmsnorm_args", "check_rmsnorm_pair_cols_args", "check_gated_head_rmsnorm_args"]
 
 MAX_D = 16384     # kernel.MAX_D: the widest row one program holds
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -128,6 +135,37 @@ def check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype=None) -> None:
     _check_eps(op, eps)
 
 
+def check_rmsnorm_pair_cols_args(a, a_ids, wa, eps_a, b, wb, eps_b) -> None:
+    """Raise ValueError naming the bad argument of ``rmsnorm_pair_cols``."""
+    op = "rmsnorm_pair_cols"
+    if a_ids is None:
+        check_rmsnorm_args(a, wa, None, eps_a)
+    else:
+        check_embedding_rmsnorm_args(a, a_ids, wa, eps_a)
+    check_rmsnorm_args(b, wb, None, eps_b)
+    rows = a.shape[0] if a_ids is None else a_ids.shape[0]
+    if rows != b.shape[0]:
+        raise ValueError(f"{op}: a gives {rows} rows but b has {b.shape[0]}")
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(f"{op}: a's rows have D = {a.shape[1]} but b's {b.shape[1]}; the halves must be one width")
+    if a.dtype != b.dtype or a.device != b.device:
+        raise ValueError(f"{op}: a is {a.dtype} on {a.device} but b is {b.dtype} on {b.device}")
+
+
+def _rmsnorm_pair_cols(a, a_ids, wa, eps_a, b, wb, eps_b):
+    check_rmsnorm_pair_cols_args(a, a_ids, wa, eps_a, b, wb, eps_b)
+    if not b.is_cuda:
+        return rmsnorm_pair_cols_reference(a, a_ids, wa, eps_a, b, wb, eps_b)
+    from .kernel import rmsnorm_pair_cols_triton
+
+    return rmsnorm_pair_cols_triton(a, a_ids, wa, eps_a, b, wb, eps_b)
+
+
+def _rmsnorm_pair_cols_fake(a, a_ids, wa, eps_a, b, wb, eps_b):
+    check_rmsnorm_pair_cols_args(a, a_ids, wa, eps_a, b, wb, eps_b)
+    return b.new_empty((b.shape[0], 2 * b.shape[1]))
+
+
 def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None,
              eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     check_rmsnorm_args(x, weight, residual, eps)
@@ -203,6 +241,7 @@ def _gated_head_rmsnorm_fake(o, gate, weight, eps, out_dtype=None):
 _SCHEMAS = {
     "rmsnorm": "(Tensor x, Tensor weight, Tensor? residual, float eps) -> (Tensor, Tensor)",
     "rmsnorm_out": "(Tensor x, Tensor weight, Tensor? residual, float eps, Tensor(a!) out) -> Tensor",
+    "rmsnorm_pair_cols": "(Tensor a, Tensor? a_ids, Tensor wa, float eps_a, Tensor b, Tensor wb, float eps_b) -> Tensor",
     "embedding_rmsnorm": "(Tensor table, Tensor ids, Tensor weight, float eps) -> (Tensor, Tensor)",
     "gated_head_rmsnorm": "(Tensor o, Tensor gate, Tensor weight, float eps, ScalarType? out_dtype=None) -> Tensor",
 }
@@ -211,6 +250,8 @@ _SCHEMAS = {
 rmsnorm = register_op("rmsnorm", _rmsnorm, _rmsnorm_fake, schema=_SCHEMAS["rmsnorm"])
 rmsnorm_out = register_op("rmsnorm_out", _rmsnorm_out, _rmsnorm_out_fake, mutates_args=("out",),
                           schema=_SCHEMAS["rmsnorm_out"])
+rmsnorm_pair_cols = register_op("rmsnorm_pair_cols", _rmsnorm_pair_cols, _rmsnorm_pair_cols_fake,
+                                schema=_SCHEMAS["rmsnorm_pair_cols"])
 embedding_rmsnorm = register_op("embedding_rmsnorm", _embedding_rmsnorm, _embedding_rmsnorm_fake,
                                 schema=_SCHEMAS["embedding_rmsnorm"])
 gated_head_rmsnorm = register_op("gated_head_rmsnorm", _gated_head_rmsnorm, _gated_head_rmsnorm_fake,
