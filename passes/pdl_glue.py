@@ -268,17 +268,18 @@ def _out_variants() -> dict:
             lingc_ops.rmsnorm.default: lingc_ops.rmsnorm_out.default}
 
 
-def _written_value(c: fx.Node):
-    """c = copy_(dst, v) at the graph's end with dst a graph input that nothing else reads:
-    (dst, v), else None."""
-    if not (is_call(c, aten.copy_.default) and len(c.args) == 2 and not c.kwargs and not c.users):
-        return None
-    dst, v = c.args
-    if not (isinstance(dst, fx.Node) and dst.op == "placeholder" and len(dst.users) == 1
-            and isinstance(v, fx.Node) and val(dst).is_contiguous()):
-        return None
-    a, b = val(dst), val(v)
-    return (dst, v) if a.shape == b.shape and a.dtype == b.dtype else None
+def _input_writes(g: fx.Graph):
+    """(c, dst, v) for each c = copy_(dst, v) with dst a contiguous graph input that nothing else
+    reads and v of its shape and dtype (the graph's writes of values into relay buffers)."""
+    for c in list(g.nodes):
+        if not (is_call(c, aten.copy_.default) and len(c.args) == 2 and not c.kwargs and not c.users):
+            continue
+        dst, v = c.args
+        if not (isinstance(dst, fx.Node) and dst.op == "placeholder" and len(dst.users) == 1
+                and isinstance(v, fx.Node) and val(dst).is_contiguous()):
+            continue
+        if val(dst).shape == val(v).shape and val(dst).dtype == val(v).dtype:
+            yield c, dst, v
 
 
 def direct_lingc_writes(g: fx.Graph) -> int:
@@ -288,16 +289,13 @@ def direct_lingc_writes(g: fx.Graph) -> int:
 
     variants = _out_variants()
     count = 0
-    for c in list(g.nodes):
-        pair = _written_value(c)
-        if pair is None:
-            continue
-        dst, v = pair
+    for c, dst, v in _input_writes(g):
         op = v.args[0] if v.target is operator.getitem and v.args[1] == 0 else v
         if not (op.op == "call_function" and op.target in variants and not op.kwargs):
             continue
-        if op is not v and any(u.target is not operator.getitem for u in op.users):
-            continue                         # a norm's tuple read other than by getitem
+        if op is not v and any(u is not v and not (is_call(u, operator.getitem) and u.args[1] == 1)
+                               for u in op.users):
+            continue                         # the norm's rows read other than through v
         g.erase_node(c)
         with g.inserting_before(op):
             new = emit(g, variants[op.target], *op.args, dst)
@@ -318,11 +316,7 @@ def concat_into_inputs(g: fx.Graph) -> int:
     from lingc.runtime.kernels.concat_into.op import MAX_PARTS  # (registers lingc::concat_into)
 
     count = 0
-    for c in list(g.nodes):
-        pair = _written_value(c)
-        if pair is None:
-            continue
-        dst, v = pair
+    for c, dst, v in _input_writes(g):
         if not (is_call(v, aten.cat.default) and len(v.users) == 1):
             continue
         parts = v.args[0]
