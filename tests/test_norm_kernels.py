@@ -332,8 +332,8 @@ def test_configs_depend_on_shape_only():
 
 _COMPILE_CHECK = textwrap.dedent("""
     from sm90 import compile_sm90
-    from lingc.runtime.kernels.norms.kernel import (_rmsnorm_kernel, _gated_head_rmsnorm_kernel,
-                                                    rmsnorm_config, gated_config)
+    from lingc.runtime.kernels.norms.kernel import (_rmsnorm_kernel, _rmsnorm_pair_kernel,
+                                                    _gated_head_rmsnorm_kernel, rmsnorm_config, gated_config)
 
     def check(fn, sig, const, num_warps):
         ptx, info = compile_sm90(fn, sig, const, num_warps=num_warps)
@@ -347,6 +347,10 @@ _COMPILE_CHECK = textwrap.dedent("""
                    new_res_ptr="*bf16", stride_x="i32", stride_r="i32", D="i32", eps="fp32")
         check(_rmsnorm_kernel, sig, dict(BLOCK=c.block, HAS_RESIDUAL=has_res, GATHER=gather, USE_GDC=True),
               c.num_warps)
+    for gather in (True, False):
+        sig = dict(a_ptr="*bf16", ids_ptr="*i64", wa_ptr="*bf16", b_ptr="*bf16", wb_ptr="*bf16", out_ptr="*bf16",
+                   stride_a="i32", stride_b="i32", D="i32", eps_a="fp32", eps_b="fp32")
+        check(_rmsnorm_pair_kernel, sig, dict(BLOCK=c.block, GATHER=gather, USE_GDC=True), c.num_warps)
     g = gated_config(8, 128)
     sig = dict(o_ptr="*fp32", g_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", stride_ot="i32", stride_oh="i32",
                stride_gt="i32", stride_gh="i32", H="i32", V="i32", eps="fp32")
