@@ -84,7 +84,7 @@ Why each is exact:
   of the hidden state, before eh_proj) run as one ``lingc.rmsnorm_pair_cols``: each half is the
   rmsnorm kernel's row arithmetic with its tile (the same bits). Only norms without a residual
   (or the embedding form for the left half) whose second result nothing reads, of one shape and
-  dtype, over rows no op of the graph writes (the norms move to the concatenation). Three
+  dtype, over rows (and ids) no op of the graph writes (the norms move to the concatenation). Three
   launches become one in each NEXTN forward (four a draft graph, one in extend).
 - the MoE block's input norm moves into its router's logits kernel (runtime/kernels/moe_router),
   whose every CTA holds whole token rows for the gate matvec anyway: it forms h and y with the
@@ -593,14 +593,15 @@ def norm_pairs_into_concat(g: fx.Graph) -> int:
         ya, yb = val(cc.args[0]), val(cc.args[1])
         if ya.shape != yb.shape or ya.dtype != yb.dtype or na is nb:
             continue
-        if _view_root(src_a)[0] in written or _view_root(src_b)[0] in written:
-            continue                      # the norms move to the concatenation: their rows must not change
         if is_call(na, lingc_ops.embedding_rmsnorm.default):
             table, ids, wa, eps_a = na.args
             a_args = (table, ids, wa, eps_a)
         else:
             x, wa, _, eps_a = na.args
             a_args = (x, None, wa, eps_a)
+        rows = (src_a, src_b) if a_args[1] is None else (src_a, a_args[1], src_b)
+        if any(_view_root(r)[0] in written for r in rows):
+            continue                      # the norms move to the concatenation: their rows must not change
         b, wb, _, eps_b = nb.args
         with g.inserting_before(cc):
             new = emit(g, lingc_ops.rmsnorm_pair_cols.default, *a_args, b, wb, eps_b)

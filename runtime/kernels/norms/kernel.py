@@ -65,6 +65,15 @@ def gated_config(h: int, v: int) -> NormConfig:
 
 
 @triton.jit
+def _normed_row(h, w, D, eps):
+    """RMSNorm of one whole row h times w (fp32), in the one order every rmsnorm kernel uses, so
+    the kernels that call it give a row the same bits."""
+    hf = h.to(tl.float32)
+    ms = tl.sum(hf * hf, axis=0) / D
+    return hf * tl.rsqrt(ms + eps) * w
+
+
+@triton.jit
 def _rmsnorm_kernel(x_ptr, ids_ptr, res_ptr, w_ptr, out_ptr, new_res_ptr, stride_x, stride_r, D, eps,
                     BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr, GATHER: tl.constexpr, USE_GDC: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -86,9 +95,7 @@ def _rmsnorm_kernel(x_ptr, ids_ptr, res_ptr, w_ptr, out_ptr, new_res_ptr, stride
     else:
         h = x
     tl.store(new_res_ptr + row * D + offs, h, mask=m)
-    hf = h.to(tl.float32)
-    ms = tl.sum(hf * hf, axis=0) / D
-    y = hf * tl.rsqrt(ms + eps) * w
+    y = _normed_row(h, w, D, eps)
     tl.store(out_ptr + row * D + offs, y.to(out_ptr.dtype.element_ty), mask=m)
 
 
@@ -96,8 +103,8 @@ def _rmsnorm_kernel(x_ptr, ids_ptr, res_ptr, w_ptr, out_ptr, new_res_ptr, stride
 def _rmsnorm_pair_kernel(a_ptr, ids_ptr, wa_ptr, b_ptr, wb_ptr, out_ptr, stride_a, stride_b, D, eps_a, eps_b,
                          BLOCK: tl.constexpr, GATHER: tl.constexpr, USE_GDC: tl.constexpr):
     """Program (t, s): row t of a (s = 0; table row ids[t] with GATHER) or of b (s = 1), normed as
-    ``_rmsnorm_kernel`` norms a row without a residual (the same tile and reductions, so the same
-    bits), into columns [s * D, (s + 1) * D) of out [T, 2 D]."""
+    ``_rmsnorm_kernel`` norms a row without a residual (the same tile and ``_normed_row``, so the
+    same bits), into columns [s * D, (s + 1) * D) of out [T, 2 D]."""
     row = tl.program_id(0).to(tl.int64)
     side = tl.program_id(1)
     offs = tl.arange(0, BLOCK)
@@ -120,9 +127,7 @@ def _rmsnorm_pair_kernel(a_ptr, ids_ptr, wa_ptr, b_ptr, wb_ptr, out_ptr, stride_
     else:
         x = tl.load(b_ptr + row * stride_b + offs, mask=m, other=0.0)
         eps = eps_b
-    hf = x.to(tl.float32)
-    ms = tl.sum(hf * hf, axis=0) / D
-    y = hf * tl.rsqrt(ms + eps) * w
+    y = _normed_row(x, w, D, eps)
     tl.store(out_ptr + row * 2 * D + side * D + offs, y.to(out_ptr.dtype.element_ty), mask=m)
 
 
