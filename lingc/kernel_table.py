@@ -9,8 +9,9 @@ Categories:
 - `aten`        everything else with `inductor=False`: one ATen call per op.
 - `collective`  a tensor-parallel collective (`_c10d_functional.all_reduce`/`all_gather_*`): one
                 NCCL kernel, captured into the CUDA graph with the rest; its `wait_tensor` is glue.
-Views, getitem and in-place epilogue copies are listed as `glue` (no kernel of their own, or a copy
-Inductor folds into the producer).
+Views, getitem, in-place epilogue copies and uninitialised allocations (`empty`, `new_empty`: the
+caching allocator, no kernel; the verify graph's staging buffers) are listed as `glue` (no kernel
+of their own, or a copy Inductor folds into the producer).
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ from .pass_manager import VIEW_OPS
 
 GEMM_OPS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
             torch.ops.aten.baddbmm.default}
+# Allocations without a fill: memory from the caching allocator (or a planned buffer under
+# Inductor), never a kernel launch, so never a break in a PDL chain.
+ALLOC_OPS = {torch.ops.aten.empty.memory_format, torch.ops.aten.new_empty.default,
+             torch.ops.aten.empty_like.default, torch.ops.aten.empty_strided.default,
+             torch.ops.aten.new_empty_strided.default}
 
 
 @dataclass
@@ -73,7 +79,7 @@ def classify(node: fx.Node, inductor: bool) -> str:
         return "library GEMM"
     if isinstance(t, torch._ops.OpOverload) and t.namespace == "_c10d_functional":
         return "glue" if t is torch.ops._c10d_functional.wait_tensor.default else "collective"
-    if t in VIEW_OPS or t is torch.ops.aten.copy_.default or getattr(t, "__name__", "") == "getitem":
+    if t in VIEW_OPS or t in ALLOC_OPS or t is torch.ops.aten.copy_.default or getattr(t, "__name__", "") == "getitem":
         return "glue"
     return "inductor" if inductor else "aten"
 

@@ -156,6 +156,13 @@ def test_tiny_verify_staged(tiny, j):
     assert r["lingc.mla_decode"] == len(model.config.mla_layers)
     assert "aten.index.Tensor" not in r                # no stack(V_0..V_T-1)[accept] left
     assert r["lingc.mla_kv_write"] == len(model.config.mla_layers) and "aten.copy_" not in r
+    # The staging buffers are allocations (glue, no kernel): the one kernel-launching op left to
+    # ATen is this verify function's own argmax over the logits.
+    cats, counts = {op: cat for cat, op, _, _ in report.kernels.rows}, report.kernels.counts()
+    assert cats["aten.new_empty"] == "glue" and counts["aten"] == 1 and r["aten.argmax"] == 1
+    cover = [note for note in stat(report, "pdl_swap").notes if note.startswith("PDL coverage")]
+    n = counts["lingc"]
+    assert cover == [f"PDL coverage {n}/{n + 1} kernel-launching ops ({100 * n / (n + 1):.0f}%)"]
     assert int(out[1]) == j
     ref = base.clone()
     with torch.no_grad():
