@@ -608,7 +608,7 @@ _COMPILE_CHECK = textwrap.dedent("""
         assert max_loads_before_a_wait(ptx) >= tile_loads, ptx[-3000:]
         # moe_align's outputs from L2 before the wait: total_padded and the block's expert id,
         # and in the align layout its pairs too (more than those two scalar loads).
-        align_reads = len(re.findall(r"ld\.global\.cg\.b32", ptx.split("griddepcontrol.wait")[0]))
+        align_reads = len(re.findall(r"ld\\.global\\.cg\\.b32", ptx.split("griddepcontrol.wait")[0]))
         assert align_reads > 2 if not slot else align_reads >= 1, (slot, align_reads)
         print("down", n_max, slot, [l for l in info.splitlines() if "registers" in l])
 
