@@ -735,106 +735,6 @@ def test_one_token_down_warps_keep_the_bits():
     assert_close(outs[0], reference(pb), RTOL[torch.bfloat16])
 
 
-# One token's down-GEMM and combine in one pass (down_one_token_kernel.py).
-ONE_PASS = [16, 32]
-
-
-@pytest.mark.parametrize("block_h", ONE_PASS)
-@pytest.mark.parametrize("k", [4, 3], ids=["k4", "k3-padded-slots"])
-@pytest.mark.parametrize("shared", [True, False], ids=["shared", "no-shared"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_one_token_down_in_one_pass(dtype, shared, k, block_h):
-    # Into a NaN-poisoned out (every column written), ids with a non-unit stride, H = 96 not a
-    # multiple of 32-column tiles' pairs: the reference, and the slot-block kernel's output. The
-    # bits are the same on a GPU; under the interpreter numpy's fp32 matmul sums in an order
-    # that depends on the tile's width, so there fp32 is compared to rounding and bf16 (whose
-    # rounding of the output hides that) to the bit.
-    pb = make_problem(1, dtype, seed=260 + k, shared=shared, k=k, h=96)
-    pb["topk_ids"] = _strided(pb["topk_ids"])
-    cfg = config_for(40 if shared else 24, 96)
-    got = run_kernel(pb, dataclasses.replace(cfg, down_one_token_block_h=block_h))
-    assert_close(got, reference(pb), RTOL[dtype])
-    slot_blocks = run_kernel(pb, cfg)
-    if dtype == torch.bfloat16 or DEVICE == "cuda":
-        assert torch.equal(got, slot_blocks)
-    else:
-        assert_close(got, slot_blocks, 1e-6)
-
-
-def test_one_token_down_in_one_pass_repeated_ids_and_only_for_one_token(monkeypatch):
-    # A token naming one expert in several slots reads it once per slot; T > 1 keeps the aligned
-    # down-GEMM (the one-pass kernel is never launched there).
-    cfg = dataclasses.replace(config_for(40, 64), down_one_token_block_h=16)
-    pb = make_problem(1, torch.bfloat16, seed=264)
-    pb["topk_ids"] = torch.tensor([[3, 9, 3, 3]], dtype=torch.int32, device=pb["x"].device)
-    assert torch.equal(run_kernel(pb, cfg), run_kernel(pb, align_one_token=True))
-    launched = []
-    real = experts_kernel._moe_down_one_token_kernel
-    monkeypatch.setattr(experts_kernel, "_moe_down_one_token_kernel",
-                        type("Spy", (), {"__getitem__": lambda self, g: launched.append(g) or real[g]})())
-    pb = make_problem(2, torch.bfloat16, seed=265, routing="pool")
-    assert torch.equal(run_kernel(pb, cfg), run_kernel(pb))
-    assert launched == []
-    run_kernel(make_problem(1, torch.bfloat16, seed=266), cfg)
-    assert launched == [(4,)]                      # cdiv(H = 64, 16) CTAs
-
-
-def test_one_token_down_in_one_pass_broken_combine_is_caught(monkeypatch):
-    # A combine that drops the last routed slot must fail the comparison above.
-    from lingc.runtime.kernels.moe_experts import down_one_token_kernel as mod
-    pb = make_problem(1, torch.float32, seed=267)
-    cfg = dataclasses.replace(config_for(40, 64), down_one_token_block_h=16)
-    good = run_kernel(pb, cfg)
-    src = mod._moe_down_one_token_kernel.fn
-    broken = mod.triton.jit(_with_top_k_less(src))
-    monkeypatch.setattr(experts_kernel, "_moe_down_one_token_kernel", broken)
-    bad = run_kernel(pb, cfg)
-    assert not torch.allclose(bad, good, rtol=1e-3, atol=1e-3)
-
-
-def _with_top_k_less(fn):
-    """fn's source with the combine's slot loop one slot short, as a new function."""
-    import inspect
-    src = textwrap.dedent(inspect.getsource(fn)).replace("tl.static_range(TOP_K)", "tl.static_range(TOP_K - 1)")
-    src = src.split("\n", 1)[1] if src.startswith("@") else src
-    ns = dict(fn.__globals__)
-    exec(compile(src, "<broken>", "exec"), ns)
-    return ns[fn.__name__]
-
-
-def test_config_rejects_bad_one_pass_widths():
-    base = config_for(192, 2560)
-    for bad in (8, 24, -16):
-        with pytest.raises(ValueError, match="down_one_token_block_h"):
-            dataclasses.replace(base, down_one_token_block_h=bad)
-
-
-_ONE_PASS_COMPILE_CHECK = textwrap.dedent("""
-    import re
-    from sm90 import compile_sm90, divisible_by_16, signature
-    from lingc.runtime.kernels.moe_experts.down_one_token_kernel import _moe_down_one_token_kernel as fn
-    V4 = r"ld\\.global(\\.\\w+)*\\.v4"
-    ptrs = dict(act_ptr="*bf16", ids_ptr="*i32", wd_ptr="*bf16", sd_ptr="*bf16", topk_w_ptr="*fp32",
-                out_ptr="*bf16")
-    ints = ["H", "I", "IS", "stride_act", "stride_de", "stride_dh", "stride_sdh"]
-    const = dict(stride_wk=1, stride_oh=1, stride_ik=1, TOP_K=8, ROUTED_PAD=8, HAS_SHARED=True, BLOCK_M=16,
-                 BLOCK_H=32, KPAD=256, DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
-    ptx, info = compile_sm90(fn, signature(fn, ptrs, ints), const,
-                             divisible_by_16(fn, [n for n in list(ptrs) + ints if n != "ids_ptr"]), num_warps=8)
-    assert " 0 bytes spill stores" in info, info
-    assert re.findall(r"griddepcontrol\\.(wait|launch_dependents)", ptx) == ["wait", "launch_dependents"]
-    before = ptx.split("griddepcontrol.wait")[0]
-    # Every weight byte requested before the wait: 8 routed slots x 32 columns and the shared
-    # expert's 32, 256 (I = 192 padded) bf16 each, in 16-byte loads over 256 threads.
-    assert len(re.findall(V4, before)) == (8 * 32 + 32) * 256 * 2 // 16 // 256, ptx[-2000:]
-    print([l for l in info.splitlines() if "registers" in l])
-""")
-
-
-def test_one_pass_down_kernel_compiles_for_sm90_without_spills():
-    run_sm90_compile_check(_ONE_PASS_COMPILE_CHECK)
-
-
 def test_register_caps_are_dropped_by_the_interpreter():
     # Under TRITON_INTERPRET the launch option does not exist: the launcher leaves it out.
     pb = make_problem(6, torch.bfloat16, seed=216)
@@ -873,9 +773,6 @@ GPU_SAME_CHUNK_CONFIGS = [
     MoeExpertsConfig(block_n=64, split_k=10, up_warps=8, block_h=256, down_warps=8),
     # The table's one-token down-GEMM with down_warps instead of down_warps_one_token.
     dataclasses.replace(config_for(192, 2560), down_warps_one_token=0),
-    # One token's down-GEMM and combine in one pass, 32 and 16 columns a CTA (8 warps).
-    dataclasses.replace(config_for(192, 2560), down_one_token_block_h=32),
-    dataclasses.replace(config_for(192, 2560), down_one_token_block_h=16),
 ]
 
 

@@ -1,6 +1,5 @@
 """Triton fused-MoE experts for decode: align -> up-GEMM(+SwiGLU) -> down-GEMM(+combine), PDL-chained
-(one token: up-GEMM -> down-GEMM on the slot layout, no align launch; README.md, "One token";
-with ``down_one_token_block_h`` the down-GEMM and the combine in one pass, down_one_token_kernel.py).
+(one token: up-GEMM -> down-GEMM on the slot layout, no align launch; README.md, "One token").
 
 Layout and derivations: README.md in this folder; reference: naive.py.
 
@@ -56,7 +55,6 @@ from lingc.runtime.kernels.swiglu_gemm.kernel import _swiglu  # the SwiGLU epilo
 from lingc.runtime.kernels.gemm.gemv_kernel import k_tiles_pow2
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait, pdl_wait_then_release
 
-from .down_one_token_kernel import _moe_down_one_token_kernel, routed_pad
 from .up_gemv_kernel import _moe_up_gemv_kernel
 
 __all__ = [
@@ -92,10 +90,6 @@ class MoeExpertsConfig:
     # them (only the up-GEMM's H chunks decide: ``up_chunks``); the one-token grid is nine blocks,
     # where more warps per CTA put more of the tile's loads in flight.
     down_warps_one_token: int = 0
-    # One token's down-GEMM and combine in one pass (down_one_token_kernel.py): this many output
-    # columns per CTA over all k + 1 slots, no y round trip and no ticket (a power of two >= 16);
-    # 0 = the slot-block down-GEMM with its ticketed combine. The same bits either way.
-    down_one_token_block_h: int = 0
 
     def __post_init__(self):
         for name in ("up_warps", "down_warps", "down_warps_one_token"):
@@ -103,10 +97,6 @@ class MoeExpertsConfig:
             if w < (0 if name == "down_warps_one_token" else 1) or w & (w - 1) or w > 16:
                 raise ValueError(f"MoeExpertsConfig.{name}={w}: use a power of two from 1 to 16"
                                  + (" (or 0: down_warps)" if name == "down_warps_one_token" else ""))
-        bh = self.down_one_token_block_h
-        if bh and (bh < 16 or bh & (bh - 1)):
-            raise ValueError(f"MoeExpertsConfig.down_one_token_block_h={bh}: use 0 (the slot-block "
-                             f"down-GEMM) or a power of two >= 16 (tl.dot's least N)")
         if self.block_k and (self.block_k < 16 or self.block_k & (self.block_k - 1)):
             raise ValueError(f"MoeExpertsConfig.block_k={self.block_k}: use 0 (one load per chunk) or a "
                              f"power of two >= 16")
@@ -558,19 +548,6 @@ def moe_experts_triton(
             num_warps=cfg.up_warps, num_stages=cfg.up_stages if cfg.block_k else 1, **launch,
             **register_cap(cfg.up_maxnreg),
         )
-    if slot_blocks and cfg.down_one_token_block_h and k <= BLOCK_M:   # k activation rows in one tile
-        bh = cfg.down_one_token_block_h
-        _moe_down_one_token_kernel[(triton.cdiv(h, bh),)](
-            act, topk_ids, w_down, sd, topk_weights, out,
-            h, inter, inter_s,
-            act.stride(0), w_down.stride(0), w_down.stride(1), sd.stride(-2), topk_weights.stride(1),
-            out.stride(1), topk_ids.stride(1),
-            TOP_K=k, ROUTED_PAD=routed_pad(k), HAS_SHARED=has_shared, BLOCK_M=BLOCK_M, BLOCK_H=bh,
-            KPAD=max(16, triton.next_power_of_2(n_max)), **dot,
-            num_warps=cfg.down_warps_one_token or cfg.down_warps, num_stages=1, **launch,
-            **register_cap(cfg.down_maxnreg),
-        )
-        return out
     _moe_down_kernel[(n_htiles, n_blocks)](
         act, sorted_ids, block_experts, total, topk_ids,
         w_down, sd, y, topk_weights, out, tickets,
