@@ -84,11 +84,6 @@ class MlaDecodeConfig:
     # when it exits; the bits do not change. config_for turns the split's off at long contexts.
     split_pdl: bool = True
     combine_pdl: bool = True
-    # Before its PDL wait a split program asks L2 for its cache rows up to the last query's
-    # position (prefetch.global.L2, no registers held): rows of earlier steps, unchanged by this
-    # step's producers, so the tile loads after the wait hit L2. Only where the split is in the
-    # PDL chain (there is nothing to overlap otherwise) and never under the interpreter.
-    l2_prefetch: bool = False
 
     def __post_init__(self):
         assert self.block_l >= 16 and self.block_l & (self.block_l - 1) == 0, self
@@ -131,21 +126,6 @@ def _round_through(x, DT: tl.constexpr, EMULATE_RNE: tl.constexpr):
     return x.to(DT).to(tl.float32)
 
 
-@triton.jit
-def _l2_prefetch_rows(kv_ptr, stride_kv, start, last, SPLIT_LEN: tl.constexpr, LINES: tl.constexpr,
-                      LINE: tl.constexpr, ROW: tl.constexpr):
-    """prefetch.global.L2 of cache rows [start, last] of a split (LINE elements a 128-byte line,
-    ROW elements a row, LINES >= ROW / LINE a power of two): a hint with no result."""
-    if start <= last:
-        r = start + tl.arange(0, SPLIT_LEN)
-        c = tl.arange(0, LINES) * LINE
-        ok = (r <= last)[:, None] & (c < ROW)[None, :]
-        # Lines outside the range repeat the split's first line (a duplicate request, no read).
-        off = tl.where(ok, r.to(tl.int64)[:, None] * stride_kv + c[None, :], start.to(tl.int64) * stride_kv)
-        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [kv_ptr + off],
-                                  dtype=tl.int32, is_pure=False, pack=1)
-
-
 @triton.jit(do_not_specialize=["T", "pos_stride", "pos_add", "pos_step"])
 def _mla_split_kernel(
     ql_ptr, qr_ptr, kv_ptr, pos_ptr, freq_ptr, m_ptr, l_ptr, acc_ptr,
@@ -154,7 +134,6 @@ def _mla_split_kernel(
     HP: tl.constexpr, BH: tl.constexpr, BR: tl.constexpr, BP: tl.constexpr, BL: tl.constexpr,
     SPLIT_LEN: tl.constexpr, ROPE: tl.constexpr, ROPE_RNE: tl.constexpr, SPLIT_Q: tl.constexpr,
     SPLIT_QR: tl.constexpr, SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
-    L2_PREFETCH: tl.constexpr = False, LINES: tl.constexpr = 16, LINE: tl.constexpr = 64,
 ):
     TQ: tl.constexpr = BH // HP       # queries per program
     s = tl.program_id(1)
@@ -170,13 +149,6 @@ def _mla_split_kernel(
     if ROPE:
         offs_f = tl.arange(0, BP // 2)
         freq = tl.load(freq_ptr + offs_f, mask=offs_f < P // 2, other=0.0)   # a constant buffer
-    if L2_PREFETCH:
-        # The last query's position as a hint, read before the wait: in the relay's graphs it is
-        # n + t with n written by an earlier graph; where a kernel of this chain writes the
-        # positions the value may be stale, which only misdirects the prefetch (the rows are
-        # read after the wait either way).
-        hint = tl.load(pos_ptr + (T - 1) * pos_stride).to(tl.int32) + pos_add + (T - 1) * pos_step
-        _l2_prefetch_rows(kv_ptr, stride_kv, s * SPLIT_LEN, tl.minimum(hint, L - 1), SPLIT_LEN, LINES, LINE, R + P)
 
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
@@ -341,9 +313,6 @@ def mla_decode_triton(q_lat, q_rope, kv_cache, positions, scale: float, gate=Non
         ROPE_RNE=interpreting() and q_rope.dtype == torch.bfloat16,
         SPLIT_Q=kv_bf16 and q_lat.dtype != kv_cache.dtype, SPLIT_QR=kv_bf16 and q_rope.dtype != kv_cache.dtype,
         SPLIT_P=kv_bf16, DOT_PRECISION="ieee", DOT_UPCAST=interpreting() and kv_bf16, USE_GDC=split_pdl,
-        L2_PREFETCH=cfg.l2_prefetch and split_pdl and not interpreting(),
-        LINES=triton.next_power_of_2(triton.cdiv((R + P) * kv_cache.element_size(), 128)),
-        LINE=128 // kv_cache.element_size(),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if split_pdl else {}),
         **register_cap(cfg.max_registers),
     )
