@@ -4,6 +4,8 @@
 # decode and the relay, profiled, 32 tokens, one process each; then the MLA kernel GPU tests
 # (the prefetch's bits among them) and the README table's lingc rows if time is left.
 # Expected ~2 x 80 + 60 s; run with timeout_s 400.
+# Ran on 253eeae; the prefetch was removed after the call (benchmarks/results/
+# mla_split_l2_prefetch_s33_c3.patch applies it again).
 set -u
 source "$(dirname "$0")/device_env.sh"
 PRE="import dataclasses, lingc.runtime.kernels.mla_decode.kernel as K
