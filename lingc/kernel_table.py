@@ -79,7 +79,8 @@ def classify(node: fx.Node, inductor: bool) -> str:
         return "library GEMM"
     if isinstance(t, torch._ops.OpOverload) and t.namespace == "_c10d_functional":
         return "glue" if t is torch.ops._c10d_functional.wait_tensor.default else "collective"
-    if t in VIEW_OPS or t in ALLOC_OPS or t is torch.ops.aten.copy_.default or getattr(t, "__name__", "") == "getitem":
+    if (t in VIEW_OPS or t in ALLOC_OPS or t is torch.ops.aten.copy_.default
+            or getattr(t, "__name__", "") == "getitem"):
         return "glue"
     return "inductor" if inductor else "aten"
 
