@@ -36,8 +36,108 @@ def _interpreter_dot_per_element() -> None:
     interpreter.InterpreterBuilder.create_dot = create_dot
 
 
+def _interpreter_reductions_by_slice() -> None:
+    """Run the interpreter's reductions and scans with a custom combine function (multi-operand
+    reductions, key maxima, max-scans: the KDA chain's fused reductions, the router's selection,
+    moe_align) one slice along the axis at a time instead of one element at a time. The
+    interpreter folds element by element in index order, calling the combine function on scalars
+    ~N times; here it is called on whole slices (a combine function is elementwise), in the same
+    order, with the accumulator cast back to the input's dtype after every step as the
+    interpreter's per-element store does. So every element goes through the same operations in
+    the same order (the same bits), in ~axis-length calls instead of ~size calls: the KDA kernel
+    tests spent two thirds of their time in the per-element fold."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    def as_tensor(op, data, dtype):
+        return op.to_tensor(np.asarray(data), dtype)
+
+    def fold(op, acc, x, dtypes, np_dtypes, shape):
+        """combine(acc, x) on whole slices, each result stored back in its input's dtype."""
+        ret = op.combine_fn.fn(*acc, *x)
+        out = []
+        for r, dt, nt in zip(ret if isinstance(ret, tuple) else (ret, ), dtypes, np_dtypes):
+            arr = np.asarray(r.handle.data if isinstance(r, tl.core.tensor) else r).astype(nt)
+            arr = np.full(shape, arr.item(), dtype=nt) if arr.size == 1 else arr.reshape(shape)
+            out.append(as_tensor(op, arr, dt))
+        return tuple(out)
+
+    def generic_reduce(self, input):
+        original_axis = self.axis
+        input, axis = self.unravel(input, self.axis)
+        data = [a.handle.data for a in input]
+        dtypes = [a.dtype for a in input]
+        np_dtypes = [d.dtype for d in data]
+        in_shape = data[0].shape
+        out_shape = in_shape[:axis] + in_shape[axis + 1:]
+        acc = tuple(as_tensor(self, np.take(d, 0, axis=axis), dt) for d, dt in zip(data, dtypes))
+        for k in range(1, in_shape[axis]):
+            x = tuple(as_tensor(self, np.take(d, k, axis=axis), dt) for d, dt in zip(data, dtypes))
+            acc = fold(self, acc, x, dtypes, np_dtypes, out_shape)
+        ret = []
+        for a, nt, dt in zip(acc, np_dtypes, dtypes):
+            out = np.asarray(a.handle.data, dtype=nt).reshape(out_shape)
+            if self.keep_dims:
+                if original_axis is not None:
+                    out = np.expand_dims(out, axis)
+                else:
+                    for _ in range(len(in_shape)):
+                        out = np.expand_dims(out, 0)
+            elif original_axis is None:
+                out = out.item()
+            ret.append(self.to_tensor(out, dt))
+        return ret
+
+    def generic_scan(self, input):
+        data = [a.handle.data for a in input]
+        dtypes = [a.dtype for a in input]
+        np_dtypes = [d.dtype for d in data]
+        shape, axis = data[0].shape, self.axis
+        slice_shape = shape[:axis] + shape[axis + 1:]
+        outs = [np.zeros(shape, dtype=nt) for nt in np_dtypes]
+        acc = tuple(as_tensor(self, np.take(d, 0, axis=axis), dt) for d, dt in zip(data, dtypes))
+        for k in range(shape[axis]):
+            if k:
+                x = tuple(as_tensor(self, np.take(d, k, axis=axis), dt) for d, dt in zip(data, dtypes))
+                acc = fold(self, acc, x, dtypes, np_dtypes, slice_shape)
+            for o, a, nt in zip(outs, acc, np_dtypes):
+                idx = [slice(None)] * len(shape)
+                idx[axis] = k
+                o[tuple(idx)] = np.asarray(a.handle.data, dtype=nt).reshape(slice_shape)
+        return [self.to_tensor(o, dt) for o, dt in zip(outs, dtypes)]
+
+    interpreter.ReduceOps.generic_reduce = generic_reduce
+    interpreter.ScanOps.generic_scan = generic_scan
+
+
+def _interpreter_dtype_map_cached() -> None:
+    """Memoise the interpreter's Triton -> numpy dtype map: it builds a 19-entry dict (hashing
+    every Triton dtype) on each of its calls, tens of thousands per kernel launch."""
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    plain = interpreter._get_np_dtype
+    cache = {}
+
+    def _get_np_dtype(tt_dtype):
+        if isinstance(tt_dtype, tl.block_type):    # unhashable; its element type decides
+            tt_dtype = tt_dtype.element_ty
+        try:
+            return cache[tt_dtype]
+        except KeyError:
+            cache[tt_dtype] = np_dtype = plain(tt_dtype)
+            return np_dtype
+        except TypeError:
+            return plain(tt_dtype)
+
+    interpreter._get_np_dtype = _get_np_dtype
+
+
 if os.environ.get("TRITON_INTERPRET") == "1":
     _interpreter_dot_per_element()
+    _interpreter_reductions_by_slice()
+    _interpreter_dtype_map_cached()
 
 from helpers import assert_close as _assert_close  # noqa: E402  (tests/ is on sys.path)
 

@@ -66,8 +66,10 @@ def test_out_dtype_and_heads_inner_layout(heads_inner):
 
 
 def test_batch_invariant_in_rows():
-    """Row m of an M-row product is bitwise the same as that row alone (the decode/verify rule)."""
-    a, b = operands(8, 8, 128, 512, torch.bfloat16, "n", seed=7)
+    """Row m of an M-row product is bitwise the same as that row alone (the decode/verify rule).
+    flash-tp4-rank's W_uk product with its 8 heads on the GPU, 2 of them under the interpreter
+    (the heads are independent programs: 4x the time, no other path)."""
+    a, b = operands(8 if DEVICE == "cuda" else 2, 8, 128, 512, torch.bfloat16, "n", seed=7)
     full = launch(a, b)
     for m in (1, 6):
         part = launch(a[:, :m], b)

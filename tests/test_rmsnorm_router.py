@@ -81,11 +81,19 @@ def test_every_column_written_when_h_is_not_a_multiple_of_the_expert_blocks():
     assert_matches_reference(x, res, nw, gate, bias, block_e=4)
 
 
+@pytest.fixture(scope="module")
+def six_rows():
+    """Six rows and their outputs at the launcher's default row groups (two groups of three)."""
+    inputs = make_inputs(6, 64, 96, torch.bfloat16, seed=21)
+    return inputs, run_fused(*inputs)
+
+
 @pytest.mark.parametrize("groups", [1, 2, 3])
-def test_fused_batch_invariant_and_row_groups_keep_bits(groups):
-    x, res, nw, gate, bias = make_inputs(8, 64, 96, torch.bfloat16, seed=21)
-    full = run_fused(x, res, nw, gate, bias)
-    for n in (1, 3, 6, 8):
+def test_fused_batch_invariant_and_row_groups_keep_bits(groups, six_rows):
+    # A prefix of the rows in 1..3 row groups (5 rows: 5, 3 + 2, 2 + 2 + 1) gives each row the
+    # bits it had among all six. (The interpreter takes ~1.2 s a row here.)
+    (x, res, nw, gate, bias), full = six_rows
+    for n in (1, 5):
         part = run_fused(x[:n], res[:n], nw, gate, bias, row_groups=groups)
         for a, b in zip(part, full):
             assert torch.equal(a, b[:n]), (n, groups)
