@@ -134,10 +134,51 @@ def _interpreter_dtype_map_cached() -> None:
     interpreter._get_np_dtype = _get_np_dtype
 
 
+def _interpreter_patches_once_per_launch() -> None:
+    """Patch triton.language for the interpreter once per kernel launch, not again at every call
+    of a @jit helper inside it. The interpreter re-runs its patching (inspect.getmembers over
+    triton.language, its tensor class and math module) on each helper call; the launch's own
+    patches are in place until the launch ends, so a helper that sees the same language modules
+    finds them patched already. (A helper whose module sees another of the two language modules
+    is patched as before.)"""
+    import inspect
+
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    plain_patch, plain_call = interpreter._patch_lang, interpreter.GridExecutor.__call__
+    active = {"depth": 0, "patched": set()}
+
+    def langs(fn):
+        return {id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core)}
+
+    def _patch_lang(fn):
+        seen = langs(fn)
+        if active["depth"] and seen <= active["patched"]:
+            return interpreter._LangPatchScope()        # nothing of its own to restore
+        scope = plain_patch(fn)
+        if active["depth"]:
+            active["patched"] |= seen
+        return scope
+
+    def call(self, *args, **kwargs):
+        active["depth"] += 1
+        try:
+            return plain_call(self, *args, **kwargs)
+        finally:
+            active["depth"] -= 1
+            if not active["depth"]:
+                active["patched"].clear()
+
+    interpreter._patch_lang = _patch_lang
+    interpreter.GridExecutor.__call__ = call
+
+
 if os.environ.get("TRITON_INTERPRET") == "1":
     _interpreter_dot_per_element()
     _interpreter_reductions_by_slice()
     _interpreter_dtype_map_cached()
+    _interpreter_patches_once_per_launch()
 
 from helpers import assert_close as _assert_close  # noqa: E402  (tests/ is on sys.path)
 
