@@ -396,8 +396,12 @@ def test_bad_arguments_raise(kw, match):
 
 
 def test_config_depends_on_capacity_only():
-    # Split layouts for the contexts of the benchmark and the 256k limit; T is not an input.
-    for L, split, ns in ((8192, 128, 64), (8256, 128, 65), (65536, 512, 128), (262144, 2048, 128), (48, 128, 1)):
+    # Split layouts for the contexts of the benchmark and the 256k limit; T is not an input. A
+    # capacity just past a power of two (the benchmark's: context + its decode rows) keeps ~100+
+    # splits of whole 64-row tiles, not 65 of twice the length.
+    for L, split, ns in ((8192, 128, 64), (8256, 128, 65), (65536, 512, 128), (262144, 2048, 128), (48, 128, 1),
+                         (16384, 128, 128), (16512, 192, 86), (33072, 320, 104), (65840, 576, 115),
+                         (131376, 1088, 121)):
         cfg = config_for(L, 8, 512, 64)
         assert (cfg.split_len, num_splits(L, cfg)) == (split, ns), L
     assert config_for(8192, 8, 512, 64).num_warps == 8

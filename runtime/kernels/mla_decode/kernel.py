@@ -93,11 +93,15 @@ class MlaDecodeConfig:
 
 def config_for(L: int, H: int, R: int, P: int) -> MlaDecodeConfig:
     """The launch config for a cache capacity L and head shape: a function of the shape only,
-    never of T or of the positions. SPLIT_LEN = max(128, next_pow2(L / 128)): 8192 -> 64 splits
-    of 128 rows, 65536 -> 128 of 512, 262144 -> 128 of 2048. The split length and the tile (64
-    rows, 3 stages: the dataclass defaults) are the best of the H200 sweeps in
-    benchmarks/results (``benchmarks.kernels_attn --split-len / --mla-config``)."""
-    split = max(MIN_SPLIT_LEN, triton.next_power_of_2(triton.cdiv(L, TARGET_SPLITS)))
+    never of T or of the positions. SPLIT_LEN = max(128, L / 128 rounded up to whole 64-row
+    tiles): 8192 -> 64 splits of 128 rows, 65536 -> 128 of 512, 262144 -> 128 of 2048, and a
+    capacity just past one of those (a context plus the decode's rows) keeps ~100-128 splits:
+    65840 -> 115 of 576. (A power-of-two split length, the rule until session 34, gave it 65
+    splits of 1024: half the SMs idle at T = 1.) The tile (64 rows, 3 stages: the dataclass
+    defaults) is the best of the H200 sweeps in benchmarks/results (``benchmarks.kernels_attn
+    --split-len / --mla-config``)."""
+    block_l = MlaDecodeConfig.block_l
+    split = max(MIN_SPLIT_LEN, triton.cdiv(triton.cdiv(L, TARGET_SPLITS), block_l) * block_l)
     bh = max(16, triton.next_power_of_2(H))
     # At 16 x 512 four warps sit at the 255-register limit; two such programs share an SM and
     # win alone at T = 6, but lost in the decode step (session 21), so 8 warps there.
