@@ -53,6 +53,10 @@ def _interpreter_reductions_by_slice() -> None:
     def as_tensor(op, data, dtype):
         return op.to_tensor(np.asarray(data), dtype)
 
+    def at(op, data, dtypes, axis, k):
+        """Slice k along the axis of every operand, as interpreter tensors."""
+        return tuple(as_tensor(op, np.take(d, k, axis=axis), dt) for d, dt in zip(data, dtypes))
+
     def fold(op, acc, x, dtypes, np_dtypes, shape):
         """combine(acc, x) on whole slices, each result stored back in its input's dtype."""
         ret = op.combine_fn.fn(*acc, *x)
@@ -71,10 +75,9 @@ def _interpreter_reductions_by_slice() -> None:
         np_dtypes = [d.dtype for d in data]
         in_shape = data[0].shape
         out_shape = in_shape[:axis] + in_shape[axis + 1:]
-        acc = tuple(as_tensor(self, np.take(d, 0, axis=axis), dt) for d, dt in zip(data, dtypes))
+        acc = at(self, data, dtypes, axis, 0)
         for k in range(1, in_shape[axis]):
-            x = tuple(as_tensor(self, np.take(d, k, axis=axis), dt) for d, dt in zip(data, dtypes))
-            acc = fold(self, acc, x, dtypes, np_dtypes, out_shape)
+            acc = fold(self, acc, at(self, data, dtypes, axis, k), dtypes, np_dtypes, out_shape)
         ret = []
         for a, nt, dt in zip(acc, np_dtypes, dtypes):
             out = np.asarray(a.handle.data, dtype=nt).reshape(out_shape)
@@ -96,11 +99,10 @@ def _interpreter_reductions_by_slice() -> None:
         shape, axis = data[0].shape, self.axis
         slice_shape = shape[:axis] + shape[axis + 1:]
         outs = [np.zeros(shape, dtype=nt) for nt in np_dtypes]
-        acc = tuple(as_tensor(self, np.take(d, 0, axis=axis), dt) for d, dt in zip(data, dtypes))
+        acc = at(self, data, dtypes, axis, 0)
         for k in range(shape[axis]):
             if k:
-                x = tuple(as_tensor(self, np.take(d, k, axis=axis), dt) for d, dt in zip(data, dtypes))
-                acc = fold(self, acc, x, dtypes, np_dtypes, slice_shape)
+                acc = fold(self, acc, at(self, data, dtypes, axis, k), dtypes, np_dtypes, slice_shape)
             for o, a, nt in zip(outs, acc, np_dtypes):
                 idx = [slice(None)] * len(shape)
                 idx[axis] = k
