@@ -409,6 +409,42 @@ def test_read_probe_step_record_keeps_both_floors(tmp_path):
     assert rec["chain_ms"] == {16: 0.04} and json.loads(json.dumps(rec))["kernels"] == 3
 
 
+def test_prefill_flops_count_the_tokens_and_causal_attention():
+    # benchmarks.prefill's floor FLOPs on the tiny model: linear in the prompt plus MLA's causal
+    # attention (quadratic); routed experts counted 8 per token, never all of them.
+    from model_helpers import tiny_model
+
+    from benchmarks.prefill import prompt_flops
+    from lingc.models.moe import MoE
+
+    model = tiny_model(seed=0)
+    cfg = model.config
+    f1, f2, f4 = (prompt_flops(model, n) for n in (1, 2, 4))
+    per_token = 2 * sum(p.numel() for layer in model.target_layers for n, p in layer.named_parameters()
+                        if p.dim() >= 2 and ".experts." not in f".{n}")
+    moe_layers = [layer.mlp for layer in model.target_layers if isinstance(layer.mlp, MoE)]
+    per_token += 2 * sum(cfg.num_experts_per_tok * (m.experts.w13[0].numel() + m.experts.w2[0].numel())
+                         for m in moe_layers)
+    attn = [layer.attention for layer in model.target_layers if hasattr(layer.attention, "rank")]
+    pair = 2 * sum(a.num_heads * (2 * a.rank + a.rope) for a in attn)
+    assert attn and moe_layers
+    assert f1 == pytest.approx(per_token + pair)
+    assert f4 == pytest.approx(4 * per_token + 10 * pair)
+    assert f4 - 2 * f2 == pytest.approx(4 * pair)           # the quadratic term alone
+
+
+@pytest.mark.gpu
+def test_gpu_prefill_benchmark_runs_both_moe_forms(tmp_path):
+    from benchmarks.prefill import main
+
+    assert main(["--preset", "tiny", "--tokens", "80", "--reps", "1", "--chunk", "64", "--out", str(tmp_path)]) == 0
+    out = json.loads((tmp_path / "prefill.json").read_text())
+    assert [r["moe"] for r in out["rows"]] == ["grouped", "gather"]
+    for r in out["rows"]:
+        assert r["ttft_ms"] > 0 and r["floor_ms"] > 0
+        assert {"KDA attention", "MLA attention", "MoE", "dense MLP"} <= set(r["kinds_ms"])
+
+
 @pytest.mark.gpu
 def test_gpu_read_probe_step_chain_times_a_chain():
     from benchmarks.read_probe import run_step_chain

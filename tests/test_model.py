@@ -61,6 +61,27 @@ def test_hidden_is_final_normed(model):
     assert logits.dtype == torch.float32 and logits.shape == (3, cfg.lm_head_size)
 
 
+def test_last_logits_only(model):
+    """forward / draft with last_logits_only: the last row's logits alone, the same hidden states
+    and cache as the full forward (what prefill and draft_prefill call)."""
+    torch.manual_seed(2)
+    cfg = model.config
+    ids, pos = torch.randint(0, cfg.vocab_size, (5,)), torch.arange(3, 8)
+    base = randomize_cache_(Ling3Cache.allocate(cfg, 16), seed=2, rows=3)
+    a, b = base.clone(), base.clone()
+    full, hidden = model(ids, pos, a)
+    last, hidden_last = model(ids, pos, b, last_logits_only=True)
+    assert last.shape == (1, cfg.lm_head_size) and last.dtype == torch.float32
+    assert torch.equal(hidden_last, hidden)
+    assert_rel_close(last[0], full[-1], 1e-6, "last row's logits")
+    cache_tensors_close(a, b, 0.0)
+    th = torch.randn(5, cfg.hidden_size)
+    dfull, dh = model.draft(ids, pos, th, a)
+    dlast, dh_last = model.draft(ids, pos, th, b, last_logits_only=True)
+    assert dlast.shape == (1, cfg.lm_head_size) and torch.equal(dh_last, dh)
+    assert_rel_close(dlast[0], dfull[-1], 1e-6, "draft's last row's logits")
+
+
 def test_nextn_draft_writes_only_draft_kv(model):
     torch.manual_seed(2)
     cfg = model.config

@@ -1,6 +1,8 @@
 """MoE: grouped sigmoid router vs a per-token Python reference, expert bias, bf16 router, MoE output
 vs a per-token loop over the chosen experts, SwiGLU clamps, chunking by MOE_CHUNK."""
 
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -201,3 +203,96 @@ def test_moe_chunked_equals_per_token(model):
     assert_rel_close(y, per_token, 1e-6, "chunked MoE vs per token")
     expect = torch.stack([ref_moe_token(mlp, cfg, x[t]) for t in (0, 17, 33, 39)])
     assert_rel_close(y[[0, 17, 33, 39]], expect, 1e-5, "chunked MoE vs reference")
+
+
+# The grouped form (prefill chunks on CUDA): torch._grouped_mm over the pairs sorted by expert.
+
+@pytest.mark.parametrize("layer_id", [1, 4])
+def test_grouped_form_equals_gather_form(model, layer_id):
+    """Experts.forward_grouped against the gather form and the float64 per-token reference, with a
+    token repeated many times (one expert holding many pairs) and most experts holding none."""
+    torch.manual_seed(20 + layer_id)
+    cfg = model.config
+    mlp = moe_layer(model, layer_id)
+    x = torch.randn(40, cfg.hidden_size)
+    x[3:35] = x[2]                                    # 33 copies of one token: its experts hold 33 pairs each
+    ids, w = mlp.gate(x)
+    counts = torch.bincount(ids.reshape(-1), minlength=cfg.num_experts)
+    assert counts.max() >= 33 and (counts == 0).any(), counts
+    got = mlp.experts.forward_grouped(x, ids, w)
+    assert_rel_close(got, mlp.experts(x, ids, w), 1e-6, "grouped vs gather form")
+    full = got + mlp.shared_experts(x).float()
+    expect = torch.stack([ref_moe_token(mlp, cfg, x[t]) for t in (0, 2, 12, 39)])
+    assert_rel_close(full[[0, 2, 12, 39]], expect, 1e-5, "grouped form vs reference")
+
+
+def test_moe_forward_takes_the_grouped_form_in_chunks(model, monkeypatch):
+    """MoE.forward's dispatch: where the grouped form applies it runs GROUPED_CHUNK tokens at a
+    time through forward_grouped (never the gather form); elsewhere MOE_CHUNK through the gather."""
+    from lingc.models import moe as moe_module
+    torch.manual_seed(31)
+    cfg = model.config
+    mlp = moe_layer(model, 5)
+    x = torch.randn(50, cfg.hidden_size)
+    expect = mlp(x)
+    assert not moe_module.grouped_form_applies(x)      # CPU: the gather form
+    calls = {"grouped": [], "gather": []}
+    real_grouped, real_gather = type(mlp.experts).forward_grouped, type(mlp.experts).forward
+
+    def grouped(self, x, ids, w):
+        calls["grouped"].append(x.shape[0])
+        return real_grouped(self, x, ids, w)
+
+    def gather(self, x, ids, w):
+        calls["gather"].append(x.shape[0])
+        return real_gather(self, x, ids, w)
+
+    monkeypatch.setattr(type(mlp.experts), "forward_grouped", grouped)
+    monkeypatch.setattr(type(mlp.experts), "forward", gather)
+    monkeypatch.setattr(moe_module, "grouped_form_applies", lambda t: t.shape[0] >= 20)
+    monkeypatch.setattr(moe_module, "GROUPED_CHUNK", 24)
+    got = mlp(x)
+    assert calls == {"grouped": [24, 24, 2], "gather": []}
+    assert_rel_close(got, expect, 1e-6, "grouped chunks vs gather chunks")
+    calls["grouped"].clear()
+    mlp(x[:19])
+    assert calls == {"grouped": [], "gather": [MOE_CHUNK, 19 - MOE_CHUNK]}
+
+
+def test_grouped_form_applies_only_to_prefill_sized_bf16_on_cuda():
+    from lingc.models.moe import GROUPED_MIN_TOKENS, grouped_form_applies
+    assert GROUPED_MIN_TOKENS > 16                      # decode and verify graphs keep the gather form
+    assert not grouped_form_applies(torch.zeros(GROUPED_MIN_TOKENS, 8, dtype=torch.bfloat16))   # CPU
+    if torch.cuda.is_available():
+        assert grouped_form_applies(torch.zeros(GROUPED_MIN_TOKENS, 8, dtype=torch.bfloat16, device="cuda"))
+        assert not grouped_form_applies(torch.zeros(GROUPED_MIN_TOKENS - 1, 8, dtype=torch.bfloat16, device="cuda"))
+        assert not grouped_form_applies(torch.zeros(GROUPED_MIN_TOKENS, 8, device="cuda"))     # fp32
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [64, 300, 4100])
+def test_gpu_grouped_form_on_flash_tp4_rank_shapes(T):
+    """On CUDA in bf16 (torch._grouped_mm's sm_90 kernels), one flash-tp4-rank MoE layer (512
+    experts, I = 192, H = 2560): MoE.forward takes the grouped form (4100 tokens: two chunks) and
+    agrees with the gather form within bf16 rounding; group sizes are whatever the router gives
+    (not multiples of anything, many empty)."""
+    from lingc.models import moe as moe_module
+    from lingc.models import preset
+    from lingc.models.init import build_model
+    cfg = preset("flash-tp4-rank", router_dtype="bf16")
+    small = dataclasses.replace(cfg, num_hidden_layers=2, first_k_dense_replace=1, num_nextn_predict_layers=0)
+    model = build_model(small, device="cuda", dtype=torch.bfloat16, seed=4, progress=False)
+    mlp = moe_layer(model, 1)
+    g = torch.Generator(device="cuda").manual_seed(T)
+    x = torch.randn(T, cfg.hidden_size, device="cuda", dtype=torch.bfloat16, generator=g)
+    assert moe_module.grouped_form_applies(x)
+    got = mlp(x)
+    orig = moe_module.GROUPED_MIN_TOKENS
+    moe_module.GROUPED_MIN_TOKENS = 1 << 62
+    try:
+        expect = mlp(x)
+    finally:
+        moe_module.GROUPED_MIN_TOKENS = orig
+    err = ((got.float() - expect.float()).norm() / expect.float().norm()).item()
+    assert err < 1e-2, f"T={T}: grouped vs gather relative error {err:.2e}"
+    assert torch.isfinite(got).all()

@@ -68,7 +68,7 @@ def prefill(model: Ling3ForCausalLM, cache: Ling3Cache, tokens: torch.Tensor, st
     for i in range(0, tokens.numel(), chunk):
         ids = tokens[i:i + chunk]
         pos = torch.arange(start + i, start + i + ids.numel(), device=ids.device)
-        lg, h = model(ids, pos, cache)
+        lg, h = model(ids, pos, cache, last_logits_only=True)
         hiddens.append(h)
         logits = lg[-1]
     return logits, torch.cat(hiddens, 0)
@@ -82,7 +82,7 @@ def draft_prefill(model: Ling3ForCausalLM, cache: Ling3Cache, next_tokens: torch
     for i in range(0, next_tokens.numel(), chunk):
         ids = next_tokens[i:i + chunk]
         pos = torch.arange(start + i, start + i + ids.numel(), device=ids.device)
-        lg, dh = model.draft(ids, pos, hidden[i:i + chunk], cache)
+        lg, dh = model.draft(ids, pos, hidden[i:i + chunk], cache, last_logits_only=True)
     return lg[-1], dh[-1:]
 
 

@@ -7,8 +7,12 @@ sum 1 (norm_topk_prob), times routed_scaling_factor. The shared expert is added 
 
 Experts are stored stacked per layer, `experts.w13` [E, 2I, H] (gate rows then up rows) and
 `experts.w2` [E, H, I], so the routed computation is a gather + batched matmul with no Python loop
-over experts (the checkpoint loader maps `experts.{e}.{gate,up,down}_proj` in and out). Long inputs
-are processed MOE_CHUNK tokens at a time so a prefill never gathers thousands of experts at once.
+over experts (the checkpoint loader maps `experts.{e}.{gate,up,down}_proj` in and out). That form
+reads a whole expert per (token, slot) pair: right for decode (T <= 16, what `fused_moe` matches),
+wasteful for a prompt. Prefill chunks of GROUPED_MIN_TOKENS or more on CUDA in bf16 therefore take
+the grouped form (`Experts.forward_grouped`): the pairs sorted by expert, one `torch._grouped_mm`
+per projection, so each chosen expert's weights are read once per chunk. Other long inputs are
+processed MOE_CHUNK tokens at a time so a prefill never gathers thousands of experts at once.
 
 SwiGLU with clamp limit L > 0: min(silu(gate), L) * clamp(up, -L, L); L == 0 means no clamp.
 """
@@ -24,6 +28,17 @@ from .layers import Linear, empty_param
 from .parallel import SINGLE, TensorParallel
 
 MOE_CHUNK = 16
+# Token counts from which a CUDA bf16 MoE call takes the grouped form, and its chunk (the per-pair
+# buffers of 4096 tokens x 8 slots are 168 MB in bf16). Decode and verify graphs (T <= 16) never do.
+GROUPED_MIN_TOKENS = 64
+GROUPED_CHUNK = 4096
+
+
+def grouped_form_applies(x: torch.Tensor) -> bool:
+    """Whether MoE.forward takes the grouped form for x [T, H]: a prefill-sized bf16 input on CUDA
+    with torch._grouped_mm available (its sm_90 kernels take bf16; elsewhere the gather form)."""
+    return (x.shape[0] >= GROUPED_MIN_TOKENS and x.is_cuda and x.dtype == torch.bfloat16
+            and hasattr(torch, "_grouped_mm"))
 
 
 def swiglu(gate: torch.Tensor, up: torch.Tensor, limit: float) -> torch.Tensor:
@@ -97,6 +112,8 @@ class Experts(nn.Module):
         self.inter, self.limit = I, limit
         self.w13 = empty_param(E, 2 * I, H, dtype=cfg.dtype)
         self.w2 = empty_param(E, H, I, dtype=cfg.dtype)
+        # torch._grouped_mm's operands need 16-byte rows: H and I whole multiples of 8 bf16 values.
+        self.grouped_aligned = H % 8 == 0 and I % 8 == 0
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """sum_j weights[t, j] * expert_{ids[t, j]}(x[t]), summed in slot order in fp32."""
@@ -106,10 +123,33 @@ class Experts(nn.Module):
         h = torch.bmm(self.w13[flat], xs).squeeze(-1)                           # [T*k, 2I]
         a = swiglu(h[:, :self.inter], h[:, self.inter:], self.limit)
         y = torch.bmm(self.w2[flat], a.unsqueeze(-1)).squeeze(-1).view(T, k, -1).float()
-        out = y[:, 0] * weights[:, 0:1]
-        for j in range(1, k):
-            out = out + y[:, j] * weights[:, j:j + 1]
-        return out
+        return _slot_sum(y, weights)
+
+    def forward_grouped(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """The same sum with each expert's pairs as one group of `torch._grouped_mm`: the (token,
+        slot) pairs sorted by expert (stably), the gate/up and down projections as two grouped
+        GEMMs over the stacked weights in place, the products scattered back to pair order. Every
+        chosen expert's weights are read once per call instead of once per pair. Per-pair outputs
+        are rounded to x.dtype and summed in fp32 in slot order, as in `forward`; the GEMMs'
+        accumulation order is the library's, so the bits may differ from `forward`'s."""
+        T, k = ids.shape
+        flat = ids.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        offs = torch.bincount(flat, minlength=self.w13.shape[0]).cumsum(0).to(torch.int32)
+        xs = x.index_select(0, order // k)                                    # [T*k, H], by expert
+        h = torch._grouped_mm(xs, self.w13.transpose(1, 2), offs=offs)          # [T*k, 2I]
+        a = swiglu(h[:, :self.inter], h[:, self.inter:], self.limit)
+        ys = torch._grouped_mm(a, self.w2.transpose(1, 2), offs=offs)           # [T*k, H]
+        y = torch.empty_like(ys).index_copy_(0, order, ys).view(T, k, -1).float()
+        return _slot_sum(y, weights)
+
+
+def _slot_sum(y: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """sum_j weights[:, j] * y[:, j] in slot order (y [T, k, H] fp32)."""
+    out = y[:, 0] * weights[:, 0:1]
+    for j in range(1, y.shape[1]):
+        out = out + y[:, j] * weights[:, j:j + 1]
+    return out
 
 
 class MoE(nn.Module):
@@ -126,17 +166,20 @@ class MoE(nn.Module):
                                if cfg.num_shared_experts else None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        outs = [self._forward(x[i:i + MOE_CHUNK]) for i in range(0, x.shape[0], MOE_CHUNK)]
+        grouped = grouped_form_applies(x) and self.experts.grouped_aligned
+        step = GROUPED_CHUNK if grouped else MOE_CHUNK
+        outs = [self._forward(x[i:i + step], grouped) for i in range(0, x.shape[0], step)]
         return self.tp.all_reduce(outs[0] if len(outs) == 1 else torch.cat(outs, 0))
 
-    def _forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.routed_chunk(x)[0]
+    def _forward(self, x: torch.Tensor, grouped: bool = False) -> torch.Tensor:
+        return self.routed_chunk(x, grouped)[0]
 
-    def routed_chunk(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One chunk (at most MOE_CHUNK tokens) before the all-reduce, with the routing it used:
-        (output, expert ids, weights)."""
+    def routed_chunk(self, x: torch.Tensor, grouped: bool = False
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One chunk (at most MOE_CHUNK tokens, or GROUPED_CHUNK in the grouped form) before the
+        all-reduce, with the routing it used: (output, expert ids, weights)."""
         ids, w = self.gate(x)
-        y = self.experts(x, ids, w)
+        y = (self.experts.forward_grouped if grouped else self.experts)(x, ids, w)
         if self.shared_experts is not None:
             y = y + self.shared_experts(x).float()
         return y.to(x.dtype), ids, w

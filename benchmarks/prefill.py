@@ -1,0 +1,242 @@
+"""Prefill on one GPU: time to first token of an N-token prompt, where it goes, and its floor.
+
+    python -m benchmarks.prefill --preset flash-tp4-rank --tokens 1024 8192 --out DIR
+        [--moe grouped gather] [--chunk 256] [--reps 3] [--no-draft]
+
+What is timed is what `lingc.generate` runs before its first decode step (runtime/relay/engine.py,
+`Engine._prefill`): the target's eager forward over the prompt in chunks of `--chunk` tokens
+(`lingc.decoding.reference.prefill`: KDA's chunked recurrence on `lingc::kda_prefill`, MLA over
+the cache, the MoE), the first token's argmax, and for the relay the NEXTN draft's prefill over
+the same positions (`draft_prefill`; `--no-draft` leaves it out). Random bf16 weights, random
+prompt ids, the cache zeroed before each run. CUDA events, one warm-up run per setting, the
+median of `--reps` runs.
+
+`--moe` names the MoE's forms to compare in the same run: `grouped` (the model's default for
+prefill chunks on CUDA: the pairs sorted by expert, two `torch._grouped_mm` per chunk, each chosen
+expert read once) and `gather` (the decode formulation for every chunk: one gathered expert per
+(token, slot) pair, MOE_CHUNK tokens at a time; what prefill ran before the grouped form).
+
+Breakdown: one more run with CUDA events around every layer's attention and MLP (forward hooks),
+summed per kind (KDA attention, MLA attention, MoE, dense MLP); "rest" is the remainder (the
+embedding, norms, lm_head rows, the draft layer, host gaps).
+
+Floor: the larger of (a) the target's parameters read once over the copy bandwidth and (b) the
+prompt's matmul FLOPs over the bf16 matmul throughput, both measured in the same run. FLOPs:
+2 x N x (every target parameter a token multiplies: attention projections, dense MLPs, the shared
+expert and its 8 routed experts; the embedding and lm_head excluded) + MLA's causal attention in
+latent space (2 x heads x (rank + rope + rank) per (query, earlier key) pair). KDA's recurrence
+and the draft are left out of the floor, so it is a lower bound.
+
+Output: a markdown table on stdout, OUT/prefill.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+
+import torch
+
+from lingc.decoding.reference import PREFILL_CHUNK, draft_prefill, prefill
+from lingc.models import Ling3Cache, build_model, preset
+from lingc.models import moe as moe_module
+from lingc.models.kda import KDAAttention
+from lingc.models.mla import MLAAttention
+from lingc.models.moe import MoE
+
+from .common import copy_bandwidth_gbps, environment, markdown_table, require_cuda, write_json
+
+MOE_FORMS = ("grouped", "gather")
+
+
+def matmul_tflops(n: int = 8192, reps: int = 10) -> float:
+    """bf16 matmul throughput of an n x n x n product (TFLOP/s, median of reps)."""
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        a @ b
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return 2 * n ** 3 / (statistics.median(times) * 1e-3) / 1e12
+
+
+def prompt_flops(model, n: int) -> float:
+    """Matmul FLOPs of the target over an n-token prompt (module docstring, "Floor")."""
+    cfg = model.config
+    per_token = 0
+    for layer in model.target_layers:
+        for name, p in layer.named_parameters():
+            if ".experts." in f".{name}":
+                continue                                   # routed experts: 8 per token below
+            if p.dim() >= 2:                               # projections, router, shared expert
+                per_token += p.numel()
+        if isinstance(layer.mlp, MoE):
+            e = layer.mlp.experts
+            per_token += cfg.num_experts_per_tok * (e.w13[0].numel() + e.w2[0].numel())
+    flops = 2.0 * n * per_token
+    pairs = n * (n + 1) / 2                                # (query, key) pairs of causal attention
+    for layer in model.target_layers:
+        if isinstance(layer.attention, MLAAttention):
+            a = layer.attention
+            flops += 2.0 * pairs * a.num_heads * (a.rank + a.rope + a.rank)
+    return flops
+
+
+def target_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for layer in model.target_layers for p in layer.parameters())
+
+
+class KindTimer:
+    """CUDA events around every layer's attention and MLP, summed per kind after a run."""
+
+    def __init__(self, model):
+        self.spans: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
+        self.handles = []
+        for layer in model.target_layers:
+            att = "KDA attention" if isinstance(layer.attention, KDAAttention) else "MLA attention"
+            mlp = "MoE" if isinstance(layer.mlp, MoE) else "dense MLP"
+            for mod, kind in ((layer.attention, att), (layer.mlp, mlp)):
+                self.handles.append(mod.register_forward_pre_hook(self._pre(kind)))
+                self.handles.append(mod.register_forward_hook(self._post()))
+
+    def _pre(self, kind):
+        def hook(mod, args):
+            s = torch.cuda.Event(enable_timing=True)
+            s.record()
+            self.spans.append((kind, s, None))
+        return hook
+
+    def _post(self):
+        def hook(mod, args, out):
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            kind, s, _ = self.spans[-1]
+            self.spans[-1] = (kind, s, e)
+        return hook
+
+    def totals_ms(self) -> dict[str, float]:
+        torch.cuda.synchronize()
+        out: dict[str, float] = {}
+        for kind, s, e in self.spans:
+            out[kind] = out.get(kind, 0.0) + s.elapsed_time(e)
+        return out
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+def run_prefill(model, cache, ids: torch.Tensor, chunk: int, draft: bool) -> int:
+    """What Engine._prefill runs: target prefill, first token, draft prefill. Returns the token."""
+    for t in cache.tensors():
+        t.zero_()
+    logits, hidden = prefill(model, cache, ids, chunk=chunk)
+    first = logits.argmax(-1)
+    if draft and model.nextn is not None:
+        nxt = torch.cat([ids[1:], first.view(1)])
+        draft_prefill(model, cache, nxt, hidden, chunk=chunk)
+    return first
+
+
+def time_ms(fn, reps: int) -> list[float]:
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return times
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", default="flash-tp4-rank")
+    ap.add_argument("--tokens", type=int, nargs="+", default=[1024, 8192])
+    ap.add_argument("--moe", nargs="+", choices=MOE_FORMS, default=list(MOE_FORMS))
+    ap.add_argument("--chunk", type=int, default=PREFILL_CHUNK, help="prefill chunk (tokens per forward)")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--no-draft", action="store_true", help="leave the NEXTN draft's prefill out")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    if args.chunk < 1 or min(args.tokens) < 1 or args.reps < 1:
+        raise SystemExit(f"--chunk {args.chunk}, --tokens {args.tokens}, --reps {args.reps}: all must be >= 1")
+    require_cuda()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    bw = copy_bandwidth_gbps()
+    tflops = matmul_tflops()
+    cfg = preset(args.preset, router_dtype="bf16")
+    if max(args.tokens) + 1 > cfg.max_position_embeddings:
+        raise SystemExit(f"--tokens {max(args.tokens)}: the preset's positions end at {cfg.max_position_embeddings}")
+    model = build_model(cfg, device="cuda", dtype=torch.bfloat16, seed=0, progress=True)
+    cache = Ling3Cache.allocate(model.config, max(args.tokens) + 8, device="cuda")
+    nbytes = target_bytes(model)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    default_min = moe_module.GROUPED_MIN_TOKENS
+    print(f"copy bandwidth {bw:.0f} GB/s, bf16 matmul {tflops:.0f} TFLOP/s, target weights {nbytes / 1e9:.1f} GB",
+          flush=True)
+
+    rows, firsts = [], {}
+    for n in args.tokens:
+        ids = torch.randint(0, model.config.vocab_size, (n,), device="cuda", generator=gen)
+        flops = prompt_flops(model, n)
+        floor_ms = max(nbytes / (bw * 1e9), flops / (tflops * 1e12)) * 1e3
+        for form in args.moe:
+            moe_module.GROUPED_MIN_TOKENS = default_min if form == "grouped" else 1 << 62
+            try:
+                with torch.no_grad():
+                    fn = lambda: run_prefill(model, cache, ids, args.chunk, not args.no_draft)  # noqa: E731
+                    firsts[(n, form)] = int(fn())                       # warm-up (and the first token)
+                    ms = statistics.median(time_ms(fn, args.reps))
+                    timer = KindTimer(model)
+                    try:
+                        fn()
+                        kinds = timer.totals_ms()
+                    finally:
+                        timer.remove()
+            finally:
+                moe_module.GROUPED_MIN_TOKENS = default_min
+            total = sum(kinds.values())
+            row = {"tokens": n, "moe": form, "ttft_ms": ms, "tokens_per_s": n / (ms * 1e-3),
+                   "floor_ms": floor_ms, "x_floor": ms / floor_ms, "first_token": firsts[(n, form)],
+                   "kinds_ms": {k: round(v, 3) for k, v in sorted(kinds.items())},
+                   "rest_ms": max(0.0, ms - total)}
+            rows.append(row)
+            print(f"  {n} tokens, MoE {form}: {ms:.1f} ms ({row['tokens_per_s']:.0f} tok/s), "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in sorted(kinds.items())), flush=True)
+
+    same = {n: len({firsts[(n, f)] for f in args.moe}) == 1 for n in args.tokens}
+    cols = [("tokens", "prompt tokens", "d"), ("moe", "MoE form", "s"), ("ttft_ms", "TTFT ms", ".1f"),
+            ("tokens_per_s", "tokens/s", ".0f"), ("floor_ms", "floor ms", ".1f"), ("x_floor", "x floor", ".1f")]
+    kinds_all = sorted({k for r in rows for k in r["kinds_ms"]})
+    table_rows = []
+    for r in rows:
+        t = dict(r)
+        for k in kinds_all:
+            t[k] = r["kinds_ms"].get(k, 0.0)
+        table_rows.append(t)
+    cols += [(k, f"{k} ms", ".1f") for k in kinds_all] + [("rest_ms", "rest ms", ".1f")]
+    table = markdown_table(table_rows, cols)
+    print()
+    print(table)
+    print(f"\nfirst token equal across MoE forms: {same}")
+    write_json(out / "prefill.json", {
+        "preset": args.preset, "chunk": args.chunk, "draft": not args.no_draft, "copy_bw_gbps": bw,
+        "matmul_tflops": tflops, "target_bytes": nbytes, "rows": rows, "first_token_equal": same,
+        "environment": environment()})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
