@@ -1,7 +1,7 @@
 """Prefill on one GPU: time to first token of an N-token prompt, where it goes, and its floor.
 
     python -m benchmarks.prefill --preset flash-tp4-rank --tokens 1024 8192 --out DIR
-        [--moe grouped gather] [--chunk 256] [--reps 3] [--no-draft]
+        [--moe grouped gather] [--chunk 256 1024] [--reps 3] [--no-draft] [--profile N]
 
 What is timed is what `lingc.generate` runs before its first decode step (runtime/relay/engine.py,
 `Engine._prefill`): the target's eager forward over the prompt in chunks of `--chunk` tokens
@@ -16,9 +16,14 @@ prefill chunks on CUDA: the pairs sorted by expert, two `torch._grouped_mm` per 
 expert read once) and `gather` (the decode formulation for every chunk: one gathered expert per
 (token, slot) pair, MOE_CHUNK tokens at a time; what prefill ran before the grouped form).
 
-Breakdown: one more run with CUDA events around every layer's attention and MLP (forward hooks),
-summed per kind (KDA attention, MLA attention, MoE, dense MLP); "rest" is the remainder (the
-embedding, norms, lm_head rows, the draft layer, host gaps).
+Breakdown: one more run with CUDA events around every layer's attention and MLP and the draft
+layer (forward hooks), summed per kind (KDA attention, MLA attention, MoE, dense MLP, draft
+layer); "rest" is that run's remainder (the embedding, norms, lm_head rows, host gaps). Where the
+host cannot keep the GPU busy (eager), a span is the host's time to issue it.
+
+`--profile N` then runs one N-token prefill (the default MoE form) under torch.profiler: the
+busiest ops by GPU and by host time on stdout, the GPU's busy share, and a gzipped Chrome trace
+OUT/prefill_trace.json.gz.
 
 Floor: the larger of (a) the target's parameters read once over the copy bandwidth and (b) the
 prompt's matmul FLOPs over the bf16 matmul throughput, both measured in the same run. FLOPs:
@@ -33,6 +38,7 @@ Output: a markdown table on stdout, OUT/prefill.json.
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 from pathlib import Path
 
@@ -99,12 +105,15 @@ class KindTimer:
     def __init__(self, model):
         self.spans: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
         self.handles = []
+        mods = []
         for layer in model.target_layers:
             att = "KDA attention" if isinstance(layer.attention, KDAAttention) else "MLA attention"
-            mlp = "MoE" if isinstance(layer.mlp, MoE) else "dense MLP"
-            for mod, kind in ((layer.attention, att), (layer.mlp, mlp)):
-                self.handles.append(mod.register_forward_pre_hook(self._pre(kind)))
-                self.handles.append(mod.register_forward_hook(self._post()))
+            mods += [(layer.attention, att), (layer.mlp, "MoE" if isinstance(layer.mlp, MoE) else "dense MLP")]
+        if model.nextn is not None:
+            mods.append((model.nextn, "draft layer"))
+        for mod, kind in mods:
+            self.handles.append(mod.register_forward_pre_hook(self._pre(kind)))
+            self.handles.append(mod.register_forward_hook(self._post()))
 
     def _pre(self, kind):
         def hook(mod, args):
@@ -158,17 +167,69 @@ def time_ms(fn, reps: int) -> list[float]:
     return times
 
 
+def profile_prefill(fn, out: Path) -> dict:
+    """One run of fn under torch.profiler: op tables on stdout, the trace gzipped into out."""
+    import gzip
+    import shutil
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad():
+        fn()                                                   # warm
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            wall = time_ms(fn, 1)[0]
+    avg = prof.key_averages()
+    gpu_key = "self_device_time_total" if hasattr(avg[0], "self_device_time_total") else "self_cuda_time_total"
+    busy_ms = sum(getattr(e, gpu_key) for e in avg) / 1e3
+    print(avg.table(sort_by=gpu_key, row_limit=25))
+    print(avg.table(sort_by="self_cpu_time_total", row_limit=25))
+    print(f"profiled prefill: {wall:.1f} ms wall, GPU busy {busy_ms:.1f} ms ({100 * busy_ms / wall:.0f}%)")
+    raw = out / "prefill_trace.json"
+    prof.export_chrome_trace(str(raw))
+    with open(raw, "rb") as src, gzip.open(str(raw) + ".gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    raw.unlink()
+    top = sorted(avg, key=lambda e: -getattr(e, gpu_key))[:25]
+    return {"wall_ms": wall, "gpu_busy_ms": busy_ms,
+            "top_gpu": [{"op": e.key, "count": e.count, "gpu_ms": getattr(e, gpu_key) / 1e3,
+                         "cpu_ms": e.self_cpu_time_total / 1e3} for e in top]}
+
+
+def measure(model, cache, ids, chunk: int, form: str, reps: int, draft: bool):
+    """(median ms, the hooked run's ms, its per-kind ms, the first token) of a prefill of ids."""
+    default_min = moe_module.GROUPED_MIN_TOKENS
+    moe_module.GROUPED_MIN_TOKENS = default_min if form == "grouped" else 1 << 62
+    try:
+        with torch.no_grad():
+            fn = lambda: run_prefill(model, cache, ids, chunk, draft)  # noqa: E731
+            first = int(fn())                                          # warm-up
+            ms = statistics.median(time_ms(fn, reps))
+            timer = KindTimer(model)
+            try:
+                hooked_ms = time_ms(fn, 1)[0]
+                kinds = timer.totals_ms()
+            finally:
+                timer.remove()
+    finally:
+        moe_module.GROUPED_MIN_TOKENS = default_min
+    return ms, hooked_ms, kinds, first
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--preset", default="flash-tp4-rank")
     ap.add_argument("--tokens", type=int, nargs="+", default=[1024, 8192])
     ap.add_argument("--moe", nargs="+", choices=MOE_FORMS, default=list(MOE_FORMS))
-    ap.add_argument("--chunk", type=int, default=PREFILL_CHUNK, help="prefill chunk (tokens per forward)")
+    ap.add_argument("--chunk", type=int, nargs="+", default=[PREFILL_CHUNK],
+                    help="prefill chunks (tokens per forward) to compare")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--no-draft", action="store_true", help="leave the NEXTN draft's prefill out")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="profile one N-token prefill with torch.profiler (tables and a Chrome trace)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    if args.chunk < 1 or min(args.tokens) < 1 or args.reps < 1:
+    if min(args.chunk) < 1 or min(args.tokens) < 1 or args.reps < 1:
         raise SystemExit(f"--chunk {args.chunk}, --tokens {args.tokens}, --reps {args.reps}: all must be >= 1")
     require_cuda()
     out = Path(args.out)
@@ -183,7 +244,6 @@ def main(argv=None) -> int:
     cache = Ling3Cache.allocate(model.config, max(args.tokens) + 8, device="cuda")
     nbytes = target_bytes(model)
     gen = torch.Generator(device="cuda").manual_seed(1)
-    default_min = moe_module.GROUPED_MIN_TOKENS
     print(f"copy bandwidth {bw:.0f} GB/s, bf16 matmul {tflops:.0f} TFLOP/s, target weights {nbytes / 1e9:.1f} GB",
           flush=True)
 
@@ -192,33 +252,21 @@ def main(argv=None) -> int:
         ids = torch.randint(0, model.config.vocab_size, (n,), device="cuda", generator=gen)
         flops = prompt_flops(model, n)
         floor_ms = max(nbytes / (bw * 1e9), flops / (tflops * 1e12)) * 1e3
-        for form in args.moe:
-            moe_module.GROUPED_MIN_TOKENS = default_min if form == "grouped" else 1 << 62
-            try:
-                with torch.no_grad():
-                    fn = lambda: run_prefill(model, cache, ids, args.chunk, not args.no_draft)  # noqa: E731
-                    firsts[(n, form)] = int(fn())                       # warm-up (and the first token)
-                    ms = statistics.median(time_ms(fn, args.reps))
-                    timer = KindTimer(model)
-                    try:
-                        fn()
-                        kinds = timer.totals_ms()
-                    finally:
-                        timer.remove()
-            finally:
-                moe_module.GROUPED_MIN_TOKENS = default_min
-            total = sum(kinds.values())
-            row = {"tokens": n, "moe": form, "ttft_ms": ms, "tokens_per_s": n / (ms * 1e-3),
-                   "floor_ms": floor_ms, "x_floor": ms / floor_ms, "first_token": firsts[(n, form)],
+        for chunk, form in itertools.product(args.chunk, args.moe):
+            ms, hooked_ms, kinds, first = measure(model, cache, ids, chunk, form, args.reps, not args.no_draft)
+            firsts[(n, chunk, form)] = first
+            row = {"tokens": n, "chunk": chunk, "moe": form, "ttft_ms": ms, "tokens_per_s": n / (ms * 1e-3),
+                   "floor_ms": floor_ms, "x_floor": ms / floor_ms, "first_token": first,
                    "kinds_ms": {k: round(v, 3) for k, v in sorted(kinds.items())},
-                   "rest_ms": max(0.0, ms - total)}
+                   "hooked_run_ms": hooked_ms, "rest_ms": max(0.0, hooked_ms - sum(kinds.values()))}
             rows.append(row)
-            print(f"  {n} tokens, MoE {form}: {ms:.1f} ms ({row['tokens_per_s']:.0f} tok/s), "
+            print(f"  {n} tokens, chunk {chunk}, MoE {form}: {ms:.1f} ms ({row['tokens_per_s']:.0f} tok/s), "
                   + ", ".join(f"{k} {v:.1f}" for k, v in sorted(kinds.items())), flush=True)
 
-    same = {n: len({firsts[(n, f)] for f in args.moe}) == 1 for n in args.tokens}
-    cols = [("tokens", "prompt tokens", "d"), ("moe", "MoE form", "s"), ("ttft_ms", "TTFT ms", ".1f"),
-            ("tokens_per_s", "tokens/s", ".0f"), ("floor_ms", "floor ms", ".1f"), ("x_floor", "x floor", ".1f")]
+    same = {n: len({v for key, v in firsts.items() if key[0] == n}) == 1 for n in args.tokens}
+    cols = [("tokens", "prompt tokens", "d"), ("chunk", "chunk", "d"), ("moe", "MoE form", "s"),
+            ("ttft_ms", "TTFT ms", ".1f"), ("tokens_per_s", "tokens/s", ".0f"), ("floor_ms", "floor ms", ".1f"),
+            ("x_floor", "x floor", ".1f")]
     kinds_all = sorted({k for r in rows for k in r["kinds_ms"]})
     table_rows = []
     for r in rows:
@@ -230,11 +278,15 @@ def main(argv=None) -> int:
     table = markdown_table(table_rows, cols)
     print()
     print(table)
-    print(f"\nfirst token equal across MoE forms: {same}")
+    print(f"\nfirst token equal across MoE forms and chunks: {same}")
+    prof_summary = None
+    if args.profile:
+        ids = torch.randint(0, model.config.vocab_size, (args.profile,), device="cuda", generator=gen)
+        prof_summary = profile_prefill(lambda: run_prefill(model, cache, ids, args.chunk[0], not args.no_draft), out)
     write_json(out / "prefill.json", {
-        "preset": args.preset, "chunk": args.chunk, "draft": not args.no_draft, "copy_bw_gbps": bw,
+        "preset": args.preset, "chunks": args.chunk, "draft": not args.no_draft, "copy_bw_gbps": bw,
         "matmul_tflops": tflops, "target_bytes": nbytes, "rows": rows, "first_token_equal": same,
-        "environment": environment()})
+        "profile": prof_summary, "environment": environment()})
     return 0
 
 

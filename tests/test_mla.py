@@ -107,6 +107,36 @@ def test_absorbed_matches_expanded_and_reference(model, T):
     assert torch.equal(a.draft_kv[0], fresh.draft_kv[0])
 
 
+def test_query_blocks_equal_one_block(model, monkeypatch):
+    """A chunk longer than QUERY_BLOCK attends block by block (bounded scores) with each query's
+    result as in one block, and against the formula reference."""
+    from lingc.models import mla as mla_module
+    torch.manual_seed(40)
+    cfg = model.config
+    layer = mla_layer(model, 0)
+    start, T = 5, 11
+    a = cache_with_history(cfg, start, seed=40)
+    b, ref_cache = a.clone(), a.clone()
+    x = torch.randn(T, cfg.hidden_size)
+    pos = torch.arange(start, start + T)
+    whole = layer(x, pos, a)
+    calls = []
+    real = MLAAttention._attend
+
+    def attend(self, q_lat, *rest):
+        calls.append(q_lat.shape[0])
+        return real(self, q_lat, *rest)
+
+    monkeypatch.setattr(mla_module, "QUERY_BLOCK", 4)
+    monkeypatch.setattr(MLAAttention, "_attend", attend)
+    blocked = layer(x, pos, b)
+    assert calls == [4, 4, 3]
+    assert_rel_close(blocked, whole, 1e-6, "query blocks vs one block")
+    assert torch.equal(a.kv[layer.cache_index], b.kv[layer.cache_index])
+    ref, _ = ref_mla(layer, cfg, x, pos, ref_cache.kv[layer.cache_index][0].clone())
+    assert_rel_close(blocked, ref, 1e-5, "query blocks vs formula reference")
+
+
 def test_cache_row_is_normed_latent_and_roped_key(model):
     torch.manual_seed(3)
     cfg = model.config

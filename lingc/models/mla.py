@@ -6,7 +6,9 @@ gives the latent c (kv_lora_rank, then kv_a_layernorm) and one shared rope key. 
 query (q_lat = q_nope @ W_k) and its v half into the output (o = (p @ c) @ W_v^T). Softmax scale
 (qk_nope + qk_rope)^-0.5; interleaved RoPE; each head's output times sigmoid(g_proj(x))[head];
 then `dense`. The causal mask compares cache rows with the query positions (device tensors), which
-serves T=1 decode, T=6 chain verify and causal prefill alike.
+serves T=1 decode, T=6 chain verify and causal prefill alike. A prefill chunk attends
+QUERY_BLOCK queries at a time (each query's row is computed alone anyway), so its fp32 scores,
+[QUERY_BLOCK, H, cache rows], stay bounded whatever the chunk.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from .cache import Ling3Cache
 from .config import Ling3Config
 from .layers import Linear, RMSNorm, apply_rope_interleaved, rope_inv_freq
 from .parallel import SINGLE, TensorParallel
+
+QUERY_BLOCK = 256
 
 
 class MLAAttention(nn.Module):
@@ -64,16 +68,25 @@ class MLAAttention(nn.Module):
         w_k, w_v = w_kv[:, :self.nope], w_kv[:, self.nope:]                  # [H, nope|v, rank]
         q_lat = torch.einsum("thn,hnr->thr", q_nope.float(), w_k.float())  # [T, H, rank]
         cf = kv_cache.float()
-        scores = (torch.einsum("thr,lr->thl", q_lat, cf[:, :self.rank])
-                  + torch.einsum("the,le->thl", q_rope.float(), cf[:, self.rank:])) * self.scale
-        L = kv_cache.shape[0]
-        visible = torch.arange(L, device=x.device)[None, :] <= positions[:, None]   # [T, L]
-        scores = scores.masked_fill(~visible[:, None, :], float("-inf"))
-        p = torch.softmax(scores, dim=-1)
-        o_lat = torch.einsum("thl,lr->thr", p, cf[:, :self.rank])
+        if T <= QUERY_BLOCK:
+            o_lat = self._attend(q_lat, q_rope, positions, cf)
+        else:
+            o_lat = torch.cat([self._attend(q_lat[i:i + QUERY_BLOCK], q_rope[i:i + QUERY_BLOCK],
+                                            positions[i:i + QUERY_BLOCK], cf) for i in range(0, T, QUERY_BLOCK)])
         o = torch.einsum("thr,hvr->thv", o_lat, w_v.float())                 # [T, H, v]
         o = o * torch.sigmoid(self.g_proj(x).float()).unsqueeze(-1)
         return self.tp.all_reduce(self.dense(o.reshape(T, H * self.vdim).to(x.dtype)))
+
+    def _attend(self, q_lat: torch.Tensor, q_rope: torch.Tensor, positions: torch.Tensor,
+                cf: torch.Tensor) -> torch.Tensor:
+        """softmax(scores over the visible cache rows) @ c for queries [T, H, .]: o_lat [T, H, rank] fp32."""
+        scores = (torch.einsum("thr,lr->thl", q_lat, cf[:, :self.rank])
+                  + torch.einsum("the,le->thl", q_rope.float(), cf[:, self.rank:])) * self.scale
+        L = cf.shape[0]
+        visible = torch.arange(L, device=cf.device)[None, :] <= positions[:, None]   # [T, L]
+        scores = scores.masked_fill(~visible[:, None, :], float("-inf"))
+        p = torch.softmax(scores, dim=-1)
+        return torch.einsum("thl,lr->thr", p, cf[:, :self.rank])
 
     def forward_expanded(self, x: torch.Tensor, positions: torch.Tensor, cache: Ling3Cache,
                          slot: int = 0) -> torch.Tensor:
