@@ -108,8 +108,8 @@ def test_absorbed_matches_expanded_and_reference(model, T):
 
 
 def test_query_blocks_equal_one_block(model, monkeypatch):
-    """A chunk longer than QUERY_BLOCK attends block by block (bounded scores) with each query's
-    result as in one block, and against the formula reference."""
+    """A chunk longer than QUERY_BLOCK attends block by block (bounded scores, the cache read up to
+    the block's last position) with each query's result as in one block and as the reference."""
     from lingc.models import mla as mla_module
     torch.manual_seed(40)
     cfg = model.config
@@ -123,18 +123,39 @@ def test_query_blocks_equal_one_block(model, monkeypatch):
     calls = []
     real = MLAAttention._attend
 
-    def attend(self, q_lat, *rest):
-        calls.append(q_lat.shape[0])
-        return real(self, q_lat, *rest)
+    def attend(self, q_lat, q_rope, positions, cf):
+        calls.append((q_lat.shape[0], cf.shape[0]))
+        return real(self, q_lat, q_rope, positions, cf)
 
     monkeypatch.setattr(mla_module, "QUERY_BLOCK", 4)
     monkeypatch.setattr(MLAAttention, "_attend", attend)
     blocked = layer(x, pos, b)
-    assert calls == [4, 4, 3]
+    # Each block reads the cache up to its last query's position only.
+    assert calls == [(4, start + 4), (4, start + 8), (3, start + 11)]
     assert_rel_close(blocked, whole, 1e-6, "query blocks vs one block")
     assert torch.equal(a.kv[layer.cache_index], b.kv[layer.cache_index])
     ref, _ = ref_mla(layer, cfg, x, pos, ref_cache.kv[layer.cache_index][0].clone())
     assert_rel_close(blocked, ref, 1e-5, "query blocks vs formula reference")
+
+
+def test_query_blocks_compile_in_one_graph(model, monkeypatch):
+    """Under torch.compile the blocks read the whole cache (no host read of positions): one graph,
+    the same result."""
+    from lingc.models import mla as mla_module
+    torch._dynamo.reset()
+    torch.manual_seed(41)
+    cfg = model.config
+    layer = mla_layer(model, 0)
+    start, T = 5, 11
+    a = cache_with_history(cfg, start, seed=41)
+    b = a.clone()
+    x = torch.randn(T, cfg.hidden_size)
+    pos = torch.arange(start, start + T)
+    monkeypatch.setattr(mla_module, "QUERY_BLOCK", 4)
+    eager = layer(x, pos, a)
+    compiled = torch.compile(layer, backend="eager", fullgraph=True)(x, pos, b)
+    assert_rel_close(compiled, eager, 1e-6, "compiled query blocks vs eager")
+    torch._dynamo.reset()
 
 
 def test_cache_row_is_normed_latent_and_roped_key(model):

@@ -8,7 +8,8 @@ query (q_lat = q_nope @ W_k) and its v half into the output (o = (p @ c) @ W_v^T
 then `dense`. The causal mask compares cache rows with the query positions (device tensors), which
 serves T=1 decode, T=6 chain verify and causal prefill alike. A prefill chunk attends
 QUERY_BLOCK queries at a time (each query's row is computed alone anyway), so its fp32 scores,
-[QUERY_BLOCK, H, cache rows], stay bounded whatever the chunk.
+[QUERY_BLOCK, H, cache rows], stay bounded whatever the chunk, and in eager mode each block reads
+the cache only up to its last query's position (rows past it are masked for all its queries).
 """
 
 from __future__ import annotations
@@ -71,8 +72,13 @@ class MLAAttention(nn.Module):
         if T <= QUERY_BLOCK:
             o_lat = self._attend(q_lat, q_rope, positions, cf)
         else:
+            starts = range(0, T, QUERY_BLOCK)
+            # Eager prefill: a block reads only the cache rows up to its last query's position
+            # (one host read of the blocks' last positions per call; all rows when compiling).
+            ends = ([cf.shape[0]] * len(starts) if torch.compiler.is_compiling()
+                    else [p + 1 for p in torch.stack([positions[i:i + QUERY_BLOCK].max() for i in starts]).tolist()])
             o_lat = torch.cat([self._attend(q_lat[i:i + QUERY_BLOCK], q_rope[i:i + QUERY_BLOCK],
-                                            positions[i:i + QUERY_BLOCK], cf) for i in range(0, T, QUERY_BLOCK)])
+                                            positions[i:i + QUERY_BLOCK], cf[:end]) for i, end in zip(starts, ends)])
         o = torch.einsum("thr,hvr->thv", o_lat, w_v.float())                 # [T, H, v]
         o = o * torch.sigmoid(self.g_proj(x).float()).unsqueeze(-1)
         return self.tp.all_reduce(self.dense(o.reshape(T, H * self.vdim).to(x.dtype)))
