@@ -29,11 +29,12 @@ import torch
 from ..models.cache import Ling3Cache
 from ..models.decoder import Ling3ForCausalLM
 
-# Tokens per prefill forward. Eager prefill issues ~6000 kernels a chunk whatever its size, so small
-# chunks leave the GPU waiting on the host: an 8192-token prompt on one H200 (flash-tp4-rank,
-# `python -m benchmarks.prefill`, session 35) took 4.65 s at 256, 1.51 s at 1024, 0.95 s at 2048.
-# Memory stays bounded: MLA attends 256 queries at a time, the MoE's per-pair buffers are ~0.4 GB.
-PREFILL_CHUNK = 2048
+# Tokens per prefill forward. Eager prefill issues thousands of kernels a chunk whatever its size,
+# so small chunks leave the GPU waiting on the host: an 8192-token prompt on one H200
+# (flash-tp4-rank, `python -m benchmarks.prefill`, session 35 calls 2-3) took 4.65 s at 256, 1.51 s
+# at 1024, 0.95-1.03 s at 2048 and 0.70 s at 4096 tokens a chunk. Memory stays bounded: MLA attends
+# 256 queries at a time, the MoE's per-pair buffers of a 4096-token chunk are ~0.9 GB.
+PREFILL_CHUNK = 4096
 
 
 def _dev(model: Ling3ForCausalLM) -> torch.device:
