@@ -1,7 +1,8 @@
 """Prefill on one GPU: time to first token of an N-token prompt, where it goes, and its floor.
 
     python -m benchmarks.prefill --preset flash-tp4-rank --tokens 1024 8192 --out DIR
-        [--moe grouped gather] [--chunk 256 1024] [--reps 3] [--no-draft] [--profile N]
+        [--moe grouped gather] [--mla tensor-cores fp32] [--chunk 256 1024] [--reps 3] [--no-draft]
+        [--profile N]
 
 What is timed is what `lingc.generate` runs before its first decode step (runtime/relay/engine.py,
 `Engine._prefill`): the target's eager forward over the prompt in chunks of `--chunk` tokens
@@ -11,7 +12,8 @@ the same positions (`draft_prefill`; `--no-draft` leaves it out). Random bf16 we
 prompt ids, the cache zeroed before each run. CUDA events, one warm-up run per setting, the
 median of `--reps` runs.
 
-`--moe` names the MoE's forms to compare in the same run: `grouped` (the model's default for
+`--mla tensor-cores fp32` compares MLA's prefill blocks on bf16 tensor cores (the default on CUDA)
+with the fp32 einsums. `--moe` names the MoE's forms to compare in the same run: `grouped` (the model's default for
 prefill chunks on CUDA: the pairs sorted by expert, two `torch._grouped_mm` per chunk, each chosen
 expert read once) and `gather` (the decode formulation for every chunk: one gathered expert per
 (token, slot) pair, MOE_CHUNK tokens at a time; what prefill ran before the grouped form).
@@ -46,6 +48,7 @@ import torch
 
 from lingc.decoding.reference import PREFILL_CHUNK, draft_prefill, prefill
 from lingc.models import Ling3Cache, build_model, preset
+from lingc.models import mla as mla_module
 from lingc.models import moe as moe_module
 from lingc.models.kda import KDAAttention
 from lingc.models.mla import MLAAttention
@@ -54,6 +57,7 @@ from lingc.models.moe import MoE
 from .common import copy_bandwidth_gbps, environment, markdown_table, require_cuda, write_json
 
 MOE_FORMS = ("grouped", "gather")
+MLA_FORMS = ("tensor-cores", "fp32")
 
 
 def matmul_tflops(n: int = 8192, reps: int = 10) -> float:
@@ -196,10 +200,13 @@ def profile_prefill(fn, out: Path) -> dict:
                          "cpu_ms": e.self_cpu_time_total / 1e3} for e in top]}
 
 
-def measure(model, cache, ids, chunk: int, form: str, reps: int, draft: bool):
-    """(median ms, the hooked run's ms, its per-kind ms, the first token) of a prefill of ids."""
-    default_min = moe_module.GROUPED_MIN_TOKENS
+def measure(model, cache, ids, chunk: int, form: str, mla: str, reps: int, draft: bool):
+    """(median ms, the hooked run's ms, its per-kind ms, the first token) of a prefill of ids with
+    the MoE in `form` and MLA's prefill blocks in `mla`."""
+    default_min, default_tc = moe_module.GROUPED_MIN_TOKENS, mla_module.tensor_core_attention_applies
     moe_module.GROUPED_MIN_TOKENS = default_min if form == "grouped" else 1 << 62
+    if mla == "fp32":
+        mla_module.tensor_core_attention_applies = lambda kv_cache: False
     try:
         with torch.no_grad():
             fn = lambda: run_prefill(model, cache, ids, chunk, draft)  # noqa: E731
@@ -213,6 +220,7 @@ def measure(model, cache, ids, chunk: int, form: str, reps: int, draft: bool):
                 timer.remove()
     finally:
         moe_module.GROUPED_MIN_TOKENS = default_min
+        mla_module.tensor_core_attention_applies = default_tc
     return ms, hooked_ms, kinds, first
 
 
@@ -221,6 +229,8 @@ def main(argv=None) -> int:
     ap.add_argument("--preset", default="flash-tp4-rank")
     ap.add_argument("--tokens", type=int, nargs="+", default=[1024, 8192])
     ap.add_argument("--moe", nargs="+", choices=MOE_FORMS, default=list(MOE_FORMS))
+    ap.add_argument("--mla", nargs="+", choices=MLA_FORMS, default=[MLA_FORMS[0]],
+                    help="MLA's prefill blocks: on bf16 tensor cores (the default) or as fp32 einsums")
     ap.add_argument("--chunk", type=int, nargs="+", default=[PREFILL_CHUNK],
                     help="prefill chunks (tokens per forward) to compare")
     ap.add_argument("--reps", type=int, default=3)
@@ -252,19 +262,19 @@ def main(argv=None) -> int:
         ids = torch.randint(0, model.config.vocab_size, (n,), device="cuda", generator=gen)
         flops = prompt_flops(model, n)
         floor_ms = max(nbytes / (bw * 1e9), flops / (tflops * 1e12)) * 1e3
-        for chunk, form in itertools.product(args.chunk, args.moe):
-            ms, hooked_ms, kinds, first = measure(model, cache, ids, chunk, form, args.reps, not args.no_draft)
-            firsts[(n, chunk, form)] = first
-            row = {"tokens": n, "chunk": chunk, "moe": form, "ttft_ms": ms, "tokens_per_s": n / (ms * 1e-3),
+        for chunk, form, mla in itertools.product(args.chunk, args.moe, args.mla):
+            ms, hooked_ms, kinds, first = measure(model, cache, ids, chunk, form, mla, args.reps, not args.no_draft)
+            firsts[(n, chunk, form, mla)] = first
+            row = {"tokens": n, "chunk": chunk, "moe": form, "mla": mla, "ttft_ms": ms, "tokens_per_s": n / (ms * 1e-3),
                    "floor_ms": floor_ms, "x_floor": ms / floor_ms, "first_token": first,
                    "kinds_ms": {k: round(v, 3) for k, v in sorted(kinds.items())},
                    "hooked_run_ms": hooked_ms, "rest_ms": max(0.0, hooked_ms - sum(kinds.values()))}
             rows.append(row)
-            print(f"  {n} tokens, chunk {chunk}, MoE {form}: {ms:.1f} ms ({row['tokens_per_s']:.0f} tok/s), "
+            print(f"  {n} tokens, chunk {chunk}, MoE {form}, MLA {mla}: {ms:.1f} ms ({row['tokens_per_s']:.0f} tok/s), "
                   + ", ".join(f"{k} {v:.1f}" for k, v in sorted(kinds.items())), flush=True)
 
     same = {n: len({v for key, v in firsts.items() if key[0] == n}) == 1 for n in args.tokens}
-    cols = [("tokens", "prompt tokens", "d"), ("chunk", "chunk", "d"), ("moe", "MoE form", "s"),
+    cols = [("tokens", "prompt tokens", "d"), ("chunk", "chunk", "d"), ("moe", "MoE form", "s"), ("mla", "MLA", "s"),
             ("ttft_ms", "TTFT ms", ".1f"), ("tokens_per_s", "tokens/s", ".0f"), ("floor_ms", "floor ms", ".1f"),
             ("x_floor", "x floor", ".1f")]
     kinds_all = sorted({k for r in rows for k in r["kinds_ms"]})
@@ -278,7 +288,7 @@ def main(argv=None) -> int:
     table = markdown_table(table_rows, cols)
     print()
     print(table)
-    print(f"\nfirst token equal across MoE forms and chunks: {same}")
+    print(f"\nfirst token equal across the forms and chunks: {same}")
     prof_summary = None
     if args.profile:
         ids = torch.randint(0, model.config.vocab_size, (args.profile,), device="cuda", generator=gen)

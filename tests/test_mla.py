@@ -215,3 +215,39 @@ def test_interleaved_rope_matches_complex():
     got = apply_rope_interleaved(x, pos, rope_inv_freq(64, 6.0e6))
     assert_rel_close(got, rope_complex(x, pos, 6.0e6).float(), 2e-3, "rope at 200k")
     assert_rel_close(got[0], rope_complex(x[:1], pos[:1], 6.0e6)[0].float(), 1e-6, "rope at 3")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["tiny", "flash-tp4-rank"])
+def test_gpu_prefill_blocks_on_tensor_cores(name, monkeypatch):
+    """A bf16 cache on CUDA: prefill blocks attend on bf16 tensor cores (hi/lo halves of the fp32
+    operands) and agree with the fp32 einsums within the halves' 2^-17 rounding; every block
+    takes that path."""
+    from lingc.models import mla as mla_module
+    from lingc.models import preset
+    cfg = preset(name)
+    with torch.device("meta"):
+        layer = MLAAttention(cfg, cfg.mla_layers[0], 0)
+    H, R, P = cfg.num_attention_heads, cfg.kv_lora_rank, cfg.qk_rope_head_dim
+    g = torch.Generator(device="cuda").manual_seed(len(name))
+    start, T, L = 37, 600, 700
+    kv = torch.randn(L, R + P, device="cuda", generator=g).bfloat16()
+    q_lat = torch.randn(T, H, R, device="cuda", generator=g) * 0.1
+    q_rope = torch.randn(T, H, P, device="cuda", generator=g).bfloat16()
+    pos = torch.arange(start, start + T, device="cuda")
+    assert mla_module.tensor_core_attention_applies(kv)
+    calls = []
+    real = MLAAttention._attend_tensor_cores
+
+    def spy(self, q, qr, p, rows):
+        calls.append(rows.shape[0])
+        return real(self, q, qr, p, rows)
+
+    monkeypatch.setattr(MLAAttention, "_attend_tensor_cores", spy)
+    got = layer._attend_blocks(q_lat, q_rope, pos, kv)
+    assert calls == [start + 256, start + 512, start + 600]
+    monkeypatch.setattr(mla_module, "tensor_core_attention_applies", lambda cache: False)
+    expect = layer._attend_blocks(q_lat, q_rope, pos, kv)
+    assert got.dtype == torch.float32 and got.shape == (T, H, R)
+    err = ((got - expect).norm() / expect.norm()).item()
+    assert err < 2e-5, f"tensor-core blocks vs fp32 einsums: relative error {err:.2e}"

@@ -8,8 +8,9 @@ query (q_lat = q_nope @ W_k) and its v half into the output (o = (p @ c) @ W_v^T
 then `dense`. The causal mask compares cache rows with the query positions (device tensors), which
 serves T=1 decode, T=6 chain verify and causal prefill alike. A prefill chunk attends
 QUERY_BLOCK queries at a time (each query's row is computed alone anyway), so its fp32 scores,
-[QUERY_BLOCK, H, cache rows], stay bounded whatever the chunk, and in eager mode each block reads
-the cache only up to its last query's position (rows past it are masked for all its queries).
+[QUERY_BLOCK, H, cache rows], stay bounded whatever the chunk; in eager mode each block reads
+the cache only up to its last query's position (rows past it are masked for all its queries), on
+bf16 tensor cores when the cache is bf16 on CUDA (fp32 operands as bf16 hi + lo halves).
 """
 
 from __future__ import annotations
@@ -23,6 +24,22 @@ from .layers import Linear, RMSNorm, apply_rope_interleaved, rope_inv_freq
 from .parallel import SINGLE, TensorParallel
 
 QUERY_BLOCK = 256
+
+
+def tensor_core_attention_applies(kv_cache: torch.Tensor) -> bool:
+    """Whether eager prefill blocks attend on tensor cores: a bf16 cache on CUDA (mm with an fp32
+    output is a CUDA op)."""
+    return kv_cache.is_cuda and kv_cache.dtype == torch.bfloat16
+
+
+def _mm_split(a: torch.Tensor, b_bf16: torch.Tensor) -> torch.Tensor:
+    """a @ b in fp32 from bf16 tensor-core products: b exact in bf16, a as bf16 hi (+ lo when a
+    is fp32)."""
+    hi = a.to(torch.bfloat16)
+    out = torch.mm(hi, b_bf16, out_dtype=torch.float32)
+    if a.dtype != torch.bfloat16:
+        out += torch.mm((a - hi.float()).to(torch.bfloat16), b_bf16, out_dtype=torch.float32)
+    return out
 
 
 class MLAAttention(nn.Module):
@@ -68,20 +85,47 @@ class MLAAttention(nn.Module):
         w_kv = self.kv_b_proj.weight.view(H, self.nope + self.vdim, self.rank)
         w_k, w_v = w_kv[:, :self.nope], w_kv[:, self.nope:]                  # [H, nope|v, rank]
         q_lat = torch.einsum("thn,hnr->thr", q_nope.float(), w_k.float())  # [T, H, rank]
-        cf = kv_cache.float()
         if T <= QUERY_BLOCK:
-            o_lat = self._attend(q_lat, q_rope, positions, cf)
+            o_lat = self._attend(q_lat, q_rope, positions, kv_cache.float())
         else:
-            starts = range(0, T, QUERY_BLOCK)
-            # Eager prefill: a block reads only the cache rows up to its last query's position
-            # (one host read of the blocks' last positions per call; all rows when compiling).
-            ends = ([cf.shape[0]] * len(starts) if torch.compiler.is_compiling()
-                    else [p + 1 for p in torch.stack([positions[i:i + QUERY_BLOCK].max() for i in starts]).tolist()])
-            o_lat = torch.cat([self._attend(q_lat[i:i + QUERY_BLOCK], q_rope[i:i + QUERY_BLOCK],
-                                            positions[i:i + QUERY_BLOCK], cf[:end]) for i, end in zip(starts, ends)])
+            o_lat = self._attend_blocks(q_lat, q_rope, positions, kv_cache)
         o = torch.einsum("thr,hvr->thv", o_lat, w_v.float())                 # [T, H, v]
         o = o * torch.sigmoid(self.g_proj(x).float()).unsqueeze(-1)
         return self.tp.all_reduce(self.dense(o.reshape(T, H * self.vdim).to(x.dtype)))
+
+    def _attend_blocks(self, q_lat: torch.Tensor, q_rope: torch.Tensor, positions: torch.Tensor,
+                       kv_cache: torch.Tensor) -> torch.Tensor:
+        """A prefill chunk's attention, QUERY_BLOCK queries at a time. In eager mode a block reads
+        the cache only up to its last query's position (one host read of the blocks' last
+        positions per call; all rows when compiling), and a bf16 cache on CUDA is read by tensor
+        cores (`_attend_tensor_cores`)."""
+        T = q_lat.shape[0]
+        starts = range(0, T, QUERY_BLOCK)
+        if torch.compiler.is_compiling():
+            ends, attend, rows = [kv_cache.shape[0]] * len(starts), self._attend, kv_cache.float()
+        else:
+            ends = [p + 1 for p in torch.stack([positions[i:i + QUERY_BLOCK].max() for i in starts]).tolist()]
+            if tensor_core_attention_applies(kv_cache):
+                attend, rows = self._attend_tensor_cores, kv_cache
+            else:
+                attend, rows = self._attend, kv_cache.float()
+        return torch.cat([attend(q_lat[i:i + QUERY_BLOCK], q_rope[i:i + QUERY_BLOCK], positions[i:i + QUERY_BLOCK],
+                                 rows[:end]) for i, end in zip(starts, ends)])
+
+    def _attend_tensor_cores(self, q_lat: torch.Tensor, q_rope: torch.Tensor, positions: torch.Tensor,
+                             rows: torch.Tensor) -> torch.Tensor:
+        """`_attend` over bf16 cache rows on bf16 tensor cores with fp32 accumulation and output.
+        The cache operand is exact; each fp32 operand x (q_lat, the probabilities, q_rope unless
+        already bf16) enters as hi = bf16(x) plus lo = bf16(x - hi), so it keeps ~16 mantissa
+        bits (2^-17 relative), as lingc::mla_decode's kernel does: 5 products instead of fp32
+        SIMT einsums, for a prompt's chunks (runtime is quadratic in the prompt)."""
+        B, H, R = q_lat.shape
+        c, kr = rows[:, :R], rows[:, R:]
+        scores = _mm_split(q_lat.reshape(B * H, R), c.T) + _mm_split(q_rope.reshape(B * H, -1), kr.T)
+        scores = (scores * self.scale).view(B, H, -1)
+        visible = torch.arange(rows.shape[0], device=rows.device)[None, :] <= positions[:, None]
+        p = torch.softmax(scores.masked_fill(~visible[:, None, :], float("-inf")), dim=-1)
+        return _mm_split(p.view(B * H, -1), c).view(B, H, R)
 
     def _attend(self, q_lat: torch.Tensor, q_rope: torch.Tensor, positions: torch.Tensor,
                 cf: torch.Tensor) -> torch.Tensor:
