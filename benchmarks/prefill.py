@@ -54,7 +54,7 @@ from lingc.models.kda import KDAAttention
 from lingc.models.mla import MLAAttention
 from lingc.models.moe import MoE
 
-from .common import copy_bandwidth_gbps, environment, markdown_table, require_cuda, write_json
+from .common import copy_bandwidth_gbps, environment, event_times_ms, markdown_table, require_cuda, write_json
 
 MOE_FORMS = ("grouped", "gather")
 MLA_FORMS = ("tensor-cores", "fp32")
@@ -64,16 +64,7 @@ def matmul_tflops(n: int = 8192, reps: int = 10) -> float:
     """bf16 matmul throughput of an n x n x n product (TFLOP/s, median of reps)."""
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    for _ in range(3):
-        a @ b
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        a @ b
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
+    times = event_times_ms(lambda: a @ b, reps, warmup=3)
     return 2 * n ** 3 / (statistics.median(times) * 1e-3) / 1e12
 
 
@@ -158,19 +149,6 @@ def run_prefill(model, cache, ids: torch.Tensor, chunk: int, draft: bool) -> int
     return first
 
 
-def time_ms(fn, reps: int) -> list[float]:
-    times = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return times
-
-
 def profile_prefill(fn, out: Path) -> dict:
     """One run of fn under torch.profiler: op tables on stdout, the trace gzipped into out."""
     import gzip
@@ -182,7 +160,7 @@ def profile_prefill(fn, out: Path) -> dict:
         fn()                                                   # warm
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            wall = time_ms(fn, 1)[0]
+            wall = event_times_ms(fn, 1)[0]
     avg = prof.key_averages()
     gpu_key = "self_device_time_total" if hasattr(avg[0], "self_device_time_total") else "self_cuda_time_total"
     busy_ms = sum(getattr(e, gpu_key) for e in avg) / 1e3
@@ -211,10 +189,10 @@ def measure(model, cache, ids, chunk: int, form: str, mla: str, reps: int, draft
         with torch.no_grad():
             fn = lambda: run_prefill(model, cache, ids, chunk, draft)  # noqa: E731
             first = int(fn())                                          # warm-up
-            ms = statistics.median(time_ms(fn, reps))
+            ms = statistics.median(event_times_ms(fn, reps))
             timer = KindTimer(model)
             try:
-                hooked_ms = time_ms(fn, 1)[0]
+                hooked_ms = event_times_ms(fn, 1)[0]
                 kinds = timer.totals_ms()
             finally:
                 timer.remove()
