@@ -107,7 +107,7 @@ class Ling3ForCausalLM(nn.Module):
 
         hidden is the final-normed hidden state, which the NEXTN draft takes as target_hidden.
         With last_logits_only the logits are the last position's alone ([1, vocab]): a prefill
-        chunk needs no more, and the vocabulary GEMM over every row is 20% of a 256-token chunk.
+        chunk needs no more (the vocabulary GEMM and fp32 logits of its other rows are wasted).
         """
         x = F.embedding(input_ids, self.model.word_embeddings.weight)
         for layer in self.model.layers[:self.config.num_hidden_layers]:
