@@ -217,6 +217,28 @@ def test_interleaved_rope_matches_complex():
     assert_rel_close(got[0], rope_complex(x[:1], pos[:1], 6.0e6)[0].float(), 1e-6, "rope at 3")
 
 
+@pytest.mark.parametrize("T, rope_dtype", [(7, torch.bfloat16), (40, torch.float32)])
+def test_tensor_core_attention_equals_fp32(model, T, rope_dtype):
+    """_attend_tensor_cores (its products emulated on the CPU: exact bf16 products, fp32 sums)
+    against the fp32 einsums of _attend over the same bf16 cache rows: the hi/lo halves keep the
+    fp32 operands to ~2^-17, a bf16 q_rope enters whole, the mask is the same."""
+    layer = mla_layer(model, 0)
+    cfg = model.config
+    H, R, P = cfg.num_attention_heads, cfg.kv_lora_rank, cfg.qk_rope_head_dim
+    g = torch.Generator().manual_seed(T)
+    rows = torch.randn(50, R + P, generator=g).bfloat16()
+    q_lat = torch.randn(T, H, R, generator=g)
+    q_rope = torch.randn(T, H, P, generator=g).to(rope_dtype)
+    pos = torch.arange(50 - T - 3, 50 - 3)
+    got = layer._attend_tensor_cores(q_lat, q_rope, pos, rows)
+    expect = layer._attend(q_lat, q_rope, pos, rows.float())
+    err = ((got - expect).norm() / expect.norm()).item()
+    assert got.shape == (T, H, R) and got.dtype == torch.float32
+    assert err < 2e-5, f"relative error {err:.2e}"
+    lossy = layer._attend(q_lat.bfloat16().float(), q_rope.bfloat16().float(), pos, rows.float())
+    assert ((lossy - expect).norm() / expect.norm()).item() > 10 * err    # the lo halves matter
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["tiny", "flash-tp4-rank"])
 def test_gpu_prefill_blocks_on_tensor_cores(name, monkeypatch):

@@ -32,13 +32,20 @@ def tensor_core_attention_applies(kv_cache: torch.Tensor) -> bool:
     return kv_cache.is_cuda and kv_cache.dtype == torch.bfloat16
 
 
+def _mm_f32(a_bf16: torch.Tensor, b_bf16: torch.Tensor) -> torch.Tensor:
+    """bf16 x bf16 -> fp32 product (tensor cores on CUDA; on the CPU the same exact bf16 products
+    summed in fp32, so the tests can run the split path)."""
+    if a_bf16.is_cuda:
+        return torch.mm(a_bf16, b_bf16, out_dtype=torch.float32)
+    return torch.mm(a_bf16.float(), b_bf16.float())
+
+
 def _mm_split(a: torch.Tensor, b_bf16: torch.Tensor) -> torch.Tensor:
-    """a @ b in fp32 from bf16 tensor-core products: b exact in bf16, a as bf16 hi (+ lo when a
-    is fp32)."""
+    """a @ b in fp32 from bf16 products: b exact in bf16, a as bf16 hi (+ lo when a is fp32)."""
     hi = a.to(torch.bfloat16)
-    out = torch.mm(hi, b_bf16, out_dtype=torch.float32)
+    out = _mm_f32(hi, b_bf16)
     if a.dtype != torch.bfloat16:
-        out += torch.mm((a - hi.float()).to(torch.bfloat16), b_bf16, out_dtype=torch.float32)
+        out += _mm_f32((a - hi.float()).to(torch.bfloat16), b_bf16)
     return out
 
 
