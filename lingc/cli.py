@@ -208,6 +208,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     plain = engine.generate(prompt, n, speculative=None, eos_token_id=None)
     t_plain = time.perf_counter() - t0
+    ttft_plain = engine.stats.prefill_s
     t0 = time.perf_counter()
     spec = engine.generate(prompt, n, speculative="nextn", eos_token_id=None)
     t_spec = time.perf_counter() - t0
@@ -224,6 +225,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"  lingc NEXTN relay      {t_spec:7.2f} s   {n / t_spec:8.1f} tok/s   tokens {same(spec)}, "
           f"accept length {st.mean_accept_length:.2f} over {st.steps} steps"
           + ("" if args.checkpoint else " (random weights: the draft rarely agrees)"))
+    print(f"  time to first token (the prompt's prefill): plain {1e3 * ttft_plain:.1f} ms, "
+          f"relay {1e3 * st.prefill_s:.1f} ms (+ the draft's prefill)")
     print(f"  compile + capture of the 4 step graphs: {t_compile:.1f} s; "
           f"speed-up over eager: plain {t_eager / t_plain:.1f}x, relay {t_eager / t_spec:.1f}x")
     if dev.type == "cpu":

@@ -45,6 +45,7 @@ class EngineStats:
     launched: int = 0          # steps launched (the last ones may be trimmed overshoot)
     host_s: list[float] = field(default_factory=list)   # host time to launch each step
     host_syncs: int = 0        # naive host refills (metadata_capture disabled)
+    prefill_s: float = 0.0     # wall time to the first token: prompt (and draft) prefill, its argmax
 
     @property
     def mean_accept_length(self) -> float:
@@ -227,7 +228,9 @@ class Engine:
         self.prepare(roles)
         self._reset()
         self.stats = EngineStats()
-        first = self._prefill(ids, bool(speculative))
+        t0 = time.perf_counter()
+        first = self._prefill(ids, bool(speculative))          # ends in a host read: the GPU is done
+        self.stats.prefill_s = time.perf_counter() - t0
         yield first
         if max_new_tokens == 1 or first in stop_ids:
             return
