@@ -6,7 +6,7 @@
 
 What is timed is what `lingc.generate` runs before its first decode step (runtime/relay/engine.py,
 `Engine._prefill`): the target's eager forward over the prompt in chunks of `--chunk` tokens
-(`lingc.decoding.reference.prefill`: KDA's chunked recurrence on `lingc::kda_prefill`, MLA over
+(`lingc.decoding.reference.greedy_prompt_prefill`: KDA's chunked recurrence on `lingc::kda_prefill`, MLA over
 the cache, the MoE), the first token's argmax, and for the relay the NEXTN draft's prefill over
 the same positions (`draft_prefill`; `--no-draft` leaves it out). Random bf16 weights, random
 prompt ids, the cache zeroed before each run. CUDA events, one warm-up run per setting, the
@@ -46,7 +46,7 @@ from pathlib import Path
 
 import torch
 
-from lingc.decoding.reference import PREFILL_CHUNK, draft_prefill, prefill
+from lingc.decoding.reference import PREFILL_CHUNK, greedy_prompt_prefill
 from lingc.models import Ling3Cache, build_model, preset
 from lingc.models import mla as mla_module
 from lingc.models import moe as moe_module
@@ -71,7 +71,7 @@ def matmul_tflops(n: int = 8192, reps: int = 10) -> float:
 def prompt_flops(model, n: int) -> float:
     """Matmul FLOPs of the target over an n-token prompt (module docstring, "Floor")."""
     cfg = model.config
-    per_token = 0
+    per_token, per_pair = 0, 0.0
     for layer in model.target_layers:
         for name, p in layer.named_parameters():
             if ".experts." in f".{name}":
@@ -81,13 +81,10 @@ def prompt_flops(model, n: int) -> float:
         if isinstance(layer.mlp, MoE):
             e = layer.mlp.experts
             per_token += cfg.num_experts_per_tok * (e.w13[0].numel() + e.w2[0].numel())
-    flops = 2.0 * n * per_token
-    pairs = n * (n + 1) / 2                                # (query, key) pairs of causal attention
-    for layer in model.target_layers:
         if isinstance(layer.attention, MLAAttention):
             a = layer.attention
-            flops += 2.0 * pairs * a.num_heads * (a.rank + a.rope + a.rank)
-    return flops
+            per_pair += 2.0 * a.num_heads * (a.rank + a.rope + a.rank)
+    return 2.0 * n * per_token + per_pair * n * (n + 1) / 2     # (query, key) pairs of causal attention
 
 
 def target_bytes(model) -> int:
@@ -137,16 +134,11 @@ class KindTimer:
             h.remove()
 
 
-def run_prefill(model, cache, ids: torch.Tensor, chunk: int, draft: bool) -> int:
-    """What Engine._prefill runs: target prefill, first token, draft prefill. Returns the token."""
+def run_prefill(model, cache, ids: torch.Tensor, chunk: int, draft: bool) -> torch.Tensor:
+    """What Engine._prefill runs (`greedy_prompt_prefill`) on a zeroed cache. Returns the token."""
     for t in cache.tensors():
         t.zero_()
-    logits, hidden = prefill(model, cache, ids, chunk=chunk)
-    first = logits.argmax(-1)
-    if draft and model.nextn is not None:
-        nxt = torch.cat([ids[1:], first.view(1)])
-        draft_prefill(model, cache, nxt, hidden, chunk=chunk)
-    return first
+    return greedy_prompt_prefill(model, cache, ids, draft and model.nextn is not None, chunk=chunk)[0]
 
 
 def profile_prefill(fn, out: Path) -> dict:

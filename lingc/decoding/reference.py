@@ -91,6 +91,20 @@ def draft_prefill(model: Ling3ForCausalLM, cache: Ling3Cache, next_tokens: torch
     return lg[-1], dh[-1:]
 
 
+@torch.no_grad()
+def greedy_prompt_prefill(model: Ling3ForCausalLM, cache: Ling3Cache, prompt: torch.Tensor, draft: bool,
+                          chunk: int = PREFILL_CHUNK):
+    """What a greedy request runs before its first step: the target's prefill, the first token
+    (argmax of the last position), and with `draft` the NEXTN draft's prefill over the same
+    positions (tokens shifted by one, the first token last). Returns (first [] device tensor,
+    the draft's (logits, hidden) at the last position or None)."""
+    logits, hidden = prefill(model, cache, prompt, chunk=chunk)
+    first = logits.argmax(-1)
+    if not draft:
+        return first, None
+    return first, draft_prefill(model, cache, torch.cat([prompt[1:], first.view(1)]), hidden, chunk=chunk)
+
+
 def _check_new_tokens(max_new_tokens: int) -> None:
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens={max_new_tokens}: generation needs at least 1 new token")

@@ -113,8 +113,11 @@ class Ling3ForCausalLM(nn.Module):
         for layer in self.model.layers[:self.config.num_hidden_layers]:
             x = layer(x, positions, cache)
         hidden = self.model.norm(x)
-        rows = hidden[-1:] if last_logits_only else hidden
-        return self.tp.gather_columns(self.lm_head(rows)).float(), hidden
+        return self._logits(hidden, last_logits_only), hidden
+
+    def _logits(self, hidden: torch.Tensor, last_only: bool) -> torch.Tensor:
+        """fp32 logits of every row of hidden, or of its last row alone (all ranks' vocab slices)."""
+        return self.tp.gather_columns(self.lm_head(hidden[-1:] if last_only else hidden)).float()
 
     def draft(self, input_ids: torch.Tensor, positions: torch.Tensor, target_hidden: torch.Tensor,
               cache: Ling3Cache, last_logits_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -129,5 +132,4 @@ class Ling3ForCausalLM(nn.Module):
                              "speculative decoding with nextn is unavailable")
         emb = F.embedding(input_ids, self.model.word_embeddings.weight)
         hidden = layer(emb, positions, target_hidden, cache)
-        rows = hidden[-1:] if last_logits_only else hidden
-        return self.tp.gather_columns(self.lm_head(rows)).float(), hidden
+        return self._logits(hidden, last_logits_only), hidden

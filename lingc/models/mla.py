@@ -32,6 +32,12 @@ def tensor_core_attention_applies(kv_cache: torch.Tensor) -> bool:
     return kv_cache.is_cuda and kv_cache.dtype == torch.bfloat16
 
 
+def _causal_softmax(scores: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """softmax over cache rows l <= positions[t] of scores [T, H, L] (fp32)."""
+    visible = torch.arange(scores.shape[-1], device=scores.device)[None, :] <= positions[:, None]   # [T, L]
+    return torch.softmax(scores.masked_fill(~visible[:, None, :], float("-inf")), dim=-1)
+
+
 def _mm_f32(a_bf16: torch.Tensor, b_bf16: torch.Tensor) -> torch.Tensor:
     """bf16 x bf16 -> fp32 product (tensor cores on CUDA; on the CPU the same exact bf16 products
     summed in fp32, so the tests can run the split path)."""
@@ -129,9 +135,7 @@ class MLAAttention(nn.Module):
         B, H, R = q_lat.shape
         c, kr = rows[:, :R], rows[:, R:]
         scores = _mm_split(q_lat.reshape(B * H, R), c.T) + _mm_split(q_rope.reshape(B * H, -1), kr.T)
-        scores = (scores * self.scale).view(B, H, -1)
-        visible = torch.arange(rows.shape[0], device=rows.device)[None, :] <= positions[:, None]
-        p = torch.softmax(scores.masked_fill(~visible[:, None, :], float("-inf")), dim=-1)
+        p = _causal_softmax((scores * self.scale).view(B, H, -1), positions)
         return _mm_split(p.view(B * H, -1), c).view(B, H, R)
 
     def _attend(self, q_lat: torch.Tensor, q_rope: torch.Tensor, positions: torch.Tensor,
@@ -139,11 +143,7 @@ class MLAAttention(nn.Module):
         """softmax(scores over the visible cache rows) @ c for queries [T, H, .]: o_lat [T, H, rank] fp32."""
         scores = (torch.einsum("thr,lr->thl", q_lat, cf[:, :self.rank])
                   + torch.einsum("the,le->thl", q_rope.float(), cf[:, self.rank:])) * self.scale
-        L = cf.shape[0]
-        visible = torch.arange(L, device=cf.device)[None, :] <= positions[:, None]   # [T, L]
-        scores = scores.masked_fill(~visible[:, None, :], float("-inf"))
-        p = torch.softmax(scores, dim=-1)
-        return torch.einsum("thl,lr->thr", p, cf[:, :self.rank])
+        return torch.einsum("thl,lr->thr", _causal_softmax(scores, positions), cf[:, :self.rank])
 
     def forward_expanded(self, x: torch.Tensor, positions: torch.Tensor, cache: Ling3Cache,
                          slot: int = 0) -> torch.Tensor:

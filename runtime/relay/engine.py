@@ -27,7 +27,7 @@ from typing import Iterator, Sequence
 import torch
 
 from lingc.backend import compile_reports
-from lingc.decoding.reference import draft_prefill, pick_token, prefill
+from lingc.decoding.reference import greedy_prompt_prefill, pick_token
 from lingc.models.cache import Ling3Cache
 from lingc.progress import Progress
 
@@ -174,14 +174,12 @@ class Engine:
 
     @torch.no_grad()
     def _prefill(self, prompt: torch.Tensor, speculative: bool) -> int:
-        logits, hidden = prefill(self.model, self.cache, prompt)
-        first = logits.argmax(-1)
+        first, drafted = greedy_prompt_prefill(self.model, self.cache, prompt, speculative)
         r = self.relay
         r.n.fill_(prompt.numel())
         r.x.copy_(first.view(1))
         if speculative:
-            nxt = torch.cat([prompt[1:], first.view(1)])
-            dlog, dh = draft_prefill(self.model, self.cache, nxt, hidden)
+            dlog, dh = drafted
             r.seed.copy_(dlog.argmax(-1).view(1))
             r.dh.copy_(dh)
         return int(first)                                       # one sync per request
