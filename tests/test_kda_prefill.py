@@ -90,11 +90,13 @@ def test_kernel_matches_chunked_and_recurrent(H, K, V, T):
     assert not torch.equal(S.cpu(), x["state"].cpu())
 
 
+@pytest.mark.parametrize("precision", ["tf32x3", "ieee"])
 @pytest.mark.parametrize("T", [37, 130])
-def test_small_chunk_many_chunks(T):
-    # Chunk 16: 3 and 9 chunks through the sequential state pass, partial last chunk.
+def test_small_chunk_many_chunks(T, precision):
+    # Chunk 16: 3 and 9 chunks through the sequential state pass, partial last chunk; both
+    # tl.dot precisions (the table uses tf32x3).
     x = make_inputs(T, 2, 16, 32, seed=7 + T)
-    o, S = run_kernel(x, KdaPrefillConfig(chunk=16, bv=16))
+    o, S = run_kernel(x, KdaPrefillConfig(chunk=16, bv=16, precision=precision))
     o_rec, S_rec = kda_recurrent(*args(cpu(x)))
     assert_close(o, o_rec, RTOL)
     assert_close(S, S_rec, RTOL)
@@ -175,7 +177,8 @@ def test_regrouped_terms_match_chunked():
 
 
 def test_config_depends_on_shape_only():
-    assert config_for(8, 128, 128) == KdaPrefillConfig(chunk=32, bv=16)
+    cfg = config_for(8, 128, 128)
+    assert (cfg.chunk, cfg.bv, cfg.precision) == (32, 16, "tf32x3"), cfg
     for h in (1, 2, 8, 32, 64):
         for k in (16, 24, 128):
             cfg = config_for(h, k, k)
@@ -248,21 +251,27 @@ def test_op_bad_arguments_raise(name, value, match):
 
 _COMPILE_CHECK = textwrap.dedent("""
     from sm90 import compile_sm90
-    from lingc.runtime.kernels.kda_prefill.kernel import (_kda_prefill_chunk_kernel,
+    from lingc.runtime.kernels.kda_prefill.kernel import (SUB_BLOCK, _kda_prefill_chunk_kernel,
+                                                          _kda_prefill_output_kernel,
                                                           _kda_prefill_state_kernel, config_for)
     cfg = config_for(8, 128, 128)
-    ptr = ["q_ptr", "k_ptr", "v_ptr", "g_ptr", "b_ptr", "w_ptr", "u_ptr", "qg_ptr", "kd_ptr", "p_ptr", "gc_ptr"]
+    ptr = ["q_ptr", "k_ptr", "v_ptr", "g_ptr", "b_ptr", "w_ptr", "u_ptr", "qg_ptr", "kd_ptr", "p_ptr", "gc_ptr",
+           "gcum_ptr"]
     sig = {n: "*fp32" for n in ptr}
     sig.update({n: "i32" for n in ["sq_t", "sq_h", "sk_t", "sk_h", "sv_t", "sv_h", "sg_t", "sg_h", "sb_t",
                                    "sb_h", "T", "NT"]})
-    const = dict(K=128, V=128, BT=cfg.chunk, BK=128, BVA=128, PRECISION=cfg.precision, USE_GDC=True)
+    const = dict(K=128, V=128, BT=cfg.chunk, BC=SUB_BLOCK, BK=128, BVA=128, PRECISION=cfg.precision,
+                 USE_GDC=True)
     chunk = (_kda_prefill_chunk_kernel, sig, const, cfg.num_warps_chunk)
-    sig = {n: "*fp32" for n in ["w_ptr", "u_ptr", "qg_ptr", "kd_ptr", "p_ptr", "gc_ptr", "state_ptr", "o_ptr",
-                                "final_ptr"]}
-    sig.update(T="i32", NT="i32")
-    const = dict(H=8, K=128, V=128, BT=cfg.chunk, BK=128, BV=cfg.bv, PRECISION=cfg.precision, USE_GDC=True)
+    sig = {n: "*fp32" for n in ["w_ptr", "u_ptr", "kd_ptr", "gc_ptr", "state_ptr", "hs_ptr", "final_ptr"]}
+    sig.update(NT="i32")
+    const = dict(K=128, V=128, BT=cfg.chunk, BK=128, BV=cfg.bv, PRECISION=cfg.precision, USE_GDC=True)
     state = (_kda_prefill_state_kernel, sig, const, cfg.num_warps_state)
-    for name, (fn, sig, const, warps) in (("chunk", chunk), ("state", state)):
+    sig = {n: "*fp32" for n in ["qg_ptr", "p_ptr", "u_ptr", "hs_ptr", "o_ptr"]}
+    sig.update(T="i32", NT="i32")
+    const = dict(H=8, K=128, V=128, BT=cfg.chunk, BK=128, BV=cfg.bv_out, PRECISION=cfg.precision, USE_GDC=True)
+    output = (_kda_prefill_output_kernel, sig, const, cfg.num_warps_out)
+    for name, (fn, sig, const, warps) in (("chunk", chunk), ("state", state), ("output", output)):
         ptx, info = compile_sm90(fn, sig, const, num_warps=warps)
         assert "griddepcontrol.wait" in ptx
         print(name, info)

@@ -1,5 +1,5 @@
-"""Triton kernels for the chunked KDA prefill: a parallel per-chunk pass, then a sequential
-state pass.
+"""Triton kernels for the chunked KDA prefill: a parallel per-chunk pass, a sequential state walk,
+then a parallel output pass.
 
 Math and derivation: README.md in this folder; reference: naive.py (kda_math.kda_chunked);
 custom op: op.py.
@@ -7,30 +7,40 @@ custom op: op.py.
 1. ``_kda_prefill_chunk_kernel``, grid (NT, H), NT = cdiv(T, BT): everything of a chunk that does
    not depend on the state entering it. With G the in-chunk cumulative log decay (tl.cumsum):
    - A[s, r] = k_s . (exp(G_s - G_r) k_r) (r < s) and P[t, r] = q_t . (exp(G_t - G_r) k_r)
-     (r <= t), one column r at a time: the pairwise decay is formed elementwise for s >= r only
-     (exponent <= 0), so nothing overflows however strong the decay (exp(G) * exp(-G) would
-     overflow past |G| ~ 88, i.e. within 18 tokens at the gate's lower bound -5);
-   - M^-1 for the unit lower-triangular M = I + diag(beta) A, by forward substitution in fp32
-     registers, one row at a time;
+     (r <= t). The chunk is cut into sub-blocks of BC = 16 rows. Inside a diagonal sub-block the
+     pairwise decay is formed elementwise for s >= r only (exponent <= 0), one column of every
+     sub-block per step (16 steps, rows fetched from memory: no cross-warp reduction). Between
+     sub-blocks (r in an earlier sub-block than s) it factorises through the first row i0 of s's
+     sub-block, exp(G_s - G_r) = exp(G_s - G_i0) exp(G_i0 - G_r), both exponents <= 0, so the block
+     row is one tl.dot. Neither form can overflow however strong the decay (exp(G) * exp(-G)
+     over the whole chunk would, within 18 tokens at the gate's lower bound -5);
+   - M^-1 for the unit lower-triangular M = I + diag(beta) A: the diagonal sub-blocks D by forward
+     substitution (16 steps, each row of every sub-block at once as one tl.dot), then
+     M^-1 = (I - N + N^2 - ...) D^-1 with N = D^-1 (M - D) strictly block-lower (N^(BT/BC) = 0),
+     evaluated by Horner: the block forward substitution written as products;
    - w = M^-1 (beta exp(G) k), u = M^-1 (beta v), qg = exp(G) q, kd = exp(G_C - G) k,
      gc = exp(G_C), all written to fp32 workspaces laid out [H, NT*BT, *] (padding rows zero).
 2. ``_kda_prefill_state_kernel``, grid (H, cdiv(V, BV)): a program owns head h and BV columns of
    the state, keeps S [K, BV] fp32 in registers and walks the chunks in order:
-       U = u - w S;   o = qg S + P U;   S = diag(gc) S + kd^T U
-   Columns of V never interact (all reductions run over K or over the chunk), so V tiling needs no
-   communication. The per-chunk work is four small matrix products.
+       store S (the state entering chunk c);   U = u - w S (stored over u);   S = diag(gc) S + kd^T U
+   Only these two products are serial; the next chunk's tiles are loaded before them, so the
+   walk waits on its own arithmetic, not on memory. Columns of V never interact (all reductions
+   run over K or over the chunk), so V tiling needs no communication.
+3. ``_kda_prefill_output_kernel``, grid (NT, H, cdiv(V, BVO)): o = qg S_c + P U for every chunk at
+   once, from the states the walk stored.
 
 Padding. Rows t >= T of the last chunk load k = q = v = g = beta = 0: their A/P rows and columns
 are zero, G stays flat (so G_C is the last real row's), their w/u/kd rows are zero and they add
 nothing to the state; their outputs are not stored.
 
-Precision. Every product is fp32 (``tl.dot(..., input_precision="ieee")`` by default, no TF32):
-the sequential pass multiplies the state by a new matrix every chunk, and the tests hold the
-kernel to fp32 tolerance against the recurrence. ``KdaPrefillConfig.precision = "tf32x3"`` is
-offered for speed experiments (3xTF32 keeps ~fp32 accuracy on tensor cores).
+Precision. Every product runs on tensor cores as 3xTF32 (``tl.dot(..., input_precision="tf32x3")``,
+~fp32 accuracy: the walk multiplies the state by a new matrix every chunk, and the tests hold the
+kernels to fp32 tolerance against the recurrence, so plain TF32 is not offered). ``precision="ieee"``
+runs them as fp32 FMA instead: as accurate, several times slower on the H200 (README.md).
 
-PDL. Neither kernel has producer-independent loads worth issuing early (everything they read is an
-activation or the state), so both wait at entry and release their dependents right after.
+PDL. None of the kernels has producer-independent loads worth issuing early (everything they read
+is an activation, the state or a workspace), so each waits at entry and releases its dependents
+right after.
 """
 from __future__ import annotations
 
@@ -42,34 +52,38 @@ import triton.language as tl
 
 from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
 
-__all__ = ["KdaPrefillConfig", "CONFIGS", "config_for", "kda_prefill_triton"]
+__all__ = ["SUB_BLOCK", "KdaPrefillConfig", "CONFIGS", "config_for", "kda_prefill_triton"]
 
-# Programs the state pass aims for: it is the serial part, so parallelism comes from H x V tiles
+# Rows of a diagonal sub-block: its pairwise decays are formed elementwise, everything between
+# sub-blocks by products. tl.dot needs >= 16.
+SUB_BLOCK = 16
+
+# Programs the state walk aims for: it is the serial part, so parallelism comes from H x V tiles
 # only. At H = 8, K = V = 128 that is BV = 16 (64 programs); tl.dot needs BV >= 16.
 _TARGET_STATE_PROGRAMS = 128
 
 
 @dataclass(frozen=True)
 class KdaPrefillConfig:
-    chunk: int = 64            # BT: rows per chunk (16, 32 or 64; tl.dot needs >= 16)
-    bv: int = 16               # V columns per state-pass program (power of two >= 16)
-    num_warps_chunk: int = 8   # the chunk pass holds several [BT, K] fp32 tiles
-    num_warps_state: int = 4
-    precision: str = "ieee"    # tl.dot input precision: "ieee" (fp32) or "tf32x3"
+    chunk: int = 32            # BT: rows per chunk (16, 32 or 64: a multiple of SUB_BLOCK)
+    bv: int = 16               # V columns per state-walk program (power of two >= 16)
+    bv_out: int = 64           # V columns per output-pass program (power of two >= 16)
+    num_warps_chunk: int = 4
+    num_warps_state: int = 8   # the walk is serial: more warps per program shorten each step
+    num_warps_out: int = 4
+    precision: str = "tf32x3"  # tl.dot input precision: "tf32x3" (tensor cores) or "ieee" (FMA)
 
 
-# Fixed table keyed by (H, K, V). flash-tp4-rank from the H200 sweep of
-# benchmarks/kernels_kda_prefill.py at T = 8192 (ms per layer, ieee / tf32x3): chunk 32, BV 16:
-# 4.3 / 4.2; chunk 64, BV 16: 6.0 / 5.0; chunk 32, BV 32: 6.4 / 5.1; chunk 64, BV 32: 32 / 5.4
-# (the chunk pass spills at chunk 64 and not at 32). flash (H = 32) is not swept yet.
+# Fixed table keyed by (H, K, V), from the H200 sweep of benchmarks/kernels_kda_prefill.py at
+# T = 8192 (README.md in this folder has the figures).
 CONFIGS: dict[tuple[int, int, int], KdaPrefillConfig] = {
-    (8, 128, 128): KdaPrefillConfig(chunk=32, bv=16),
-    (32, 128, 128): KdaPrefillConfig(chunk=32, bv=32),
+    (8, 128, 128): KdaPrefillConfig(chunk=32, bv=16, num_warps_chunk=4, num_warps_state=8),
+    (32, 128, 128): KdaPrefillConfig(chunk=32, bv=16, num_warps_chunk=4, num_warps_state=4),
 }
 
 
 def config_for(h: int, k: int, v: int) -> KdaPrefillConfig:
-    """The table entry, else BV aiming at about _TARGET_STATE_PROGRAMS state-pass programs."""
+    """The table entry, else BV aiming at about _TARGET_STATE_PROGRAMS state-walk programs."""
     if (h, k, v) in CONFIGS:
         return CONFIGS[(h, k, v)]
     blocks = max(1, _TARGET_STATE_PROGRAMS // h)
@@ -81,10 +95,10 @@ def config_for(h: int, k: int, v: int) -> KdaPrefillConfig:
 def _kda_prefill_chunk_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, b_ptr,
     sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, sg_t, sg_h, sb_t, sb_h,
-    w_ptr, u_ptr, qg_ptr, kd_ptr, p_ptr, gc_ptr,
+    w_ptr, u_ptr, qg_ptr, kd_ptr, p_ptr, gc_ptr, gcum_ptr,
     T, NT,
-    K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BVA: tl.constexpr,
-    PRECISION: tl.constexpr, USE_GDC: tl.constexpr,
+    K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+    BVA: tl.constexpr, PRECISION: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     c = tl.program_id(0)
     h = tl.program_id(1)
@@ -96,7 +110,7 @@ def _kda_prefill_chunk_kernel(
     offs_v = tl.arange(0, BVA)
     mv = offs_v < V
     mtk = mt[:, None] & mk[None, :]
-    mtv = mt[:, None] & mv[None, :]
+    mwk = (idx < BT)[:, None] & mk[None, :]
 
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
@@ -105,46 +119,73 @@ def _kda_prefill_chunk_kernel(
     q = tl.load(q_ptr + rows64[:, None] * sq_t + h * sq_h + offs_k[None, :], mask=mtk, other=0.0).to(tl.float32)
     k = tl.load(k_ptr + rows64[:, None] * sk_t + h * sk_h + offs_k[None, :], mask=mtk, other=0.0).to(tl.float32)
     g = tl.load(g_ptr + rows64[:, None] * sg_t + h * sg_h + offs_k[None, :], mask=mtk, other=0.0).to(tl.float32)
-    v = tl.load(v_ptr + rows64[:, None] * sv_t + h * sv_h + offs_v[None, :], mask=mtv, other=0.0).to(tl.float32)
     beta = tl.load(b_ptr + rows64 * sb_t + h * sb_h, mask=mt, other=0.0).to(tl.float32)
 
     G = tl.cumsum(g, axis=0)                                    # [BT, BK] in-chunk cumulative decay
+    # G goes through memory so that a row of it can be fetched for every row at once below (a
+    # register tile has no row gather); the barrier makes this CTA's stores visible to itself.
+    wbase = (h * NT + c).to(tl.int64) * BT
+    wrow = wbase + idx
+    tl.store(gcum_ptr + wrow[:, None] * K + offs_k[None, :], G, mask=mwk)
+    tl.debug_barrier()
 
-    # A (strictly lower) and P (lower, diagonal included), column r at a time. Row r of a register
-    # tile is taken by a masked sum (exact: the other terms are zeros).
+    # Diagonal sub-blocks: step r fills column r of every sub-block (row s gets column
+    # ref(s) = first row of s's sub-block + r), pairwise decays formed for s >= ref(s) only.
+    loc = idx % BC
     A = tl.zeros((BT, BT), dtype=tl.float32)
     P = tl.zeros((BT, BT), dtype=tl.float32)
-    for r in range(0, BT):
-        sel = idx == r
-        k_r = tl.sum(tl.where(sel[:, None], k, 0.0), axis=0)     # [BK]
-        G_r = tl.sum(tl.where(sel[:, None], G, 0.0), axis=0)
-        later = idx >= r
-        d = tl.exp(tl.where(later[:, None], G - G_r[None, :], float("-inf")))  # exp(G_s - G_r), s >= r
-        kr = d * k_r[None, :]
-        a_col = tl.where(idx > r, tl.sum(k * kr, axis=1), 0.0)  # [BT] over s
-        p_col = tl.sum(q * kr, axis=1)
-        A = tl.where(sel[None, :], a_col[:, None], A)
-        P = tl.where(sel[None, :], p_col[:, None], P)
+    for r in range(0, BC):
+        ref = idx - loc + r
+        ref_rows = c * BT + ref
+        k_ref = tl.load(k_ptr + ref_rows.to(tl.int64)[:, None] * sk_t + h * sk_h + offs_k[None, :],
+                        mask=(ref_rows < T)[:, None] & mk[None, :], other=0.0).to(tl.float32)
+        G_ref = tl.load(gcum_ptr + (wbase + ref)[:, None] * K + offs_k[None, :], mask=mwk, other=0.0)
+        on = loc >= r
+        kr = tl.exp(tl.where(on[:, None], G - G_ref, float("-inf"))) * k_ref
+        a_col = tl.where(loc > r, tl.sum(k * kr, axis=1), 0.0)
+        p_col = tl.where(on, tl.sum(q * kr, axis=1), 0.0)
+        hit = idx[None, :] == ref[:, None]
+        A = tl.where(hit, a_col[:, None], A)
+        P = tl.where(hit, p_col[:, None], P)
 
-    # M^-1 for M = I + diag(beta) A: row i = e_i - sum_{j<i} L[i, j] row j, L = diag(beta) A.
+    # Earlier sub-blocks, one block row i at a time, through its first row i0 = i * BC.
+    for i in tl.static_range(1, BT // BC):
+        G_i0 = tl.load(gcum_ptr + (wbase + i * BC) * K + offs_k, mask=mk, other=0.0)
+        in_i = (idx >= i * BC) & (idx < (i + 1) * BC)
+        left = tl.exp(tl.where(in_i[:, None], G - G_i0[None, :], float("-inf")))
+        right = tl.exp(tl.where((idx < i * BC)[:, None], G_i0[None, :] - G, float("-inf"))) * k
+        A += tl.dot(left * k, tl.trans(right), input_precision=PRECISION)
+        P += tl.dot(left * q, tl.trans(right), input_precision=PRECISION)
+
+    # M^-1 for M = I + L, L = diag(beta) A strictly lower. D = I + (L's diagonal sub-blocks).
     L = A * beta[:, None]
-    Minv = tl.zeros((BT, BT), dtype=tl.float32)
-    for i in range(0, BT):
-        sel = idx == i
-        l_i = tl.sum(tl.where(sel[:, None], L, 0.0), axis=0)    # L[i, :] over j (zero for j >= i)
-        row = tl.where(sel, 1.0, 0.0) - tl.sum(l_i[:, None] * Minv, axis=0)
-        Minv = tl.where(sel[:, None], row[None, :], Minv)
+    same = (idx[:, None] // BC) == (idx[None, :] // BC)
+    L_diag = tl.where(same, L, 0.0)
+    eye = tl.where(idx[:, None] == idx[None, :], 1.0, 0.0)
+    # D^-1 row s = e_s - sum_j L[s, j] D^-1[j, :], rows of local index i of all sub-blocks at once
+    # (the rows j < s it reads are final: their local index is smaller).
+    Dinv = eye
+    for i in range(0, BC):
+        sel = (loc == i)[:, None]
+        Dinv = tl.where(sel, eye - tl.dot(tl.where(sel, L_diag, 0.0), Dinv, input_precision=PRECISION), Dinv)
+    Minv = Dinv
+    if BT > BC:
+        N = tl.dot(Dinv, L - L_diag, input_precision=PRECISION)
+        Y = eye - N
+        for _ in tl.static_range(2, BT // BC):
+            Y = eye - tl.dot(N, Y, input_precision=PRECISION)
+        Minv = tl.dot(Y, Dinv, input_precision=PRECISION)
 
     eG = tl.exp(G)
-    G_C = tl.sum(tl.where((idx == BT - 1)[:, None], G, 0.0), axis=0)   # padding rows keep G flat
+    G_C = tl.load(gcum_ptr + (wbase + BT - 1) * K + offs_k, mask=mk, other=0.0)   # padding rows keep G flat
     w = tl.dot(Minv, beta[:, None] * eG * k, input_precision=PRECISION)
+    v = tl.load(v_ptr + rows64[:, None] * sv_t + h * sv_h + offs_v[None, :],
+                mask=mt[:, None] & mv[None, :], other=0.0).to(tl.float32)
     u = tl.dot(Minv, beta[:, None] * v, input_precision=PRECISION)
     qg = eG * q
     kd = tl.exp(G_C[None, :] - G) * k
 
-    # Workspaces [H, NT*BT, *]: each head's chunks contiguous for the state pass.
-    wrow = (h * NT + c).to(tl.int64) * BT + idx
-    mwk = (idx < BT)[:, None] & mk[None, :]
+    # Workspaces [H, NT*BT, *]: each head's chunks contiguous for the state walk.
     tl.store(w_ptr + wrow[:, None] * K + offs_k[None, :], w, mask=mwk)
     tl.store(qg_ptr + wrow[:, None] * K + offs_k[None, :], qg, mask=mwk)
     tl.store(kd_ptr + wrow[:, None] * K + offs_k[None, :], kd, mask=mwk)
@@ -153,12 +194,12 @@ def _kda_prefill_chunk_kernel(
     tl.store(gc_ptr + (h * NT + c).to(tl.int64) * K + offs_k, tl.exp(G_C), mask=mk)
 
 
-@triton.jit(do_not_specialize=["T", "NT"])
+@triton.jit(do_not_specialize=["NT"])
 def _kda_prefill_state_kernel(
-    w_ptr, u_ptr, qg_ptr, kd_ptr, p_ptr, gc_ptr, state_ptr, o_ptr, final_ptr,
-    T, NT,
-    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-    BV: tl.constexpr, PRECISION: tl.constexpr, USE_GDC: tl.constexpr,
+    w_ptr, u_ptr, kd_ptr, gc_ptr, state_ptr, hs_ptr, final_ptr,
+    NT,
+    K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    PRECISION: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     h = tl.program_id(0)
     vb = tl.program_id(1)
@@ -177,26 +218,65 @@ def _kda_prefill_state_kernel(
     s_offs = h * K * V + offs_k[:, None] * V + offs_v[None, :]
     S = tl.load(state_ptr + s_offs, mask=mkv, other=0.0)
 
+    row0 = (h * NT).to(tl.int64) * BT + idx
+    w_next = tl.load(w_ptr + row0[:, None] * K + offs_k[None, :], mask=mtk, other=0.0)
+    u_next = tl.load(u_ptr + row0[:, None] * V + offs_v[None, :], mask=mtv, other=0.0)
+    kd_next = tl.load(kd_ptr + row0[:, None] * K + offs_k[None, :], mask=mtk, other=0.0)
+    gc_next = tl.load(gc_ptr + (h * NT).to(tl.int64) * K + offs_k, mask=mk, other=0.0)
     # A while loop rather than range(NT): the interpreter cannot take a runtime bound in range().
     c = 0
     while c < NT:
-        wrow = (h * NT + c).to(tl.int64) * BT + idx
-        w = tl.load(w_ptr + wrow[:, None] * K + offs_k[None, :], mask=mtk, other=0.0)
-        qg = tl.load(qg_ptr + wrow[:, None] * K + offs_k[None, :], mask=mtk, other=0.0)
-        kd = tl.load(kd_ptr + wrow[:, None] * K + offs_k[None, :], mask=mtk, other=0.0)
-        u = tl.load(u_ptr + wrow[:, None] * V + offs_v[None, :], mask=mtv, other=0.0)
-        P = tl.load(p_ptr + wrow[:, None] * BT + idx[None, :])
-        gc = tl.load(gc_ptr + (h * NT + c).to(tl.int64) * K + offs_k, mask=mk, other=0.0)
+        w, u, kd, gc = w_next, u_next, kd_next, gc_next
+        # The next chunk's tiles are requested now and arrive while this chunk's products run.
+        more = c + 1 < NT
+        nrow = (h * NT + c + 1).to(tl.int64) * BT + idx
+        w_next = tl.load(w_ptr + nrow[:, None] * K + offs_k[None, :], mask=mtk & more, other=0.0)
+        u_next = tl.load(u_ptr + nrow[:, None] * V + offs_v[None, :], mask=mtv & more, other=0.0)
+        kd_next = tl.load(kd_ptr + nrow[:, None] * K + offs_k[None, :], mask=mtk & more, other=0.0)
+        gc_next = tl.load(gc_ptr + (h * NT + c + 1).to(tl.int64) * K + offs_k, mask=mk & more, other=0.0)
 
+        hs_offs = ((h * NT + c).to(tl.int64) * K + offs_k[:, None]) * V + offs_v[None, :]
+        tl.store(hs_ptr + hs_offs, S, mask=mkv)
         U = u - tl.dot(w, S, input_precision=PRECISION)                          # [BT, BV]
-        o = tl.dot(qg, S, input_precision=PRECISION) + tl.dot(P, U, input_precision=PRECISION)
-        rows = c * BT + idx
-        orow = rows.to(tl.int64) * (H * V) + h * V
-        tl.store(o_ptr + orow[:, None] + offs_v[None, :], o, mask=(rows < T)[:, None] & mv[None, :])
+        crow = (h * NT + c).to(tl.int64) * BT + idx
+        tl.store(u_ptr + crow[:, None] * V + offs_v[None, :], U, mask=mtv)      # U over u
         S = gc[:, None] * S + tl.dot(tl.trans(kd), U, input_precision=PRECISION)
         c += 1
 
     tl.store(final_ptr + s_offs, S, mask=mkv)
+
+
+@triton.jit(do_not_specialize=["T", "NT"])
+def _kda_prefill_output_kernel(
+    qg_ptr, p_ptr, u_ptr, hs_ptr, o_ptr,
+    T, NT,
+    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+    BV: tl.constexpr, PRECISION: tl.constexpr, USE_GDC: tl.constexpr,
+):
+    c = tl.program_id(0)
+    h = tl.program_id(1)
+    vb = tl.program_id(2)
+    idx = tl.arange(0, BT)
+    offs_k = tl.arange(0, BK)
+    mk = offs_k < K
+    offs_v = vb * BV + tl.arange(0, BV)
+    mv = offs_v < V
+    mtk = (idx < BT)[:, None] & mk[None, :]
+    mtv = (idx < BT)[:, None] & mv[None, :]
+
+    pdl_wait(USE_GDC)
+    pdl_launch_dependents(USE_GDC)
+
+    crow = (h * NT + c).to(tl.int64) * BT + idx
+    qg = tl.load(qg_ptr + crow[:, None] * K + offs_k[None, :], mask=mtk, other=0.0)
+    P = tl.load(p_ptr + crow[:, None] * BT + idx[None, :])
+    U = tl.load(u_ptr + crow[:, None] * V + offs_v[None, :], mask=mtv, other=0.0)
+    hs_offs = ((h * NT + c).to(tl.int64) * K + offs_k[:, None]) * V + offs_v[None, :]
+    S = tl.load(hs_ptr + hs_offs, mask=mk[:, None] & mv[None, :], other=0.0)
+    o = tl.dot(qg, S, input_precision=PRECISION) + tl.dot(P, U, input_precision=PRECISION)
+    rows = c * BT + idx
+    orow = rows.to(tl.int64) * (H * V) + h * V
+    tl.store(o_ptr + orow[:, None] + offs_v[None, :], o, mask=(rows < T)[:, None] & mv[None, :])
 
 
 def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
@@ -220,7 +300,10 @@ def kda_prefill_triton(q, k, v, g, beta, state, out=None, final_state=None, *,
     if beta.dim() == 2 and beta.stride(-1) != 1:
         beta = beta.contiguous()
     cfg = config if config is not None else config_for(H, K, V)
-    assert cfg.chunk in (16, 32, 64) and cfg.bv >= 16 and cfg.bv & (cfg.bv - 1) == 0, cfg
+    assert cfg.chunk in (16, 32, 64) and cfg.chunk % SUB_BLOCK == 0, cfg
+    for bv in (cfg.bv, cfg.bv_out):
+        assert bv >= 16 and bv & (bv - 1) == 0, cfg
+    assert cfg.precision in ("tf32x3", "ieee"), cfg
     BT = cfg.chunk
     NT = triton.cdiv(T, BT)
     dev = state.device
@@ -239,21 +322,28 @@ def kda_prefill_triton(q, k, v, g, beta, state, out=None, final_state=None, *,
     w = torch.empty((H, NT * BT, K), **f32)
     qg = torch.empty((H, NT * BT, K), **f32)
     kd = torch.empty((H, NT * BT, K), **f32)
+    gcum = torch.empty((H, NT * BT, K), **f32)
     u = torch.empty((H, NT * BT, V), **f32)
     p = torch.empty((H, NT * BT, BT), **f32)
     gc = torch.empty((H, NT, K), **f32)
+    hs = torch.empty((H, NT, K, V), **f32)     # the state entering each chunk
     BK = max(16, triton.next_power_of_2(K))
     _kda_prefill_chunk_kernel[(NT, H)](
         q, k, v, g, beta,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         g.stride(0), g.stride(1), beta.stride(0), beta.stride(1),
-        w, u, qg, kd, p, gc, T, NT,
-        K=K, V=V, BT=BT, BK=BK, BVA=max(16, triton.next_power_of_2(V)),
+        w, u, qg, kd, p, gc, gcum, T, NT,
+        K=K, V=V, BT=BT, BC=SUB_BLOCK, BK=BK, BVA=max(16, triton.next_power_of_2(V)),
         PRECISION=cfg.precision, USE_GDC=use_pdl, num_warps=cfg.num_warps_chunk, num_stages=1, **launch,
     )
     _kda_prefill_state_kernel[(H, triton.cdiv(V, cfg.bv))](
-        w, u, qg, kd, p, gc, state, out, final_state, T, NT,
-        H=H, K=K, V=V, BT=BT, BK=BK, BV=cfg.bv,
+        w, u, kd, gc, state, hs, final_state, NT,
+        K=K, V=V, BT=BT, BK=BK, BV=cfg.bv,
         PRECISION=cfg.precision, USE_GDC=use_pdl, num_warps=cfg.num_warps_state, num_stages=1, **launch,
+    )
+    _kda_prefill_output_kernel[(NT, H, triton.cdiv(V, cfg.bv_out))](
+        qg, p, u, hs, out, T, NT,
+        H=H, K=K, V=V, BT=BT, BK=BK, BV=cfg.bv_out,
+        PRECISION=cfg.precision, USE_GDC=use_pdl, num_warps=cfg.num_warps_out, num_stages=1, **launch,
     )
     return out, final_state
