@@ -1,7 +1,7 @@
 """Prefill on one GPU: time to first token of an N-token prompt, where it goes, and its floor.
 
     python -m benchmarks.prefill --preset flash-tp4-rank --tokens 1024 8192 --out DIR
-        [--moe grouped gather] [--mla tensor-cores fp32] [--chunk 256 1024] [--reps 3] [--no-draft]
+        [--moe grouped gather] [--mla expanded tensor-cores fp32] [--chunk 256 1024] [--reps 3] [--no-draft]
         [--profile N]
 
 What is timed is what `lingc.generate` runs before its first decode step (runtime/relay/engine.py,
@@ -12,8 +12,9 @@ the same positions (`draft_prefill`; `--no-draft` leaves it out). Random bf16 we
 prompt ids, the cache zeroed before each run. CUDA events, one warm-up run per setting, the
 median of `--reps` runs.
 
-`--mla tensor-cores fp32` compares MLA's prefill blocks on bf16 tensor cores (the default on CUDA)
-with the fp32 einsums. `--moe` names the MoE's forms to compare in the same run: `grouped` (the model's default for
+`--mla expanded tensor-cores fp32` compares MLA's prefill forms (lingc.models.mla.PREFILL_FORMS):
+the cache expanded through kv_b_proj into one fused causal SDPA per chunk (the default on CUDA),
+the absorbed blocks on bf16 tensor cores, and the absorbed blocks as fp32 einsums. `--moe` names the MoE's forms to compare in the same run: `grouped` (the model's default for
 prefill chunks on CUDA: the pairs sorted by expert, two `torch._grouped_mm` per chunk, each chosen
 expert read once) and `gather` (the decode formulation for every chunk: one gathered expert per
 (token, slot) pair, MOE_CHUNK tokens at a time; what prefill ran before the grouped form).
@@ -31,8 +32,14 @@ Floor: the larger of (a) the target's parameters read once over the copy bandwid
 prompt's matmul FLOPs over the bf16 matmul throughput, both measured in the same run. FLOPs:
 2 x N x (every target parameter a token multiplies: attention projections, dense MLPs, the shared
 expert and its 8 routed experts; the embedding and lm_head excluded) + MLA's causal attention in
-latent space (2 x heads x (rank + rope + rank) per (query, earlier key) pair). KDA's recurrence
-and the draft are left out of the floor, so it is a lower bound.
+the cheaper of its two forms per (query, earlier key) pair: 2 x heads x min(rank + rope + rank,
+the latent; qk_nope + qk_rope + v, expanded), the expansion itself left out. KDA's recurrence and
+the draft are left out too, so the floor is a lower bound.
+
+Agreement: every setting's first token, and its target logits at the last position against the
+first setting's (relative L2, max abs) beside its top-2 logit margin, from one more prefill. With
+random weights many first tokens are near ties, so forms that agree to fp32 rounding can still
+pick different first tokens; the logits say whether they agree.
 
 Output: a markdown table on stdout, OUT/prefill.json.
 """
@@ -46,7 +53,7 @@ from pathlib import Path
 
 import torch
 
-from lingc.decoding.reference import PREFILL_CHUNK, greedy_prompt_prefill
+from lingc.decoding.reference import PREFILL_CHUNK, greedy_prompt_prefill, prefill
 from lingc.models import Ling3Cache, build_model, preset
 from lingc.models import mla as mla_module
 from lingc.models import moe as moe_module
@@ -57,7 +64,7 @@ from lingc.models.moe import MoE
 from .common import copy_bandwidth_gbps, environment, event_times_ms, markdown_table, require_cuda, write_json
 
 MOE_FORMS = ("grouped", "gather")
-MLA_FORMS = ("tensor-cores", "fp32")
+MLA_FORMS = mla_module.PREFILL_FORMS
 
 
 def matmul_tflops(n: int = 8192, reps: int = 10) -> float:
@@ -83,7 +90,7 @@ def prompt_flops(model, n: int) -> float:
             per_token += cfg.num_experts_per_tok * (e.w13[0].numel() + e.w2[0].numel())
         if isinstance(layer.attention, MLAAttention):
             a = layer.attention
-            per_pair += 2.0 * a.num_heads * (a.rank + a.rope + a.rank)
+            per_pair += 2.0 * a.num_heads * min(a.rank + a.rope + a.rank, a.nope + a.rope + a.vdim)
     return 2.0 * n * per_token + per_pair * n * (n + 1) / 2     # (query, key) pairs of causal attention
 
 
@@ -170,13 +177,28 @@ def profile_prefill(fn, out: Path) -> dict:
                          "cpu_ms": e.self_cpu_time_total / 1e3} for e in top]}
 
 
+def prompt_logits(model, cache, ids: torch.Tensor, chunk: int) -> torch.Tensor:
+    """The target's last-position logits after a prefill of ids on a zeroed cache (fp32, CPU)."""
+    for t in cache.tensors():
+        t.zero_()
+    return prefill(model, cache, ids, chunk=chunk)[0].float().cpu()
+
+
+def logit_agreement(logits: torch.Tensor, ref: torch.Tensor) -> dict:
+    """How far a setting's first-token logits are from the first setting's (relative L2), beside
+    the gap between its two largest logits: a first token that differs by less than the
+    rounding's reach is a near tie (random weights give many), not a wrong form."""
+    top2 = logits.topk(2).values
+    return {"logits_rel_diff": ((logits - ref).norm() / ref.norm()).item(),
+            "top2_margin": (top2[0] - top2[1]).item(), "max_abs_logit_diff": (logits - ref).abs().max().item()}
+
+
 def measure(model, cache, ids, chunk: int, form: str, mla: str, reps: int, draft: bool):
-    """(median ms, the hooked run's ms, its per-kind ms, the first token) of a prefill of ids with
-    the MoE in `form` and MLA's prefill blocks in `mla`."""
-    default_min, default_tc = moe_module.GROUPED_MIN_TOKENS, mla_module.tensor_core_attention_applies
+    """(median ms, the hooked run's ms, its per-kind ms, the first token, the target's logits) of
+    a prefill of ids with the MoE in `form` and MLA's prefill in `mla`."""
+    default_min, default_form = moe_module.GROUPED_MIN_TOKENS, mla_module.PREFILL_FORM
     moe_module.GROUPED_MIN_TOKENS = default_min if form == "grouped" else 1 << 62
-    if mla == "fp32":
-        mla_module.tensor_core_attention_applies = lambda kv_cache: False
+    mla_module.PREFILL_FORM = mla
     try:
         with torch.no_grad():
             fn = lambda: run_prefill(model, cache, ids, chunk, draft)  # noqa: E731
@@ -188,10 +210,11 @@ def measure(model, cache, ids, chunk: int, form: str, mla: str, reps: int, draft
                 kinds = timer.totals_ms()
             finally:
                 timer.remove()
+            logits = prompt_logits(model, cache, ids, chunk)
     finally:
         moe_module.GROUPED_MIN_TOKENS = default_min
-        mla_module.tensor_core_attention_applies = default_tc
-    return ms, hooked_ms, kinds, first
+        mla_module.PREFILL_FORM = default_form
+    return ms, hooked_ms, kinds, first, logits
 
 
 def main(argv=None) -> int:
@@ -200,7 +223,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, nargs="+", default=[1024, 8192])
     ap.add_argument("--moe", nargs="+", choices=MOE_FORMS, default=list(MOE_FORMS))
     ap.add_argument("--mla", nargs="+", choices=MLA_FORMS, default=[MLA_FORMS[0]],
-                    help="MLA's prefill blocks: on bf16 tensor cores (the default) or as fp32 einsums")
+                    help="MLA's prefill forms to compare (the first is CUDA's default)")
     ap.add_argument("--chunk", type=int, nargs="+", default=[PREFILL_CHUNK],
                     help="prefill chunks (tokens per forward) to compare")
     ap.add_argument("--reps", type=int, default=3)
@@ -227,18 +250,21 @@ def main(argv=None) -> int:
     print(f"copy bandwidth {bw:.0f} GB/s, bf16 matmul {tflops:.0f} TFLOP/s, target weights {nbytes / 1e9:.1f} GB",
           flush=True)
 
-    rows, firsts = [], {}
+    rows, firsts, ref_logits = [], {}, {}
     for n in args.tokens:
         ids = torch.randint(0, model.config.vocab_size, (n,), device="cuda", generator=gen)
         flops = prompt_flops(model, n)
         floor_ms = max(nbytes / (bw * 1e9), flops / (tflops * 1e12)) * 1e3
         for chunk, form, mla in itertools.product(args.chunk, args.moe, args.mla):
-            ms, hooked_ms, kinds, first = measure(model, cache, ids, chunk, form, mla, args.reps, not args.no_draft)
+            ms, hooked_ms, kinds, first, logits = measure(model, cache, ids, chunk, form, mla, args.reps,
+                                                          not args.no_draft)
             firsts[(n, chunk, form, mla)] = first
+            ref_logits.setdefault(n, logits)
             row = {"tokens": n, "chunk": chunk, "moe": form, "mla": mla, "ttft_ms": ms, "tokens_per_s": n / (ms * 1e-3),
                    "floor_ms": floor_ms, "x_floor": ms / floor_ms, "first_token": first,
                    "kinds_ms": {k: round(v, 3) for k, v in sorted(kinds.items())},
-                   "hooked_run_ms": hooked_ms, "rest_ms": max(0.0, hooked_ms - sum(kinds.values()))}
+                   "hooked_run_ms": hooked_ms, "rest_ms": max(0.0, hooked_ms - sum(kinds.values())),
+                   **logit_agreement(logits, ref_logits[n])}
             rows.append(row)
             print(f"  {n} tokens, chunk {chunk}, MoE {form}, MLA {mla}: {ms:.1f} ms ({row['tokens_per_s']:.0f} tok/s), "
                   + ", ".join(f"{k} {v:.1f}" for k, v in sorted(kinds.items())), flush=True)
@@ -259,6 +285,10 @@ def main(argv=None) -> int:
     print()
     print(table)
     print(f"\nfirst token equal across the forms and chunks: {same}")
+    for r in rows:
+        print(f"  {r['tokens']} tokens, MoE {r['moe']}, MLA {r['mla']}, chunk {r['chunk']}: first token "
+              f"{r['first_token']}, top-2 logit margin {r['top2_margin']:.3g}, logits vs the first setting: "
+              f"rel {r['logits_rel_diff']:.2e}, max abs {r['max_abs_logit_diff']:.3g}")
     prof_summary = None
     if args.profile:
         ids = torch.randint(0, model.config.vocab_size, (args.profile,), device="cuda", generator=gen)

@@ -411,7 +411,8 @@ def test_read_probe_step_record_keeps_both_floors(tmp_path):
 
 def test_prefill_flops_count_the_tokens_and_causal_attention():
     # benchmarks.prefill's floor FLOPs on the tiny model: linear in the prompt plus MLA's causal
-    # attention (quadratic); routed experts counted 8 per token, never all of them.
+    # attention (quadratic, the cheaper of the latent and expanded forms); routed experts counted
+    # 8 per token, never all of them.
     from model_helpers import tiny_model
 
     from benchmarks.prefill import prompt_flops
@@ -426,11 +427,22 @@ def test_prefill_flops_count_the_tokens_and_causal_attention():
     per_token += 2 * sum(cfg.num_experts_per_tok * (m.experts.w13[0].numel() + m.experts.w2[0].numel())
                          for m in moe_layers)
     attn = [layer.attention for layer in model.target_layers if hasattr(layer.attention, "rank")]
-    pair = 2 * sum(a.num_heads * (2 * a.rank + a.rope) for a in attn)
+    pair = 2 * sum(a.num_heads * min(2 * a.rank + a.rope, a.nope + a.rope + a.vdim) for a in attn)
     assert attn and moe_layers
     assert f1 == pytest.approx(per_token + pair)
     assert f4 == pytest.approx(4 * per_token + 10 * pair)
     assert f4 - 2 * f2 == pytest.approx(4 * pair)           # the quadratic term alone
+
+
+def test_prefill_logit_agreement_reports_distance_and_margin():
+    from benchmarks.prefill import logit_agreement
+
+    ref = torch.tensor([1.0, 5.0, 4.5, -2.0])
+    same = logit_agreement(ref.clone(), ref)
+    assert same == {"logits_rel_diff": 0.0, "top2_margin": 0.5, "max_abs_logit_diff": 0.0}
+    moved = logit_agreement(ref + torch.tensor([0.0, 0.0, 0.75, 0.0]), ref)
+    assert moved["top2_margin"] == 0.25 and moved["max_abs_logit_diff"] == 0.75
+    assert moved["logits_rel_diff"] == pytest.approx(0.75 / ref.norm().item())
 
 
 @pytest.mark.gpu
@@ -443,6 +455,8 @@ def test_gpu_prefill_benchmark_runs_both_moe_forms(tmp_path):
     for r in out["rows"]:
         assert r["ttft_ms"] > 0 and r["floor_ms"] > 0
         assert {"KDA attention", "MLA attention", "MoE", "dense MLP"} <= set(r["kinds_ms"])
+        assert r["top2_margin"] >= 0 and r["logits_rel_diff"] >= 0
+    assert out["rows"][0]["logits_rel_diff"] == 0.0          # the first setting is the reference
 
 
 @pytest.mark.gpu

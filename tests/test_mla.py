@@ -138,6 +138,104 @@ def test_query_blocks_equal_one_block(model, monkeypatch):
     assert_rel_close(blocked, ref, 1e-5, "query blocks vs formula reference")
 
 
+def _spy(monkeypatch, name):
+    """Records the first argument's row count of every call of MLAAttention.<name>."""
+    calls, real = [], getattr(MLAAttention, name)
+
+    def spy(self, *a):
+        calls.append(a[0].shape[0])
+        return real(self, *a)
+
+    monkeypatch.setattr(MLAAttention, name, spy)
+    return calls
+
+
+@pytest.mark.parametrize("start,T", [(5, 11), (0, 9)])
+def test_expanded_prefill_equals_blocks_and_reference(model, monkeypatch, start, T):
+    """The expanded form (keys and values through kv_b_proj, one causal SDPA over the rows up to
+    the chunk's last position) against the absorbed fp32 blocks and the float64 reference: the
+    same output and cache rows; rows past the chunk (stale leftovers) are never seen."""
+    from lingc.models import mla as mla_module
+    torch.manual_seed(42 + start)
+    cfg = model.config
+    layer = mla_layer(model, 0)
+    monkeypatch.setattr(mla_module, "QUERY_BLOCK", 4)
+    a = cache_with_history(cfg, start, seed=42)
+    a.kv[layer.cache_index][0, start + T:] = 100 * torch.randn(MAX_LEN - start - T, cfg.mla_cache_dim)
+    b, ref_cache = a.clone(), a.clone()
+    x = torch.randn(T, cfg.hidden_size)
+    pos = torch.arange(start, start + T)
+    blocks = _spy(monkeypatch, "_attend")
+    expanded_calls = _spy(monkeypatch, "_attend_expanded")
+    assert mla_module.prefill_attention_form(a.kv[0]) == "fp32"       # the CPU's default
+    absorbed = layer(x, pos, a)
+    assert blocks and not expanded_calls
+    blocks.clear()
+    monkeypatch.setattr(mla_module, "PREFILL_FORM", "expanded")
+    expanded = layer(x, pos, b)
+    assert expanded_calls == [T] and not blocks
+    assert_rel_close(expanded, absorbed, 1e-5, "expanded vs absorbed blocks")
+    assert torch.equal(a.kv[layer.cache_index], b.kv[layer.cache_index])
+    ref, _ = ref_mla(layer, cfg, x, pos, ref_cache.kv[layer.cache_index][0].clone())
+    assert_rel_close(expanded, ref, 1e-5, "expanded vs formula reference")
+
+
+def test_expanded_prefill_needs_consecutive_positions(model, monkeypatch):
+    """Positions that are not one run (not a prompt chunk) take the absorbed blocks, whose mask
+    compares each row with each query's position, as do chunks whose expanded temporaries would
+    pass EXPANDED_MAX_BYTES; a chunk of QUERY_BLOCK or fewer queries never takes the expanded form."""
+    from lingc.models import mla as mla_module
+    torch.manual_seed(43)
+    cfg = model.config
+    layer = mla_layer(model, 0)
+    monkeypatch.setattr(mla_module, "QUERY_BLOCK", 4)
+    monkeypatch.setattr(mla_module, "PREFILL_FORM", "expanded")
+    expanded_calls = _spy(monkeypatch, "_attend_expanded")
+    x = torch.randn(6, cfg.hidden_size)
+    for pos in (torch.tensor([3, 4, 5, 7, 8, 9]), torch.tensor([9, 8, 7, 6, 5, 4])):
+        layer(x, pos, cache_with_history(cfg, 3, seed=43))
+    layer(x[:4], torch.arange(3, 7), cache_with_history(cfg, 3, seed=43))
+    assert expanded_calls == []
+    layer(x, torch.arange(3, 9), cache_with_history(cfg, 3, seed=43))
+    assert expanded_calls == [6]
+    # Temporaries over EXPANDED_MAX_BYTES: the blocks. 9 rows x heads x (2 (nope + v) + nope + rope) fp32.
+    need = 4 * 9 * layer.num_heads * (2 * (layer.nope + layer.vdim) + layer.nope + layer.rope)
+    monkeypatch.setattr(mla_module, "EXPANDED_MAX_BYTES", need - 1)
+    layer(x, torch.arange(3, 9), cache_with_history(cfg, 3, seed=43))
+    assert expanded_calls == [6]
+    monkeypatch.setattr(mla_module, "EXPANDED_MAX_BYTES", need)
+    layer(x, torch.arange(3, 9), cache_with_history(cfg, 3, seed=43))
+    assert expanded_calls == [6, 6]
+
+
+@pytest.mark.parametrize("chunk", [16, 64])
+def test_prefill_forms_agree_on_the_whole_model(model, monkeypatch, chunk):
+    """A 40-token prompt through the tiny model in chunks (QUERY_BLOCK 4, so every chunk of more
+    than 4 tokens takes the prefill form): the expanded form and the absorbed fp32 blocks give the
+    same logits to fp32 rounding and the same hidden states."""
+    from lingc.decoding.reference import prefill
+    from lingc.models import mla as mla_module
+    monkeypatch.setattr(mla_module, "QUERY_BLOCK", 4)
+    prompt = torch.randint(0, model.config.vocab_size, (40,), generator=torch.Generator().manual_seed(44))
+    calls = _spy(monkeypatch, "_attend_expanded")
+    runs = {}
+    for form in ("fp32", "expanded"):
+        monkeypatch.setattr(mla_module, "PREFILL_FORM", form)
+        with torch.no_grad():
+            runs[form] = prefill(model, Ling3Cache.allocate(model.config, 48), prompt, chunk=chunk)
+    # Every MLA layer of the target, once per chunk, in the expanded run only.
+    assert len(calls) == len(model.config.mla_layers) * (40 // chunk + (40 % chunk > 0))
+    assert_rel_close(runs["expanded"][0], runs["fp32"][0], 1e-5, "last-position logits")
+    assert_rel_close(runs["expanded"][1], runs["fp32"][1], 1e-5, "hidden states")
+
+
+def test_prefill_form_rejects_an_unknown_form(monkeypatch):
+    from lingc.models import mla as mla_module
+    monkeypatch.setattr(mla_module, "PREFILL_FORM", "flash")
+    with pytest.raises(ValueError, match="PREFILL_FORM = 'flash'.*expanded"):
+        mla_module.prefill_attention_form(torch.zeros(1))
+
+
 def test_query_blocks_compile_in_one_graph(model, monkeypatch):
     """Under torch.compile the blocks read the whole cache (no host read of positions): one graph,
     the same result."""
@@ -152,6 +250,7 @@ def test_query_blocks_compile_in_one_graph(model, monkeypatch):
     x = torch.randn(T, cfg.hidden_size)
     pos = torch.arange(start, start + T)
     monkeypatch.setattr(mla_module, "QUERY_BLOCK", 4)
+    monkeypatch.setattr(mla_module, "PREFILL_FORM", "expanded")     # eager only: no host read compiled
     eager = layer(x, pos, a)
     compiled = torch.compile(layer, backend="eager", fullgraph=True)(x, pos, b)
     assert_rel_close(compiled, eager, 1e-6, "compiled query blocks vs eager")
@@ -258,6 +357,8 @@ def test_gpu_prefill_blocks_on_tensor_cores(name, monkeypatch):
     q_rope = torch.randn(T, H, P, device="cuda", generator=g).bfloat16()
     pos = torch.arange(start, start + T, device="cuda")
     assert mla_module.tensor_core_attention_applies(kv)
+    assert mla_module.prefill_attention_form(kv) == "expanded"        # CUDA's default
+    monkeypatch.setattr(mla_module, "PREFILL_FORM", "tensor-cores")
     calls = []
     real = MLAAttention._attend_tensor_cores
 
@@ -268,8 +369,43 @@ def test_gpu_prefill_blocks_on_tensor_cores(name, monkeypatch):
     monkeypatch.setattr(MLAAttention, "_attend_tensor_cores", spy)
     got = layer._attend_blocks(q_lat, q_rope, pos, kv)
     assert calls == [start + 256, start + 512, start + 600]
-    monkeypatch.setattr(mla_module, "tensor_core_attention_applies", lambda cache: False)
+    monkeypatch.setattr(mla_module, "PREFILL_FORM", "fp32")
     expect = layer._attend_blocks(q_lat, q_rope, pos, kv)
     assert got.dtype == torch.float32 and got.shape == (T, H, R)
     err = ((got - expect).norm() / expect.norm()).item()
     assert err < 2e-5, f"tensor-core blocks vs fp32 einsums: relative error {err:.2e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["tiny", "flash-tp4-rank"])
+def test_gpu_expanded_prefill_equals_fp32_einsums(name):
+    """CUDA's default prefill form over a bf16 cache: keys and values expanded through kv_b_proj,
+    one fused causal SDPA in fp32, against the absorbed fp32 einsums over the same rows (w_k into
+    the query, w_v into the output); both are fp32 arithmetic, so they agree to its rounding."""
+    from lingc.models import preset
+    cfg = preset(name)
+    with torch.device("cuda"):
+        layer = MLAAttention(cfg, cfg.mla_layers[0], 0)
+    H, R, P = cfg.num_attention_heads, cfg.kv_lora_rank, cfg.qk_rope_head_dim
+    nope, vd = cfg.qk_nope_head_dim, cfg.v_head_dim
+    g = torch.Generator(device="cuda").manual_seed(7 + len(name))
+    with torch.no_grad():
+        layer.kv_b_proj.weight.copy_(torch.randn(layer.kv_b_proj.weight.shape, device="cuda", generator=g) * R ** -0.5)
+    start, T = 300, 600
+    L = start + T
+    kv = torch.randn(L + 50, R + P, device="cuda", generator=g).to(cfg.dtype)
+    kv[L:] = 1e4                                             # past the chunk: must not be read
+    q_nope = torch.randn(T, H, nope, device="cuda", generator=g).to(cfg.dtype)
+    q_rope = torch.randn(T, H, P, device="cuda", generator=g).to(cfg.dtype)
+    pos = torch.arange(start, start + T, device="cuda")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with torch.no_grad(), sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):   # fused, scores never stored
+        got = layer._attend_expanded(q_nope, q_rope, start, kv)
+    with torch.no_grad():
+        w_kv = layer.kv_b_proj.weight.view(H, nope + vd, R).float()
+        q_lat = torch.einsum("thn,hnr->thr", q_nope.float(), w_kv[:, :nope])
+        o_lat = layer._attend(q_lat, q_rope, pos, kv[:L].float())
+        expect = torch.einsum("thr,hvr->thv", o_lat, w_kv[:, nope:])
+    assert got.dtype == torch.float32 and got.shape == (T, H, vd)
+    err = ((got - expect).norm() / expect.norm()).item()
+    assert err < 2e-5, f"expanded SDPA vs absorbed fp32 einsums: relative error {err:.2e}"

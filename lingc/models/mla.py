@@ -6,17 +6,30 @@ gives the latent c (kv_lora_rank, then kv_a_layernorm) and one shared rope key. 
 query (q_lat = q_nope @ W_k) and its v half into the output (o = (p @ c) @ W_v^T). Softmax scale
 (qk_nope + qk_rope)^-0.5; interleaved RoPE; each head's output times sigmoid(g_proj(x))[head];
 then `dense`. The causal mask compares cache rows with the query positions (device tensors), which
-serves T=1 decode, T=6 chain verify and causal prefill alike. A prefill chunk attends
-QUERY_BLOCK queries at a time (each query's row is computed alone anyway), so its fp32 scores,
-[QUERY_BLOCK, H, cache rows], stay bounded whatever the chunk; in eager mode each block reads
-the cache only up to its last query's position (rows past it are masked for all its queries), on
-bf16 tensor cores when the cache is bf16 on CUDA (fp32 operands as bf16 hi + lo halves).
+serves T=1 decode, T=6 chain verify and causal prefill alike.
+
+A prefill chunk longer than QUERY_BLOCK, in eager mode, attends in one of PREFILL_FORMS
+(`prefill_attention_form`):
+- "expanded" (CUDA): the cache rows up to the chunk's last position expanded through kv_b_proj
+  into per-head keys [nope ; rope] and values, then one fused causal attention
+  (`scaled_dot_product_attention`, fp32, bottom-right aligned mask): scores never reach memory,
+  and a head's product is qk_head_dim + v_head_dim wide instead of the latent's 2 x rank + rope
+  (absorbing kv_b_proj pays when there is one query per cache pass, not thousands);
+- "tensor-cores": absorbed, QUERY_BLOCK queries at a time, each block's fp32 scores
+  [QUERY_BLOCK, H, rows] through memory, on bf16 tensor cores when the cache is bf16 on CUDA (fp32
+  operands as bf16 hi + lo halves); also the expanded form's fallback where its temporaries would
+  pass EXPANDED_MAX_BYTES or the positions are not one run;
+- "fp32": the same blocks as fp32 einsums (the CPU's form).
+Each block or chunk reads the cache only up to its last query's position (rows past it are
+masked for all its queries). Under torch.compile a chunk takes the absorbed blocks over the whole
+cache (no host read of positions).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from .cache import Ling3Cache
 from .config import Ling3Config
@@ -24,6 +37,23 @@ from .layers import Linear, RMSNorm, apply_rope_interleaved, rope_inv_freq
 from .parallel import SINGLE, TensorParallel
 
 QUERY_BLOCK = 256
+PREFILL_FORMS = ("expanded", "tensor-cores", "fp32")
+# Overrides prefill_attention_form's choice for every layer when set (benchmarks.prefill --mla).
+PREFILL_FORM: str | None = None
+# The expanded form's fp32 temporaries (expanded rows, keys, values) above this take the
+# "tensor-cores" blocks instead: at long contexts on a full-size model they would be tens of GB.
+EXPANDED_MAX_BYTES = 4 << 30
+
+
+def prefill_attention_form(kv_cache: torch.Tensor) -> str:
+    """The eager prefill form of a chunk longer than QUERY_BLOCK (module docstring): PREFILL_FORM
+    if set, else "expanded" on CUDA and "fp32" elsewhere."""
+    if PREFILL_FORM is not None:
+        if PREFILL_FORM not in PREFILL_FORMS:
+            raise ValueError(f"lingc.models.mla.PREFILL_FORM = {PREFILL_FORM!r}: expected one of {PREFILL_FORMS} "
+                             "or None (automatic)")
+        return PREFILL_FORM
+    return "expanded" if kv_cache.is_cuda else "fp32"
 
 
 def tensor_core_attention_applies(kv_cache: torch.Tensor) -> bool:
@@ -97,14 +127,59 @@ class MLAAttention(nn.Module):
 
         w_kv = self.kv_b_proj.weight.view(H, self.nope + self.vdim, self.rank)
         w_k, w_v = w_kv[:, :self.nope], w_kv[:, self.nope:]                  # [H, nope|v, rank]
-        q_lat = torch.einsum("thn,hnr->thr", q_nope.float(), w_k.float())  # [T, H, rank]
-        if T <= QUERY_BLOCK:
-            o_lat = self._attend(q_lat, q_rope, positions, kv_cache.float())
+        start = self._expanded_prefill_start(positions, kv_cache) if T > QUERY_BLOCK else None
+        if start is not None:
+            o = self._attend_expanded(q_nope, q_rope, start, kv_cache)      # [T, H, v]
         else:
-            o_lat = self._attend_blocks(q_lat, q_rope, positions, kv_cache)
-        o = torch.einsum("thr,hvr->thv", o_lat, w_v.float())                 # [T, H, v]
+            q_lat = torch.einsum("thn,hnr->thr", q_nope.float(), w_k.float())  # [T, H, rank]
+            if T <= QUERY_BLOCK:
+                o_lat = self._attend(q_lat, q_rope, positions, kv_cache.float())
+            else:
+                o_lat = self._attend_blocks(q_lat, q_rope, positions, kv_cache)
+            o = torch.einsum("thr,hvr->thv", o_lat, w_v.float())             # [T, H, v]
         o = o * torch.sigmoid(self.g_proj(x).float()).unsqueeze(-1)
         return self.tp.all_reduce(self.dense(o.reshape(T, H * self.vdim).to(x.dtype)))
+
+    def _expanded_prefill_start(self, positions: torch.Tensor, kv_cache: torch.Tensor) -> int | None:
+        """The chunk's first position when it takes the expanded form: eager, that form chosen,
+        positions consecutive (a prompt's chunk always is; one host read) and the temporaries
+        within EXPANDED_MAX_BYTES. None otherwise."""
+        if torch.compiler.is_compiling() or prefill_attention_form(kv_cache) != "expanded":
+            return None
+        T = positions.shape[0]
+        first, last, consecutive = torch.stack([positions[0], positions[-1],
+                                                (positions.diff() == 1).all().long()]).tolist()
+        if not consecutive or last - first != T - 1:
+            return None
+        width = 2 * (self.nope + self.vdim) + self.nope + self.rope      # fp32 values per row and head
+        return first if 4 * (last + 1) * self.num_heads * width <= EXPANDED_MAX_BYTES else None
+
+    def _attend_expanded(self, q_nope: torch.Tensor, q_rope: torch.Tensor, start: int,
+                         kv_cache: torch.Tensor) -> torch.Tensor:
+        """Causal attention of queries at positions start..start+T-1 over cache rows 0..start+T-1
+        in the non-absorbed form: keys [c W_k^T ; k_rope], values c W_v^T, per head, fp32 (the
+        expansion's bf16 products exact, summed in fp32), one fused SDPA call with a bottom-right
+        aligned causal mask (query t sees rows <= start + t). Returns o [T, H, v] fp32."""
+        from torch.nn.attention.bias import causal_lower_right
+
+        T, H = q_nope.shape[:2]
+        L = start + T
+        rows = kv_cache[:L]
+        c, k_rope = rows[:, :self.rank], rows[:, self.rank:]
+        w = self.kv_b_proj.weight                                            # [H*(nope+v), rank]
+        if c.dtype == torch.bfloat16 and w.dtype == torch.bfloat16:
+            kvb = _mm_f32(c, w.T)
+        else:
+            kvb = c.float() @ w.float().T
+        kvb = kvb.view(L, H, self.nope + self.vdim).transpose(0, 1)            # [H, L, nope+v]
+        k = torch.cat([kvb[..., :self.nope], k_rope.float()[None].expand(H, L, self.rope)], dim=-1)
+        v = kvb[..., self.nope:]
+        q = torch.cat([q_nope.float(), q_rope.float()], dim=-1).transpose(0, 1)   # [H, T, nope+rope]
+        # [1, H, ., .]: the fused kernels take 4-d operands only (3-d falls back to the math
+        # kernel, which stores the scores).
+        o = F.scaled_dot_product_attention(q[None], k[None], v.contiguous()[None],
+                                           attn_mask=causal_lower_right(T, L), scale=self.scale)
+        return o[0].transpose(0, 1)
 
     def _attend_blocks(self, q_lat: torch.Tensor, q_rope: torch.Tensor, positions: torch.Tensor,
                        kv_cache: torch.Tensor) -> torch.Tensor:
@@ -118,7 +193,7 @@ class MLAAttention(nn.Module):
             ends, attend, rows = [kv_cache.shape[0]] * len(starts), self._attend, kv_cache.float()
         else:
             ends = [p + 1 for p in torch.stack([positions[i:i + QUERY_BLOCK].max() for i in starts]).tolist()]
-            if tensor_core_attention_applies(kv_cache):
+            if prefill_attention_form(kv_cache) != "fp32" and tensor_core_attention_applies(kv_cache):
                 attend, rows = self._attend_tensor_cores, kv_cache
             else:
                 attend, rows = self._attend, kv_cache.float()
