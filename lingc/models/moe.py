@@ -123,15 +123,17 @@ class Experts(nn.Module):
         h = torch.bmm(self.w13[flat], xs).squeeze(-1)                           # [T*k, 2I]
         a = swiglu(h[:, :self.inter], h[:, self.inter:], self.limit)
         y = torch.bmm(self.w2[flat], a.unsqueeze(-1)).squeeze(-1).view(T, k, -1).float()
-        return _slot_sum(y, weights)
+        return slot_sum(y, weights)
 
     def forward_grouped(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """The same sum with each expert's pairs as one group of `torch._grouped_mm`: the (token,
         slot) pairs sorted by expert (stably), the gate/up and down projections as two grouped
         GEMMs over the stacked weights in place, the products scattered back to pair order. Every
         chosen expert's weights are read once per call instead of once per pair. Per-pair outputs
-        are rounded to x.dtype and summed in fp32 in slot order, as in `forward`; the GEMMs'
-        accumulation order is the library's, so the bits may differ from `forward`'s."""
+        are rounded to x.dtype and summed in fp32 in slot order, as in `forward`, by
+        `lingc::moe_combine_sorted` (one kernel on CUDA: no pair-order copy); the GEMMs'
+        accumulation order is the library's and the kernel may fuse a product into its add, so
+        the bits may differ from `forward`'s."""
         T, k = ids.shape
         flat = ids.reshape(-1)
         order = torch.argsort(flat, stable=True)
@@ -140,11 +142,12 @@ class Experts(nn.Module):
         h = torch._grouped_mm(xs, self.w13.transpose(1, 2), offs=offs)          # [T*k, 2I]
         a = swiglu(h[:, :self.inter], h[:, self.inter:], self.limit)
         ys = torch._grouped_mm(a, self.w2.transpose(1, 2), offs=offs)           # [T*k, H]
-        y = torch.empty_like(ys).index_copy_(0, order, ys).view(T, k, -1).float()
-        return _slot_sum(y, weights)
+        from lingc.runtime.kernels.moe_combine import moe_combine_sorted   # the op imports this module
+
+        return moe_combine_sorted(ys, order, weights.float())
 
 
-def _slot_sum(y: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+def slot_sum(y: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """sum_j weights[:, j] * y[:, j] in slot order (y [T, k, H] fp32)."""
     out = y[:, 0] * weights[:, 0:1]
     for j in range(1, y.shape[1]):
