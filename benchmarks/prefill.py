@@ -14,10 +14,12 @@ median of `--reps` runs.
 
 `--mla expanded tensor-cores fp32` compares MLA's prefill forms (lingc.models.mla.PREFILL_FORMS):
 the cache expanded through kv_b_proj into one fused causal SDPA per chunk (the default on CUDA),
-the absorbed blocks on bf16 tensor cores, and the absorbed blocks as fp32 einsums. `--moe` names the MoE's forms to compare in the same run: `grouped` (the model's default for
-prefill chunks on CUDA: the pairs sorted by expert, two `torch._grouped_mm` per chunk, each chosen
+the absorbed blocks on bf16 tensor cores, and the absorbed blocks as fp32 einsums. `--moe` names
+the MoE's forms to compare in the same run: `grouped` (the default, and the model's for prefill
+chunks on CUDA: the pairs sorted by expert, two `torch._grouped_mm` per chunk, each chosen
 expert read once) and `gather` (the decode formulation for every chunk: one gathered expert per
-(token, slot) pair, MOE_CHUNK tokens at a time; what prefill ran before the grouped form).
+(token, slot) pair, MOE_CHUNK tokens at a time; what prefill ran before the grouped form, ~15 s
+for 8192 tokens: opt in with `--moe grouped gather`).
 
 Breakdown: one more run with CUDA events around every layer's attention and MLP and the draft
 layer (forward hooks), summed per kind (KDA attention, MLA attention, MoE, dense MLP, draft
@@ -221,7 +223,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--preset", default="flash-tp4-rank")
     ap.add_argument("--tokens", type=int, nargs="+", default=[1024, 8192])
-    ap.add_argument("--moe", nargs="+", choices=MOE_FORMS, default=list(MOE_FORMS))
+    ap.add_argument("--moe", nargs="+", choices=MOE_FORMS, default=[MOE_FORMS[0]],
+                    help="MoE forms to compare (default: grouped only; gather takes ~15 s per 8192 tokens)")
     ap.add_argument("--mla", nargs="+", choices=MLA_FORMS, default=[MLA_FORMS[0]],
                     help="MLA's prefill forms to compare (the first is CUDA's default)")
     ap.add_argument("--chunk", type=int, nargs="+", default=[PREFILL_CHUNK],

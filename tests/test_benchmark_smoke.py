@@ -449,7 +449,8 @@ def test_prefill_logit_agreement_reports_distance_and_margin():
 def test_gpu_prefill_benchmark_runs_both_moe_forms(tmp_path):
     from benchmarks.prefill import main
 
-    assert main(["--preset", "tiny", "--tokens", "80", "--reps", "1", "--chunk", "64", "--out", str(tmp_path)]) == 0
+    assert main(["--preset", "tiny", "--tokens", "80", "--reps", "1", "--chunk", "64", "--moe", "grouped", "gather",
+                 "--out", str(tmp_path)]) == 0
     out = json.loads((tmp_path / "prefill.json").read_text())
     assert [r["moe"] for r in out["rows"]] == ["grouped", "gather"]
     for r in out["rows"]:
