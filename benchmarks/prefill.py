@@ -143,10 +143,14 @@ class KindTimer:
             h.remove()
 
 
-def run_prefill(model, cache, ids: torch.Tensor, chunk: int, draft: bool) -> torch.Tensor:
-    """What Engine._prefill runs (`greedy_prompt_prefill`) on a zeroed cache. Returns the token."""
+def _zero(cache) -> None:
     for t in cache.tensors():
         t.zero_()
+
+
+def run_prefill(model, cache, ids: torch.Tensor, chunk: int, draft: bool) -> torch.Tensor:
+    """What Engine._prefill runs (`greedy_prompt_prefill`) on a zeroed cache. Returns the token."""
+    _zero(cache)
     return greedy_prompt_prefill(model, cache, ids, draft and model.nextn is not None, chunk=chunk)[0]
 
 
@@ -181,8 +185,7 @@ def profile_prefill(fn, out: Path) -> dict:
 
 def prompt_logits(model, cache, ids: torch.Tensor, chunk: int) -> torch.Tensor:
     """The target's last-position logits after a prefill of ids on a zeroed cache (fp32, CPU)."""
-    for t in cache.tensors():
-        t.zero_()
+    _zero(cache)
     return prefill(model, cache, ids, chunk=chunk)[0].float().cpu()
 
 
