@@ -27,7 +27,8 @@ layer); "rest" is that run's remainder (the embedding, norms, lm_head rows, host
 host cannot keep the GPU busy (eager), a span is the host's time to issue it.
 
 `--profile N` then runs one N-token prefill (the default MoE form) under torch.profiler: the
-busiest ops by GPU and by host time on stdout, the GPU's busy share, and a gzipped Chrome trace
+busiest ops by GPU and by host time on stdout, the GPU's busy share, the GPU time by kind (the
+breakdown's kinds, as profiler ranges) with each kind's busiest ops, and a gzipped Chrome trace
 OUT/prefill_trace.json.gz.
 
 Floor: the larger of (a) the target's parameters read once over the copy bandwidth and (b) the
@@ -100,19 +101,24 @@ def target_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for layer in model.target_layers for p in layer.parameters())
 
 
+def kind_modules(model) -> list[tuple[torch.nn.Module, str]]:
+    """Every layer's attention and MLP, and the draft layer, with the kind they are summed under."""
+    mods = []
+    for layer in model.target_layers:
+        att = "KDA attention" if isinstance(layer.attention, KDAAttention) else "MLA attention"
+        mods += [(layer.attention, att), (layer.mlp, "MoE" if isinstance(layer.mlp, MoE) else "dense MLP")]
+    if model.nextn is not None:
+        mods.append((model.nextn, "draft layer"))
+    return mods
+
+
 class KindTimer:
     """CUDA events around every layer's attention and MLP, summed per kind after a run."""
 
     def __init__(self, model):
         self.spans: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
         self.handles = []
-        mods = []
-        for layer in model.target_layers:
-            att = "KDA attention" if isinstance(layer.attention, KDAAttention) else "MLA attention"
-            mods += [(layer.attention, att), (layer.mlp, "MoE" if isinstance(layer.mlp, MoE) else "dense MLP")]
-        if model.nextn is not None:
-            mods.append((model.nextn, "draft layer"))
-        for mod, kind in mods:
+        for mod, kind in kind_modules(model):
             self.handles.append(mod.register_forward_pre_hook(self._pre(kind)))
             self.handles.append(mod.register_forward_hook(self._post()))
 
@@ -143,6 +149,61 @@ class KindTimer:
             h.remove()
 
 
+KIND_RANGE = "kind: "
+
+
+class KindRanges:
+    """A profiler range (record_function) named KIND_RANGE + kind around every module of
+    kind_modules, so a profile's GPU time can be split by kind and op (`gpu_ms_by_kind`)."""
+
+    def __init__(self, model):
+        self.open: list = []
+        self.handles = []
+        for mod, kind in kind_modules(model):
+            self.handles.append(mod.register_forward_pre_hook(self._pre(kind)))
+            self.handles.append(mod.register_forward_hook(self._post))
+
+    def _pre(self, kind):
+        def hook(mod, args):
+            rf = torch.profiler.record_function(KIND_RANGE + kind)
+            rf.__enter__()
+            self.open.append(rf)
+        return hook
+
+    def _post(self, mod, args, out):
+        self.open.pop().__exit__(None, None, None)
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+def gpu_ms_by_kind(events, gpu_key: str) -> dict[str, dict[str, float]]:
+    """{kind: {op: GPU ms}} of a profile's host ops: each op's own GPU time (its kernels) under
+    the innermost KindRanges range around it ("rest" outside every range)."""
+    out: dict[str, dict[str, float]] = {}
+    for e in events:
+        us = getattr(e, gpu_key, 0.0)
+        if us <= 0 or e.name.startswith(KIND_RANGE):
+            continue
+        kind, p = "rest", e.cpu_parent
+        while p is not None:
+            if p.name.startswith(KIND_RANGE):
+                kind = p.name[len(KIND_RANGE):]
+                break
+            p = p.cpu_parent
+        ops = out.setdefault(kind, {})
+        ops[e.name] = ops.get(e.name, 0.0) + us / 1e3
+    return out
+
+
+def print_by_kind(by_kind: dict[str, dict[str, float]], top: int = 8) -> None:
+    """Per kind: its GPU ms and its busiest ops."""
+    for kind, ops in sorted(by_kind.items(), key=lambda kv: -sum(kv[1].values())):
+        busiest = sorted(ops.items(), key=lambda kv: -kv[1])[:top]
+        print(f"  {kind:<14} {sum(ops.values()):8.1f} ms GPU: " + ", ".join(f"{op} {ms:.1f}" for op, ms in busiest))
+
+
 def _zero(cache) -> None:
     for t in cache.tensors():
         t.zero_()
@@ -154,8 +215,9 @@ def run_prefill(model, cache, ids: torch.Tensor, chunk: int, draft: bool) -> tor
     return greedy_prompt_prefill(model, cache, ids, draft and model.nextn is not None, chunk=chunk)[0]
 
 
-def profile_prefill(fn, out: Path) -> dict:
-    """One run of fn under torch.profiler: op tables on stdout, the trace gzipped into out."""
+def profile_prefill(fn, out: Path, model=None) -> dict:
+    """One run of fn under torch.profiler: op tables on stdout (with a model, also GPU time by
+    kind and op), the trace gzipped into out."""
     import gzip
     import shutil
 
@@ -164,14 +226,23 @@ def profile_prefill(fn, out: Path) -> dict:
     with torch.no_grad():
         fn()                                                   # warm
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            wall = event_times_ms(fn, 1)[0]
+        ranges = KindRanges(model) if model is not None else None
+        try:
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                wall = event_times_ms(fn, 1)[0]
+        finally:
+            if ranges is not None:
+                ranges.remove()
     avg = prof.key_averages()
     gpu_key = "self_device_time_total" if hasattr(avg[0], "self_device_time_total") else "self_cuda_time_total"
     busy_ms = sum(getattr(e, gpu_key) for e in avg) / 1e3
     print(avg.table(sort_by=gpu_key, row_limit=25))
     print(avg.table(sort_by="self_cpu_time_total", row_limit=25))
     print(f"profiled prefill: {wall:.1f} ms wall, GPU busy {busy_ms:.1f} ms ({100 * busy_ms / wall:.0f}%)")
+    by_kind = gpu_ms_by_kind(prof.events(), gpu_key) if model is not None else {}
+    if by_kind:
+        print("GPU time by kind (the profiled run) and its busiest ops:")
+        print_by_kind(by_kind)
     raw = out / "prefill_trace.json"
     prof.export_chrome_trace(str(raw))
     with open(raw, "rb") as src, gzip.open(str(raw) + ".gz", "wb") as dst:
@@ -179,6 +250,8 @@ def profile_prefill(fn, out: Path) -> dict:
     raw.unlink()
     top = sorted(avg, key=lambda e: -getattr(e, gpu_key))[:25]
     return {"wall_ms": wall, "gpu_busy_ms": busy_ms,
+            "gpu_ms_by_kind": {k: {op: round(ms, 3) for op, ms in sorted(ops.items(), key=lambda kv: -kv[1])[:20]}
+                               for k, ops in by_kind.items()},
             "top_gpu": [{"op": e.key, "count": e.count, "gpu_ms": getattr(e, gpu_key) / 1e3,
                          "cpu_ms": e.self_cpu_time_total / 1e3} for e in top]}
 
@@ -298,7 +371,8 @@ def main(argv=None) -> int:
     prof_summary = None
     if args.profile:
         ids = torch.randint(0, model.config.vocab_size, (args.profile,), device="cuda", generator=gen)
-        prof_summary = profile_prefill(lambda: run_prefill(model, cache, ids, args.chunk[0], not args.no_draft), out)
+        prof_summary = profile_prefill(lambda: run_prefill(model, cache, ids, args.chunk[0], not args.no_draft), out,
+                                       model)
     write_json(out / "prefill.json", {
         "preset": args.preset, "chunks": args.chunk, "draft": not args.no_draft, "copy_bw_gbps": bw,
         "matmul_tflops": tflops, "target_bytes": nbytes, "rows": rows, "first_token_equal": same,

@@ -445,13 +445,50 @@ def test_prefill_logit_agreement_reports_distance_and_margin():
     assert moved["logits_rel_diff"] == pytest.approx(0.75 / ref.norm().item())
 
 
+def test_prefill_profile_splits_gpu_time_by_the_enclosing_kind():
+    # The profile's ranges nest as the modules do (a CPU profile of the tiny model has a range per
+    # kind module, with the attention's ops under it), and each op's own GPU time goes to its
+    # innermost kind range, "rest" outside them.
+    from types import SimpleNamespace
+
+    from model_helpers import tiny_model
+
+    from benchmarks.prefill import KIND_RANGE, KindRanges, gpu_ms_by_kind
+    from lingc.decoding.reference import allocate_cache, prefill
+
+    model = tiny_model(seed=0)
+    ranges = KindRanges(model)
+    try:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            prefill(model, allocate_cache(model, 8, 1), torch.arange(8))
+    finally:
+        ranges.remove()
+    assert not ranges.open and all(not m._forward_pre_hooks for m in model.modules())
+    names = [e.name for e in prof.events()]
+    layers = len(model.target_layers)
+    assert names.count(KIND_RANGE + "KDA attention") + names.count(KIND_RANGE + "MLA attention") == layers
+    assert any(e.name == "aten::mm" and e.cpu_parent is not None for e in prof.events())
+
+    def ev(name, us, parent=None):
+        return SimpleNamespace(name=name, gpu_us=us, cpu_parent=parent)
+
+    moe = ev(KIND_RANGE + "MoE", 0.0)
+    grouped = ev("aten::_grouped_mm", 3000.0, moe)
+    events = [moe, grouped, ev("aten::mul", 500.0, grouped), ev("aten::mul", 250.0, moe),
+              ev("aten::embedding", 100.0), ev("aten::view", 0.0, moe)]
+    assert gpu_ms_by_kind(events, "gpu_us") == {"MoE": {"aten::_grouped_mm": 3.0, "aten::mul": 0.75},
+                                                "rest": {"aten::embedding": 0.1}}
+
+
 @pytest.mark.gpu
 def test_gpu_prefill_benchmark_runs_both_moe_forms(tmp_path):
     from benchmarks.prefill import main
 
     assert main(["--preset", "tiny", "--tokens", "80", "--reps", "1", "--chunk", "64", "--moe", "grouped", "gather",
-                 "--out", str(tmp_path)]) == 0
+                 "--profile", "80", "--out", str(tmp_path)]) == 0
     out = json.loads((tmp_path / "prefill.json").read_text())
+    by_kind = out["profile"]["gpu_ms_by_kind"]
+    assert {"KDA attention", "MoE"} <= set(by_kind) and sum(by_kind["MoE"].values()) > 0
     assert [r["moe"] for r in out["rows"]] == ["grouped", "gather"]
     for r in out["rows"]:
         assert r["ttft_ms"] > 0 and r["floor_ms"] > 0
