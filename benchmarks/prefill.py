@@ -55,6 +55,7 @@ import statistics
 from pathlib import Path
 
 import torch
+from torch.autograd import DeviceType
 
 from lingc.decoding.reference import PREFILL_CHUNK, greedy_prompt_prefill, prefill
 from lingc.models import Ling3Cache, build_model, preset
@@ -184,7 +185,8 @@ def gpu_ms_by_kind(events, gpu_key: str) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for e in events:
         us = getattr(e, gpu_key, 0.0)
-        if us <= 0 or e.name.startswith(KIND_RANGE):
+        # Host ops only: a kernel's own event carries its time too, and so does a range's.
+        if us <= 0 or e.device_type != DeviceType.CPU or e.name.startswith(KIND_RANGE):
             continue
         kind, p = "rest", e.cpu_parent
         while p is not None:
@@ -235,7 +237,9 @@ def profile_prefill(fn, out: Path, model=None) -> dict:
                 ranges.remove()
     avg = prof.key_averages()
     gpu_key = "self_device_time_total" if hasattr(avg[0], "self_device_time_total") else "self_cuda_time_total"
-    busy_ms = sum(getattr(e, gpu_key) for e in avg) / 1e3
+    # Busy = the kernels' own time (host ops' GPU time repeats it, and so do the ranges').
+    busy_ms = sum(getattr(e, gpu_key) for e in prof.events()
+                  if e.device_type != DeviceType.CPU and not e.name.startswith(KIND_RANGE)) / 1e3
     print(avg.table(sort_by=gpu_key, row_limit=25))
     print(avg.table(sort_by="self_cpu_time_total", row_limit=25))
     print(f"profiled prefill: {wall:.1f} ms wall, GPU busy {busy_ms:.1f} ms ({100 * busy_ms / wall:.0f}%)")

@@ -452,6 +452,7 @@ def test_prefill_profile_splits_gpu_time_by_the_enclosing_kind():
     from types import SimpleNamespace
 
     from model_helpers import tiny_model
+    from torch.autograd import DeviceType
 
     from benchmarks.prefill import KIND_RANGE, KindRanges, gpu_ms_by_kind
     from lingc.decoding.reference import allocate_cache, prefill
@@ -469,13 +470,15 @@ def test_prefill_profile_splits_gpu_time_by_the_enclosing_kind():
     assert names.count(KIND_RANGE + "KDA attention") + names.count(KIND_RANGE + "MLA attention") == layers
     assert any(e.name == "aten::mm" and e.cpu_parent is not None for e in prof.events())
 
-    def ev(name, us, parent=None):
-        return SimpleNamespace(name=name, gpu_us=us, cpu_parent=parent)
+    def ev(name, us, parent=None, device=DeviceType.CPU):
+        return SimpleNamespace(name=name, gpu_us=us, cpu_parent=parent, device_type=device)
 
     moe = ev(KIND_RANGE + "MoE", 0.0)
     grouped = ev("aten::_grouped_mm", 3000.0, moe)
     events = [moe, grouped, ev("aten::mul", 500.0, grouped), ev("aten::mul", 250.0, moe),
-              ev("aten::embedding", 100.0), ev("aten::view", 0.0, moe)]
+              ev("aten::embedding", 100.0), ev("aten::view", 0.0, moe),
+              ev("cutlass_grouped_gemm_kernel", 3000.0, None, DeviceType.CUDA),   # the kernel itself
+              ev(KIND_RANGE + "MoE", 3750.0, None, DeviceType.CUDA)]              # the range on the GPU
     assert gpu_ms_by_kind(events, "gpu_us") == {"MoE": {"aten::_grouped_mm": 3.0, "aten::mul": 0.75},
                                                 "rest": {"aten::embedding": 0.1}}
 

@@ -247,16 +247,39 @@ def test_moe_forward_takes_the_grouped_form_in_chunks(model, monkeypatch):
         calls["gather"].append(x.shape[0])
         return real_gather(self, x, ids, w)
 
+    import lingc.runtime.kernels.moe_router as router_pkg
+    selects, real_select = [], router_pkg.moe_select
+
+    def select(logits, *args):
+        selects.append(logits.shape[0])
+        return real_select(logits, *args)
+
     monkeypatch.setattr(type(mlp.experts), "forward_grouped", grouped)
     monkeypatch.setattr(type(mlp.experts), "forward", gather)
+    monkeypatch.setattr(router_pkg, "moe_select", select)
     monkeypatch.setattr(moe_module, "grouped_form_applies", lambda t: t.shape[0] >= 20)
     monkeypatch.setattr(moe_module, "GROUPED_CHUNK", 24)
     got = mlp(x)
-    assert calls == {"grouped": [24, 24, 2], "gather": []}
+    # The grouped chunks select with lingc::moe_select (ids and weights as torch.topk's here: no ties).
+    assert calls == {"grouped": [24, 24, 2], "gather": []} and selects == [24, 24, 2]
     assert_rel_close(got, expect, 1e-6, "grouped chunks vs gather chunks")
     calls["grouped"].clear()
+    selects.clear()
     mlp(x[:19])
-    assert calls == {"grouped": [], "gather": [MOE_CHUNK, 19 - MOE_CHUNK]}
+    assert calls == {"grouped": [], "gather": [MOE_CHUNK, 19 - MOE_CHUNK]} and selects == []
+
+
+def test_router_kernel_selection_equals_topk_selection(model):
+    """Router(x, kernel=True) (lingc::moe_select; on the CPU its reference, stable sorts) picks and
+    weights what the torch.topk form does when no two scores tie."""
+    torch.manual_seed(37)
+    gate = moe_layer(model, 5).gate
+    x = torch.randn(40, model.config.hidden_size)
+    ids, w = gate(x)
+    k_ids, k_w = gate(x, kernel=True)
+    assert k_ids.dtype == ids.dtype == torch.int64
+    assert torch.equal(k_ids, ids)
+    torch.testing.assert_close(k_w, w, rtol=1e-6, atol=1e-6)
 
 
 def test_grouped_form_applies_only_to_prefill_sized_bf16_on_cuda():

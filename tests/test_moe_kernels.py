@@ -30,7 +30,8 @@ from lingc.runtime.kernels.moe_align import kernel as align_kernel
 from lingc.runtime.kernels.moe_align.naive import no_expert
 from lingc.runtime.kernels.moe_align.kernel import SINGLE_LAUNCH_MAX_PAIRS, moe_align_triton
 from lingc.runtime.kernels.moe_router import grouped_topk_reference, moe_router, moe_router_reference, router_logits
-from lingc.runtime.kernels.moe_router.kernel import moe_router_triton, redux_pack, router_block_e, router_row_groups
+from lingc.runtime.kernels.moe_router.kernel import (moe_router_triton, moe_select_triton, redux_pack, router_block_e,
+                                                     router_row_groups)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.bfloat16]
@@ -268,6 +269,78 @@ def test_router_logits_workspace():
     logits = torch.full((6, 64), float("nan"), device=DEVICE)
     run_router(x, w, bias, 8, logits_out=logits)
     torch.testing.assert_close(logits.cpu(), exact_logits(x, w), atol=1e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------
+# moe_select: the selection kernel alone on given logits (prompt chunks).
+
+
+def run_select(logits, bias, n_group, topk_group=TOPK_GROUP, top_k=TOP_K, scaling=SCALING, renormalize=True):
+    """moe_select_triton into poisoned outputs (ids -1, weights NaN)."""
+    t = logits.shape[0]
+    ids = torch.full((t, top_k), -1, dtype=torch.int32, device=logits.device)
+    wts = torch.full((t, top_k), float("nan"), dtype=torch.float32, device=logits.device)
+    out = moe_select_triton(logits, bias, n_group, topk_group, top_k, scaling, renormalize,
+                            ids_out=ids, weights_out=wts)
+    assert out[0] is ids and out[1] is wts
+    return ids, wts
+
+
+@pytest.mark.parametrize("e, n_group, topk_group, top_k", [(16, 4, 2, 4), (64, 8, 2, 4), (64, 8, 4, 8)])
+@pytest.mark.parametrize("t", [1, 5, 33])
+def test_select_kernel_matches_python_reference(e, n_group, topk_group, top_k, t):
+    gen = torch.Generator().manual_seed(7 * e + t)
+    logits = (2 * torch.randn(t, e, generator=gen)).to(DEVICE)
+    bias = (0.1 * torch.randn(e, generator=gen)).to(DEVICE)
+    ids, wts = run_select(logits, bias, n_group, topk_group, top_k)
+    assert_router_matches(ids, wts, *py_router(logits, bias, n_group, topk_group, top_k, SCALING, True))
+
+
+def test_select_is_the_routers_selection_on_its_logits():
+    # The router's two launches = its logits kernel + moe_select on those logits, bit for bit;
+    # and a strided logits view (a row stride other than E) selects the same.
+    x, w, bias = make_router_inputs(6, 64, 96, torch.bfloat16, seed=81)
+    logits = torch.empty(6, 64, device=DEVICE)
+    ids, wts = run_router(x, w, bias, 8, logits_out=logits)
+    s_ids, s_wts = run_select(logits, bias, 8)
+    assert torch.equal(s_ids, ids) and torch.equal(s_wts, wts)
+    wide = torch.full((6, 80), float("nan"), device=DEVICE)
+    wide[:, :64] = logits
+    v_ids, v_wts = run_select(wide[:, :64], bias, 8)
+    assert torch.equal(v_ids, ids) and torch.equal(v_wts, wts)
+
+
+def test_select_ties_lowest_index_wins():
+    x, w, bias = make_tied_inputs(8, 64, 40, torch.float32, seed=83)
+    logits = exact_logits(x, w).to(DEVICE)
+    assert_router_matches(*run_select(logits, bias, 8), *py_router(logits, bias, 8, TOPK_GROUP, TOP_K, SCALING, True))
+
+
+def test_select_op_cpu_reference_fake_and_opcheck():
+    gen = torch.Generator().manual_seed(85)
+    logits, bias = torch.randn(5, 64, generator=gen), 0.1 * torch.randn(64, generator=gen)
+    ids, wts = torch.ops.lingc.moe_select(logits, bias, 8, TOPK_GROUP, TOP_K, SCALING, True)
+    assert ids.dtype == torch.int32 and wts.dtype == torch.float32
+    assert_router_matches(ids, wts, *py_router(logits, bias, 8, TOPK_GROUP, TOP_K, SCALING, True))
+    with FakeTensorMode() as mode:
+        f_ids, f_w = torch.ops.lingc.moe_select(mode.from_tensor(logits), mode.from_tensor(bias), 8, TOPK_GROUP,
+                                                TOP_K, SCALING, True)
+    assert f_ids.shape == (5, TOP_K) and f_ids.dtype == torch.int32 and f_w.dtype == torch.float32
+    torch.library.opcheck(torch.ops.lingc.moe_select.default, (logits, bias, 8, TOPK_GROUP, TOP_K, SCALING, True))
+
+
+@pytest.mark.parametrize("case, match", [
+    (lambda lg, b: (lg.double(), b), "logits.dtype must be float32"),
+    (lambda lg, b: (lg[0], b), r"logits must be \[T, E\]"),
+    (lambda lg, b: (lg[:, :60], b[:60]), "n_group=8 must be >= 1 and divide the expert count E=60"),
+    (lambda lg, b: (lg.t().contiguous().t(), b), "unit stride along E"),
+    (lambda lg, b: (lg, b[:-1]), r"expert_bias must have shape \(64,\)"),
+    (lambda lg, b: (lg, b.double()), "expert_bias.dtype must be float32"),
+])
+def test_select_bad_arguments_are_named(case, match):
+    logits, bias = torch.randn(5, 64), torch.zeros(64)
+    with pytest.raises(ValueError, match=f"moe_select: .*({match})"):
+        torch.ops.lingc.moe_select(*case(logits, bias), 8, TOPK_GROUP, TOP_K, SCALING, True)
 
 
 # A broken kernel or reference must fail the comparisons above.
@@ -748,6 +821,25 @@ def test_gpu_router_ling3(t, dtype):
     torch.testing.assert_close(wts, ref_w, atol=1e-5, rtol=0)
     # And the op on CUDA is the kernel.
     op_ids, op_w = torch.ops.lingc.moe_router(x, w, bias, g["n_group"], g["topk_group"], g["top_k"], g["scaling"], True)
+    assert torch.equal(op_ids, ids) and torch.equal(op_w, wts)
+
+
+@pytest.mark.gpu
+def test_gpu_select_prompt_chunk_ling3():
+    # A prompt chunk's selection (8192 rows of Ling-3 logits, bf16-rounded as the eager router's):
+    # the op on CUDA is the kernel, every row written, equal to the reference up to near-ties.
+    g = LING3
+    gen = torch.Generator(device=DEVICE).manual_seed(400)
+    logits = torch.randn(8192, g["e"], device=DEVICE, generator=gen).bfloat16().float()
+    bias = 0.1 * torch.randn(g["e"], device=DEVICE, generator=gen)
+    args = (g["n_group"], g["topk_group"], g["top_k"], g["scaling"])
+    ids, wts = run_select(logits, bias, *args)
+    assert (ids >= 0).all() and torch.isfinite(wts).all()
+    s = torch.sigmoid(logits)
+    ref_ids, ref_w = grouped_topk_reference(s, bias, *args, True)
+    assert_equivalent_selection(ids, ref_ids, s + bias)
+    torch.testing.assert_close(wts, ref_w, atol=1e-5, rtol=0)
+    op_ids, op_w = torch.ops.lingc.moe_select(logits, bias, *args, True)
     assert torch.equal(op_ids, ids) and torch.equal(op_w, wts)
 
 

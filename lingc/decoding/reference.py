@@ -32,9 +32,11 @@ from ..models.decoder import Ling3ForCausalLM
 # Tokens per prefill forward. Eager prefill issues thousands of kernels a chunk whatever its size,
 # so small chunks leave the GPU waiting on the host: an 8192-token prompt on one H200
 # (flash-tp4-rank, `python -m benchmarks.prefill`, session 35 calls 2-3) took 4.65 s at 256, 1.51 s
-# at 1024, 0.95-1.03 s at 2048 and 0.70 s at 4096 tokens a chunk. Memory stays bounded: MLA attends
-# 256 queries at a time, the MoE's per-pair buffers of a 4096-token chunk are ~0.9 GB.
-PREFILL_CHUNK = 4096
+# at 1024, 0.95-1.03 s at 2048 and 0.70 s at 4096 tokens a chunk; with session 37's kernels 339.7 ms
+# at 4096 and 313.6 ms at 8192, and a 32768-token prompt 1713.9 against 1665.3 ms (session 38 call
+# 1, one process). Memory stays bounded: MLA's expanded keys and values are capped
+# (mla.EXPANDED_MAX_BYTES), the MoE runs moe.GROUPED_CHUNK tokens at a time.
+PREFILL_CHUNK = 8192
 
 
 def _dev(model: Ling3ForCausalLM) -> torch.device:

@@ -11,7 +11,8 @@ over experts (the checkpoint loader maps `experts.{e}.{gate,up,down}_proj` in an
 reads a whole expert per (token, slot) pair: right for decode (T <= 16, what `fused_moe` matches),
 wasteful for a prompt. Prefill chunks of GROUPED_MIN_TOKENS or more on CUDA in bf16 therefore take
 the grouped form (`Experts.forward_grouped`): the pairs sorted by expert, one `torch._grouped_mm`
-per projection, so each chosen expert's weights are read once per chunk. Other long inputs are
+per projection, so each chosen expert's weights are read once per chunk; their router selects
+with `lingc::moe_select` (one kernel) instead of torch.topk. Other long inputs are
 processed MOE_CHUNK tokens at a time so a prefill never gathers thousands of experts at once.
 
 SwiGLU with clamp limit L > 0: min(silu(gate), L) * clamp(up, -L, L); L == 0 means no clamp.
@@ -28,10 +29,12 @@ from .layers import Linear, empty_param
 from .parallel import SINGLE, TensorParallel
 
 MOE_CHUNK = 16
-# Token counts from which a CUDA bf16 MoE call takes the grouped form, and its chunk (the per-pair
-# buffers of 4096 tokens x 8 slots are 168 MB in bf16). Decode and verify graphs (T <= 16) never do.
+# Token counts from which a CUDA bf16 MoE call takes the grouped form, and its chunk: every chunk
+# reads each chosen expert once (at 8192 tokens nearly all 512), so a prompt chunk is one MoE chunk;
+# the per-pair buffers of 8192 tokens x 8 slots are 335 MB each in bf16 at H = 2560. Decode and
+# verify graphs (T <= 16) never take the grouped form.
 GROUPED_MIN_TOKENS = 64
-GROUPED_CHUNK = 4096
+GROUPED_CHUNK = 8192
 
 
 def grouped_form_applies(x: torch.Tensor) -> bool:
@@ -81,9 +84,22 @@ class Router(nn.Module):
             return F.linear(x.float(), self.weight.float())
         return F.linear(x, self.weight).float()
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Returns (topk_ids [T, k] int64, topk_weights [T, k] fp32)."""
-        return grouped_topk(torch.sigmoid(self.logits(x)), self.expert_bias, self.cfg)
+    def forward(self, x: torch.Tensor, kernel: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns (topk_ids [T, k] int64, topk_weights [T, k] fp32).
+
+        kernel: the selection as `lingc::moe_select` (the decode router's selection kernel, one
+        warp a row, lowest index first among ties; the reference on the CPU) instead of
+        torch.topk, whose three calls took 84 us each on a 4096-token prompt chunk (H200). The
+        grouped (prompt) form asks for it; decode graphs never do."""
+        logits = self.logits(x)
+        if kernel:
+            from lingc.runtime.kernels.moe_router import moe_select   # the op package imports torch only
+
+            cfg = self.cfg
+            ids, w = moe_select(logits.contiguous(), self.expert_bias, cfg.n_group, cfg.topk_group,
+                                cfg.num_experts_per_tok, cfg.routed_scaling_factor, cfg.norm_topk_prob)
+            return ids.long(), w
+        return grouped_topk(torch.sigmoid(logits), self.expert_bias, self.cfg)
 
 
 def grouped_topk(scores: torch.Tensor, bias: torch.Tensor, cfg: Ling3Config):
@@ -181,7 +197,7 @@ class MoE(nn.Module):
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One chunk (at most MOE_CHUNK tokens, or GROUPED_CHUNK in the grouped form) before the
         all-reduce, with the routing it used: (output, expert ids, weights)."""
-        ids, w = self.gate(x)
+        ids, w = self.gate(x, kernel=grouped)
         y = (self.experts.forward_grouped if grouped else self.experts)(x, ids, w)
         if self.shared_experts is not None:
             y = y + self.shared_experts(x).float()

@@ -39,7 +39,7 @@ import triton.language as tl
 from lingc.runtime.kernels.gemm_common import add_pairs, register_cap, split_rows
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait
 
-__all__ = ["SELECT_MAXNREG", "SELECT_WARPS", "moe_router_triton", "redux_pack", "rmsnorm_router_triton", "router_block_e",
+__all__ = ["SELECT_MAXNREG", "SELECT_WARPS", "moe_router_triton", "moe_select_triton", "redux_pack", "rmsnorm_router_triton", "router_block_e",
            "router_num_warps", "router_row_groups", "select_fast"]
 
 # CTAs the matvec is spread over at most (H200: 132 SMs; 128 divides the expert counts).
@@ -419,7 +419,6 @@ def moe_router_triton(
     # The warps are one row's (router_block_e(e)) at any T: the wider tile above one row keeps them.
     warps = logits_warps or router_num_warps(router_block_e(e), h)
     block_e = block_e or router_block_e(e, t)
-    group_size = e // n_group
     pdl = {"launch_pdl": True} if use_pdl else {}
     groups, rows = router_row_groups(t, row_groups)
     e_blocks = triton.cdiv(e, block_e)
@@ -439,15 +438,56 @@ def moe_router_triton(
         NORM=norm, HAS_RES=residual is not None,
         num_warps=warps, **pdl,
     )
-    _moe_router_select_kernel[(t,)](
-        logits_out, expert_bias, ids_out, weights_out, float(routed_scaling),
-        logits_out.stride(0), ids_out.stride(0), weights_out.stride(0),
+    _launch_select(logits_out, expert_bias, ids_out, weights_out, n_group, topk_group, top_k, routed_scaling,
+                   renormalize, use_pdl)
+    return ids_out, weights_out
+
+
+def _launch_select(logits, expert_bias, ids_out, weights_out, n_group, topk_group, top_k, routed_scaling,
+                   renormalize, use_pdl) -> None:
+    """The selection kernel over fp32 logits [T, E] (unit stride along E): one one-warp CTA a row."""
+    group_size = logits.shape[1] // n_group
+    _moe_router_select_kernel[(logits.shape[0],)](
+        logits, expert_bias, ids_out, weights_out, float(routed_scaling),
+        logits.stride(0), ids_out.stride(0), weights_out.stride(0),
         N_GROUP=n_group, GROUP_SIZE=group_size, TOPK_GROUP=topk_group, TOP_K=top_k,
         RENORMALIZE=bool(renormalize), G_PAD=triton.next_power_of_2(n_group),
         GS_PAD=triton.next_power_of_2(group_size),
         KG_PAD=triton.next_power_of_2(topk_group), **select_fast(n_group, topk_group, group_size),
-        USE_GDC=use_pdl, num_warps=SELECT_WARPS, **pdl, **register_cap(SELECT_MAXNREG),
+        USE_GDC=use_pdl, num_warps=SELECT_WARPS, **({"launch_pdl": True} if use_pdl else {}),
+        **register_cap(SELECT_MAXNREG),
     )
+
+
+def moe_select_triton(
+    logits: torch.Tensor,
+    expert_bias: torch.Tensor,
+    n_group: int,
+    topk_group: int,
+    top_k: int,
+    routed_scaling: float,
+    renormalize: bool,
+    *,
+    ids_out: torch.Tensor | None = None,
+    weights_out: torch.Tensor | None = None,
+    use_pdl: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The router's selection alone on given fp32 logits [T, E] (unit stride along E): (ids int32
+    [T, top_k], weights fp32 [T, top_k]) = grouped_topk_reference(sigmoid(logits), ...) with the
+    kernel's tie rule. For prompt chunks, whose logits a library GEMM computes (thousands of rows:
+    one CTA of one warp each). Arguments are assumed validated by the op."""
+    t = logits.shape[0]
+    dev = logits.device
+    if ids_out is None:
+        ids_out = torch.empty((t, top_k), device=dev, dtype=torch.int32)
+    if weights_out is None:
+        weights_out = torch.empty((t, top_k), device=dev, dtype=torch.float32)
+    assert ids_out.shape == (t, top_k) and ids_out.dtype == torch.int32 and ids_out.stride(1) == 1
+    assert weights_out.shape == (t, top_k) and weights_out.dtype == torch.float32 and weights_out.stride(1) == 1
+    if t == 0:
+        return ids_out, weights_out
+    _launch_select(logits, expert_bias, ids_out, weights_out, n_group, topk_group, top_k, routed_scaling,
+                   renormalize, pdl_supported(dev) if use_pdl is None else use_pdl)
     return ids_out, weights_out
 
 

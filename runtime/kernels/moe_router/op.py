@@ -19,14 +19,22 @@ y and h (kernel.py), so the norm is not a launch of its own. Declared numerics: 
 those of the fp32 normed row (the norm's scale applied after the gate products), not of y
 rounded to x.dtype (naive.rmsnorm_router_reference, the CPU path). pdl_glue.norms_into_routers
 emits it.
+
+``torch.ops.lingc.moe_select(Tensor logits, Tensor expert_bias, int n_group, int topk_group,
+int top_k, float routed_scaling, bool renormalize) -> (Tensor, Tensor)``: the router's selection
+alone on given fp32 logits [T, E]: ``grouped_topk_reference(sigmoid(logits), ...)`` on the CPU,
+the selection kernel (one one-warp CTA a row) on CUDA. For prompt chunks (the eager MoE's
+grouped form), whose logits a library GEMM computes: thousands of rows, where torch.topk's three
+calls a chunk took 84 us each (H200, session 38).
 """
 import torch
 
 from lingc.runtime.registry import register_op
 
-from .naive import moe_router_reference, rmsnorm_router_reference
+from .naive import grouped_topk_reference, moe_router_reference, rmsnorm_router_reference
 
-__all__ = ["moe_router", "rmsnorm_router", "check_moe_router_args", "check_rmsnorm_router_args"]
+__all__ = ["moe_router", "moe_select", "rmsnorm_router", "check_moe_router_args", "check_moe_select_args",
+           "check_rmsnorm_router_args"]
 
 _DTYPES = (torch.bfloat16, torch.float32)
 
@@ -34,6 +42,11 @@ _DTYPES = (torch.bfloat16, torch.float32)
 def check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize) -> None:
     """Raise ValueError naming the bad argument of ``moe_router``."""
     op = "moe_router"
+    _check_gate(op, x, gate_w)
+    _check_selection(op, x, gate_w.shape[0], expert_bias, n_group, topk_group, top_k)
+
+
+def _check_gate(op, x, gate_w) -> None:
     if x.dim() != 2:
         raise ValueError(f"{op}: x must be [T, H] (2-d), got shape {tuple(x.shape)}")
     if x.dtype not in _DTYPES:
@@ -47,13 +60,19 @@ def check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, ro
         raise ValueError(f"{op}: dtype mismatch, x is {x.dtype} but gate_w is {gate_w.dtype}")
     if h > 1 and gate_w.stride(1) != 1:
         raise ValueError(f"{op}: gate_w must have unit stride along H, got strides {tuple(gate_w.stride())}")
+    if gate_w.device != x.device:
+        raise ValueError(f"{op}: device mismatch, x on {x.device} but gate_w on {gate_w.device}")
+
+
+def _check_selection(op, x, e, expert_bias, n_group, topk_group, top_k, x_name="x") -> None:
+    """The checks of the selection's arguments; x (named x_name) is the input whose device the
+    others share."""
     if tuple(expert_bias.shape) != (e,):
         raise ValueError(f"{op}: expert_bias must have shape ({e},), got {tuple(expert_bias.shape)}")
     if expert_bias.dtype != torch.float32:
         raise ValueError(f"{op}: expert_bias.dtype must be float32, got {expert_bias.dtype}")
-    for name, t in (("gate_w", gate_w), ("expert_bias", expert_bias)):
-        if t.device != x.device:
-            raise ValueError(f"{op}: device mismatch, x on {x.device} but {name} on {t.device}")
+    if expert_bias.device != x.device:
+        raise ValueError(f"{op}: device mismatch, {x_name} on {x.device} but expert_bias on {expert_bias.device}")
     if n_group < 1 or e % n_group != 0:
         raise ValueError(f"{op}: n_group={n_group} must be >= 1 and divide the expert count E={e}")
     if e // n_group < 2:
@@ -87,6 +106,41 @@ _SCHEMA = ("(Tensor x, Tensor gate_w, Tensor expert_bias, int n_group, int topk_
 
 
 moe_router = register_op("moe_router", _moe_router, _moe_router_fake, schema=_SCHEMA)
+
+
+def check_moe_select_args(logits, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize) -> None:
+    """Raise ValueError naming the bad argument of ``moe_select``."""
+    op = "moe_select"
+    if logits.dim() != 2:
+        raise ValueError(f"{op}: logits must be [T, E] (2-d), got shape {tuple(logits.shape)}")
+    if logits.dtype != torch.float32:
+        raise ValueError(f"{op}: logits.dtype must be float32 (the gate's fp32 accumulator or its "
+                         f"bf16 rounding upcast), got {logits.dtype}")
+    if logits.shape[1] > 1 and logits.stride(1) != 1:
+        raise ValueError(f"{op}: logits must have unit stride along E, got strides {tuple(logits.stride())}")
+    _check_selection(op, logits, logits.shape[1], expert_bias, n_group, topk_group, top_k, "logits")
+
+
+def _moe_select(logits, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize):
+    check_moe_select_args(logits, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
+    if not logits.is_cuda:
+        return grouped_topk_reference(torch.sigmoid(logits), expert_bias, n_group, topk_group, top_k,
+                                      routed_scaling, renormalize)
+    from .kernel import moe_select_triton
+
+    return moe_select_triton(logits, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
+
+
+def _moe_select_fake(logits, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize):
+    check_moe_select_args(logits, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
+    t = logits.shape[0]
+    return logits.new_empty((t, top_k), dtype=torch.int32), logits.new_empty((t, top_k), dtype=torch.float32)
+
+
+moe_select = register_op(
+    "moe_select", _moe_select, _moe_select_fake,
+    schema=("(Tensor logits, Tensor expert_bias, int n_group, int topk_group, int top_k, float routed_scaling, "
+            "bool renormalize) -> (Tensor, Tensor)"))
 
 
 def check_rmsnorm_router_args(x, norm_weight, residual, eps, gate_w, expert_bias, n_group, topk_group, top_k,
