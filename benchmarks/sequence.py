@@ -35,7 +35,7 @@ KINDS = (
     ("projection GEMMs", ("_gemm_kernel", "_gemv_kernel", "_swiglu_gemm", "_splitk_swiglu")),
     ("MoE experts", ("_moe_up", "_moe_down", "_moe_combine")),   # _moe_combine: prefill only
     ("MoE router + align", ("_moe_router", "_moe_align")),
-    ("KDA chain + commit", ("_kda",)),
+    ("KDA chain + commit", ("_kda",)),   # _kda_prefill*: prefill only
     ("MLA", ("_mla", "_head_matmul")),
     ("norms", ("_rmsnorm", "_gated_head_rmsnorm")),
     ("relay verdict + advance", ("_greedy_verdict", "_greedy_emit", "_relay_advance")),

@@ -42,40 +42,50 @@ def test_decode_equals_chunked_prefill(model):
 
 
 def test_prompt_kernels_equal_the_plain_ops(model, monkeypatch):
-    """Prompt chunks on CUDA run the layer norms as lingc::rmsnorm and KDA's output norm as
-    lingc::gated_head_rmsnorm (layers.prompt_kernels_apply). Forced on the CPU (the ops' references):
-    each is called once per module and chunk, and the prefill equals the plain ops'."""
+    """Prompt chunks on CUDA (layers.prompt_kernels_apply) run the layer norms as lingc::rmsnorm
+    and KDA's input glue and output norm as lingc::kda_prefill_inputs and
+    lingc::gated_head_rmsnorm. Forced on the CPU (the ops' references): each is called once per
+    module and chunk, and the prefill's logits, hidden states and cache (KDA states, conv windows,
+    MLA rows) equal the plain ops'."""
     from lingc.models import kda as kda_module
     from lingc.models import layers
     from lingc.models.layers import PROMPT_KERNEL_MIN_TOKENS
+    from lingc.runtime.kernels import kda_prefill_inputs as inputs_pkg
     from lingc.runtime.kernels import norms
 
     torch.manual_seed(2)
     cfg = model.config
     tokens = torch.randint(0, cfg.vocab_size, (40,))
     assert not layers.prompt_kernels_apply(torch.zeros(PROMPT_KERNEL_MIN_TOKENS, 4))     # CPU
-    plain = prefill(model, Ling3Cache.allocate(cfg, 48), tokens, chunk=20)
-    calls = {"rmsnorm": 0, "gated_head_rmsnorm": 0}
+    plain_cache = Ling3Cache.allocate(cfg, 48)
+    plain = prefill(model, plain_cache, tokens, chunk=20)
+    calls = {"rmsnorm": 0, "gated_head_rmsnorm": 0, "kda_prefill_inputs": 0}
 
-    def spy(name, real):
+    def spy(pkg, name):
+        real = getattr(pkg, name)
+
         def call(*args):
             calls[name] += 1
             return real(*args)
-        return call
+        monkeypatch.setattr(pkg, name, call)
 
     applies = lambda x: x.shape[0] > RECURRENT_MAX_T          # noqa: E731 - the chunks, not decode
     monkeypatch.setattr(layers, "prompt_kernels_apply", applies)
     monkeypatch.setattr(kda_module, "prompt_kernels_apply", applies)
-    monkeypatch.setattr(norms, "rmsnorm", spy("rmsnorm", norms.rmsnorm))
-    monkeypatch.setattr(norms, "gated_head_rmsnorm", spy("gated_head_rmsnorm", norms.gated_head_rmsnorm))
+    spy(norms, "rmsnorm")
+    spy(norms, "gated_head_rmsnorm")
+    spy(inputs_pkg, "kda_prefill_inputs")
     cache = Ling3Cache.allocate(cfg, 48)
     fused = prefill(model, cache, tokens, chunk=20)
     # Every layer's two norms, MLA's latent norm and the final norm; KDA's output norms; 2 chunks.
     norms_n = sum(isinstance(m, layers.RMSNorm) for layer in model.target_layers for m in layer.modules()) + 1
     kda_n = sum(isinstance(layer.attention, kda_module.KDAAttention) for layer in model.target_layers)
-    assert calls == {"rmsnorm": 2 * norms_n, "gated_head_rmsnorm": 2 * kda_n}
+    assert calls == {"rmsnorm": 2 * norms_n, "gated_head_rmsnorm": 2 * kda_n, "kda_prefill_inputs": 2 * kda_n}
     assert_rel_close(fused[0], plain[0], 1e-5, "last logits")
     assert_rel_close(fused[1], plain[1], 1e-5, "hidden states")
+    cache_tensors_close(cache, plain_cache, 1e-5)
+    for a, b in zip(cache.conv, plain_cache.conv):
+        assert torch.equal(a, b)                       # the windows are copies of inputs: exact
 
 
 def test_hidden_is_final_normed(model):

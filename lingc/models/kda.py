@@ -15,7 +15,7 @@ import torch.nn as nn
 from .cache import Ling3Cache
 from .config import Ling3Config
 from .kda_math import gated_head_rmsnorm, kda_gate, kda_recurrent, l2norm, short_conv
-from .layers import Linear, empty_param, prompt_kernels_apply
+from .layers import Linear, empty_param, prompt_kernels_apply, prompt_kernels_apply
 from .parallel import SINGLE, TensorParallel
 
 # Up to this many tokens the recurrence runs token by token, so every position's post-state is a
@@ -52,6 +52,8 @@ class KDAAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: Ling3Cache,
                 slot: int = 0) -> torch.Tensor:
+        if prompt_kernels_apply(x):
+            return self._prompt_forward(x, cache, slot)
         T = x.shape[0]
         H, K = self.num_heads, self.head_dim
         state = cache.state[self.cache_index]
@@ -84,6 +86,33 @@ class KDAAttention(nn.Module):
             return self.tp.all_reduce(self.o_proj(o.reshape(T, H * K)))
         o = gated_head_rmsnorm(o, self.o_norm.weight, gate, self.eps)
         return self.tp.all_reduce(self.o_proj(o.reshape(T, H * K).to(x.dtype)))
+
+
+    def _prompt_forward(self, x: torch.Tensor, cache: Ling3Cache, slot: int) -> torch.Tensor:
+        """forward for a prompt chunk on CUDA (layers.prompt_kernels_apply), the same math in
+        three lingc kernels around the projections: the input glue (short convolutions, SiLU,
+        q/k norms, gate) as lingc::kda_prefill_inputs, the recurrence as lingc::kda_prefill, the
+        output norm as lingc::gated_head_rmsnorm, where the plain ops make ~40 elementwise passes
+        over [T, D] fp32 (H200, 8192-token prefill: ~35 ms of ~266, session 38)."""
+        from lingc.runtime.kernels.kda_prefill_inputs import kda_prefill_inputs
+        from lingc.runtime.kernels.norms import gated_head_rmsnorm as gated_norm_op
+
+        T = x.shape[0]
+        H, K = self.num_heads, self.head_dim
+        state = cache.state[self.cache_index]
+        conv = cache.conv[self.cache_index]
+        raw = (self.q_proj(x), self.k_proj(x), self.v_proj(x))
+        convs = (self.q_conv1d, self.k_conv1d, self.v_conv1d)
+        q, k, v, g = kda_prefill_inputs(*raw, self.f_proj(x), conv[slot], *(c.weight.squeeze(1) for c in convs),
+                                        self.A_log, self.dt_bias, self.lower_bound, H)
+        beta = torch.sigmoid(self.b_proj(x).float())
+        o, S = _kda_prefill(q, k, v, g, beta, state[slot])
+        state[slot].copy_(S)
+        # The new windows: the chunk's last W - 1 inputs (T >= 64 > W - 1), oldest first.
+        width = conv.shape[-1]
+        conv[slot].copy_(torch.stack([r[T - width:] for r in raw]).transpose(1, 2))
+        o = gated_norm_op(o, self.g_proj(x).view(T, H, K), self.o_norm.weight, self.eps, x.dtype)
+        return self.tp.all_reduce(self.o_proj(o.reshape(T, H * K)))
 
 
 class _Conv(nn.Module):
