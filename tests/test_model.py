@@ -207,3 +207,27 @@ def test_cache_allocate_limits(model):
     assert c.state[0].shape == (1, H, D, D) and c.state[0].dtype == torch.float32
     assert c.conv[0].shape == (1, 3, H * D, cfg.short_conv_kernel_size - 1)
     assert len(c.draft_kv) == 1 and c.draft_kv[0].shape == c.kv[0].shape
+
+
+@pytest.mark.gpu
+def test_gpu_prompt_kernels_equal_the_plain_ops(monkeypatch):
+    """On CUDA the prompt chunks take lingc's kernels (the norms, KDA's input glue and output norm;
+    the tiny model is fp32, so its MoE keeps the gather form); its prefill of 200 tokens in chunks
+    of 128 and 72 agrees with the plain ops' (the prompt kernels turned off), logits and cache."""
+    from lingc.models import kda as kda_module
+    from lingc.models import layers
+
+    model = tiny_model(seed=5).cuda()
+    cfg = model.config
+    tokens = torch.randint(0, cfg.vocab_size, (200,), generator=torch.Generator().manual_seed(3)).cuda()
+    fused_cache = Ling3Cache.allocate(cfg, 208, device="cuda")
+    fused = prefill(model, fused_cache, tokens, chunk=128)
+    assert layers.prompt_kernels_apply(tokens.new_zeros(128, 1).float())
+    for mod in (layers, kda_module):
+        monkeypatch.setattr(mod, "prompt_kernels_apply", lambda x: False)
+    plain_cache = Ling3Cache.allocate(cfg, 208, device="cuda")
+    plain = prefill(model, plain_cache, tokens, chunk=128)
+    assert_rel_close(fused[0], plain[0], 1e-5, "last logits")
+    assert_rel_close(fused[1], plain[1], 1e-5, "hidden states")
+    cache_tensors_close(fused_cache, plain_cache, 1e-5)
+
