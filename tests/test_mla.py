@@ -229,6 +229,34 @@ def test_prefill_forms_agree_on_the_whole_model(model, monkeypatch, chunk):
     assert_rel_close(runs["expanded"][1], runs["fp32"][1], 1e-5, "hidden states")
 
 
+def test_expanded_bf16_prefill_is_the_expanded_form_in_bf16(model, monkeypatch):
+    """The "expanded-bf16" form (bf16 keys, values and queries, values padded to the key width
+    for the flash kernel) is the expanded form to bf16 rounding, over the same rows, and takes
+    the expanded form's conditions (consecutive positions, more than QUERY_BLOCK queries)."""
+    from lingc.models import mla as mla_module
+    torch.manual_seed(45)
+    cfg = model.config
+    layer = mla_layer(model, 0)
+    monkeypatch.setattr(mla_module, "QUERY_BLOCK", 4)
+    start, T = 5, 11
+    a = cache_with_history(cfg, start, seed=45)
+    a.kv[layer.cache_index][0, start + T:] = 100 * torch.randn(MAX_LEN - start - T, cfg.mla_cache_dim)
+    b = a.clone()
+    x = torch.randn(T, cfg.hidden_size)
+    pos = torch.arange(start, start + T)
+    monkeypatch.setattr(mla_module, "PREFILL_FORM", "expanded")
+    fp32 = layer(x, pos, a)
+    bf16_calls = _spy(monkeypatch, "_attend_expanded_bf16")
+    monkeypatch.setattr(mla_module, "PREFILL_FORM", "expanded-bf16")
+    low = layer(x, pos, b)
+    assert bf16_calls == [T]
+    assert torch.equal(a.kv[layer.cache_index], b.kv[layer.cache_index])
+    assert_rel_close(low, fp32, 2e-2, "expanded-bf16 vs expanded")
+    layer(x[:4], torch.arange(3, 7), cache_with_history(cfg, 3, seed=45))      # QUERY_BLOCK queries
+    layer(x[:6], torch.tensor([3, 4, 5, 7, 8, 9]), cache_with_history(cfg, 3, seed=45))
+    assert bf16_calls == [T]
+
+
 def test_prefill_form_rejects_an_unknown_form(monkeypatch):
     from lingc.models import mla as mla_module
     monkeypatch.setattr(mla_module, "PREFILL_FORM", "flash")
@@ -374,6 +402,35 @@ def test_gpu_prefill_blocks_on_tensor_cores(name, monkeypatch):
     assert got.dtype == torch.float32 and got.shape == (T, H, R)
     err = ((got - expect).norm() / expect.norm()).item()
     assert err < 2e-5, f"tensor-core blocks vs fp32 einsums: relative error {err:.2e}"
+
+
+@pytest.mark.gpu
+def test_gpu_expanded_bf16_prefill_runs_flash_attention_within_bf16_rounding():
+    """The "expanded-bf16" form at flash-tp4-rank's shapes runs on the flash-attention kernel
+    alone (qk head dim 192, values padded from 128) and lands within bf16 rounding of the fp32
+    expanded form."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from lingc.models import preset
+    cfg = preset("flash-tp4-rank")
+    with torch.device("cuda"):
+        layer = MLAAttention(cfg, cfg.mla_layers[0], 0)
+    H, R, P = cfg.num_attention_heads, cfg.kv_lora_rank, cfg.qk_rope_head_dim
+    g = torch.Generator(device="cuda").manual_seed(17)
+    with torch.no_grad():
+        layer.kv_b_proj.weight.copy_(torch.randn(layer.kv_b_proj.weight.shape, device="cuda", generator=g) * R ** -0.5)
+    start, T = 300, 1000
+    kv = torch.randn(start + T + 50, R + P, device="cuda", generator=g).to(cfg.dtype)
+    kv[start + T:] = 1e4                                      # past the chunk: must not be read
+    q_nope = torch.randn(T, H, cfg.qk_nope_head_dim, device="cuda", generator=g).to(cfg.dtype)
+    q_rope = torch.randn(T, H, P, device="cuda", generator=g).to(cfg.dtype)
+    with torch.no_grad(), sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        low = layer._attend_expanded_bf16(q_nope, q_rope, start, kv)
+    with torch.no_grad():
+        ref = layer._attend_expanded(q_nope, q_rope, start, kv)
+    assert low.dtype == torch.float32 and low.shape == ref.shape == (T, H, cfg.v_head_dim)
+    err = ((low - ref).norm() / ref.norm()).item()
+    assert err < 1e-2, f"expanded-bf16 vs expanded: relative error {err:.2e}"
 
 
 @pytest.mark.gpu

@@ -15,6 +15,8 @@ A prefill chunk longer than QUERY_BLOCK, in eager mode, attends in one of PREFIL
   (`scaled_dot_product_attention`, fp32, bottom-right aligned mask): scores never reach memory,
   and a head's product is qk_head_dim + v_head_dim wide instead of the latent's 2 x rank + rope
   (absorbing kv_b_proj pays when there is one query per cache pass, not thousands);
+- "expanded-bf16": the same with bf16 keys, values and queries on a flash-attention kernel, as
+  serving engines run MLA's prefill (kv_b_proj's output rounded to the model dtype);
 - "tensor-cores": absorbed, QUERY_BLOCK queries at a time, each block's fp32 scores
   [QUERY_BLOCK, H, rows] through memory, on bf16 tensor cores when the cache is bf16 on CUDA (fp32
   operands as bf16 hi + lo halves); also the expanded form's fallback where its temporaries would
@@ -37,7 +39,8 @@ from .layers import Linear, RMSNorm, apply_rope_interleaved, rope_inv_freq
 from .parallel import SINGLE, TensorParallel
 
 QUERY_BLOCK = 256
-PREFILL_FORMS = ("expanded", "tensor-cores", "fp32")
+PREFILL_FORMS = ("expanded", "expanded-bf16", "tensor-cores", "fp32")
+EXPANDED_FORMS = ("expanded", "expanded-bf16")
 # Overrides prefill_attention_form's choice for every layer when set (benchmarks.prefill --mla).
 PREFILL_FORM: str | None = None
 # The expanded form's fp32 temporaries (expanded rows, keys, values) above this take the
@@ -129,7 +132,9 @@ class MLAAttention(nn.Module):
         w_k, w_v = w_kv[:, :self.nope], w_kv[:, self.nope:]                  # [H, nope|v, rank]
         start = self._expanded_prefill_start(positions, kv_cache) if T > QUERY_BLOCK else None
         if start is not None:
-            o = self._attend_expanded(q_nope, q_rope, start, kv_cache)      # [T, H, v]
+            bf16 = prefill_attention_form(kv_cache) == "expanded-bf16"
+            attend = self._attend_expanded_bf16 if bf16 else self._attend_expanded
+            o = attend(q_nope, q_rope, start, kv_cache)                     # [T, H, v]
         else:
             q_lat = torch.einsum("thn,hnr->thr", q_nope.float(), w_k.float())  # [T, H, rank]
             if T <= QUERY_BLOCK:
@@ -144,7 +149,7 @@ class MLAAttention(nn.Module):
         """The chunk's first position when it takes the expanded form: eager, that form chosen,
         positions consecutive (a prompt's chunk always is; one host read) and the temporaries
         within EXPANDED_MAX_BYTES. None otherwise."""
-        if torch.compiler.is_compiling() or prefill_attention_form(kv_cache) != "expanded":
+        if torch.compiler.is_compiling() or prefill_attention_form(kv_cache) not in EXPANDED_FORMS:
             return None
         T = positions.shape[0]
         first, last, consecutive = torch.stack([positions[0], positions[-1],
@@ -180,6 +185,27 @@ class MLAAttention(nn.Module):
         o = F.scaled_dot_product_attention(q[None], k[None], v.contiguous()[None],
                                            attn_mask=causal_lower_right(T, L), scale=self.scale)
         return o[0].transpose(0, 1)
+
+    def _attend_expanded_bf16(self, q_nope: torch.Tensor, q_rope: torch.Tensor, start: int,
+                              kv_cache: torch.Tensor) -> torch.Tensor:
+        """_attend_expanded with bf16 operands, as serving engines run MLA's prefill: the keys and
+        values c W^T rounded to bf16 (kv_b_proj's output in the model dtype), the queries bf16, one
+        flash-attention SDPA (fp32 softmax and accumulation inside; values zero-padded to the key
+        width, which the flash kernel needs, and the padding sliced off). Returns o [T, H, v] fp32,
+        within bf16 rounding of _attend_expanded (~3e-3 relative)."""
+        from torch.nn.attention.bias import causal_lower_right
+
+        T, H = q_nope.shape[:2]
+        L = start + T
+        rows = kv_cache[:L].to(torch.bfloat16)
+        c, k_rope = rows[:, :self.rank], rows[:, self.rank:]
+        kvb = (c @ self.kv_b_proj.weight.to(torch.bfloat16).T).view(L, H, self.nope + self.vdim).transpose(0, 1)
+        k = torch.cat([kvb[..., :self.nope], k_rope[None].expand(H, L, self.rope)], dim=-1)   # [H, L, nope+rope]
+        v = F.pad(kvb[..., self.nope:], (0, max(0, self.nope + self.rope - self.vdim)))       # [H, L, nope+rope]
+        q = torch.cat([q_nope, q_rope], dim=-1).to(torch.bfloat16).transpose(0, 1)           # [H, T, nope+rope]
+        o = F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=causal_lower_right(T, L),
+                                           scale=self.scale)
+        return o[0, ..., :self.vdim].transpose(0, 1).float()
 
     def _attend_blocks(self, q_lat: torch.Tensor, q_rope: torch.Tensor, positions: torch.Tensor,
                        kv_cache: torch.Tensor) -> torch.Tensor:
