@@ -1,7 +1,8 @@
 """Prefill on one GPU: time to first token of an N-token prompt, where it goes, and its floor.
 
     python -m benchmarks.prefill --preset flash-tp4-rank --tokens 1024 8192 --out DIR
-        [--moe grouped gather] [--mla expanded tensor-cores fp32] [--chunk 256 1024] [--reps 3] [--no-draft]
+        [--moe grouped gather] [--mla expanded-bf16 expanded tensor-cores fp32] [--chunk 256 1024] [--reps 3]
+        [--no-draft]
         [--profile N]
 
 What is timed is what `lingc.generate` runs before its first decode step (runtime/relay/engine.py,
@@ -12,8 +13,9 @@ the same positions (`draft_prefill`; `--no-draft` leaves it out). Random bf16 we
 prompt ids, the cache zeroed before each run. CUDA events, one warm-up run per setting, the
 median of `--reps` runs.
 
-`--mla expanded tensor-cores fp32` compares MLA's prefill forms (lingc.models.mla.PREFILL_FORMS):
-the cache expanded through kv_b_proj into one fused causal SDPA per chunk (the default on CUDA),
+`--mla expanded-bf16 expanded tensor-cores fp32` compares MLA's prefill forms
+(lingc.models.mla.PREFILL_FORMS): the cache expanded through kv_b_proj into one fused causal SDPA
+per chunk, in bf16 on flash attention (the default on CUDA for a bf16 cache) or in fp32,
 the absorbed blocks on bf16 tensor cores, and the absorbed blocks as fp32 einsums. `--moe` names
 the MoE's forms to compare in the same run: `grouped` (the default, and the model's for prefill
 chunks on CUDA: the pairs sorted by expert, two `torch._grouped_mm` per chunk, each chosen

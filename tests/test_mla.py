@@ -385,7 +385,8 @@ def test_gpu_prefill_blocks_on_tensor_cores(name, monkeypatch):
     q_rope = torch.randn(T, H, P, device="cuda", generator=g).bfloat16()
     pos = torch.arange(start, start + T, device="cuda")
     assert mla_module.tensor_core_attention_applies(kv)
-    assert mla_module.prefill_attention_form(kv) == "expanded"        # CUDA's default
+    assert mla_module.prefill_attention_form(kv) == "expanded-bf16"   # CUDA's default for a bf16 cache
+    assert mla_module.prefill_attention_form(kv.float()) == "expanded"    # and for an fp32 one
     monkeypatch.setattr(mla_module, "PREFILL_FORM", "tensor-cores")
     calls = []
     real = MLAAttention._attend_tensor_cores
@@ -436,8 +437,8 @@ def test_gpu_expanded_bf16_prefill_runs_flash_attention_within_bf16_rounding():
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["tiny", "flash-tp4-rank"])
 def test_gpu_expanded_prefill_equals_fp32_einsums(name):
-    """CUDA's default prefill form over a bf16 cache: keys and values expanded through kv_b_proj,
-    one fused causal SDPA in fp32, against the absorbed fp32 einsums over the same rows (w_k into
+    """The fp32 expanded prefill form (CUDA's default over an fp32 cache) over a bf16 cache: keys
+    and values expanded through kv_b_proj, one fused causal SDPA in fp32, against the absorbed fp32 einsums over the same rows (w_k into
     the query, w_v into the output); both are fp32 arithmetic, so they agree to its rounding."""
     from lingc.models import preset
     cfg = preset(name)

@@ -10,13 +10,14 @@ serves T=1 decode, T=6 chain verify and causal prefill alike.
 
 A prefill chunk longer than QUERY_BLOCK, in eager mode, attends in one of PREFILL_FORMS
 (`prefill_attention_form`):
-- "expanded" (CUDA): the cache rows up to the chunk's last position expanded through kv_b_proj
+- "expanded" (CUDA, an fp32 cache): the cache rows up to the chunk's last position expanded through kv_b_proj
   into per-head keys [nope ; rope] and values, then one fused causal attention
   (`scaled_dot_product_attention`, fp32, bottom-right aligned mask): scores never reach memory,
   and a head's product is qk_head_dim + v_head_dim wide instead of the latent's 2 x rank + rope
   (absorbing kv_b_proj pays when there is one query per cache pass, not thousands);
-- "expanded-bf16": the same with bf16 keys, values and queries on a flash-attention kernel, as
-  serving engines run MLA's prefill (kv_b_proj's output rounded to the model dtype);
+- "expanded-bf16" (CUDA, a bf16 cache): the same with bf16 keys, values and queries on a
+  flash-attention kernel, as serving engines run MLA's prefill (kv_b_proj's output rounded to the
+  model dtype; within ~1e-2 of "expanded" per layer, a declared rounding change);
 - "tensor-cores": absorbed, QUERY_BLOCK queries at a time, each block's fp32 scores
   [QUERY_BLOCK, H, rows] through memory, on bf16 tensor cores when the cache is bf16 on CUDA (fp32
   operands as bf16 hi + lo halves); also the expanded form's fallback where its temporaries would
@@ -39,7 +40,7 @@ from .layers import Linear, RMSNorm, apply_rope_interleaved, rope_inv_freq
 from .parallel import SINGLE, TensorParallel
 
 QUERY_BLOCK = 256
-PREFILL_FORMS = ("expanded", "expanded-bf16", "tensor-cores", "fp32")
+PREFILL_FORMS = ("expanded-bf16", "expanded", "tensor-cores", "fp32")
 EXPANDED_FORMS = ("expanded", "expanded-bf16")
 # Overrides prefill_attention_form's choice for every layer when set (benchmarks.prefill --mla).
 PREFILL_FORM: str | None = None
@@ -50,13 +51,17 @@ EXPANDED_MAX_BYTES = 4 << 30
 
 def prefill_attention_form(kv_cache: torch.Tensor) -> str:
     """The eager prefill form of a chunk longer than QUERY_BLOCK (module docstring): PREFILL_FORM
-    if set, else "expanded" on CUDA and "fp32" elsewhere."""
+    if set, else on CUDA "expanded-bf16" for a bf16 cache (a bf16 model's attention in bf16, as
+    serving engines run it: an H200 took a 32768-token prefill of flash-tp4-rank from 1222 to 784
+    ms, session 38) and "expanded" otherwise, and "fp32" elsewhere."""
     if PREFILL_FORM is not None:
         if PREFILL_FORM not in PREFILL_FORMS:
             raise ValueError(f"lingc.models.mla.PREFILL_FORM = {PREFILL_FORM!r}: expected one of {PREFILL_FORMS} "
                              "or None (automatic)")
         return PREFILL_FORM
-    return "expanded" if kv_cache.is_cuda else "fp32"
+    if not kv_cache.is_cuda:
+        return "fp32"
+    return "expanded-bf16" if kv_cache.dtype == torch.bfloat16 else "expanded"
 
 
 def tensor_core_attention_applies(kv_cache: torch.Tensor) -> bool:
