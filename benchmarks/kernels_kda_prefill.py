@@ -138,10 +138,10 @@ def bench_T(T, H, sweep, reps, warmup, baseline=None):
     if baseline is not None:
         variants["baseline"] = (lambda: baseline(*args), RTOL_RMS)
     configs = {"lingc": config_for(*x["state"].shape)}
-    for bt, bv, bvo, wo, wc, ws, prec in sweep:
+    for bt, bv, bvo, wo, wc, ws, prec, ks in sweep:
         cfg = KdaPrefillConfig(chunk=bt, bv=bv, bv_out=bvo, num_warps_out=wo, num_warps_chunk=wc,
-                               num_warps_state=ws, precision=prec)
-        name = f"lingc-bt{bt}-bv{bv}-o{bvo}-w{wo}-c{wc}-s{ws}-{prec}"
+                               num_warps_state=ws, precision=prec, k_split=ks)
+        name = f"lingc-bt{bt}-bv{bv}-o{bvo}-w{wo}-c{wc}-s{ws}-{prec}" + (f"-ks{ks}" if ks > 1 else "")
         configs[name] = cfg
         variants[name] = (lambda cfg=cfg: kda_prefill_triton(*args, config=cfg), RTOL_RMS)
     variants["torch"] = (lambda: kda_chunked(*args), 0.0)
@@ -189,6 +189,8 @@ def main(argv=None):
     parser.add_argument("--warps-state", type=int, nargs="*", default=[8], help="state-walk warps for the sweep")
     parser.add_argument("--precision", nargs="*", default=["tf32x3"], choices=["tf32x3", "ieee"],
                         help="tl.dot precisions for the --chunk sweep")
+    parser.add_argument("--k-split", type=int, nargs="*", default=[1], choices=[1, 2, 4],
+                        help="state-walk K splits for the sweep (the state in 1, 2 or 4 parts of K rows)")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="an earlier kernel.py to time beside this one (before/after in one run)")
     parser.add_argument("--reps", type=int, default=20, help="timed calls per variant")
@@ -201,7 +203,7 @@ def main(argv=None):
         raise SystemExit(f"--baseline {args.baseline}: no such file")
     baseline = _load_baseline(args.baseline) if args.baseline is not None else None
     sweep = list(itertools.product(args.chunk, args.bv, args.bv_out, args.warps_out, args.warps_chunk,
-                                   args.warps_state, args.precision))
+                                   args.warps_state, args.precision, args.k_split))
     rows = []
     for T in args.t:
         rows += bench_T(T, args.heads, sweep, args.reps, args.warmup, baseline)

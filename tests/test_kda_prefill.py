@@ -149,6 +149,20 @@ def test_bv_tilings_agree():
     assert_close(S16, S32, RTOL)
 
 
+@pytest.mark.parametrize("k_split", [2, 4])
+def test_k_split_walks_agree(k_split):
+    # The walk's state in K parts (separate products, summed once) is the same walk: K = 64 in 2
+    # or 4 parts of 32 / 16 rows, against the reference, over several chunks.
+    x = make_inputs(70, 2, 64, 32, seed=43 + k_split)
+    o1, S1 = run_kernel(x, KdaPrefillConfig(chunk=16, bv=16))
+    ok, Sk = run_kernel(x, KdaPrefillConfig(chunk=16, bv=16, k_split=k_split))
+    assert_close(ok, o1, RTOL)
+    assert_close(Sk, S1, RTOL)
+    o_ref, S_ref = kda_chunked(*args(x))
+    assert_close(ok, o_ref, RTOL)
+    assert_close(Sk, S_ref, RTOL)
+
+
 def test_final_state_in_place():
     # final_state may alias state: each program reads its state tile before writing it.
     x = make_inputs(37, 2, 16, 16, seed=43)
@@ -265,8 +279,12 @@ _COMPILE_CHECK = textwrap.dedent("""
     chunk = (_kda_prefill_chunk_kernel, sig, const, cfg.num_warps_chunk)
     sig = {n: "*fp32" for n in ["w_ptr", "u_ptr", "kd_ptr", "gc_ptr", "state_ptr", "hs_ptr", "final_ptr"]}
     sig.update(NT="i32")
-    const = dict(K=128, V=128, BT=cfg.chunk, BK=128, BV=cfg.bv, PRECISION=cfg.precision, USE_GDC=True)
+    const = dict(K=128, V=128, BT=cfg.chunk, BK=128, BV=cfg.bv, PRECISION=cfg.precision, USE_GDC=True,
+                 KS=cfg.k_split)
     state = (_kda_prefill_state_kernel, sig, const, cfg.num_warps_state)
+    for ks in (2, 4):                                   # the walk's K splits compile too
+        ptx, info = compile_sm90(_kda_prefill_state_kernel, sig, {**const, "KS": ks}, num_warps=cfg.num_warps_state)
+        print("state KS", ks, info)
     sig = {n: "*fp32" for n in ["qg_ptr", "p_ptr", "u_ptr", "hs_ptr", "o_ptr"]}
     sig.update(T="i32", NT="i32")
     const = dict(H=8, K=128, V=128, BT=cfg.chunk, BK=128, BV=cfg.bv_out, PRECISION=cfg.precision, USE_GDC=True)

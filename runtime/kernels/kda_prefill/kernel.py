@@ -72,6 +72,7 @@ class KdaPrefillConfig:
     num_warps_state: int = 8   # the walk is serial: more warps per program shorten each step
     num_warps_out: int = 4
     precision: str = "tf32x3"  # tl.dot input precision: "tf32x3" (tensor cores) or "ieee" (FMA)
+    k_split: int = 1           # the walk's state in 1, 2 or 4 parts of K rows (BK / k_split >= 16)
 
 
 # Fixed table keyed by (H, K, V), from the H200 sweep of benchmarks/kernels_kda_prefill.py at
@@ -194,56 +195,145 @@ def _kda_prefill_chunk_kernel(
     tl.store(gc_ptr + (h * NT + c).to(tl.int64) * K + offs_k, tl.exp(G_C), mask=mk)
 
 
-@triton.jit(do_not_specialize=["NT"])
+@triton.jit
+def _state_part(state_ptr, h, i: tl.constexpr, offs_p, offs_v, mv, K: tl.constexpr, V: tl.constexpr,
+                KP: tl.constexpr, KS: tl.constexpr):
+    """Rows [i * KP, (i + 1) * KP) of head h's entering state; a 1-element placeholder for parts
+    past KS (never used: the loop carries it unchanged)."""
+    if i < KS:
+        rows = i * KP + offs_p
+        m = (rows < K)[:, None] & mv[None, :]
+        return tl.load(state_ptr + h * K * V + rows[:, None] * V + offs_v[None, :], mask=m, other=0.0)
+    else:
+        return tl.zeros([1, 1], dtype=tl.float32)
+
+
+@triton.jit
+def _chunk_part(ptr, row, i: tl.constexpr, offs_p, more, K: tl.constexpr, KP: tl.constexpr, KS: tl.constexpr):
+    """Columns [i * KP, (i + 1) * KP) of a [BT, K] workspace tile (w or kd) at rows ``row``; a
+    placeholder for parts past KS."""
+    if i < KS:
+        cols = i * KP + offs_p
+        m = (cols < K)[None, :] & more
+        return tl.load(ptr + row[:, None] * K + cols[None, :], mask=m, other=0.0)
+    else:
+        return tl.zeros([1, 1], dtype=tl.float32)
+
+
+@triton.jit
+def _gc_part(gc_ptr, base, i: tl.constexpr, offs_p, more, K: tl.constexpr, KP: tl.constexpr, KS: tl.constexpr):
+    """Entries [i * KP, (i + 1) * KP) of a chunk's decay row gc; a placeholder past KS."""
+    if i < KS:
+        return tl.load(gc_ptr + base + i * KP + offs_p, mask=(i * KP + offs_p < K) & more, other=0.0)
+    else:
+        return tl.zeros([1], dtype=tl.float32)
+
+
+@triton.jit
 def _kda_prefill_state_kernel(
     w_ptr, u_ptr, kd_ptr, gc_ptr, state_ptr, hs_ptr, final_ptr,
     NT,
     K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    PRECISION: tl.constexpr, USE_GDC: tl.constexpr,
+    PRECISION: tl.constexpr, USE_GDC: tl.constexpr, KS: tl.constexpr = 1,
 ):
+    """The walk with the state's K rows in KS parts (1, 2 or 4; BK / KS >= 16) held as separate
+    tiles: w S is KS independent products summed once, and each part's update its own product,
+    so the tensor cores run KS short dependent chains side by side instead of one long one (a
+    step's time is its chain of MMAs, not its bytes)."""
     h = tl.program_id(0)
     vb = tl.program_id(1)
+    KP: tl.constexpr = BK // KS
     idx = tl.arange(0, BT)
-    offs_k = tl.arange(0, BK)
-    mk = offs_k < K
+    offs_p = tl.arange(0, KP)
     offs_v = vb * BV + tl.arange(0, BV)
     mv = offs_v < V
-    mkv = mk[:, None] & mv[None, :]
-    mtk = (idx < BT)[:, None] & mk[None, :]
     mtv = (idx < BT)[:, None] & mv[None, :]
 
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
 
-    s_offs = h * K * V + offs_k[:, None] * V + offs_v[None, :]
-    S = tl.load(state_ptr + s_offs, mask=mkv, other=0.0)
+    S0 = _state_part(state_ptr, h, 0, offs_p, offs_v, mv, K, V, KP, KS)
+    S1 = _state_part(state_ptr, h, 1, offs_p, offs_v, mv, K, V, KP, KS)
+    S2 = _state_part(state_ptr, h, 2, offs_p, offs_v, mv, K, V, KP, KS)
+    S3 = _state_part(state_ptr, h, 3, offs_p, offs_v, mv, K, V, KP, KS)
 
     row0 = (h * NT).to(tl.int64) * BT + idx
-    w_next = tl.load(w_ptr + row0[:, None] * K + offs_k[None, :], mask=mtk, other=0.0)
+    w0n = _chunk_part(w_ptr, row0, 0, offs_p, True, K, KP, KS)
+    w1n = _chunk_part(w_ptr, row0, 1, offs_p, True, K, KP, KS)
+    w2n = _chunk_part(w_ptr, row0, 2, offs_p, True, K, KP, KS)
+    w3n = _chunk_part(w_ptr, row0, 3, offs_p, True, K, KP, KS)
+    k0n = _chunk_part(kd_ptr, row0, 0, offs_p, True, K, KP, KS)
+    k1n = _chunk_part(kd_ptr, row0, 1, offs_p, True, K, KP, KS)
+    k2n = _chunk_part(kd_ptr, row0, 2, offs_p, True, K, KP, KS)
+    k3n = _chunk_part(kd_ptr, row0, 3, offs_p, True, K, KP, KS)
     u_next = tl.load(u_ptr + row0[:, None] * V + offs_v[None, :], mask=mtv, other=0.0)
-    kd_next = tl.load(kd_ptr + row0[:, None] * K + offs_k[None, :], mask=mtk, other=0.0)
-    gc_next = tl.load(gc_ptr + (h * NT).to(tl.int64) * K + offs_k, mask=mk, other=0.0)
+    gc_row = (h * NT).to(tl.int64) * K
+    g0n = _gc_part(gc_ptr, gc_row, 0, offs_p, True, K, KP, KS)
+    g1n = _gc_part(gc_ptr, gc_row, 1, offs_p, True, K, KP, KS)
+    g2n = _gc_part(gc_ptr, gc_row, 2, offs_p, True, K, KP, KS)
+    g3n = _gc_part(gc_ptr, gc_row, 3, offs_p, True, K, KP, KS)
     # A while loop rather than range(NT): the interpreter cannot take a runtime bound in range().
     c = 0
     while c < NT:
-        w, u, kd, gc = w_next, u_next, kd_next, gc_next
+        w0, w1, w2, w3, k0, k1, k2, k3 = w0n, w1n, w2n, w3n, k0n, k1n, k2n, k3n
+        u, g0, g1, g2, g3 = u_next, g0n, g1n, g2n, g3n
         # The next chunk's tiles are requested now and arrive while this chunk's products run.
         more = c + 1 < NT
         nrow = (h * NT + c + 1).to(tl.int64) * BT + idx
-        w_next = tl.load(w_ptr + nrow[:, None] * K + offs_k[None, :], mask=mtk & more, other=0.0)
+        w0n = _chunk_part(w_ptr, nrow, 0, offs_p, more, K, KP, KS)
+        w1n = _chunk_part(w_ptr, nrow, 1, offs_p, more, K, KP, KS)
+        w2n = _chunk_part(w_ptr, nrow, 2, offs_p, more, K, KP, KS)
+        w3n = _chunk_part(w_ptr, nrow, 3, offs_p, more, K, KP, KS)
+        k0n = _chunk_part(kd_ptr, nrow, 0, offs_p, more, K, KP, KS)
+        k1n = _chunk_part(kd_ptr, nrow, 1, offs_p, more, K, KP, KS)
+        k2n = _chunk_part(kd_ptr, nrow, 2, offs_p, more, K, KP, KS)
+        k3n = _chunk_part(kd_ptr, nrow, 3, offs_p, more, K, KP, KS)
         u_next = tl.load(u_ptr + nrow[:, None] * V + offs_v[None, :], mask=mtv & more, other=0.0)
-        kd_next = tl.load(kd_ptr + nrow[:, None] * K + offs_k[None, :], mask=mtk & more, other=0.0)
-        gc_next = tl.load(gc_ptr + (h * NT + c + 1).to(tl.int64) * K + offs_k, mask=mk & more, other=0.0)
+        ngc = (h * NT + c + 1).to(tl.int64) * K
+        g0n = _gc_part(gc_ptr, ngc, 0, offs_p, more, K, KP, KS)
+        g1n = _gc_part(gc_ptr, ngc, 1, offs_p, more, K, KP, KS)
+        g2n = _gc_part(gc_ptr, ngc, 2, offs_p, more, K, KP, KS)
+        g3n = _gc_part(gc_ptr, ngc, 3, offs_p, more, K, KP, KS)
 
-        hs_offs = ((h * NT + c).to(tl.int64) * K + offs_k[:, None]) * V + offs_v[None, :]
-        tl.store(hs_ptr + hs_offs, S, mask=mkv)
-        U = u - tl.dot(w, S, input_precision=PRECISION)                          # [BT, BV]
+        hs_base = (h * NT + c).to(tl.int64) * K
+        tl.store(hs_ptr + (hs_base + offs_p[:, None]) * V + offs_v[None, :], S0,
+                 mask=(offs_p < K)[:, None] & mv[None, :])
+        WS = tl.dot(w0, S0, input_precision=PRECISION)
+        if KS > 1:
+            tl.store(hs_ptr + (hs_base + KP + offs_p[:, None]) * V + offs_v[None, :], S1,
+                     mask=(KP + offs_p < K)[:, None] & mv[None, :])
+            W1 = tl.dot(w1, S1, input_precision=PRECISION)
+            if KS > 2:
+                tl.store(hs_ptr + (hs_base + 2 * KP + offs_p[:, None]) * V + offs_v[None, :], S2,
+                         mask=(2 * KP + offs_p < K)[:, None] & mv[None, :])
+                tl.store(hs_ptr + (hs_base + 3 * KP + offs_p[:, None]) * V + offs_v[None, :], S3,
+                         mask=(3 * KP + offs_p < K)[:, None] & mv[None, :])
+                W2 = tl.dot(w2, S2, input_precision=PRECISION)
+                W3 = tl.dot(w3, S3, input_precision=PRECISION)
+                WS = (WS + W1) + (W2 + W3)
+            else:
+                WS = WS + W1
+        U = u - WS                                                                # [BT, BV]
         crow = (h * NT + c).to(tl.int64) * BT + idx
         tl.store(u_ptr + crow[:, None] * V + offs_v[None, :], U, mask=mtv)      # U over u
-        S = gc[:, None] * S + tl.dot(tl.trans(kd), U, input_precision=PRECISION)
+        S0 = g0[:, None] * S0 + tl.dot(tl.trans(k0), U, input_precision=PRECISION)
+        if KS > 1:
+            S1 = g1[:, None] * S1 + tl.dot(tl.trans(k1), U, input_precision=PRECISION)
+        if KS > 2:
+            S2 = g2[:, None] * S2 + tl.dot(tl.trans(k2), U, input_precision=PRECISION)
+            S3 = g3[:, None] * S3 + tl.dot(tl.trans(k3), U, input_precision=PRECISION)
         c += 1
 
-    tl.store(final_ptr + s_offs, S, mask=mkv)
+    fb = h * K * V
+    tl.store(final_ptr + fb + offs_p[:, None] * V + offs_v[None, :], S0, mask=(offs_p < K)[:, None] & mv[None, :])
+    if KS > 1:
+        tl.store(final_ptr + fb + (KP + offs_p[:, None]) * V + offs_v[None, :], S1,
+                 mask=(KP + offs_p < K)[:, None] & mv[None, :])
+    if KS > 2:
+        tl.store(final_ptr + fb + (2 * KP + offs_p[:, None]) * V + offs_v[None, :], S2,
+                 mask=(2 * KP + offs_p < K)[:, None] & mv[None, :])
+        tl.store(final_ptr + fb + (3 * KP + offs_p[:, None]) * V + offs_v[None, :], S3,
+                 mask=(3 * KP + offs_p < K)[:, None] & mv[None, :])
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
@@ -304,6 +394,7 @@ def kda_prefill_triton(q, k, v, g, beta, state, out=None, final_state=None, *,
     for bv in (cfg.bv, cfg.bv_out):
         assert bv >= 16 and bv & (bv - 1) == 0, cfg
     assert cfg.precision in ("tf32x3", "ieee"), cfg
+    assert cfg.k_split in (1, 2, 4) and max(16, triton.next_power_of_2(K)) // cfg.k_split >= 16, cfg
     BT = cfg.chunk
     NT = triton.cdiv(T, BT)
     dev = state.device
@@ -338,7 +429,7 @@ def kda_prefill_triton(q, k, v, g, beta, state, out=None, final_state=None, *,
     )
     _kda_prefill_state_kernel[(H, triton.cdiv(V, cfg.bv))](
         w, u, kd, gc, state, hs, final_state, NT,
-        K=K, V=V, BT=BT, BK=BK, BV=cfg.bv,
+        K=K, V=V, BT=BT, BK=BK, BV=cfg.bv, KS=cfg.k_split,
         PRECISION=cfg.precision, USE_GDC=use_pdl, num_warps=cfg.num_warps_state, num_stages=1, **launch,
     )
     _kda_prefill_output_kernel[(NT, H, triton.cdiv(V, cfg.bv_out))](
