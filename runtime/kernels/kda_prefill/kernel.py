@@ -78,8 +78,10 @@ class KdaPrefillConfig:
 # Fixed table keyed by (H, K, V), from the H200 sweep of benchmarks/kernels_kda_prefill.py at
 # T = 8192 (README.md in this folder has the figures).
 CONFIGS: dict[tuple[int, int, int], KdaPrefillConfig] = {
-    (8, 128, 128): KdaPrefillConfig(chunk=32, bv=16, num_warps_chunk=4, num_warps_state=8),
-    (32, 128, 128): KdaPrefillConfig(chunk=32, bv=16, num_warps_chunk=4, num_warps_state=4),
+    # The walk's state in 2 parts on 4 warps (session 38): 0.880 -> 0.783 ms at H = 8 (against 8
+    # warps in 1 part), 1.435 -> 1.100 ms at H = 32; 4 parts, or 8 warps, lose.
+    (8, 128, 128): KdaPrefillConfig(chunk=32, bv=16, num_warps_chunk=4, num_warps_state=4, k_split=2),
+    (32, 128, 128): KdaPrefillConfig(chunk=32, bv=16, num_warps_chunk=4, num_warps_state=4, k_split=2),
 }
 
 
