@@ -10,8 +10,9 @@ prefill_as prefill_new_s38_c6
 prefill_as prefill_base_s38_c6 base
 prefill_as prefill_new2_s38_c6
 CUDA_VISIBLE_DEVICES=0 timeout 220 $PYT tests/test_kda_prefill_inputs.py tests/test_kda_prefill.py tests/test_model.py \
-    tests/test_mla.py tests/test_moe.py tests/test_moe_combine.py tests/test_benchmark_smoke.py \
-    tests/test_moe_kernels.py -k "not decode_smoke and not ncu and not depth" 2>&1 | stamp > "$OUT/pytest_changed_s38_c6.log"
+    tests/test_mla.py tests/test_moe.py tests/test_moe_combine.py tests/test_moe_kernels.py \
+    tests/test_benchmark_smoke.py::test_gpu_prefill_benchmark_runs_both_moe_forms \
+    tests/test_benchmark_smoke.py::test_gpu_kernels_kda_prefill_sweeps_splits_and_times_a_baseline 2>&1 | stamp > "$OUT/pytest_changed_s38_c6.log"
 tail -2 "$OUT/pytest_changed_s38_c6.log"; grep -E "FAILED|Error" "$OUT/pytest_changed_s38_c6.log" | head
 cat "$OUT"/prefill_new2_s38_c6.log >> "$OUT/prefill_new_s38_c6.log"; rm -f "$OUT/prefill_new2_s38_c6.log"
 grep -qiE "error" "$OUT/install.log" || rm -f "$OUT/install.log"
