@@ -239,9 +239,9 @@ def test_moe_forward_takes_the_grouped_form_in_chunks(model, monkeypatch):
     calls = {"grouped": [], "gather": []}
     real_grouped, real_gather = type(mlp.experts).forward_grouped, type(mlp.experts).forward
 
-    def grouped(self, x, ids, w):
+    def grouped(self, x, ids, w, *rest):
         calls["grouped"].append(x.shape[0])
-        return real_grouped(self, x, ids, w)
+        return real_grouped(self, x, ids, w, *rest)
 
     def gather(self, x, ids, w):
         calls["gather"].append(x.shape[0])

@@ -45,6 +45,26 @@ def test_kernel_matches_reference_and_writes_every_element(T, k, H, dtype):
     torch.testing.assert_close(got, expect, rtol=k * 2e-7, atol=k * 2e-7 * expect.abs().max().item())
 
 
+@pytest.mark.parametrize("out_dtype", [None, torch.bfloat16])
+def test_kernel_adds_the_shared_rows_and_rounds_once(out_dtype):
+    # The grouped MoE's output: slot sum + the shared expert's rows (bf16, a row stride other
+    # than H), in fp32, rounded once to out_dtype; every element written.
+    T, k, H = 5, 8, BLOCK_H + 7
+    ys, order, w = _inputs(T, k, H, torch.bfloat16, seed=21)
+    wide = torch.randn(T, H + 5, generator=torch.Generator().manual_seed(22)).bfloat16().to(DEV)
+    shared = wide[:, :H]
+    out = torch.full((T, H), float("nan"), device=DEV, dtype=out_dtype or torch.float32)
+    got = moe_combine_sorted_triton(ys, _inverse(order), w, out, shared=shared, out_dtype=out_dtype)
+    assert got is out and not torch.isnan(out).any()
+    expect = moe_combine_sorted_reference(ys, order, w) + shared.float()
+    if out_dtype is None:
+        torch.testing.assert_close(got, expect, rtol=k * 2e-7, atol=k * 2e-7 * expect.abs().max().item())
+    else:
+        torch.testing.assert_close(got.float(), expect.to(out_dtype).float(), rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(moe_combine_sorted_reference(ys, order, w, shared, out_dtype).float(),
+                               expect if out_dtype is None else expect.to(out_dtype).float())
+
+
 def test_reference_is_the_pair_order_slot_sum():
     # Independent of the permutation: pair (t, j) is ys[inv[t * k + j]].
     T, k, H = 3, 4, 5
@@ -59,6 +79,10 @@ def test_op_dispatch_fake_and_opcheck():
     got = torch.ops.lingc.moe_combine_sorted(ys, order, w)
     torch.testing.assert_close(got, moe_combine_sorted_reference(ys, order, w), rtol=2e-6, atol=2e-6)
     torch.library.opcheck(torch.ops.lingc.moe_combine_sorted.default, (ys, order, w))
+    shared = torch.randn(6, 40, generator=torch.Generator().manual_seed(5)).bfloat16().to(DEV)
+    got = torch.ops.lingc.moe_combine_sorted(ys, order, w, shared, torch.bfloat16)
+    assert got.dtype == torch.bfloat16
+    torch.library.opcheck(torch.ops.lingc.moe_combine_sorted.default, (ys, order, w, shared, torch.bfloat16))
 
 
 @pytest.mark.parametrize("case,match", [
@@ -68,6 +92,9 @@ def test_op_dispatch_fake_and_opcheck():
     (lambda ys, o, w: (ys, o.int(), w), "order must be the int64 permutation"),
     (lambda ys, o, w: (ys, o[:-1], w), "order must be"),
     (lambda ys, o, w: (ys.repeat(5, 1), o.repeat(5), w.repeat(1, 5) [:, :MAX_SLOTS + 8]), "slots per token"),
+    (lambda ys, o, w: (ys, o, w, ys[:5]), r"shared must be the floating-point shared-expert rows \[T, H\] = \[6, 16\]"),
+    (lambda ys, o, w: (ys, o, w, ys[:6].t().contiguous().t()), "unit stride along H"),
+    (lambda ys, o, w: (ys, o, w, None, torch.int32), "out_dtype must be a floating-point dtype"),
 ])
 def test_bad_arguments_are_named(case, match):
     ys, order, w = _inputs(6, 8, 16, torch.bfloat16, seed=4)
@@ -103,10 +130,13 @@ _COMPILE_CHECK = textwrap.dedent("""
     from sm90 import compile_sm90
     from lingc.runtime.kernels.moe_combine.kernel import _moe_combine_sorted_kernel, BLOCK_H
     for dt in ("*bf16", "*fp32"):
-        sig = dict(ys_ptr=dt, inv_ptr="*i64", w_ptr="*fp32", out_ptr="*fp32", H="i32")
-        ptx, report = compile_sm90(_moe_combine_sorted_kernel, sig, dict(K=8, BLOCK_H=BLOCK_H, USE_GDC=True))
-        assert "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx
-        assert "0 bytes spill" in report, report
+        for shared in (False, True):
+            sig = dict(ys_ptr=dt, inv_ptr="*i64", w_ptr="*fp32", out_ptr=dt if shared else "*fp32", shared_ptr=dt,
+                       H="i32", stride_st="i32")
+            ptx, report = compile_sm90(_moe_combine_sorted_kernel, sig,
+                                       dict(K=8, BLOCK_H=BLOCK_H, USE_GDC=True, HAS_SHARED=shared))
+            assert "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx
+            assert "0 bytes spill" in report, report
 """)
 
 

@@ -141,26 +141,30 @@ class Experts(nn.Module):
         y = torch.bmm(self.w2[flat], a.unsqueeze(-1)).squeeze(-1).view(T, k, -1).float()
         return slot_sum(y, weights)
 
-    def forward_grouped(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    def forward_grouped(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
+                        shared: torch.Tensor | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
         """The same sum with each expert's pairs as one group of `torch._grouped_mm`: the (token,
         slot) pairs sorted by expert (stably), the gate/up and down projections as two grouped
         GEMMs over the stacked weights in place, the products scattered back to pair order. Every
         chosen expert's weights are read once per call instead of once per pair. Per-pair outputs
         are rounded to x.dtype and summed in fp32 in slot order, as in `forward`, by
-        `lingc::moe_combine_sorted` (one kernel on CUDA: no pair-order copy); the GEMMs'
-        accumulation order is the library's and the kernel may fuse a product into its add, so
-        the bits may differ from `forward`'s."""
+        `lingc::moe_combine_sorted` (one kernel on CUDA: no pair-order copy), which also adds
+        `shared` (the shared expert's rows) and rounds to `out_dtype` when given (fp32
+        otherwise); the SwiGLU between the GEMMs is `lingc::moe_swiglu` (one kernel on CUDA).
+        The GEMMs' accumulation order is the library's and the kernels may fuse a product into
+        an add, so the bits may differ from `forward`'s."""
         T, k = ids.shape
         flat = ids.reshape(-1)
         order = torch.argsort(flat, stable=True)
         offs = torch.bincount(flat, minlength=self.w13.shape[0]).cumsum(0).to(torch.int32)
         xs = x.index_select(0, order // k)                                    # [T*k, H], by expert
-        h = torch._grouped_mm(xs, self.w13.transpose(1, 2), offs=offs)          # [T*k, 2I]
-        a = swiglu(h[:, :self.inter], h[:, self.inter:], self.limit)
-        ys = torch._grouped_mm(a, self.w2.transpose(1, 2), offs=offs)           # [T*k, H]
-        from lingc.runtime.kernels.moe_combine import moe_combine_sorted   # the op imports this module
+        from lingc.runtime.kernels.moe_combine import moe_combine_sorted   # the ops import this module
+        from lingc.runtime.kernels.moe_swiglu import moe_swiglu
 
-        return moe_combine_sorted(ys, order, weights.float())
+        h = torch._grouped_mm(xs, self.w13.transpose(1, 2), offs=offs)          # [T*k, 2I]
+        a = moe_swiglu(h, self.limit)                                           # [T*k, I]
+        ys = torch._grouped_mm(a, self.w2.transpose(1, 2), offs=offs)           # [T*k, H]
+        return moe_combine_sorted(ys, order, weights.float(), shared, out_dtype)
 
 
 def slot_sum(y: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -198,7 +202,10 @@ class MoE(nn.Module):
         """One chunk (at most MOE_CHUNK tokens, or GROUPED_CHUNK in the grouped form) before the
         all-reduce, with the routing it used: (output, expert ids, weights)."""
         ids, w = self.gate(x, kernel=grouped)
-        y = (self.experts.forward_grouped if grouped else self.experts)(x, ids, w)
+        if grouped:    # the shared expert's add and the rounding in the combine kernel
+            shared = self.shared_experts(x) if self.shared_experts is not None else None
+            return self.experts.forward_grouped(x, ids, w, shared, x.dtype), ids, w
+        y = self.experts(x, ids, w)
         if self.shared_experts is not None:
             y = y + self.shared_experts(x).float()
         return y.to(x.dtype), ids, w
