@@ -232,6 +232,31 @@ def _gc_part(gc_ptr, base, i: tl.constexpr, offs_p, more, K: tl.constexpr, KP: t
 
 
 @triton.jit
+def _chunk_tiles(w_ptr, u_ptr, kd_ptr, gc_ptr, h, NT, c, idx, offs_p, offs_v, mtv, more,
+                 K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, KP: tl.constexpr, KS: tl.constexpr):
+    """Chunk c's walk operands (zeros when not ``more``): w and kd in KS column parts, u, and gc in
+    KS parts (placeholders past KS)."""
+    row = (h * NT + c).to(tl.int64) * BT + idx
+    gcb = (h * NT + c).to(tl.int64) * K
+    u = tl.load(u_ptr + row[:, None] * V + offs_v[None, :], mask=mtv & more, other=0.0)
+    return (_chunk_part(w_ptr, row, 0, offs_p, more, K, KP, KS), _chunk_part(w_ptr, row, 1, offs_p, more, K, KP, KS),
+            _chunk_part(w_ptr, row, 2, offs_p, more, K, KP, KS), _chunk_part(w_ptr, row, 3, offs_p, more, K, KP, KS),
+            _chunk_part(kd_ptr, row, 0, offs_p, more, K, KP, KS), _chunk_part(kd_ptr, row, 1, offs_p, more, K, KP, KS),
+            _chunk_part(kd_ptr, row, 2, offs_p, more, K, KP, KS), _chunk_part(kd_ptr, row, 3, offs_p, more, K, KP, KS),
+            u, _gc_part(gc_ptr, gcb, 0, offs_p, more, K, KP, KS), _gc_part(gc_ptr, gcb, 1, offs_p, more, K, KP, KS),
+            _gc_part(gc_ptr, gcb, 2, offs_p, more, K, KP, KS), _gc_part(gc_ptr, gcb, 3, offs_p, more, K, KP, KS))
+
+
+@triton.jit
+def _store_part(ptr, base, i: tl.constexpr, S, offs_p, offs_v, mv, K: tl.constexpr, V: tl.constexpr,
+                KP: tl.constexpr, KS: tl.constexpr):
+    """Rows [i * KP, (i + 1) * KP) of a [K, V] state at ``ptr + base`` (nothing past KS)."""
+    if i < KS:
+        rows = i * KP + offs_p
+        tl.store(ptr + (base + rows[:, None]) * V + offs_v[None, :], S, mask=(rows < K)[:, None] & mv[None, :])
+
+
+@triton.jit
 def _kda_prefill_state_kernel(
     w_ptr, u_ptr, kd_ptr, gc_ptr, state_ptr, hs_ptr, final_ptr,
     NT,
@@ -259,57 +284,26 @@ def _kda_prefill_state_kernel(
     S2 = _state_part(state_ptr, h, 2, offs_p, offs_v, mv, K, V, KP, KS)
     S3 = _state_part(state_ptr, h, 3, offs_p, offs_v, mv, K, V, KP, KS)
 
-    row0 = (h * NT).to(tl.int64) * BT + idx
-    w0n = _chunk_part(w_ptr, row0, 0, offs_p, True, K, KP, KS)
-    w1n = _chunk_part(w_ptr, row0, 1, offs_p, True, K, KP, KS)
-    w2n = _chunk_part(w_ptr, row0, 2, offs_p, True, K, KP, KS)
-    w3n = _chunk_part(w_ptr, row0, 3, offs_p, True, K, KP, KS)
-    k0n = _chunk_part(kd_ptr, row0, 0, offs_p, True, K, KP, KS)
-    k1n = _chunk_part(kd_ptr, row0, 1, offs_p, True, K, KP, KS)
-    k2n = _chunk_part(kd_ptr, row0, 2, offs_p, True, K, KP, KS)
-    k3n = _chunk_part(kd_ptr, row0, 3, offs_p, True, K, KP, KS)
-    u_next = tl.load(u_ptr + row0[:, None] * V + offs_v[None, :], mask=mtv, other=0.0)
-    gc_row = (h * NT).to(tl.int64) * K
-    g0n = _gc_part(gc_ptr, gc_row, 0, offs_p, True, K, KP, KS)
-    g1n = _gc_part(gc_ptr, gc_row, 1, offs_p, True, K, KP, KS)
-    g2n = _gc_part(gc_ptr, gc_row, 2, offs_p, True, K, KP, KS)
-    g3n = _gc_part(gc_ptr, gc_row, 3, offs_p, True, K, KP, KS)
+    w0n, w1n, w2n, w3n, k0n, k1n, k2n, k3n, u_next, g0n, g1n, g2n, g3n = _chunk_tiles(
+        w_ptr, u_ptr, kd_ptr, gc_ptr, h, NT, 0, idx, offs_p, offs_v, mtv, True, K, V, BT, KP, KS)
     # A while loop rather than range(NT): the interpreter cannot take a runtime bound in range().
     c = 0
     while c < NT:
         w0, w1, w2, w3, k0, k1, k2, k3 = w0n, w1n, w2n, w3n, k0n, k1n, k2n, k3n
         u, g0, g1, g2, g3 = u_next, g0n, g1n, g2n, g3n
         # The next chunk's tiles are requested now and arrive while this chunk's products run.
-        more = c + 1 < NT
-        nrow = (h * NT + c + 1).to(tl.int64) * BT + idx
-        w0n = _chunk_part(w_ptr, nrow, 0, offs_p, more, K, KP, KS)
-        w1n = _chunk_part(w_ptr, nrow, 1, offs_p, more, K, KP, KS)
-        w2n = _chunk_part(w_ptr, nrow, 2, offs_p, more, K, KP, KS)
-        w3n = _chunk_part(w_ptr, nrow, 3, offs_p, more, K, KP, KS)
-        k0n = _chunk_part(kd_ptr, nrow, 0, offs_p, more, K, KP, KS)
-        k1n = _chunk_part(kd_ptr, nrow, 1, offs_p, more, K, KP, KS)
-        k2n = _chunk_part(kd_ptr, nrow, 2, offs_p, more, K, KP, KS)
-        k3n = _chunk_part(kd_ptr, nrow, 3, offs_p, more, K, KP, KS)
-        u_next = tl.load(u_ptr + nrow[:, None] * V + offs_v[None, :], mask=mtv & more, other=0.0)
-        ngc = (h * NT + c + 1).to(tl.int64) * K
-        g0n = _gc_part(gc_ptr, ngc, 0, offs_p, more, K, KP, KS)
-        g1n = _gc_part(gc_ptr, ngc, 1, offs_p, more, K, KP, KS)
-        g2n = _gc_part(gc_ptr, ngc, 2, offs_p, more, K, KP, KS)
-        g3n = _gc_part(gc_ptr, ngc, 3, offs_p, more, K, KP, KS)
+        w0n, w1n, w2n, w3n, k0n, k1n, k2n, k3n, u_next, g0n, g1n, g2n, g3n = _chunk_tiles(
+            w_ptr, u_ptr, kd_ptr, gc_ptr, h, NT, c + 1, idx, offs_p, offs_v, mtv, c + 1 < NT, K, V, BT, KP, KS)
 
         hs_base = (h * NT + c).to(tl.int64) * K
-        tl.store(hs_ptr + (hs_base + offs_p[:, None]) * V + offs_v[None, :], S0,
-                 mask=(offs_p < K)[:, None] & mv[None, :])
+        _store_part(hs_ptr, hs_base, 0, S0, offs_p, offs_v, mv, K, V, KP, KS)
+        _store_part(hs_ptr, hs_base, 1, S1, offs_p, offs_v, mv, K, V, KP, KS)
+        _store_part(hs_ptr, hs_base, 2, S2, offs_p, offs_v, mv, K, V, KP, KS)
+        _store_part(hs_ptr, hs_base, 3, S3, offs_p, offs_v, mv, K, V, KP, KS)
         WS = tl.dot(w0, S0, input_precision=PRECISION)
         if KS > 1:
-            tl.store(hs_ptr + (hs_base + KP + offs_p[:, None]) * V + offs_v[None, :], S1,
-                     mask=(KP + offs_p < K)[:, None] & mv[None, :])
             W1 = tl.dot(w1, S1, input_precision=PRECISION)
             if KS > 2:
-                tl.store(hs_ptr + (hs_base + 2 * KP + offs_p[:, None]) * V + offs_v[None, :], S2,
-                         mask=(2 * KP + offs_p < K)[:, None] & mv[None, :])
-                tl.store(hs_ptr + (hs_base + 3 * KP + offs_p[:, None]) * V + offs_v[None, :], S3,
-                         mask=(3 * KP + offs_p < K)[:, None] & mv[None, :])
                 W2 = tl.dot(w2, S2, input_precision=PRECISION)
                 W3 = tl.dot(w3, S3, input_precision=PRECISION)
                 WS = (WS + W1) + (W2 + W3)
@@ -326,16 +320,11 @@ def _kda_prefill_state_kernel(
             S3 = g3[:, None] * S3 + tl.dot(tl.trans(k3), U, input_precision=PRECISION)
         c += 1
 
-    fb = h * K * V
-    tl.store(final_ptr + fb + offs_p[:, None] * V + offs_v[None, :], S0, mask=(offs_p < K)[:, None] & mv[None, :])
-    if KS > 1:
-        tl.store(final_ptr + fb + (KP + offs_p[:, None]) * V + offs_v[None, :], S1,
-                 mask=(KP + offs_p < K)[:, None] & mv[None, :])
-    if KS > 2:
-        tl.store(final_ptr + fb + (2 * KP + offs_p[:, None]) * V + offs_v[None, :], S2,
-                 mask=(2 * KP + offs_p < K)[:, None] & mv[None, :])
-        tl.store(final_ptr + fb + (3 * KP + offs_p[:, None]) * V + offs_v[None, :], S3,
-                 mask=(3 * KP + offs_p < K)[:, None] & mv[None, :])
+    fb = (h * K).to(tl.int64)
+    _store_part(final_ptr, fb, 0, S0, offs_p, offs_v, mv, K, V, KP, KS)
+    _store_part(final_ptr, fb, 1, S1, offs_p, offs_v, mv, K, V, KP, KS)
+    _store_part(final_ptr, fb, 2, S2, offs_p, offs_v, mv, K, V, KP, KS)
+    _store_part(final_ptr, fb, 3, S3, offs_p, offs_v, mv, K, V, KP, KS)
 
 
 @triton.jit(do_not_specialize=["T", "NT"])

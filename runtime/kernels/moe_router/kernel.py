@@ -365,6 +365,18 @@ def router_num_warps(block_e: int, hidden: int) -> int:
     return int(min(16, max(4, triton.next_power_of_2(triton.cdiv(elems, 64 * 32)))))
 
 
+def _selection_outputs(t, top_k, dev, ids_out, weights_out) -> tuple[torch.Tensor, torch.Tensor]:
+    """The selection's outputs (ids int32, weights fp32, [t, top_k], unit stride along top_k):
+    the given buffers, checked, or new ones."""
+    if ids_out is None:
+        ids_out = torch.empty((t, top_k), device=dev, dtype=torch.int32)
+    if weights_out is None:
+        weights_out = torch.empty((t, top_k), device=dev, dtype=torch.float32)
+    assert ids_out.shape == (t, top_k) and ids_out.dtype == torch.int32 and ids_out.stride(1) == 1
+    assert weights_out.shape == (t, top_k) and weights_out.dtype == torch.float32 and weights_out.stride(1) == 1
+    return ids_out, weights_out
+
+
 def moe_router_triton(
     x: torch.Tensor,
     gate_w: torch.Tensor,
@@ -403,14 +415,9 @@ def moe_router_triton(
     t, h = x.shape
     e = gate_w.shape[0]
     dev = x.device
-    if ids_out is None:
-        ids_out = torch.empty((t, top_k), device=dev, dtype=torch.int32)
-    if weights_out is None:
-        weights_out = torch.empty((t, top_k), device=dev, dtype=torch.float32)
+    ids_out, weights_out = _selection_outputs(t, top_k, dev, ids_out, weights_out)
     if logits_out is None:
         logits_out = torch.empty((t, e), device=dev, dtype=torch.float32)
-    assert ids_out.shape == (t, top_k) and ids_out.dtype == torch.int32 and ids_out.stride(1) == 1
-    assert weights_out.shape == (t, top_k) and weights_out.dtype == torch.float32 and weights_out.stride(1) == 1
     assert logits_out.shape == (t, e) and logits_out.dtype == torch.float32 and logits_out.stride(1) == 1
     if t == 0:
         return ids_out, weights_out
@@ -477,17 +484,11 @@ def moe_select_triton(
     kernel's tie rule. For prompt chunks, whose logits a library GEMM computes (thousands of rows:
     one CTA of one warp each). Arguments are assumed validated by the op."""
     t = logits.shape[0]
-    dev = logits.device
-    if ids_out is None:
-        ids_out = torch.empty((t, top_k), device=dev, dtype=torch.int32)
-    if weights_out is None:
-        weights_out = torch.empty((t, top_k), device=dev, dtype=torch.float32)
-    assert ids_out.shape == (t, top_k) and ids_out.dtype == torch.int32 and ids_out.stride(1) == 1
-    assert weights_out.shape == (t, top_k) and weights_out.dtype == torch.float32 and weights_out.stride(1) == 1
+    ids_out, weights_out = _selection_outputs(t, top_k, logits.device, ids_out, weights_out)
     if t == 0:
         return ids_out, weights_out
     _launch_select(logits, expert_bias, ids_out, weights_out, n_group, topk_group, top_k, routed_scaling,
-                   renormalize, pdl_supported(dev) if use_pdl is None else use_pdl)
+                   renormalize, pdl_supported(logits.device) if use_pdl is None else use_pdl)
     return ids_out, weights_out
 
 
