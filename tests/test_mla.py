@@ -246,15 +246,21 @@ def test_expanded_bf16_prefill_is_the_expanded_form_in_bf16(model, monkeypatch):
     pos = torch.arange(start, start + T)
     monkeypatch.setattr(mla_module, "PREFILL_FORM", "expanded")
     fp32 = layer(x, pos, a)
-    bf16_calls = _spy(monkeypatch, "_attend_expanded_bf16")
+    bf16_calls, real = [], MLAAttention._attend_expanded
+
+    def spy(self, q_nope, q_rope, start, kv_cache, bf16=False):
+        bf16_calls.append((q_nope.shape[0], bf16))
+        return real(self, q_nope, q_rope, start, kv_cache, bf16)
+
+    monkeypatch.setattr(MLAAttention, "_attend_expanded", spy)
     monkeypatch.setattr(mla_module, "PREFILL_FORM", "expanded-bf16")
     low = layer(x, pos, b)
-    assert bf16_calls == [T]
+    assert bf16_calls == [(T, True)]
     assert torch.equal(a.kv[layer.cache_index], b.kv[layer.cache_index])
     assert_rel_close(low, fp32, 2e-2, "expanded-bf16 vs expanded")
     layer(x[:4], torch.arange(3, 7), cache_with_history(cfg, 3, seed=45))      # QUERY_BLOCK queries
     layer(x[:6], torch.tensor([3, 4, 5, 7, 8, 9]), cache_with_history(cfg, 3, seed=45))
-    assert bf16_calls == [T]
+    assert bf16_calls == [(T, True)]
 
 
 def test_prefill_form_rejects_an_unknown_form(monkeypatch):
@@ -426,7 +432,7 @@ def test_gpu_expanded_bf16_prefill_runs_flash_attention_within_bf16_rounding():
     q_nope = torch.randn(T, H, cfg.qk_nope_head_dim, device="cuda", generator=g).to(cfg.dtype)
     q_rope = torch.randn(T, H, P, device="cuda", generator=g).to(cfg.dtype)
     with torch.no_grad(), sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-        low = layer._attend_expanded_bf16(q_nope, q_rope, start, kv)
+        low = layer._attend_expanded(q_nope, q_rope, start, kv, bf16=True)
     with torch.no_grad():
         ref = layer._attend_expanded(q_nope, q_rope, start, kv)
     assert low.dtype == torch.float32 and low.shape == ref.shape == (T, H, cfg.v_head_dim)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from helpers import run_sm90_compile_check
 
-import lingc.runtime.kernels.moe_swiglu  # noqa: F401
+import lingc.runtime.kernels.moe_swiglu  # noqa: F401  (registers the op)
 from lingc.models.moe import swiglu
 from lingc.runtime.kernels.moe_swiglu.kernel import ROWS, moe_swiglu_triton
 

@@ -15,7 +15,7 @@ import torch.nn as nn
 from .cache import Ling3Cache
 from .config import Ling3Config
 from .kda_math import gated_head_rmsnorm, kda_gate, kda_recurrent, l2norm, short_conv
-from .layers import Linear, empty_param, prompt_kernels_apply, prompt_kernels_apply
+from .layers import Linear, empty_param, prompt_kernels_apply
 from .parallel import SINGLE, TensorParallel
 
 # Up to this many tokens the recurrence runs token by token, so every position's post-state is a
@@ -78,15 +78,8 @@ class KDAAttention(nn.Module):
             o, S = _kda_prefill(q, k, v, g, beta, state[slot])
         state[slot].copy_(S)
         conv[slot].copy_(torch.stack(windows, 0))
-        gate = self.g_proj(x).view(T, H, K)
-        if prompt_kernels_apply(x):
-            from lingc.runtime.kernels.norms import gated_head_rmsnorm as gated_norm_op
-
-            o = gated_norm_op(o, gate, self.o_norm.weight, self.eps, x.dtype)    # one kernel, rounded once
-            return self.tp.all_reduce(self.o_proj(o.reshape(T, H * K)))
-        o = gated_head_rmsnorm(o, self.o_norm.weight, gate, self.eps)
+        o = gated_head_rmsnorm(o, self.o_norm.weight, self.g_proj(x).view(T, H, K), self.eps)
         return self.tp.all_reduce(self.o_proj(o.reshape(T, H * K).to(x.dtype)))
-
 
     def _prompt_forward(self, x: torch.Tensor, cache: Ling3Cache, slot: int) -> torch.Tensor:
         """forward for a prompt chunk on CUDA (layers.prompt_kernels_apply), the same math in

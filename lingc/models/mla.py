@@ -138,8 +138,7 @@ class MLAAttention(nn.Module):
         start = self._expanded_prefill_start(positions, kv_cache) if T > QUERY_BLOCK else None
         if start is not None:
             bf16 = prefill_attention_form(kv_cache) == "expanded-bf16"
-            attend = self._attend_expanded_bf16 if bf16 else self._attend_expanded
-            o = attend(q_nope, q_rope, start, kv_cache)                     # [T, H, v]
+            o = self._attend_expanded(q_nope, q_rope, start, kv_cache, bf16)  # [T, H, v]
         else:
             q_lat = torch.einsum("thn,hnr->thr", q_nope.float(), w_k.float())  # [T, H, rank]
             if T <= QUERY_BLOCK:
@@ -165,11 +164,17 @@ class MLAAttention(nn.Module):
         return first if 4 * (last + 1) * self.num_heads * width <= EXPANDED_MAX_BYTES else None
 
     def _attend_expanded(self, q_nope: torch.Tensor, q_rope: torch.Tensor, start: int,
-                         kv_cache: torch.Tensor) -> torch.Tensor:
+                         kv_cache: torch.Tensor, bf16: bool = False) -> torch.Tensor:
         """Causal attention of queries at positions start..start+T-1 over cache rows 0..start+T-1
-        in the non-absorbed form: keys [c W_k^T ; k_rope], values c W_v^T, per head, fp32 (the
-        expansion's bf16 products exact, summed in fp32), one fused SDPA call with a bottom-right
-        aligned causal mask (query t sees rows <= start + t). Returns o [T, H, v] fp32."""
+        in the non-absorbed form: keys [c W_k^T ; k_rope], values c W_v^T, per head, one fused
+        SDPA call with a bottom-right aligned causal mask (query t sees rows <= start + t).
+        Returns o [T, H, v] fp32.
+
+        fp32 operands (the expansion's bf16 products exact, summed in fp32), or with ``bf16`` the
+        form serving engines run: keys and values rounded to bf16 (kv_b_proj's output in the
+        model dtype), bf16 queries, a flash-attention kernel (fp32 softmax and accumulation
+        inside; values zero-padded to the key width, which it needs, the padding sliced off),
+        within bf16 rounding (~3e-3 relative) of the fp32 operands."""
         from torch.nn.attention.bias import causal_lower_right
 
         T, H = q_nope.shape[:2]
@@ -177,39 +182,22 @@ class MLAAttention(nn.Module):
         rows = kv_cache[:L]
         c, k_rope = rows[:, :self.rank], rows[:, self.rank:]
         w = self.kv_b_proj.weight                                            # [H*(nope+v), rank]
-        if c.dtype == torch.bfloat16 and w.dtype == torch.bfloat16:
-            kvb = _mm_f32(c, w.T)
+        if bf16:
+            dt = torch.bfloat16
+            kvb = c.to(dt) @ w.to(dt).T
         else:
-            kvb = c.float() @ w.float().T
+            dt = torch.float32
+            kvb = _mm_f32(c, w.T) if c.dtype == w.dtype == torch.bfloat16 else c.float() @ w.float().T
         kvb = kvb.view(L, H, self.nope + self.vdim).transpose(0, 1)            # [H, L, nope+v]
-        k = torch.cat([kvb[..., :self.nope], k_rope.float()[None].expand(H, L, self.rope)], dim=-1)
+        k = torch.cat([kvb[..., :self.nope], k_rope.to(dt)[None].expand(H, L, self.rope)], dim=-1)
         v = kvb[..., self.nope:]
-        q = torch.cat([q_nope.float(), q_rope.float()], dim=-1).transpose(0, 1)   # [H, T, nope+rope]
+        if bf16:
+            v = F.pad(v, (0, max(0, self.nope + self.rope - self.vdim)))     # [H, L, nope+rope]
+        q = torch.cat([q_nope, q_rope], dim=-1).to(dt).transpose(0, 1)       # [H, T, nope+rope]
         # [1, H, ., .]: the fused kernels take 4-d operands only (3-d falls back to the math
         # kernel, which stores the scores).
         o = F.scaled_dot_product_attention(q[None], k[None], v.contiguous()[None],
                                            attn_mask=causal_lower_right(T, L), scale=self.scale)
-        return o[0].transpose(0, 1)
-
-    def _attend_expanded_bf16(self, q_nope: torch.Tensor, q_rope: torch.Tensor, start: int,
-                              kv_cache: torch.Tensor) -> torch.Tensor:
-        """_attend_expanded with bf16 operands, as serving engines run MLA's prefill: the keys and
-        values c W^T rounded to bf16 (kv_b_proj's output in the model dtype), the queries bf16, one
-        flash-attention SDPA (fp32 softmax and accumulation inside; values zero-padded to the key
-        width, which the flash kernel needs, and the padding sliced off). Returns o [T, H, v] fp32,
-        within bf16 rounding of _attend_expanded (~3e-3 relative)."""
-        from torch.nn.attention.bias import causal_lower_right
-
-        T, H = q_nope.shape[:2]
-        L = start + T
-        rows = kv_cache[:L].to(torch.bfloat16)
-        c, k_rope = rows[:, :self.rank], rows[:, self.rank:]
-        kvb = (c @ self.kv_b_proj.weight.to(torch.bfloat16).T).view(L, H, self.nope + self.vdim).transpose(0, 1)
-        k = torch.cat([kvb[..., :self.nope], k_rope[None].expand(H, L, self.rope)], dim=-1)   # [H, L, nope+rope]
-        v = F.pad(kvb[..., self.nope:], (0, max(0, self.nope + self.rope - self.vdim)))       # [H, L, nope+rope]
-        q = torch.cat([q_nope, q_rope], dim=-1).to(torch.bfloat16).transpose(0, 1)           # [H, T, nope+rope]
-        o = F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=causal_lower_right(T, L),
-                                           scale=self.scale)
         return o[0, ..., :self.vdim].transpose(0, 1).float()
 
     def _attend_blocks(self, q_lat: torch.Tensor, q_rope: torch.Tensor, positions: torch.Tensor,

@@ -153,14 +153,14 @@ class Experts(nn.Module):
         otherwise); the SwiGLU between the GEMMs is `lingc::moe_swiglu` (one kernel on CUDA).
         The GEMMs' accumulation order is the library's and the kernels may fuse a product into
         an add, so the bits may differ from `forward`'s."""
+        from lingc.runtime.kernels.moe_combine import moe_combine_sorted   # the ops import this module
+        from lingc.runtime.kernels.moe_swiglu import moe_swiglu
+
         T, k = ids.shape
         flat = ids.reshape(-1)
         order = torch.argsort(flat, stable=True)
         offs = torch.bincount(flat, minlength=self.w13.shape[0]).cumsum(0).to(torch.int32)
         xs = x.index_select(0, order // k)                                    # [T*k, H], by expert
-        from lingc.runtime.kernels.moe_combine import moe_combine_sorted   # the ops import this module
-        from lingc.runtime.kernels.moe_swiglu import moe_swiglu
-
         h = torch._grouped_mm(xs, self.w13.transpose(1, 2), offs=offs)          # [T*k, 2I]
         a = moe_swiglu(h, self.limit)                                           # [T*k, I]
         ys = torch._grouped_mm(a, self.w2.transpose(1, 2), offs=offs)           # [T*k, H]

@@ -2,8 +2,6 @@
 chunk, composed from lingc/models/kda_math.py exactly as KDAAttention.forward runs it."""
 from __future__ import annotations
 
-import torch
-
 from lingc.models.kda_math import kda_gate, l2norm, short_conv
 
 __all__ = ["kda_prefill_inputs_reference"]

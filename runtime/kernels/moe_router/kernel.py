@@ -39,8 +39,8 @@ import triton.language as tl
 from lingc.runtime.kernels.gemm_common import add_pairs, register_cap, split_rows
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait
 
-__all__ = ["SELECT_MAXNREG", "SELECT_WARPS", "moe_router_triton", "moe_select_triton", "redux_pack", "rmsnorm_router_triton", "router_block_e",
-           "router_num_warps", "router_row_groups", "select_fast"]
+__all__ = ["SELECT_MAXNREG", "SELECT_WARPS", "moe_router_triton", "moe_select_triton", "redux_pack",
+           "rmsnorm_router_triton", "router_block_e", "router_num_warps", "router_row_groups", "select_fast"]
 
 # CTAs the matvec is spread over at most (H200: 132 SMs; 128 divides the expert counts).
 _TARGET_CTAS = 128
