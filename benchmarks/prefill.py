@@ -1,7 +1,7 @@
 """Prefill on one GPU: time to first token of an N-token prompt, where it goes, and its floor.
 
     python -m benchmarks.prefill --preset flash-tp4-rank --tokens 1024 8192 --out DIR
-        [--moe grouped gather] [--mla expanded-bf16 expanded tensor-cores fp32] [--chunk 256 1024] [--reps 3]
+        [--moe grouped grouped-library gather] [--mla expanded-bf16 expanded tensor-cores fp32] [--chunk 256 1024] [--reps 3]
         [--no-draft]
         [--profile N]
 
@@ -18,10 +18,11 @@ median of `--reps` runs.
 per chunk, in bf16 on flash attention (the default on CUDA for a bf16 cache) or in fp32,
 the absorbed blocks on bf16 tensor cores, and the absorbed blocks as fp32 einsums. `--moe` names
 the MoE's forms to compare in the same run: `grouped` (the default, and the model's for prefill
-chunks on CUDA: the pairs sorted by expert, two `torch._grouped_mm` per chunk, each chosen
-expert read once) and `gather` (the decode formulation for every chunk: one gathered expert per
-(token, slot) pair, MOE_CHUNK tokens at a time; what prefill ran before the grouped form, ~15 s
-for 8192 tokens: opt in with `--moe grouped gather`).
+chunks on CUDA: the pairs sorted by expert, each chosen expert read once per chunk, on
+`lingc::moe_grouped`'s two GEMM kernels), `grouped-library` (the same grouping on an index_select
+gather and two `torch._grouped_mm`, GROUPED_GEMM "library") and `gather` (the decode formulation
+for every chunk: one gathered expert per (token, slot) pair, MOE_CHUNK tokens at a time; what
+prefill ran before the grouped form, ~15 s for 8192 tokens: opt in with `--moe grouped gather`).
 
 Breakdown: one more run with CUDA events around every layer's attention and MLP and the draft
 layer (forward hooks), summed per kind (KDA attention, MLA attention, MoE, dense MLP, draft
@@ -69,7 +70,7 @@ from lingc.models.moe import MoE
 
 from .common import copy_bandwidth_gbps, environment, event_times_ms, markdown_table, require_cuda, write_json
 
-MOE_FORMS = ("grouped", "gather")
+MOE_FORMS = ("grouped", "grouped-library", "gather")
 MLA_FORMS = mla_module.PREFILL_FORMS
 
 
@@ -281,7 +282,9 @@ def measure(model, cache, ids, chunk: int, form: str, mla: str, reps: int, draft
     """(median ms, the hooked run's ms, its per-kind ms, the first token, the target's logits) of
     a prefill of ids with the MoE in `form` and MLA's prefill in `mla`."""
     default_min, default_form = moe_module.GROUPED_MIN_TOKENS, mla_module.PREFILL_FORM
-    moe_module.GROUPED_MIN_TOKENS = default_min if form == "grouped" else 1 << 62
+    default_gemm = moe_module.GROUPED_GEMM
+    moe_module.GROUPED_MIN_TOKENS = default_min if form.startswith("grouped") else 1 << 62
+    moe_module.GROUPED_GEMM = "library" if form == "grouped-library" else "lingc"
     mla_module.PREFILL_FORM = mla
     try:
         with torch.no_grad():
@@ -297,6 +300,7 @@ def measure(model, cache, ids, chunk: int, form: str, mla: str, reps: int, draft
             logits = prompt_logits(model, cache, ids, chunk)
     finally:
         moe_module.GROUPED_MIN_TOKENS = default_min
+        moe_module.GROUPED_GEMM = default_gemm
         mla_module.PREFILL_FORM = default_form
     return ms, hooked_ms, kinds, first, logits
 

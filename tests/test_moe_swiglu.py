@@ -67,12 +67,15 @@ def test_bad_arguments_are_named(case, match):
 
 
 def test_grouped_moe_form_runs_through_the_op(monkeypatch):
-    """forward_grouped's activation is the op (CPU: the reference); with the shared rows and the
-    model dtype given, its output is the MoE chunk's (the gather form's experts + shared)."""
+    """forward_grouped's activation on the library GEMMs is the op (CPU: the reference); with the
+    shared rows and the model dtype given, its output is the MoE chunk's (the gather form's
+    experts + shared)."""
     from model_helpers import tiny_model
 
     import lingc.runtime.kernels.moe_swiglu as pkg
+    from lingc.models import moe as moe_module
     from lingc.models.moe import MoE
+    monkeypatch.setattr(moe_module, "GROUPED_GEMM", "library")
     model = tiny_model(seed=6)
     mlp = next(layer.mlp for layer in model.target_layers if isinstance(layer.mlp, MoE))
     calls, real = [], pkg.moe_swiglu

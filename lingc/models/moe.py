@@ -35,6 +35,11 @@ MOE_CHUNK = 16
 # verify graphs (T <= 16) never take the grouped form.
 GROUPED_MIN_TOKENS = 64
 GROUPED_CHUNK = 8192
+# The grouped form's expert GEMMs: "lingc" (`lingc::moe_grouped`: the rows gathered inside the
+# up-GEMM, the SwiGLU in its epilogue) or "library" (an index_select gather, torch._grouped_mm,
+# lingc::moe_swiglu, torch._grouped_mm; `python -m benchmarks.prefill --moe grouped-library`).
+GROUPED_GEMMS = ("lingc", "library")
+GROUPED_GEMM = "lingc"
 
 
 def grouped_form_applies(x: torch.Tensor) -> bool:
@@ -143,27 +148,34 @@ class Experts(nn.Module):
 
     def forward_grouped(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
                         shared: torch.Tensor | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-        """The same sum with each expert's pairs as one group of `torch._grouped_mm`: the (token,
-        slot) pairs sorted by expert (stably), the gate/up and down projections as two grouped
-        GEMMs over the stacked weights in place, the products scattered back to pair order. Every
-        chosen expert's weights are read once per call instead of once per pair. Per-pair outputs
-        are rounded to x.dtype and summed in fp32 in slot order, as in `forward`, by
-        `lingc::moe_combine_sorted` (one kernel on CUDA: no pair-order copy), which also adds
-        `shared` (the shared expert's rows) and rounds to `out_dtype` when given (fp32
-        otherwise); the SwiGLU between the GEMMs is `lingc::moe_swiglu` (one kernel on CUDA).
-        The GEMMs' accumulation order is the library's and the kernels may fuse a product into
-        an add, so the bits may differ from `forward`'s."""
-        from lingc.runtime.kernels.moe_combine import moe_combine_sorted   # the ops import this module
+        """The same sum with each expert's pairs as one group: the (token, slot) pairs sorted by
+        expert (stably), the gate/up and down projections as two grouped GEMMs over the stacked
+        weights in place, so every chosen expert's weights are read once per call instead of
+        once per pair: `lingc::moe_grouped` (GROUPED_GEMM "lingc": the rows gathered inside the
+        up-GEMM, the SwiGLU on its accumulator; the reference on the CPU) or `torch._grouped_mm`
+        twice around `lingc::moe_swiglu` ("library"). Per-pair outputs are rounded to x.dtype
+        and summed in fp32 in slot order, as in `forward`, by `lingc::moe_combine_sorted` (one
+        kernel on CUDA: no pair-order copy), which also adds `shared` (the shared expert's rows)
+        and rounds to `out_dtype` when given (fp32 otherwise). The GEMMs' accumulation order is
+        the kernels' and they may fuse a product into an add, so the bits may differ from
+        `forward`'s."""
+        from lingc.runtime.kernels import moe_grouped as grouped_ops   # the ops import this module
+        from lingc.runtime.kernels.moe_combine import moe_combine_sorted
         from lingc.runtime.kernels.moe_swiglu import moe_swiglu
 
+        if GROUPED_GEMM not in GROUPED_GEMMS:
+            raise ValueError(f"lingc.models.moe.GROUPED_GEMM = {GROUPED_GEMM!r}: use one of {GROUPED_GEMMS}")
         T, k = ids.shape
         flat = ids.reshape(-1)
         order = torch.argsort(flat, stable=True)
-        offs = torch.bincount(flat, minlength=self.w13.shape[0]).cumsum(0).to(torch.int32)
-        xs = x.index_select(0, order // k)                                    # [T*k, H], by expert
-        h = torch._grouped_mm(xs, self.w13.transpose(1, 2), offs=offs)          # [T*k, 2I]
-        a = moe_swiglu(h, self.limit)                                           # [T*k, I]
-        ys = torch._grouped_mm(a, self.w2.transpose(1, 2), offs=offs)           # [T*k, H]
+        ends = torch.bincount(flat, minlength=self.w13.shape[0]).cumsum(0).to(torch.int32)
+        if GROUPED_GEMM == "lingc":
+            ys = grouped_ops.moe_grouped(x.contiguous(), order, ends, self.w13, self.w2, self.limit, k)
+        else:
+            xs = x.index_select(0, order // k)                                    # [T*k, H], by expert
+            h = torch._grouped_mm(xs, self.w13.transpose(1, 2), offs=ends)          # [T*k, 2I]
+            a = moe_swiglu(h, self.limit)                                           # [T*k, I]
+            ys = torch._grouped_mm(a, self.w2.transpose(1, 2), offs=ends)           # [T*k, H]
         return moe_combine_sorted(ys, order, weights.float(), shared, out_dtype)
 
 
