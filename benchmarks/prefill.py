@@ -29,6 +29,12 @@ layer (forward hooks), summed per kind (KDA attention, MLA attention, MoE, dense
 layer); "rest" is that run's remainder (the embedding, norms, lm_head rows, host gaps). Where the
 host cannot keep the GPU busy (eager), a span is the host's time to issue it.
 
+Host: one more run timed on the host says how long the host took to issue the prefill (until the
+call returned) against the whole run (issue close to the whole: the host is the bottleneck, and
+GPU time saved does not shorten the prefill), and one run under
+`torch.cuda.set_sync_debug_mode("warn")` counts the synchronising calls by call site (each makes
+the host wait for the GPU, which then idles while the host issues what follows).
+
 `--profile N` then runs one N-token prefill (the default MoE form) under torch.profiler: the
 busiest ops by GPU and by host time on stdout, the GPU's busy share, the GPU time by kind (the
 breakdown's kinds, as profiler ranges) with each kind's busiest ops, and a gzipped Chrome trace
@@ -220,6 +226,44 @@ def run_prefill(model, cache, ids: torch.Tensor, chunk: int, draft: bool) -> tor
     return greedy_prompt_prefill(model, cache, ids, draft and model.nextn is not None, chunk=chunk)[0]
 
 
+def host_report(fn) -> dict:
+    """One run of fn timed on the host: how long the host took to issue it (until fn returned,
+    before any wait) against the whole run, and the run's synchronising CUDA calls (each one makes
+    the host wait for the GPU, so the GPU idles while the host issues what follows), counted by
+    their innermost call site outside torch (torch.cuda.set_sync_debug_mode's warnings)."""
+    import collections
+    import time
+    import traceback
+    import warnings
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    issue = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    sites = collections.Counter()
+
+    def record(message, category, filename, lineno, file=None, line=None):
+        for frame in reversed(traceback.extract_stack()[:-1]):
+            if "/torch/" not in frame.filename and not frame.filename.endswith("warnings.py"):
+                sites[f"{Path(frame.filename).name}:{frame.lineno} {frame.name}"] += 1
+                break
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        shown, warnings.showwarning = warnings.showwarning, record
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+            warnings.showwarning = shown
+    torch.cuda.synchronize()
+    return {"host_issue_ms": issue * 1e3, "host_wall_ms": wall * 1e3, "syncs": sum(sites.values()),
+            "sync_sites": dict(sites.most_common())}
+
+
 def profile_prefill(fn, out: Path, model=None) -> dict:
     """One run of fn under torch.profiler: op tables on stdout (with a model, also GPU time by
     kind and op), the trace gzipped into out."""
@@ -279,8 +323,8 @@ def logit_agreement(logits: torch.Tensor, ref: torch.Tensor) -> dict:
 
 
 def measure(model, cache, ids, chunk: int, form: str, mla: str, reps: int, draft: bool):
-    """(median ms, the hooked run's ms, its per-kind ms, the first token, the target's logits) of
-    a prefill of ids with the MoE in `form` and MLA's prefill in `mla`."""
+    """(median ms, the hooked run's ms, its per-kind ms, the first token, the target's logits,
+    `host_report`) of a prefill of ids with the MoE in `form` and MLA's prefill in `mla`."""
     default_min, default_form = moe_module.GROUPED_MIN_TOKENS, mla_module.PREFILL_FORM
     default_gemm = moe_module.GROUPED_GEMM
     moe_module.GROUPED_MIN_TOKENS = default_min if form.startswith("grouped") else 1 << 62
@@ -298,11 +342,12 @@ def measure(model, cache, ids, chunk: int, form: str, mla: str, reps: int, draft
             finally:
                 timer.remove()
             logits = prompt_logits(model, cache, ids, chunk)
+            host = host_report(fn)
     finally:
         moe_module.GROUPED_MIN_TOKENS = default_min
         moe_module.GROUPED_GEMM = default_gemm
         mla_module.PREFILL_FORM = default_form
-    return ms, hooked_ms, kinds, first, logits
+    return ms, hooked_ms, kinds, first, logits, host
 
 
 def main(argv=None) -> int:
@@ -345,23 +390,25 @@ def main(argv=None) -> int:
         flops = prompt_flops(model, n)
         floor_ms = max(nbytes / (bw * 1e9), flops / (tflops * 1e12)) * 1e3
         for chunk, form, mla in itertools.product(args.chunk, args.moe, args.mla):
-            ms, hooked_ms, kinds, first, logits = measure(model, cache, ids, chunk, form, mla, args.reps,
-                                                          not args.no_draft)
+            ms, hooked_ms, kinds, first, logits, host = measure(model, cache, ids, chunk, form, mla, args.reps,
+                                                                not args.no_draft)
             firsts[(n, chunk, form, mla)] = first
             ref_logits.setdefault(n, logits)
             row = {"tokens": n, "chunk": chunk, "moe": form, "mla": mla, "ttft_ms": ms, "tokens_per_s": n / (ms * 1e-3),
                    "floor_ms": floor_ms, "x_floor": ms / floor_ms, "first_token": first,
                    "kinds_ms": {k: round(v, 3) for k, v in sorted(kinds.items())},
                    "hooked_run_ms": hooked_ms, "rest_ms": max(0.0, hooked_ms - sum(kinds.values())),
-                   **logit_agreement(logits, ref_logits[n])}
+                   **host, **logit_agreement(logits, ref_logits[n])}
             rows.append(row)
             print(f"  {n} tokens, chunk {chunk}, MoE {form}, MLA {mla}: {ms:.1f} ms ({row['tokens_per_s']:.0f} tok/s), "
                   + ", ".join(f"{k} {v:.1f}" for k, v in sorted(kinds.items())), flush=True)
+            print(f"    host: issued in {host['host_issue_ms']:.1f} of {host['host_wall_ms']:.1f} ms, {host['syncs']} "
+                  f"synchronising calls: " + ", ".join(f"{k} x{v}" for k, v in host["sync_sites"].items()), flush=True)
 
     same = {n: len({v for key, v in firsts.items() if key[0] == n}) == 1 for n in args.tokens}
     cols = [("tokens", "prompt tokens", "d"), ("chunk", "chunk", "d"), ("moe", "MoE form", "s"), ("mla", "MLA", "s"),
             ("ttft_ms", "TTFT ms", ".1f"), ("tokens_per_s", "tokens/s", ".0f"), ("floor_ms", "floor ms", ".1f"),
-            ("x_floor", "x floor", ".1f")]
+            ("x_floor", "x floor", ".1f"), ("host_issue_ms", "host issue ms", ".1f"), ("syncs", "syncs", "d")]
     kinds_all = sorted({k for r in rows for k in r["kinds_ms"]})
     table_rows = []
     for r in rows:

@@ -254,6 +254,9 @@ def test_gpu_flash_tp4_rank_chunk(tokens):
     out = torch.full((P, H), float("nan"), device=DEV, dtype=torch.bfloat16)
     got = moe_grouped_triton(x, order, ends, w13, w2, 7.0, k, out=out)
     assert not torch.isnan(got).any(), f"{int(torch.isnan(got).sum())} output elements never written"
-    want = moe_grouped_reference(x, order, ends, w13, w2, 7.0, k)
-    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+    want = moe_grouped_reference(x, order, ends, w13, w2, 7.0, k).float()
+    # Summation orders differ, so an activation can round to the neighbouring bf16 value (one
+    # element in 1.7e8 moved by 0.022 at 8192 tokens): a tight RMS and a loose elementwise bound.
+    assert float((got.float() - want).pow(2).mean().sqrt() / want.pow(2).mean().sqrt()) < 5e-3
+    torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=6e-2)
     assert torch.equal(torch.ops.lingc.moe_grouped(x, order, ends, w13, w2, 7.0, k), got)

@@ -166,9 +166,11 @@ class Experts(nn.Module):
         if GROUPED_GEMM not in GROUPED_GEMMS:
             raise ValueError(f"lingc.models.moe.GROUPED_GEMM = {GROUPED_GEMM!r}: use one of {GROUPED_GEMMS}")
         T, k = ids.shape
-        flat = ids.reshape(-1)
-        order = torch.argsort(flat, stable=True)
-        ends = torch.bincount(flat, minlength=self.w13.shape[0]).cumsum(0).to(torch.int32)
+        experts, order = torch.sort(ids.reshape(-1), stable=True)
+        # ends[e] = the pairs of experts <= e. Not torch.bincount, which reads the maximum id back
+        # to the host to size its output: a sync in every MoE layer of a prompt.
+        ends = torch.searchsorted(experts, torch.arange(self.w13.shape[0], device=ids.device, dtype=experts.dtype),
+                                  right=True).to(torch.int32)
         if GROUPED_GEMM == "lingc":
             ys = grouped_ops.moe_grouped(x.contiguous(), order, ends, self.w13, self.w2, self.limit, k)
         else:
