@@ -264,6 +264,28 @@ def host_report(fn) -> dict:
             "sync_sites": dict(sites.most_common())}
 
 
+def host_profile(fn, out: Path, top: int = 45) -> None:
+    """cProfile of one run of fn after a warm one: where the host's time goes (Python, op
+    dispatch, kernel launches), the top functions by own time and by cumulative time on stdout,
+    the stats in OUT/prefill_host.pstats."""
+    import cProfile
+    import pstats
+
+    with torch.no_grad():
+        fn()
+        torch.cuda.synchronize()
+        prof = cProfile.Profile()
+        prof.enable()
+        fn()
+        torch.cuda.synchronize()
+        prof.disable()
+    prof.dump_stats(out / "prefill_host.pstats")
+    stats = pstats.Stats(prof).strip_dirs()
+    for key in ("tottime", "cumulative"):
+        print(f"\nhost profile, top {top} by {key}:")
+        stats.sort_stats(key).print_stats(top)
+
+
 def profile_prefill(fn, out: Path, model=None) -> dict:
     """One run of fn under torch.profiler: op tables on stdout (with a model, also GPU time by
     kind and op), the trace gzipped into out."""
@@ -364,6 +386,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-draft", action="store_true", help="leave the NEXTN draft's prefill out")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="profile one N-token prefill with torch.profiler (tables and a Chrome trace)")
+    ap.add_argument("--host-profile", type=int, default=0, metavar="N",
+                    help="profile the host side of one N-token prefill with cProfile (top functions on stdout, "
+                         "OUT/prefill_host.pstats)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     if min(args.chunk) < 1 or min(args.tokens) < 1 or args.reps < 1:
@@ -430,6 +455,9 @@ def main(argv=None) -> int:
         ids = torch.randint(0, model.config.vocab_size, (args.profile,), device="cuda", generator=gen)
         prof_summary = profile_prefill(lambda: run_prefill(model, cache, ids, args.chunk[0], not args.no_draft), out,
                                        model)
+    if args.host_profile:
+        ids = torch.randint(0, model.config.vocab_size, (args.host_profile,), device="cuda", generator=gen)
+        host_profile(lambda: run_prefill(model, cache, ids, args.chunk[0], not args.no_draft), out)
     write_json(out / "prefill.json", {
         "preset": args.preset, "chunks": args.chunk, "draft": not args.no_draft, "copy_bw_gbps": bw,
         "matmul_tflops": tflops, "target_bytes": nbytes, "rows": rows, "first_token_equal": same,

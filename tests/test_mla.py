@@ -473,3 +473,19 @@ def test_gpu_expanded_prefill_equals_fp32_einsums(name):
     assert got.dtype == torch.float32 and got.shape == (T, H, vd)
     err = ((got - expect).norm() / expect.norm()).item()
     assert err < 2e-5, f"expanded SDPA vs absorbed fp32 einsums: relative error {err:.2e}"
+
+
+def test_positions_run_reads_a_positions_tensor_once(monkeypatch):
+    """A forward's MLA layers share one host read of their positions (each read is a host-GPU
+    synchronisation on CUDA); a new tensor or an in-place change reads again."""
+    from lingc.models import mla as mla_module
+    reads, real = [], torch.stack
+    monkeypatch.setattr(torch, "stack", lambda *a, **kw: reads.append(1) or real(*a, **kw))
+    p = torch.arange(5, 12)
+    assert mla_module.positions_run(p) == (5, 11, True)
+    assert mla_module.positions_run(p) == (5, 11, True)
+    assert len(reads) == 1
+    p[3] = 0
+    assert mla_module.positions_run(p) == (5, 11, False) and len(reads) == 2
+    q = torch.arange(5, 12)
+    assert mla_module.positions_run(q) == (5, 11, True) and len(reads) == 3

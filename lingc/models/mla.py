@@ -30,6 +30,8 @@ cache (no host read of positions).
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -93,6 +95,24 @@ def _mm_split(a: torch.Tensor, b_bf16: torch.Tensor) -> torch.Tensor:
     return out
 
 
+
+_RUN_MEMO: list = [None, -1, None]      # (weakref to a positions tensor, its version, its run)
+
+
+def positions_run(positions: torch.Tensor) -> tuple[int, int, bool]:
+    """(first, last, whether consecutive) of a 1-d positions tensor, read to the host once per
+    tensor: a forward's MLA layers (7 in Ling-3, and the draft's) all get the same positions
+    object, so they share one read, a synchronisation of the host with the GPU, instead of one
+    each. Keyed by the object and its version counter, so an in-place change reads again."""
+    ref, version, run = _RUN_MEMO
+    if ref is not None and ref() is positions and version == positions._version:
+        return run
+    first, last, consecutive = torch.stack([positions[0], positions[-1],
+                                            (positions.diff() == 1).all().long()]).tolist()
+    run = (first, last, bool(consecutive))
+    _RUN_MEMO[:] = [weakref.ref(positions), positions._version, run]
+    return run
+
 class MLAAttention(nn.Module):
     def __init__(self, cfg: Ling3Config, layer_id: int, cache_index: int, draft: bool = False,
                  tp: TensorParallel = SINGLE):
@@ -151,13 +171,13 @@ class MLAAttention(nn.Module):
 
     def _expanded_prefill_start(self, positions: torch.Tensor, kv_cache: torch.Tensor) -> int | None:
         """The chunk's first position when it takes the expanded form: eager, that form chosen,
-        positions consecutive (a prompt's chunk always is; one host read) and the temporaries
-        within EXPANDED_MAX_BYTES. None otherwise."""
+        positions consecutive (a prompt's chunk always is; one host read per forward: the MLA
+        layers share it, `positions_run`) and the temporaries within EXPANDED_MAX_BYTES. None
+        otherwise."""
         if torch.compiler.is_compiling() or prefill_attention_form(kv_cache) not in EXPANDED_FORMS:
             return None
         T = positions.shape[0]
-        first, last, consecutive = torch.stack([positions[0], positions[-1],
-                                                (positions.diff() == 1).all().long()]).tolist()
+        first, last, consecutive = positions_run(positions)
         if not consecutive or last - first != T - 1:
             return None
         width = 2 * (self.nope + self.vdim) + self.nope + self.rope      # fp32 values per row and head
