@@ -8,7 +8,10 @@ once; when those costs add up past the GPU time, the host is the bottleneck of t
 (`benchmarks.prefill` prints the host's issue time). For each op on tiny CUDA inputs (the GPU work
 is negligible, so the loop's time is the host's), the median over 5 loops of `--calls` calls of:
 
-- ``op``        ``torch.ops.lingc.<name>`` as the model calls it (the custom-op dispatcher, then the impl)
+- ``op``        ``torch.ops.lingc.<name>``: the custom-op dispatcher, then the impl (what a traced or
+                compiled graph calls)
+- ``model``     the op object the model calls (``register_op``'s ``EagerOp``: straight to the impl in
+                plain eager code on CUDA tensors)
 - ``impl``      the op's registered Python function directly (argument checks, buffers, the launch)
 - ``launch``    the Triton launcher function the impl calls (buffers and the launch)
 - ``torch.add`` and ``F.linear`` on the same inputs, for scale
@@ -42,7 +45,7 @@ def host_us(fn, calls: int, loops: int = 5) -> float:
 
 
 def cases():
-    """(name, op call, impl call, launcher call) on tiny CUDA inputs."""
+    """(name, op call, model call, impl call, launcher call) on tiny CUDA inputs."""
     import lingc.runtime.kernels.moe_router.kernel as router_kernel
     import lingc.runtime.kernels.moe_router.op as router_op
     import lingc.runtime.kernels.moe_swiglu.kernel as swiglu_kernel
@@ -56,12 +59,12 @@ def cases():
     h = torch.randn(8, 384, device=dev, dtype=torch.bfloat16)
     logits = torch.randn(8, 512, device=dev)
     bias = torch.randn(512, device=dev)
-    yield ("rmsnorm", lambda: torch.ops.lingc.rmsnorm(x, w, None, 1e-6),
+    yield ("rmsnorm", lambda: torch.ops.lingc.rmsnorm(x, w, None, 1e-6), lambda: norm_op.rmsnorm(x, w, None, 1e-6),
            lambda: norm_op._rmsnorm(x, w, None, 1e-6), lambda: norm_kernel.rmsnorm_triton(x, w, None, 1e-6))
-    yield ("moe_swiglu", lambda: torch.ops.lingc.moe_swiglu(h, 0.0),
+    yield ("moe_swiglu", lambda: torch.ops.lingc.moe_swiglu(h, 0.0), lambda: swiglu_op.moe_swiglu(h, 0.0),
            lambda: swiglu_op._moe_swiglu(h, 0.0), lambda: swiglu_kernel.moe_swiglu_triton(h, 0.0))
     select = (logits, bias, 8, 4, 8, 2.5, True)
-    yield ("moe_select", lambda: torch.ops.lingc.moe_select(*select),
+    yield ("moe_select", lambda: torch.ops.lingc.moe_select(*select), lambda: router_op.moe_select(*select),
            lambda: router_op._moe_select(*select), lambda: router_kernel.moe_select_triton(*select))
 
 
@@ -75,13 +78,14 @@ def main(argv=None) -> int:
     wl = torch.randn(64, 2560, device="cuda", dtype=torch.bfloat16)
     rows = [{"op": "torch.add", "op_us": host_us(lambda: x + x, args.calls)},
             {"op": "F.linear", "op_us": host_us(lambda: F.linear(x, wl), args.calls)}]
-    for name, op, impl, launch in cases():
-        row = {"op": name, "op_us": host_us(op, args.calls), "impl_us": host_us(impl, args.calls),
-               "launch_us": host_us(launch, args.calls)}
+    for name, op, model, impl, launch in cases():
+        row = {"op": name, "op_us": host_us(op, args.calls), "model_us": host_us(model, args.calls),
+               "impl_us": host_us(impl, args.calls), "launch_us": host_us(launch, args.calls)}
         row["dispatcher_us"] = row["op_us"] - row["impl_us"]
         row["checks_us"] = row["impl_us"] - row["launch_us"]
         rows.append(row)
-    table = markdown_table(rows, [("op", "op", "s"), ("op_us", "op us", ".1f"), ("impl_us", "impl us", ".1f"),
+    table = markdown_table(rows, [("op", "op", "s"), ("op_us", "op us", ".1f"), ("model_us", "model us", ".1f"),
+                                  ("impl_us", "impl us", ".1f"),
                                   ("launch_us", "launch us", ".1f"), ("dispatcher_us", "dispatcher us", ".1f"),
                                   ("checks_us", "checks us", ".1f")])
     print(table)

@@ -90,10 +90,14 @@ def pdl_supported(device) -> bool:
     if interpreting() or os.environ.get("LINGC_DISABLE_PDL", "0") == "1":
         return False
     device = torch.device(device)
-    if device.type != "cuda" or not torch.cuda.is_available():
+    if device.type != "cuda":
         return False
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return _capability_major(index) >= 9
+    if device.index is None:
+        if not torch.cuda.is_available():
+            return False
+        return _capability_major(torch.cuda.current_device()) >= 9
+    # A tensor's device: CUDA is there (no is_available() on every launch of an eager prefill).
+    return _capability_major(device.index) >= 9
 
 
 def launch_kwargs(device) -> dict:
