@@ -2,8 +2,8 @@
 
     python -m benchmarks.prefill --preset flash-tp4-rank --tokens 1024 8192 --out DIR
         [--moe grouped grouped-library gather] [--mla expanded-bf16 expanded tensor-cores fp32] [--chunk 256 1024] [--reps 3]
-        [--no-draft]
-        [--profile N]
+        [--no-draft] [--op-calls direct dispatcher]
+        [--profile N] [--host-profile N]
 
 What is timed is what `lingc.generate` runs before its first decode step (runtime/relay/engine.py,
 `Engine._prefill`): the target's eager forward over the prompt in chunks of `--chunk` tokens
@@ -28,6 +28,10 @@ Breakdown: one more run with CUDA events around every layer's attention and MLP 
 layer (forward hooks), summed per kind (KDA attention, MLA attention, MoE, dense MLP, draft
 layer); "rest" is that run's remainder (the embedding, norms, lm_head rows, host gaps). Where the
 host cannot keep the GPU busy (eager), a span is the host's time to issue it.
+
+`--op-calls direct dispatcher` compares how the model's eager lingc op calls run: `direct` (the
+default: `register_op`'s EagerOp calls the implementation) and `dispatcher` (every call through
+the custom-op dispatcher, as before session 39), in the same process.
 
 Host: one more run timed on the host says how long the host took to issue the prefill (until the
 call returned) against the whole run (issue close to the whole: the host is the bottleneck, and
@@ -73,11 +77,13 @@ from lingc.models import moe as moe_module
 from lingc.models.kda import KDAAttention
 from lingc.models.mla import MLAAttention
 from lingc.models.moe import MoE
+from lingc.runtime import registry
 
 from .common import copy_bandwidth_gbps, environment, event_times_ms, markdown_table, require_cuda, write_json
 
 MOE_FORMS = ("grouped", "grouped-library", "gather")
 MLA_FORMS = mla_module.PREFILL_FORMS
+OP_CALLS = ("direct", "dispatcher")
 
 
 def matmul_tflops(n: int = 8192, reps: int = 10) -> float:
@@ -344,11 +350,12 @@ def logit_agreement(logits: torch.Tensor, ref: torch.Tensor) -> dict:
             "top2_margin": (top2[0] - top2[1]).item(), "max_abs_logit_diff": (logits - ref).abs().max().item()}
 
 
-def measure(model, cache, ids, chunk: int, form: str, mla: str, reps: int, draft: bool):
+def measure(model, cache, ids, chunk: int, form: str, mla: str, reps: int, draft: bool, op_calls: str = "direct"):
     """(median ms, the hooked run's ms, its per-kind ms, the first token, the target's logits,
     `host_report`) of a prefill of ids with the MoE in `form` and MLA's prefill in `mla`."""
     default_min, default_form = moe_module.GROUPED_MIN_TOKENS, mla_module.PREFILL_FORM
-    default_gemm = moe_module.GROUPED_GEMM
+    default_gemm, default_calls = moe_module.GROUPED_GEMM, registry.DIRECT_CALLS
+    registry.DIRECT_CALLS = op_calls == "direct"
     moe_module.GROUPED_MIN_TOKENS = default_min if form.startswith("grouped") else 1 << 62
     moe_module.GROUPED_GEMM = "library" if form == "grouped-library" else "lingc"
     mla_module.PREFILL_FORM = mla
@@ -368,6 +375,7 @@ def measure(model, cache, ids, chunk: int, form: str, mla: str, reps: int, draft
     finally:
         moe_module.GROUPED_MIN_TOKENS = default_min
         moe_module.GROUPED_GEMM = default_gemm
+        registry.DIRECT_CALLS = default_calls
         mla_module.PREFILL_FORM = default_form
     return ms, hooked_ms, kinds, first, logits, host
 
@@ -382,6 +390,8 @@ def main(argv=None) -> int:
                     help="MLA's prefill forms to compare (the first is CUDA's default)")
     ap.add_argument("--chunk", type=int, nargs="+", default=[PREFILL_CHUNK],
                     help="prefill chunks (tokens per forward) to compare")
+    ap.add_argument("--op-calls", nargs="+", choices=OP_CALLS, default=[OP_CALLS[0]],
+                    help="how eager lingc op calls run, compared in one process (default: direct)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--no-draft", action="store_true", help="leave the NEXTN draft's prefill out")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
@@ -414,24 +424,25 @@ def main(argv=None) -> int:
         ids = torch.randint(0, model.config.vocab_size, (n,), device="cuda", generator=gen)
         flops = prompt_flops(model, n)
         floor_ms = max(nbytes / (bw * 1e9), flops / (tflops * 1e12)) * 1e3
-        for chunk, form, mla in itertools.product(args.chunk, args.moe, args.mla):
+        for chunk, form, mla, calls in itertools.product(args.chunk, args.moe, args.mla, args.op_calls):
             ms, hooked_ms, kinds, first, logits, host = measure(model, cache, ids, chunk, form, mla, args.reps,
-                                                                not args.no_draft)
-            firsts[(n, chunk, form, mla)] = first
+                                                                not args.no_draft, calls)
+            firsts[(n, chunk, form, mla, calls)] = first
             ref_logits.setdefault(n, logits)
-            row = {"tokens": n, "chunk": chunk, "moe": form, "mla": mla, "ttft_ms": ms, "tokens_per_s": n / (ms * 1e-3),
+            row = {"tokens": n, "chunk": chunk, "moe": form, "mla": mla, "op_calls": calls, "ttft_ms": ms, "tokens_per_s": n / (ms * 1e-3),
                    "floor_ms": floor_ms, "x_floor": ms / floor_ms, "first_token": first,
                    "kinds_ms": {k: round(v, 3) for k, v in sorted(kinds.items())},
                    "hooked_run_ms": hooked_ms, "rest_ms": max(0.0, hooked_ms - sum(kinds.values())),
                    **host, **logit_agreement(logits, ref_logits[n])}
             rows.append(row)
-            print(f"  {n} tokens, chunk {chunk}, MoE {form}, MLA {mla}: {ms:.1f} ms ({row['tokens_per_s']:.0f} tok/s), "
+            print(f"  {n} tokens, chunk {chunk}, MoE {form}, MLA {mla}, op calls {calls}: {ms:.1f} ms ({row['tokens_per_s']:.0f} tok/s), "
                   + ", ".join(f"{k} {v:.1f}" for k, v in sorted(kinds.items())), flush=True)
             print(f"    host: issued in {host['host_issue_ms']:.1f} of {host['host_wall_ms']:.1f} ms, {host['syncs']} "
                   f"synchronising calls: " + ", ".join(f"{k} x{v}" for k, v in host["sync_sites"].items()), flush=True)
 
     same = {n: len({v for key, v in firsts.items() if key[0] == n}) == 1 for n in args.tokens}
     cols = [("tokens", "prompt tokens", "d"), ("chunk", "chunk", "d"), ("moe", "MoE form", "s"), ("mla", "MLA", "s"),
+            ("op_calls", "op calls", "s"),
             ("ttft_ms", "TTFT ms", ".1f"), ("tokens_per_s", "tokens/s", ".0f"), ("floor_ms", "floor ms", ".1f"),
             ("x_floor", "x floor", ".1f"), ("host_issue_ms", "host issue ms", ".1f"), ("syncs", "syncs", "d")]
     kinds_all = sorted({k for r in rows for k in r["kinds_ms"]})

@@ -21,6 +21,9 @@ import torch
 __all__ = ["EagerOp", "register_op"]
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+# False: every call through the dispatcher (`python -m benchmarks.prefill --op-calls dispatcher`
+# compares the two in one process).
+DIRECT_CALLS = True
 
 
 def _plain_cuda(x) -> bool:
@@ -31,7 +34,7 @@ def direct_call_applies(args, kwargs) -> bool:
     """Whether a call may skip the dispatcher: not compiling or tracing (no torch-function or
     dispatch mode), not profiling (the op's name stays in profiles), and every tensor argument a
     plain CUDA tensor (no fake or functional tensor) that needs no gradient; at least one."""
-    if (torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled()
+    if (not DIRECT_CALLS or torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled()
             or torch._C._len_torch_dispatch_stack() or torch.autograd.profiler._is_profiler_enabled):
         return False
     seen = False

@@ -487,14 +487,18 @@ def test_prefill_profile_splits_gpu_time_by_the_enclosing_kind():
 def test_gpu_prefill_benchmark_runs_both_moe_forms(tmp_path):
     from benchmarks.prefill import main
 
-    assert main(["--preset", "tiny", "--tokens", "80", "--reps", "1", "--chunk", "64", "--moe", "grouped", "gather",
-                 "--profile", "80", "--out", str(tmp_path)]) == 0
+    assert main(["--preset", "tiny", "--tokens", "80", "--reps", "1", "--chunk", "64", "--moe", "grouped",
+                 "grouped-library", "gather", "--op-calls", "direct", "dispatcher", "--profile", "80",
+                 "--host-profile", "80", "--out", str(tmp_path)]) == 0
     out = json.loads((tmp_path / "prefill.json").read_text())
     by_kind = out["profile"]["gpu_ms_by_kind"]
     assert {"KDA attention", "MoE"} <= set(by_kind) and sum(by_kind["MoE"].values()) > 0
-    assert [r["moe"] for r in out["rows"]] == ["grouped", "gather"]
+    assert [(r["moe"], r["op_calls"]) for r in out["rows"]] == [
+        (f, c) for f in ("grouped", "grouped-library", "gather") for c in ("direct", "dispatcher")]
+    assert (tmp_path / "prefill_host.pstats").exists()
     for r in out["rows"]:
         assert r["ttft_ms"] > 0 and r["floor_ms"] > 0
+        assert 0 < r["host_issue_ms"] <= r["host_wall_ms"] and r["syncs"] == sum(r["sync_sites"].values())
         assert {"KDA attention", "MLA attention", "MoE", "dense MLP"} <= set(r["kinds_ms"])
         assert r["top2_margin"] >= 0 and r["logits_rel_diff"] >= 0
     assert out["rows"][0]["logits_rel_diff"] == 0.0          # the first setting is the reference
