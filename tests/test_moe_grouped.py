@@ -1,4 +1,4 @@
-"""lingc::moe_grouped: the block table, the up-GEMM (rows gathered, SwiGLU in the epilogue) and the
+"""lingc::moe_grouped and lingc::moe_group_pairs: the pairs grouped by a counting sort, the block table, the up-GEMM (rows gathered, SwiGLU in the epilogue) and the
 down-GEMM (Triton interpreter on the CPU, sm_90 with -m gpu) against the one-expert-at-a-time
 reference over expert counts, skewed and uniform routings, sizes that leave partial tiles, clamps and
 dtypes, on fresh random inputs with poisoned outputs; argument checks; the grouped MoE form runs
@@ -16,7 +16,9 @@ import lingc.runtime.kernels.moe_grouped  # noqa: F401  (registers the op)
 from lingc.runtime.kernels.moe_grouped.kernel import (
     CONFIG, MoeGroupedConfig, block_count, block_table, moe_grouped_triton,
 )
-from lingc.runtime.kernels.moe_grouped.naive import moe_grouped_reference
+from lingc.runtime.kernels.moe_grouped.group_kernel import BLOCK as GROUP_BLOCK
+from lingc.runtime.kernels.moe_grouped.group_kernel import moe_group_pairs_triton
+from lingc.runtime.kernels.moe_grouped.naive import moe_group_pairs_reference, moe_grouped_reference
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 SMALL = MoeGroupedConfig(block_m=16, block_n=16, block_k=16, block_h=16, down_block_k=16)
@@ -61,6 +63,56 @@ def _table_reference(ends, pairs, block_m):
             rows.append((e, lo, end))
         start = end
     return rows, nb
+
+
+def _check_grouping(ids, E, order, inv, ends):
+    """order is a permutation grouping the pairs by increasing expert, inv its inverse, ends the
+    cumulative counts (the order inside an expert is free)."""
+    flat = ids.reshape(-1).cpu()
+    P = flat.numel()
+    order, inv, ends = order.cpu(), inv.cpu(), ends.cpu()
+    assert torch.equal(torch.sort(order).values, torch.arange(P)), "order must be a permutation of the pairs"
+    assert torch.equal(inv[order], torch.arange(P)), "inv must invert order"
+    assert torch.equal(ends.long(), torch.bincount(flat, minlength=E).cumsum(0))
+    grouped = flat[order]
+    assert torch.equal(grouped, torch.sort(flat).values), "sorted slots must run through the experts in order"
+
+
+@pytest.mark.parametrize("E,T,k,skew", [(4, 5, 2, False), (9, 700, 3, True), (600, 3, 8, False),
+                                        (512, GROUP_BLOCK // 4 + 3, 8, False), (1, 7, 1, False)])
+def test_group_pairs_kernel_groups_every_pair(E, T, k, skew):
+    ids, _, _ = _routing(T, k, E, skew, seed=E + 7 * T)
+    ids = ids.to(DEV)
+    order, inv, ends = moe_group_pairs_triton(ids, E)
+    _check_grouping(ids, E, order, inv, ends)
+    ro, ri, re = moe_group_pairs_reference(ids, E)
+    _check_grouping(ids, E, ro, ri, re)
+    assert torch.equal(ro.cpu(), torch.argsort(ids.reshape(-1).cpu(), stable=True))   # the reference is stable
+
+
+def test_group_pairs_op_and_its_checks():
+    ids = torch.randint(0, 6, (10, 2), device=DEV)
+    _check_grouping(ids, 6, *torch.ops.lingc.moe_group_pairs(ids, 6))
+    torch.library.opcheck(torch.ops.lingc.moe_group_pairs.default, (ids, 6))
+    with pytest.raises(ValueError, match="moe_group_pairs: ids must be the router's contiguous int32 or int64"):
+        torch.ops.lingc.moe_group_pairs(ids.float(), 6)
+    with pytest.raises(ValueError, match="moe_group_pairs: ids must be the router's contiguous"):
+        torch.ops.lingc.moe_group_pairs(ids.t(), 6)
+    with pytest.raises(ValueError, match="moe_group_pairs: num_experts must be an int from 1 to 8192, got 0"):
+        torch.ops.lingc.moe_group_pairs(ids, 0)
+
+
+def test_combine_takes_the_grouping_inverse():
+    """moe_combine_sorted with the inverse from moe_group_pairs equals it computing the inverse."""
+    from lingc.runtime.kernels.moe_combine import moe_combine_sorted
+    ids, _, _ = _routing(12, 3, 5, False, seed=3)
+    ids = ids.to(DEV)
+    order, inv, _ = torch.ops.lingc.moe_group_pairs(ids, 5)
+    ys = torch.randn(36, 40, device=DEV)
+    w = torch.rand(12, 3, device=DEV)
+    torch.testing.assert_close(moe_combine_sorted(ys, order, w, None, None, inv), moe_combine_sorted(ys, order, w))
+    with pytest.raises(ValueError, match=r"inv must be the int64 inverse permutation \[T\*k\] = \[36\]"):
+        moe_combine_sorted(ys, order, w, None, None, inv[:-1])
 
 
 @pytest.mark.parametrize("E,T,k,block_m,skew", [(4, 5, 2, 16, False), (9, 37, 3, 16, True), (600, 3, 8, 16, False),
@@ -230,6 +282,12 @@ _COMPILE_CHECK = textwrap.dedent("""
         num_warps=c.down_warps, num_stages=c.down_stages)
     assert "0 bytes spill" in report, report
     assert "cp.async" in ptx and "wgmma.mma_async" in ptx, "the down-GEMM should stream its tiles into wgmma"
+    from lingc.runtime.kernels.moe_grouped.group_kernel import BLOCK, _count_kernel, _place_kernel
+    ptx, report = compile_sm90(_count_kernel, dict(ids_ptr="*i64", counts_ptr="*i32", P="i32"), dict(BLOCK=BLOCK))
+    assert "0 bytes spill" in report, report
+    ptx, report = compile_sm90(_place_kernel, dict(ids_ptr="*i64", counts_ptr="*i32", cursor_ptr="*i32",
+        ends_ptr="*i32", order_ptr="*i64", inv_ptr="*i64", P="i32", E="i32"), dict(BLOCK=BLOCK, E_PAD=512))
+    assert "0 bytes spill" in report, report
     sig = dict(ends_ptr="*i32", table_ptr="*i32", E="i32", NB="i32")
     ptx, report = compile_sm90(_block_table_kernel, sig, dict(BLOCK_M=c.block_m, E_PAD=512, TAIL=TAIL))
     assert "0 bytes spill" in report, report
@@ -260,3 +318,10 @@ def test_gpu_flash_tp4_rank_chunk(tokens):
     assert float((got.float() - want).pow(2).mean().sqrt() / want.pow(2).mean().sqrt()) < 5e-3
     torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=6e-2)
     assert torch.equal(torch.ops.lingc.moe_grouped(x, order, ends, w13, w2, 7.0, k), got)
+
+
+@pytest.mark.gpu
+def test_gpu_group_pairs_at_a_prompt_chunk():
+    """flash-tp4-rank's 8192-token chunk: 65536 pairs over 512 experts, grouped in two launches."""
+    ids = torch.rand(8192, 512, device=DEV).argsort(dim=1)[:, :8].int().contiguous()
+    _check_grouping(ids, 512, *torch.ops.lingc.moe_group_pairs(ids, 512))

@@ -148,8 +148,8 @@ class Experts(nn.Module):
 
     def forward_grouped(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
                         shared: torch.Tensor | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-        """The same sum with each expert's pairs as one group: the (token, slot) pairs sorted by
-        expert (stably), the gate/up and down projections as two grouped GEMMs over the stacked
+        """The same sum with each expert's pairs as one group: the (token, slot) pairs grouped by
+        expert (`lingc::moe_group_pairs`; a stable sort in the library form), the gate/up and down projections as two grouped GEMMs over the stacked
         weights in place, so every chosen expert's weights are read once per call instead of
         once per pair: `lingc::moe_grouped` (GROUPED_GEMM "lingc": the rows gathered inside the
         up-GEMM, the SwiGLU on its accumulator; the reference on the CPU) or `torch._grouped_mm`
@@ -166,18 +166,21 @@ class Experts(nn.Module):
         if GROUPED_GEMM not in GROUPED_GEMMS:
             raise ValueError(f"lingc.models.moe.GROUPED_GEMM = {GROUPED_GEMM!r}: use one of {GROUPED_GEMMS}")
         T, k = ids.shape
+        if GROUPED_GEMM == "lingc":
+            # The pairs grouped by a counting sort (two kernels; the order inside an expert is
+            # free: every row is computed on its own), with the inverse the combine needs.
+            order, inv, ends = grouped_ops.moe_group_pairs(ids.contiguous(), self.w13.shape[0])
+            ys = grouped_ops.moe_grouped(x.contiguous(), order, ends, self.w13, self.w2, self.limit, k)
+            return moe_combine_sorted(ys, order, weights.float(), shared, out_dtype, inv)
         experts, order = torch.sort(ids.reshape(-1), stable=True)
         # ends[e] = the pairs of experts <= e. Not torch.bincount, which reads the maximum id back
         # to the host to size its output: a sync in every MoE layer of a prompt.
         ends = torch.searchsorted(experts, torch.arange(self.w13.shape[0], device=ids.device, dtype=experts.dtype),
                                   right=True).to(torch.int32)
-        if GROUPED_GEMM == "lingc":
-            ys = grouped_ops.moe_grouped(x.contiguous(), order, ends, self.w13, self.w2, self.limit, k)
-        else:
-            xs = x.index_select(0, order // k)                                    # [T*k, H], by expert
-            h = torch._grouped_mm(xs, self.w13.transpose(1, 2), offs=ends)          # [T*k, 2I]
-            a = moe_swiglu(h, self.limit)                                           # [T*k, I]
-            ys = torch._grouped_mm(a, self.w2.transpose(1, 2), offs=ends)           # [T*k, H]
+        xs = x.index_select(0, order // k)                                    # [T*k, H], by expert
+        h = torch._grouped_mm(xs, self.w13.transpose(1, 2), offs=ends)          # [T*k, 2I]
+        a = moe_swiglu(h, self.limit)                                           # [T*k, I]
+        ys = torch._grouped_mm(a, self.w2.transpose(1, 2), offs=ends)           # [T*k, H]
         return moe_combine_sorted(ys, order, weights.float(), shared, out_dtype)
 
 

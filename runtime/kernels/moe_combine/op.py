@@ -1,5 +1,5 @@
 """``torch.ops.lingc.moe_combine_sorted(Tensor ys, Tensor order, Tensor weights, Tensor? shared=None,
-ScalarType? out_dtype=None) -> Tensor``: the output of a prefill MoE chunk,
+ScalarType? out_dtype=None, Tensor? inv=None) -> Tensor``: the output of a prefill MoE chunk,
 ``sum_j weights[t, j] * ys[sorted row of pair (t, j)] (+ shared[t])`` in fp32, [T, H], rounded
 once to ``out_dtype`` (fp32 when None): the routed slots and the shared expert's rows, as
 ``MoE.routed_chunk`` sums them.
@@ -10,7 +10,8 @@ slots in ATen is an index_copy of the pair outputs, their fp32 copy and 2k - 1 e
 over [T, H] fp32: ~2 GB of traffic per 4096-token chunk of flash-tp4-rank, against ~0.2 GB read
 and written by one gather-and-sum kernel. ys [T*k, H] (any float dtype), order [T*k] int64
 (sorted row i holds pair order[i], a permutation), weights [T, k] float32. CPU: the reference
-(naive.py); CUDA: kernel.py (after one scatter that inverts the permutation).
+(naive.py); CUDA: kernel.py (after one scatter that inverts the permutation, unless ``inv``, the
+inverse that `lingc::moe_group_pairs` returns with the order, is given).
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ __all__ = ["MAX_SLOTS", "moe_combine_sorted", "check_moe_combine_sorted_args"]
 MAX_SLOTS = 32      # the kernel unrolls the slots (Ling-3 routes to 8)
 
 
-def check_moe_combine_sorted_args(ys, order, weights, shared=None, out_dtype=None) -> None:
+def check_moe_combine_sorted_args(ys, order, weights, shared=None, out_dtype=None, inv=None) -> None:
     """Raise ValueError naming the bad argument."""
     op = "moe_combine_sorted"
     if weights.dim() != 2 or weights.dtype != torch.float32:
@@ -39,7 +40,10 @@ def check_moe_combine_sorted_args(ys, order, weights, shared=None, out_dtype=Non
     if order.dim() != 1 or order.numel() != T * k or order.dtype != torch.int64:
         raise ValueError(f"{op}: order must be the int64 permutation [T*k] = [{T * k}] that sorted the "
                          f"pairs, got {tuple(order.shape)} {order.dtype}")
-    for name, x in (("order", order), ("weights", weights), ("shared", shared)):
+    if inv is not None and (inv.dim() != 1 or inv.numel() != T * k or inv.dtype != torch.int64):
+        raise ValueError(f"{op}: inv must be the int64 inverse permutation [T*k] = [{T * k}] (each pair's sorted "
+                         f"row), got {tuple(inv.shape)} {inv.dtype}")
+    for name, x in (("order", order), ("weights", weights), ("shared", shared), ("inv", inv)):
         if x is not None and x.device != ys.device:
             raise ValueError(f"{op}: {name} is on {x.device} but ys is on {ys.device}")
     if shared is not None:
@@ -53,18 +57,20 @@ def check_moe_combine_sorted_args(ys, order, weights, shared=None, out_dtype=Non
 
 
 def _moe_combine_sorted(ys: torch.Tensor, order: torch.Tensor, weights: torch.Tensor,
-                        shared: torch.Tensor | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    check_moe_combine_sorted_args(ys, order, weights, shared, out_dtype)
+                        shared: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
+                        inv: torch.Tensor | None = None) -> torch.Tensor:
+    check_moe_combine_sorted_args(ys, order, weights, shared, out_dtype, inv)
     if not ys.is_cuda:
         return moe_combine_sorted_reference(ys, order, weights, shared, out_dtype)
     from .kernel import moe_combine_sorted_triton  # imported here so the CPU path needs no triton
 
-    inv = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
+    if inv is None:
+        inv = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
     return moe_combine_sorted_triton(ys.contiguous(), inv, weights.contiguous(), shared=shared, out_dtype=out_dtype)
 
 
-def _moe_combine_sorted_fake(ys, order, weights, shared=None, out_dtype=None):
-    check_moe_combine_sorted_args(ys, order, weights, shared, out_dtype)
+def _moe_combine_sorted_fake(ys, order, weights, shared=None, out_dtype=None, inv=None):
+    check_moe_combine_sorted_args(ys, order, weights, shared, out_dtype, inv)
     return ys.new_empty((weights.shape[0], ys.shape[1]), dtype=out_dtype or torch.float32)
 
 

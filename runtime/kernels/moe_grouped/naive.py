@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["moe_grouped_reference"]
+__all__ = ["moe_group_pairs_reference", "moe_grouped_reference"]
 
 
 def moe_grouped_reference(x: torch.Tensor, order: torch.Tensor, ends: torch.Tensor, w13: torch.Tensor,
@@ -25,3 +25,14 @@ def moe_grouped_reference(x: torch.Tensor, order: torch.Tensor, ends: torch.Tens
             ys[start:end] = (a.float() @ w2[e].float().t()).to(x.dtype)
         start = end
     return ys
+
+
+def moe_group_pairs_reference(ids: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(order, inv, ends) of `lingc::moe_group_pairs` by a stable sort: the pairs of an expert in
+    pair order (the kernel's order inside an expert is its atomics')."""
+    flat = ids.reshape(-1)
+    experts, order = torch.sort(flat, stable=True)
+    inv = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
+    ends = torch.searchsorted(experts, torch.arange(num_experts, device=ids.device, dtype=experts.dtype),
+                              right=True).to(torch.int32)
+    return order, inv, ends

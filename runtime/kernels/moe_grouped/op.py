@@ -19,9 +19,9 @@ import torch
 
 from lingc.runtime.registry import register_op
 
-from .naive import moe_grouped_reference
+from .naive import moe_group_pairs_reference, moe_grouped_reference
 
-__all__ = ["moe_grouped", "check_moe_grouped_args"]
+__all__ = ["check_moe_group_pairs_args", "check_moe_grouped_args", "moe_group_pairs", "moe_grouped"]
 
 
 def check_moe_grouped_args(x, order, ends, w13, w2, limit, top_k) -> None:
@@ -72,3 +72,42 @@ def _moe_grouped_fake(x, order, ends, w13, w2, limit, top_k):
 moe_grouped = register_op("moe_grouped", _moe_grouped, _moe_grouped_fake,
                           schema="(Tensor x, Tensor order, Tensor ends, Tensor w13, Tensor w2, float limit, "
                                  "int top_k) -> Tensor")
+
+
+def check_moe_group_pairs_args(ids, num_experts) -> None:
+    """Raise ValueError naming the bad argument."""
+    op = "moe_group_pairs"
+    if ids.dim() != 2 or ids.dtype not in (torch.int32, torch.int64) or not ids.is_contiguous():
+        raise ValueError(f"{op}: ids must be the router's contiguous int32 or int64 expert ids [T, k], got "
+                         f"{tuple(ids.shape)} {ids.dtype} strides {tuple(ids.stride())}")
+    if not (isinstance(num_experts, int) and 1 <= num_experts <= MAX_GROUP_EXPERTS):
+        raise ValueError(f"{op}: num_experts must be an int from 1 to {MAX_GROUP_EXPERTS}, got {num_experts!r}")
+
+
+MAX_GROUP_EXPERTS = 8192   # the kernel scans the experts' counts in registers
+
+
+def _moe_group_pairs(ids: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    check_moe_group_pairs_args(ids, num_experts)
+    if not ids.is_cuda:
+        return moe_group_pairs_reference(ids, num_experts)
+    from .group_kernel import moe_group_pairs_triton
+
+    return moe_group_pairs_triton(ids, num_experts)
+
+
+def _moe_group_pairs_fake(ids, num_experts):
+    check_moe_group_pairs_args(ids, num_experts)
+    P = ids.numel()
+    return (ids.new_empty(P, dtype=torch.int64), ids.new_empty(P, dtype=torch.int64),
+            ids.new_empty(num_experts, dtype=torch.int32))
+
+
+# ``lingc::moe_group_pairs(Tensor ids, int num_experts) -> (Tensor order, Tensor inv, Tensor ends)``:
+# the pairs of ids [T, k] grouped by expert, the input of ``moe_grouped`` and
+# ``moe_combine_sorted``: order [P] (the pair at each sorted slot, experts increasing), inv [P]
+# (each pair's slot) and ends [E] (cumulative counts). Ids must lie in [0, E) (not checked: a
+# host sync). CPU: a stable sort (naive.py); CUDA: a counting sort in two launches
+# (group_kernel.py), whose order inside an expert is its atomics'.
+moe_group_pairs = register_op("moe_group_pairs", _moe_group_pairs, _moe_group_pairs_fake,
+                              schema="(Tensor ids, int num_experts) -> (Tensor, Tensor, Tensor)")
