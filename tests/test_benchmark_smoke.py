@@ -737,3 +737,25 @@ def test_gpu_gather_probe_runs_every_form(tmp_path):
     assert all(r["us"] > 0 for r in data["rows"])
     with pytest.raises(SystemExit, match="each set needs its own experts"):
         main(["--out", str(tmp_path), "--experts", "40", "--sets", "4", "--pool", "64"])
+
+
+@pytest.mark.gpu
+def test_gpu_kernels_moe_grouped_times_both_forms(tmp_path):
+    from benchmarks.kernels_moe_grouped import main
+
+    main(["--tokens", "64", "--reps", "2", "--block-m", "64", "--out", str(tmp_path)])
+    out = json.loads((tmp_path / "kernels_moe_grouped.json").read_text())
+    names = [r["variant"] for r in out["rows"]]
+    assert names[:2] == ["library", "lingc"] and all(r["ok"] == "yes" for r in out["rows"])
+    assert all(r["total_ms"] > 0 and r["floor_ms"] > 0 for r in out["rows"])
+
+
+@pytest.mark.gpu
+def test_gpu_host_overhead_splits_an_op_call(tmp_path):
+    from benchmarks.host_overhead import main
+
+    assert main(["--calls", "50", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "host_overhead.json").read_text())["rows"]
+    ops = {r["op"]: r for r in rows}
+    assert {"torch.add", "F.linear", "rmsnorm", "moe_swiglu", "moe_select"} <= set(ops)
+    assert all(ops[n]["op_us"] > 0 and ops[n]["launch_us"] > 0 for n in ("rmsnorm", "moe_swiglu", "moe_select"))

@@ -89,3 +89,25 @@ def test_other_calls_keep_the_dispatcher(cpu_as_cuda, case):
 def test_cpu_tensors_take_the_dispatcher_without_the_patch():
     assert not registry.direct_call_applies((torch.randn(2), 1.0), {})
     assert not registry.direct_call_applies(([torch.randn(2)],), {})
+
+
+@pytest.mark.gpu
+def test_gpu_plain_cuda_calls_skip_the_dispatcher(monkeypatch):
+    """On real CUDA tensors the model's op object calls the implementation directly, with the same
+    result as the dispatcher; a compiled call still goes through it."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from lingc.runtime.kernels.norms import op as norm_op
+    x = torch.randn(4, 256, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(256, device="cuda", dtype=torch.bfloat16)
+    assert registry.direct_call_applies((x, w, None, 1e-6), {})
+    used = []
+    real = norm_op.rmsnorm.op
+    monkeypatch.setattr(norm_op.rmsnorm, "op", lambda *a, **kw: used.append(1) or real(*a, **kw))
+    got = norm_op.rmsnorm(x, w, None, 1e-6)
+    assert used == []
+    for g, want in zip(got, torch.ops.lingc.rmsnorm(x, w, None, 1e-6)):
+        assert torch.equal(g, want)
+    monkeypatch.setattr(registry, "DIRECT_CALLS", False)
+    norm_op.rmsnorm(x, w, None, 1e-6)
+    assert used == [1]
