@@ -105,12 +105,7 @@ def variants(args, base) -> list:
         out.append(replace(base, block_m=m, block_n=n, up_warps=w, up_stages=s))
     for m, h, w, s in itertools.product(args.block_m, args.block_h, args.down_warps, args.down_stages):
         out.append(replace(base, block_m=m, block_h=h, down_warps=w, down_stages=s))
-    seen, unique = set(), []
-    for c in out:
-        if c not in seen:
-            seen.add(c)
-            unique.append(c)
-    return unique
+    return list(dict.fromkeys(out))     # each once, in order
 
 
 def main(argv=None) -> None:

@@ -96,6 +96,15 @@ def _block_table_kernel(ends_ptr, table_ptr, E, NB, BLOCK_M: tl.constexpr, E_PAD
 
 
 @triton.jit
+def _block(table_ptr, b, BLOCK_M: tl.constexpr):
+    """Block b's expert (-1: past the last block), its sorted rows and which of them are live (the
+    rows of an entry past the last block are unwritten: read, never used)."""
+    entry = table_ptr + b * 3
+    rows = tl.load(entry + 1) + tl.arange(0, BLOCK_M)
+    return tl.load(entry), rows, rows < tl.load(entry + 2)
+
+
+@triton.jit
 def _grouped_up_kernel(
     x_ptr, order_ptr, table_ptr, w_ptr, act_ptr,
     stride_xt, stride_we, stride_wn, stride_act, limit,
@@ -104,14 +113,9 @@ def _grouped_up_kernel(
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
-    pid_b = tl.program_id(1)
-    e = tl.load(table_ptr + pid_b * 3)
+    e, rows, live = _block(table_ptr, tl.program_id(1), BLOCK_M)
     if e < 0:       # past the last block
         return
-    lo = tl.load(table_ptr + pid_b * 3 + 1)
-    hi = tl.load(table_ptr + pid_b * 3 + 2)
-    rows = lo + tl.arange(0, BLOCK_M)
-    live = rows < hi
     tok = tl.load(order_ptr + rows, mask=live, other=0) // TOP_K
     # Weight row r: gate row j (r even) or up row I + j (r odd), j = pid_n * BLOCK_N + r // 2,
     # so the accumulator's columns come out as (g, u) pairs (swiglu_gemm's layout).
@@ -145,14 +149,9 @@ def _grouped_down_kernel(
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr,
 ):
     pid_h = tl.program_id(0)
-    pid_b = tl.program_id(1)
-    e = tl.load(table_ptr + pid_b * 3)
+    e, rows, live = _block(table_ptr, tl.program_id(1), BLOCK_M)
     if e < 0:       # past the last block
         return
-    lo = tl.load(table_ptr + pid_b * 3 + 1)
-    hi = tl.load(table_ptr + pid_b * 3 + 2)
-    rows = lo + tl.arange(0, BLOCK_M)
-    live = rows < hi
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     in_h = offs_h < H
     offs_k = tl.arange(0, BLOCK_K)
