@@ -95,7 +95,6 @@ def _mm_split(a: torch.Tensor, b_bf16: torch.Tensor) -> torch.Tensor:
     return out
 
 
-
 _RUN_MEMO: list = [None, -1, None]      # (weakref to a positions tensor, its version, its run)
 
 
@@ -112,6 +111,7 @@ def positions_run(positions: torch.Tensor) -> tuple[int, int, bool]:
     run = (first, last, bool(consecutive))
     _RUN_MEMO[:] = [weakref.ref(positions), positions._version, run]
     return run
+
 
 class MLAAttention(nn.Module):
     def __init__(self, cfg: Ling3Config, layer_id: int, cache_index: int, draft: bool = False,

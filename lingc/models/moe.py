@@ -10,9 +10,10 @@ Experts are stored stacked per layer, `experts.w13` [E, 2I, H] (gate rows then u
 over experts (the checkpoint loader maps `experts.{e}.{gate,up,down}_proj` in and out). That form
 reads a whole expert per (token, slot) pair: right for decode (T <= 16, what `fused_moe` matches),
 wasteful for a prompt. Prefill chunks of GROUPED_MIN_TOKENS or more on CUDA in bf16 therefore take
-the grouped form (`Experts.forward_grouped`): the pairs sorted by expert, one `torch._grouped_mm`
-per projection, so each chosen expert's weights are read once per chunk; their router selects
-with `lingc::moe_select` (one kernel) instead of torch.topk. Other long inputs are
+the grouped form (`Experts.forward_grouped`): the pairs grouped by expert (`lingc::moe_group_pairs`),
+one grouped GEMM per projection (`lingc::moe_grouped`, or `torch._grouped_mm` with GROUPED_GEMM
+"library"), so each chosen expert's weights are read once per chunk; their router selects with
+`lingc::moe_select` (one kernel) instead of torch.topk. Other long inputs are
 processed MOE_CHUNK tokens at a time so a prefill never gathers thousands of experts at once.
 
 SwiGLU with clamp limit L > 0: min(silu(gate), L) * clamp(up, -L, L); L == 0 means no clamp.
@@ -149,11 +150,12 @@ class Experts(nn.Module):
     def forward_grouped(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
                         shared: torch.Tensor | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
         """The same sum with each expert's pairs as one group: the (token, slot) pairs grouped by
-        expert (`lingc::moe_group_pairs`; a stable sort in the library form), the gate/up and down projections as two grouped GEMMs over the stacked
-        weights in place, so every chosen expert's weights are read once per call instead of
-        once per pair: `lingc::moe_grouped` (GROUPED_GEMM "lingc": the rows gathered inside the
-        up-GEMM, the SwiGLU on its accumulator; the reference on the CPU) or `torch._grouped_mm`
-        twice around `lingc::moe_swiglu` ("library"). Per-pair outputs are rounded to x.dtype
+        expert (`lingc::moe_group_pairs`; a stable sort in the library form), the gate/up and down
+        projections as two grouped GEMMs over the stacked weights in place, so every chosen
+        expert's weights are read once per call instead of once per pair: `lingc::moe_grouped`
+        (GROUPED_GEMM "lingc": the rows gathered inside the up-GEMM, the SwiGLU on its
+        accumulator; the reference on the CPU) or `torch._grouped_mm` twice around
+        `lingc::moe_swiglu` ("library"). Per-pair outputs are rounded to x.dtype
         and summed in fp32 in slot order, as in `forward`, by `lingc::moe_combine_sorted` (one
         kernel on CUDA: no pair-order copy), which also adds `shared` (the shared expert's rows)
         and rounds to `out_dtype` when given (fp32 otherwise). The GEMMs' accumulation order is
