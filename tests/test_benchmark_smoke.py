@@ -499,6 +499,7 @@ def test_gpu_prefill_benchmark_runs_both_moe_forms(tmp_path):
     for r in out["rows"]:
         assert r["ttft_ms"] > 0 and r["floor_ms"] > 0
         assert 0 < r["host_issue_ms"] <= r["host_wall_ms"] and r["syncs"] == sum(r["sync_sites"].values())
+        assert 0 < r["ttft_min_ms"] <= r["ttft_ms"]
         assert {"KDA attention", "MLA attention", "MoE", "dense MLP"} <= set(r["kinds_ms"])
         assert r["top2_margin"] >= 0 and r["logits_rel_diff"] >= 0
     assert out["rows"][0]["logits_rel_diff"] == 0.0          # the first setting is the reference

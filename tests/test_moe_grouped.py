@@ -1,8 +1,8 @@
-"""lingc::moe_grouped and lingc::moe_group_pairs: the pairs grouped by a counting sort, the block table, the up-GEMM (rows gathered, SwiGLU in the epilogue) and the
-down-GEMM (Triton interpreter on the CPU, sm_90 with -m gpu) against the one-expert-at-a-time
-reference over expert counts, skewed and uniform routings, sizes that leave partial tiles, clamps and
-dtypes, on fresh random inputs with poisoned outputs; argument checks; the grouped MoE form runs
-through the op."""
+"""lingc::moe_grouped and lingc::moe_group_pairs: the pairs grouped by a counting sort, the block
+table, the up-GEMM (rows gathered, SwiGLU in the epilogue) and the down-GEMM (Triton interpreter on
+the CPU, sm_90 with -m gpu) against the plain-PyTorch references over expert counts, skewed and
+uniform routings, sizes that leave partial tiles, clamps and dtypes, on fresh random inputs with
+poisoned outputs; argument checks; the grouped MoE form runs through the op."""
 
 from __future__ import annotations
 

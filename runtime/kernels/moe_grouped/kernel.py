@@ -29,7 +29,8 @@ from lingc.runtime.kernels.gemm_common import dot_acc
 from lingc.runtime.kernels.swiglu_gemm.kernel import _swiglu  # the SwiGLU epilogue (with clamp)
 from lingc.runtime.pdl import interpreting
 
-__all__ = ["CONFIG", "MoeGroupedConfig", "block_count", "block_table", "grouped_down", "grouped_up", "moe_grouped_triton"]
+__all__ = ["CONFIG", "MoeGroupedConfig", "block_count", "block_table", "grouped_down", "grouped_up",
+           "moe_grouped_triton"]
 
 TAIL = 256      # table entries the block-table kernel marks per step past the last block
 
