@@ -33,10 +33,10 @@ __all__ = ["KINDS", "kind_of", "by_kind", "load_sequence", "window_rows", "by_ke
 KINDS = (
     ("lm_head (GEMM + argmax)", ("_gemm_argmax",)),
     ("projection GEMMs", ("_gemm_kernel", "_gemv_kernel", "_swiglu_gemm", "_splitk_swiglu")),
-    # _moe_combine, _moe_swiglu and the _grouped_* / _block_table kernels (moe_grouped): prefill only
-    ("MoE experts", ("_moe_up", "_moe_down", "_moe_combine", "_moe_swiglu", "_grouped_up", "_grouped_down",
-                     "_block_table")),
-    ("MoE router + align", ("_moe_router", "_moe_align")),
+    # _moe_combine, _moe_swiglu, _grouped_* (moe_grouped) here and _moe_pair_*, _block_table in the
+    # next kind: prefill only
+    ("MoE experts", ("_moe_up", "_moe_down", "_moe_combine", "_moe_swiglu", "_grouped_up", "_grouped_down")),
+    ("MoE router + align", ("_moe_router", "_moe_align", "_moe_pair", "_block_table")),
     ("KDA chain + commit", ("_kda",)),   # _kda_prefill*: prefill only
     ("MLA", ("_mla", "_head_matmul")),
     ("norms", ("_rmsnorm", "_gated_head_rmsnorm")),

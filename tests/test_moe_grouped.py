@@ -282,10 +282,10 @@ _COMPILE_CHECK = textwrap.dedent("""
         num_warps=c.down_warps, num_stages=c.down_stages)
     assert "0 bytes spill" in report, report
     assert "cp.async" in ptx and "wgmma.mma_async" in ptx, "the down-GEMM should stream its tiles into wgmma"
-    from lingc.runtime.kernels.moe_grouped.group_kernel import BLOCK, _count_kernel, _place_kernel
-    ptx, report = compile_sm90(_count_kernel, dict(ids_ptr="*i64", counts_ptr="*i32", P="i32"), dict(BLOCK=BLOCK))
+    from lingc.runtime.kernels.moe_grouped.group_kernel import BLOCK, _moe_pair_count_kernel, _moe_pair_place_kernel
+    ptx, report = compile_sm90(_moe_pair_count_kernel, dict(ids_ptr="*i64", counts_ptr="*i32", P="i32"), dict(BLOCK=BLOCK))
     assert "0 bytes spill" in report, report
-    ptx, report = compile_sm90(_place_kernel, dict(ids_ptr="*i64", counts_ptr="*i32", cursor_ptr="*i32",
+    ptx, report = compile_sm90(_moe_pair_place_kernel, dict(ids_ptr="*i64", counts_ptr="*i32", cursor_ptr="*i32",
         ends_ptr="*i32", order_ptr="*i64", inv_ptr="*i64", P="i32", E="i32"), dict(BLOCK=BLOCK, E_PAD=512))
     assert "0 bytes spill" in report, report
     sig = dict(ends_ptr="*i32", table_ptr="*i32", E="i32", NB="i32")

@@ -4,9 +4,9 @@ kernels and their memsets for 65536 pairs), torch.searchsorted for the ends and 
 permutation's arange and scatter: at ~40 us of host time per launch (H200 host, session 39) an
 eager prefill, which is host-bound below ~8192 tokens, pays for every launch it issues.
 
-- ``_count_kernel``, grid cdiv(P, BLOCK): counts[e] += 1 per pair (integer atomics).
-- ``_place_kernel``, grid cdiv(P, BLOCK): every program recomputes ends = cumsum(counts) over the
-  E experts (a register scan; program 0 stores it), and each pair takes the slot
+- ``_moe_pair_count_kernel``, grid cdiv(P, BLOCK): counts[e] += 1 per pair (integer atomics).
+- ``_moe_pair_place_kernel``, grid cdiv(P, BLOCK): every program recomputes ends = cumsum(counts)
+  over the E experts (a register scan; program 0 stores it), and each pair takes the slot
   ``ends[e] - counts[e] + atomic_add(cursor[e], 1)``: order[slot] = p, inv[p] = slot.
 
 The order of the pairs inside an expert is the atomics' (not stable): the expert GEMMs compute
@@ -24,7 +24,7 @@ BLOCK = 1024    # pairs per program
 
 
 @triton.jit
-def _count_kernel(ids_ptr, counts_ptr, P, BLOCK: tl.constexpr):
+def _moe_pair_count_kernel(ids_ptr, counts_ptr, P, BLOCK: tl.constexpr):
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     live = p < P
     e = tl.load(ids_ptr + p, mask=live, other=0)
@@ -32,7 +32,7 @@ def _count_kernel(ids_ptr, counts_ptr, P, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _place_kernel(ids_ptr, counts_ptr, cursor_ptr, ends_ptr, order_ptr, inv_ptr, P, E,
+def _moe_pair_place_kernel(ids_ptr, counts_ptr, cursor_ptr, ends_ptr, order_ptr, inv_ptr, P, E,
                   BLOCK: tl.constexpr, E_PAD: tl.constexpr):
     experts = tl.arange(0, E_PAD)
     counts = tl.load(counts_ptr + experts, mask=experts < E, other=0)
@@ -62,7 +62,7 @@ def moe_group_pairs_triton(ids: torch.Tensor, num_experts: int) -> tuple[torch.T
     if P == 0:
         return order, inv, ends.zero_()
     grid = (triton.cdiv(P, BLOCK),)
-    _count_kernel[grid](flat, counts, P, BLOCK=BLOCK, num_warps=4)
-    _place_kernel[grid](flat, counts, counts[1], ends, order, inv, P, num_experts, BLOCK=BLOCK,
+    _moe_pair_count_kernel[grid](flat, counts, P, BLOCK=BLOCK, num_warps=4)
+    _moe_pair_place_kernel[grid](flat, counts, counts[1], ends, order, inv, P, num_experts, BLOCK=BLOCK,
                         E_PAD=max(16, triton.next_power_of_2(num_experts)), num_warps=4)
     return order, inv, ends
