@@ -475,12 +475,36 @@ def test_gpu_expanded_prefill_equals_fp32_einsums(name):
     assert err < 2e-5, f"expanded SDPA vs absorbed fp32 einsums: relative error {err:.2e}"
 
 
+def test_prefill_reads_no_positions(monkeypatch):
+    """The prefill loop records each chunk's positions run (host integers), so the MLA layers of
+    the target and the draft read none back: no host-GPU synchronisation in a prefill. The
+    expanded form (CUDA's default) is forced on the CPU, where it is the path that asks."""
+    from model_helpers import tiny_model
+
+    from lingc.decoding.reference import greedy_prompt_prefill
+    from lingc.models import Ling3Cache
+    from lingc.models import mla as mla_module
+    model = tiny_model(seed=3)
+    reads, real = [], mla_module._read_run
+    monkeypatch.setattr(mla_module, "_read_run", lambda p: reads.append(p.numel()) or real(p))
+    monkeypatch.setattr(mla_module, "PREFILL_FORM", "expanded")
+    cache = Ling3Cache.allocate(model.config, 400)
+    # Chunks longer than QUERY_BLOCK take the expanded form, which asks for the positions' run.
+    chunk = mla_module.QUERY_BLOCK + 24
+    prompt = torch.randint(0, model.config.vocab_size, (chunk + 40,))
+    greedy_prompt_prefill(model, cache, prompt, draft=model.nextn is not None, chunk=chunk)
+    assert reads == []
+    # The forward still reads positions it was not told about (a caller's own tensor).
+    mla_module.positions_run(torch.arange(3, 9))
+    assert reads == [6]
+
+
 def test_positions_run_reads_a_positions_tensor_once(monkeypatch):
     """A forward's MLA layers share one host read of their positions (each read is a host-GPU
     synchronisation on CUDA); a new tensor or an in-place change reads again."""
     from lingc.models import mla as mla_module
-    reads, real = [], torch.stack
-    monkeypatch.setattr(torch, "stack", lambda *a, **kw: reads.append(1) or real(*a, **kw))
+    reads, real = [], mla_module._read_run
+    monkeypatch.setattr(mla_module, "_read_run", lambda p: reads.append(1) or real(p))
     p = torch.arange(5, 12)
     assert mla_module.positions_run(p) == (5, 11, True)
     assert mla_module.positions_run(p) == (5, 11, True)

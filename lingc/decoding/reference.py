@@ -28,6 +28,7 @@ import torch
 
 from ..models.cache import Ling3Cache
 from ..models.decoder import Ling3ForCausalLM
+from ..models.mla import remember_positions_run
 
 # Tokens per prefill forward. Eager prefill issues thousands of kernels a chunk whatever its size,
 # so small chunks leave the GPU waiting on the host: an 8192-token prompt on one H200
@@ -61,6 +62,14 @@ def check_capacity(cache: Ling3Cache, needed: int, what: str) -> None:
                          f"{cache.max_len}; allocate a larger cache (Ling3Cache.allocate(max_len=...))")
 
 
+def _chunk_positions(first: int, ids: torch.Tensor) -> torch.Tensor:
+    """Positions first.. of a prompt chunk, their run recorded for the MLA layers (no host read of
+    them, so no synchronisation in a prefill: lingc.models.mla.positions_run)."""
+    pos = torch.arange(first, first + ids.numel(), device=ids.device)
+    remember_positions_run(pos, first, first + ids.numel() - 1)
+    return pos
+
+
 @torch.no_grad()
 def prefill(model: Ling3ForCausalLM, cache: Ling3Cache, tokens: torch.Tensor, start: int = 0,
             chunk: int = PREFILL_CHUNK) -> tuple[torch.Tensor, torch.Tensor]:
@@ -74,7 +83,7 @@ def prefill(model: Ling3ForCausalLM, cache: Ling3Cache, tokens: torch.Tensor, st
     hiddens, logits = [], None
     for i in range(0, tokens.numel(), chunk):
         ids = tokens[i:i + chunk]
-        pos = torch.arange(start + i, start + i + ids.numel(), device=ids.device)
+        pos = _chunk_positions(start + i, ids)
         lg, h = model(ids, pos, cache, last_logits_only=True)
         hiddens.append(h)
         logits = lg[-1]
@@ -88,7 +97,7 @@ def draft_prefill(model: Ling3ForCausalLM, cache: Ling3Cache, next_tokens: torch
     draft's (logits, hidden) at the last position."""
     for i in range(0, next_tokens.numel(), chunk):
         ids = next_tokens[i:i + chunk]
-        pos = torch.arange(start + i, start + i + ids.numel(), device=ids.device)
+        pos = _chunk_positions(start + i, ids)
         lg, dh = model.draft(ids, pos, hidden[i:i + chunk], cache, last_logits_only=True)
     return lg[-1], dh[-1:]
 

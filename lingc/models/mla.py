@@ -102,13 +102,28 @@ def positions_run(positions: torch.Tensor) -> tuple[int, int, bool]:
     """(first, last, whether consecutive) of a 1-d positions tensor, read to the host once per
     tensor: a forward's MLA layers (7 in Ling-3, and the draft's) all get the same positions
     object, so they share one read, a synchronisation of the host with the GPU, instead of one
-    each. Keyed by the object and its version counter, so an in-place change reads again."""
+    each; a caller that built the positions on the host says so with `remember_positions_run`
+    and none is read. Keyed by the object and its version counter, so an in-place change reads
+    again."""
     ref, version, run = _RUN_MEMO
     if ref is not None and ref() is positions and version == positions._version:
         return run
+    first, last, consecutive = _read_run(positions)
+    return remember_positions_run(positions, first, last, consecutive)
+
+
+def _read_run(positions: torch.Tensor) -> tuple[int, int, bool]:
     first, last, consecutive = torch.stack([positions[0], positions[-1],
                                             (positions.diff() == 1).all().long()]).tolist()
-    run = (first, last, bool(consecutive))
+    return first, last, bool(consecutive)
+
+
+def remember_positions_run(positions: torch.Tensor, first: int, last: int,
+                           consecutive: bool = True) -> tuple[int, int, bool]:
+    """Record what `positions_run` would read for this tensor (the prefill loop builds each
+    chunk's positions with torch.arange from host integers, so the MLA layers need no host read:
+    no synchronisation in a prefill)."""
+    run = (int(first), int(last), bool(consecutive))
     _RUN_MEMO[:] = [weakref.ref(positions), positions._version, run]
     return run
 
