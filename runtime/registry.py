@@ -39,16 +39,11 @@ def direct_call_applies(args, kwargs) -> bool:
         return False
     seen = False
     for a in (*args, *kwargs.values()):
-        if isinstance(a, torch.Tensor):
-            if not _plain_cuda(a):
-                return False
-            seen = True
-        elif isinstance(a, (list, tuple)):
-            for t in a:
-                if isinstance(t, torch.Tensor):
-                    if not _plain_cuda(t):
-                        return False
-                    seen = True
+        for t in a if isinstance(a, (list, tuple)) else (a,):
+            if isinstance(t, torch.Tensor):
+                if not _plain_cuda(t):
+                    return False
+                seen = True
     return seen
 
 

@@ -17,7 +17,10 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["BLOCK_M", "TARGET_SMS", "TICKET_CAPACITY", "add_pairs", "dot_acc", "persistent_buffer", "register_cap",
+from lingc.runtime.pdl import interpreting
+
+__all__ = ["BLOCK_M", "TARGET_SMS", "TICKET_CAPACITY", "add_pairs", "dot_acc", "dot_args", "persistent_buffer",
+           "register_cap",
            "split_k_tickets", "split_rows"]
 
 BLOCK_M = 16
@@ -36,6 +39,13 @@ def dot_acc(x, w, acc, DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr):
     if DOT_UPCAST:
         return tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
     return tl.dot(x, tl.trans(w), acc, out_dtype=tl.float32, input_precision=DOT_PRECISION)
+
+
+def dot_args(dtype: torch.dtype) -> dict:
+    """`dot_acc`'s constexprs for operands of ``dtype``: exact fp32 products for fp32 ("ieee"),
+    and under the interpreter the upcast of 16-bit operands."""
+    return dict(DOT_PRECISION="ieee" if dtype == torch.float32 else "tf32",
+                DOT_UPCAST=interpreting() and dtype != torch.float32)
 
 
 @triton.jit

@@ -49,11 +49,12 @@ import triton.language as tl
 
 from lingc.runtime.kernels.gemm_common import BLOCK_M, register_cap, split_k_tickets
 from lingc.runtime.kernels.gemm_common import dot_acc as _dot_acc
+from lingc.runtime.kernels.gemm_common import dot_args
 from lingc.runtime.kernels.moe_align.kernel import SINGLE_LAUNCH_MAX_PAIRS, moe_align_triton
 from lingc.runtime.kernels.moe_align.naive import align_sizes
 from lingc.runtime.kernels.swiglu_gemm.kernel import _swiglu  # the SwiGLU epilogue (with clamp)
 from lingc.runtime.kernels.gemm.gemv_kernel import k_tiles_pow2
-from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait, pdl_wait_then_release
+from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait, pdl_wait_then_release
 
 from .up_gemv_kernel import _moe_up_gemv_kernel
 
@@ -515,8 +516,7 @@ def moe_experts_triton(
     lim = float(limit) if limit > 0 else float("inf")
     lim_s = float(shared_limit) if has_shared and shared_limit > 0 else float("inf")
     has_limit = limit > 0 or (has_shared and shared_limit > 0)
-    dot = dict(DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-               DOT_UPCAST=interpreting() and x.dtype != torch.float32, USE_GDC=use_pdl)
+    dot = dict(**dot_args(x.dtype), USE_GDC=use_pdl)
     act, partials, y = buffers.act, buffers.partials, buffers.y
     if cfg.up_gemv:
         k1, k2 = k_tiles_pow2(h)

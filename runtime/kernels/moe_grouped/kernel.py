@@ -25,9 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from lingc.runtime.kernels.gemm_common import dot_acc
+from lingc.runtime.kernels.gemm_common import dot_acc, dot_args
 from lingc.runtime.kernels.swiglu_gemm.kernel import _swiglu  # the SwiGLU epilogue (with clamp)
-from lingc.runtime.pdl import interpreting
 
 __all__ = ["CONFIG", "MoeGroupedConfig", "block_count", "block_table", "grouped_down", "grouped_up",
            "moe_grouped_triton"]
@@ -191,7 +190,7 @@ def grouped_up(x: torch.Tensor, order: torch.Tensor, table: torch.Tensor, w13: t
         x, order, table, w13, act,
         x.stride(0), w13.stride(0), w13.stride(1), act.stride(0), float(limit) if limit > 0 else float("inf"),
         H=x.shape[1], I=inter, TOP_K=top_k, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        HAS_LIMIT=limit > 0, **_dot(x.dtype), num_warps=cfg.up_warps, num_stages=cfg.up_stages)
+        HAS_LIMIT=limit > 0, **dot_args(x.dtype), num_warps=cfg.up_warps, num_stages=cfg.up_stages)
     return act
 
 
@@ -203,13 +202,8 @@ def grouped_down(act: torch.Tensor, table: torch.Tensor, w2: torch.Tensor, out: 
         act, table, w2, out,
         act.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
         H=H, I=inter, BLOCK_M=cfg.block_m, BLOCK_H=cfg.block_h, BLOCK_K=cfg.down_block_k,
-        **_dot(act.dtype), num_warps=cfg.down_warps, num_stages=cfg.down_stages)
+        **dot_args(act.dtype), num_warps=cfg.down_warps, num_stages=cfg.down_stages)
     return out
-
-
-def _dot(dtype: torch.dtype) -> dict:
-    return dict(DOT_PRECISION="ieee" if dtype == torch.float32 else "tf32",
-                DOT_UPCAST=interpreting() and dtype != torch.float32)
 
 
 def moe_grouped_triton(x: torch.Tensor, order: torch.Tensor, ends: torch.Tensor, w13: torch.Tensor,
@@ -221,7 +215,7 @@ def moe_grouped_triton(x: torch.Tensor, order: torch.Tensor, ends: torch.Tensor,
     their last dim). ``act`` [P, I] and ``out`` [P, H] (x's dtype) and ``table``
     (``block_table``'s) let tests pass poisoned buffers."""
     cfg = config or CONFIG
-    P, (E, two_i, H) = order.numel(), w13.shape
+    P, (_, two_i, H) = order.numel(), w13.shape
     inter = two_i // 2
     if act is None:
         act = torch.empty((P, inter), device=x.device, dtype=x.dtype)

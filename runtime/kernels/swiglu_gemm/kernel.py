@@ -35,7 +35,8 @@ import triton.language as tl
 
 from lingc.runtime.kernels.gemm_common import BLOCK_M, TARGET_SMS, split_k_tickets
 from lingc.runtime.kernels.gemm_common import dot_acc as _dot_acc
-from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait
+from lingc.runtime.kernels.gemm_common import dot_args
+from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
 
 __all__ = ["BLOCK_M", "SwigluGemmConfig", "CONFIGS", "config_for", "swiglu_gemm_triton"]
 
@@ -298,8 +299,7 @@ def swiglu_gemm_triton(
         limit,
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, K_TILES=chunk_tiles,
         SPLIT_K=split_k, EVEN_K=even_k,
-        HAS_LIMIT=limit > 0, DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-        DOT_UPCAST=interpreting() and x.dtype != torch.float32, USE_GDC=use_pdl,
+        HAS_LIMIT=limit > 0, **dot_args(x.dtype), USE_GDC=use_pdl,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch,
     )
     if split_k > 1:
@@ -331,8 +331,7 @@ def _launch_prefetch(x, w_gate, w_up, limit, out, cfg, use_pdl, launch):
         ws.stride(0) if split_k > 1 else 0, ws.stride(1) if split_k > 1 else 0,
         float(limit),
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=split_k,
-        HAS_LIMIT=limit > 0, DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-        DOT_UPCAST=interpreting() and x.dtype != torch.float32, USE_GDC=use_pdl,
+        HAS_LIMIT=limit > 0, **dot_args(x.dtype), USE_GDC=use_pdl,
         num_warps=cfg.num_warps, num_stages=1, **launch,
     )
     return out
