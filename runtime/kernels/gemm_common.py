@@ -20,8 +20,7 @@ import triton.language as tl
 from lingc.runtime.pdl import interpreting
 
 __all__ = ["BLOCK_M", "TARGET_SMS", "TICKET_CAPACITY", "add_pairs", "dot_acc", "dot_args", "persistent_buffer",
-           "register_cap",
-           "split_k_tickets", "split_rows"]
+           "register_cap", "split_k_tickets", "split_rows"]
 
 BLOCK_M = 16
 TARGET_SMS = 132
