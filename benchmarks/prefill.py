@@ -3,7 +3,7 @@
     python -m benchmarks.prefill --preset flash-tp4-rank --tokens 1024 8192 --out DIR
         [--moe grouped grouped-library gather] [--mla expanded-bf16 expanded tensor-cores fp32]
         [--chunk 256 1024] [--reps 3] [--no-draft] [--op-calls direct dispatcher]
-        [--profile N] [--host-profile N]
+        [--graphs captured eager] [--profile N] [--host-profile N]
 
 What is timed is what `lingc.generate` runs before its first decode step (runtime/relay/engine.py,
 `Engine._prefill`): the target's eager forward over the prompt in chunks of `--chunk` tokens
@@ -28,6 +28,13 @@ Breakdown: one more run with CUDA events around every layer's attention and MLP 
 layer (forward hooks), summed per kind (KDA attention, MLA attention, MoE, dense MLP, draft
 layer); "rest" is that run's remainder (the embedding, norms, lm_head rows, host gaps). Where the
 host cannot keep the GPU busy (eager), a span is the host's time to issue it.
+
+`--graphs captured eager` (both by default) compares the two ways `Engine._prefill` runs a prompt:
+`captured`, one replay of the CUDA graph of the prompt's bucket (runtime/relay/prefill_graphs.py:
+the chunk padded to the bucket, which for the default power-of-two prompt sizes is the prompt
+itself; its capture time is reported, and the per-kind breakdown is empty: a replay has no
+module hooks), and `eager`, the model's chunks. Prompts longer than the largest bucket have no
+captured row.
 
 `--op-calls direct dispatcher` compares how the model's eager lingc op calls run: `direct` (the
 default: `register_op`'s EagerOp calls the implementation) and `dispatcher` (every call through
@@ -78,12 +85,14 @@ from lingc.models.kda import KDAAttention
 from lingc.models.mla import MLAAttention
 from lingc.models.moe import MoE
 from lingc.runtime import registry
+from lingc.runtime.relay.prefill_graphs import PrefillGraphs, default_buckets
 
 from .common import copy_bandwidth_gbps, environment, event_times_ms, markdown_table, require_cuda, write_json
 
 MOE_FORMS = ("grouped", "grouped-library", "gather")
 MLA_FORMS = mla_module.PREFILL_FORMS
 OP_CALLS = ("direct", "dispatcher")
+GRAPHS = ("captured", "eager")
 
 
 def matmul_tflops(n: int = 8192, reps: int = 10) -> float:
@@ -350,9 +359,35 @@ def logit_agreement(logits: torch.Tensor, ref: torch.Tensor) -> dict:
             "top2_margin": (top2[0] - top2[1]).item(), "max_abs_logit_diff": (logits - ref).abs().max().item()}
 
 
-def measure(model, cache, ids, chunk: int, form: str, mla: str, reps: int, draft: bool, op_calls: str = "direct"):
+def captured_prefill(model, cache, ids: torch.Tensor, draft: bool):
+    """(a function that runs the captured prefill of ids on a zeroed cache and returns its first
+    token, the target's logits of one run, the capture's seconds), or None when ids is longer than
+    every bucket."""
+    import time
+
+    buckets = default_buckets(cache.max_len)
+    rows = next((b for b in buckets if b >= ids.numel()), None)
+    if rows is None:
+        return None
+    graphs = PrefillGraphs(model, cache, draft and model.nextn is not None, buckets=(rows,), progress=False)
+    t0 = time.perf_counter()
+    graphs.prepare()
+    torch.cuda.synchronize()
+    capture_s = time.perf_counter() - t0
+
+    def fn():
+        _zero(cache)
+        return graphs(ids).first
+
+    _zero(cache)
+    return fn, graphs(ids).logits.float().cpu(), capture_s
+
+
+def measure(model, cache, ids, chunk: int, form: str, mla: str, reps: int, draft: bool, op_calls: str = "direct",
+            graphs: str = "eager"):
     """(median ms, the hooked run's ms, its per-kind ms, the first token, the target's logits,
-    `host_report`) of a prefill of ids with the MoE in `form` and MLA's prefill in `mla`."""
+    `host_report`) of a prefill of ids with the MoE in `form` and MLA's prefill in `mla`, by eager
+    chunks or (graphs "captured") a graph replay; None when ids has no captured bucket."""
     default_min, default_form = moe_module.GROUPED_MIN_TOKENS, mla_module.PREFILL_FORM
     default_gemm, default_calls = moe_module.GROUPED_GEMM, registry.DIRECT_CALLS
     registry.DIRECT_CALLS = op_calls == "direct"
@@ -361,7 +396,14 @@ def measure(model, cache, ids, chunk: int, form: str, mla: str, reps: int, draft
     mla_module.PREFILL_FORM = mla
     try:
         with torch.no_grad():
-            fn = lambda: run_prefill(model, cache, ids, chunk, draft)  # noqa: E731
+            capture_s = None
+            if graphs == "captured":
+                got = captured_prefill(model, cache, ids, draft)
+                if got is None:
+                    return None
+                fn, logits, capture_s = got
+            else:
+                fn = lambda: run_prefill(model, cache, ids, chunk, draft)  # noqa: E731
             first = int(fn())                                          # warm-up
             times = event_times_ms(fn, reps)
             ms = statistics.median(times)
@@ -371,8 +413,12 @@ def measure(model, cache, ids, chunk: int, form: str, mla: str, reps: int, draft
                 kinds = timer.totals_ms()
             finally:
                 timer.remove()
-            logits = prompt_logits(model, cache, ids, chunk)
+            if graphs != "captured":
+                logits = prompt_logits(model, cache, ids, chunk)
             host = host_report(fn)
+            host["capture_s"] = capture_s
+            del fn
+            torch.cuda.empty_cache()
     finally:
         moe_module.GROUPED_MIN_TOKENS = default_min
         moe_module.GROUPED_GEMM = default_gemm
@@ -394,6 +440,8 @@ def main(argv=None) -> int:
                     help="prefill chunks (tokens per forward) to compare")
     ap.add_argument("--op-calls", nargs="+", choices=OP_CALLS, default=[OP_CALLS[0]],
                     help="how eager lingc op calls run, compared in one process (default: direct)")
+    ap.add_argument("--graphs", nargs="+", choices=GRAPHS, default=list(GRAPHS),
+                    help="captured (one CUDA-graph replay per prompt, as the engine runs it) and/or eager chunks")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--no-draft", action="store_true", help="leave the NEXTN draft's prefill out")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
@@ -426,28 +474,34 @@ def main(argv=None) -> int:
         ids = torch.randint(0, model.config.vocab_size, (n,), device="cuda", generator=gen)
         flops = prompt_flops(model, n)
         floor_ms = max(nbytes / (bw * 1e9), flops / (tflops * 1e12)) * 1e3
-        for chunk, form, mla, calls in itertools.product(args.chunk, args.moe, args.mla, args.op_calls):
-            ms, hooked_ms, kinds, first, logits, host = measure(model, cache, ids, chunk, form, mla, args.reps,
-                                                                not args.no_draft, calls)
-            firsts[(n, chunk, form, mla, calls)] = first
+        for graphs, chunk, form, mla, calls in itertools.product(args.graphs, args.chunk, args.moe, args.mla,
+                                                                 args.op_calls):
+            got = measure(model, cache, ids, chunk, form, mla, args.reps, not args.no_draft, calls, graphs)
+            if got is None:
+                print(f"  {n} tokens: longer than the largest prefill bucket, no captured row", flush=True)
+                continue
+            ms, hooked_ms, kinds, first, logits, host = got
+            firsts[(n, graphs, chunk, form, mla, calls)] = first
             ref_logits.setdefault(n, logits)
-            row = {"tokens": n, "chunk": chunk, "moe": form, "mla": mla, "op_calls": calls, "ttft_ms": ms,
+            row = {"tokens": n, "graphs": graphs, "chunk": chunk, "moe": form, "mla": mla, "op_calls": calls,
+                   "ttft_ms": ms,
                    "tokens_per_s": n / (ms * 1e-3),
                    "floor_ms": floor_ms, "x_floor": ms / floor_ms, "first_token": first,
                    "kinds_ms": {k: round(v, 3) for k, v in sorted(kinds.items())},
                    "hooked_run_ms": hooked_ms, "rest_ms": max(0.0, hooked_ms - sum(kinds.values())),
                    **host, **logit_agreement(logits, ref_logits[n])}
             rows.append(row)
-            print(f"  {n} tokens, chunk {chunk}, MoE {form}, MLA {mla}, op calls {calls}: {ms:.1f} ms "
+            print(f"  {n} tokens, {graphs}, chunk {chunk}, MoE {form}, MLA {mla}, op calls {calls}: {ms:.1f} ms "
                   f"({row['tokens_per_s']:.0f} tok/s), "
                   + ", ".join(f"{k} {v:.1f}" for k, v in sorted(kinds.items())), flush=True)
-            print(f"    fastest of {args.reps}: {host['ttft_min_ms']:.1f} ms; host: issued in "
+            captured = "" if host["capture_s"] is None else f"captured in {host['capture_s']:.2f} s; "
+            print(f"    {captured}fastest of {args.reps}: {host['ttft_min_ms']:.1f} ms; host: issued in "
                   f"{host['host_issue_ms']:.1f} of {host['host_wall_ms']:.1f} ms, {host['syncs']} synchronising calls: "
                   + ", ".join(f"{k} x{v}" for k, v in host["sync_sites"].items()), flush=True)
 
     same = {n: len({v for key, v in firsts.items() if key[0] == n}) == 1 for n in args.tokens}
-    cols = [("tokens", "prompt tokens", "d"), ("chunk", "chunk", "d"), ("moe", "MoE form", "s"), ("mla", "MLA", "s"),
-            ("op_calls", "op calls", "s"),
+    cols = [("tokens", "prompt tokens", "d"), ("graphs", "prefill", "s"), ("chunk", "chunk", "d"),
+            ("moe", "MoE form", "s"), ("mla", "MLA", "s"), ("op_calls", "op calls", "s"),
             ("ttft_ms", "TTFT ms", ".1f"), ("ttft_min_ms", "fastest ms", ".1f"), ("tokens_per_s", "tokens/s", ".0f"),
             ("floor_ms", "floor ms", ".1f"),
             ("x_floor", "x floor", ".1f"), ("host_issue_ms", "host issue ms", ".1f"), ("syncs", "syncs", "d")]
@@ -464,7 +518,7 @@ def main(argv=None) -> int:
     print(table)
     print(f"\nfirst token equal across the forms and chunks: {same}")
     for r in rows:
-        print(f"  {r['tokens']} tokens, MoE {r['moe']}, MLA {r['mla']}, chunk {r['chunk']}: first token "
+        print(f"  {r['tokens']} tokens, {r['graphs']}, MoE {r['moe']}, MLA {r['mla']}, chunk {r['chunk']}: first token "
               f"{r['first_token']}, top-2 logit margin {r['top2_margin']:.3g}, logits vs the first setting: "
               f"rel {r['logits_rel_diff']:.2e}, max abs {r['max_abs_logit_diff']:.3g}")
     prof_summary = None

@@ -489,7 +489,7 @@ def test_gpu_prefill_benchmark_runs_both_moe_forms(tmp_path):
 
     assert main(["--preset", "tiny", "--tokens", "80", "--reps", "1", "--chunk", "64", "--moe", "grouped",
                  "grouped-library", "gather", "--op-calls", "direct", "dispatcher", "--profile", "80",
-                 "--host-profile", "80", "--out", str(tmp_path)]) == 0
+                 "--host-profile", "80", "--graphs", "eager", "--out", str(tmp_path)]) == 0
     out = json.loads((tmp_path / "prefill.json").read_text())
     by_kind = out["profile"]["gpu_ms_by_kind"]
     assert {"KDA attention", "MoE"} <= set(by_kind) and sum(by_kind["MoE"].values()) > 0
@@ -503,6 +503,21 @@ def test_gpu_prefill_benchmark_runs_both_moe_forms(tmp_path):
         assert {"KDA attention", "MLA attention", "MoE", "dense MLP"} <= set(r["kinds_ms"])
         assert r["top2_margin"] >= 0 and r["logits_rel_diff"] >= 0
     assert out["rows"][0]["logits_rel_diff"] == 0.0          # the first setting is the reference
+
+
+@pytest.mark.gpu
+def test_gpu_prefill_benchmark_times_the_captured_prefill_beside_the_eager(tmp_path):
+    from benchmarks.prefill import main
+
+    assert main(["--preset", "tiny", "--tokens", "64", "100", "--reps", "2", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "prefill.json").read_text())["rows"]
+    # 100 tokens: the cache holds 108 rows, so the largest bucket is 64 and only eager runs.
+    assert [(r["tokens"], r["graphs"]) for r in rows] == [(64, "captured"), (64, "eager"), (100, "eager")]
+    captured, eager = rows[0], rows[1]
+    assert captured["capture_s"] > 0 and eager["capture_s"] is None
+    assert captured["syncs"] == 0 and captured["kinds_ms"] == {}
+    assert captured["ttft_ms"] > 0 and captured["first_token"] == eager["first_token"]
+    assert eager["logits_rel_diff"] < 1e-4        # a bucket-sized prompt: the same computation
 
 
 @pytest.mark.gpu

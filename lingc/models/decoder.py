@@ -19,6 +19,7 @@ from .layers import Linear, RMSNorm
 from .mla import MLAAttention
 from .moe import MoE, SwiGLUMLP
 from .nextn import NextNLayer
+from .padding import PromptPadding
 from .parallel import SINGLE, TensorParallel, shard_config
 
 
@@ -41,8 +42,9 @@ class DecoderLayer(nn.Module):
         else:
             self.mlp = SwiGLUMLP(cfg.hidden_size, cfg.intermediate_size, dt, reduce=tp)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: Ling3Cache) -> torch.Tensor:
-        h = x + self.attention(self.input_layernorm(x), positions, cache)
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: Ling3Cache,
+                padding: PromptPadding | None = None) -> torch.Tensor:
+        h = x + self.attention(self.input_layernorm(x), positions, cache, padding=padding)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -102,29 +104,38 @@ class Ling3ForCausalLM(nn.Module):
         return self.model.layers[n] if len(self.model.layers) > n else None
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
-                cache: Ling3Cache, last_logits_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                cache: Ling3Cache, last_logits_only: bool = False,
+                padding: PromptPadding | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """input_ids, positions: [T] device tensors. Returns (logits [T, vocab] fp32, hidden [T, H]).
 
         hidden is the final-normed hidden state, which the NEXTN draft takes as target_hidden.
         With last_logits_only the logits are the last position's alone ([1, vocab]): a prefill
         chunk needs no more (the vocabulary GEMM and fp32 logits of its other rows are wasted).
+        With `padding` the chunk's rows past padding.length are padding (lingc.models.padding):
+        they change no state, and the last position is the last real row.
         """
         x = F.embedding(input_ids, self.model.word_embeddings.weight)
         for layer in self.model.layers[:self.config.num_hidden_layers]:
-            x = layer(x, positions, cache)
+            x = layer(x, positions, cache, padding)
         hidden = self.model.norm(x)
-        return self._logits(hidden, last_logits_only), hidden
+        return self._logits(hidden, last_logits_only, padding), hidden
 
-    def _logits(self, hidden: torch.Tensor, last_only: bool) -> torch.Tensor:
-        """fp32 logits of every row of hidden, or of its last row alone (all ranks' vocab slices)."""
-        return self.tp.gather_columns(self.lm_head(hidden[-1:] if last_only else hidden)).float()
+    def _logits(self, hidden: torch.Tensor, last_only: bool, padding: PromptPadding | None = None) -> torch.Tensor:
+        """fp32 logits of every row of hidden, or of its last (real) row alone (all ranks' vocab
+        slices)."""
+        if last_only:
+            hidden = hidden[-1:] if padding is None else padding.last_row(hidden)
+        return self.tp.gather_columns(self.lm_head(hidden)).float()
 
     def draft(self, input_ids: torch.Tensor, positions: torch.Tensor, target_hidden: torch.Tensor,
-              cache: Ling3Cache, last_logits_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+              cache: Ling3Cache, last_logits_only: bool = False,
+              padding: PromptPadding | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """One NEXTN forward: token at position p with the hidden state of position p - 1.
 
         Returns (logits [T, vocab] fp32, the draft's hidden [T, H] for its next autoregressive step);
-        with last_logits_only, the last position's logits alone, as `forward`.
+        with last_logits_only, the last (real, with `padding`) position's logits alone, as
+        `forward`. The draft keeps no recurrent state, so padding rows only write cache rows after
+        the real ones.
         """
         layer = self.nextn
         if layer is None:
@@ -132,4 +143,4 @@ class Ling3ForCausalLM(nn.Module):
                              "speculative decoding with nextn is unavailable")
         emb = F.embedding(input_ids, self.model.word_embeddings.weight)
         hidden = layer(emb, positions, target_hidden, cache)
-        return self._logits(hidden, last_logits_only), hidden
+        return self._logits(hidden, last_logits_only, padding), hidden

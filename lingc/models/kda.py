@@ -16,6 +16,7 @@ from .cache import Ling3Cache
 from .config import Ling3Config
 from .kda_math import gated_head_rmsnorm, kda_gate, kda_recurrent, l2norm, short_conv
 from .layers import Linear, empty_param, prompt_kernels_apply
+from .padding import PromptPadding
 from .parallel import SINGLE, TensorParallel
 
 # Up to this many tokens the recurrence runs token by token, so every position's post-state is a
@@ -51,18 +52,21 @@ class KDAAttention(nn.Module):
         self.o_norm = _Weight(self.head_dim, dt)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: Ling3Cache,
-                slot: int = 0) -> torch.Tensor:
+                slot: int = 0, padding: PromptPadding | None = None) -> torch.Tensor:
+        """With `padding` (a padded prompt chunk, lingc.models.padding) the rows past its length
+        leave the state and the conv windows as the last real row left them."""
         if prompt_kernels_apply(x):
-            return self._prompt_forward(x, cache, slot)
+            return self._prompt_forward(x, cache, slot, padding)
         T = x.shape[0]
         H, K = self.num_heads, self.head_dim
         state = cache.state[self.cache_index]
         conv = cache.conv[self.cache_index]
         windows = []
         qkv = []
+        rows = None if padding is None else padding.window_rows(conv.shape[-1])
         for i, (proj, c) in enumerate(((self.q_proj, self.q_conv1d), (self.k_proj, self.k_conv1d),
                                        (self.v_proj, self.v_conv1d))):
-            y, win = short_conv(proj(x), conv[slot, i], c.weight.squeeze(1))
+            y, win = short_conv(proj(x), conv[slot, i], c.weight.squeeze(1), rows)
             qkv.append(y.view(T, H, K))
             windows.append(win)
         q, k, v = qkv
@@ -70,6 +74,8 @@ class KDAAttention(nn.Module):
         k = l2norm(k)
         g = kda_gate(self.f_proj(x).view(T, H, K), self.A_log, self.dt_bias, self.lower_bound)
         beta = torch.sigmoid(self.b_proj(x).float())
+        if padding is not None:
+            g, beta = _pad_gate(g, beta, padding)
         if T <= RECURRENT_MAX_T:
             o, S = kda_recurrent(q, k, v, g, beta, state[slot])
         else:
@@ -81,7 +87,8 @@ class KDAAttention(nn.Module):
         o = gated_head_rmsnorm(o, self.o_norm.weight, self.g_proj(x).view(T, H, K), self.eps)
         return self.tp.all_reduce(self.o_proj(o.reshape(T, H * K).to(x.dtype)))
 
-    def _prompt_forward(self, x: torch.Tensor, cache: Ling3Cache, slot: int) -> torch.Tensor:
+    def _prompt_forward(self, x: torch.Tensor, cache: Ling3Cache, slot: int,
+                        padding: PromptPadding | None = None) -> torch.Tensor:
         """forward for a prompt chunk on CUDA (layers.prompt_kernels_apply), the same math in
         three lingc kernels around the projections: the input glue (short convolutions, SiLU,
         q/k norms, gate) as lingc::kda_prefill_inputs, the recurrence as lingc::kda_prefill, the
@@ -99,13 +106,26 @@ class KDAAttention(nn.Module):
         q, k, v, g = kda_prefill_inputs(*raw, self.f_proj(x), conv[slot], *(c.weight.squeeze(1) for c in convs),
                                         self.A_log, self.dt_bias, self.lower_bound, H)
         beta = torch.sigmoid(self.b_proj(x).float())
+        if padding is not None:
+            g, beta = _pad_gate(g, beta, padding)
         o, S = _kda_prefill(q, k, v, g, beta, state[slot])
         state[slot].copy_(S)
-        # The new windows: the chunk's last W - 1 inputs (T >= 64 > W - 1), oldest first.
+        # The new windows: the chunk's last W - 1 inputs (T >= 64 > W - 1), oldest first; of a
+        # padded chunk the W - 1 rows of [old window ; chunk] that end at its last real row.
         width = conv.shape[-1]
-        conv[slot].copy_(torch.stack([r[T - width:] for r in raw]).transpose(1, 2))
+        if padding is None:
+            conv[slot].copy_(torch.stack([r[T - width:] for r in raw]).transpose(1, 2))
+        else:
+            ext = torch.cat([conv[slot].transpose(1, 2), torch.stack(raw).to(conv.dtype)], 1)   # [3, W-1+T, D]
+            conv[slot].copy_(ext.index_select(1, padding.window_rows(width)).transpose(1, 2))
         o = gated_norm_op(o, self.g_proj(x).view(T, H, K), self.o_norm.weight, self.eps, x.dtype)
         return self.tp.all_reduce(self.o_proj(o.reshape(T, H * K)))
+
+
+def _pad_gate(g: torch.Tensor, beta: torch.Tensor, padding: PromptPadding):
+    """A padded chunk's log decay g [T, H, K] and beta [T, H] with their padding rows zeroed: those
+    rows keep the state exactly (decay exp(0) = 1, no delta)."""
+    return g * padding.valid[:, None, None], beta * padding.valid[:, None]
 
 
 class _Conv(nn.Module):

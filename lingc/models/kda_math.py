@@ -38,13 +38,16 @@ def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
 
 
-def short_conv(x: torch.Tensor, window: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def short_conv(x: torch.Tensor, window: torch.Tensor, weight: torch.Tensor,
+               window_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Depthwise causal conv + SiLU over T new inputs, continuing from the cached window.
 
     x: [T, D] projection outputs; window: [D, W-1] the previous W-1 inputs (oldest first);
     weight: [D, W] (the Conv1d weight [D, 1, W] squeezed). Returns (silu(conv) [T, D] fp32,
     the new window [D, W-1] in window.dtype). The sum runs over taps in a fixed order, per
-    position, so a position's value does not depend on T.
+    position, so a position's value does not depend on T. `window_rows` ([W-1] device indices
+    into [window ; x]) picks the new window's rows instead of the last W-1 (a padded chunk:
+    lingc.models.padding).
     """
     T = x.shape[0]
     W = weight.shape[-1]
@@ -53,8 +56,8 @@ def short_conv(x: torch.Tensor, window: torch.Tensor, weight: torch.Tensor) -> t
     y = ext[0:T] * w[:, 0]
     for tap in range(1, W):
         y = y + ext[tap:tap + T] * w[:, tap]
-    new_window = ext[T:].transpose(0, 1).to(window.dtype)
-    return F.silu(y), new_window
+    kept = ext[T:] if window_rows is None else ext.index_select(0, window_rows)
+    return F.silu(y), kept.transpose(0, 1).to(window.dtype)
 
 
 def kda_step(S: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -159,7 +159,9 @@ class MLAAttention(nn.Module):
         return torch.cat([c, k_rope], dim=-1)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: Ling3Cache,
-                slot: int = 0) -> torch.Tensor:
+                slot: int = 0, padding=None) -> torch.Tensor:
+        """`padding` (a padded prompt chunk) needs nothing here: its rows sit at positions after
+        every real row, which the causal mask hides from the real queries."""
         T, H = x.shape[0], self.num_heads
         q = self.q_proj(x).view(T, H, self.nope + self.rope)
         q_nope, q_rope = q[..., :self.nope], q[..., self.nope:]

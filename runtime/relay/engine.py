@@ -4,8 +4,11 @@
     tokens = engine.generate(prompt_ids, 256, speculative="nextn")
     for t in engine.stream(prompt_ids, 256): ...
 
-Per request: the cache and relay buffers are reset, the prompt is prefilled (chunks of the eager
-model, not captured), then steps run. A speculative step is three launches (draft, verify,
+Per request: the cache and relay buffers are reset, the prompt is prefilled, then steps run. On
+CUDA a prompt of up to PREFILL_CHUNK tokens prefills as one replay of a captured graph padded to
+its size (prefill_graphs.py: eager prefill issues ~2500 kernels and is host-bound up to ~8192
+tokens); longer prompts, the CPU, tensor-parallel models and `prefill_graphs=False` take the eager
+model's chunks. A speculative step is three launches (draft, verify,
 extend graphs); a plain step one (decode). The host launches step k+1 before it reads step k's
 tokens: those reach the host through a device ring (written in-graph by the last graph of a
 step) copied on a side stream, whose event is read one step late; EOS, max_new_tokens and stop
@@ -33,6 +36,7 @@ from lingc.progress import Progress
 
 from .buffers import RING, RelayBuffers
 from .graphs import CapturedStep, capture_step, describe
+from .prefill_graphs import PrefillGraphs
 from .steps import make_steps
 
 
@@ -46,6 +50,7 @@ class EngineStats:
     host_s: list[float] = field(default_factory=list)   # host time to launch each step
     host_syncs: int = 0        # naive host refills (metadata_capture disabled)
     prefill_s: float = 0.0     # wall time to the first token: prompt (and draft) prefill, its argmax
+    prefill_rows: int = 0      # the captured prefill's padded size; 0: the eager chunks ran
 
     @property
     def mean_accept_length(self) -> float:
@@ -65,7 +70,9 @@ class Engine:
     """Compiled, captured generation for one Ling-3 model (batch 1)."""
 
     def __init__(self, model, max_len: int, steps: int = 5, options: dict | None = None,
-                 cudagraphs: bool | None = None, progress: bool = True):
+                 cudagraphs: bool | None = None, progress: bool = True, prefill_graphs: bool | None = None):
+        """prefill_graphs: capture the prompt's prefill per padded size (default: with cudagraphs,
+        on a single-GPU model; prefill_graphs.py)."""
         self.model = _unwrap(model)
         cfg = self.model.config
         if not 1 <= steps <= MAX_STEPS:
@@ -78,6 +85,12 @@ class Engine:
             raise ValueError("Engine options must not set 'role': the engine compiles one graph per role")
         want_graphs = self.options.get("cudagraphs", True) if cudagraphs is None else cudagraphs
         self.cudagraphs = bool(want_graphs) and self.device.type == "cuda"
+        single = self.model.tp.size == 1
+        if prefill_graphs and not (self.cudagraphs and single):
+            raise ValueError("prefill_graphs=True needs CUDA graphs (CUDA, cudagraphs on) and a single-GPU model "
+                             f"(device {self.device}, cudagraphs {self.cudagraphs}, tensor-parallel size "
+                             f"{self.model.tp.size}); leave it None for the default")
+        self.use_prefill_graphs = self.cudagraphs and single if prefill_graphs is None else bool(prefill_graphs)
         self.max_len = max_len
         self.cache = Ling3Cache.allocate(cfg, max_len, device=self.device)
         self.relay = RelayBuffers.allocate(steps, cfg.hidden_size, cfg.dtype, self.device)
@@ -85,6 +98,7 @@ class Engine:
         self._fns = make_steps(self.model, steps)
         self._compiled: dict[str, object] = {}
         self._steps: dict[str, CapturedStep] = {}
+        self._prefill_graphs: dict[bool, PrefillGraphs] = {}     # by draft (speculative requests)
         self.naive_refill: dict[str, bool] = {}
         self.progress = progress
         self.stats = EngineStats()
@@ -139,6 +153,17 @@ class Engine:
         self._reset()
         self._dump_graphs()
 
+    def prefill_graphs(self, speculative: bool) -> PrefillGraphs | None:
+        """The captured prefill of plain or speculative requests (None: eager prefill only). Its
+        buckets are captured as requests first need them; `prefill_graphs(..).prepare()` captures
+        them all now (then reset: capture runs the model on the engine's cache)."""
+        if not self.use_prefill_graphs:
+            return None
+        if speculative not in self._prefill_graphs:
+            self._prefill_graphs[speculative] = PrefillGraphs(self.model, self.cache, speculative,
+                                                              progress=self.progress)
+        return self._prefill_graphs[speculative]
+
     def _dump_graphs(self) -> None:
         """With a dump_dir, write what each step runs as: captured graph (kernel nodes, PDL
         edges) or uncaptured with the reason."""
@@ -174,7 +199,17 @@ class Engine:
 
     @torch.no_grad()
     def _prefill(self, prompt: torch.Tensor, speculative: bool) -> int:
-        first, drafted = greedy_prompt_prefill(self.model, self.cache, prompt, speculative)
+        graphs = self.prefill_graphs(speculative)
+        rows = graphs.bucket_for(prompt.numel()) if graphs is not None else None
+        if rows is not None:
+            if rows not in graphs.captured:     # its first request: capture, which runs the model
+                graphs.prepare((rows,))
+                self._reset()
+            out = graphs(prompt)
+            first, drafted = out.first, out.draft
+            self.stats.prefill_rows = rows
+        else:
+            first, drafted = greedy_prompt_prefill(self.model, self.cache, prompt, speculative)
         r = self.relay
         r.n.fill_(prompt.numel())
         r.x.copy_(first.view(1))

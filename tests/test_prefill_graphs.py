@@ -1,0 +1,143 @@
+"""Captured prefill (runtime/relay/prefill_graphs.py): a prompt padded to its bucket gives what the
+eager prefill gives, its padding rows change nothing, and the engine takes it on CUDA.
+
+On the CPU the buckets run their padded chunk eagerly (capture=False): the same model code the
+graphs capture. The GPU tests capture them.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from model_helpers import assert_rel_close, cache_tensors_close, tiny_model
+
+from lingc.decoding.reference import greedy_prompt_prefill
+from lingc.models import Ling3Cache
+from lingc.runtime.relay.engine import Engine
+from lingc.runtime.relay.prefill_graphs import PrefillGraphs, default_buckets
+
+ROWS = 64
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model()
+
+
+def _prompt(n: int, seed: int = 0, device="cpu") -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(1, 300, (n,), generator=gen).to(device)
+
+
+def _eager(model, prompt, max_len):
+    cache = Ling3Cache.allocate(model.config, max_len, device=prompt.device)
+    first, drafted = greedy_prompt_prefill(model, cache, prompt, True)
+    return cache, first, drafted
+
+
+def _padded(model, prompt, max_len, capture=False, pad_ids=None):
+    cache = Ling3Cache.allocate(model.config, max_len, device=prompt.device)
+    graphs = PrefillGraphs(model, cache, draft=True, buckets=(ROWS, 2 * ROWS), capture=capture, progress=False)
+    graphs.prepare()
+    cache.zero_()
+    out = graphs(prompt)
+    if pad_ids is not None:        # rerun the same bucket with other padding ids
+        cache.zero_()
+        bk = graphs._ready[graphs.bucket_for(prompt.numel())]
+        bk.ids[prompt.numel():].copy_(pad_ids[:bk.rows - prompt.numel()])
+        out = bk.step()
+    dlog, dh = out.draft
+    return cache, out.first.clone(), (dlog.clone(), dh.clone())
+
+
+def test_default_buckets():
+    assert default_buckets(20000) == (64, 128, 256, 512, 1024, 2048, 3072, 4096, 5120, 6144, 7168, 8192)
+    assert default_buckets(3000) == (64, 128, 256, 512, 1024, 2048)
+    assert default_buckets(63) == ()
+    assert default_buckets(20000, largest=256) == (64, 128, 256)
+
+
+@pytest.mark.parametrize("prompt_kernels", [False, True], ids=["plain-ops", "prompt-kernels"])
+@pytest.mark.parametrize("n", [1, 3, 5, 40, 64, 65])
+def test_padded_prefill_equals_the_eager_prefill(model, n, prompt_kernels, monkeypatch):
+    """First token, the draft's logits and hidden, KDA states, conv windows (a prompt shorter than
+    the window keeps part of the old one) and the cache rows of the prompt. "prompt-kernels": KDA
+    takes its CUDA prompt path (`_prompt_forward`, the lingc ops' references on the CPU) for both."""
+    if prompt_kernels:
+        import lingc.models.kda as kda
+
+        monkeypatch.setattr(kda, "prompt_kernels_apply", lambda x: x.shape[0] >= 64)
+    prompt = _prompt(n, seed=n)
+    ref_cache, ref_first, (ref_dlog, ref_dh) = _eager(model, prompt, 256)
+    cache, first, (dlog, dh) = _padded(model, prompt, 256)
+    assert int(first) == int(ref_first)
+    assert_rel_close(dlog, ref_dlog, 1e-4, "draft logits")
+    assert_rel_close(dh, ref_dh, 1e-4, "draft hidden")
+    cache_tensors_close(cache, ref_cache, 1e-4, kv_rows=n)
+    for j, (x, y) in enumerate(zip(cache.draft_kv, ref_cache.draft_kv)):
+        assert_rel_close(x[:, :n], y[:, :n], 1e-4, f"draft MLA cache {j}")
+
+
+def test_padding_ids_change_nothing_real(model):
+    """Two different paddings: the same bits in everything a real row or a later step reads."""
+    prompt = _prompt(37, seed=7)
+    a = _padded(model, prompt, 256, pad_ids=torch.zeros(ROWS, dtype=torch.int64))
+    b = _padded(model, prompt, 256, pad_ids=_prompt(ROWS, seed=8))
+    assert int(a[1]) == int(b[1])
+    assert torch.equal(a[2][0], b[2][0]) and torch.equal(a[2][1], b[2][1])
+    for x, y in zip(a[0].state + a[0].conv, b[0].state + b[0].conv):
+        assert torch.equal(x, y)
+    for x, y in zip(a[0].kv + a[0].draft_kv, b[0].kv + b[0].draft_kv):
+        assert torch.equal(x[:, :37], y[:, :37])
+        assert not torch.equal(x[:, 37:ROWS], y[:, 37:ROWS])       # the padding did write its rows
+
+
+def test_errors(model):
+    cache = Ling3Cache.allocate(model.config, 128)
+    with pytest.raises(ValueError, match=r"buckets \[256\]: each must be in 64..128"):
+        PrefillGraphs(model, cache, draft=False, buckets=(64, 256), capture=False)
+    graphs = PrefillGraphs(model, cache, draft=False, buckets=(64,), capture=False, progress=False)
+    with pytest.raises(ValueError, match="longer than the largest prefill bucket 64"):
+        graphs(_prompt(65))
+    with pytest.raises(RuntimeError, match=r"prefill bucket 64 is not captured: call prepare\(\(64,\)\)"):
+        graphs(_prompt(10))
+    nonextn = tiny_model(num_nextn_predict_layers=0)
+    with pytest.raises(ValueError, match="needs a model with a NEXTN layer"):
+        PrefillGraphs(nonextn, Ling3Cache.allocate(nonextn.config, 128), draft=True)
+    with pytest.raises(ValueError, match="prefill_graphs=True needs CUDA graphs"):
+        Engine(model, max_len=128, progress=False, prefill_graphs=True)
+    assert Engine(model, max_len=128, progress=False).prefill_graphs(True) is None      # the CPU: eager
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [7, 64, 100])
+def test_gpu_captured_prefill_equals_the_eager_prefill(n):
+    m = tiny_model().cuda()
+    prompt = _prompt(n, seed=n, device="cuda")
+    ref_cache, ref_first, (ref_dlog, ref_dh) = _eager(m, prompt, 512)
+    cache, first, (dlog, dh) = _padded(m, prompt, 512, capture=True)
+    assert int(first) == int(ref_first)
+    assert_rel_close(dlog, ref_dlog, 1e-4, "draft logits")
+    assert_rel_close(dh, ref_dh, 1e-4, "draft hidden")
+    cache_tensors_close(cache, ref_cache, 1e-4, kv_rows=n)
+
+
+@pytest.mark.gpu
+def test_gpu_engine_prefills_by_replay_without_a_sync():
+    m = tiny_model().cuda()
+    eng = Engine(m, max_len=512, progress=False, options={"inductor": False})
+    prompt = _prompt(30, device="cuda").tolist()
+    spec = eng.generate(prompt, 24, eos_token_id=None)
+    graphs = eng.prefill_graphs(True)
+    assert eng.stats.prefill_rows == 64 and graphs.captured == {64: True}
+    plain = eng.generate(prompt, 24, speculative=None, eos_token_id=None)
+    assert eng.stats.prefill_rows == 64 and spec == plain
+    eng._reset()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        graphs(torch.tensor(prompt, device="cuda"))                 # copies, a fill, one replay
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    off = Engine(m, max_len=512, progress=False, options={"inductor": False}, prefill_graphs=False)
+    assert off.generate(prompt, 24, eos_token_id=None)[0] == spec[0] and off.stats.prefill_rows == 0
