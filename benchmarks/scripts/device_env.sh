@@ -33,7 +33,8 @@
 #     benchmarks, so two commits run side by side in one call;
 #   - `prefill_as NAME [base]`: benchmarks.prefill on flash-tp4-rank at 1024, 8192 and 32768
 #     tokens (this checkout, or with `base` the baseline of base_setup), log and JSON as
-#     $OUT/NAME.*, the per-length lines on stdout.
+#     $OUT/NAME.*, the per-length lines on stdout; PREFILL_TOKENS, PREFILL_ARGS (more options)
+#     and PREFILL_LIMIT (seconds, 150) change it.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
 export TRITON_CACHE_DIR=$PWD/.triton_cache; mkdir -p "$TRITON_CACHE_DIR"
 TRITON_USED_PATH=$PWD/benchmarks/scripts/triton_used
@@ -119,10 +120,11 @@ main(['--out', '$OUT/moe', '--set', 'table', '--t', '2', '6', '--layers', '40'])
 prefill_as() {
     local here=$PWD
     [ "${2:-}" = base ] && cd /tmp/base/run
-    env ${2:+PYTHONPATH=/tmp/base/pkgs:$TRITON_USED_PATH} CUDA_VISIBLE_DEVICES=0 timeout 150 python3 -m benchmarks.prefill \
-        --preset flash-tp4-rank --tokens 1024 8192 32768 --moe grouped --out "$OUT/p" 2>&1 | stamp > "$OUT/$1.log"
+    env ${2:+PYTHONPATH=/tmp/base/pkgs:$TRITON_USED_PATH} CUDA_VISIBLE_DEVICES=0 timeout "${PREFILL_LIMIT:-150}" \
+        python3 -m benchmarks.prefill --preset flash-tp4-rank --tokens ${PREFILL_TOKENS:-1024 8192 32768} --moe grouped \
+        ${PREFILL_ARGS:-} --out "$OUT/p" 2>&1 | stamp > "$OUT/$1.log"
     mv "$OUT/p/prefill.json" "$OUT/$1.json" 2>/dev/null; rm -rf "$OUT/p"; cd "$here"
-    echo "== $1"; grep -E "^ *[0-9.]+ +[0-9]+ tokens, chunk" "$OUT/$1.log" | cut -c9-
+    echo "== $1"; grep -E "^ *[0-9.]+ +[0-9]+ tokens, ([a-z]+, )?chunk|captured in" "$OUT/$1.log" | cut -c9-
 }
 base_setup() {
     mkdir -p /tmp/base/src /tmp/base/run && tar xzf .base.tar.gz -C /tmp/base/src
