@@ -133,10 +133,11 @@ def test_gpu_engine_prefills_by_replay_without_a_sync():
     plain = eng.generate(prompt, 24, speculative=None, eos_token_id=None)
     assert eng.stats.prefill_rows == 64 and spec == plain
     eng._reset()
+    ids = torch.tensor(prompt, device="cuda")
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        graphs(torch.tensor(prompt, device="cuda"))                 # copies, a fill, one replay
+        graphs(ids)                                                 # copies, a fill, one replay
     finally:
         torch.cuda.set_sync_debug_mode(0)
     off = Engine(m, max_len=512, progress=False, options={"inductor": False}, prefill_graphs=False)
