@@ -142,3 +142,20 @@ def test_gpu_engine_prefills_by_replay_without_a_sync():
         torch.cuda.set_sync_debug_mode(0)
     off = Engine(m, max_len=512, progress=False, options={"inductor": False}, prefill_graphs=False)
     assert off.generate(prompt, 24, eos_token_id=None)[0] == spec[0] and off.stats.prefill_rows == 0
+
+
+def test_engine_falls_back_to_the_eager_chunks_when_a_capture_fails(model, monkeypatch):
+    """A bucket whose capture failed (capture_step warned; here capture=False, the same state) runs
+    the unpadded eager chunks, not the padded chunk uncaptured."""
+    import functools
+
+    import lingc.runtime.relay.engine as engine_module
+    from lingc.decoding.reference import greedy_generate
+
+    monkeypatch.setattr(engine_module, "PrefillGraphs", functools.partial(PrefillGraphs, capture=False))
+    eng = Engine(model, max_len=256, progress=False, options={"inductor": False})
+    eng.use_prefill_graphs = True                   # as on CUDA
+    prompt = _prompt(20).tolist()
+    out = eng.generate(prompt, 4, speculative=None, eos_token_id=None)
+    assert eng.prefill_graphs(False).captured == {64: False} and eng.stats.prefill_rows == 0
+    assert out == greedy_generate(model, prompt, 4, eos_token_id=None)

@@ -201,10 +201,12 @@ class Engine:
     def _prefill(self, prompt: torch.Tensor, speculative: bool) -> int:
         graphs = self.prefill_graphs(speculative)
         rows = graphs.bucket_for(prompt.numel()) if graphs is not None else None
+        if rows is not None and rows not in graphs.captured:   # its first request: capture (runs the model)
+            graphs.prepare((rows,))
+            self._reset()
+        if rows is not None and not graphs.captured[rows]:
+            rows = None                         # capture failed (it warned): the unpadded eager chunks
         if rows is not None:
-            if rows not in graphs.captured:     # its first request: capture, which runs the model
-                graphs.prepare((rows,))
-                self._reset()
             out = graphs(prompt)
             first, drafted = out.first, out.draft
             self.stats.prefill_rows = rows
