@@ -22,7 +22,8 @@ def test_run_from_a_checkpoint_with_given_prompt_ids(checkpoint, capsys):
     assert f"lingc: loading checkpoint {checkpoint} on cpu" in out
     assert "prompt: 5 given tokens; 6 new tokens" in out
     assert out.count("tokens identical to eager") == 2 and "random weights" not in out
-    ttft = re.search(r"time to first token \(the prompt's prefill\): plain ([0-9.]+) ms, relay ([0-9.]+) ms", out)
+    ttft = re.search(r"time to first token \(the prompt's prefill, eager chunks\): plain ([0-9.]+) ms, "
+                     r"relay ([0-9.]+) ms", out)
     assert ttft and float(ttft.group(1)) > 0 and float(ttft.group(2)) > 0, out
 
 

@@ -127,8 +127,10 @@ def test_gpu_engine_prefills_by_replay_without_a_sync():
     m = tiny_model().cuda()
     eng = Engine(m, max_len=512, progress=False, options={"inductor": False})
     prompt = _prompt(30, device="cuda").tolist()
-    spec = eng.generate(prompt, 24, eos_token_id=None)
+    eng.prepare_prefill(len(prompt), speculative=(True,))
     graphs = eng.prefill_graphs(True)
+    assert graphs.captured == {64: True}
+    spec = eng.generate(prompt, 24, eos_token_id=None)
     assert eng.stats.prefill_rows == 64 and graphs.captured == {64: True}
     plain = eng.generate(prompt, 24, speculative=None, eos_token_id=None)
     assert eng.stats.prefill_rows == 64 and spec == plain
@@ -156,6 +158,11 @@ def test_engine_falls_back_to_the_eager_chunks_when_a_capture_fails(model, monke
     eng = Engine(model, max_len=256, progress=False, options={"inductor": False})
     eng.use_prefill_graphs = True                   # as on CUDA
     prompt = _prompt(20).tolist()
+    eng.prepare_prefill(257)                        # buckets 64, 128, 256: none fits, nothing prepared
+    assert eng.prefill_graphs(True).captured == {}
+    eng.prepare_prefill(20, speculative=(True,))
+    assert eng.prefill_graphs(True).captured == {64: False} and eng.prefill_graphs(False).captured == {}
+    assert eng.prefill_graphs(True).buckets == (64, 128, 256)
     out = eng.generate(prompt, 4, speculative=None, eos_token_id=None)
     assert eng.prefill_graphs(False).captured == {64: False} and eng.stats.prefill_rows == 0
     assert out == greedy_generate(model, prompt, 4, eos_token_id=None)

@@ -153,10 +153,22 @@ class Engine:
         self._reset()
         self._dump_graphs()
 
+    def prepare_prefill(self, prompt_len: int | None = None, speculative: Sequence[bool] = (False, True)) -> None:
+        """Capture prefill graphs now instead of at the first request that needs each: the bucket
+        of a prompt_len-token prompt, or every bucket (None), for plain and/or speculative requests.
+        A no-op where prefill is eager (the CPU, tensor parallelism, prefill_graphs=False)."""
+        for spec in speculative:
+            graphs = self.prefill_graphs(bool(spec))
+            if graphs is None:
+                return
+            rows = None if prompt_len is None else graphs.bucket_for(prompt_len)
+            if prompt_len is None or rows is not None:
+                graphs.prepare(None if rows is None else (rows,))
+        self._reset()
+
     def prefill_graphs(self, speculative: bool) -> PrefillGraphs | None:
         """The captured prefill of plain or speculative requests (None: eager prefill only). Its
-        buckets are captured as requests first need them; `prefill_graphs(..).prepare()` captures
-        them all now (then reset: capture runs the model on the engine's cache)."""
+        buckets are captured as requests first need them, or by `prepare_prefill`."""
         if not self.use_prefill_graphs:
             return None
         if speculative not in self._prefill_graphs:
