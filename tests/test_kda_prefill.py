@@ -163,6 +163,15 @@ def test_k_split_walks_agree(k_split):
     assert_close(Sk, S_ref, RTOL)
 
 
+def test_walk_configuration_the_gpu_gets_wrong_is_refused():
+    # Chunk 64, walk on 8 warps, state in one K part: wrong on an H200 (session 40), refused
+    # everywhere (the interpreter, which ignores warps, would pass it).
+    x = make_inputs(37, 1, 16, 16, seed=5)
+    with pytest.raises(ValueError, match="chunk 64 on 8 warps with its state in one K part"):
+        run_kernel(x, KdaPrefillConfig(chunk=64, bv=16, num_warps_state=8, k_split=1))
+    run_kernel(x, KdaPrefillConfig(chunk=64, bv=16, num_warps_state=4, k_split=1))
+
+
 def test_final_state_in_place():
     # final_state may alias state: each program reads its state tile before writing it.
     x = make_inputs(37, 2, 16, 16, seed=43)
@@ -324,3 +333,16 @@ def test_gpu_flash_tp4_rank_8192_matches_chunked():
     assert_close(S, S_ref, 1e-4)
     o_op, S_op = kda_prefill(*args(x))
     assert torch.equal(o_op, o) and torch.equal(S_op, S)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("chunk,warps,k_split", [(32, 4, 1), (32, 8, 1), (32, 8, 2), (64, 4, 1), (64, 4, 2),
+                                                 (64, 8, 2)])
+def test_gpu_walk_configurations_match_the_reference(chunk, warps, k_split):
+    # The sweep's walk configurations at flash-tp4-rank's shape: the compiled kernels (not the
+    # interpreter) agree with the reference (session 40 found one that did not, now refused).
+    x = make_inputs(130, 8, 128, 128, seed=7)
+    o, S = run_kernel(x, KdaPrefillConfig(chunk=chunk, bv=16, num_warps_state=warps, k_split=k_split))
+    o_ref, S_ref = kda_chunked(*args(x))
+    assert_close(o, o_ref, 1e-4)
+    assert_close(S, S_ref, 1e-4)

@@ -386,6 +386,12 @@ def kda_prefill_triton(q, k, v, g, beta, state, out=None, final_state=None, *,
         assert bv >= 16 and bv & (bv - 1) == 0, cfg
     assert cfg.precision in ("tf32x3", "ieee"), cfg
     assert cfg.k_split in (1, 2, 4) and max(16, triton.next_power_of_2(K)) // cfg.k_split >= 16, cfg
+    if cfg.chunk == 64 and cfg.num_warps_state == 8 and cfg.k_split == 1:
+        raise ValueError(f"{cfg}: the state walk at chunk 64 on 8 warps with its state in one K part computes "
+                         "wrong results on an H200 (Triton 3.6: relative error ~1 in the final state, with and "
+                         "without PDL, at K = V = 128; session 40, benchmarks/results/kda_prefill_configs_s40_c6.log) "
+                         "while the interpreter and 4 warps, or k_split=2, agree with the reference; "
+                         "use num_warps_state=4 or k_split=2")
     BT = cfg.chunk
     NT = triton.cdiv(T, BT)
     dev = state.device
