@@ -85,7 +85,7 @@ from lingc.models.kda import KDAAttention
 from lingc.models.mla import MLAAttention
 from lingc.models.moe import MoE
 from lingc.runtime import registry
-from lingc.runtime.relay.prefill_graphs import PrefillGraphs, default_buckets
+from lingc.runtime.relay.prefill_graphs import PrefillGraphs
 
 from .common import copy_bandwidth_gbps, environment, event_times_ms, markdown_table, require_cuda, write_json
 
@@ -365,13 +365,12 @@ def captured_prefill(model, cache, ids: torch.Tensor, draft: bool):
     every bucket."""
     import time
 
-    buckets = default_buckets(cache.max_len)
-    rows = next((b for b in buckets if b >= ids.numel()), None)
+    graphs = PrefillGraphs(model, cache, draft and model.nextn is not None, progress=False)   # the engine's buckets
+    rows = graphs.bucket_for(ids.numel())
     if rows is None:
         return None
-    graphs = PrefillGraphs(model, cache, draft and model.nextn is not None, buckets=(rows,), progress=False)
     t0 = time.perf_counter()
-    graphs.prepare()
+    graphs.prepare((rows,))
     torch.cuda.synchronize()
     capture_s = time.perf_counter() - t0
 

@@ -13,6 +13,7 @@ from model_helpers import assert_rel_close, cache_tensors_close, tiny_model
 
 from lingc.decoding.reference import greedy_prompt_prefill
 from lingc.models import Ling3Cache
+from lingc.models.padding import PromptPadding
 from lingc.runtime.relay.engine import Engine
 from lingc.runtime.relay.prefill_graphs import PrefillGraphs, default_buckets
 
@@ -101,6 +102,10 @@ def test_errors(model):
         graphs(_prompt(65))
     with pytest.raises(RuntimeError, match=r"prefill bucket 64 is not captured: call prepare\(\(64,\)\)"):
         graphs(_prompt(10))
+    with pytest.raises(ValueError, match="first_pad=64 must be in 0..63"):
+        PromptPadding.of(torch.tensor([10]), 64, first_pad=64)
+    with pytest.raises(ValueError, match=r"length must be a \[1\] int64 tensor"):
+        PromptPadding.of(torch.tensor(10), 64)
     nonextn = tiny_model(num_nextn_predict_layers=0)
     with pytest.raises(ValueError, match="needs a model with a NEXTN layer"):
         PrefillGraphs(nonextn, Ling3Cache.allocate(nonextn.config, 128), draft=True)

@@ -116,16 +116,26 @@ class KDAAttention(nn.Module):
         if padding is None:
             conv[slot].copy_(torch.stack([r[T - width:] for r in raw]).transpose(1, 2))
         else:
-            ext = torch.cat([conv[slot].transpose(1, 2), torch.stack(raw).to(conv.dtype)], 1)   # [3, W-1+T, D]
-            conv[slot].copy_(ext.index_select(1, padding.window_rows(width)).transpose(1, 2))
+            conv[slot].copy_(_padded_windows(raw, conv[slot], padding))
         o = gated_norm_op(o, self.g_proj(x).view(T, H, K), self.o_norm.weight, self.eps, x.dtype)
         return self.tp.all_reduce(self.o_proj(o.reshape(T, H * K)))
 
 
 def _pad_gate(g: torch.Tensor, beta: torch.Tensor, padding: PromptPadding):
-    """A padded chunk's log decay g [T, H, K] and beta [T, H] with their padding rows zeroed: those
-    rows keep the state exactly (decay exp(0) = 1, no delta)."""
-    return g * padding.valid[:, None, None], beta * padding.valid[:, None]
+    """A padded chunk's log decay g [T, H, K] and beta [T, H] (fresh tensors) with their padding
+    rows zeroed in place: those rows keep the state exactly (decay exp(0) = 1, no delta)."""
+    return padding.mask_rows_(g), padding.mask_rows_(beta)
+
+
+def _padded_windows(raw, window: torch.Tensor, padding: PromptPadding) -> torch.Tensor:
+    """The conv windows [3, D, W-1] after a padded chunk: rows length .. length + W - 2 of
+    [window ; chunk] (oldest first), gathered from the three projections raw ([T, D] each) and the
+    old window [3, D, W-1] without concatenating them (a [3, T, D] copy at 8192 tokens)."""
+    width = window.shape[-1]
+    idx = padding.window_rows(width)                                           # in [window ; chunk]
+    new = torch.stack([r.index_select(0, (idx - width).clamp(min=0)) for r in raw]).transpose(1, 2)
+    old = window.index_select(2, idx.clamp(max=width - 1))
+    return torch.where(idx < width, old, new.to(window.dtype))
 
 
 class _Conv(nn.Module):

@@ -24,20 +24,31 @@ import torch
 @dataclass(frozen=True)
 class PromptPadding:
     """Rows >= length of a chunk are padding. length: [1] int64 on the chunk's device; valid:
-    [rows] fp32, 1.0 for a real row and 0.0 for padding (multiplies KDA's gate and beta)."""
+    [rows] fp32, 1.0 for a real row and 0.0 for padding (multiplies KDA's gate and beta);
+    first_pad: a row before which every row is real whatever the length (the graph of a bucket
+    serves lengths above the bucket below it), so only rows from it on need masking."""
 
     length: torch.Tensor
     valid: torch.Tensor
+    first_pad: int = 0
 
     @classmethod
-    def of(cls, length: torch.Tensor, rows: int) -> "PromptPadding":
-        """The padding of a chunk of `rows` rows of which the first `length` ([1] device int64) are
-        real (device ops only: no host read of length)."""
+    def of(cls, length: torch.Tensor, rows: int, first_pad: int = 0) -> "PromptPadding":
+        """The padding of a chunk of `rows` rows of which the first `length` ([1] device int64,
+        at least first_pad) are real (device ops only: no host read of length)."""
         if length.shape != (1,) or length.dtype != torch.int64:
             raise ValueError(f"PromptPadding length must be a [1] int64 tensor, got {tuple(length.shape)} "
                              f"{length.dtype}")
+        if not 0 <= first_pad < rows:
+            raise ValueError(f"PromptPadding first_pad={first_pad} must be in 0..{rows - 1} (the chunk's rows)")
         valid = (torch.arange(rows, device=length.device) < length).float()
-        return cls(length, valid)
+        return cls(length, valid, first_pad)
+
+    def mask_rows_(self, x: torch.Tensor) -> torch.Tensor:
+        """x [rows, ...] with its padding rows zeroed, in place from first_pad on."""
+        tail = x[self.first_pad:]
+        tail.mul_(self.valid[self.first_pad:].view(-1, *([1] * (x.dim() - 1))))
+        return x
 
     def last_row(self, x: torch.Tensor) -> torch.Tensor:
         """x[length - 1] as a [1, ...] tensor (the last real row)."""

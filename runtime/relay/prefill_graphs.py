@@ -135,7 +135,8 @@ class PrefillGraphs:
         """The padded chunk from bk's static inputs."""
         model, cache = self.model, self.cache
         remember_positions_run(bk.positions, 0, bk.rows - 1)        # MLA's layers read no positions
-        pad = PromptPadding.of(bk.length, bk.rows)
+        below = [b for b in self.buckets if b < bk.rows]
+        pad = PromptPadding.of(bk.length, bk.rows, first_pad=below[-1] if below else 0)
         logits, hidden = model(bk.ids, bk.positions, cache, last_logits_only=True, padding=pad)
         first = logits[-1].argmax(-1)
         if not self.draft:
