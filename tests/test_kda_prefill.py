@@ -124,7 +124,7 @@ def test_state_kernel_reads_only_scratch_the_chunk_kernel_wrote(monkeypatch, T, 
 
     monkeypatch.setattr(kmod, "torch", _NanScratchTorch())
     x = make_inputs(T, 2, 24, 16, seed=400 + T + chunk)
-    o, S = run_kernel(x, KdaPrefillConfig(chunk=chunk, bv=16))
+    o, S = run_kernel(x, KdaPrefillConfig(chunk=chunk, bv=16, num_warps_state=4))
     o_rec, S_rec = kda_recurrent(*args(cpu(x)))
     assert_close(o, o_rec, RTOL)
     assert_close(S, S_rec, RTOL)

@@ -99,6 +99,7 @@ class Engine:
         self._compiled: dict[str, object] = {}
         self._steps: dict[str, CapturedStep] = {}
         self._prefill_graphs: dict[bool, PrefillGraphs] = {}     # by draft (speculative requests)
+        self._prefill_pool = None
         self.naive_refill: dict[str, bool] = {}
         self.progress = progress
         self.stats = EngineStats()
@@ -172,8 +173,12 @@ class Engine:
         if not self.use_prefill_graphs:
             return None
         if speculative not in self._prefill_graphs:
+            # Plain and speculative prefills share one pool: they never run at the same time, and
+            # each graph's outputs are read before the next replay.
+            if self._prefill_pool is None and self.cudagraphs:
+                self._prefill_pool = torch.cuda.graph_pool_handle()
             self._prefill_graphs[speculative] = PrefillGraphs(self.model, self.cache, speculative,
-                                                              progress=self.progress)
+                                                              progress=self.progress, pool=self._prefill_pool)
         return self._prefill_graphs[speculative]
 
     def _dump_graphs(self) -> None:

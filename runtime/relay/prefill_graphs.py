@@ -81,7 +81,9 @@ class PrefillGraphs:
     """
 
     def __init__(self, model, cache: Ling3Cache, draft: bool, buckets: tuple[int, ...] | None = None,
-                 capture: bool = True, progress: bool = True):
+                 capture: bool = True, progress: bool = True, pool=None):
+        """pool: a CUDA-graph memory pool to capture into (torch.cuda.graph_pool_handle()), shared
+        with other graphs that never run at the same time; a new one by default."""
         if draft and model.nextn is None:
             raise ValueError("PrefillGraphs(draft=True) needs a model with a NEXTN layer")
         buckets = default_buckets(cache.max_len) if buckets is None else tuple(sorted(set(buckets)))
@@ -93,7 +95,7 @@ class PrefillGraphs:
         self.capture, self.progress = capture, progress
         self.device = model.lm_head.weight.device
         self.buckets = buckets
-        self._pool = None
+        self._pool = pool
         self._ready: dict[int, _Bucket] = {}
 
     def bucket_for(self, n: int) -> int | None:
