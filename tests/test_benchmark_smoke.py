@@ -511,11 +511,12 @@ def test_gpu_prefill_benchmark_times_the_captured_prefill_beside_the_eager(tmp_p
 
     assert main(["--preset", "tiny", "--tokens", "64", "100", "--reps", "2", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "prefill.json").read_text())["rows"]
-    # 100 tokens: the cache holds 108 rows, so the largest bucket is 64 and only eager runs.
-    assert [(r["tokens"], r["graphs"]) for r in rows] == [(64, "captured"), (64, "eager"), (100, "eager")]
+    # The cache holds 108 rows: buckets 64 and 108 (the cache's size), so 100 tokens run padded.
+    assert [(r["tokens"], r["graphs"]) for r in rows] == [(64, "captured"), (64, "eager"), (100, "captured"),
+                                                         (100, "eager")]
     captured, eager = rows[0], rows[1]
     assert captured["capture_s"] > 0 and eager["capture_s"] is None
-    assert captured["syncs"] == 0 and captured["kinds_ms"] == {}
+    assert captured["syncs"] == 0 and captured["kinds_ms"] == {} and rows[2]["syncs"] == 0
     assert captured["ttft_ms"] > 0 and captured["first_token"] == eager["first_token"]
     assert eager["logits_rel_diff"] < 1e-4        # a bucket-sized prompt: the same computation
 

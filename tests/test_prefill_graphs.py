@@ -53,9 +53,11 @@ def _padded(model, prompt, max_len, capture=False, pad_ids=None):
 
 def test_default_buckets():
     assert default_buckets(20000) == (64, 128, 256, 512, 1024, 2048, 3072, 4096, 5120, 6144, 7168, 8192)
-    assert default_buckets(3000) == (64, 128, 256, 512, 1024, 2048)
+    assert default_buckets(3000) == (64, 128, 256, 512, 1024, 2048, 3000)     # the cache's size last
+    assert default_buckets(1536) == (64, 128, 256, 512, 1024, 1536)
     assert default_buckets(63) == ()
     assert default_buckets(20000, largest=256) == (64, 128, 256)
+    assert default_buckets(100) == (64, 100)
 
 
 @pytest.mark.parametrize("prompt_kernels", [False, True], ids=["plain-ops", "prompt-kernels"])

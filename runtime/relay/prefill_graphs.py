@@ -12,8 +12,8 @@ prompt is a few copies and one launch, whatever its length.
 
 Not captured (eager chunks, `lingc.decoding.reference.greedy_prompt_prefill`): prompts longer than
 the largest bucket (GPU-bound there anyway), tensor-parallel models, the CPU. The padding costs
-GPU time (a 1025-token prompt runs as 2048 rows below 1024 rows a bucket, as 2048 above), which
-the buckets bound: powers of two up to 1024, then every multiple of 1024.
+GPU time (a 1025-token prompt runs as 2048 rows), which the buckets bound: powers of two up to
+1024, then every multiple of 1024, and the cache's own size (or PREFILL_CHUNK) last.
 
 Bits: a padded chunk runs different GEMM shapes than the unpadded one, so its logits and states
 agree with the eager prefill's to rounding, not bit for bit (tests/test_prefill_graphs.py); a
@@ -44,11 +44,16 @@ BUCKET_STEP = 1024
 
 def default_buckets(max_rows: int, largest: int = PREFILL_CHUNK) -> tuple[int, ...]:
     """Bucket sizes for a cache of max_rows rows: 64, 128, .., 1024, then 2048, 3072, .. up to
-    `largest` (a bucket's rows are written to the cache, so none passes max_rows)."""
+    `largest`, and min(largest, max_rows) itself when the series stops short of it (a bucket's
+    rows are written to the cache, so none passes max_rows; the cache's own size serves every
+    prompt that fits it)."""
+    cap = min(largest, max_rows)
     sizes, b = [], PROMPT_KERNEL_MIN_TOKENS
-    while b <= min(largest, max_rows):
+    while b <= cap:
         sizes.append(b)
         b = b * 2 if b < BUCKET_STEP else b + BUCKET_STEP
+    if sizes and sizes[-1] < cap:
+        sizes.append(cap)
     return tuple(sizes)
 
 
