@@ -104,6 +104,8 @@ def test_errors(model):
         graphs(_prompt(65))
     with pytest.raises(RuntimeError, match=r"prefill bucket 64 is not captured: call prepare\(\(64,\)\)"):
         graphs(_prompt(10))
+    with pytest.raises(ValueError, match=r"prefill buckets \[100\] are not among this object's buckets \(64,\)"):
+        graphs.prepare((100,))
     with pytest.raises(ValueError, match="first_pad=64 must be in 0..63"):
         PromptPadding.of(torch.tensor([10]), 64, first_pad=64)
     with pytest.raises(ValueError, match=r"length must be a \[1\] int64 tensor"):

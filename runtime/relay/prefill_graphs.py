@@ -115,6 +115,9 @@ class PrefillGraphs:
     def prepare(self, buckets: tuple[int, ...] | None = None) -> None:
         """Warm up and capture the buckets not yet prepared (all by default). Runs the model, so
         it overwrites the cache: reset it before a request."""
+        unknown = sorted(set(buckets or ()) - set(self.buckets))
+        if unknown:
+            raise ValueError(f"prefill buckets {unknown} are not among this object's buckets {self.buckets}")
         todo = [b for b in (buckets or self.buckets) if b not in self._ready]
         if not todo:
             return
