@@ -6,10 +6,10 @@ tracing. Idempotent: a module can be imported twice (reload, or under a second n
 dispatcher refuses a second definition of the same name, so the existing op is returned.
 
 What the model's code calls is an `EagerOp` around the op: in plain eager code on CUDA tensors
-(a prompt chunk: prefill is not captured) it calls the implementation directly, because the
-custom-op dispatcher costs 12-64 us of host time per call on the H200 host (`python -m
-benchmarks.host_overhead`, session 39) and an eager prefill, whose host issues ~330 such calls
-per forward, is host-bound; traced, compiled, profiled or differentiable calls, fake or other
+(a prompt chunk run eagerly, or being captured: runtime/relay/prefill_graphs.py) it calls the
+implementation directly, because the custom-op dispatcher costs 12-64 us of host time per call on
+the H200 host (`python -m benchmarks.host_overhead`, session 39) and an eager prefill, whose host
+issues ~330 such calls per forward, is host-bound; traced, compiled, profiled or differentiable calls, fake or other
 subclass tensors, the CPU and ops that mutate an argument go through the dispatcher as before.
 """
 from __future__ import annotations

@@ -221,9 +221,7 @@ class Engine:
         if rows is not None and rows not in graphs.captured:   # its first request: capture (runs the model)
             graphs.prepare((rows,))
             self._reset()
-        if rows is not None and not graphs.captured[rows]:
-            rows = None                         # capture failed (it warned): the unpadded eager chunks
-        if rows is not None:
+        if rows is not None and graphs.captured[rows]:   # a failed capture (it warned): the eager chunks
             out = graphs(prompt)
             first, drafted = out.first, out.draft
             self.stats.prefill_rows = rows

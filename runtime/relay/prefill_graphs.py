@@ -71,6 +71,7 @@ class _Bucket:
     ids: torch.Tensor          # [rows] int64: the prompt, then padding ids (0)
     positions: torch.Tensor    # [rows] int64: 0 .. rows - 1
     length: torch.Tensor       # [1] int64: the prompt's length
+    first_pad: int             # rows before it are always real: the bucket below's size
     step: CapturedStep | None = None
 
 
@@ -131,8 +132,9 @@ class PrefillGraphs:
 
     def _prepare(self, rows: int) -> None:
         dev = self.device
-        bk = _Bucket(rows, torch.zeros(rows, dtype=torch.int64, device=dev),
-                     torch.arange(rows, device=dev), torch.full((1,), rows, dtype=torch.int64, device=dev))
+        below = [b for b in self.buckets if b < rows]
+        bk = _Bucket(rows, torch.zeros(rows, dtype=torch.int64, device=dev), torch.arange(rows, device=dev),
+                     torch.full((1,), rows, dtype=torch.int64, device=dev), below[-1] if below else 0)
         fn = lambda: self._run(bk)  # noqa: E731
         with torch.no_grad():
             if self.capture:
@@ -145,8 +147,7 @@ class PrefillGraphs:
         """The padded chunk from bk's static inputs."""
         model, cache = self.model, self.cache
         remember_positions_run(bk.positions, 0, bk.rows - 1)        # MLA's layers read no positions
-        below = [b for b in self.buckets if b < bk.rows]
-        pad = PromptPadding.of(bk.length, bk.rows, first_pad=below[-1] if below else 0)
+        pad = PromptPadding.of(bk.length, bk.rows, bk.first_pad)
         logits, hidden = model(bk.ids, bk.positions, cache, last_logits_only=True, padding=pad)
         first = logits[-1].argmax(-1)
         if not self.draft:
