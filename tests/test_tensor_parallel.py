@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 from model_helpers import assert_rel_close, tiny_model
-from tp_cases import PROMPT, eager_logits, relay_case, spawn, symm_case
+from tp_cases import (PROMPT, capture_disagreement_case, eager_logits, prefill_case, relay_case, spawn,
+                      symm_case)
 
 from lingc.decoding.reference import greedy_generate, sample_generate
 from lingc.models import Ling3ForCausalLM, build_model, preset
@@ -168,6 +169,50 @@ def test_tp2_on_gpus_bf16_relay_equals_plain():
     res = spawn(relay_case, 2, new_tokens=128, spec_tokens=128, num_hidden_layers=6,
                 torch_dtype="bfloat16", options={"inductor": False})
     for r in res:
+        assert r["spec"] == r["plain"]
+    assert res[0]["plain"] == res[1]["plain"]
+
+
+def _assert_padded_prefill_equals_eager(res: list, tol: float) -> None:
+    """Each rank's padded-bucket prefill gives its eager prefill's first token, draft outputs,
+    KDA states and MLA rows; the ranks agree on the first token."""
+    for r, got in enumerate(res):
+        e, p = got["eager"], got["padded"]
+        assert p["first"] == e["first"], f"rank {r}"
+        assert_rel_close(p["dlog"], e["dlog"], tol, f"rank {r} draft logits")
+        assert_rel_close(p["dh"], e["dh"], tol, f"rank {r} draft hidden")
+        for j, (x, y) in enumerate(zip(p["state"] + p["kv"], e["state"] + e["kv"])):
+            assert_rel_close(x, y, tol, f"rank {r} KDA state / MLA rows {j}")
+    assert res[0]["padded"]["first"] == res[1]["padded"]["first"]
+
+
+def test_tp2_padded_prefill_equals_eager():
+    """The captured prefill's code path (capture=False on the CPU) under a 2-way split: padding
+    rows change nothing a real row sees on either rank (their heads and expert slices differ)."""
+    res = spawn(prefill_case, 2, n=30)
+    _assert_padded_prefill_equals_eager(res, 1e-4)
+    assert all(r["padded"]["captured"] == {64: False, 128: False} for r in res)
+
+
+def test_tp2_ranks_fall_back_together_when_a_capture_fails_on_one():
+    res = spawn(capture_disagreement_case, 2)
+    assert [r["captured"] for r in res] == [{64: False}, {64: False}]
+    assert res[0]["reason"] == "a peer rank's capture failed" and res[1]["reason"] == "RuntimeError: injected"
+    assert any("captured on rank 0 but not on every rank" in w for w in res[0]["warnings"])
+    assert not any("every rank" in w for w in res[1]["warnings"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                    reason="needs 2 GPUs")
+def test_tp2_on_gpus_captured_prefill_equals_eager():
+    """NCCL inside the captured prefill graphs: each rank's replay gives its eager prefill, and the
+    Engine (prefill captured by default) gives speculative == plain from a 100-token prompt."""
+    res = spawn(prefill_case, 2, n=100, capture=True, engine_tokens=48)
+    _assert_padded_prefill_equals_eager(res, 1e-4)
+    for r in res:
+        assert r["padded"]["captured"] == {64: True, 128: True}
+        assert r["plain_rows"] == r["spec_rows"] == 128
         assert r["spec"] == r["plain"]
     assert res[0]["plain"] == res[1]["plain"]
 

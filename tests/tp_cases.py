@@ -126,3 +126,65 @@ def symm_case(tp, steps: int = 8, **overrides) -> dict:
         out[mode] = {"tokens": toks, "logits0": first, "report": compile_reports[-1].format(),
                      "table": {op: n for _c, op, n, _ in compile_reports[-1].kernels.rows}}
     return out
+
+
+def prefill_case(tp, n: int = 30, capture: bool = False, engine_tokens: int = 0, **overrides) -> dict:
+    """This rank's eager prefill of an n-token prompt beside its padded bucket (PrefillGraphs,
+    captured on CUDA with `capture`), and with engine_tokens the Engine's plain and speculative
+    output from the same prompt (its prefill captured on CUDA by default)."""
+    from lingc.decoding.reference import greedy_prompt_prefill
+    from lingc.models import Ling3Cache
+    from lingc.runtime.relay.prefill_graphs import PrefillGraphs
+
+    model = model_for(tp, **overrides)
+    dev = model.lm_head.weight.device
+    prompt = torch.randint(1, 300, (n,), generator=torch.Generator().manual_seed(n)).to(dev)
+    out = {}
+    with torch.no_grad():
+        ref = Ling3Cache.allocate(model.config, 256, device=dev)
+        first, (dlog, dh) = greedy_prompt_prefill(model, ref, prompt, True)
+        out["eager"] = {"first": int(first), "dlog": dlog.cpu(), "dh": dh.cpu(),
+                        "state": [s.cpu() for s in ref.state], "kv": [k[:, :n].cpu() for k in ref.kv]}
+        cache = Ling3Cache.allocate(model.config, 256, device=dev)
+        graphs = PrefillGraphs(model, cache, draft=True, buckets=(64, 128), capture=capture, progress=False)
+        graphs.prepare()
+        cache.zero_()
+        got = graphs(prompt)
+        out["padded"] = {"first": int(got.first), "dlog": got.draft[0].cpu(), "dh": got.draft[1].cpu(),
+                         "state": [s.cpu() for s in cache.state], "kv": [k[:, :n].cpu() for k in cache.kv],
+                         "captured": graphs.captured}
+    if engine_tokens:
+        from lingc.runtime.relay.engine import Engine
+        engine = Engine(model, max_len=n + engine_tokens + 32, options={"inductor": False}, progress=False)
+        out["plain"] = engine.generate(prompt.tolist(), engine_tokens, speculative=None, eos_token_id=None)
+        out["plain_rows"] = engine.stats.prefill_rows
+        out["spec"] = engine.generate(prompt.tolist(), engine_tokens, eos_token_id=None)
+        out["spec_rows"] = engine.stats.prefill_rows
+    return out
+
+
+def capture_disagreement_case(tp) -> dict:
+    """Rank 0's capture of a prefill bucket succeeds (a stand-in graph), rank 1's fails: after
+    prepare() every rank must hold the bucket uncaptured, and rank 0 must have said why."""
+    import warnings
+
+    import lingc.runtime.relay.prefill_graphs as pg
+    from lingc.models import Ling3Cache
+
+    def fake_capture(role, fn, pool, warmup=2):
+        if tp.rank == 0:
+            return pg.CapturedStep(role, fn, object(), output=None)
+        return pg.CapturedStep(role, fn, None, reason="RuntimeError: injected")
+
+    model = model_for(tp)
+    cache = Ling3Cache.allocate(model.config, 128, device=model.lm_head.weight.device)
+    real, pg.capture_step = pg.capture_step, fake_capture
+    try:
+        graphs = pg.PrefillGraphs(model, cache, draft=False, buckets=(64,), capture=True, progress=False, pool=0)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            graphs.prepare()
+    finally:
+        pg.capture_step = real
+    return {"captured": graphs.captured, "reason": graphs._ready[64].step.reason,
+            "warnings": [str(w.message) for w in seen]}

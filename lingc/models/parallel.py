@@ -159,6 +159,17 @@ class TensorParallel:
         import torch.distributed._functional_collectives as funcol
         return funcol.all_reduce(x, "sum", self._group())
 
+    def all_true(self, flag: bool, device: torch.device | str) -> bool:
+        """Whether `flag` holds on every rank (a host decision the ranks must share, e.g. whether
+        a graph was captured everywhere: a rank that runs other shapes than its peers would pair
+        its collectives with theirs wrongly). Eager, and it waits for the answer: never call it
+        inside a captured region. True at size 1 without a collective."""
+        if self.size == 1:
+            return bool(flag)
+        import torch.distributed._functional_collectives as funcol
+        t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
+        return bool(funcol.all_reduce(t, "min", self._group()).item())
+
     def gather_columns(self, x: torch.Tensor) -> torch.Tensor:
         """[T, N] per rank -> [T, size * N], rank r's columns at r*N (the vocab-parallel logits)."""
         if self.size == 1:
@@ -169,6 +180,11 @@ class TensorParallel:
         # one in 2.11); both trace to _c10d_functional.all_gather_into_tensor.
         gather = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor
         g = gather(x.contiguous(), 0, self._group())                            # [size * T, N]
+        if isinstance(g, funcol.AsyncCollectiveTensor):
+            # Eager: wait here. The logits leave the model, and a caller's no-op conversion
+            # (.float() of fp32 logits, .cpu() on the CPU) would hand on the unwaited buffer,
+            # which gloo may still be writing (seen as wrong draft logits in 3 runs of 16).
+            g = g.wait()
         return g.view(self.size, T, N).permute(1, 0, 2).reshape(T, self.size * N)
 
 

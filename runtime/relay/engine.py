@@ -7,8 +7,8 @@
 Per request: the cache and relay buffers are reset, the prompt is prefilled, then steps run. On
 CUDA a prompt of up to PREFILL_CHUNK tokens prefills as one replay of a captured graph padded to
 its size (prefill_graphs.py: eager prefill issues ~2500 kernels and is host-bound up to ~8192
-tokens); longer prompts, the CPU, tensor-parallel models and `prefill_graphs=False` take the eager
-model's chunks. A speculative step is three launches (draft, verify,
+tokens; tensor-parallel ranks capture it too, with their collectives inside); longer prompts, the
+CPU and `prefill_graphs=False` take the eager model's chunks. A speculative step is three launches (draft, verify,
 extend graphs); a plain step one (decode). The host launches step k+1 before it reads step k's
 tokens: those reach the host through a device ring (written in-graph by the last graph of a
 step) copied on a side stream, whose event is read one step late; EOS, max_new_tokens and stop
@@ -71,8 +71,8 @@ class Engine:
 
     def __init__(self, model, max_len: int, steps: int = 5, options: dict | None = None,
                  cudagraphs: bool | None = None, progress: bool = True, prefill_graphs: bool | None = None):
-        """prefill_graphs: capture the prompt's prefill per padded size (default: with cudagraphs,
-        on a single-GPU model; prefill_graphs.py)."""
+        """prefill_graphs: capture the prompt's prefill per padded size (default: with cudagraphs;
+        prefill_graphs.py)."""
         self.model = _unwrap(model)
         cfg = self.model.config
         if not 1 <= steps <= MAX_STEPS:
@@ -85,12 +85,10 @@ class Engine:
             raise ValueError("Engine options must not set 'role': the engine compiles one graph per role")
         want_graphs = self.options.get("cudagraphs", True) if cudagraphs is None else cudagraphs
         self.cudagraphs = bool(want_graphs) and self.device.type == "cuda"
-        single = self.model.tp.size == 1
-        if prefill_graphs and not (self.cudagraphs and single):
-            raise ValueError("prefill_graphs=True needs CUDA graphs (CUDA, cudagraphs on) and a single-GPU model "
-                             f"(device {self.device}, cudagraphs {self.cudagraphs}, tensor-parallel size "
-                             f"{self.model.tp.size}); leave it None for the default")
-        self.use_prefill_graphs = self.cudagraphs and single if prefill_graphs is None else bool(prefill_graphs)
+        if prefill_graphs and not self.cudagraphs:
+            raise ValueError("prefill_graphs=True needs CUDA graphs (CUDA, cudagraphs on; device "
+                             f"{self.device}, cudagraphs {self.cudagraphs}); leave it None for the default")
+        self.use_prefill_graphs = self.cudagraphs if prefill_graphs is None else bool(prefill_graphs)
         self.max_len = max_len
         self.cache = Ling3Cache.allocate(cfg, max_len, device=self.device)
         self.relay = RelayBuffers.allocate(steps, cfg.hidden_size, cfg.dtype, self.device)
@@ -157,7 +155,7 @@ class Engine:
     def prepare_prefill(self, prompt_len: int | None = None, speculative: Sequence[bool] = (False, True)) -> None:
         """Capture prefill graphs now instead of at the first request that needs each: the bucket
         of a prompt_len-token prompt, or every bucket (None), for plain and/or speculative requests.
-        A no-op where prefill is eager (the CPU, tensor parallelism, prefill_graphs=False)."""
+        A no-op where prefill is eager (the CPU, prefill_graphs=False)."""
         for spec in speculative:
             graphs = self.prefill_graphs(bool(spec))
             if graphs is None:

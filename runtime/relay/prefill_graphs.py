@@ -11,7 +11,9 @@ shifted by one, the first token at row L - 1) run inside the same graph. So the 
 prompt is a few copies and one launch, whatever its length.
 
 Not captured (eager chunks, `lingc.decoding.reference.greedy_prompt_prefill`): prompts longer than
-the largest bucket (GPU-bound there anyway), tensor-parallel models, the CPU. The padding costs
+the largest bucket (GPU-bound there anyway), the CPU. Tensor-parallel ranks capture the same
+buckets with their collectives inside (as the decode graphs hold theirs), and agree after each
+capture: a bucket that failed on any rank runs eagerly on all of them. The padding costs
 GPU time (a 1025-token prompt runs as 2048 rows), which the buckets bound: powers of two up to
 1024, then every multiple of 1024, and the cache's own size (or PREFILL_CHUNK) last.
 
@@ -23,6 +25,7 @@ same graphs, so their first tokens agree.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -141,6 +144,14 @@ class PrefillGraphs:
                 bk.step = capture_step(f"prefill {rows}", fn, self._pool, warmup=1)
             else:
                 bk.step = CapturedStep(f"prefill {rows}", fn, None)
+        tp = self.model.tp
+        if tp.size > 1 and not tp.all_true(bk.step.captured, dev):
+            # A rank without the graph falls back to the unpadded eager chunks, whose collectives
+            # have other sizes than the padded graph's: every rank must fall back together.
+            if bk.step.captured:
+                warnings.warn(f"lingc: the prefill {rows} graph was captured on rank {tp.rank} but not on "
+                              f"every rank; all ranks prefill such prompts eagerly", stacklevel=3)
+            bk.step = CapturedStep(bk.step.role, fn, None, reason=bk.step.reason or "a peer rank's capture failed")
         self._ready[rows] = bk
 
     def _run(self, bk: _Bucket) -> PrefillOutput:
