@@ -1,6 +1,7 @@
 """Prefill on one GPU: time to first token of an N-token prompt, where it goes, and its floor.
 
     python -m benchmarks.prefill --preset flash-tp4-rank --tokens 1024 8192 --out DIR
+    torchrun --nproc-per-node N -m benchmarks.prefill --tp N --preset flash ...   (tensor parallel)
         [--moe grouped grouped-library gather] [--mla expanded-bf16 expanded tensor-cores fp32]
         [--chunk 256 1024] [--reps 3] [--no-draft] [--op-calls direct dispatcher]
         [--graphs captured eager] [--profile N] [--host-profile N]
@@ -64,7 +65,12 @@ first setting's (relative L2, max abs) beside its top-2 logit margin, from one m
 random weights many first tokens are near ties, so forms that agree to fp32 rounding can still
 pick different first tokens; the logits say whether they agree.
 
-Output: a markdown table on stdout, OUT/prefill.json.
+`--tp N` under torchrun splits the model N ways (lingc.models.parallel): each rank prefills its
+shard with the all-reduces and the vocabulary gather between them, captured or eager as above.
+Rank 0 reports; the floor is one rank's (its weights and FLOPs). `--profile` and
+`--host-profile` are single-GPU only.
+
+Output: a markdown table on stdout, OUT/prefill.json (OUT/prefill_tpN.json with --tp N).
 """
 
 from __future__ import annotations
@@ -84,6 +90,7 @@ from lingc.models import moe as moe_module
 from lingc.models.kda import KDAAttention
 from lingc.models.mla import MLAAttention
 from lingc.models.moe import MoE
+from lingc.models.parallel import init_from_env
 from lingc.runtime import registry
 from lingc.runtime.relay.prefill_graphs import PrefillGraphs
 
@@ -448,11 +455,20 @@ def main(argv=None) -> int:
     ap.add_argument("--host-profile", type=int, default=0, metavar="N",
                     help="profile the host side of one N-token prefill with cProfile (top functions on stdout, "
                          "OUT/prefill_host.pstats)")
+    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel size (= torchrun's world size)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     if min(args.chunk) < 1 or min(args.tokens) < 1 or args.reps < 1:
         raise SystemExit(f"--chunk {args.chunk}, --tokens {args.tokens}, --reps {args.reps}: all must be >= 1")
+    if args.tp > 1 and (args.profile or args.host_profile):
+        raise SystemExit("--profile and --host-profile profile one GPU: leave them out with --tp > 1")
+    tp = init_from_env()
+    if tp.size != args.tp:
+        raise SystemExit(f"--tp {args.tp} but {tp.size} process(es) are running: launch with "
+                         f"torchrun --nproc-per-node {args.tp} -m benchmarks.prefill --tp {args.tp} ...")
     require_cuda()
+    lead = tp.rank == 0
+    say = print if lead else (lambda *a, **k: None)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -461,23 +477,24 @@ def main(argv=None) -> int:
     cfg = preset(args.preset, router_dtype="bf16")
     if max(args.tokens) + 1 > cfg.max_position_embeddings:
         raise SystemExit(f"--tokens {max(args.tokens)}: the preset's positions end at {cfg.max_position_embeddings}")
-    model = build_model(cfg, device="cuda", dtype=torch.bfloat16, seed=0, progress=True)
+    model = build_model(cfg, device="cuda", dtype=torch.bfloat16, seed=0, progress=lead, tp=tp)
     cache = Ling3Cache.allocate(model.config, max(args.tokens) + 8, device="cuda")
     nbytes = target_bytes(model)
-    gen = torch.Generator(device="cuda").manual_seed(1)
-    print(f"copy bandwidth {bw:.0f} GB/s, bf16 matmul {tflops:.0f} TFLOP/s, target weights {nbytes / 1e9:.1f} GB",
-          flush=True)
+    gen = torch.Generator().manual_seed(1)            # on the host: every rank draws the same prompt
+    split = f" per rank ({tp.size}-way tensor parallel)" if tp.enabled else ""
+    say(f"copy bandwidth {bw:.0f} GB/s, bf16 matmul {tflops:.0f} TFLOP/s, target weights {nbytes / 1e9:.1f} GB"
+        f"{split}", flush=True)
 
     rows, firsts, ref_logits = [], {}, {}
     for n in args.tokens:
-        ids = torch.randint(0, model.config.vocab_size, (n,), device="cuda", generator=gen)
+        ids = torch.randint(0, model.config.vocab_size, (n,), generator=gen).cuda()
         flops = prompt_flops(model, n)
         floor_ms = max(nbytes / (bw * 1e9), flops / (tflops * 1e12)) * 1e3
         for graphs, chunk, form, mla, calls in itertools.product(args.graphs, args.chunk, args.moe, args.mla,
                                                                  args.op_calls):
             got = measure(model, cache, ids, chunk, form, mla, args.reps, not args.no_draft, calls, graphs)
             if got is None:
-                print(f"  {n} tokens: longer than the largest prefill bucket, no captured row", flush=True)
+                say(f"  {n} tokens: longer than the largest prefill bucket, no captured row", flush=True)
                 continue
             ms, hooked_ms, kinds, first, logits, host = got
             firsts[(n, graphs, chunk, form, mla, calls)] = first
@@ -490,11 +507,11 @@ def main(argv=None) -> int:
                    "hooked_run_ms": hooked_ms, "rest_ms": max(0.0, hooked_ms - sum(kinds.values())),
                    **host, **logit_agreement(logits, ref_logits[n])}
             rows.append(row)
-            print(f"  {n} tokens, {graphs}, chunk {chunk}, MoE {form}, MLA {mla}, op calls {calls}: {ms:.1f} ms "
+            say(f"  {n} tokens, {graphs}, chunk {chunk}, MoE {form}, MLA {mla}, op calls {calls}: {ms:.1f} ms "
                   f"({row['tokens_per_s']:.0f} tok/s), "
                   + ", ".join(f"{k} {v:.1f}" for k, v in sorted(kinds.items())), flush=True)
             captured = "" if host["capture_s"] is None else f"captured in {host['capture_s']:.2f} s; "
-            print(f"    {captured}fastest of {args.reps}: {host['ttft_min_ms']:.1f} ms; host: issued in "
+            say(f"    {captured}fastest of {args.reps}: {host['ttft_min_ms']:.1f} ms; host: issued in "
                   f"{host['host_issue_ms']:.1f} of {host['host_wall_ms']:.1f} ms, {host['syncs']} synchronising calls: "
                   + ", ".join(f"{k} x{v}" for k, v in host["sync_sites"].items()), flush=True)
 
@@ -513,23 +530,25 @@ def main(argv=None) -> int:
         table_rows.append(t)
     cols += [(k, f"{k} ms", ".1f") for k in kinds_all] + [("rest_ms", "rest ms", ".1f")]
     table = markdown_table(table_rows, cols)
-    print()
-    print(table)
-    print(f"\nfirst token equal across the forms and chunks: {same}")
+    say()
+    say(table)
+    say(f"\nfirst token equal across the forms and chunks: {same}")
     for r in rows:
-        print(f"  {r['tokens']} tokens, {r['graphs']}, MoE {r['moe']}, MLA {r['mla']}, chunk {r['chunk']}: first token "
+        say(f"  {r['tokens']} tokens, {r['graphs']}, MoE {r['moe']}, MLA {r['mla']}, chunk {r['chunk']}: first token "
               f"{r['first_token']}, top-2 logit margin {r['top2_margin']:.3g}, logits vs the first setting: "
               f"rel {r['logits_rel_diff']:.2e}, max abs {r['max_abs_logit_diff']:.3g}")
     prof_summary = None
     if args.profile:
-        ids = torch.randint(0, model.config.vocab_size, (args.profile,), device="cuda", generator=gen)
+        ids = torch.randint(0, model.config.vocab_size, (args.profile,), generator=gen).cuda()
         prof_summary = profile_prefill(lambda: run_prefill(model, cache, ids, args.chunk[0], not args.no_draft), out,
                                        model)
     if args.host_profile:
-        ids = torch.randint(0, model.config.vocab_size, (args.host_profile,), device="cuda", generator=gen)
+        ids = torch.randint(0, model.config.vocab_size, (args.host_profile,), generator=gen).cuda()
         host_profile(lambda: run_prefill(model, cache, ids, args.chunk[0], not args.no_draft), out)
-    write_json(out / "prefill.json", {
-        "preset": args.preset, "chunks": args.chunk, "draft": not args.no_draft, "copy_bw_gbps": bw,
+    if not lead:
+        return 0
+    write_json(out / ("prefill.json" if tp.size == 1 else f"prefill_tp{tp.size}.json"), {
+        "preset": args.preset, "tp": tp.size, "chunks": args.chunk, "draft": not args.no_draft, "copy_bw_gbps": bw,
         "matmul_tflops": tflops, "target_bytes": nbytes, "rows": rows, "first_token_equal": same,
         "profile": prof_summary, "environment": environment()})
     return 0

@@ -483,6 +483,31 @@ def test_prefill_profile_splits_gpu_time_by_the_enclosing_kind():
                                                 "rest": {"aten::embedding": 0.1}}
 
 
+def test_prefill_benchmark_refuses_a_split_it_does_not_run(tmp_path):
+    from benchmarks.prefill import main
+
+    with pytest.raises(SystemExit, match="--tp 2 but 1 process"):
+        main(["--tp", "2", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="--profile and --host-profile profile one GPU"):
+        main(["--tp", "2", "--profile", "64", "--out", str(tmp_path)])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_gpu_prefill_benchmark_under_torchrun_times_the_split(tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "benchmarks.prefill",
+           "--tp", "2", "--preset", "tiny", "--tokens", "64", "100", "--reps", "2", "--out", str(tmp_path)]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = json.loads((tmp_path / "prefill_tp2.json").read_text())
+    assert out["tp"] == 2 and not (tmp_path / "prefill.json").exists()
+    rows = out["rows"]
+    assert [(r["tokens"], r["graphs"]) for r in rows] == [(64, "captured"), (64, "eager"), (100, "captured"),
+                                                         (100, "eager")]
+    assert rows[0]["first_token"] == rows[1]["first_token"] and rows[1]["logits_rel_diff"] < 1e-4
+    assert rows[0]["syncs"] == 0 and rows[0]["capture_s"] > 0
+
+
 @pytest.mark.gpu
 def test_gpu_prefill_benchmark_runs_both_moe_forms(tmp_path):
     from benchmarks.prefill import main
