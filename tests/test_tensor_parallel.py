@@ -207,7 +207,7 @@ def test_tp2_ranks_fall_back_together_when_a_capture_fails_on_one():
                     reason="needs 2 GPUs")
 def test_tp2_on_gpus_captured_prefill_equals_eager():
     """NCCL inside the captured prefill graphs: each rank's replay gives its eager prefill, and the
-    Engine (prefill captured by default) gives speculative == plain from a 100-token prompt."""
+    Engine with prefill_graphs=True gives speculative == plain from a 100-token prompt."""
     res = spawn(prefill_case, 2, n=100, capture=True, engine_tokens=48)
     _assert_padded_prefill_equals_eager(res, 1e-4)
     for r in res:

@@ -131,7 +131,7 @@ def symm_case(tp, steps: int = 8, **overrides) -> dict:
 def prefill_case(tp, n: int = 30, capture: bool = False, engine_tokens: int = 0, **overrides) -> dict:
     """This rank's eager prefill of an n-token prompt beside its padded bucket (PrefillGraphs,
     captured on CUDA with `capture`), and with engine_tokens the Engine's plain and speculative
-    output from the same prompt (its prefill captured on CUDA by default)."""
+    output from the same prompt (its prefill captured too with `capture`)."""
     from lingc.decoding.reference import greedy_prompt_prefill
     from lingc.models import Ling3Cache
     from lingc.runtime.relay.prefill_graphs import PrefillGraphs
@@ -155,7 +155,8 @@ def prefill_case(tp, n: int = 30, capture: bool = False, engine_tokens: int = 0,
                          "captured": graphs.captured}
     if engine_tokens:
         from lingc.runtime.relay.engine import Engine
-        engine = Engine(model, max_len=n + engine_tokens + 32, options={"inductor": False}, progress=False)
+        engine = Engine(model, max_len=n + engine_tokens + 32, options={"inductor": False}, progress=False,
+                        prefill_graphs=True if capture else None)
         out["plain"] = engine.generate(prompt.tolist(), engine_tokens, speculative=None, eos_token_id=None)
         out["plain_rows"] = engine.stats.prefill_rows
         out["spec"] = engine.generate(prompt.tolist(), engine_tokens, eos_token_id=None)

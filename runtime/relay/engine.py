@@ -7,8 +7,9 @@
 Per request: the cache and relay buffers are reset, the prompt is prefilled, then steps run. On
 CUDA a prompt of up to PREFILL_CHUNK tokens prefills as one replay of a captured graph padded to
 its size (prefill_graphs.py: eager prefill issues ~2500 kernels and is host-bound up to ~8192
-tokens; tensor-parallel ranks capture it too, with their collectives inside); longer prompts, the
-CPU and `prefill_graphs=False` take the eager model's chunks. A speculative step is three launches (draft, verify,
+tokens; tensor-parallel ranks capture it, with their collectives inside, with `prefill_graphs=True`);
+longer prompts, the CPU, tensor-parallel ranks by default and `prefill_graphs=False` take the
+eager model's chunks. A speculative step is three launches (draft, verify,
 extend graphs); a plain step one (decode). The host launches step k+1 before it reads step k's
 tokens: those reach the host through a device ring (written in-graph by the last graph of a
 step) copied on a side stream, whose event is read one step late; EOS, max_new_tokens and stop
@@ -71,8 +72,8 @@ class Engine:
 
     def __init__(self, model, max_len: int, steps: int = 5, options: dict | None = None,
                  cudagraphs: bool | None = None, progress: bool = True, prefill_graphs: bool | None = None):
-        """prefill_graphs: capture the prompt's prefill per padded size (default: with cudagraphs;
-        prefill_graphs.py)."""
+        """prefill_graphs: capture the prompt's prefill per padded size (default: with cudagraphs,
+        on a single-GPU model; True also on tensor-parallel ranks; prefill_graphs.py)."""
         self.model = _unwrap(model)
         cfg = self.model.config
         if not 1 <= steps <= MAX_STEPS:
@@ -88,7 +89,10 @@ class Engine:
         if prefill_graphs and not self.cudagraphs:
             raise ValueError("prefill_graphs=True needs CUDA graphs (CUDA, cudagraphs on; device "
                              f"{self.device}, cudagraphs {self.cudagraphs}); leave it None for the default")
-        self.use_prefill_graphs = self.cudagraphs if prefill_graphs is None else bool(prefill_graphs)
+        # Tensor-parallel ranks capture their prefill only when asked (prefill_graphs=True): the
+        # path is tested on the CPU and waits for a multi-GPU run before it becomes their default.
+        default = self.cudagraphs and self.model.tp.size == 1
+        self.use_prefill_graphs = default if prefill_graphs is None else bool(prefill_graphs)
         self.max_len = max_len
         self.cache = Ling3Cache.allocate(cfg, max_len, device=self.device)
         self.relay = RelayBuffers.allocate(steps, cfg.hidden_size, cfg.dtype, self.device)
@@ -155,7 +159,7 @@ class Engine:
     def prepare_prefill(self, prompt_len: int | None = None, speculative: Sequence[bool] = (False, True)) -> None:
         """Capture prefill graphs now instead of at the first request that needs each: the bucket
         of a prompt_len-token prompt, or every bucket (None), for plain and/or speculative requests.
-        A no-op where prefill is eager (the CPU, prefill_graphs=False)."""
+        A no-op where prefill is eager (the CPU, tensor parallelism by default, prefill_graphs=False)."""
         for spec in speculative:
             graphs = self.prefill_graphs(bool(spec))
             if graphs is None:

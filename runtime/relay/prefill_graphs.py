@@ -11,9 +11,10 @@ shifted by one, the first token at row L - 1) run inside the same graph. So the 
 prompt is a few copies and one launch, whatever its length.
 
 Not captured (eager chunks, `lingc.decoding.reference.greedy_prompt_prefill`): prompts longer than
-the largest bucket (GPU-bound there anyway), the CPU. Tensor-parallel ranks capture the same
-buckets with their collectives inside (as the decode graphs hold theirs), and agree after each
-capture: a bucket that failed on any rank runs eagerly on all of them. The padding costs
+the largest bucket (GPU-bound there anyway), the CPU. Tensor-parallel ranks (the engine's
+`prefill_graphs=True`) capture the same buckets with their collectives inside, as the decode
+graphs hold theirs, and agree after each capture: a bucket that failed on any rank runs eagerly
+on all of them. The padding costs
 GPU time (a 1025-token prompt runs as 2048 rows), which the buckets bound: powers of two up to
 1024, then every multiple of 1024, and the cache's own size (or PREFILL_CHUNK) last.
 
