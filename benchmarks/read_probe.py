@@ -1,16 +1,19 @@
 """Probe: how fast can a chain of kernels stream cold bytes of a decode step's sizes, when each
 kernel does nothing but read? The reference the projection GEMMs should be held to.
 
-    python -m benchmarks.read_probe --out DIR [--mb 5.2 26.3 63 200] [--chunk-kb 16 32 64]
+    python -m benchmarks.read_probe --out DIR [--mb 5.2 26.3 63 200] [--chunk-kb 16 32 64] [--warps 4 8]
+        [--library]
 
 The floor of benchmarks.decode divides bytes by the copy bandwidth of a 2 GiB copy. A step's reads
 are 2-26 MB each, one kernel after another. Here each call of a CUDA graph is one kernel that
 reads one cold copy (rotated over more than 4x L2) of the given size: every CTA loads its whole
 chunk (16-byte vectors) before ``gdc_wait``, as a design-B GEMM CTA loads its weights, then
 stores one word. Calls are chained with PDL (as lingc's kernels are) or not. Beside them, in
-the same run, the lingc decode GEMM on the same bytes (M = 1: flash-tp4-rank's fused KDA
-projection for 26.3 MB, its o_proj for 5.2 MB), so the GEMM's gap to a pure read is a ratio
-within one run.
+the same run, the lingc kernel on the same bytes (M = 1: flash-tp4-rank's fused KDA projection
+for 26.3 MB, the fused MLA projection for 10.9 MB, the dense MLP's SwiGLU GEMM for 15.7 MB, the
+KDA o_proj for 5.2 MB), so the kernel's gap to a pure read is a ratio within one run. `--warps`
+varies the read CTA's warps; `--library` adds torch's own read of the same copies (an int64
+sum, which cannot start before the kernel ahead of it ends).
 
 Output: a markdown table (us per call, GB/s, share of the copy bandwidth) and JSON.
 
@@ -147,11 +150,16 @@ def _step_main(args) -> int:
     return 0
 
 
+# flash-tp4-rank's weights of about these sizes, and the lingc kernel that reads them at M = 1.
+_GEMM_CASES = (("fused KDA projection", 5128, 2560, "gemm"), ("fused MLA projection", 2120, 2560, "gemm"),
+               ("dense MLP gate/up, SwiGLU", 3072, 2560, "swiglu"), ("KDA o_proj", 2560, 1024, "gemm"))
+
+
 def _gemm_case(mb: float):
-    """(name, N, K) of the flash-tp4-rank projection with about ``mb`` MB of weights, or None."""
-    for name, n, k in (("fused KDA projection", 5128, 2560), ("KDA o_proj", 2560, 1024)):
+    """(name, N, K, kernel) of the flash-tp4-rank weight with about ``mb`` MB, or None."""
+    for name, n, k, kernel in _GEMM_CASES:
         if abs(n * k * 2 / 1e6 - mb) / mb < 0.05:
-            return name, n, k
+            return name, n, k, kernel
     return None
 
 
@@ -166,6 +174,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--mb", type=float, nargs="+", default=[5.24, 26.25, 63.0, 200.0])
     ap.add_argument("--chunk-kb", type=int, nargs="+", default=[16, 32, 64])
+    ap.add_argument("--warps", type=int, nargs="+", default=[4], help="warps per read CTA (4, 8, ...)")
+    ap.add_argument("--library", action="store_true",
+                    help="also time torch's own read of the same bytes (an int64 sum of each copy)")
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--step", type=Path, help="a benchmarks.decode --profile JSON: chain reads in its step's shape")
     ap.add_argument("--mode", default="lingc", help="with --step: the JSON's mode (lingc, lingc-nextn)")
@@ -174,6 +185,7 @@ def main(argv=None) -> int:
         return _step_main(args)
     dev = require_cuda()
     from lingc.runtime.kernels.gemm.kernel import gemm_triton
+    from lingc.runtime.kernels.swiglu_gemm.kernel import swiglu_gemm_triton
 
     bw = copy_bandwidth_gbps()
     print(f"copy bandwidth {bw:.0f} GB/s", flush=True)
@@ -183,23 +195,36 @@ def main(argv=None) -> int:
         copies = cold_copies(nbytes, minimum=4)
         bufs = [torch.empty(nbytes // 4, dtype=torch.int32, device=dev) for _ in range(copies)]
         out = torch.empty(max(1, nbytes // (min(args.chunk_kb) * 1024)) + 1, dtype=torch.int32, device=dev)
-        for chunk_kb in args.chunk_kb:
+        for chunk_kb, warps in ((c, w) for c in args.chunk_kb for w in args.warps):
+            if chunk_kb * 1024 < _VEC * 4 * 32 * warps:
+                continue                         # fewer bytes than one load round of the CTA
             for pdl in (True, False):
-                t = time_in_graph(lambda b: read(b, out, chunk_kb * 1024, pdl), [(b,) for b in bufs],
+                t = time_in_graph(lambda b: read(b, out, chunk_kb * 1024, pdl, warps), [(b,) for b in bufs],
                                   replays=args.replays)
-                what = f"read, {chunk_kb} KB per CTA" + ("" if pdl else ", no PDL")
+                what = (f"read, {chunk_kb} KB per CTA" + ("" if warps == 4 else f", {warps} warps")
+                        + ("" if pdl else ", no PDL"))
                 rows.append(_row(mb, what, nbytes, t.us_per_call, bw))
                 print(rows[-1], flush=True)
+        if args.library:
+            acc = torch.empty((), dtype=torch.int64, device=dev)
+            t = time_in_graph(lambda b: torch.sum(b, dtype=torch.int64, out=acc), [(b,) for b in bufs],
+                              replays=args.replays)
+            rows.append(_row(mb, "torch.sum (the library's reduction, no PDL)", nbytes, t.us_per_call, bw))
+            print(rows[-1], flush=True)
         del bufs
         case = _gemm_case(mb)
         if case is not None:
-            name, n, k = case
+            name, n, k, kernel = case
             wbytes = n * k * 2
             ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) for _ in range(cold_copies(wbytes, minimum=4))]
             x = torch.randn(1, k, device=dev, dtype=torch.bfloat16)
-            y = torch.empty(1, n, device=dev, dtype=torch.bfloat16)
-            t = time_in_graph(lambda w: gemm_triton(x, [w], out=y), [(w,) for w in ws], replays=args.replays)
-            rows.append(_row(mb, f"lingc gemm M=1 ({name}, table config)", wbytes, t.us_per_call, bw))
+            if kernel == "swiglu":     # rows interleaved gate, up (the model's w13 layout)
+                call = lambda w: swiglu_gemm_triton(x, w[0::2], w[1::2], 0.0)  # noqa: E731
+            else:
+                y = torch.empty(1, n, device=dev, dtype=torch.bfloat16)
+                call = lambda w: gemm_triton(x, [w], out=y)  # noqa: E731
+            t = time_in_graph(call, [(w,) for w in ws], replays=args.replays)
+            rows.append(_row(mb, f"lingc {kernel} M=1 ({name}, table config)", wbytes, t.us_per_call, bw))
             print(rows[-1], flush=True)
             del ws
         torch.cuda.empty_cache()

@@ -350,8 +350,9 @@ def test_every_lingc_triton_kernel_has_a_kind():
     assert {n for n in names if kind_of(n) == OTHER} == set()
 
 
+@pytest.mark.parametrize("warps", [4, 8])
 @pytest.mark.parametrize("n, chunk_bytes", [(10000, 4096), (1024, 16384), (333, 512)])
-def test_read_probe_kernel_folds_each_chunk(n, chunk_bytes):
+def test_read_probe_kernel_folds_each_chunk(n, chunk_bytes, warps):
     # benchmarks.read_probe's kernel (interpreter on the CPU): CTA i stores the xor of its chunk
     # of int32 lanes, every chunk's word is written, the tail chunk is masked.
     from benchmarks.read_probe import read
@@ -361,7 +362,7 @@ def test_read_probe_kernel_folds_each_chunk(n, chunk_bytes):
     lanes = chunk_bytes // 4
     ctas = -(-n // lanes)
     out = torch.full((ctas + 1,), 12345, dtype=torch.int32)
-    read(src, out, chunk_bytes, use_pdl=False)
+    read(src, out, chunk_bytes, use_pdl=False, num_warps=warps)
     want = [0] * ctas
     for i, v in enumerate(src.tolist()):
         want[i // lanes] ^= v
