@@ -207,7 +207,7 @@ def main(argv=None) -> int:
                 print(rows[-1], flush=True)
         if args.library:
             acc = torch.empty((), dtype=torch.int64, device=dev)
-            t = time_in_graph(lambda b: torch.sum(b, dtype=torch.int64, out=acc), [(b,) for b in bufs],
+            t = time_in_graph(lambda b: torch.sum(b, 0, dtype=torch.int64, out=acc), [(b,) for b in bufs],
                               replays=args.replays)
             rows.append(_row(mb, "torch.sum (the library's reduction, no PDL)", nbytes, t.us_per_call, bw))
             print(rows[-1], flush=True)
