@@ -4,7 +4,7 @@
     torchrun --nproc-per-node N -m benchmarks.prefill --tp N --preset flash ...   (tensor parallel)
         [--moe grouped grouped-library gather] [--mla expanded-bf16 expanded tensor-cores fp32]
         [--chunk 256 1024] [--reps 3] [--no-draft] [--op-calls direct dispatcher]
-        [--graphs captured eager] [--profile N] [--host-profile N]
+        [--graphs captured eager] [--profile N] [--profile-captured N] [--host-profile N]
 
 What is timed is what `lingc.generate` runs before its first decode step (runtime/relay/engine.py,
 `Engine._prefill`): the target's eager forward over the prompt in chunks of `--chunk` tokens
@@ -50,7 +50,9 @@ the host wait for the GPU, which then idles while the host issues what follows).
 `--profile N` then runs one N-token prefill (the default MoE form) under torch.profiler: the
 busiest ops by GPU and by host time on stdout, the GPU's busy share, the GPU time by kind (the
 breakdown's kinds, as profiler ranges) with each kind's busiest ops, and a gzipped Chrome trace
-OUT/prefill_trace.json.gz.
+OUT/prefill_trace.json.gz. `--profile-captured N` profiles one replay of the captured prefill
+of an N-token prompt: its kernels by GPU time (no kinds: a replay runs no module hooks) and
+OUT/prefill_captured_trace.json.gz.
 
 Floor: the larger of (a) the target's parameters read once over the copy bandwidth and (b) the
 prompt's matmul FLOPs over the bf16 matmul throughput, both measured in the same run. FLOPs:
@@ -308,9 +310,9 @@ def host_profile(fn, out: Path, top: int = 45) -> None:
         stats.sort_stats(key).print_stats(top)
 
 
-def profile_prefill(fn, out: Path, model=None) -> dict:
+def profile_prefill(fn, out: Path, model=None, trace: str = "prefill_trace") -> dict:
     """One run of fn under torch.profiler: op tables on stdout (with a model, also GPU time by
-    kind and op), the trace gzipped into out."""
+    kind and op), the trace gzipped into out as TRACE.json.gz."""
     import gzip
     import shutil
 
@@ -338,7 +340,7 @@ def profile_prefill(fn, out: Path, model=None) -> dict:
     if by_kind:
         print("GPU time by kind (the profiled run) and its busiest ops:")
         print_by_kind(by_kind)
-    raw = out / "prefill_trace.json"
+    raw = out / f"{trace}.json"
     prof.export_chrome_trace(str(raw))
     with open(raw, "rb") as src, gzip.open(str(raw) + ".gz", "wb") as dst:
         shutil.copyfileobj(src, dst)
@@ -452,6 +454,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-draft", action="store_true", help="leave the NEXTN draft's prefill out")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="profile one N-token prefill with torch.profiler (tables and a Chrome trace)")
+    ap.add_argument("--profile-captured", type=int, default=0, metavar="N",
+                    help="profile one replay of the captured prefill of N tokens (its kernels by GPU time, "
+                         "OUT/prefill_captured_trace.json.gz)")
     ap.add_argument("--host-profile", type=int, default=0, metavar="N",
                     help="profile the host side of one N-token prefill with cProfile (top functions on stdout, "
                          "OUT/prefill_host.pstats)")
@@ -460,8 +465,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if min(args.chunk) < 1 or min(args.tokens) < 1 or args.reps < 1:
         raise SystemExit(f"--chunk {args.chunk}, --tokens {args.tokens}, --reps {args.reps}: all must be >= 1")
-    if args.tp > 1 and (args.profile or args.host_profile):
-        raise SystemExit("--profile and --host-profile profile one GPU: leave them out with --tp > 1")
+    if args.tp > 1 and (args.profile or args.host_profile or args.profile_captured):
+        raise SystemExit("--profile, --profile-captured and --host-profile profile one GPU: leave them out "
+                         "with --tp > 1")
     tp = init_from_env()
     if tp.size != args.tp:
         raise SystemExit(f"--tp {args.tp} but {tp.size} process(es) are running: launch with "
@@ -542,6 +548,13 @@ def main(argv=None) -> int:
         ids = torch.randint(0, model.config.vocab_size, (args.profile,), generator=gen).cuda()
         prof_summary = profile_prefill(lambda: run_prefill(model, cache, ids, args.chunk[0], not args.no_draft), out,
                                        model)
+    captured_summary = None
+    if args.profile_captured:
+        ids = torch.randint(0, model.config.vocab_size, (args.profile_captured,), generator=gen).cuda()
+        got = captured_prefill(model, cache, ids, not args.no_draft)
+        if got is None:
+            raise SystemExit(f"--profile-captured {args.profile_captured}: longer than the largest prefill bucket")
+        captured_summary = profile_prefill(got[0], out, None, trace="prefill_captured_trace")
     if args.host_profile:
         ids = torch.randint(0, model.config.vocab_size, (args.host_profile,), generator=gen).cuda()
         host_profile(lambda: run_prefill(model, cache, ids, args.chunk[0], not args.no_draft), out)
@@ -550,7 +563,7 @@ def main(argv=None) -> int:
     write_json(out / ("prefill.json" if tp.size == 1 else f"prefill_tp{tp.size}.json"), {
         "preset": args.preset, "tp": tp.size, "chunks": args.chunk, "draft": not args.no_draft, "copy_bw_gbps": bw,
         "matmul_tflops": tflops, "target_bytes": nbytes, "rows": rows, "first_token_equal": same,
-        "profile": prof_summary, "environment": environment()})
+        "profile": prof_summary, "profile_captured": captured_summary, "environment": environment()})
     return 0
 
 

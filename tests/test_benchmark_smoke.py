@@ -489,7 +489,7 @@ def test_prefill_benchmark_refuses_a_split_it_does_not_run(tmp_path):
 
     with pytest.raises(SystemExit, match="--tp 2 but 1 process"):
         main(["--tp", "2", "--out", str(tmp_path)])
-    with pytest.raises(SystemExit, match="--profile and --host-profile profile one GPU"):
+    with pytest.raises(SystemExit, match="--profile, --profile-captured and --host-profile profile one GPU"):
         main(["--tp", "2", "--profile", "64", "--out", str(tmp_path)])
 
 
@@ -535,8 +535,13 @@ def test_gpu_prefill_benchmark_runs_both_moe_forms(tmp_path):
 def test_gpu_prefill_benchmark_times_the_captured_prefill_beside_the_eager(tmp_path):
     from benchmarks.prefill import main
 
-    assert main(["--preset", "tiny", "--tokens", "64", "100", "--reps", "2", "--out", str(tmp_path)]) == 0
-    rows = json.loads((tmp_path / "prefill.json").read_text())["rows"]
+    assert main(["--preset", "tiny", "--tokens", "64", "100", "--reps", "2", "--profile-captured", "100",
+                 "--out", str(tmp_path)]) == 0
+    out = json.loads((tmp_path / "prefill.json").read_text())
+    rows = out["rows"]
+    prof = out["profile_captured"]
+    assert prof["gpu_busy_ms"] > 0 and (tmp_path / "prefill_captured_trace.json.gz").exists()
+    assert any("kda" in r["op"].lower() for r in prof["top_gpu"]), [r["op"] for r in prof["top_gpu"]]
     # The cache holds 108 rows: buckets 64 and 108 (the cache's size), so 100 tokens run padded.
     assert [(r["tokens"], r["graphs"]) for r in rows] == [(64, "captured"), (64, "eager"), (100, "captured"),
                                                          (100, "eager")]
