@@ -547,7 +547,10 @@ def test_gpu_prefill_benchmark_times_the_captured_prefill_beside_the_eager(tmp_p
                                                          (100, "eager")]
     captured, eager = rows[0], rows[1]
     assert captured["capture_s"] > 0 and eager["capture_s"] is None
-    assert captured["syncs"] == 0 and captured["kinds_ms"] == {} and rows[2]["syncs"] == 0
+    # The process's first sync-checked run may count one sync reported at host_report's own call
+    # of fn, outside the prefill's code (seen when this test ran first in its process, session 41).
+    assert captured["syncs"] <= 1 and captured["kinds_ms"] == {} and rows[2]["syncs"] == 0
+    assert set(captured["sync_sites"]) <= {s for s in captured["sync_sites"] if "host_report" in s}
     assert captured["ttft_ms"] > 0 and captured["first_token"] == eager["first_token"]
     assert eager["logits_rel_diff"] < 1e-4        # a bucket-sized prompt: the same computation
 
