@@ -4,7 +4,7 @@ chunk_kda as a peer), one layer's prompt.
     python -m benchmarks.kernels_kda_prefill --out benchmarks/results/kda_prefill
         [--t 8192] [--heads 8] [--chunk 64 32] [--bv 16 32] [--bv-out 32 64] [--warps-out 4 8]
         [--warps-chunk 4 8] [--warps-state 4 8]
-        [--precision ieee tf32x3] [--baseline OLD_KERNEL.py]
+        [--precision ieee tf32x3] [--segments 2 4 8] [--baseline OLD_KERNEL.py]
 
 Shape: one flash-tp4-rank KDA layer (H=8 heads, K=V=128; ``--heads 32``: flash's unsharded layer),
 a T=8192-token prompt, fp32 inputs (q, k L2-normalised, q scaled by K^-0.5, the bounded gate g in
@@ -15,6 +15,9 @@ a T=8192-token prompt, fp32 inputs (q, k L2-normalised, q scaled by K^-0.5, the 
                        with W warps, X warps in the chunk pass, Y in the state walk, tl.dot
                        precision P (the product of ``--chunk/--bv/--bv-out/--warps-out/
                        --warps-chunk/--warps-state/--precision``)
+- ``lingc-segN``       ``--segments N``: the table config with the chunks in N segments, each
+                       segment's walk on a high-priority side stream beside the next segment's
+                       chunk pass (kernel.py, "Segments")
 - ``baseline``         ``--baseline FILE``: an earlier version's kernel.py (e.g. from
                        ``git show REV:runtime/kernels/kda_prefill/kernel.py``), its own table
                        config, timed in the same process for a before/after
@@ -36,6 +39,7 @@ of each kernel can be read off the sweep.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import statistics
 import sys
@@ -125,7 +129,7 @@ def _load_baseline(path: Path):
     return mod.kda_prefill_triton
 
 
-def bench_T(T, H, sweep, reps, warmup, baseline=None):
+def bench_T(T, H, sweep, reps, warmup, baseline=None, segments=()):
     from lingc.runtime.kernels.kda_prefill import kda_prefill
     from lingc.runtime.kernels.kda_prefill.kernel import KdaPrefillConfig, config_for, kda_prefill_triton
 
@@ -144,6 +148,10 @@ def bench_T(T, H, sweep, reps, warmup, baseline=None):
         name = f"lingc-bt{bt}-bv{bv}-o{bvo}-w{wo}-c{wc}-s{ws}-{prec}" + (f"-ks{ks}" if ks > 1 else "")
         configs[name] = cfg
         variants[name] = (lambda cfg=cfg: kda_prefill_triton(*args, config=cfg), RTOL_RMS)
+    for n in segments:               # the table's config with its chunks in n segments
+        cfg = dataclasses.replace(configs["lingc"], segments=n)
+        configs[f"lingc-seg{n}"] = cfg
+        variants[f"lingc-seg{n}"] = (lambda cfg=cfg: kda_prefill_triton(*args, config=cfg), RTOL_RMS)
     variants["torch"] = (lambda: kda_chunked(*args), 0.0)
     fla = _fla()
     if fla is not None:
@@ -191,6 +199,9 @@ def main(argv=None):
                         help="tl.dot precisions for the --chunk sweep")
     parser.add_argument("--k-split", type=int, nargs="*", default=[1], choices=[1, 2, 4],
                         help="state-walk K splits for the sweep (the state in 1, 2 or 4 parts of K rows)")
+    parser.add_argument("--segments", type=int, nargs="*", default=[],
+                        help="the table's config with its chunks in these many segments (chunk pass and walk "
+                             "overlapped on two streams), each a variant")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="an earlier kernel.py to time beside this one (before/after in one run)")
     parser.add_argument("--reps", type=int, default=20, help="timed calls per variant")
@@ -206,7 +217,7 @@ def main(argv=None):
                                    args.warps_state, args.precision, args.k_split))
     rows = []
     for T in args.t:
-        rows += bench_T(T, args.heads, sweep, args.reps, args.warmup, baseline)
+        rows += bench_T(T, args.heads, sweep, args.reps, args.warmup, baseline, args.segments)
     all_correct = all(r["correct"] for r in rows)
     if not all_correct:
         bad = [f"T={r['T']} {r['variant']} (rel RMS {r['rel_rms_err']:.2e})" for r in rows if not r["correct"]]

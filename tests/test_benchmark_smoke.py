@@ -561,7 +561,7 @@ def test_gpu_kernels_kda_prefill_sweeps_splits_and_times_a_baseline(tmp_path):
 
     kernel = REPO / "runtime" / "kernels" / "kda_prefill" / "kernel.py"
     assert main(["--t", "100", "--heads", "4", "--chunk", "32", "--bv", "16", "--bv-out", "32", "64",
-                 "--k-split", "1", "4", "--reps", "2", "--warmup", "1", "--baseline", str(kernel),
+                 "--k-split", "1", "4", "--segments", "2", "--reps", "2", "--warmup", "1", "--baseline", str(kernel),
                  "--out", str(tmp_path)]) == 0
     out = json.loads((tmp_path / "kernels_kda_prefill.json").read_text())
     assert out["shape"]["H"] == 4
@@ -569,6 +569,7 @@ def test_gpu_kernels_kda_prefill_sweeps_splits_and_times_a_baseline(tmp_path):
     assert names[:6] == ["lingc", "baseline", "lingc-bt32-bv16-o32-w4-c4-s8-tf32x3",
                          "lingc-bt32-bv16-o32-w4-c4-s8-tf32x3-ks4", "lingc-bt32-bv16-o64-w4-c4-s8-tf32x3",
                          "lingc-bt32-bv16-o64-w4-c4-s8-tf32x3-ks4"]
+    assert names[6] == "lingc-seg2"
     for r in out["rows"]:
         assert r["correct"], r
         if r["variant"].startswith("lingc"):

@@ -24,7 +24,7 @@ from lingc.runtime.kernels.kda_prefill import (
     kda_prefill_from_terms,
     kda_prefill_reference,
 )
-from lingc.runtime.kernels.kda_prefill.kernel import KdaPrefillConfig, config_for, kda_prefill_triton
+from lingc.runtime.kernels.kda_prefill.kernel import KdaPrefillConfig, config_for, kda_prefill_triton, segment_bounds
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 RTOL = 1e-4 if DEVICE == "cuda" else 2e-5
@@ -163,6 +163,30 @@ def test_k_split_walks_agree(k_split):
     assert_close(Sk, S_ref, RTOL)
 
 
+def test_segment_bounds_cover_the_chunks_once():
+    assert segment_bounds(10, 1) == [(0, 10)]
+    assert segment_bounds(10, 3) == [(0, 4), (4, 7), (7, 10)]
+    assert segment_bounds(2, 5) == [(0, 1), (1, 2)]           # no empty segment
+    assert segment_bounds(1, 0) == [(0, 1)]
+
+
+@pytest.mark.parametrize("T,segments", [(130, 2), (130, 3), (37, 5)])
+def test_segments_give_the_same_bits(T, segments):
+    # Segmented (chunk passes and walks interleaved, the state carried between walks; on CUDA the
+    # walks on a side stream) against one walk: the same code on every chunk, so the same bits,
+    # every output written (run_kernel poisons them). 37 tokens at chunk 16 are 3 chunks: 5
+    # segments become 3.
+    x = make_inputs(T, 2, 32, 16, seed=61 + T + segments)
+    cfg = KdaPrefillConfig(chunk=16, bv=16, num_warps_state=4, k_split=2)
+    o1, S1 = run_kernel(x, cfg)
+    o2, S2 = run_kernel(x, KdaPrefillConfig(**{**cfg.__dict__, "segments": segments}))
+    assert torch.equal(o2, o1) and torch.equal(S2, S1)
+    state = x["state"].clone()                       # in place, as the model calls it
+    kda_prefill_triton(*args({**x, "state": state}), None, state,
+                       config=KdaPrefillConfig(**{**cfg.__dict__, "segments": segments}))
+    assert torch.equal(state, S1)
+
+
 def test_walk_configuration_the_gpu_gets_wrong_is_refused():
     # Chunk 64, walk on 8 warps, state in one K part: wrong on an H200 (session 40), refused
     # everywhere (the interpreter, which ignores warps, would pass it).
@@ -282,12 +306,12 @@ _COMPILE_CHECK = textwrap.dedent("""
            "gcum_ptr"]
     sig = {n: "*fp32" for n in ptr}
     sig.update({n: "i32" for n in ["sq_t", "sq_h", "sk_t", "sk_h", "sv_t", "sv_h", "sg_t", "sg_h", "sb_t",
-                                   "sb_h", "T", "NT"]})
+                                   "sb_h", "T", "NT", "C0"]})
     const = dict(K=128, V=128, BT=cfg.chunk, BC=SUB_BLOCK, BK=128, BVA=128, PRECISION=cfg.precision,
                  USE_GDC=True)
     chunk = (_kda_prefill_chunk_kernel, sig, const, cfg.num_warps_chunk)
     sig = {n: "*fp32" for n in ["w_ptr", "u_ptr", "kd_ptr", "gc_ptr", "state_ptr", "hs_ptr", "final_ptr"]}
-    sig.update(NT="i32")
+    sig.update(NT="i32", C0="i32", C1="i32")
     const = dict(K=128, V=128, BT=cfg.chunk, BK=128, BV=cfg.bv, PRECISION=cfg.precision, USE_GDC=True,
                  KS=cfg.k_split)
     state = (_kda_prefill_state_kernel, sig, const, cfg.num_warps_state)
@@ -333,6 +357,36 @@ def test_gpu_flash_tp4_rank_8192_matches_chunked():
     assert_close(S, S_ref, 1e-4)
     o_op, S_op = kda_prefill(*args(x))
     assert torch.equal(o_op, o) and torch.equal(S_op, S)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("segments", [2, 4, 8])
+def test_gpu_segmented_walks_give_the_same_bits_eager_and_captured(segments):
+    # flash-tp4-rank's shape, 2000 tokens (63 chunks of 32): the segmented launches (walks on the
+    # high-priority side stream) equal the single walk bit for bit, eagerly and replayed from a
+    # CUDA graph (the side stream forks from and joins the capture).
+    x = make_inputs(2000, 8, 128, 128, seed=11 + segments)
+    base = config_for(8, 128, 128)
+    cfg = KdaPrefillConfig(**{**base.__dict__, "segments": segments})
+    o1, S1 = run_kernel(x, base)
+    o2, S2 = run_kernel(x, cfg)
+    assert torch.equal(o2, o1) and torch.equal(S2, S1)
+    out = torch.full_like(o1, float("nan"))
+    final = torch.full_like(S1, float("nan"))
+    call = lambda: kda_prefill_triton(*args(x), out, final, config=cfg)  # noqa: E731
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()                                                        # warm-up off the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    out.fill_(float("nan"))
+    final.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, o1) and torch.equal(final, S1)
 
 
 @pytest.mark.gpu

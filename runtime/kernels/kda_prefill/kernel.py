@@ -38,6 +38,14 @@ Precision. Every product runs on tensor cores as 3xTF32 (``tl.dot(..., input_pre
 kernels to fp32 tolerance against the recurrence, so plain TF32 is not offered). ``precision="ieee"``
 runs them as fp32 FMA instead: as accurate, several times slower on the H200 (README.md).
 
+Segments (``KdaPrefillConfig.segments`` > 1). The chunks are cut into segments; each segment's
+chunk pass is launched on the caller's stream and its walk (chunks [C0, C1), carrying the state
+through a buffer) on a high-priority side stream after an event, so segment i's walk runs while
+segment i + 1's chunk pass does and only the first segment's chunk pass stays on the critical
+path; the output pass waits for the last walk. Each chunk is computed by the same code either way,
+so the bits do not depend on the segments. On the CPU (interpreter) the segments run one after
+another.
+
 PDL. None of the kernels has producer-independent loads worth issuing early (everything they read
 is an activation, the state or a workspace), so each waits at entry and releases its dependents
 right after.
@@ -52,7 +60,7 @@ import triton.language as tl
 
 from lingc.runtime.pdl import pdl_launch_dependents, pdl_supported, pdl_wait
 
-__all__ = ["SUB_BLOCK", "KdaPrefillConfig", "CONFIGS", "config_for", "kda_prefill_triton"]
+__all__ = ["SUB_BLOCK", "KdaPrefillConfig", "CONFIGS", "config_for", "kda_prefill_triton", "segment_bounds"]
 
 # Rows of a diagonal sub-block: its pairwise decays are formed elementwise, everything between
 # sub-blocks by products. tl.dot needs >= 16.
@@ -73,6 +81,10 @@ class KdaPrefillConfig:
     num_warps_out: int = 4
     precision: str = "tf32x3"  # tl.dot input precision: "tf32x3" (tensor cores) or "ieee" (FMA)
     k_split: int = 1           # the walk's state in 1, 2 or 4 parts of K rows (BK / k_split >= 16)
+    # The chunks in this many segments, each's chunk pass launched on the caller's stream and its
+    # walk on a high-priority side stream after it (CUDA): the walk of segment i runs while the
+    # chunk pass of segment i + 1 does (module docstring, "Segments"). 1 = the three launches.
+    segments: int = 1
 
 
 # Fixed table keyed by (H, K, V), from the H200 sweep of benchmarks/kernels_kda_prefill.py at
@@ -94,16 +106,16 @@ def config_for(h: int, k: int, v: int) -> KdaPrefillConfig:
     return KdaPrefillConfig(bv=bv)
 
 
-@triton.jit(do_not_specialize=["T", "NT"])
+@triton.jit(do_not_specialize=["T", "NT", "C0"])
 def _kda_prefill_chunk_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, b_ptr,
     sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, sg_t, sg_h, sb_t, sb_h,
     w_ptr, u_ptr, qg_ptr, kd_ptr, p_ptr, gc_ptr, gcum_ptr,
-    T, NT,
+    T, NT, C0,
     K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
     BVA: tl.constexpr, PRECISION: tl.constexpr, USE_GDC: tl.constexpr,
 ):
-    c = tl.program_id(0)
+    c = C0 + tl.program_id(0)          # this launch's chunks start at C0 (a segment, or 0)
     h = tl.program_id(1)
     idx = tl.arange(0, BT)
     rows = c * BT + idx
@@ -256,17 +268,18 @@ def _store_part(ptr, base, i: tl.constexpr, S, offs_p, offs_v, mv, K: tl.constex
         tl.store(ptr + (base + rows[:, None]) * V + offs_v[None, :], S, mask=(rows < K)[:, None] & mv[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["NT", "C0", "C1"])
 def _kda_prefill_state_kernel(
     w_ptr, u_ptr, kd_ptr, gc_ptr, state_ptr, hs_ptr, final_ptr,
-    NT,
+    NT, C0, C1,
     K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     PRECISION: tl.constexpr, USE_GDC: tl.constexpr, KS: tl.constexpr = 1,
 ):
     """The walk with the state's K rows in KS parts (1, 2 or 4; BK / KS >= 16) held as separate
     tiles: w S is KS independent products summed once, and each part's update its own product,
     so the tensor cores run KS short dependent chains side by side instead of one long one (a
-    step's time is its chain of MMAs, not its bytes)."""
+    step's time is its chain of MMAs, not its bytes). It walks chunks C0 .. C1 - 1 (C0 < C1) of
+    the NT, from the state at state_ptr to the state after C1 - 1 at final_ptr."""
     h = tl.program_id(0)
     vb = tl.program_id(1)
     KP: tl.constexpr = BK // KS
@@ -285,15 +298,15 @@ def _kda_prefill_state_kernel(
     S3 = _state_part(state_ptr, h, 3, offs_p, offs_v, mv, K, V, KP, KS)
 
     w0n, w1n, w2n, w3n, k0n, k1n, k2n, k3n, u_next, g0n, g1n, g2n, g3n = _chunk_tiles(
-        w_ptr, u_ptr, kd_ptr, gc_ptr, h, NT, 0, idx, offs_p, offs_v, mtv, True, K, V, BT, KP, KS)
+        w_ptr, u_ptr, kd_ptr, gc_ptr, h, NT, C0, idx, offs_p, offs_v, mtv, True, K, V, BT, KP, KS)
     # A while loop rather than range(NT): the interpreter cannot take a runtime bound in range().
-    c = 0
-    while c < NT:
+    c = C0
+    while c < C1:
         w0, w1, w2, w3, k0, k1, k2, k3 = w0n, w1n, w2n, w3n, k0n, k1n, k2n, k3n
         u, g0, g1, g2, g3 = u_next, g0n, g1n, g2n, g3n
         # The next chunk's tiles are requested now and arrive while this chunk's products run.
         w0n, w1n, w2n, w3n, k0n, k1n, k2n, k3n, u_next, g0n, g1n, g2n, g3n = _chunk_tiles(
-            w_ptr, u_ptr, kd_ptr, gc_ptr, h, NT, c + 1, idx, offs_p, offs_v, mtv, c + 1 < NT, K, V, BT, KP, KS)
+            w_ptr, u_ptr, kd_ptr, gc_ptr, h, NT, c + 1, idx, offs_p, offs_v, mtv, c + 1 < C1, K, V, BT, KP, KS)
 
         hs_base = (h * NT + c).to(tl.int64) * K
         _store_part(hs_ptr, hs_base, 0, S0, offs_p, offs_v, mv, K, V, KP, KS)
@@ -360,6 +373,32 @@ def _kda_prefill_output_kernel(
     tl.store(o_ptr + orow[:, None] + offs_v[None, :], o, mask=(rows < T)[:, None] & mv[None, :])
 
 
+def segment_bounds(nt: int, segments: int) -> list[tuple[int, int]]:
+    """The chunk ranges [c0, c1) of min(segments, nt) segments of nt chunks, as equal as can be
+    (the earlier ones one chunk longer)."""
+    n = max(1, min(segments, nt))
+    q, r = divmod(nt, n)
+    out, c0 = [], 0
+    for i in range(n):
+        c1 = c0 + q + (1 if i < r else 0)
+        out.append((c0, c1))
+        c0 = c1
+    return out
+
+
+_WALK_STREAMS: dict[int, torch.cuda.Stream] = {}
+
+
+def _walk_stream(dev: torch.device) -> torch.cuda.Stream:
+    """A high-priority stream per device for the segmented walks: when a chunk-pass CTA leaves an
+    SM, the block scheduler gives the walk's waiting CTAs the place first."""
+    i = dev.index if dev.index is not None else torch.cuda.current_device()
+    if i not in _WALK_STREAMS:
+        # torch maps a priority past the device's range to its highest (a lower number is higher).
+        _WALK_STREAMS[i] = torch.cuda.Stream(device=i, priority=-100)
+    return _WALK_STREAMS[i]
+
+
 def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
@@ -416,19 +455,50 @@ def kda_prefill_triton(q, k, v, g, beta, state, out=None, final_state=None, *,
     gc = torch.empty((H, NT, K), **f32)
     hs = torch.empty((H, NT, K, V), **f32)     # the state entering each chunk
     BK = max(16, triton.next_power_of_2(K))
-    _kda_prefill_chunk_kernel[(NT, H)](
-        q, k, v, g, beta,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        g.stride(0), g.stride(1), beta.stride(0), beta.stride(1),
-        w, u, qg, kd, p, gc, gcum, T, NT,
-        K=K, V=V, BT=BT, BC=SUB_BLOCK, BK=BK, BVA=max(16, triton.next_power_of_2(V)),
-        PRECISION=cfg.precision, USE_GDC=use_pdl, num_warps=cfg.num_warps_chunk, num_stages=1, **launch,
-    )
-    _kda_prefill_state_kernel[(H, triton.cdiv(V, cfg.bv))](
-        w, u, kd, gc, state, hs, final_state, NT,
-        K=K, V=V, BT=BT, BK=BK, BV=cfg.bv, KS=cfg.k_split,
-        PRECISION=cfg.precision, USE_GDC=use_pdl, num_warps=cfg.num_warps_state, num_stages=1, **launch,
-    )
+
+    def chunk_pass(c0: int, c1: int) -> None:
+        _kda_prefill_chunk_kernel[(c1 - c0, H)](
+            q, k, v, g, beta,
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+            g.stride(0), g.stride(1), beta.stride(0), beta.stride(1),
+            w, u, qg, kd, p, gc, gcum, T, NT, c0,
+            K=K, V=V, BT=BT, BC=SUB_BLOCK, BK=BK, BVA=max(16, triton.next_power_of_2(V)),
+            PRECISION=cfg.precision, USE_GDC=use_pdl, num_warps=cfg.num_warps_chunk, num_stages=1, **launch,
+        )
+
+    def walk(c0: int, c1: int, s_in: torch.Tensor, s_out: torch.Tensor) -> None:
+        _kda_prefill_state_kernel[(H, triton.cdiv(V, cfg.bv))](
+            w, u, kd, gc, s_in, hs, s_out, NT, c0, c1,
+            K=K, V=V, BT=BT, BK=BK, BV=cfg.bv, KS=cfg.k_split,
+            PRECISION=cfg.precision, USE_GDC=use_pdl, num_warps=cfg.num_warps_state, num_stages=1, **launch,
+        )
+
+    bounds = segment_bounds(NT, cfg.segments)
+    if len(bounds) == 1:
+        chunk_pass(0, NT)
+        walk(0, NT, state, final_state)
+    else:
+        # Segment i's walk waits for its chunk pass and runs beside segment i + 1's. The walks
+        # carry the state through `carry` (each walk program reads its tile before it writes it).
+        carry = torch.empty_like(final_state)
+        side = _walk_stream(dev) if dev.type == "cuda" else None
+        main = torch.cuda.current_stream(dev) if side is not None else None
+        if side is not None:
+            side.wait_stream(main)
+        for i, (c0, c1) in enumerate(bounds):
+            chunk_pass(c0, c1)
+            s_in = state if i == 0 else carry
+            s_out = final_state if i == len(bounds) - 1 else carry
+            if side is None:
+                walk(c0, c1, s_in, s_out)
+                continue
+            ready = torch.cuda.Event()
+            ready.record(main)
+            side.wait_event(ready)
+            with torch.cuda.stream(side):
+                walk(c0, c1, s_in, s_out)
+        if side is not None:
+            main.wait_stream(side)      # the output pass, and every later use of the workspaces
     _kda_prefill_output_kernel[(NT, H, triton.cdiv(V, cfg.bv_out))](
         qg, p, u, hs, out, T, NT,
         H=H, K=K, V=V, BT=BT, BK=BK, BV=cfg.bv_out,
