@@ -268,7 +268,7 @@ def _store_part(ptr, base, i: tl.constexpr, S, offs_p, offs_v, mv, K: tl.constex
         tl.store(ptr + (base + rows[:, None]) * V + offs_v[None, :], S, mask=(rows < K)[:, None] & mv[None, :])
 
 
-@triton.jit(do_not_specialize=["NT", "C0", "C1"])
+@triton.jit
 def _kda_prefill_state_kernel(
     w_ptr, u_ptr, kd_ptr, gc_ptr, state_ptr, hs_ptr, final_ptr,
     NT, C0, C1,
