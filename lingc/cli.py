@@ -179,6 +179,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise SystemExit(f"--tp {args.tp} but {tp.size} process(es) are running: launch with "
                          f"torchrun --nproc-per-node {args.tp} -m lingc run --tp {args.tp} ...")
     dev = _device(args.device)
+    if args.prefill_graphs and dev.type != "cuda":
+        raise SystemExit(f"--prefill-graphs captures the prefill as CUDA graphs: it needs a CUDA device "
+                         f"(this run is on {dev}); leave it out")
     if dev.type == "cuda" and tp.enabled:
         dev = torch.device("cuda", torch.cuda.current_device())
     lead = tp.rank == 0
@@ -197,7 +200,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     t_eager = time.perf_counter() - t0
 
     engine = Engine(model, max_len=len(prompt) + n + relay_margin(args.steps), steps=args.steps,
-                    options={"inductor": args.inductor}, progress=lead)
+                    options={"inductor": args.inductor}, progress=lead, prefill_graphs=args.prefill_graphs)
     first = len(compile_reports)
     t0 = time.perf_counter()
     engine.prepare(("decode", "draft", "verify", "extend"))
@@ -262,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="NEXTN drafts per relay step")
     run.add_argument("--tp", type=int, default=1,
                      help="tensor-parallel size: run under torchrun --nproc-per-node N")
+    run.add_argument("--prefill-graphs", action=argparse.BooleanOptionalAction, default=None,
+                     help="capture the prompt's prefill as a CUDA graph (default: on a single CUDA GPU; "
+                          "--prefill-graphs also with --tp, --no-prefill-graphs never)")
     explain.add_argument("--t", type=int, default=1, choices=range(1, 17), metavar="{1..16}",
                          help="tokens per step: 1 = decode, 6 = chain verify")
     explain.add_argument("--context", type=_int_at_least(0), default=32, help="cache rows before the step")

@@ -17,7 +17,7 @@ def checkpoint(tmp_path_factory):
 
 def test_run_from_a_checkpoint_with_given_prompt_ids(checkpoint, capsys):
     assert main(["run", "--checkpoint", str(checkpoint), "--prompt-ids", "3,1,4,1,5", "--new-tokens", "6",
-                 "--steps", "3", "--device", "cpu"]) == 0
+                 "--steps", "3", "--device", "cpu", "--no-prefill-graphs"]) == 0
     out = capsys.readouterr().out
     assert f"lingc: loading checkpoint {checkpoint} on cpu" in out
     assert "prompt: 5 given tokens; 6 new tokens" in out
@@ -43,6 +43,8 @@ def test_explain_a_checkpoint(checkpoint, capsys):
                                r"cache rows, more than the model's max_position_embeddings 4096: use at most "
                                r"--new-tokens 4060 with this prompt"),
     (["--prompt-len", "4090", "--steps", "7"], r"= 4154 cache rows, .* use a shorter prompt"),
+    (["--preset", "tiny", "--prefill-graphs"], r"--prefill-graphs captures the prefill as CUDA graphs: it needs a "
+                                               r"CUDA device \(this run is on cpu\)"),
 ])
 def test_run_refuses_a_bad_source_or_prompt(checkpoint, tmp_path, argv, message):
     # Each refusal comes before the eager generation or any compile.
