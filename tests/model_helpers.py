@@ -4,7 +4,8 @@
 `assert_rel_close` is the shared relative-RMS comparison (helpers.assert_close, which rejects
 NaN/Inf) with a label and a guard against all-zero references; `randomize_cache_` fills a cache
 with random content so tests continue from nonzero recurrent state, conv windows and MLA rows
-rather than from zeros.
+rather than from zeros. `eager_prefill` / `padded_prefill` run a prompt's prefill the eager way and
+through PrefillGraphs' padded buckets (the captured-prefill tests, single-process and per rank).
 """
 
 from __future__ import annotations
@@ -69,3 +70,38 @@ def chain_accepting(model: Ling3ForCausalLM, base: Ling3Cache, j: int, start: in
             y = int(lg[-1].argmax())
             ch[i] = y if i <= j else (y + 1) % vocab
     return ch
+
+
+# Buckets of padded_prefill: a prompt of up to 64 tokens runs padded to 64 rows, up to 128 to 128.
+PREFILL_ROWS = 64
+
+
+def eager_prefill(model: Ling3ForCausalLM, prompt: torch.Tensor, max_len: int):
+    """(cache, first token, (draft logits, draft hidden)) of the eager chunks' prefill."""
+    from lingc.decoding.reference import greedy_prompt_prefill
+
+    cache = Ling3Cache.allocate(model.config, max_len, device=prompt.device)
+    first, drafted = greedy_prompt_prefill(model, cache, prompt, True)
+    return cache, first, drafted
+
+
+def padded_prefill(model: Ling3ForCausalLM, prompt: torch.Tensor, max_len: int, capture: bool = False,
+                   pad_ids: torch.Tensor | None = None):
+    """(cache, first token, (draft logits, draft hidden), {bucket: captured}) of the prompt run in
+    its PrefillGraphs bucket (captured on CUDA with `capture`); with pad_ids, the bucket's padding
+    ids replaced by them and the bucket run again."""
+    from lingc.runtime.relay.prefill_graphs import PrefillGraphs
+
+    cache = Ling3Cache.allocate(model.config, max_len, device=prompt.device)
+    graphs = PrefillGraphs(model, cache, draft=True, buckets=(PREFILL_ROWS, 2 * PREFILL_ROWS), capture=capture,
+                           progress=False)
+    graphs.prepare()
+    cache.zero_()
+    out = graphs(prompt)
+    if pad_ids is not None:        # rerun the same bucket with other padding ids
+        cache.zero_()
+        bk = graphs._ready[graphs.bucket_for(prompt.numel())]
+        bk.ids[prompt.numel():].copy_(pad_ids[:bk.rows - prompt.numel()])
+        out = bk.step()
+    dlog, dh = out.draft
+    return cache, out.first.clone(), (dlog.clone(), dh.clone()), graphs.captured

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from model_helpers import assert_rel_close, cache_tensors_close, tiny_model
+from model_helpers import PREFILL_ROWS as ROWS
+from model_helpers import assert_rel_close, cache_tensors_close, eager_prefill, padded_prefill, tiny_model
 
-from lingc.decoding.reference import greedy_prompt_prefill
 from lingc.models import Ling3Cache
 from lingc.models.padding import PromptPadding
 from lingc.runtime.relay.engine import Engine
 from lingc.runtime.relay.prefill_graphs import PrefillGraphs, default_buckets
 
-ROWS = 64
 
 
 @pytest.fixture(scope="module")
@@ -28,27 +27,6 @@ def model():
 def _prompt(n: int, seed: int = 0, device="cpu") -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     return torch.randint(1, 300, (n,), generator=gen).to(device)
-
-
-def _eager(model, prompt, max_len):
-    cache = Ling3Cache.allocate(model.config, max_len, device=prompt.device)
-    first, drafted = greedy_prompt_prefill(model, cache, prompt, True)
-    return cache, first, drafted
-
-
-def _padded(model, prompt, max_len, capture=False, pad_ids=None):
-    cache = Ling3Cache.allocate(model.config, max_len, device=prompt.device)
-    graphs = PrefillGraphs(model, cache, draft=True, buckets=(ROWS, 2 * ROWS), capture=capture, progress=False)
-    graphs.prepare()
-    cache.zero_()
-    out = graphs(prompt)
-    if pad_ids is not None:        # rerun the same bucket with other padding ids
-        cache.zero_()
-        bk = graphs._ready[graphs.bucket_for(prompt.numel())]
-        bk.ids[prompt.numel():].copy_(pad_ids[:bk.rows - prompt.numel()])
-        out = bk.step()
-    dlog, dh = out.draft
-    return cache, out.first.clone(), (dlog.clone(), dh.clone())
 
 
 def test_default_buckets():
@@ -71,8 +49,8 @@ def test_padded_prefill_equals_the_eager_prefill(model, n, prompt_kernels, monke
 
         monkeypatch.setattr(kda, "prompt_kernels_apply", lambda x: x.shape[0] >= 64)
     prompt = _prompt(n, seed=n)
-    ref_cache, ref_first, (ref_dlog, ref_dh) = _eager(model, prompt, 256)
-    cache, first, (dlog, dh) = _padded(model, prompt, 256)
+    ref_cache, ref_first, (ref_dlog, ref_dh) = eager_prefill(model, prompt, 256)
+    cache, first, (dlog, dh), _ = padded_prefill(model, prompt, 256)
     assert int(first) == int(ref_first)
     assert_rel_close(dlog, ref_dlog, 1e-4, "draft logits")
     assert_rel_close(dh, ref_dh, 1e-4, "draft hidden")
@@ -84,8 +62,8 @@ def test_padded_prefill_equals_the_eager_prefill(model, n, prompt_kernels, monke
 def test_padding_ids_change_nothing_real(model):
     """Two different paddings: the same bits in everything a real row or a later step reads."""
     prompt = _prompt(37, seed=7)
-    a = _padded(model, prompt, 256, pad_ids=torch.zeros(ROWS, dtype=torch.int64))
-    b = _padded(model, prompt, 256, pad_ids=_prompt(ROWS, seed=8))
+    a = padded_prefill(model, prompt, 256, pad_ids=torch.zeros(ROWS, dtype=torch.int64))
+    b = padded_prefill(model, prompt, 256, pad_ids=_prompt(ROWS, seed=8))
     assert int(a[1]) == int(b[1])
     assert torch.equal(a[2][0], b[2][0]) and torch.equal(a[2][1], b[2][1])
     for x, y in zip(a[0].state + a[0].conv, b[0].state + b[0].conv):
@@ -123,8 +101,8 @@ def test_errors(model):
 def test_gpu_captured_prefill_equals_the_eager_prefill(n):
     m = tiny_model().cuda()
     prompt = _prompt(n, seed=n, device="cuda")
-    ref_cache, ref_first, (ref_dlog, ref_dh) = _eager(m, prompt, 512)
-    cache, first, (dlog, dh) = _padded(m, prompt, 512, capture=True)
+    ref_cache, ref_first, (ref_dlog, ref_dh) = eager_prefill(m, prompt, 512)
+    cache, first, (dlog, dh), _ = padded_prefill(m, prompt, 512, capture=True)
     assert int(first) == int(ref_first)
     assert_rel_close(dlog, ref_dlog, 1e-4, "draft logits")
     assert_rel_close(dh, ref_dh, 1e-4, "draft hidden")

@@ -132,27 +132,20 @@ def prefill_case(tp, n: int = 30, capture: bool = False, engine_tokens: int = 0,
     """This rank's eager prefill of an n-token prompt beside its padded bucket (PrefillGraphs,
     captured on CUDA with `capture`), and with engine_tokens the Engine's plain and speculative
     output from the same prompt (its prefill captured too with `capture`)."""
-    from lingc.decoding.reference import greedy_prompt_prefill
-    from lingc.models import Ling3Cache
-    from lingc.runtime.relay.prefill_graphs import PrefillGraphs
+    from model_helpers import eager_prefill, padded_prefill
 
     model = model_for(tp, **overrides)
     dev = model.lm_head.weight.device
     prompt = torch.randint(1, 300, (n,), generator=torch.Generator().manual_seed(n)).to(dev)
-    out = {}
+
+    def facts(cache, first, drafted):
+        return {"first": int(first), "dlog": drafted[0].cpu(), "dh": drafted[1].cpu(),
+                "state": [s.cpu() for s in cache.state], "kv": [k[:, :n].cpu() for k in cache.kv]}
+
     with torch.no_grad():
-        ref = Ling3Cache.allocate(model.config, 256, device=dev)
-        first, (dlog, dh) = greedy_prompt_prefill(model, ref, prompt, True)
-        out["eager"] = {"first": int(first), "dlog": dlog.cpu(), "dh": dh.cpu(),
-                        "state": [s.cpu() for s in ref.state], "kv": [k[:, :n].cpu() for k in ref.kv]}
-        cache = Ling3Cache.allocate(model.config, 256, device=dev)
-        graphs = PrefillGraphs(model, cache, draft=True, buckets=(64, 128), capture=capture, progress=False)
-        graphs.prepare()
-        cache.zero_()
-        got = graphs(prompt)
-        out["padded"] = {"first": int(got.first), "dlog": got.draft[0].cpu(), "dh": got.draft[1].cpu(),
-                         "state": [s.cpu() for s in cache.state], "kv": [k[:, :n].cpu() for k in cache.kv],
-                         "captured": graphs.captured}
+        out = {"eager": facts(*eager_prefill(model, prompt, 256))}
+        cache, first, drafted, captured = padded_prefill(model, prompt, 256, capture=capture)
+        out["padded"] = {**facts(cache, first, drafted), "captured": captured}
     if engine_tokens:
         from lingc.runtime.relay.engine import Engine
         engine = Engine(model, max_len=n + engine_tokens + 32, options={"inductor": False}, progress=False,

@@ -473,32 +473,20 @@ def kda_prefill_triton(q, k, v, g, beta, state, out=None, final_state=None, *,
             PRECISION=cfg.precision, USE_GDC=use_pdl, num_warps=cfg.num_warps_state, num_stages=1, **launch,
         )
 
+    # With more than one segment, segment i's walk runs on a high-priority side stream beside
+    # segment i + 1's chunk pass, and the walks carry the state through `carry` (each walk program
+    # reads its tile before it writes it). torch.cuda.stream(None) (one segment, the CPU) is a no-op.
     bounds = segment_bounds(NT, cfg.segments)
-    if len(bounds) == 1:
-        chunk_pass(0, NT)
-        walk(0, NT, state, final_state)
-    else:
-        # Segment i's walk waits for its chunk pass and runs beside segment i + 1's. The walks
-        # carry the state through `carry` (each walk program reads its tile before it writes it).
-        carry = torch.empty_like(final_state)
-        side = _walk_stream(dev) if dev.type == "cuda" else None
-        main = torch.cuda.current_stream(dev) if side is not None else None
+    side = _walk_stream(dev) if len(bounds) > 1 and dev.type == "cuda" else None
+    carry = torch.empty_like(final_state) if len(bounds) > 1 else None
+    for i, (c0, c1) in enumerate(bounds):
+        chunk_pass(c0, c1)
         if side is not None:
-            side.wait_stream(main)
-        for i, (c0, c1) in enumerate(bounds):
-            chunk_pass(c0, c1)
-            s_in = state if i == 0 else carry
-            s_out = final_state if i == len(bounds) - 1 else carry
-            if side is None:
-                walk(c0, c1, s_in, s_out)
-                continue
-            ready = torch.cuda.Event()
-            ready.record(main)
-            side.wait_event(ready)
-            with torch.cuda.stream(side):
-                walk(c0, c1, s_in, s_out)
-        if side is not None:
-            main.wait_stream(side)      # the output pass, and every later use of the workspaces
+            side.wait_stream(torch.cuda.current_stream(dev))        # this segment's chunk pass
+        with torch.cuda.stream(side):
+            walk(c0, c1, state if i == 0 else carry, final_state if i == len(bounds) - 1 else carry)
+    if side is not None:
+        torch.cuda.current_stream(dev).wait_stream(side)   # the output pass, every later use of the workspaces
     _kda_prefill_output_kernel[(NT, H, triton.cdiv(V, cfg.bv_out))](
         qg, p, u, hs, out, T, NT,
         H=H, K=K, V=V, BT=BT, BK=BK, BV=cfg.bv_out,
