@@ -11,6 +11,9 @@ Pipeline per Dynamo graph (design.md):
 2. lingc's passes, in order, on that graph (pass_manager.py), with dumps and optional verification;
 3. what no pass claimed is compiled by Inductor (its CUDA graphs off: lingc captures), or run as
    plain ATen ops with `inductor=False`.
+A graph with symbolic shapes (``dynamic=True``, or Dynamo's automatic dynamic shapes after a
+second input shape) goes through the same pipeline once per concrete input shape, at that
+shape's first call (shape_specialize.py): lingc's kernels and passes are built for static shapes.
 Every compiled graph leaves a `CompileReport` in `compile_reports` (summary, kernel table).
 """
 
@@ -31,6 +34,7 @@ from .kernel_table import KernelTable, build_kernel_table
 from .options import LingcOptions
 from .pass_manager import PassContext, PassManager, PassStats
 from .progress import Progress
+from .shape_specialize import ShapeSpecializedGraph, has_symbolic_inputs
 
 log = logging.getLogger("lingc")
 
@@ -182,6 +186,12 @@ def lingc_backend(gm: fx.GraphModule, example_inputs: list[Any],
         raise ValueError("lingc compiles inference graphs only: an input requires grad. Call the "
                          "model under torch.no_grad() or model.requires_grad_(False)")
     _watch.check(example_inputs, opts, _compile_wrapper())
+    if has_symbolic_inputs(gm, example_inputs):
+        return ShapeSpecializedGraph(gm, lambda g, inputs: _compile_static(g, inputs, opts), opts.role)
+    return _compile_static(gm, example_inputs, opts)
+
+
+def _compile_static(gm: fx.GraphModule, example_inputs: Sequence[Any], opts: LingcOptions) -> Callable:
     compiler = GraphCompiler(opts, list(example_inputs))
     capture = (compat.functionalize_inference_backend if opts.capture == "functionalize"
                else compat.aot_inference_backend)
