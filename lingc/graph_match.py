@@ -32,6 +32,15 @@ def strip(n: fx.Node, casts: bool = True) -> fx.Node:
     return n
 
 
+def unsupported_dtype(op: str, dtype: torch.dtype, supported: tuple[torch.dtype, ...]) -> str | None:
+    """The reason a pass leaves a computation of ``dtype`` alone because lingc's ``op`` does not
+    run it (written into node.meta["lingc_why"] or the pass's notes), or None when it does."""
+    if dtype in supported:
+        return None
+    names = ", ".join(str(d).removeprefix("torch.") for d in supported)
+    return f"dtype {str(dtype).removeprefix('torch.')}: lingc.{op} runs {names}"
+
+
 def scalar(v) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 

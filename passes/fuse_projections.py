@@ -44,8 +44,9 @@ import torch
 import torch.fx as fx
 
 from lingc.graph_build import eliminate_dead_code, emit
-from lingc.graph_match import CASTS, RESHAPES, aten, is_call, prims, strip, weight_source
+from lingc.graph_match import CASTS, RESHAPES, aten, is_call, prims, strip, unsupported_dtype, weight_source
 from lingc.pass_manager import LingcPass
+from lingc.runtime.kernels.gemm.op import DTYPES as GEMM_DTYPES
 
 MAX_WEIGHTS = 8
 
@@ -66,6 +67,9 @@ def _linear(n: fx.Node):
         return None
     if w.meta["val"].dtype != x.meta["val"].dtype:
         n.meta["lingc_why"] = "input and weight dtypes differ"
+        return None
+    if why := unsupported_dtype("gemm", x.meta["val"].dtype, GEMM_DTYPES):
+        n.meta["lingc_why"] = why
         return None
     return x, w, bias
 

@@ -45,11 +45,12 @@ import torch.fx as fx
 
 from lingc.compat import real_tensor_mode
 from lingc.graph_build import emit
-from lingc.graph_match import aten, is_call, prims, scalar, strip
+from lingc.graph_match import aten, is_call, prims, scalar, strip, unsupported_dtype
 from lingc.moe_trace import Down, MoETrace, Proj, atoms, mode
 from lingc.pass_manager import LingcPass
 from lingc.runtime.kernels import moe_experts as _moe_experts  # noqa: F401  (registers lingc::moe_experts)
 from lingc.runtime.kernels import moe_router as _moe_router  # noqa: F401  (registers lingc::moe_router)
+from lingc.runtime.kernels.moe_router.op import DTYPES as ROUTER_DTYPES
 
 # ------------------------------------------------------------------------------------------ router
 @dataclass
@@ -212,6 +213,8 @@ def _find_routers(graph: fx.Graph) -> list[_Router]:
             r.why = checked
         elif gate_w.meta["val"].dtype not in (r.x.meta["val"].dtype, a.meta["val"].dtype):
             r.why = "the gate weight's dtype is neither x's nor the gate input's"
+        elif why := unsupported_dtype("moe_router", gate_w.meta["val"].dtype, ROUTER_DTYPES):
+            r.why = why
         else:
             bias, n_group, topk_group = checked
             rx = r.x if r.x.meta["val"].dtype == gate_w.meta["val"].dtype else a

@@ -28,8 +28,9 @@ import torch
 import torch.fx as fx
 
 from lingc.graph_build import emit
-from lingc.graph_match import aten, clamp_bounds, is_call, match_linear, silu_input, strip
+from lingc.graph_match import aten, clamp_bounds, is_call, match_linear, silu_input, strip, unsupported_dtype
 from lingc.pass_manager import LingcPass
+from lingc.runtime.kernels.swiglu_gemm.op import DTYPES as SWIGLU_DTYPES
 
 
 def _limit(lo_a, hi_a, lo_u, hi_u) -> float | None:
@@ -48,10 +49,11 @@ class SwiGLUEpilogue(LingcPass):
     def apply(self, gm: fx.GraphModule) -> int:
         import lingc.runtime.kernels.swiglu_gemm  # noqa: F401  (registers the lingc::swiglu_gemm ops)
 
-        matches = 0
+        matches, self.left = 0, {}
         for n in list(gm.graph.nodes):
             if is_call(n, aten.mul.Tensor) and all(isinstance(a, fx.Node) for a in n.args[:2]):
                 matches += self._try(gm.graph, n)
+        self.notes += [f"{k} SwiGLU MLP(s) left unfused: {why}" for why, k in self.left.items()]
         return matches
 
     def _try(self, graph: fx.Graph, mul: fx.Node) -> int:
@@ -71,6 +73,9 @@ class SwiGLUEpilogue(LingcPass):
             wg, wu = gate.weight.meta.get("val"), upm.weight.meta.get("val")
             if xv is None or mv is None or xv.dim() != 2 or wg.dtype != xv.dtype or wu.dtype != xv.dtype:
                 continue
+            if why := unsupported_dtype("swiglu_gemm_separate", xv.dtype, SWIGLU_DTYPES):
+                self.left[why] = self.left.get(why, 0) + 1
+                return 0
             n_out = (gate.rows[1] - gate.rows[0]) if gate.rows else wg.shape[0]
             n_up = (upm.rows[1] - upm.rows[0]) if upm.rows else wu.shape[0]
             if n_out != n_up or mv.numel() != xv.shape[0] * n_out:

@@ -39,8 +39,8 @@ MAX_T = 16          # decode and verify chains; prefill keeps the model's path
 MAX_HEADS = 64      # all heads of a query are one tile (padded to >= 16 rows)
 MAX_RANK = 1024     # the latent width is one tile
 MAX_ROPE = 256
-_Q_DTYPES = (torch.float32, torch.bfloat16)
-_KV_DTYPES = (torch.bfloat16, torch.float32)
+Q_DTYPES = (torch.float32, torch.bfloat16)
+KV_DTYPES = (torch.bfloat16, torch.float32)
 
 
 def _shape(t: torch.Tensor) -> tuple:
@@ -67,7 +67,7 @@ def check_mla_decode_args(q_lat, q_rope, kv_cache, positions, scale, gate=None, 
     if not (2 <= P <= MAX_ROPE and P % 2 == 0):
         raise ValueError(f"{op}: rope dim P = {P} must be even and in 2..{MAX_ROPE}")
     for name, t in (("q_lat", q_lat), ("q_rope", q_rope)):
-        if t.dtype not in _Q_DTYPES:
+        if t.dtype not in Q_DTYPES:
             raise ValueError(f"{op}: {name}.dtype must be float32 or bfloat16, got {t.dtype}")
         if t.stride(2) != 1 and t.shape[2] > 1:
             raise ValueError(f"{op}: {name} must have unit stride along its last dim (any T/H strides), "
@@ -77,7 +77,7 @@ def check_mla_decode_args(q_lat, q_rope, kv_cache, positions, scale, gate=None, 
                          f"(index the slot: cache.kv[j][slot]), got {_shape(kv_cache)}")
     if kv_cache.shape[0] < 1:
         raise ValueError(f"{op}: kv_cache has no rows (L = 0)")
-    if kv_cache.dtype not in _KV_DTYPES:
+    if kv_cache.dtype not in KV_DTYPES:
         raise ValueError(f"{op}: kv_cache.dtype must be bfloat16 or float32, got {kv_cache.dtype}")
     if kv_cache.stride(1) != 1:
         raise ValueError(f"{op}: kv_cache must have unit stride along its last dim, got strides {kv_cache.stride()}")
