@@ -125,6 +125,19 @@ def test_errors(model, engine):
         engine.generate([], 4)
     with pytest.raises(ValueError, match="speculative="):
         engine.generate(PROMPT, 4, speculative="eagle")
+    vocab = model.config.vocab_size
+    with pytest.raises(ValueError, match=rf"prompt ids \[{vocab}, -1\] are outside the vocabulary \[0, {vocab}\)"):
+        engine.generate([1, vocab, 2, -1], 4)
+    with pytest.raises(ValueError, match="integer token ids, got a torch.float32 tensor"):
+        engine.generate(torch.tensor([1.0, 2.0]), 4)
+    with pytest.raises(ValueError, match="integer token ids"):
+        engine.generate([1, 2.5], 4)
+    with pytest.raises(ValueError, match="temperature=-0.5"):
+        engine.generate(PROMPT, 4, temperature=-0.5)
+    with pytest.raises(ValueError, match="top_p=0"):
+        engine.generate(PROMPT, 4, temperature=1.0, top_p=0)
+    import numpy as np
+    assert engine.generate(np.array(PROMPT), 3) == engine.generate(torch.tensor(PROMPT), 3)
     with pytest.raises(ValueError, match="steps=9"):
         Engine(model, max_len=64, steps=9)
     with pytest.raises(ValueError, match="must not set 'role'"):

@@ -24,6 +24,8 @@ design.md; speculative rejection sampling is not implemented).
 
 from __future__ import annotations
 
+import math
+import numbers
 import time
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
@@ -267,12 +269,13 @@ class Engine:
         if speculative and self.model.nextn is None:
             raise ValueError("speculative='nextn' needs a model with a NEXTN layer "
                              "(num_nextn_predict_layers >= 1); pass speculative=None")
+        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
+            raise ValueError(f"temperature={temperature!r}: want a finite number >= 0 (0 = greedy)")
+        if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+            raise ValueError(f"top_p={top_p!r}: want 0 < top_p <= 1 (1 = the whole distribution)")
         sampling = temperature > 0
         speculative = speculative if not sampling else None   # documented fallback
-        ids = torch.as_tensor(prompt if torch.is_tensor(prompt) else list(prompt),
-                              dtype=torch.int64).to(self.device)
-        if ids.dim() != 1 or ids.numel() == 0:
-            raise ValueError(f"prompt must be a non-empty 1-d list of token ids, got shape {tuple(ids.shape)}")
+        ids = self._prompt_ids(prompt)
         self._check_capacity(ids.numel(), max_new_tokens)
         eos = self.model.config.eos_token_id if eos_token_id == -1 else eos_token_id
         stop_ids = set(stop) | ({eos} if eos is not None else set())
@@ -290,6 +293,23 @@ class Engine:
             yield from self._sample_loop(max_new_tokens - 1, temperature, top_p, seed, stop_ids)
             return
         yield from self._until(self._relay_loop(roles), max_new_tokens - 1, stop_ids)
+
+    def _prompt_ids(self, prompt: Sequence[int] | torch.Tensor) -> torch.Tensor:
+        """The prompt as int64 ids on the engine's device, checked: 1-d, not empty, integers, each
+        inside the vocabulary (an id outside it would index past the embedding)."""
+        if torch.is_tensor(prompt) and (prompt.is_floating_point() or prompt.is_complex()):
+            raise ValueError(f"prompt must hold integer token ids, got a {prompt.dtype} tensor")
+        if not torch.is_tensor(prompt) and any(
+                not isinstance(t, numbers.Integral) and not (torch.is_tensor(t) and t.dim() == 0) for t in prompt):
+            raise ValueError(f"prompt must hold integer token ids, got {list(prompt)[:8]}")
+        ids = torch.as_tensor(prompt if torch.is_tensor(prompt) else list(prompt), dtype=torch.int64)
+        if ids.dim() != 1 or ids.numel() == 0:
+            raise ValueError(f"prompt must be a non-empty 1-d list of token ids, got shape {tuple(ids.shape)}")
+        vocab = self.model.config.vocab_size
+        bad = ids[(ids < 0) | (ids >= vocab)]
+        if bad.numel():
+            raise ValueError(f"prompt ids {bad[:8].tolist()} are outside the vocabulary [0, {vocab})")
+        return ids.to(self.device)
 
     def resume(self, max_new_tokens: int, speculative: str | None = "nextn",
                stop: Sequence[int] = ()) -> Iterator[int]:
