@@ -50,3 +50,44 @@ def test_compiled_tiny_bf16_on_cuda_close_to_eager():
     (logits, _), _ = run_and_report(model, ids, pos, cache, role="decode", inductor=False)
     rel = (logits - ref).norm() / ref.norm()
     assert rel < 3e-2, f"bf16 relative error {rel:.3g}"
+
+
+def test_compiled_tiny_fp16_on_cuda_close_to_eager():
+    """float16: the kernels that run it (norms, KDA chain, experts, head products, cache writes)
+    on the GPU, the rest left to the library / ATen (the CPU test checks the reasons)."""
+    model = build_model(preset("tiny"), device="cuda", dtype=torch.float16, progress=False, seed=1)
+    cache = Ling3Cache.allocate(model.config, 32, device="cuda")
+    ids, pos = torch.tensor([3, 4, 5], device="cuda"), torch.arange(3, device="cuda")
+    with torch.no_grad():
+        ref, _ = model(ids, pos, cache.clone())
+    (logits, _), report = run_and_report(model, ids, pos, cache, role="decode", inductor=False)
+    rel = (logits.float() - ref.float()).norm() / ref.float().norm()
+    assert rel < 3e-2, f"fp16 relative error {rel:.3g}"
+    rows = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
+    assert rows["lingc.kda_chain"] > 0 and rows["lingc.moe_experts"] > 0 and "lingc.gemm" not in rows
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_symbolic_shapes_on_cuda_compile_per_shape(dynamic):
+    """A graph Dynamo traces with symbolic sizes runs lingc's static pipeline per shape on CUDA."""
+    import torch.nn.functional as F
+
+    torch._dynamo.reset()
+    g, u = (torch.randn(96, 32, device="cuda", dtype=torch.bfloat16) / 6 for _ in range(2))
+    d = torch.randn(32, 96, device="cuda", dtype=torch.bfloat16) / 10
+
+    def mlp(x):
+        return x + F.linear(F.silu(F.linear(x, g)) * F.linear(x, u), d)
+
+    from lingc.backend import compile_reports
+
+    step = torch.compile(mlp, backend="lingc", dynamic=dynamic)
+    before = len(compile_reports)
+    with torch.no_grad():
+        for n in (1, 3, 6, 3):
+            x = torch.randn(n, 32, device="cuda", dtype=torch.bfloat16)
+            torch.testing.assert_close(step(x).float(), mlp(x).float(), rtol=3e-2, atol=3e-2)
+    assert len(compile_reports) - before == 3
+    for report in compile_reports[before:]:
+        assert {op for cat, op, _, _ in report.kernels.rows if cat == "lingc"} == \
+            {"lingc.swiglu_gemm_separate", "lingc.gemm"}
