@@ -20,7 +20,7 @@ import torch.fx as fx
 from torch.utils._pytree import tree_map
 
 from .compat import real_tensor_mode
-from .graph_match import is_call
+from .graph_match import is_call, weight_source
 from .pass_manager import VIEW_OPS
 
 aten = torch.ops.aten
@@ -30,9 +30,13 @@ HEAVY = {aten.mm.default, aten.addmm.default, aten.embedding.default}
 
 
 def is_heavy(n: fx.Node) -> bool:
-    t = n.target
-    return n.op == "call_function" and (t in HEAVY or (isinstance(t, torch._ops.OpOverload)
-                                                        and t.namespace == "lingc"))
+    """A projection (a product with a weight: a graph input behind views), an embedding or a
+    lingc kernel. A product of two computed values (attention math, e.g. ``p @ c`` over a cache
+    slice, which reaches the graph as mm) is part of the core around it, not an input to it."""
+    t = n.op == "call_function" and n.target
+    if t in (aten.mm.default, aten.addmm.default):
+        return any(weight_source(a) is not None for a in n.args[-2:])
+    return t in HEAVY or (isinstance(t, torch._ops.OpOverload) and t.namespace == "lingc")
 
 
 def val(n):
@@ -168,6 +172,11 @@ def is_constant(n: fx.Node) -> bool:
     return True
 
 
+# Single-input ops that keep the values (a leaf widens through them): copies, casts, complex views.
+VALUE_VIEWS = (aten.clone.default, torch.ops.prims.convert_element_type.default,
+               aten.view_as_complex.default, aten.view_as_real.default)
+
+
 def widen_leaf(leaf: fx.Node, want: Callable[[fx.Node], bool]) -> tuple[fx.Node, list[fx.Node]]:
     """Walk a leaf back through single-input view ops to the nearest node `want` accepts:
     (that node, the view nodes passed, which join the region). (leaf, []) when none does."""
@@ -175,7 +184,7 @@ def widen_leaf(leaf: fx.Node, want: Callable[[fx.Node], bool]) -> tuple[fx.Node,
     while True:
         if want(n):
             return n, chain
-        if not is_call(n, *VIEW_OPS, aten.clone.default, torch.ops.prims.convert_element_type.default):
+        if not is_call(n, *VIEW_OPS, *VALUE_VIEWS):
             return leaf, []
         chain.append(n)
         n = n.args[0]

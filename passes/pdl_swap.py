@@ -34,10 +34,13 @@ How matches are found (computations, not names):
   (a fp32 [H, A, A] slot written back from its own old value), the conv-window write that feeds
   it and the state's read-out o (the first value every other use of the state goes through) on
   one side, and projection outputs and parameters on the other. The MLA core is everything
-  between a softmax's p @ c output and the latent cache slot, the positions and the query
-  projections. The cut-out region is then run on random inputs and compared with the op's
-  reference under every candidate role assignment (q/k/v order, state layout [K, V] or [V, K],
-  the lower bound and scale among the region's constants, RoPE fused or not). Only an
+  between a softmax's p @ c output (the softmax's maximum as amax, or max written by hand) and
+  the latent cache (a slot of a [slots, L, R + P] input, or a one-sequence [L, R + P] input),
+  the positions and the query projections; a product of two computed values (p @ c reaching the
+  graph as mm) is inside a region, a product with a weight is a projection at its edge. The
+  cut-out region is then run on random inputs and compared with the op's reference under every
+  candidate role assignment (q/k/v order, state layout [K, V] or [V, K], the lower bound and
+  scale among the region's constants, a divisor d as the scale 1/d, RoPE fused or not). Only an
   assignment that reproduces the region (rel. error 1e-4 in fp32) is rewritten; a region that no
   assignment reproduces is left alone with a note. A state stored [V, K] runs the kernel on a
   transposed temporary (noted; the in-place layout is [K, V]).
@@ -651,7 +654,7 @@ class PdlSwap(LingcPass):
     def _mla(self, g: fx.Graph) -> int:
         matches = 0
         for n in list(g.nodes):
-            if n.graph is None or not is_call(n, aten.amax.default):
+            if n.graph is None or self._row_max(n) is None:
                 continue
             why = self._mla_one(g, n)
             if why:
@@ -661,8 +664,19 @@ class PdlSwap(LingcPass):
         return matches
 
     @staticmethod
-    def _softmax(amax: fx.Node) -> fx.Node | None:
-        s = amax.args[0]
+    def _row_max(n: fx.Node) -> tuple[fx.Node, list[int]] | None:
+        """(scores, dims) when n is the maximum a softmax subtracts: amax(s, dims), or the
+        values of max(s, dim) (a softmax written out by hand)."""
+        if is_call(n, aten.amax.default):
+            return n.args[0], list(n.args[1])
+        if n.op == "call_function" and n.target is operator.getitem and n.args[1] == 0 \
+                and is_call(n.args[0], aten.max.dim):
+            return n.args[0].args[0], [n.args[0].args[1]]
+        return None
+
+    @classmethod
+    def _softmax(cls, amax: fx.Node) -> fx.Node | None:
+        s = cls._row_max(amax)[0]
         for sub in amax.users:
             if is_call(sub, aten.sub.Tensor) and sub.args == (s, amax):
                 for e in sub.users:
@@ -674,7 +688,7 @@ class PdlSwap(LingcPass):
 
     def _mla_one(self, g: fx.Graph, amax: fx.Node) -> str | None:
         p = self._softmax(amax)
-        if p is None or list(amax.args[1]) not in ([-1], [len(shape(p)) - 1]):
+        if p is None or self._row_max(amax)[1] not in ([-1], [len(shape(p)) - 1]):
             return "not a last-dim softmax"
         L = shape(p)[-1]
         views = lambda n: n.op == "call_function" and n.target in VIEW_OPS  # noqa: E731
@@ -688,6 +702,8 @@ class PdlSwap(LingcPass):
             if len(shape(n)) == 2 and shape(n)[0] == L:
                 kv = n
             n = n.args[0]
+        if len(shape(n) or ()) == 2 and shape(n)[0] == L and (kv is None or shape(n)[1] > shape(kv)[1]):
+            kv = n                                      # the cache holds one sequence: no slot view
         if kv is None:
             return "the value operand is not a slice of an [L, R + P] cache"
         cache = n                                       # the cache value kv is a view of
@@ -817,10 +833,14 @@ class PdlSwap(LingcPass):
             return None
         x = dict(zip(leaves, inputs))
         cache, kv_chain = kv
-        kv = kv_chain[-1]
-        x[kv] = run_region(region_module(kv_chain, [cache], [kv]), [x[cache]])[0]
+        kv = kv_chain[-1] if kv_chain else cache
+        if kv_chain:
+            x[kv] = run_region(region_module(kv_chain, [cache], [kv]), [x[cache]])[0]
         tol = PROBE_TOL.get(val(kv).dtype, 3e-2)
-        scales = sorted({float(a) for n in nodes for a in n.args if scalar(a) is not None and 0 < scalar(a) < 1})
+        # The softmax scale: a constant multiplier below 1, or a divisor above 1 (scores / sqrt(d)).
+        scales = sorted({float(a) for n in nodes for a in n.args if scalar(a) is not None and 0 < scalar(a) < 1}
+                        | {1.0 / float(n.args[1]) for n in nodes if is_call(n, aten.div.Tensor)
+                           and scalar(n.args[1]) is not None and scalar(n.args[1]) > 1})
         from lingc.runtime.kernels.mla_decode.naive import mla_decode_reference
 
         for scale in scales:
@@ -833,7 +853,8 @@ class PdlSwap(LingcPass):
     # -- MLA cache write ----------------------------------------------------------------------
 
     def _kv_writes(self, g: fx.Graph) -> int:
-        """Functional row writes of a [slots, L, R + P] cache input whose rows are [c ; rope(k)]
+        """Functional row writes of a [slots, L, R + P] cache input (or of a one-sequence [L, R + P]
+        one) whose rows are [c ; rope(k)]
         become in-place lingc.mla_kv_write calls (after the norms: c is a lingc.rmsnorm output)."""
         order = {n: i for i, n in enumerate(g.nodes)}
         readers = {ph: set(ph.users) for ph in g.nodes if _placeholder(ph)}
@@ -853,19 +874,22 @@ class PdlSwap(LingcPass):
         if (len(ip.args) > 3 and ip.args[3]) or len(indices) != 1 or not isinstance(indices[0], fx.Node):
             return "not a row write"
         pos = indices[0]
-        if not (is_call(base, aten.select.int) and _placeholder(base.args[0]) and base.args[1] == 0):
-            return "the written slot is not select(cache input, 0, slot)"
-        ph, slot = base.args[0], base.args[2]
-        scat = list(ip.users)
-        if (len(scat) != 1 or not is_call(scat[0], aten.select_scatter.default)
-                or scat[0].args[0] is not ph or tuple(scat[0].args[2:4]) != (0, slot)):
-            return "the new slot is not scattered back into the cache input"
-        scat = scat[0]
-        late = [u for u in readers.get(ph, ()) if u not in (base, scat) and order.get(u, -1) > order[ip]
+        if _placeholder(base) and len(shape(base)) == 2:
+            ph, scat = base, ip           # a cache of one sequence [L, R + P]: rows written into the input
+        elif is_call(base, aten.select.int) and _placeholder(base.args[0]) and base.args[1] == 0:
+            ph, slot = base.args[0], base.args[2]
+            scat = list(ip.users)
+            if (len(scat) != 1 or not is_call(scat[0], aten.select_scatter.default)
+                    or scat[0].args[0] is not ph or tuple(scat[0].args[2:4]) != (0, slot)):
+                return "the new slot is not scattered back into the cache input"
+            scat = scat[0]
+        else:
+            return "the written rows are not select(cache input, 0, slot) or a 2-d cache input"
+        late = [u for u in readers.get(ph, ()) if u not in (base, ip, scat) and order.get(u, -1) > order[ip]
                 and not (is_call(u, aten.copy_.default) and u.args[0] is ph)]
-        if late or len(base.users) != 1:
+        if late or (base is not ph and len(base.users) != 1):
             return "the old cache is read after the write"
-        T, W = shape(rows)[0], shape(base)[1]
+        T, W = shape(pos)[0], shape(base)[1]          # rows may reach index_put as a view, e.g. [W] at T = 1
         nodes, leaves = region([rows], lambda n: n is pos or is_heavy(view_base(n)))
         widened = []
         for leaf in leaves:
@@ -892,14 +916,16 @@ class PdlSwap(LingcPass):
             x[freq[0]] = torch.rand(P // 2, generator=gen)
             got = run_region(region_module(nodes, leaves, [rows]), [x[n] for n in leaves])
             ref = mla_kv_rows_reference(x[c], x[k], x[pos], x[freq[0]], val(rows).dtype)
-            err = float("inf") if got is None else rel_err(got[0], ref)
+            ok = got is not None and got[0].numel() == ref.numel()
+            err = rel_err(got[0].reshape(ref.shape), ref) if ok else float("inf")
         if err > PROBE_TOL.get(val(rows).dtype, 3e-2):
             return "the rows are not [c ; interleaved rope(k)]"
         with g.inserting_before(ip):
             emit(g, lingc_ops.mla_kv_write.default, c, k, pos, freq[0], base)
         scat.replace_all_uses_with(ph)
         g.erase_node(scat)
-        g.erase_node(ip)
+        if ip is not scat:
+            g.erase_node(ip)
         for u in list(ph.users):
             if is_call(u, aten.copy_.default) and u.args[0] is ph and u.args[1] is ph:
                 g.erase_node(u)                                      # the epilogue write-back

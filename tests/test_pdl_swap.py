@@ -265,6 +265,91 @@ def test_foreign_kda_layer(vk, T, tmp_path):
         assert "aten.copy_" not in rows(report)           # both writes in place
 
 
+MH, NOPE, ROPE, RANK, VD, HID = 2, 8, 4, 16, 8, 24
+
+
+class ForeignMLA(nn.Module):
+    """Absorbed MLA written independently of lingc.models.mla: a cache of one sequence [L, R + P]
+    (no slot dimension) written with ``cache[pos] = rows``, RoPE through view_as_complex and
+    polar, the absorbed query through bmm, scores as einsums over cache slices (mm in the graph)
+    divided by sqrt(d), the causal mask by torch.where (``softmax="library"``) or masked_fill
+    and a softmax written out with max / exp / sum (``"by hand"``). ``strict=True`` hides each
+    query's own row (other math: must not match)."""
+
+    def __init__(self, softmax: str, strict: bool = False):
+        super().__init__()
+        g = torch.Generator().manual_seed(5)
+        self.softmax, self.strict = softmax, strict
+        self.wq = nn.Parameter(torch.randn(MH * (NOPE + ROPE), HID, generator=g) / 5, requires_grad=False)
+        self.wkv = nn.Parameter(torch.randn(RANK + ROPE, HID, generator=g) / 5, requires_grad=False)
+        self.wb = nn.Parameter(torch.randn(MH, NOPE + VD, RANK, generator=g) / 4, requires_grad=False)
+        self.wo = nn.Parameter(torch.randn(HID, MH * VD, generator=g) / 4, requires_grad=False)
+        self.register_buffer("freq", 1.0 / (100.0 ** (torch.arange(0, ROPE, 2).float() / ROPE)), persistent=False)
+
+    def rope(self, x, pos):
+        ang = pos.float()[:, None] * self.freq[None]
+        rot = torch.polar(torch.ones_like(ang), ang).view((x.shape[0],) + (1,) * (x.dim() - 2) + (ROPE // 2,))
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2).contiguous())
+        return torch.view_as_real(xc * rot).flatten(-2)
+
+    def forward(self, x, pos, cache):
+        T, L = x.shape[0], cache.shape[0]
+        q = (x @ self.wq.T).view(T, MH, NOPE + ROPE)
+        kv = x @ self.wkv.T
+        cache[pos] = torch.cat([kv[:, :RANK], self.rope(kv[:, RANK:], pos)], -1)
+        q_lat = torch.bmm(q[..., :NOPE].transpose(0, 1), self.wb[:, :NOPE]).transpose(0, 1)     # [T, H, R]
+        q_rope = self.rope(q[..., NOPE:], pos)
+        c, k_rope = cache[:, :RANK], cache[:, RANK:]
+        s = (torch.einsum("thr,lr->thl", q_lat, c) + torch.einsum("thp,lp->thl", q_rope, k_rope)) / (NOPE + ROPE) ** 0.5
+        rows_ = torch.arange(L)[None, :]
+        visible = (rows_ < pos[:, None]) if self.strict else (rows_ <= pos[:, None])
+        if self.softmax == "library":
+            p = F.softmax(torch.where(visible[:, None], s, float("-inf")), dim=-1)
+        else:
+            s = s.masked_fill(~visible[:, None], float("-inf"))
+            e = torch.exp(s - s.max(-1, keepdim=True).values)
+            p = e / e.sum(-1, keepdim=True)
+        o = torch.einsum("thr,hvr->thv", p @ c, self.wb[:, NOPE:])
+        return o.reshape(T, MH * VD) @ self.wo.T
+
+
+@pytest.mark.parametrize("softmax", ["library", "by hand"])
+@pytest.mark.parametrize("T", [1, 3])
+def test_foreign_mla_layer(softmax, T):
+    """The whole foreign layer on lingc kernels: its cache write (lingc.mla_kv_write, RoPE of the
+    key inside), the absorbed products and the latent attention (lingc.mla_decode, the query's
+    RoPE inside); the output and the written cache equal eager's."""
+    m = ForeignMLA(softmax)
+    x, pos, cache = torch.randn(T, HID), torch.arange(9, 9 + T), torch.randn(20, RANK + ROPE)
+    ref_cache = cache.clone()
+    with torch.no_grad():
+        ref = m(x, pos, ref_cache)
+    out, report = run_and_report(m, x, pos, cache)
+    st = stat(report, "pdl_swap")
+    lingc_rows = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
+    assert lingc_rows == {"lingc.gemm": 2, "lingc.head_matmul": 2, "lingc.mla_decode": 1,
+                          "lingc.mla_kv_write": 1}, st.notes
+    assert report.kernels.counts().keys() == {"lingc", "glue"}          # nothing else runs
+    assert "PDL coverage 6/6 kernel-launching ops (100%)" in st.notes
+    assert_rel_close(out, ref, 1e-5, "foreign MLA output")
+    assert_rel_close(cache, ref_cache, 1e-6, "foreign MLA cache")
+
+
+def test_foreign_mla_with_other_math_is_left():
+    """A strictly causal mask (a query does not see its own row) is not mla_decode's math: the
+    probe finds no assignment and says so; the graph still equals eager."""
+    m = ForeignMLA("library", strict=True)
+    x, pos, cache = torch.randn(3, HID), torch.arange(9, 12), torch.randn(20, RANK + ROPE)
+    ref_cache = cache.clone()
+    with torch.no_grad():
+        ref = m(x, pos, ref_cache)
+    out, report = run_and_report(m, x, pos, cache)
+    assert "lingc.mla_decode" not in rows(report)
+    assert "MLA decode left (no assignment of the inputs reproduces the mla_decode reference)" in \
+        " ".join(stat(report, "pdl_swap").notes)
+    assert_rel_close(out, ref, 1e-5, "strict-mask output")
+
+
 class ForeignNorms(nn.Module):
     """RMSNorm spelled three ways: x*x summed and divided, w first; a bf16 stream upcast and cast
     back with a residual add; a 3-D [1, T, D] input."""
