@@ -335,6 +335,24 @@ def test_foreign_mla_layer(softmax, T):
     assert_rel_close(cache, ref_cache, 1e-6, "foreign MLA cache")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [1, 6])
+def test_gpu_foreign_mla_layer(T):
+    """The foreign layer's kernels on CUDA (fp32 cache, the Triton mla_decode and mla_kv_write)."""
+    m = ForeignMLA("by hand").cuda()
+    g = torch.Generator(device="cuda").manual_seed(T)
+    x = torch.randn(T, HID, device="cuda", generator=g)
+    pos = torch.arange(300, 300 + T, device="cuda")
+    cache = torch.randn(512, RANK + ROPE, device="cuda", generator=g)
+    ref_cache = cache.clone()
+    with torch.no_grad():
+        ref = m(x, pos, ref_cache)
+    out, report = run_and_report(m, x, pos, cache)
+    assert {"lingc.mla_decode", "lingc.mla_kv_write"} <= set(rows(report))
+    assert_rel_close(out, ref, 1e-4, "foreign MLA output on CUDA")
+    assert_rel_close(cache, ref_cache, 1e-5, "foreign MLA cache on CUDA")
+
+
 def test_foreign_mla_with_other_math_is_left():
     """A strictly causal mask (a query does not see its own row) is not mla_decode's math: the
     probe finds no assignment and says so; the graph still equals eager."""
