@@ -81,6 +81,7 @@ def functionalize_inference_backend(fw_compiler: Callable, decompositions: dict)
             g = make_fx(lambda *args: fn(*args), decomposition_table=decompositions, tracing_mode="real")(*fakes)
         if _mutates_an_aliased_input(g, example_inputs):
             return aot_inference_backend(fw_compiler, decompositions)(gm, example_inputs)
+        _functional_intermediates(g.graph)
         g.graph.eliminate_dead_code()
         g.recompile()
         compiled = fw_compiler(g, fakes)
@@ -89,6 +90,37 @@ def functionalize_inference_backend(fw_compiler: Callable, decompositions: dict)
         return compiled
 
     return backend
+
+
+def _functional_intermediates(graph: torch.fx.Graph) -> int:
+    """In-place ops on intermediates become their functional forms, as AOTAutograd's trace has
+    them: a decomposition applied under the functionalised trace can write into a fresh value
+    (F.rms_norm's ``mean(x^2).add_(eps)``), and passes match functional ops. Rewritten only where
+    nothing reads the old value afterwards and the value is no view (a write into a view also
+    writes its base). Returns the number rewritten."""
+    aten = torch.ops.aten
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    done = 0
+    for n in list(graph.nodes):
+        t = n.target
+        if n.op != "call_function" or not isinstance(t, torch._ops.OpOverload) or t.namespace != "aten":
+            continue
+        name = t._schema.name.split("::")[-1]
+        if not name.endswith("_") or name.endswith("__") or not t._schema.arguments \
+                or not t._schema.arguments[0].is_write:
+            continue
+        base = n.args[0] if n.args else None
+        if not isinstance(base, torch.fx.Node) or base.op != "call_function" \
+                or not isinstance(base.target, torch._ops.OpOverload) \
+                or any(r.alias_info is not None for r in base.target._schema.returns) \
+                or any(order[u] > order[n] for u in base.users if u is not n):
+            continue
+        functional = getattr(getattr(aten, name[:-1], None), t._overloadname, None)
+        if functional is None:
+            continue
+        n.target = functional
+        done += 1
+    return done
 
 
 def _mutates_an_aliased_input(g: torch.fx.GraphModule, inputs: Sequence[Any]) -> bool:

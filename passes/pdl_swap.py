@@ -204,7 +204,7 @@ class PdlSwap(LingcPass):
 
     @staticmethod
     def _mean_sq_eps(add: fx.Node, x: fx.Node) -> float | None:
-        if not is_call(add, aten.add.Tensor) or len(add.args) != 2 or add.kwargs:
+        if not is_call(add, aten.add.Tensor, aten.add.Scalar) or len(add.args) != 2 or add.kwargs:
             return None
         ms, eps = add.args if isinstance(add.args[0], fx.Node) else add.args[::-1]
         if scalar(eps) is None or not isinstance(ms, fx.Node):

@@ -217,6 +217,53 @@ def test_functionalize_capture_gives_aots_graph(tiny, T, role, tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(c_a.tensors(), cache.tensors()))    # it wrote
 
 
+def test_functionalize_capture_makes_decompositions_in_place_ops_functional(tmp_path):
+    """F.rms_norm's decomposition writes mean(x^2).add_(eps) in place under the functionalised
+    trace; the capture gives the functional add, as AOTAutograd's trace does, so the norm pass
+    sees the same graph either way."""
+    import torch.nn.functional as F
+
+    def fn(a, w):
+        return F.rms_norm(a, (8,), w, 1e-6)
+
+    texts = {}
+    for capture in ("aot", "functionalize"):
+        d = tmp_path / capture
+        compile_lingc(fn, capture=capture, dump_dir=str(d))(torch.randn(3, 8), torch.randn(8))
+        text = next(d.glob("*/00-captured.txt")).read_text()
+        texts[capture] = [line.split(" = ")[1].split("(")[0] for line in text.splitlines() if " = " in line]
+    assert texts["aot"] == texts["functionalize"] and "aten.add.Scalar" in texts["aot"]
+
+
+def _graph_with_in_place(kind: str) -> torch.fx.Graph:
+    aten = torch.ops.aten
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    e = g.call_function(aten.exp.default, (x,))
+    base = g.call_function(aten.view.default, (e, [4])) if kind == "view" else e
+    target = base if kind != "input" else x
+    a = g.call_function(aten.add_.Scalar, (target, 1.0))
+    outs = [g.call_function(aten.mul.Tensor, (a, 2.0))]
+    if kind == "read after":
+        outs.append(g.call_function(aten.neg.default, (base,)))
+    g.output(outs)
+    return g
+
+
+@pytest.mark.parametrize("kind, functional", [("intermediate", True), ("read after", False), ("view", False),
+                                              ("input", False)])
+def test_functional_intermediates_only_where_nothing_sees_the_write(kind, functional):
+    from lingc.compat import _functional_intermediates
+    g = _graph_with_in_place(kind)
+    x = torch.randn(4)
+    before = torch.fx.GraphModule(torch.nn.Module(), g)(x.clone())
+    assert _functional_intermediates(g) == int(functional)
+    targets = {n.target for n in g.nodes if n.op == "call_function"}
+    assert (torch.ops.aten.add.Scalar in targets) == functional
+    after = torch.fx.GraphModule(torch.nn.Module(), g)(x.clone())
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+
+
 def test_functionalize_capture_leaves_aliased_mutated_inputs_to_aot(monkeypatch):
     # b is a view of a: functionalisation would treat them as two tensors and read b stale after
     # the write to a; the capture hands such graphs to AOTAutograd (and only those).

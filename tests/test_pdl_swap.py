@@ -401,6 +401,27 @@ def test_foreign_norms():
     assert torch.equal(out[1], ref[1]) and torch.equal(out[2], ref[2])    # the model's bits, bf16 too
 
 
+@pytest.mark.parametrize("capture", ["functionalize", "aot"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_library_rms_norm(capture, dtype):
+    """torch's own RMSNorm (F.rms_norm, and nn.RMSNorm with its default eps: the dtype's
+    machine epsilon) becomes lingc.rmsnorm with the library's bits."""
+    norm = nn.RMSNorm(40, dtype=dtype).eval()
+    with torch.no_grad():
+        norm.weight.normal_()
+    w = torch.randn(40, dtype=dtype)
+
+    def fn(x, w):
+        return F.rms_norm(x, (40,), w, 1e-5), norm(x)
+
+    x = torch.randn(5, 40, dtype=dtype)
+    with torch.no_grad():
+        ref = fn(x, w)
+    out, report = run_and_report(fn, x, w, capture=capture)
+    assert rows(report)["lingc.rmsnorm"] == 2, stat(report, "pdl_swap").notes
+    assert all(torch.equal(a, b) for a, b in zip(out, ref))
+
+
 class EmbedThenNorm(nn.Module):
     """A token embedding [1, T] -> [1, T, D], its RMSNorm, and the embedding read again as the
     residual (the decoder's first layer); with ``early_reader`` the embedding also feeds an op
