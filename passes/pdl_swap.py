@@ -39,8 +39,9 @@ How matches are found (computations, not names):
   the positions and the query projections; a product of two computed values (p @ c reaching the
   graph as mm) is inside a region, a product with a weight is a projection at its edge. The
   cut-out region is then run on random inputs and compared with the op's reference under every
-  candidate role assignment (q/k/v order, state layout [K, V] or [V, K], the lower bound and
-  scale among the region's constants, a divisor d as the scale 1/d, RoPE fused or not). Only an
+  candidate role assignment (q/k/v order, state layout [K, V] or [V, K], the gate's lower bound
+  among the region's constants or the unbounded softplus gate, the softmax scale among them or a
+  divisor d as the scale 1/d, RoPE fused or not). Only an
   assignment that reproduces the region (rel. error 1e-4 in fp32) is rewritten; a region that no
   assignment reproduces is left alone with a note. A state stored [V, K] runs the kernel on a
   transposed temporary (noted; the in-place layout is [K, V]).
@@ -568,7 +569,8 @@ class PdlSwap(LingcPass):
         sl = (lambda t: t) if st["slot"] is None else (lambda t: t[st["slot"]])  # noqa: E731
         state_in, win_in = sl(x[st["ph"]]), sl(x[win["ph"]])
         tol = PROBE_TOL.get(val(roles["f"]).dtype, 3e-2)
-        bounds = sorted({a for n in nodes for a in n.args if isinstance(a, float) and a < 0})
+        # The gate: bounded by one of the region's negative constants, or unbounded (softplus, None).
+        bounds = sorted({a for n in nodes for a in n.args if isinstance(a, float) and a < 0}) + [None]
         from lingc.runtime.kernels.kda.naive import kda_chain_reference
 
         def run(qkv, lb, transposed, rows):
@@ -577,7 +579,7 @@ class PdlSwap(LingcPass):
             return kda_chain_reference(*(x[n].reshape(T, -1)[:rows] for n in qkv),
                                        x[roles["f"]].reshape(T, -1)[:rows], x[roles["b"]].reshape(T, H)[:rows],
                                        conv_w, win_in, x[roles["a_log"]], x[roles["dt_bias"]], s0.contiguous(),
-                                       float(lb))
+                                       None if lb is None else float(lb))
 
         # Candidates as (permutation of the q/k/v order, lower bound, state transposed). The
         # assignment that matched the previous layer goes first: a model's KDA layers share one
@@ -608,7 +610,8 @@ class PdlSwap(LingcPass):
                 ref_s = ref_s.transpose(-1, -2)
             if rel_err(got[1], ref_s) <= tol and rel_err(got[2], ref_w) <= tol:
                 self._kda_hint = cand
-                return dict(qkv=qkv, f=roles["f"], conv=[roles["pair"][r] for r in qkv], lb=float(lb),
+                return dict(qkv=qkv, f=roles["f"], conv=[roles["pair"][r] for r in qkv],
+                            lb=None if lb is None else float(lb),
                             transposed=transposed, b=roles["b"], a_log=roles["a_log"],
                             dt_bias=roles["dt_bias"])
         return "no assignment of the inputs reproduces the kda_chain reference"

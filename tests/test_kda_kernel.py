@@ -58,10 +58,10 @@ def make_inputs(T, H, K, dtype, seed, device=DEVICE):
     return {n: t.to(device) for n, t in x.items()}
 
 
-def ref_args(x, state=None, window=None):
+def ref_args(x, state=None, window=None, lb=LOWER_BOUND):
     return (x["q_raw"], x["k_raw"], x["v_raw"], x["f_raw"], x["b_raw"], list(x["conv_w"].unbind(0)),
             x["conv_window"] if window is None else window, x["a_log"], x["dt_bias"],
-            x["state"] if state is None else state, LOWER_BOUND)
+            x["state"] if state is None else state, lb)
 
 
 def prefix(x, n):
@@ -74,7 +74,7 @@ def prefix(x, n):
 SWEEP_CONFIG = KdaConfig(bv=16)
 
 
-def run_kernel(x, staged, config=SWEEP_CONFIG):
+def run_kernel(x, staged, config=SWEEP_CONFIG, lb=LOWER_BOUND):
     """The launcher on copies of state/window, outputs and stage buffers NaN-poisoned.
     Returns (o, state, window, stage_states, stage_windows) (stage_* None when persistent)."""
     T, (H, K, V) = x["q_raw"].shape[0], x["state"].shape
@@ -84,11 +84,11 @@ def run_kernel(x, staged, config=SWEEP_CONFIG):
     if staged:
         ss = torch.full((T, H, K, V), float("nan"), device=state.device)
         sw = torch.full((T, 3, H * K, W - 1), float("nan"), device=state.device).to(window.dtype)
-    kda_chain_triton(*ref_args(x, state, window), ss, sw, out, config=config)
+    kda_chain_triton(*ref_args(x, state, window, lb), ss, sw, out, config=config)
     return out, state, window, ss, sw
 
 
-def model_math(x):
+def model_math(x, lb=LOWER_BOUND):
     """The chain as lingc/models/kda.py writes it (kda_math calls, no lingc kernel code)."""
     T, (H, K, V) = x["q_raw"].shape[0], x["state"].shape
     ys, wins = [], []
@@ -98,7 +98,7 @@ def model_math(x):
         wins.append(win)
     q = l2norm(ys[0]) * (K ** -0.5)
     k = l2norm(ys[1])
-    g = kda_gate(x["f_raw"].view(T, H, K), x["a_log"], x["dt_bias"], LOWER_BOUND)
+    g = kda_gate(x["f_raw"].view(T, H, K), x["a_log"], x["dt_bias"], lb)
     beta = torch.sigmoid(x["b_raw"].float())
     o, S = kda_recurrent(q, k, ys[2], g, beta, x["state"])
     return o, S, torch.stack(wins, 0)
@@ -135,6 +135,42 @@ def test_staged_matches_from_scratch_prefixes(H, K, T, dtype):
         assert_close(ss[j], scratch.state, RTOL)
         assert torch.equal(sw[j], scratch.window), f"stage window {j}"
     assert torch.equal(sw, staged_windows_reference(x["q_raw"], x["k_raw"], x["v_raw"], x["conv_w"], window0))
+
+
+def softplus_inputs(T, dtype, seed):
+    """Inputs whose f + dt_bias spans softplus's three branches (above 20, below -15, between)."""
+    x = make_inputs(T, 2, 24, dtype, seed=seed)
+    f = x["f_raw"].float()
+    f[:, 0::4] = f[:, 0::4].abs() * 10 + 22
+    f[:, 1::4] = -f[:, 1::4].abs() * 10 - 17
+    x["f_raw"] = f.to(dtype)
+    return x
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("T", [1, 6])
+def test_softplus_gate_matches_model_math_and_prefixes(T, dtype):
+    """lower_bound None: the unbounded gate -exp(A_log) * softplus(f + dt_bias) (Kimi Linear's,
+    kda_math.kda_gate) in both modes."""
+    x = softplus_inputs(T, dtype, seed=90 + T)
+    o, state, window, _, _ = run_kernel(x, staged=False, lb=None)
+    o_ref, S_ref, win_ref = model_math(x, lb=None)
+    assert_close(o, o_ref, RTOL)
+    assert_close(state, S_ref, RTOL)
+    assert torch.equal(window, win_ref)
+    assert not torch.allclose(o_ref, model_math(x)[0], rtol=1e-2), "the two gates must differ here"
+    o_s, _, _, ss, _ = run_kernel(x, staged=True, lb=None)
+    assert_close(o_s, o_ref, RTOL)
+    for j in range(T):
+        assert_close(ss[j], kda_chain_reference(*ref_args(prefix(x, j + 1), lb=None)).state, RTOL)
+
+
+def test_softplus_gate_batch_invariant_in_T():
+    x = softplus_inputs(6, torch.float32, seed=97)
+    o6, _, _, ss6, _ = run_kernel(x, staged=True, lb=None)
+    for n in (1, 3):
+        o, _, _, ss, _ = run_kernel(prefix(x, n), staged=True, lb=None)
+        assert torch.equal(o, o6[:n]) and torch.equal(ss, ss6[:n]), f"T={n}"
 
 
 @pytest.mark.parametrize("staged", [False, True], ids=["persistent", "staged"])
@@ -431,6 +467,7 @@ def _bad(name, value):
     ("state", torch.zeros(2, 16, 16, dtype=torch.bfloat16), "torch.bfloat16"),
     ("a_log", torch.zeros(3), r"a_log must be \[H\] = \(2,\), got \(3,\)"),
     ("lower_bound", 0.5, "lower_bound .* got 0.5"),
+    ("lower_bound", float("-inf"), "or None"),
     ("stage_states", torch.zeros(3, 2, 16, 16), "stage_windows=None"),
 ])
 def test_op_bad_arguments_raise(name, value, match):
@@ -468,21 +505,23 @@ _COMPILE_CHECK = textwrap.dedent("""
     sig.update(ticket_ptr="*i32", lower_bound="fp32", scale="fp32", eps="fp32")
     cfg = config_for(8, 128, 128)
     barriers = {}
-    for staged in (False, True):
-        for fused in (False, True):
-            const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv, STAGED=staged,
-                         STATE_BEFORE_WAIT=True, FUSED_RED=fused, USE_GDC=True)
-            ptx, info = compile_sm90(_kda_chain_kernel, sig, const, num_warps=cfg.num_warps)
-            assert "griddepcontrol.wait" in ptx
-            print(staged, fused, info)
-            assert " 0 bytes spill stores" in info, info
-            barriers[staged, fused] = ptx.count("bar.sync")
+    # The table's four binaries, and the softplus gate's (Kimi Linear's) in the verify form.
+    forms = [(s, f, False) for s in (False, True) for f in (False, True)] + [(True, True, True)]
+    for staged, fused, softplus in forms:
+        const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv, STAGED=staged,
+                     STATE_BEFORE_WAIT=True, FUSED_RED=fused, USE_GDC=True, SOFTPLUS_GATE=softplus)
+        ptx, info = compile_sm90(_kda_chain_kernel, sig, const, num_warps=cfg.num_warps)
+        assert "griddepcontrol.wait" in ptx
+        print(staged, fused, softplus, info)
+        assert " 0 bytes spill stores" in info, info
+        barriers[staged, fused, softplus] = ptx.count("bar.sync")
     # KdaConfig.fused_reductions: the two norms' and the two state products' shared-memory round
     # trips become one each (a norm's reduction across the warps costs three barriers, a state
     # product's two): six CTA barriers fewer, all of them in the token loop (persistent binary
     # 20 -> 14, staged 18 -> 12 on triton 3.6).
     for staged in (False, True):
-        assert barriers[staged, True] == barriers[staged, False] - 6, barriers
+        assert barriers[staged, True, False] == barriers[staged, False, False] - 6, barriers
+    assert barriers[True, True, True] == barriers[True, True, False], barriers   # the gate is elementwise
 """)
 
 
@@ -517,6 +556,23 @@ def ref_args_on_cpu(x, **kw):
             return type(a)(cpu(b) for b in a)
         return a.cpu() if torch.is_tensor(a) else a
     return [cpu(a) for a in ref_args(x, **kw)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [1, 6])
+def test_gpu_softplus_gate_matches_reference(T):
+    """The unbounded softplus gate (lower_bound None) at flash-tp4-rank shapes, every branch of
+    softplus taken, staged and persistent."""
+    x = make_inputs(T, 8, 128, torch.bfloat16, seed=95 + T)
+    f = x["f_raw"].float()
+    f[:, 0::4], f[:, 1::4] = f[:, 0::4].abs() * 10 + 22, -f[:, 1::4].abs() * 10 - 17
+    x["f_raw"] = f.to(torch.bfloat16)
+    ref = kda_chain_reference(*ref_args_on_cpu(x, lb=None))
+    o, state, _, _, _ = run_kernel(x, False, config_for(8, 128, 128), lb=None)
+    assert_close(o, ref.o, 1e-4)
+    assert_close(state, ref.state, 1e-4)
+    o_s, _, _, ss, _ = run_kernel(x, True, config_for(8, 128, 128), lb=None)
+    assert torch.equal(o_s, o) and torch.equal(ss[-1], state)
 
 
 @pytest.mark.gpu

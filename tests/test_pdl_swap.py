@@ -198,10 +198,10 @@ class ForeignKDA(nn.Module):
     silu as x * sigmoid(x), l2norm as x / sqrt(.), the gate with its constant first, a loop over
     unbind, the state stored [H, V, K] (vk=True) or [H, K, V]."""
 
-    def __init__(self, vk: bool):
+    def __init__(self, vk: bool, softplus: bool = False):
         super().__init__()
         g = torch.Generator().manual_seed(4)
-        self.vk = vk
+        self.vk, self.softplus = vk, softplus
         self.proj = nn.Parameter(torch.randn(5 * D + H, 24, generator=g) / 5, requires_grad=False)
         self.convs = nn.ParameterList([nn.Parameter(torch.randn(D, 1, 4, generator=g) / 2, requires_grad=False)
                                        for _ in range(3)])
@@ -222,7 +222,10 @@ class ForeignKDA(nn.Module):
         q, k, v = (a.view(T, H, K) for a in acts)
         q = q / torch.sqrt((q ** 2).sum(-1, keepdim=True) + 1e-6) / K ** 0.5
         k = k / torch.sqrt((k ** 2).sum(-1, keepdim=True) + 1e-6)
-        decay = -5.0 * torch.sigmoid(self.a.exp()[:, None] * (f.view(T, H, K) + self.bias.view(H, K)))
+        if self.softplus:                                                  # Kimi Linear's unbounded gate
+            decay = -self.a.exp()[:, None] * F.softplus(f.view(T, H, K) + self.bias.view(H, K))
+        else:
+            decay = -5.0 * torch.sigmoid(self.a.exp()[:, None] * (f.view(T, H, K) + self.bias.view(H, K)))
         beta = torch.sigmoid(b)
         S = state[0]
         outs = []
@@ -366,6 +369,25 @@ def test_foreign_mla_with_other_math_is_left():
     assert "MLA decode left (no assignment of the inputs reproduces the mla_decode reference)" in \
         " ".join(stat(report, "pdl_swap").notes)
     assert_rel_close(out, ref, 1e-5, "strict-mask output")
+
+
+@pytest.mark.parametrize("T", [1, 3])
+def test_foreign_kda_layer_with_the_softplus_gate(T, tmp_path):
+    """-exp(A_log) * softplus(f + dt_bias) (flash-linear-attention's default KDA gate, Kimi
+    Linear's) matches kda_chain with lower_bound None."""
+    m = ForeignKDA(vk=False, softplus=True)
+    x = torch.randn(T, 24)
+    state, window = 0.3 * torch.randn(1, H, K, K), torch.randn(1, 3, D, 3)
+    ref_s, ref_w = state.clone(), window.clone()
+    with torch.no_grad():
+        ref = m(x, ref_s, ref_w)
+    out, report = run_and_report(m, x, state, window, dump_dir=str(tmp_path))
+    assert rows(report).get("lingc.kda_chain", 0) == 1, stat(report, "pdl_swap").notes
+    chain = next(line for line in final_graph_text(report).splitlines() if "lingc.kda_chain" in line)
+    assert "%select_int, None, None, None, state_ready=True)" in chain, chain    # lower_bound None
+    assert_rel_close(out, ref, 1e-5, "softplus-gate KDA output")
+    assert_rel_close(state, ref_s, 1e-5, "softplus-gate KDA state")
+    assert_rel_close(window, ref_w, 1e-5, "softplus-gate KDA conv window")
 
 
 class ForeignNorms(nn.Module):

@@ -3,7 +3,7 @@
 These functions are the model's eager path and the references that lingc's KDA kernels are
 tested against. Per head, with the state S in R^{K x V} kept in fp32:
 
-    S' = diag(exp(g_t)) S                     per-key-channel decay, g_t in (lower_bound, 0)
+    S' = diag(exp(g_t)) S                     per-key-channel decay, g_t < 0 (kda_gate)
     S  = S' + beta_t k_t (v_t - S'^T k_t)^T   delta rule against the decayed state
     o_t = S^T q_t
 
@@ -22,13 +22,18 @@ import torch.nn.functional as F
 
 
 def kda_gate(f: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor,
-             lower_bound: float) -> torch.Tensor:
-    """Bounded ("safe") gate: lower_bound * sigmoid(exp(A_log[h]) * (f + dt_bias)), in fp32.
+             lower_bound: float | None) -> torch.Tensor:
+    """The log decay g, in fp32. Bounded ("safe", Ling-3's): lower_bound * sigmoid(exp(A_log[h]) *
+    (f + dt_bias)), g in (lower_bound, 0). With lower_bound None, the unbounded form of Kimi
+    Linear and flash-linear-attention's default gate: -exp(A_log[h]) * softplus(f + dt_bias),
+    g < 0 (softplus with beta 1, threshold 20, as F.softplus).
 
-    f: [T, H, K] raw f_proj output; a_log: [H]; dt_bias: [H * K]. Returns g in (lower_bound, 0).
+    f: [T, H, K] raw f_proj output; a_log: [H]; dt_bias: [H * K].
     """
     H, K = f.shape[-2:]
     x = f.float() + dt_bias.float().view(H, K)
+    if lower_bound is None:
+        return -a_log.float().exp().view(H, 1) * F.softplus(x)
     return lower_bound * torch.sigmoid(a_log.float().exp().view(H, 1) * x)
 
 

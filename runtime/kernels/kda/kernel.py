@@ -139,6 +139,13 @@ def _token_inputs(q_ptr, k_ptr, v_ptr, f_ptr, b_ptr, stride_q, stride_k, stride_
             tl.load(b_ptr + t * stride_b + h, mask=live, other=0.0).to(tl.float32))
 
 
+@triton.jit
+def _softplus(x):
+    """F.softplus (beta 1, threshold 20); exp(x) below -15, where log(1 + exp(x)) would round
+    the 1 away (relative error of exp(x) there: below exp(-15) / 2)."""
+    return tl.where(x > 20.0, x, tl.where(x < -15.0, tl.exp(x), tl.log(1.0 + tl.exp(x))))
+
+
 @triton.jit(do_not_specialize=["T", "STAGED"])
 def _kda_chain_kernel(
     q_ptr, k_ptr, v_ptr, f_ptr, b_ptr,
@@ -147,6 +154,7 @@ def _kda_chain_kernel(
     T, STAGED, lower_bound, scale, eps,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     NVB: tl.constexpr, STATE_BEFORE_WAIT: tl.constexpr, FUSED_RED: tl.constexpr, USE_GDC: tl.constexpr,
+    SOFTPLUS_GATE: tl.constexpr = False,
 ):
     h = tl.program_id(0)
     vb = tl.program_id(1)
@@ -206,7 +214,10 @@ def _kda_chain_kernel(
         xq0, xq1, xq2 = xq1, xq2, xq
         xk0, xk1, xk2 = xk1, xk2, xk
         xv0, xv1, xv2 = xv1, xv2, xv
-        g = lower_bound * tl.sigmoid(a * (fx + dtb))
+        if SOFTPLUS_GATE:
+            g = -a * _softplus(fx + dtb)
+        else:
+            g = lower_bound * tl.sigmoid(a * (fx + dtb))
         beta = tl.sigmoid(bx)
         # KdaConfig.fused_reductions (FUSED_RED): one reduction for both norms and the raw q.k,
         # one for both state products, and o from S' and the rank-one update's q.k.
@@ -360,7 +371,7 @@ def state_before_wait(state_ready: bool, use_pdl: bool) -> bool:
 
 
 def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state,
-                     lower_bound: float, stage_states=None, stage_windows=None, out=None, *,
+                     lower_bound: float | None, stage_states=None, stage_windows=None, out=None, *,
                      state_ready: bool = False, config: KdaConfig | None = None,
                      use_pdl: bool | None = None) -> torch.Tensor:
     """Launch the chain over T = q_raw.shape[0] tokens; returns o [T, H, V] fp32 (``out`` if given).
@@ -395,8 +406,8 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
         q_raw.stride(0), k_raw.stride(0), v_raw.stride(0), f_raw.stride(0), b_raw.stride(0),
         conv_w[0], conv_w[1], conv_w[2], conv_window, a_log, dt_bias, state, out,
         stage_states if staged else state, stage_windows if staged else conv_window, tickets,
-        T, int(staged), float(lower_bound), float(K) ** -0.5, _L2_EPS,
-        H=H, K=K, V=V, BK=triton.next_power_of_2(K), BV=cfg.bv, NVB=nvb,
+        T, int(staged), 0.0 if lower_bound is None else float(lower_bound), float(K) ** -0.5, _L2_EPS,
+        H=H, K=K, V=V, BK=triton.next_power_of_2(K), BV=cfg.bv, NVB=nvb, SOFTPLUS_GATE=lower_bound is None,
         FUSED_RED=cfg.fused_reductions, STATE_BEFORE_WAIT=state_before_wait(state_ready, use_pdl), USE_GDC=use_pdl,
         num_warps=cfg.num_warps, num_stages=1, **launch,
     )

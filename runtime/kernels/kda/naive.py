@@ -5,7 +5,8 @@ the delta-rule output (Ling-3's KDA layer minus the projections and the gated ou
 
     q, k, v = silu(short_conv(x_q|x_k|x_v))        continuing the slot's conv window
     q = l2norm(q) * K^-0.5,  k = l2norm(k)          per head, eps 1e-6
-    g = lower_bound * sigmoid(exp(A_log) * (f + dt_bias)),  beta = sigmoid(b)
+    g = lower_bound * sigmoid(exp(A_log) * (f + dt_bias))     (None: -exp(A_log) * softplus(f + dt_bias))
+    beta = sigmoid(b)
     S = diag(exp(g)) S;  S += beta k (v - S^T k)^T;  o = S^T q
 
 ``kda_chain_reference`` is the math of lingc/models/kda.py on T <= 16 tokens (the same kda_math
@@ -44,7 +45,7 @@ class KdaChainResult:
 def kda_chain_reference(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.Tensor,
                         f_raw: torch.Tensor, b_raw: torch.Tensor, conv_w: torch.Tensor,
                         conv_window: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor,
-                        state: torch.Tensor, lower_bound: float) -> KdaChainResult:
+                        state: torch.Tensor, lower_bound: float | None) -> KdaChainResult:
     """The chain over T tokens of one slot, position by position; inputs are not modified.
 
     q_raw, k_raw, v_raw, f_raw [T, H*K]; b_raw [T, H]; conv_w: the q, k, v depthwise weights,

@@ -2,6 +2,8 @@
 
 - ``torch.ops.lingc.kda_chain(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log,
   dt_bias, state, lower_bound, stage_states, stage_windows, state_ready=False) -> o [T, H, V] fp32``
+  lower_bound: the bounded gate's bound (Ling-3: -5.0), or None for the unbounded softplus gate
+  (Kimi Linear's; lingc.models.kda_math.kda_gate).
   conv_w is the list of the q, k, v depthwise conv weights [H*K, W], each read in place (a
   stacked copy would be one more kernel per layer and step).
   One slot's KDA core over T = 1..16 tokens (designed for the decode T=1 and the verify chain
@@ -100,8 +102,10 @@ def check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window,
         raise ValueError(f"{op}: a_log must be [H] = {(H,)}, got {_shape(a_log)}")
     if _shape(dt_bias) != (D,):
         raise ValueError(f"{op}: dt_bias must be [H*K] = {(D,)}, got {_shape(dt_bias)}")
-    if not (isinstance(lower_bound, (int, float)) and math.isfinite(lower_bound) and lower_bound < 0):
-        raise ValueError(f"{op}: lower_bound must be a finite negative number, got {lower_bound}")
+    if lower_bound is not None and not (isinstance(lower_bound, (int, float)) and math.isfinite(lower_bound)
+                                        and lower_bound < 0):
+        raise ValueError(f"{op}: lower_bound must be a finite negative number (the bounded gate) or None "
+                         f"(-exp(A_log) * softplus(f + dt_bias)), got {lower_bound}")
     if (stage_states is None) != (stage_windows is None):
         raise ValueError(f"{op}: stage_states and stage_windows must both be given (verify) or both "
                          f"be None (decode); got stage_states={'None' if stage_states is None else 'tensor'}, "
@@ -172,7 +176,7 @@ def check_kda_commit_many_args(states, conv_windows, stage_states, stage_windows
 
 def _kda_chain(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.Tensor, f_raw: torch.Tensor,
                b_raw: torch.Tensor, conv_w: list[torch.Tensor], conv_window: torch.Tensor, a_log: torch.Tensor,
-               dt_bias: torch.Tensor, state: torch.Tensor, lower_bound: float,
+               dt_bias: torch.Tensor, state: torch.Tensor, lower_bound: Optional[float],
                stage_states: Optional[torch.Tensor], stage_windows: Optional[torch.Tensor],
                state_ready: bool = False) -> torch.Tensor:
     args = (q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state, lower_bound,
