@@ -104,7 +104,11 @@ class FuseProjections(LingcPass):
         for members in groups.values():
             for i in range(0, len(members), MAX_WEIGHTS):
                 chunk = members[i:i + MAX_WEIGHTS]
-                self._replace(graph, [m for m, _, _ in chunk], chunk[0][1], [w for _, _, w in chunk], None)
+                # The input as the graph holds it now: when it is itself a projection replaced
+                # above (a low-rank pair x -> A -> B), its uses moved to the fused GEMM's slice, and
+                # the stale node would keep the old product alive a second time.
+                x = _linear(chunk[0][0])[0]
+                self._replace(graph, [m for m, _, _ in chunk], x, [w for _, _, w in chunk], None)
                 matches += 1
         fused = sum(1 for ms in groups.values() if len(ms) > 1)
         if fused:

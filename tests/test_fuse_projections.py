@@ -101,6 +101,30 @@ def test_group_is_one_launch_of_views():
     assert s.ops_before - s.ops_after >= 3       # three mm (and their permutes) -> one gemm + views
 
 
+class LowRankPair(nn.Module):
+    """A low-rank projection x -> A -> B next to another projection of x (Kimi Linear's f and
+    gate projections): A joins x's group, B reads A's slice of that group's output."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.other = _p(8, H, seed=1), _p(H, 8, seed=2), _p(24, H, seed=3)
+
+    def forward(self, x):
+        return (x @ self.a.T) @ self.b.T, x @ self.other.T
+
+
+def test_low_rank_pair_computes_each_product_once():
+    x = torch.randn(3, H)
+    m = LowRankPair()
+    with torch.no_grad():
+        ref = m(x)
+    out, report = run_and_report(m, x)
+    rows = {op: n for _, op, n, _ in report.kernels.rows}
+    assert rows.get("lingc.gemm") == 2 and "aten.mm" not in rows, rows     # before: A ran twice
+    for a, b in zip(out, ref):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
 @pytest.fixture(scope="module")
 def tiny():
     return build_model(preset("tiny"), progress=False)

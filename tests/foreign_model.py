@@ -1,0 +1,169 @@
+"""A small hybrid KDA + MLA + MoE model written in plain PyTorch without lingc.models, in the
+shape of Kimi Linear rather than Ling-3: the tests compile it with lingc to check that the passes
+find the same math in another model's spelling.
+
+Where it differs from lingc.models (on purpose):
+- KDA: separate q/k/v projections, low-rank f and output-gate projections (two linears each),
+  the convolution through F.conv1d on [window ; x], the unbounded gate
+  -exp(A_log) * softplus(f + dt_bias), the state carried through a Python loop, the output norm
+  as nn.RMSNorm on each head times sigmoid(gate);
+- MLA: no head gate, RoPE through view_as_complex, the cache one [L, R + P] tensor per layer
+  (no slot dimension) written with ``cache[pos] = rows``, the softmax written out;
+- MoE: a router with one group (n_group = topk_group = 1), experts gathered by indexing a stacked
+  [E, 2I, H] gate-up tensor, the shared expert as a module;
+- norms: nn.RMSNorm; caches and states passed as lists of tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+HID, VOCAB = 32, 64
+KH, KD = 2, 8                    # KDA heads, head dim (K = V)
+MH, NOPE, ROPE, RANK, VD = 2, 8, 4, 16, 8
+E, TOPK, INTER, SHARED = 8, 2, 16, 24
+EPS = 1e-6
+
+
+def _w(g: torch.Generator, *shape: int, scale: float = 1.0) -> nn.Parameter:
+    return nn.Parameter(torch.randn(*shape, generator=g) * scale / shape[-1] ** 0.5, requires_grad=False)
+
+
+class KimiStyleKDA(nn.Module):
+    def __init__(self, g: torch.Generator):
+        super().__init__()
+        D = KH * KD
+        self.q, self.k, self.v = (nn.Linear(HID, D, bias=False) for _ in range(3))
+        self.f_a, self.f_b = nn.Linear(HID, KD, bias=False), nn.Linear(KD, D, bias=False)
+        self.g_a, self.g_b = nn.Linear(HID, KD, bias=False), nn.Linear(KD, D, bias=False)
+        self.b = nn.Linear(HID, KH, bias=False)
+        self.convs = nn.ParameterList([_w(g, D, 1, 4, scale=2.0) for _ in range(3)])
+        self.A_log = nn.Parameter(torch.randn(KH, generator=g) * 0.5, requires_grad=False)
+        self.dt_bias = nn.Parameter(torch.randn(D, generator=g) * 0.5, requires_grad=False)
+        self.o_norm = nn.RMSNorm(KD, eps=1e-5)
+        self.o = nn.Linear(D, HID, bias=False)
+
+    def forward(self, x, state, window):
+        """x [T, HID]; state [KH, KD, KD] fp32 and window [3, D, 3] updated in place."""
+        T, D = x.shape[0], KH * KD
+        acts = []
+        for i, proj in enumerate((self.q, self.k, self.v)):
+            seq = torch.cat([window[i], proj(x).T], dim=1)                      # [D, 3 + T]
+            window[i].copy_(seq[:, -3:])
+            acts.append(F.silu(F.conv1d(seq[None], self.convs[i], groups=D)[0].T))   # [T, D]
+        q, k, v = (a.reshape(T, KH, KD) for a in acts)
+        q = q / torch.sqrt(q.pow(2).sum(-1, keepdim=True) + EPS) * KD ** -0.5
+        k = k / torch.sqrt(k.pow(2).sum(-1, keepdim=True) + EPS)
+        f = self.f_b(self.f_a(x)).view(T, KH, KD) + self.dt_bias.view(KH, KD)
+        decay = (-self.A_log.exp()[:, None] * F.softplus(f)).exp()
+        beta = torch.sigmoid(self.b(x))
+        S, outs = state, []
+        for t in range(T):
+            S = S * decay[t][:, :, None]
+            kv = torch.einsum("hkv,hk->hv", S, k[t])
+            S = S + torch.einsum("hk,hv->hkv", k[t], (v[t] - kv) * beta[t][:, None])
+            outs.append(torch.einsum("hkv,hk->hv", S, q[t]))
+        state.copy_(S)
+        o = self.o_norm(torch.stack(outs)) * torch.sigmoid(self.g_b(self.g_a(x)).view(T, KH, KD))
+        return self.o(o.reshape(T, D))
+
+
+class KimiStyleMLA(nn.Module):
+    def __init__(self, g: torch.Generator):
+        super().__init__()
+        self.q = nn.Linear(HID, MH * (NOPE + ROPE), bias=False)
+        self.kv_a = nn.Linear(HID, RANK + ROPE, bias=False)
+        self.kv_norm = nn.RMSNorm(RANK, eps=EPS)
+        self.kv_b = _w(g, MH, NOPE + VD, RANK)
+        self.o = nn.Linear(MH * VD, HID, bias=False)
+        self.register_buffer("freq", 1.0 / (1000.0 ** (torch.arange(0, ROPE, 2).float() / ROPE)), persistent=False)
+
+    def rope(self, x, pos):
+        rot = torch.polar(torch.ones(pos.shape[0], ROPE // 2), pos.float()[:, None] * self.freq[None])
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2).contiguous())
+        return torch.view_as_real(xc * rot.view((x.shape[0],) + (1,) * (x.dim() - 2) + (ROPE // 2,))).flatten(-2)
+
+    def forward(self, x, pos, cache):
+        T, L = x.shape[0], cache.shape[0]
+        q = self.q(x).view(T, MH, NOPE + ROPE)
+        kv = self.kv_a(x)
+        cache[pos] = torch.cat([self.kv_norm(kv[:, :RANK]), self.rope(kv[:, RANK:], pos)], -1)
+        q_lat = torch.einsum("thn,hnr->thr", q[..., :NOPE], self.kv_b[:, :NOPE])
+        c, k_rope = cache[:, :RANK], cache[:, RANK:]
+        s = (torch.einsum("thr,lr->thl", q_lat, c) + torch.einsum("thp,lp->thl", self.rope(q[..., NOPE:], pos),
+                                                                 k_rope)) * (NOPE + ROPE) ** -0.5
+        s = s.masked_fill(torch.arange(L)[None, None, :] > pos[:, None, None], float("-inf"))
+        e = torch.exp(s - s.max(-1, keepdim=True).values)
+        o = torch.einsum("thr,hvr->thv", (e / e.sum(-1, keepdim=True)) @ c, self.kv_b[:, NOPE:])
+        return self.o(o.reshape(T, MH * VD))
+
+
+class SharedExpert(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate, self.up = nn.Linear(HID, SHARED, bias=False), nn.Linear(HID, SHARED, bias=False)
+        self.down = nn.Linear(SHARED, HID, bias=False)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class KimiStyleMoE(nn.Module):
+    def __init__(self, g: torch.Generator):
+        super().__init__()
+        self.router = _w(g, E, HID, scale=4.0)
+        self.bias = nn.Parameter(torch.randn(E, generator=g) * 0.1, requires_grad=False)
+        self.w13 = _w(g, E, 2 * INTER, HID)
+        self.w2 = _w(g, E, HID, INTER)
+        self.shared = SharedExpert()
+
+    def forward(self, x):
+        T = x.shape[0]
+        scores = torch.sigmoid(x.float() @ self.router.T)
+        ids = torch.topk(scores + self.bias, TOPK, dim=-1).indices
+        w = scores.gather(1, ids)
+        w = w / w.sum(-1, keepdim=True) * 2.0
+        gu = torch.einsum("th,tkih->tki", x, self.w13[ids])                  # [T, TOPK, 2I]
+        h = F.silu(gu[..., :INTER]) * gu[..., INTER:]
+        y = torch.einsum("tki,tkhi->tkh", h, self.w2[ids])
+        return (y * w[..., None]).sum(1) + self.shared(x)
+
+
+class KimiStyleModel(nn.Module):
+    """Layers: KDA + MoE, KDA + MoE, MLA + MoE. forward(ids [T], pos [T], states, windows, caches)
+    -> logits [T, VOCAB]; the KDA states / windows and the MLA caches are written in place."""
+
+    def __init__(self, seed: int = 0):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.embed = nn.Embedding(VOCAB, HID)
+        self.attn = nn.ModuleList([KimiStyleKDA(g), KimiStyleKDA(g), KimiStyleMLA(g)])
+        self.moe = nn.ModuleList([KimiStyleMoE(g) for _ in range(3)])
+        self.norms = nn.ModuleList([nn.RMSNorm(HID, eps=EPS) for _ in range(7)])
+        self.lm_head = nn.Linear(HID, VOCAB, bias=False)
+        torch.manual_seed(seed)
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, std=0.3)
+            if isinstance(m, nn.RMSNorm):
+                nn.init.normal_(m.weight, 1.0, 0.1)
+        self.eval().requires_grad_(False)
+
+    def forward(self, ids, pos, states, windows, caches):
+        x = self.embed(ids)
+        for i, (attn, moe) in enumerate(zip(self.attn, self.moe)):
+            h = self.norms[2 * i](x)
+            h = attn(h, states[i], windows[i]) if i < 2 else attn(h, pos, caches[0])
+            x = x + h
+            x = x + moe(self.norms[2 * i + 1](x))
+        return self.lm_head(self.norms[6](x))
+
+    @staticmethod
+    def fresh_state(seed: int = 1, cache_len: int = 24):
+        g = torch.Generator().manual_seed(seed)
+        states = [torch.randn(KH, KD, KD, generator=g) * 0.3 for _ in range(2)]
+        windows = [torch.randn(3, KH * KD, 3, generator=g) for _ in range(2)]
+        caches = [torch.randn(cache_len, RANK + ROPE, generator=g)]
+        return states, windows, caches

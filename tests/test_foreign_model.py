@@ -1,0 +1,76 @@
+"""A hybrid KDA + MLA + MoE model written without lingc.models (tests/foreign_model.py, Kimi
+Linear's spelling: low-rank gate projections, the softplus KDA gate, nn.RMSNorm, a one-sequence
+MLA cache, gathered stacked experts): lingc's passes put every computation of its decode step on
+lingc kernels, and the compiled step equals eager in its outputs and in every state it writes."""
+
+import pytest
+import torch
+
+from backend_helpers import run_and_report, stat
+from foreign_model import KimiStyleModel
+
+# One decode step's lingc ops: per KDA layer one fused projection (q, k, v, f_a, b, g_a), the
+# second halves of the low-rank f and gate, the chain, the gated head norm and o_proj; per MLA
+# layer the fused q / kv_a projection, the cache write, the two absorbed products, the attention
+# and the output projection; per MoE block the norm-and-router and the experts; the final norm
+# and the lm_head.
+EXPECTED = {"lingc.gemm": 11, "lingc.moe_experts": 3, "lingc.rmsnorm": 3, "lingc.rmsnorm_router": 3,
+            "lingc.gated_head_rmsnorm": 2, "lingc.head_matmul": 2, "lingc.kda_chain": 2,
+            "lingc.embedding_rmsnorm": 1, "lingc.mla_decode": 1, "lingc.mla_kv_write": 1}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return KimiStyleModel()
+
+
+def _step_inputs(T, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 64, (T,), generator=g), torch.arange(10, 10 + T), KimiStyleModel.fresh_state(seed + 1)
+
+
+@pytest.mark.parametrize("T", [1, 3])
+def test_every_computation_on_lingc_kernels(model, T):
+    ids, pos, (states, windows, caches) = _step_inputs(T)
+    written = states + windows + caches
+    ref_written = [t.clone() for t in written]
+    with torch.no_grad():
+        ref = model(ids, pos, ref_written[:2], ref_written[2:4], ref_written[4:])
+    out, report = run_and_report(model, ids, pos, states, windows, caches)
+    lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
+    assert lingc == EXPECTED, stat(report, "pdl_swap").notes
+    assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
+    notes = stat(report, "pdl_swap").notes
+    assert "PDL coverage 29/29 kernel-launching ops (100%)" in notes
+    assert "chain L0 KDA: embedding_rmsnorm > gemm > gemm > kda_chain > gemm > gated_head_rmsnorm > gemm > " \
+           "rmsnorm_router > moe_experts" in notes
+    assert "chain L2 MLA: rmsnorm > gemm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > " \
+           "rmsnorm_router > moe_experts" in notes
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for got, want in zip(written, ref_written):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert not torch.equal(written[0], _step_inputs(T)[2][0][0])          # the state was written
+
+
+def test_greedy_tokens_over_steps_equal_eager(model):
+    """Twelve decode steps, each fed the previous token: compiled and eager pick the same ids."""
+    step = torch.compile(model, backend="lingc", fullgraph=True, dynamic=False, options={"inductor": False})
+    _, _, eager_state = _step_inputs(1, seed=4)
+    _, _, comp_state = _step_inputs(1, seed=4)
+    tok_e = tok_c = torch.tensor([7])
+    with torch.no_grad():
+        for p in range(10, 22):
+            pos = torch.tensor([p])
+            tok_e = model(tok_e, pos, *eager_state).argmax(-1)
+            tok_c = step(tok_c, pos, *comp_state).argmax(-1)
+            assert torch.equal(tok_e, tok_c), p
+
+
+def test_through_inductor(model):
+    ids, pos, (states, windows, caches) = _step_inputs(1, seed=2)
+    ref_written = [t.clone() for t in states + windows + caches]
+    with torch.no_grad():
+        ref = model(ids, pos, ref_written[:2], ref_written[2:4], ref_written[4:])
+    out, report = run_and_report(model, ids, pos, states, windows, caches, inductor=True)
+    assert {op for cat, op, _, _ in report.kernels.rows if cat == "lingc"} == set(EXPECTED)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
