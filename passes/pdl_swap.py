@@ -363,7 +363,9 @@ class PdlSwap(LingcPass):
                 continue
             ph, new = n.args
             path, slot, x = [n], None, new
-            if is_call(new, *SLOT_WRITES) and new.args[0] is ph and new.args[2] == 0:
+            if is_call(new, aten.copy.default) and new.args[0] is ph:
+                path, x = path + [new], new.args[1]        # stage_commit's write of a whole input
+            elif is_call(new, *SLOT_WRITES) and new.args[0] is ph and new.args[2] == 0:
                 cp = new.args[1]
                 if not is_call(cp, aten.copy.default):
                     continue

@@ -212,6 +212,7 @@ class StageCommit(LingcPass):
                     src, dim, start, end = (list(n.args) + [0, None, None])[:4]
                     size = _shape(src)[dim]
                     end = size if end is None or end > size else end
+                    start = start + size if start < 0 else start
                     mapping[n] = emit(g, aten.slice.Tensor, src, dim, start - arg, end - arg)
             else:
                 mapping[n] = g.node_copy(n, sub)
@@ -260,8 +261,9 @@ def _is_window_slice(n: fx.Node, T: int, tok: dict, dep: set) -> bool:
         return False
     size = _shape(src)[dim]
     last = parts[-1]
+    start = n.args[2] + size if n.args[2] < 0 else n.args[2]        # window[:, -3:] counts from the end
     return (_shape(last)[dim] == T and tok.get(last, -1) == T and n.args[3] >= size
-            and n.args[2] > 0 and any(p in dep for p in parts[:-1]))
+            and start > 0 and any(p in dep for p in parts[:-1]))
 
 
 def _crossings(cone: set, dep: set, value: fx.Node, T: int, tok: dict):

@@ -74,3 +74,48 @@ def test_through_inductor(model):
     out, report = run_and_report(model, ids, pos, states, windows, caches, inductor=True)
     assert {op for cat, op, _, _ in report.kernels.rows if cat == "lingc"} == set(EXPECTED)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_verify_step_stages_and_commits_the_accepted_prefix(model):
+    """The model's own verify step (logits over a 6-token chain, the in-graph greedy verdict,
+    lingc.state_commit): stage_commit stages both KDA states and conv windows, pdl_swap runs them
+    as staged kda_chains and one kda_commit_many, and a rejection forced at each chain position
+    leaves exactly the state of eager decoding over the accepted prefix."""
+    from lingc.runtime.relay import ops
+
+    from backend_helpers import compile_lingc
+    from lingc.backend import compile_reports
+
+    def verify(chain, pos, states, windows, caches):
+        target = model(chain, pos, states, windows, caches).argmax(-1)
+        return ops.state_commit(ops.greedy_verdict(chain, target)), target
+
+    T, start = 6, 10
+    pos = torch.arange(start, start + T)
+    fresh = lambda: [[t.clone() for t in group] for group in KimiStyleModel.fresh_state(3)]  # noqa: E731
+    with torch.no_grad():
+        state, chain = fresh(), [5]
+        for i in range(T - 1):                                    # the chain greedy decoding makes
+            chain.append(int(model(torch.tensor(chain[-1:]), torch.tensor([start + i]), *state).argmax(-1)))
+        n = len(compile_reports)
+        step = compile_lingc(verify, role="verify")
+        for reject in range(1, T + 1):                            # T: the whole chain accepted
+            c = list(chain)
+            if reject < T:
+                c[reject] = (c[reject] + 1) % 64
+            got = fresh()
+            accept, _ = step(torch.tensor(c), pos, *got)
+            assert int(accept) == reject - 1
+            want = fresh()
+            model(torch.tensor(c[:reject]), pos[:reject], *want)
+            for g, w in zip(got[0] + got[1], want[0] + want[1]):
+                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+            rows = slice(0, start + reject)                       # later rows: rewritten before read
+            torch.testing.assert_close(got[2][0][rows], want[2][0][rows], rtol=1e-5, atol=1e-5)
+    report = compile_reports[n]
+    lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
+    assert lingc["lingc.kda_chain"] == 2 and lingc["lingc.kda_commit_many"] == 1, lingc
+    assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
+    notes = " ".join(stat(report, "stage_commit").notes)
+    assert notes.count("recurrence staged over 6 positions") == 2, notes
+    assert notes.count("sliding window staged over 6 positions") == 2, notes
