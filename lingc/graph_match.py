@@ -32,6 +32,20 @@ def strip(n: fx.Node, casts: bool = True) -> fx.Node:
     return n
 
 
+def strip_upcasts(n: fx.Node) -> fx.Node:
+    """Follow reshapes and widening casts (bf16 -> fp32) back to the value as the model holds
+    it; stop at a narrowing cast (fp32 -> bf16), which is a rounding of its own: the output of a
+    norm computed in fp32 and rounded to the model's dtype is that rounded value."""
+    while True:
+        if is_call(n, *RESHAPES):
+            n = n.args[0]
+        elif is_call(n, *CASTS) and isinstance(n.args[0], fx.Node) and "val" in n.args[0].meta and \
+                n.args[0].meta["val"].dtype.itemsize < n.meta["val"].dtype.itemsize:
+            n = n.args[0]
+        else:
+            return n
+
+
 def unsupported_dtype(op: str, dtype: torch.dtype, supported: tuple[torch.dtype, ...]) -> str | None:
     """The reason a pass leaves a computation of ``dtype`` alone because lingc's ``op`` does not
     run it (written into node.meta["lingc_why"] or the pass's notes), or None when it does."""

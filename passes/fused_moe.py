@@ -45,7 +45,7 @@ import torch.fx as fx
 
 from lingc.compat import real_tensor_mode
 from lingc.graph_build import emit
-from lingc.graph_match import aten, is_call, prims, scalar, strip, unsupported_dtype
+from lingc.graph_match import aten, is_call, prims, scalar, strip, strip_upcasts, unsupported_dtype
 from lingc.moe_trace import Down, MoETrace, Proj, atoms, mode
 from lingc.pass_manager import LingcPass
 from lingc.runtime.kernels import moe_experts as _moe_experts  # noqa: F401  (registers lingc::moe_experts)
@@ -207,7 +207,7 @@ def _find_routers(graph: fx.Graph) -> list[_Router]:
             continue
         a, gate_w = lin
         weights, renorm, scale = _weight_chain(g)
-        r = _Router(g, strip(a), ids, weights)
+        r = _Router(g, strip_upcasts(a), ids, weights)
         checked = _check_selection(graph, scores, ids, weights, renorm, scale)
         if isinstance(checked, str):
             r.why = checked
@@ -258,7 +258,11 @@ class FusedMoE(LingcPass):
                 self.notes.append(f"%{r.anchor.name}: router left as ATen ops: {r.why}")
                 blocks.append((r, r.ids, r.weights, None))
                 continue
-            blocks.append((r, *self._router(graph, r)))
+            try:
+                blocks.append((r, *self._router(graph, r)))
+            except ValueError as e:      # moe_router refused an argument; nothing was replaced yet
+                self.notes.append(f"%{r.anchor.name}: router left as ATen ops: moe_router refused the inputs ({e})")
+                blocks.append((r, r.ids, r.weights, None))
         n_routers, n_experts, n_shared = sum(1 for *_, new in blocks if new is not None), 0, 0
         op = torch.ops.lingc.moe_experts.default
         if blocks:

@@ -469,7 +469,10 @@ class PdlSwap(LingcPass):
             return found
         if found["transposed"] and st["staged"]:
             return "state stored [V, K] in a verify graph: kda_commit writes the [K, V] layout"
-        self._kda_rewrite(g, st, win, o, found, T, H, A)
+        try:
+            self._kda_rewrite(g, st, win, o, found, T, H, A)
+        except ValueError as e:          # the op refused an argument: nothing was replaced yet
+            return f"kda_chain refused the inputs ({e})"
         return None
 
     def _merge_commits(self, g: fx.Graph) -> int:
@@ -830,7 +833,7 @@ class PdlSwap(LingcPass):
             if n is pos:
                 inputs.append(torch.sort(torch.randperm(L, generator=gen)[:T]).values.to(val(pos).dtype))
             elif n is freq:
-                inputs.append(torch.rand(shape(n), generator=gen))
+                inputs.append(torch.rand(shape(n), generator=gen).to(val(n).dtype))
             else:
                 inputs.append(random_like(n, gen))
         got = run_region(region_module(nodes, leaves, [o_lat]), inputs)
@@ -908,7 +911,7 @@ class PdlSwap(LingcPass):
                     f"{[(n.name, shape(n)) for n in leaves]})")
         c, k = sorted(mats, key=lambda m: -shape(m)[1])                   # R (512) > P (64)
         P = shape(k)[1]
-        freq = [n for n in leaves if _placeholder(n) and shape(n) == (P // 2,) and val(n).dtype == torch.float32]
+        freq = [n for n in leaves if _placeholder(n) and shape(n) == (P // 2,) and val(n).is_floating_point()]
         if len(freq) != 1 or set(leaves) != {c, k, pos, freq[0]} or shape(c)[1] == P:
             return "the rows' inputs are not (latent, key, positions, inv_freq)"
         order2 = {n: i for i, n in enumerate(g.nodes)}
@@ -918,7 +921,7 @@ class PdlSwap(LingcPass):
         with real_tensor_mode():
             x = {n: random_like(n, gen) for n in (c, k)}
             x[pos] = torch.randint(0, 4096, (T,), generator=gen).to(val(pos).dtype)
-            x[freq[0]] = torch.rand(P // 2, generator=gen)
+            x[freq[0]] = torch.rand(P // 2, generator=gen).to(val(freq[0]).dtype)
             got = run_region(region_module(nodes, leaves, [rows]), [x[n] for n in leaves])
             ref = mla_kv_rows_reference(x[c], x[k], x[pos], x[freq[0]], val(rows).dtype)
             ok = got is not None and got[0].numel() == ref.numel()

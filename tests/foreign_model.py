@@ -11,7 +11,9 @@ Where it differs from lingc.models (on purpose):
   (no slot dimension) written with ``cache[pos] = rows``, the softmax written out;
 - MoE: a router with one group (n_group = topk_group = 1), experts gathered by indexing a stacked
   [E, 2I, H] gate-up tensor, the shared expert as a module;
-- norms: nn.RMSNorm; caches and states passed as lists of tensors.
+- norms: nn.RMSNorm; caches and states passed as lists of tensors;
+- precision: the recurrence, the attention and the router in fp32 whatever the weights' dtype
+  (the KDA state fp32, windows and the MLA cache in the model's dtype).
 """
 
 from __future__ import annotations
@@ -52,13 +54,13 @@ class KimiStyleKDA(nn.Module):
         for i, proj in enumerate((self.q, self.k, self.v)):
             seq = torch.cat([window[i], proj(x).T], dim=1)                      # [D, 3 + T]
             window[i].copy_(seq[:, -3:])
-            acts.append(F.silu(F.conv1d(seq[None], self.convs[i], groups=D)[0].T))   # [T, D]
+            acts.append(F.silu(F.conv1d(seq[None].float(), self.convs[i].float(), groups=D)[0].T))   # [T, D]
         q, k, v = (a.reshape(T, KH, KD) for a in acts)
         q = q / torch.sqrt(q.pow(2).sum(-1, keepdim=True) + EPS) * KD ** -0.5
         k = k / torch.sqrt(k.pow(2).sum(-1, keepdim=True) + EPS)
-        f = self.f_b(self.f_a(x)).view(T, KH, KD) + self.dt_bias.view(KH, KD)
-        decay = (-self.A_log.exp()[:, None] * F.softplus(f)).exp()
-        beta = torch.sigmoid(self.b(x))
+        f = self.f_b(self.f_a(x)).view(T, KH, KD).float() + self.dt_bias.float().view(KH, KD)
+        decay = (-self.A_log.float().exp()[:, None] * F.softplus(f)).exp()
+        beta = torch.sigmoid(self.b(x).float())
         S, outs = state, []
         for t in range(T):
             S = S * decay[t][:, :, None]
@@ -66,7 +68,7 @@ class KimiStyleKDA(nn.Module):
             S = S + torch.einsum("hk,hv->hkv", k[t], (v[t] - kv) * beta[t][:, None])
             outs.append(torch.einsum("hkv,hk->hv", S, q[t]))
         state.copy_(S)
-        o = self.o_norm(torch.stack(outs)) * torch.sigmoid(self.g_b(self.g_a(x)).view(T, KH, KD))
+        o = self.o_norm(torch.stack(outs).to(x.dtype)) * torch.sigmoid(self.g_b(self.g_a(x)).view(T, KH, KD))
         return self.o(o.reshape(T, D))
 
 
@@ -89,15 +91,15 @@ class KimiStyleMLA(nn.Module):
         T, L = x.shape[0], cache.shape[0]
         q = self.q(x).view(T, MH, NOPE + ROPE)
         kv = self.kv_a(x)
-        cache[pos] = torch.cat([self.kv_norm(kv[:, :RANK]), self.rope(kv[:, RANK:], pos)], -1)
-        q_lat = torch.einsum("thn,hnr->thr", q[..., :NOPE], self.kv_b[:, :NOPE])
-        c, k_rope = cache[:, :RANK], cache[:, RANK:]
+        cache[pos] = torch.cat([self.kv_norm(kv[:, :RANK]).float(), self.rope(kv[:, RANK:], pos)], -1).to(cache.dtype)
+        q_lat = torch.einsum("thn,hnr->thr", q[..., :NOPE].float(), self.kv_b[:, :NOPE].float())
+        c, k_rope = cache[:, :RANK].float(), cache[:, RANK:].float()
         s = (torch.einsum("thr,lr->thl", q_lat, c) + torch.einsum("thp,lp->thl", self.rope(q[..., NOPE:], pos),
                                                                  k_rope)) * (NOPE + ROPE) ** -0.5
         s = s.masked_fill(torch.arange(L)[None, None, :] > pos[:, None, None], float("-inf"))
         e = torch.exp(s - s.max(-1, keepdim=True).values)
-        o = torch.einsum("thr,hvr->thv", (e / e.sum(-1, keepdim=True)) @ c, self.kv_b[:, NOPE:])
-        return self.o(o.reshape(T, MH * VD))
+        o = torch.einsum("thr,hvr->thv", (e / e.sum(-1, keepdim=True)) @ c, self.kv_b[:, NOPE:].float())
+        return self.o(o.reshape(T, MH * VD).to(x.dtype))
 
 
 class SharedExpert(nn.Module):
@@ -121,14 +123,14 @@ class KimiStyleMoE(nn.Module):
 
     def forward(self, x):
         T = x.shape[0]
-        scores = torch.sigmoid(x.float() @ self.router.T)
+        scores = torch.sigmoid(x.float() @ self.router.float().T)
         ids = torch.topk(scores + self.bias, TOPK, dim=-1).indices
         w = scores.gather(1, ids)
         w = w / w.sum(-1, keepdim=True) * 2.0
         gu = torch.einsum("th,tkih->tki", x, self.w13[ids])                  # [T, TOPK, 2I]
         h = F.silu(gu[..., :INTER]) * gu[..., INTER:]
         y = torch.einsum("tki,tkhi->tkh", h, self.w2[ids])
-        return (y * w[..., None]).sum(1) + self.shared(x)
+        return (y * w[..., None].to(y.dtype)).sum(1) + self.shared(x)
 
 
 class KimiStyleModel(nn.Module):
@@ -161,9 +163,9 @@ class KimiStyleModel(nn.Module):
         return self.lm_head(self.norms[6](x))
 
     @staticmethod
-    def fresh_state(seed: int = 1, cache_len: int = 24):
+    def fresh_state(seed: int = 1, cache_len: int = 24, dtype: torch.dtype = torch.float32):
         g = torch.Generator().manual_seed(seed)
         states = [torch.randn(KH, KD, KD, generator=g) * 0.3 for _ in range(2)]
-        windows = [torch.randn(3, KH * KD, 3, generator=g) for _ in range(2)]
-        caches = [torch.randn(cache_len, RANK + ROPE, generator=g)]
+        windows = [torch.randn(3, KH * KD, 3, generator=g).to(dtype) for _ in range(2)]
+        caches = [torch.randn(cache_len, RANK + ROPE, generator=g).to(dtype)]
         return states, windows, caches

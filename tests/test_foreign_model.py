@@ -119,3 +119,30 @@ def test_verify_step_stages_and_commits_the_accepted_prefix(model):
     notes = " ".join(stat(report, "stage_commit").notes)
     assert notes.count("recurrence staged over 6 positions") == 2, notes
     assert notes.count("sliding window staged over 6 positions") == 2, notes
+
+
+def test_bfloat16_model(model):
+    """The same model cast to bfloat16 (nn.Module.to: weights, conv taps, the router bias and the
+    RoPE frequencies in bf16; the KDA state stays fp32): the kernels read those low-precision
+    operands as fp32, so the same cores match; what stays ATen is KDA's output gate, which this
+    model applies after rounding the norm to bf16 (lingc.gated_head_rmsnorm rounds once)."""
+    import copy
+
+    m = copy.deepcopy(model).to(torch.bfloat16)
+    g = torch.Generator().manual_seed(6)
+    ids, pos = torch.randint(0, 64, (3,), generator=g), torch.arange(10, 13)
+    states, windows, caches = KimiStyleModel.fresh_state(7, dtype=torch.bfloat16)
+    ref_state = [[t.clone() for t in group] for group in (states, windows, caches)]
+    with torch.no_grad():
+        ref = m(ids, pos, *ref_state)
+    out, report = run_and_report(m, ids, pos, states, windows, caches)
+    lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
+    for op in ("lingc.kda_chain", "lingc.mla_decode", "lingc.mla_kv_write", "lingc.moe_experts",
+               "lingc.rmsnorm_router"):
+        assert lingc.get(op) == EXPECTED[op], (op, lingc)
+    aten = {op: n for cat, op, n, _ in report.kernels.rows if cat == "aten"}
+    assert set(aten) <= {"aten.sigmoid", "aten.mul.Tensor", "prims.convert_element_type"}, aten
+    rel = (out.float() - ref.float()).norm() / ref.float().norm()
+    assert rel < 3e-2, f"bf16 relative error {rel:.3g}"
+    for got, want in zip(states, ref_state[0]):
+        assert ((got - want).norm() / want.norm()) < 3e-2

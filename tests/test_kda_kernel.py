@@ -165,6 +165,17 @@ def test_softplus_gate_matches_model_math_and_prefixes(T, dtype):
         assert_close(ss[j], kda_chain_reference(*ref_args(prefix(x, j + 1), lb=None)).state, RTOL)
 
 
+def test_low_precision_conv_weights_read_as_fp32():
+    """Conv taps in the model's dtype (a model cast whole with nn.Module.to): the kernel reads their
+    exact fp32 upcast, so the results are those of the fp32 copy, and the reference's."""
+    x = make_inputs(3, 2, 16, torch.bfloat16, seed=61)
+    x["conv_w"] = x["conv_w"].to(torch.bfloat16)
+    got = run_kernel(x, staged=True)
+    want = run_kernel(dict(x, conv_w=x["conv_w"].float()), staged=True)
+    assert all(torch.equal(a, b) for a, b in zip(got, want) if a is not None)
+    assert_close(got[0], kda_chain_reference(*ref_args(x)).o, RTOL)
+
+
 def test_softplus_gate_batch_invariant_in_T():
     x = softplus_inputs(6, torch.float32, seed=97)
     o6, _, _, ss6, _ = run_kernel(x, staged=True, lb=None)

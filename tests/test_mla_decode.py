@@ -137,6 +137,16 @@ def test_kernel_fused_rope_and_gate(kv_dtype, q_rope_dtype):
     assert_close(got, mla_decode_reference(*cpu(args(x, gate=True, rope=True))), RTOL[kv_dtype])
 
 
+def test_kernel_reads_a_bf16_inv_freq_as_fp32():
+    """inv_freq cast to bf16 with the model: the same output as its exact fp32 upcast."""
+    x = make_inputs(6, 100, chain(60, 6), torch.bfloat16, seed=9)
+    x["inv_freq"] = x["inv_freq"].to(torch.bfloat16)
+    got = run_kernel(args(x, gate=True, rope=True))
+    x32 = dict(x, inv_freq=x["inv_freq"].float())
+    assert torch.equal(got, run_kernel(args(x32, gate=True, rope=True)))
+    assert_close(got, mla_decode_reference(*cpu(args(x, gate=True, rope=True))), RTOL[torch.bfloat16])
+
+
 def test_kernel_large_rope_angles():
     # Positions near the 256k context limit with the flash theta: the rotation's angle is
     # ~2.6e5 rad in the first pair, where a fast sin/cos without range reduction breaks.

@@ -46,6 +46,20 @@ def test_kernel_matches_reference_and_touches_only_its_rows(T, R, P, L, dtype):
     assert (got[pos][:, R:].float() - want[pos][:, R:].float()).abs().max() <= tol * 4
 
 
+def test_kernel_reads_a_bf16_inv_freq_as_fp32():
+    """inv_freq cast to bf16 with the model (nn.Module.to): the rotation uses its exact fp32
+    upcast, as the reference's fp32 arithmetic does."""
+    c, k, pos, freq, cache = _case(6, 40, 8, 64, torch.bfloat16, torch.bfloat16, seed=5)
+    half = freq.to(torch.bfloat16)
+    want, got = cache.clone(), cache.clone()
+    mla_kv_write_reference(c, k, pos, half, want)
+    mla_kv_write_triton(c, k, pos, half, got)
+    ref32 = cache.clone()
+    mla_kv_write_triton(c, k, pos, half.float(), ref32)
+    assert torch.equal(got, ref32)
+    assert (got.float() - want.float()).abs().max() <= 8e-3 * 4
+
+
 @pytest.mark.parametrize("T,R,P,L", [(1, 40, 8, 64), (6, 40, 8, 64), (3, 512, 64, 300)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_kernel_with_the_latent_norm(T, R, P, L, dtype):

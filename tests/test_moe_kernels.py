@@ -184,6 +184,17 @@ def test_router_all_tied_picks_lowest_groups_and_experts():
     assert ids.tolist() == [[5, 6, 8, 9]] * 2  # groups 1 and 2 (score 1.0 + 0.5 ...) kept
 
 
+@pytest.mark.parametrize("bias_dtype", [torch.bfloat16, torch.float16])
+def test_router_reads_a_half_precision_bias_as_fp32(bias_dtype):
+    """A bias cast to the model's dtype (nn.Module.to(torch.bfloat16) casts every buffer) selects
+    as its exact fp32 upcast does."""
+    x, w, bias = make_router_inputs(6, 64, 96, torch.bfloat16, seed=23)
+    half = bias.to(bias_dtype)
+    ids, wts = run_router(x, w, half, 8)
+    ref_ids, ref_w = run_router(x, w, half.float(), 8)
+    assert torch.equal(ids, ref_ids) and torch.equal(wts, ref_w)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_router_bias_selects_but_does_not_weight(dtype):
     e, n_group, h, t = 64, 8, 96, 6
@@ -517,7 +528,7 @@ def _bad_router_cases():
         ("dtype mismatch", (x, w.bfloat16(), b, *ok), "x is torch.float32 but gate_w is torch.bfloat16"),
         ("H stride", (x, z(40, 16).T, b, *ok), r"gate_w must have unit stride along H, got strides \(1, 16\)"),
         ("bias shape", (x, w, z(15), *ok), r"expert_bias must have shape \(16,\), got \(15,\)"),
-        ("bias dtype", (x, w, b.bfloat16(), *ok), "expert_bias.dtype must be float32, got torch.bfloat16"),
+        ("bias dtype", (x, w, b.double(), *ok), "expert_bias.dtype must be float32 .* got torch.float64"),
         ("n_group", (x, w, b, 3, 2, 4, 2.5, True), "n_group=3 must be >= 1 and divide the expert count E=16"),
         ("group of 1", (x, w, b, 16, 2, 1, 2.5, True), "groups need at least 2 experts .* = 1"),
         ("topk_group", (x, w, b, 4, 5, 4, 2.5, True), r"topk_group=5 must be in \[1, n_group=4\]"),

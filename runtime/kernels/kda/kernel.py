@@ -106,9 +106,12 @@ def config_for(h: int, k: int, v: int) -> KdaConfig:
 
 @triton.jit
 def _conv_taps(w_ptr, ch, mask):
-    """The four conv taps [ch, 4] of channels ch, oldest first."""
-    return (tl.load(w_ptr + ch * 4 + 0, mask=mask, other=0.0), tl.load(w_ptr + ch * 4 + 1, mask=mask, other=0.0),
-            tl.load(w_ptr + ch * 4 + 2, mask=mask, other=0.0), tl.load(w_ptr + ch * 4 + 3, mask=mask, other=0.0))
+    """The four conv taps [ch, 4] of channels ch, oldest first, in fp32 (the weights' dtype may be
+    lower: the taps upcast exactly, as the reference's weight.float())."""
+    return (tl.load(w_ptr + ch * 4 + 0, mask=mask, other=0.0).to(tl.float32),
+            tl.load(w_ptr + ch * 4 + 1, mask=mask, other=0.0).to(tl.float32),
+            tl.load(w_ptr + ch * 4 + 2, mask=mask, other=0.0).to(tl.float32),
+            tl.load(w_ptr + ch * 4 + 3, mask=mask, other=0.0).to(tl.float32))
 
 
 @triton.jit

@@ -87,8 +87,9 @@ def check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window,
     for i, w in enumerate(conv_w):
         if w.dim() != 2 or w.shape[0] != D or w.shape != conv_w[0].shape:
             raise ValueError(f"{op}: conv_w[{i}] must be [H*K, W] = [{D}, W] like conv_w[0], got {_shape(w)}")
-        if not w.is_contiguous() or w.dtype != torch.float32:
-            raise ValueError(f"{op}: conv_w[{i}] must be contiguous float32, got {w.dtype} strides {w.stride()}")
+        if not w.is_contiguous() or w.dtype not in _PROJ_DTYPES:
+            raise ValueError(f"{op}: conv_w[{i}] must be contiguous float32, bfloat16 or float16, got {w.dtype} "
+                             f"strides {w.stride()}")
     W = conv_w[0].shape[1]
     if W != CONV_WIDTH:
         raise ValueError(f"{op}: conv kernel width W = {W}, the kernel supports W = {CONV_WIDTH}")

@@ -152,7 +152,7 @@ def _mla_split_kernel(
     mp = offs_p < P
     if ROPE:
         offs_f = tl.arange(0, BP // 2)
-        freq = tl.load(freq_ptr + offs_f, mask=offs_f < P // 2, other=0.0)   # a constant buffer
+        freq = tl.load(freq_ptr + offs_f, mask=offs_f < P // 2, other=0.0).to(tl.float32)   # a constant buffer
 
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)

@@ -41,6 +41,7 @@ MAX_RANK = 1024     # the latent width is one tile
 MAX_ROPE = 256
 Q_DTYPES = (torch.float32, torch.bfloat16)
 KV_DTYPES = (torch.bfloat16, torch.float32)
+_FREQ_DTYPES = (torch.float32, torch.bfloat16, torch.float16)    # read as fp32 (a model cast whole)
 
 
 def _shape(t: torch.Tensor) -> tuple:
@@ -91,8 +92,8 @@ def check_mla_decode_args(q_lat, q_rope, kv_cache, positions, scale, gate=None, 
         if not gate.is_floating_point():
             raise ValueError(f"{op}: gate must be floating point, got {gate.dtype}")
     if rope_inv_freq is not None:
-        if _shape(rope_inv_freq) != (P // 2,) or rope_inv_freq.dtype != torch.float32:
-            raise ValueError(f"{op}: rope_inv_freq must be a [P/2] = ({P // 2},) float32 tensor "
+        if _shape(rope_inv_freq) != (P // 2,) or rope_inv_freq.dtype not in _FREQ_DTYPES:
+            raise ValueError(f"{op}: rope_inv_freq must be a [P/2] = ({P // 2},) float32 (or bf16 / fp16) tensor "
                              f"(layers.rope_inv_freq), got {_shape(rope_inv_freq)} {rope_inv_freq.dtype}")
         if not rope_inv_freq.is_contiguous():
             raise ValueError(f"{op}: rope_inv_freq must be contiguous, got strides {rope_inv_freq.stride()}")

@@ -31,7 +31,7 @@ def _mla_kv_write_kernel(c_ptr, k_ptr, pos_ptr, freq_ptr, cache_ptr, w_ptr, stri
     t = tl.program_id(0).to(tl.int64)
     offs_h = tl.arange(0, BH)
     mh = offs_h < HALF
-    freq = tl.load(freq_ptr + offs_h, mask=mh, other=0.0)             # producer-independent
+    freq = tl.load(freq_ptr + offs_h, mask=mh, other=0.0).to(tl.float32)   # producer-independent
     offs = tl.arange(0, BR)                                            # the whole latent row
     m = offs < R
     if NORM:

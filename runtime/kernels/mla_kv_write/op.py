@@ -48,8 +48,9 @@ def check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight=N
         raise ValueError(f"{op}: the rope width P={P} must be even and > 0 (interleaved pairs)")
     if cache.shape[1] != R + P:
         raise ValueError(f"{op}: cache rows hold {cache.shape[1]} values, expected R + P = {R} + {P}")
-    if inv_freq.shape != (P // 2,) or inv_freq.dtype != torch.float32 or not inv_freq.is_contiguous():
-        raise ValueError(f"{op}: inv_freq must be contiguous fp32 [P/2] = [{P // 2}], got "
+    if inv_freq.shape != (P // 2,) or inv_freq.dtype not in (torch.float32, torch.bfloat16, torch.float16) \
+            or not inv_freq.is_contiguous():
+        raise ValueError(f"{op}: inv_freq must be contiguous fp32 (or bf16 / fp16) [P/2] = [{P // 2}], got "
                          f"{inv_freq.dtype} {tuple(inv_freq.shape)}")
     if c.dtype != k_rope.dtype or not c.is_floating_point() or not cache.is_floating_point():
         raise ValueError(f"{op}: c and k_rope must share a float dtype and cache be float, got "

@@ -204,7 +204,7 @@ def _kept_tile(kept, j, kvalid, logits_ptr, bias_ptr, row, GROUP_SIZE: tl.conste
     hits): their expert ids, unbiased scores (the weights) and biased scores (the keys)."""
     kidx = tl.where(kvalid, kept[:, None] * GROUP_SIZE + j, 0)
     s = tl.sigmoid(tl.load(logits_ptr + row + kidx, mask=kvalid, other=0.0))
-    return kidx, s, s + tl.load(bias_ptr + kidx, mask=kvalid, other=0.0)
+    return kidx, s, s + tl.load(bias_ptr + kidx, mask=kvalid, other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -248,7 +248,7 @@ def _moe_router_select_kernel(
     j = tl.arange(0, GS_PAD)[None, :]
     valid = (g < N_GROUP) & (j < GROUP_SIZE)
     eidx = tl.where(valid, g * GROUP_SIZE + j, 0)
-    bias = tl.load(bias_ptr + eidx, mask=valid, other=0.0)   # producer-independent
+    bias = tl.load(bias_ptr + eidx, mask=valid, other=0.0).to(tl.float32)   # producer-independent
 
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)

@@ -69,8 +69,9 @@ def _check_selection(op, x, e, expert_bias, n_group, topk_group, top_k, x_name="
     others share."""
     if tuple(expert_bias.shape) != (e,):
         raise ValueError(f"{op}: expert_bias must have shape ({e},), got {tuple(expert_bias.shape)}")
-    if expert_bias.dtype != torch.float32:
-        raise ValueError(f"{op}: expert_bias.dtype must be float32, got {expert_bias.dtype}")
+    if expert_bias.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise ValueError(f"{op}: expert_bias.dtype must be float32 (or bfloat16 / float16, read as fp32), "
+                         f"got {expert_bias.dtype}")
     if expert_bias.device != x.device:
         raise ValueError(f"{op}: device mismatch, {x_name} on {x.device} but expert_bias on {expert_bias.device}")
     if n_group < 1 or e % n_group != 0:
