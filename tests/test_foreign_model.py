@@ -146,3 +146,23 @@ def test_bfloat16_model(model):
     assert rel < 3e-2, f"bf16 relative error {rel:.3g}"
     for got, want in zip(states, ref_state[0]):
         assert ((got - want).norm() / want.norm()) < 3e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_decode_step(model, dtype):
+    """The foreign model's decode step on CUDA: lingc's Triton kernels (KDA chain with the
+    softplus gate, MLA on a one-sequence cache, the MoE) against eager on the GPU."""
+    import copy
+
+    m = copy.deepcopy(model).to(device="cuda", dtype=dtype)
+    ids, pos = torch.tensor([11], device="cuda"), torch.tensor([10], device="cuda")
+    groups = [[t.cuda() for t in g] for g in KimiStyleModel.fresh_state(8, dtype=dtype)]
+    ref_groups = [[t.clone() for t in g] for g in groups]
+    with torch.no_grad():
+        ref = m(ids, pos, *ref_groups)
+    out, report = run_and_report(m, ids, pos, *groups)
+    assert {op for cat, op, _, _ in report.kernels.rows if cat == "lingc"} >= {
+        "lingc.kda_chain", "lingc.mla_decode", "lingc.mla_kv_write", "lingc.moe_experts"}
+    rel = (out.float() - ref.float()).norm() / ref.float().norm()
+    assert rel < (1e-4 if dtype == torch.float32 else 3e-2), f"{dtype} relative error {rel:.3g}"
