@@ -59,6 +59,10 @@ same in decode and verify graphs.
     before:  bmm(q_nope.float(), W_uk.float()) ; bmm(o_lat, W_uv.float()) ; clone ; casts
     after:   lingc.head_matmul(q_nope, W_uk, True) ; ... ; no clone, casts inside the producers
 
+An MLA whose values come out of a projection of the cache rows (the textbook form, keys and values
+expanded through kv_b_proj at every step) is handed to mla_absorb.py, which absorbs kv_b_proj
+into the query and the output and rewrites it onto the same kernels.
+
 The glue between the kernels (the absorbed MLA products, copies of fresh values, casts after a
 lingc op) is pdl_glue.py's, with the reasons each rewrite is exact. The relay step's bookkeeping
 after the last kernel (row pick, n and x advance, token ring append) is relay_tail.py's.
@@ -82,7 +86,7 @@ from lingc.graph_region import (ancestors, depends_on, descendants, is_heavy, nu
 from lingc.kernel_table import classify
 from lingc.pass_manager import VIEW_OPS, LingcPass
 
-from . import pdl_glue
+from . import mla_absorb, pdl_glue
 from .relay_tail import relay_tail
 
 lingc_ops = torch.ops.lingc
@@ -91,6 +95,13 @@ PROBE_TOL = {torch.float32: 1e-4}          # other dtypes: 3e-2
 SLOT_WRITES = {aten.select_scatter.default}
 KERNEL_DIMS_OK = (1, 2, 3)
 NODE_KEYS = {"qkv", "f", "conv", "b", "a_log", "dt_bias"}    # the KDA probe's result fields that are leaves
+
+
+def _int_vector(a: fx.Node, p: fx.Node, L: int) -> bool:
+    """Whether a is a 1-d integer vector that could be the positions of softmax p's queries."""
+    v = val(a)
+    return (isinstance(v, torch.Tensor) and v.dtype in (torch.int32, torch.int64)
+            and len(shape(a)) == 1 and (numel(p) // L) % shape(a)[0] == 0)
 
 
 def _placeholder(n) -> bool:
@@ -122,7 +133,7 @@ class PdlSwap(LingcPass):
         import lingc.runtime.kernels.norms  # noqa: F401
 
         g = gm.graph
-        self.gates_folded = 0
+        self.gates_folded = self.absorbed = 0
         self._probes, self.probes_reused = {}, 0
         counts = {"kda_chain": self._kda(g), "mla_decode": self._mla(g)}
         eliminate_dead_code(g)
@@ -153,6 +164,8 @@ class PdlSwap(LingcPass):
         summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "no match"
         if self.gates_folded:
             summary += f" (head gate folded into {self.gates_folded} mla_decode)"
+        if self.absorbed:
+            summary += f" ({self.absorbed} written with expanded keys and values, absorbed)"
         if clones or casts or epilogue:
             summary += (f"; glue: {clones} copies of fresh values dropped, {casts} casts folded or dropped, "
                         f"{epilogue} epilogue writes made direct")
@@ -705,6 +718,16 @@ class PdlSwap(LingcPass):
             return "p is not multiplied by one matrix"
         pc = pc[0]
         other = pc.args[1] if p in ancestors([pc.args[0]]) | {pc.args[0]} else pc.args[0]
+        expanded = mla_absorb.expansion(other, L)
+        if expanded is not None:            # the textbook form: values expanded from the cache
+            anc = ancestors([p])
+            pos_cands = ([a for a in anc if _placeholder(a) and _int_vector(a, p, L)]
+                         + [a for a in anc if not _placeholder(a) and a.op == "call_function"
+                            and _int_vector(a, p, L)])
+            why = mla_absorb.absorb(g, p, pc, expanded, pos_cands, _placeholder, PROBE_TOL, MAX_T)
+            if why is None:
+                self.absorbed += 1
+            return why
         kv, n = None, other
         while is_call(n, *VIEW_OPS, *CASTS):
             if len(shape(n)) == 2 and shape(n)[0] == L:
@@ -723,13 +746,9 @@ class PdlSwap(LingcPass):
         kv_chain.reverse()
         # Positions are a graph input, or computed on the device from one (metadata_capture's
         # `n + arange(T)` in the relay's graphs): inputs first, then computed int vectors.
-        def int_vector(a):
-            v = val(a)
-            return (isinstance(v, torch.Tensor) and v.dtype in (torch.int32, torch.int64)
-                    and len(shape(a)) == 1 and (numel(p) // L) % shape(a)[0] == 0)
         anc = ancestors([p])
-        pos_cands = ([a for a in anc if _placeholder(a) and int_vector(a)]
-                     + [a for a in anc if not _placeholder(a) and a.op == "call_function" and int_vector(a)])
+        pos_cands = ([a for a in anc if _placeholder(a) and _int_vector(a, p, L)]
+                     + [a for a in anc if not _placeholder(a) and a.op == "call_function" and _int_vector(a, p, L)])
         stops = {cache, *pos_cands}
         local = descendants(stops, lambda n: not is_heavy(n)) - {n for n in g.nodes if is_heavy(n)}
         for pos in pos_cands:

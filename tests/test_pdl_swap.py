@@ -338,6 +338,78 @@ def test_foreign_mla_layer(softmax, T):
     assert_rel_close(cache, ref_cache, 1e-6, "foreign MLA cache")
 
 
+class TextbookMLA(ForeignMLA):
+    """MLA written the textbook way: the cache's latent rows expanded through kv_b into per-head
+    keys and values at every step, then ordinary attention (``strict``: each query does not see
+    its own row, other math)."""
+
+    def forward(self, x, pos, cache):
+        T, L = x.shape[0], cache.shape[0]
+        q = (x @ self.wq.T).view(T, MH, NOPE + ROPE)
+        kv = x @ self.wkv.T
+        cache[pos] = torch.cat([kv[:, :RANK], self.rope(kv[:, RANK:], pos)], -1)
+        kvb = (cache[:, :RANK] @ self.wb.reshape(-1, RANK).T).view(L, MH, NOPE + VD)
+        k = torch.cat([kvb[..., :NOPE], cache[:, None, RANK:].expand(L, MH, ROPE)], -1)
+        qf = torch.cat([q[..., :NOPE], self.rope(q[..., NOPE:], pos)], -1)
+        s = torch.einsum("thd,lhd->thl", qf, k) * (NOPE + ROPE) ** -0.5
+        hidden = torch.arange(L)[None, :] >= pos[:, None] if self.strict else torch.arange(L)[None, :] > pos[:, None]
+        o = torch.einsum("thl,lhv->thv", s.masked_fill(hidden[:, None], float("-inf")).softmax(-1), kvb[..., NOPE:])
+        return o.reshape(T, MH * VD) @ self.wo.T
+
+
+@pytest.mark.parametrize("T", [1, 3])
+def test_textbook_mla_is_absorbed(T):
+    """passes/mla_absorb.py: the expanded keys and values (the whole cache through kv_b every
+    step) become the absorbed chain: head_matmul(q_nope, W_uk) > mla_decode > head_matmul(., W_uv^T),
+    and the expansion GEMM goes."""
+    m = TextbookMLA("library")
+    x, pos, cache = torch.randn(T, HID), torch.arange(9, 9 + T), torch.randn(20, RANK + ROPE)
+    ref_cache = cache.clone()
+    with torch.no_grad():
+        ref = m(x, pos, ref_cache)
+    out, report = run_and_report(m, x, pos, cache)
+    notes = stat(report, "pdl_swap").notes
+    lingc_rows = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
+    assert lingc_rows == {"lingc.gemm": 2, "lingc.head_matmul": 2, "lingc.mla_decode": 1,
+                          "lingc.mla_kv_write": 1}, notes                  # q/kv_a and o_proj: no [L, .] GEMM
+    assert report.kernels.counts().keys() == {"lingc", "glue"}
+    assert "1 written with expanded keys and values, absorbed" in notes[0]
+    assert_rel_close(out, ref, 1e-5, "absorbed textbook MLA output")
+    assert_rel_close(cache, ref_cache, 1e-6, "absorbed textbook MLA cache")
+
+
+def test_textbook_mla_with_other_math_is_not_absorbed():
+    m = TextbookMLA("library", strict=True)
+    x, pos, cache = torch.randn(3, HID), torch.arange(9, 12), torch.randn(20, RANK + ROPE)
+    ref_cache = cache.clone()
+    with torch.no_grad():
+        ref = m(x, pos, ref_cache)
+    out, report = run_and_report(m, x, pos, cache)
+    assert "lingc.mla_decode" not in rows(report)
+    assert "expanded MLA: no assignment of the inputs reproduces the absorbed reference" in \
+        " ".join(stat(report, "pdl_swap").notes)
+    assert_rel_close(out, ref, 1e-5, "strict textbook output")
+
+
+def test_the_models_own_textbook_form_is_absorbed():
+    """lingc.models' MLAAttention.forward_expanded (the test oracle that expands the cache) compiles
+    to the kernels of the absorbed forward, and to its numbers."""
+    from lingc.models.mla import MLAAttention
+
+    model = tiny_model(seed=2)
+    layer = model.target_layers[model.config.mla_layers[0]].attention
+    assert isinstance(layer, MLAAttention)
+    cache = Ling3Cache.allocate(model.config, 32)
+    randomize_cache_(cache, seed=3)
+    x, pos = torch.randn(2, model.config.hidden_size), torch.tensor([12, 13])
+    ref_cache = cache.clone()
+    with torch.no_grad():
+        ref = layer.forward_expanded(x, pos, ref_cache)
+    out, report = run_and_report(layer.forward_expanded, x, pos, cache)
+    assert rows(report).get("lingc.mla_decode") == 1, stat(report, "pdl_swap").notes
+    assert_rel_close(out, ref, 1e-5, "forward_expanded compiled")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("T", [1, 6])
 def test_gpu_foreign_mla_layer(T):
