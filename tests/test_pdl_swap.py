@@ -411,10 +411,12 @@ def test_the_models_own_textbook_form_is_absorbed():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("form", ["absorbed", "textbook"])
 @pytest.mark.parametrize("T", [1, 6])
-def test_gpu_foreign_mla_layer(T):
-    """The foreign layer's kernels on CUDA (fp32 cache, the Triton mla_decode and mla_kv_write)."""
-    m = ForeignMLA("by hand").cuda()
+def test_gpu_foreign_mla_layer(T, form):
+    """The foreign layer's kernels on CUDA (fp32 cache, the Triton mla_decode and mla_kv_write),
+    written absorbed or in the textbook form that mla_absorb rewrites."""
+    m = (ForeignMLA("by hand") if form == "absorbed" else TextbookMLA("library")).cuda()
     g = torch.Generator(device="cuda").manual_seed(T)
     x = torch.randn(T, HID, device="cuda", generator=g)
     pos = torch.arange(300, 300 + T, device="cuda")
