@@ -83,7 +83,8 @@ class KimiStyleMLA(nn.Module):
         self.register_buffer("freq", 1.0 / (1000.0 ** (torch.arange(0, ROPE, 2).float() / ROPE)), persistent=False)
 
     def rope(self, x, pos):
-        rot = torch.polar(torch.ones(pos.shape[0], ROPE // 2), pos.float()[:, None] * self.freq[None])
+        ang = pos.float()[:, None] * self.freq[None]
+        rot = torch.polar(torch.ones_like(ang), ang)
         xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2).contiguous())
         return torch.view_as_real(xc * rot.view((x.shape[0],) + (1,) * (x.dim() - 2) + (ROPE // 2,))).flatten(-2)
 
@@ -96,7 +97,7 @@ class KimiStyleMLA(nn.Module):
         c, k_rope = cache[:, :RANK].float(), cache[:, RANK:].float()
         s = (torch.einsum("thr,lr->thl", q_lat, c) + torch.einsum("thp,lp->thl", self.rope(q[..., NOPE:], pos),
                                                                  k_rope)) * (NOPE + ROPE) ** -0.5
-        s = s.masked_fill(torch.arange(L)[None, None, :] > pos[:, None, None], float("-inf"))
+        s = s.masked_fill(torch.arange(L, device=x.device)[None, None, :] > pos[:, None, None], float("-inf"))
         e = torch.exp(s - s.max(-1, keepdim=True).values)
         o = torch.einsum("thr,hvr->thv", (e / e.sum(-1, keepdim=True)) @ c, self.kv_b[:, NOPE:].float())
         return self.o(o.reshape(T, MH * VD).to(x.dtype))

@@ -304,7 +304,7 @@ class ForeignMLA(nn.Module):
         q_rope = self.rope(q[..., NOPE:], pos)
         c, k_rope = cache[:, :RANK], cache[:, RANK:]
         s = (torch.einsum("thr,lr->thl", q_lat, c) + torch.einsum("thp,lp->thl", q_rope, k_rope)) / (NOPE + ROPE) ** 0.5
-        rows_ = torch.arange(L)[None, :]
+        rows_ = torch.arange(L, device=x.device)[None, :]
         visible = (rows_ < pos[:, None]) if self.strict else (rows_ <= pos[:, None])
         if self.softmax == "library":
             p = F.softmax(torch.where(visible[:, None], s, float("-inf")), dim=-1)
@@ -352,7 +352,8 @@ class TextbookMLA(ForeignMLA):
         k = torch.cat([kvb[..., :NOPE], cache[:, None, RANK:].expand(L, MH, ROPE)], -1)
         qf = torch.cat([q[..., :NOPE], self.rope(q[..., NOPE:], pos)], -1)
         s = torch.einsum("thd,lhd->thl", qf, k) * (NOPE + ROPE) ** -0.5
-        hidden = torch.arange(L)[None, :] >= pos[:, None] if self.strict else torch.arange(L)[None, :] > pos[:, None]
+        rows_ = torch.arange(L, device=x.device)[None, :]
+        hidden = rows_ >= pos[:, None] if self.strict else rows_ > pos[:, None]
         o = torch.einsum("thl,lhv->thv", s.masked_fill(hidden[:, None], float("-inf")).softmax(-1), kvb[..., NOPE:])
         return o.reshape(T, MH * VD) @ self.wo.T
 
