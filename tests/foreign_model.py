@@ -8,7 +8,8 @@ Where it differs from lingc.models (on purpose):
   -exp(A_log) * softplus(f + dt_bias), the state carried through a Python loop, the output norm
   as nn.RMSNorm on each head times sigmoid(gate);
 - MLA: no head gate, RoPE through view_as_complex, the cache one [L, R + P] tensor per layer
-  (no slot dimension) written with ``cache[pos] = rows``, the softmax written out;
+  (no slot dimension) written with ``cache[pos] = rows``, the softmax written out; with
+  ``textbook_mla`` the keys and values expanded from the cache every step (HF DeepSeek's decode);
 - MoE: a router with one group (n_group = topk_group = 1), experts gathered by indexing a stacked
   [E, 2I, H] gate-up tensor, the shared expert as a module;
 - norms: nn.RMSNorm; caches and states passed as lists of tensors;
@@ -73,8 +74,9 @@ class KimiStyleKDA(nn.Module):
 
 
 class KimiStyleMLA(nn.Module):
-    def __init__(self, g: torch.Generator):
+    def __init__(self, g: torch.Generator, textbook: bool = False):
         super().__init__()
+        self.textbook = textbook
         self.q = nn.Linear(HID, MH * (NOPE + ROPE), bias=False)
         self.kv_a = nn.Linear(HID, RANK + ROPE, bias=False)
         self.kv_norm = nn.RMSNorm(RANK, eps=EPS)
@@ -93,6 +95,8 @@ class KimiStyleMLA(nn.Module):
         q = self.q(x).view(T, MH, NOPE + ROPE)
         kv = self.kv_a(x)
         cache[pos] = torch.cat([self.kv_norm(kv[:, :RANK]).float(), self.rope(kv[:, RANK:], pos)], -1).to(cache.dtype)
+        if self.textbook:
+            return self.o(self.attend_expanded(q, pos, cache).reshape(T, MH * VD).to(x.dtype))
         q_lat = torch.einsum("thn,hnr->thr", q[..., :NOPE].float(), self.kv_b[:, :NOPE].float())
         c, k_rope = cache[:, :RANK].float(), cache[:, RANK:].float()
         s = (torch.einsum("thr,lr->thl", q_lat, c) + torch.einsum("thp,lp->thl", self.rope(q[..., NOPE:], pos),
@@ -101,6 +105,18 @@ class KimiStyleMLA(nn.Module):
         e = torch.exp(s - s.max(-1, keepdim=True).values)
         o = torch.einsum("thr,hvr->thv", (e / e.sum(-1, keepdim=True)) @ c, self.kv_b[:, NOPE:].float())
         return self.o(o.reshape(T, MH * VD).to(x.dtype))
+
+
+    def attend_expanded(self, q, pos, cache):
+        """The textbook form (HF DeepSeek-style decode): every cache row expanded through kv_b
+        into per-head keys and values, then ordinary causal attention. [T, H, v] fp32."""
+        T, L = q.shape[0], cache.shape[0]
+        kvb = (cache[:, :RANK].float() @ self.kv_b.float().reshape(-1, RANK).T).view(L, MH, NOPE + VD)
+        k = torch.cat([kvb[..., :NOPE], cache[:, None, RANK:].float().expand(L, MH, ROPE)], -1)
+        qf = torch.cat([q[..., :NOPE].float(), self.rope(q[..., NOPE:], pos)], -1)
+        s = torch.einsum("thd,lhd->thl", qf, k) * (NOPE + ROPE) ** -0.5
+        s = s.masked_fill(torch.arange(L, device=q.device)[None, None, :] > pos[:, None, None], float("-inf"))
+        return torch.einsum("thl,lhv->thv", s.softmax(-1), kvb[..., NOPE:])
 
 
 class SharedExpert(nn.Module):
@@ -138,11 +154,11 @@ class KimiStyleModel(nn.Module):
     """Layers: KDA + MoE, KDA + MoE, MLA + MoE. forward(ids [T], pos [T], states, windows, caches)
     -> logits [T, VOCAB]; the KDA states / windows and the MLA caches are written in place."""
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, textbook_mla: bool = False):
         super().__init__()
         g = torch.Generator().manual_seed(seed)
         self.embed = nn.Embedding(VOCAB, HID)
-        self.attn = nn.ModuleList([KimiStyleKDA(g), KimiStyleKDA(g), KimiStyleMLA(g)])
+        self.attn = nn.ModuleList([KimiStyleKDA(g), KimiStyleKDA(g), KimiStyleMLA(g, textbook_mla)])
         self.moe = nn.ModuleList([KimiStyleMoE(g) for _ in range(3)])
         self.norms = nn.ModuleList([nn.RMSNorm(HID, eps=EPS) for _ in range(7)])
         self.lm_head = nn.Linear(HID, VOCAB, bias=False)

@@ -29,8 +29,17 @@ def _step_inputs(T, seed=0):
     return torch.randint(0, 64, (T,), generator=g), torch.arange(10, 10 + T), KimiStyleModel.fresh_state(seed + 1)
 
 
+@pytest.fixture(scope="module")
+def textbook_model():
+    return KimiStyleModel(textbook_mla=True)
+
+
+@pytest.mark.parametrize("form", ["absorbed", "textbook"])
 @pytest.mark.parametrize("T", [1, 3])
-def test_every_computation_on_lingc_kernels(model, T):
+def test_every_computation_on_lingc_kernels(model, textbook_model, T, form):
+    """Both MLA forms give the same kernels: the textbook one (keys and values expanded from the
+    cache every step) is absorbed (passes/mla_absorb.py)."""
+    model = model if form == "absorbed" else textbook_model
     ids, pos, (states, windows, caches) = _step_inputs(T)
     written = states + windows + caches
     ref_written = [t.clone() for t in written]
@@ -76,7 +85,8 @@ def test_through_inductor(model):
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
 
-def test_verify_step_stages_and_commits_the_accepted_prefix(model):
+@pytest.mark.parametrize("form", ["absorbed", "textbook"])
+def test_verify_step_stages_and_commits_the_accepted_prefix(model, textbook_model, form):
     """The model's own verify step (logits over a 6-token chain, the in-graph greedy verdict,
     lingc.state_commit): stage_commit stages both KDA states and conv windows, pdl_swap runs them
     as staged kda_chains and one kda_commit_many, and a rejection forced at each chain position
@@ -85,6 +95,8 @@ def test_verify_step_stages_and_commits_the_accepted_prefix(model):
 
     from backend_helpers import compile_lingc
     from lingc.backend import compile_reports
+
+    model = model if form == "absorbed" else textbook_model
 
     def verify(chain, pos, states, windows, caches):
         target = model(chain, pos, states, windows, caches).argmax(-1)
