@@ -15,6 +15,9 @@ absorbed by hand for decode (the source article's model code is); this rewrite g
 written the textbook way the same kernels. Numerics (declared): the products are summed in
 another order (fp32), as any absorption does.
 
+scaled_dot_product_attention's math form (the CPU trace's: q and k each scaled by sqrt(scale), a
+"safe" softmax) is found the same way; a fused SDPA kernel (the CUDA trace's) is not matched.
+
 How it is found: pdl_swap hands over a softmax p whose value operand comes out of a projection
 of cache rows (a lingc.gemm or mm with a weight, the rows a leading slice of a 2-d [L, R + P]
 value). The region between that projection, the cache, the positions and the query leaves
@@ -190,7 +193,8 @@ def _probe(nodes, leaves, o, M, wb, cache, twins, pos, freq, q_full, q_parts, di
         w3 = w_val.float().view(H, nope + v, R)
         q_lat = torch.einsum("thn,hnr->thr", q_nope.float(), w3[:, :nope])
         consts = {float(a) for n in nodes for a in n.args if scalar(a) is not None}
-        scales = sorted({a for a in consts if 0 < a < 1} | {1.0 / a for a in consts if a > 1})
+        scales = {a for a in consts if 0 < a < 1} | {1.0 / a for a in consts if a > 1}
+        scales = sorted(scales | {a * a for a in scales})    # SDPA's math form scales q and k by sqrt(s)
         kv = x[cache]
         for scale in scales:
             for rope in ((True, False) if freq is not None else (False,)):

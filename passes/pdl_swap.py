@@ -713,7 +713,12 @@ class PdlSwap(LingcPass):
             return "not a last-dim softmax"
         L = shape(p)[-1]
         views = lambda n: n.op == "call_function" and n.target in VIEW_OPS  # noqa: E731
-        pc = [u for u in descendants([p], views) if is_call(u, aten.bmm.default, aten.mm.default)]
+        # Through views, and through the "safe softmax" of scaled_dot_product_attention's math
+        # form (where(row fully masked, 0, p): the identity for a causal row, which always sees
+        # its own position; the probe runs it).
+        probs = lambda n: views(n) or (is_call(n, aten.where.self) and is_call(n.args[1], aten.full.default)  # noqa: E731
+                                       and scalar(n.args[1].args[1]) == 0)
+        pc = [u for u in descendants([p], probs) if is_call(u, aten.bmm.default, aten.mm.default)]
         if len(pc) != 1:
             return "p is not multiplied by one matrix"
         pc = pc[0]

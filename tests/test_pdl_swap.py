@@ -379,6 +379,39 @@ def test_textbook_mla_is_absorbed(T):
     assert_rel_close(cache, ref_cache, 1e-6, "absorbed textbook MLA cache")
 
 
+class SdpaTextbookMLA(TextbookMLA):
+    """The textbook form with F.scaled_dot_product_attention over the expanded keys and values (a
+    boolean causal mask from the positions), as HF models write attention."""
+
+    def forward(self, x, pos, cache):
+        T, L = x.shape[0], cache.shape[0]
+        q = (x @ self.wq.T).view(T, MH, NOPE + ROPE)
+        kv = x @ self.wkv.T
+        cache[pos] = torch.cat([kv[:, :RANK], self.rope(kv[:, RANK:], pos)], -1)
+        kvb = (cache[:, :RANK] @ self.wb.reshape(-1, RANK).T).view(L, MH, NOPE + VD)
+        k = torch.cat([kvb[..., :NOPE], cache[:, None, RANK:].expand(L, MH, ROPE)], -1)
+        qf = torch.cat([q[..., :NOPE], self.rope(q[..., NOPE:], pos)], -1)
+        mask = torch.arange(L, device=x.device)[None, :] <= pos[:, None]
+        o = F.scaled_dot_product_attention(qf.transpose(0, 1)[None], k.transpose(0, 1)[None],
+                                           kvb[..., NOPE:].transpose(0, 1)[None], attn_mask=mask[None, None])
+        return o[0].transpose(0, 1).reshape(T, MH * VD) @ self.wo.T
+
+
+def test_textbook_mla_through_sdpa_is_absorbed():
+    """SDPA's math form, as the CPU trace decomposes it (q and k each scaled by sqrt(scale), a
+    "safe" softmax for fully masked rows) is absorbed like the explicit softmax. (On CUDA the
+    trace keeps a fused SDPA kernel, which this does not match: the layer stays as written.)"""
+    m = SdpaTextbookMLA("library")
+    x, pos, cache = torch.randn(3, HID), torch.arange(9, 12), torch.randn(20, RANK + ROPE)
+    ref_cache = cache.clone()
+    with torch.no_grad():
+        ref = m(x, pos, ref_cache)
+    out, report = run_and_report(m, x, pos, cache)
+    assert "1 written with expanded keys and values, absorbed" in stat(report, "pdl_swap").notes[0]
+    assert report.kernels.counts().keys() == {"lingc", "glue"}
+    assert_rel_close(out, ref, 1e-5, "absorbed SDPA textbook MLA output")
+
+
 def test_textbook_mla_with_other_math_is_not_absorbed():
     m = TextbookMLA("library", strict=True)
     x, pos, cache = torch.randn(3, HID), torch.arange(9, 12), torch.randn(20, RANK + ROPE)
