@@ -74,9 +74,10 @@ def _transposed_weight(w: fx.Node) -> fx.Node | None:
 
 
 def absorb(g: fx.Graph, p: fx.Node, pc: fx.Node, found: tuple, pos_cands: list, placeholder, tol: dict,
-           max_t: int) -> str | None:
-    """Rewrite the expanded attention whose softmax is p and value product pc; None when done,
-    else why not. ``found``: expansion()'s result; ``placeholder``: pdl_swap's graph-input test."""
+           max_t: int) -> fx.Node | str:
+    """Rewrite the expanded attention whose softmax is p and value product pc: the new
+    lingc.mla_decode node, or why not. ``found``: expansion()'s result; ``placeholder``:
+    pdl_swap's graph-input test."""
     M, wb, cache, R = found
     L, W = shape(cache)
     P = W - R
@@ -151,7 +152,7 @@ def absorb(g: fx.Graph, p: fx.Node, pc: fx.Node, found: tuple, pos_cands: list, 
             if val(out).dtype != val(o).dtype:
                 out = emit(g, aten._to_copy.default, out, dtype=val(o).dtype)
         o.replace_all_uses_with(out)
-        return None
+        return o_lat
     return "expanded MLA: no assignment of the inputs reproduces the absorbed reference"
 
 

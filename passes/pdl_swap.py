@@ -729,10 +729,12 @@ class PdlSwap(LingcPass):
             pos_cands = ([a for a in anc if _placeholder(a) and _int_vector(a, p, L)]
                          + [a for a in anc if not _placeholder(a) and a.op == "call_function"
                             and _int_vector(a, p, L)])
-            why = mla_absorb.absorb(g, p, pc, expanded, pos_cands, _placeholder, PROBE_TOL, MAX_T)
-            if why is None:
-                self.absorbed += 1
-            return why
+            done = mla_absorb.absorb(g, p, pc, expanded, pos_cands, _placeholder, PROBE_TOL, MAX_T)
+            if isinstance(done, str):
+                return done
+            self.absorbed += 1
+            self.gates_folded += self._fold_head_gate(g, done, *shape(done)[:2])
+            return None
         kv, n = None, other
         while is_call(n, *VIEW_OPS, *CASTS):
             if len(shape(n)) == 2 and shape(n)[0] == L:
@@ -814,7 +816,8 @@ class PdlSwap(LingcPass):
         drops the sigmoid and multiply kernels of every MLA layer."""
         views = lambda n: n.op == "call_function" and (  # noqa: E731  (layout copies included)
             n.target in VIEW_OPS or n.target is aten.clone.default)
-        prods = [u for u in descendants([out], views) if is_call(u, aten.bmm.default, aten.mm.default)]
+        prods = [u for u in descendants([out], views) if is_call(u, aten.bmm.default, aten.mm.default,
+                                                                 lingc_ops.head_matmul.default)]
         if len(prods) != 1:
             return False
         n = prods[0]

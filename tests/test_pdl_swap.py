@@ -427,7 +427,8 @@ def test_textbook_mla_with_other_math_is_not_absorbed():
 
 def test_the_models_own_textbook_form_is_absorbed():
     """lingc.models' MLAAttention.forward_expanded (the test oracle that expands the cache) compiles
-    to the kernels of the absorbed forward, and to its numbers."""
+    to the kernels of the absorbed forward (the head gate folded into mla_decode too), and to its
+    numbers."""
     from lingc.models.mla import MLAAttention
 
     model = tiny_model(seed=2)
@@ -440,7 +441,9 @@ def test_the_models_own_textbook_form_is_absorbed():
     with torch.no_grad():
         ref = layer.forward_expanded(x, pos, ref_cache)
     out, report = run_and_report(layer.forward_expanded, x, pos, cache)
-    assert rows(report).get("lingc.mla_decode") == 1, stat(report, "pdl_swap").notes
+    notes = stat(report, "pdl_swap").notes
+    assert rows(report).get("lingc.mla_decode") == 1, notes
+    assert "head gate folded into 1 mla_decode" in notes[0] and "PDL coverage 6/6 kernel-launching ops (100%)" in notes
     assert_rel_close(out, ref, 1e-5, "forward_expanded compiled")
 
 
