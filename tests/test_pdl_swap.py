@@ -379,6 +379,57 @@ def test_textbook_mla_is_absorbed(T):
     assert_rel_close(cache, ref_cache, 1e-6, "absorbed textbook MLA cache")
 
 
+@pinned_graph_text
+def test_expect_textbook_mla_dump(tmp_path):
+    """The ops pdl_swap adds and drops when it absorbs the tiny model's forward_expanded."""
+    model = tiny_model(seed=2)
+    layer = model.target_layers[model.config.mla_layers[0]].attention
+    cache = randomize_cache_(Ling3Cache.allocate(model.config, 32), seed=3)
+    _, report = run_and_report(layer.forward_expanded, torch.randn(2, model.config.hidden_size),
+                               torch.tensor([12, 13]), cache, dump_dir=str(tmp_path))
+    assert_expected_inline(dump_op_changes(tmp_path, report, "pdl_swap"), """\
+-aten.add.Tensor 3
+-aten.amax 1
+-aten.bitwise_not 1
+-aten.bmm 2
+-aten.cat 5
+-aten.clone 2
+-aten.copy_ 1
+-aten.cos 2
+-aten.div.Tensor 1
+-aten.exp 1
+-aten.expand 1
+-aten.index_put 1
+-aten.le.Tensor 1
+-aten.mean.dim 1
+-aten.mul.Tensor 14
++aten.permute 5
+-aten.permute 10
+-aten.pow.Tensor_Scalar 1
+-aten.rsqrt 1
+-aten.scalar_tensor 1
++aten.select.int 1
+-aten.select.int 6
+-aten.select_scatter 1
+-aten.sigmoid 1
+-aten.sin 2
++aten.slice.Tensor 2
+-aten.slice.Tensor 4
+-aten.sub.Tensor 3
+-aten.sum.dim_IntList 1
+-aten.unsqueeze 17
++aten.view 2
+-aten.view 18
+-aten.where.self 1
+-lingc.gemm 1
++lingc.head_matmul 2
++lingc.mla_decode 1
++lingc.mla_kv_write 1
+-prims.convert_element_type 2
+-prims.iota 1
+""")
+
+
 class SdpaTextbookMLA(TextbookMLA):
     """The textbook form with F.scaled_dot_product_attention over the expanded keys and values (a
     boolean causal mask from the positions), as HF models write attention."""
