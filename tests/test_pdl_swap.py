@@ -246,16 +246,22 @@ class ForeignKDA(nn.Module):
         return (o.reshape(T, D) * torch.sigmoid(gate)) @ self.out.T
 
 
-@pytest.mark.parametrize("vk", [True, False])
-@pytest.mark.parametrize("T", [1, 3])
-def test_foreign_kda_layer(vk, T, tmp_path):
-    m = ForeignKDA(vk)
+def _run_kda(m, T, dump_dir):
+    """(compiled output, eager output, (state, window) compiled, the same eager, report) of one
+    KDA layer module from a random state and window."""
     x = torch.randn(T, 24)
     state, window = 0.3 * torch.randn(1, H, K, K), torch.randn(1, 3, D, 3)
     ref_s, ref_w = state.clone(), window.clone()
     with torch.no_grad():
         ref = m(x, ref_s, ref_w)
-    out, report = run_and_report(m, x, state, window, dump_dir=str(tmp_path))
+    out, report = run_and_report(m, x, state, window, dump_dir=dump_dir)
+    return out, ref, (state, window), (ref_s, ref_w), report
+
+
+@pytest.mark.parametrize("vk", [True, False])
+@pytest.mark.parametrize("T", [1, 3])
+def test_foreign_kda_layer(vk, T, tmp_path):
+    out, ref, (state, window), (ref_s, ref_w), report = _run_kda(ForeignKDA(vk), T, str(tmp_path))
     st = stat(report, "pdl_swap")
     assert rows(report).get("lingc.kda_chain", 0) == 1, st.notes
     assert ("transposed copy" in " ".join(st.notes)) == vk
@@ -316,18 +322,24 @@ class ForeignMLA(nn.Module):
         return o.reshape(T, MH * VD) @ self.wo.T
 
 
+def _run_mla(m, T=3):
+    """(compiled output, eager output, compiled cache, eager cache, report) of one MLA layer
+    module on a random 20-row cache, queries at positions 9..9+T-1."""
+    x, pos, cache = torch.randn(T, HID), torch.arange(9, 9 + T), torch.randn(20, RANK + ROPE)
+    ref_cache = cache.clone()
+    with torch.no_grad():
+        ref = m(x, pos, ref_cache)
+    out, report = run_and_report(m, x, pos, cache)
+    return out, ref, cache, ref_cache, report
+
+
 @pytest.mark.parametrize("softmax", ["library", "by hand"])
 @pytest.mark.parametrize("T", [1, 3])
 def test_foreign_mla_layer(softmax, T):
     """The whole foreign layer on lingc kernels: its cache write (lingc.mla_kv_write, RoPE of the
     key inside), the absorbed products and the latent attention (lingc.mla_decode, the query's
     RoPE inside); the output and the written cache equal eager's."""
-    m = ForeignMLA(softmax)
-    x, pos, cache = torch.randn(T, HID), torch.arange(9, 9 + T), torch.randn(20, RANK + ROPE)
-    ref_cache = cache.clone()
-    with torch.no_grad():
-        ref = m(x, pos, ref_cache)
-    out, report = run_and_report(m, x, pos, cache)
+    out, ref, cache, ref_cache, report = _run_mla(ForeignMLA(softmax), T)
     st = stat(report, "pdl_swap")
     lingc_rows = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
     assert lingc_rows == {"lingc.gemm": 2, "lingc.head_matmul": 2, "lingc.mla_decode": 1,
@@ -343,19 +355,24 @@ class TextbookMLA(ForeignMLA):
     keys and values at every step, then ordinary attention (``strict``: each query does not see
     its own row, other math)."""
 
-    def forward(self, x, pos, cache):
+    def expand(self, x, pos, cache):
+        """Write the cache rows, then (queries [T, H, nope + P], keys [L, H, nope + P], values
+        [L, H, v]) with the keys and values expanded from every cache row."""
         T, L = x.shape[0], cache.shape[0]
         q = (x @ self.wq.T).view(T, MH, NOPE + ROPE)
         kv = x @ self.wkv.T
         cache[pos] = torch.cat([kv[:, :RANK], self.rope(kv[:, RANK:], pos)], -1)
         kvb = (cache[:, :RANK] @ self.wb.reshape(-1, RANK).T).view(L, MH, NOPE + VD)
         k = torch.cat([kvb[..., :NOPE], cache[:, None, RANK:].expand(L, MH, ROPE)], -1)
-        qf = torch.cat([q[..., :NOPE], self.rope(q[..., NOPE:], pos)], -1)
-        s = torch.einsum("thd,lhd->thl", qf, k) * (NOPE + ROPE) ** -0.5
-        rows_ = torch.arange(L, device=x.device)[None, :]
+        return torch.cat([q[..., :NOPE], self.rope(q[..., NOPE:], pos)], -1), k, kvb[..., NOPE:]
+
+    def forward(self, x, pos, cache):
+        q, k, v = self.expand(x, pos, cache)
+        s = torch.einsum("thd,lhd->thl", q, k) * (NOPE + ROPE) ** -0.5
+        rows_ = torch.arange(cache.shape[0], device=x.device)[None, :]
         hidden = rows_ >= pos[:, None] if self.strict else rows_ > pos[:, None]
-        o = torch.einsum("thl,lhv->thv", s.masked_fill(hidden[:, None], float("-inf")).softmax(-1), kvb[..., NOPE:])
-        return o.reshape(T, MH * VD) @ self.wo.T
+        o = torch.einsum("thl,lhv->thv", s.masked_fill(hidden[:, None], float("-inf")).softmax(-1), v)
+        return o.reshape(x.shape[0], MH * VD) @ self.wo.T
 
 
 @pytest.mark.parametrize("T", [1, 3])
@@ -363,12 +380,7 @@ def test_textbook_mla_is_absorbed(T):
     """passes/mla_absorb.py: the expanded keys and values (the whole cache through kv_b every
     step) become the absorbed chain: head_matmul(q_nope, W_uk) > mla_decode > head_matmul(., W_uv^T),
     and the expansion GEMM goes."""
-    m = TextbookMLA("library")
-    x, pos, cache = torch.randn(T, HID), torch.arange(9, 9 + T), torch.randn(20, RANK + ROPE)
-    ref_cache = cache.clone()
-    with torch.no_grad():
-        ref = m(x, pos, ref_cache)
-    out, report = run_and_report(m, x, pos, cache)
+    out, ref, cache, ref_cache, report = _run_mla(TextbookMLA("library"), T)
     notes = stat(report, "pdl_swap").notes
     lingc_rows = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
     assert lingc_rows == {"lingc.gemm": 2, "lingc.head_matmul": 2, "lingc.mla_decode": 1,
@@ -435,45 +447,21 @@ class SdpaTextbookMLA(TextbookMLA):
     boolean causal mask from the positions), as HF models write attention."""
 
     def forward(self, x, pos, cache):
-        T, L = x.shape[0], cache.shape[0]
-        q = (x @ self.wq.T).view(T, MH, NOPE + ROPE)
-        kv = x @ self.wkv.T
-        cache[pos] = torch.cat([kv[:, :RANK], self.rope(kv[:, RANK:], pos)], -1)
-        kvb = (cache[:, :RANK] @ self.wb.reshape(-1, RANK).T).view(L, MH, NOPE + VD)
-        k = torch.cat([kvb[..., :NOPE], cache[:, None, RANK:].expand(L, MH, ROPE)], -1)
-        qf = torch.cat([q[..., :NOPE], self.rope(q[..., NOPE:], pos)], -1)
-        mask = torch.arange(L, device=x.device)[None, :] <= pos[:, None]
-        o = F.scaled_dot_product_attention(qf.transpose(0, 1)[None], k.transpose(0, 1)[None],
-                                           kvb[..., NOPE:].transpose(0, 1)[None], attn_mask=mask[None, None])
-        return o[0].transpose(0, 1).reshape(T, MH * VD) @ self.wo.T
+        q, k, v = self.expand(x, pos, cache)
+        mask = torch.arange(cache.shape[0], device=x.device)[None, :] <= pos[:, None]
+        o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                                           attn_mask=mask[None, None])
+        return o[0].transpose(0, 1).reshape(x.shape[0], MH * VD) @ self.wo.T
 
 
 def test_textbook_mla_through_sdpa_is_absorbed():
     """SDPA's math form, as the CPU trace decomposes it (q and k each scaled by sqrt(scale), a
     "safe" softmax for fully masked rows) is absorbed like the explicit softmax. (On CUDA the
     trace keeps a fused SDPA kernel, which this does not match: the layer stays as written.)"""
-    m = SdpaTextbookMLA("library")
-    x, pos, cache = torch.randn(3, HID), torch.arange(9, 12), torch.randn(20, RANK + ROPE)
-    ref_cache = cache.clone()
-    with torch.no_grad():
-        ref = m(x, pos, ref_cache)
-    out, report = run_and_report(m, x, pos, cache)
+    out, ref, _, _, report = _run_mla(SdpaTextbookMLA("library"))
     assert "1 written with expanded keys and values, absorbed" in stat(report, "pdl_swap").notes[0]
     assert report.kernels.counts().keys() == {"lingc", "glue"}
     assert_rel_close(out, ref, 1e-5, "absorbed SDPA textbook MLA output")
-
-
-def test_textbook_mla_with_other_math_is_not_absorbed():
-    m = TextbookMLA("library", strict=True)
-    x, pos, cache = torch.randn(3, HID), torch.arange(9, 12), torch.randn(20, RANK + ROPE)
-    ref_cache = cache.clone()
-    with torch.no_grad():
-        ref = m(x, pos, ref_cache)
-    out, report = run_and_report(m, x, pos, cache)
-    assert "lingc.mla_decode" not in rows(report)
-    assert "expanded MLA: no assignment of the inputs reproduces the absorbed reference" in \
-        " ".join(stat(report, "pdl_swap").notes)
-    assert_rel_close(out, ref, 1e-5, "strict textbook output")
 
 
 def test_the_models_own_textbook_form_is_absorbed():
@@ -518,18 +506,15 @@ def test_gpu_foreign_mla_layer(T, form):
     assert_rel_close(cache, ref_cache, 1e-5, "foreign MLA cache on CUDA")
 
 
-def test_foreign_mla_with_other_math_is_left():
-    """A strictly causal mask (a query does not see its own row) is not mla_decode's math: the
-    probe finds no assignment and says so; the graph still equals eager."""
-    m = ForeignMLA("library", strict=True)
-    x, pos, cache = torch.randn(3, HID), torch.arange(9, 12), torch.randn(20, RANK + ROPE)
-    ref_cache = cache.clone()
-    with torch.no_grad():
-        ref = m(x, pos, ref_cache)
-    out, report = run_and_report(m, x, pos, cache)
+@pytest.mark.parametrize("module, note", [
+    (ForeignMLA, "MLA decode left (no assignment of the inputs reproduces the mla_decode reference)"),
+    (TextbookMLA, "expanded MLA: no assignment of the inputs reproduces the absorbed reference")])
+def test_mla_with_other_math_is_left(module, note):
+    """A strictly causal mask (a query does not see its own row) is not mla_decode's math, written
+    absorbed or textbook: the probe finds no assignment and says so; the graph still equals eager."""
+    out, ref, _, _, report = _run_mla(module("library", strict=True))
     assert "lingc.mla_decode" not in rows(report)
-    assert "MLA decode left (no assignment of the inputs reproduces the mla_decode reference)" in \
-        " ".join(stat(report, "pdl_swap").notes)
+    assert note in " ".join(stat(report, "pdl_swap").notes)
     assert_rel_close(out, ref, 1e-5, "strict-mask output")
 
 
@@ -537,13 +522,8 @@ def test_foreign_mla_with_other_math_is_left():
 def test_foreign_kda_layer_with_the_softplus_gate(T, tmp_path):
     """-exp(A_log) * softplus(f + dt_bias) (flash-linear-attention's default KDA gate, Kimi
     Linear's) matches kda_chain with lower_bound None."""
-    m = ForeignKDA(vk=False, softplus=True)
-    x = torch.randn(T, 24)
-    state, window = 0.3 * torch.randn(1, H, K, K), torch.randn(1, 3, D, 3)
-    ref_s, ref_w = state.clone(), window.clone()
-    with torch.no_grad():
-        ref = m(x, ref_s, ref_w)
-    out, report = run_and_report(m, x, state, window, dump_dir=str(tmp_path))
+    out, ref, (state, window), (ref_s, ref_w), report = _run_kda(ForeignKDA(vk=False, softplus=True), T,
+                                                                  str(tmp_path))
     assert rows(report).get("lingc.kda_chain", 0) == 1, stat(report, "pdl_swap").notes
     chain = next(line for line in final_graph_text(report).splitlines() if "lingc.kda_chain" in line)
     assert "%select_int, None, None, None, state_ready=True)" in chain, chain    # lower_bound None
