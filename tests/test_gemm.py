@@ -31,7 +31,7 @@ from lingc.runtime.kernels.gemm.kernel import block_plan, gemm_triton, k_plan
 from lingc.runtime.kernels.gemm_common import TARGET_SMS, split_k_tickets
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-RTOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
+RTOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 RTOL_GPU_BF16 = 4e-3
 DTYPES = [torch.float32, torch.bfloat16]
 # Weight lists with odd row counts: one weight, two, three (blocks of one weight never hold
@@ -279,6 +279,20 @@ def test_argmax_is_argmax_of_the_gemm_logits(m, dtype):
     assert torch.all(ref.gather(1, ids[:, None])[:, 0] >= ref_max - 2 * ulp * ref_max.abs())
 
 
+@pytest.mark.parametrize("m", [1, 6])
+def test_float16_gemm_and_argmax(m):
+    """float16 (the sweep's DTYPES are bf16 and fp32): the GEMM against its reference, and the
+    argmax of logits rounded to fp16 as an fp16 graph holds them (the gemm kernel's, bit for bit)."""
+    x, weights = make_inputs(m, 96, (24, 7, 37), torch.float16, seed=51 + m)
+    assert_close(run_kernel(x, weights), gemm_reference(x, weights), RTOL[torch.float16])
+    x, (w,) = make_inputs(m, 96, (300,), torch.float16, seed=53 + m)
+    logits = run_kernel(x, [w], argmax_config_for(300, 96)).float()
+    ids, best = run_argmax(x, w)
+    assert torch.equal(ids, torch.argmax(logits, dim=1))
+    assert torch.equal(best, logits.gather(1, ids[:, None])[:, 0])
+    assert torch.equal(ids, gemm_argmax_reference(x, w)[0])
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_argmax_ties_lowest_index_wins(dtype):
     # Rows of w copied to several indices give exactly equal logits; the copies span column
@@ -468,7 +482,7 @@ def _bad_gemm_cases():
     w = z(24, 40)
     return [
         ("x 3-d", (z(1, 3, 40), [w]), {}, r"x must be \[M, K\] \(2-d\), got shape \(1, 3, 40\)"),
-        ("x fp16", (x.half(), [w.half()]), {}, "bfloat16 or float32, got torch.float16"),
+        ("x fp64", (x.double(), [w.double()]), {}, "bfloat16, float16 or float32, got torch.float64"),
         ("no weights", (x, []), {}, "weights must hold 1 to 8 tensors, got 0"),
         ("9 weights", (x, [w] * 9), {}, "weights must hold 1 to 8 tensors, got 9"),
         ("K mismatch", (x, [w, z(8, 32)]), {}, r"K mismatch, x has K=40 but weights\[1\] has K=32"),
@@ -708,15 +722,15 @@ _ARGMAX_COMPILE_CHECK = textwrap.dedent("""
     from lingc.runtime.kernels.gemm.kernel import k_plan
 
     fn = _gemm_argmax_kernel
-    for n, k in ((39296, 2560), (157184, 2560)):
+    for n, k, dt in ((39296, 2560, "bf16"), (157184, 2560, "bf16"), (39296, 2560, "fp16")):
         cfg = argmax_config_for(n, k)
         block_k, k_tiles, _, even_k = k_plan(k, cfg)
-        ptrs = dict(x_ptr="*bf16", w_ptr="*bf16", ids_ptr="*i64", max_ptr="*fp32", slot_ptr="*i64",
+        ptrs = dict(x_ptr="*" + dt, w_ptr="*" + dt, ids_ptr="*i64", max_ptr="*fp32", slot_ptr="*i64",
                     ticket_ptr="*i32")
         sig = signature(fn, ptrs, ["M", "N", "K", "stride_xm", "stride_wn"])
         const = dict(stride_xk=1, BLOCK_M=16, BLOCK_N=cfg.block_n, BLOCK_K=block_k, K_TILES=k_tiles,
-                     EVEN_K=even_k, N_BLOCKS=-(-n // cfg.block_n), ROUND_TO_BF16=True, DOT_PRECISION="tf32",
-                     DOT_UPCAST=False, USE_GDC=True)
+                     EVEN_K=even_k, N_BLOCKS=-(-n // cfg.block_n), ROUND_TO_BF16=dt == "bf16",
+                     ROUND_TO_F16=dt == "fp16", DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
         attrs = divisible_by_16(fn, ["x_ptr", "w_ptr", "K", "stride_xm", "stride_wn"])
         ptx, info = compile_sm90(fn, sig, const, attrs, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         assert " 0 bytes spill stores" in info, (n, info)

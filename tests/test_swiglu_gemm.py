@@ -28,7 +28,7 @@ from lingc.runtime.kernels.swiglu_gemm.kernel import SwigluGemmConfig, config_fo
 from lingc.runtime.pdl import interpreting, launch_kwargs, pdl_supported
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-RTOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
+RTOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 RTOL_GPU_BF16 = 4e-3
 # Split-K configs for the small shapes: uneven chunks (K=40: 3 tiles of 16 in 3 chunks; K=96
 # with block_k 32: 3 tiles in 2 chunks, the last one running past K).
@@ -75,6 +75,13 @@ def test_kernel_matches_reference(m, k, n, limit, dtype):
         g, u = x.float() @ gate.float().T, x.float() @ up.float().T
         assert (torch.nn.functional.silu(g) > limit).float().mean() > 0.05
         assert (u.abs() > limit).float().mean() > 0.05
+
+
+@pytest.mark.parametrize("limit", [0.0, 2.0])
+@pytest.mark.parametrize("m", [1, 6])
+def test_float16_kernel_matches_reference(m, limit):
+    x, _, _, w13 = make_inputs(m, 96, 37, torch.float16, seed=71 + m, scale=4.0)
+    assert_close(run_kernel(x, w13, limit), swiglu_gemm_reference(x, w13, limit), RTOL[torch.float16])
 
 
 @pytest.mark.parametrize("config", SPLIT_CONFIGS + PREFETCH_CONFIGS,
@@ -258,7 +265,7 @@ def test_op_registration_is_idempotent():
         ((3, 40), (47, 40), torch.float32, torch.float32, 0.0, "rows must be even"),
         ((3, 40), (48, 32), torch.float32, torch.float32, 0.0, "K mismatch, x has K=40 but w13 has K=32"),
         ((3, 40), (48, 40), torch.bfloat16, torch.float32, 0.0, "dtype mismatch"),
-        ((3, 40), (48, 40), torch.float16, torch.float16, 0.0, "bfloat16 or float32, got torch.float16"),
+        ((3, 40), (48, 40), torch.float64, torch.float64, 0.0, "bfloat16, float16 or float32, got torch.float64"),
         ((3, 40), (48,), torch.float32, torch.float32, 0.0, r"w13 must be \[2N, K\]"),
         ((3, 40), (48, 40), torch.float32, torch.float32, -1.0, "limit must be .* got -1.0"),
     ],

@@ -69,7 +69,7 @@ def _gemm_argmax_kernel(
     stride_xm, stride_xk, stride_wn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_TILES: tl.constexpr,
     EVEN_K: tl.constexpr, N_BLOCKS: tl.constexpr, ROUND_TO_BF16: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr, ROUND_TO_F16: tl.constexpr = False,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -84,6 +84,8 @@ def _gemm_argmax_kernel(
     )
     if ROUND_TO_BF16:  # the logits as a bf16 graph would hold them (ties included)
         acc = acc.to(tl.bfloat16).to(tl.float32)
+    if ROUND_TO_F16:   # the same for an fp16 graph
+        acc = acc.to(tl.float16).to(tl.float32)
     keys = _argmax_keys(acc, tl.broadcast_to(rows[None, :], (BLOCK_M, BLOCK_N)))
     keys = tl.where(mask_n[None, :], keys, _EMPTY)
     tl.atomic_max(slot_ptr + offs_m, tl.max(keys, axis=1), mask=mask_m, sem="relaxed", scope="gpu")
@@ -152,7 +154,8 @@ def gemm_argmax_triton(
         m, n, k,
         x.stride(0), x.stride(1), w.stride(0),
         BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, BLOCK_K=block_k, K_TILES=k_tiles, EVEN_K=even_k,
-        N_BLOCKS=n_blocks, ROUND_TO_BF16=x.dtype == torch.bfloat16, USE_GDC=use_gdc, **dot_flags(x.dtype),
+        N_BLOCKS=n_blocks, ROUND_TO_BF16=x.dtype == torch.bfloat16,
+        ROUND_TO_F16=x.dtype == torch.float16, USE_GDC=use_gdc, **dot_flags(x.dtype),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch,
     )
     return ids, best

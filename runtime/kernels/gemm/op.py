@@ -24,14 +24,14 @@ __all__ = ["MAX_WEIGHTS", "gemm", "gemm_argmax", "check_gemm_args", "check_gemm_
 
 # Weight pointers one launch takes (KDA q/k/v/f/g/b is 6; larger groups are split by the pass).
 MAX_WEIGHTS = 8
-DTYPES = (torch.bfloat16, torch.float32)
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def _check_x(op: str, x: torch.Tensor) -> None:
     if x.dim() != 2:
         raise ValueError(f"{op}: x must be [M, K] (2-d), got shape {tuple(x.shape)}")
     if x.dtype not in DTYPES:
-        raise ValueError(f"{op}: x.dtype must be bfloat16 or float32, got {x.dtype}")
+        raise ValueError(f"{op}: x.dtype must be bfloat16, float16 or float32, got {x.dtype}")
 
 
 def _check_weight(op: str, name: str, x: torch.Tensor, w: torch.Tensor) -> None:

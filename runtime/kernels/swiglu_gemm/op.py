@@ -24,7 +24,7 @@ from .naive import deinterleave_gate_up, swiglu_gemm_reference_separate
 
 __all__ = ["swiglu_gemm", "swiglu_gemm_separate", "check_swiglu_gemm_args"]
 
-DTYPES = (torch.bfloat16, torch.float32)
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def _check_weight(op: str, name: str, x: torch.Tensor, w: torch.Tensor, rows: str) -> None:
@@ -42,7 +42,7 @@ def _check_x_and_limit(op: str, x: torch.Tensor, limit: float) -> None:
     if x.dim() < 1:
         raise ValueError(f"{op}: x must be [..., K], got a {x.dim()}-d tensor")
     if x.dtype not in DTYPES:
-        raise ValueError(f"{op}: x.dtype must be bfloat16 or float32, got {x.dtype}")
+        raise ValueError(f"{op}: x.dtype must be bfloat16, float16 or float32, got {x.dtype}")
     if not (math.isfinite(limit) and limit >= 0):
         raise ValueError(f"{op}: limit must be a finite number >= 0, got {limit}")
 
