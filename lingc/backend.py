@@ -118,9 +118,12 @@ class _RecompileWatch:
             return
         own = [r for r in new_reasons if "BACKEND_MATCH" not in r]   # other calls' graphs: not ours
         cause = "; ".join(own) or "unknown guard failure (run with TORCH_LOGS=recompiles)"
+        advice = ("A tensor's value is read as a Python number here (.item(), or indexing with a 0-d "
+                  "tensor), so Dynamo specialises on it: keep it a tensor (index_select / gather with a "
+                  "1-element index, torch.where)." if ".item()" in cause else
+                  "Pass changing values as device tensors, not Python numbers or new objects.")
         msg = (f"lingc: frame {frame_id} (role {opts.role}) is being recompiled for inputs it was "
-               f"already compiled for, because: {cause}. Pass changing values as device tensors, "
-               f"not Python numbers or new objects.")
+               f"already compiled for, because: {cause}. {advice}")
         if opts.fail_on_recompile:
             raise RecompileError(msg)
         if cause not in self.warned:

@@ -320,6 +320,24 @@ def test_recompile_warns_once_per_cause_and_can_fail():
     f(torch.randn(6), 5)            # a new shape is a new graph, not a recompile
 
 
+def test_recompile_on_a_tensors_value_says_to_keep_it_a_tensor():
+    """Indexing with a 0-d tensor makes Dynamo specialise on its value (.item()): the warning
+    says how to keep it a tensor, not to pass device tensors (it already is one)."""
+    buf = torch.zeros(8, 4)
+
+    def fn(x, n):
+        buf[n] = x
+        return buf.sum(0)
+
+    f = compile_lingc(fn)
+    with warnings.catch_warnings(record=True) as w, torch.no_grad():
+        warnings.simplefilter("always")
+        for i in range(3):
+            f(torch.randn(4), torch.tensor(i))
+    msgs = [str(m.message) for m in w if "recompiled" in str(m.message)]
+    assert msgs and all("keep it a tensor" in m and "index_select" in m for m in msgs), msgs
+
+
 def test_second_torch_compile_with_other_options_is_not_a_recompile():
     """Each engine calls torch.compile with its own options: its first compile of a function an
     earlier call compiled is a new graph (Dynamo: BACKEND_MATCH), not a recompile, even under
