@@ -29,9 +29,10 @@ from lingc.runtime.kernels.moe_align import align_sizes, moe_align, moe_align_re
 from lingc.runtime.kernels.moe_align import kernel as align_kernel
 from lingc.runtime.kernels.moe_align.naive import no_expert
 from lingc.runtime.kernels.moe_align.kernel import SINGLE_LAUNCH_MAX_PAIRS, moe_align_triton
-from lingc.runtime.kernels.moe_router import grouped_topk_reference, moe_router, moe_router_reference, router_logits
+from lingc.runtime.kernels.moe_router import (grouped_topk_reference, moe_router, moe_router_reference,
+                                              rmsnorm_router_reference, router_logits)
 from lingc.runtime.kernels.moe_router.kernel import (moe_router_triton, moe_select_triton, redux_pack, router_block_e,
-                                                     router_row_groups)
+                                                     rmsnorm_router_triton, router_row_groups)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.bfloat16]
@@ -182,6 +183,27 @@ def test_router_all_tied_picks_lowest_groups_and_experts():
     bias[[5, 6, 8, 9, 12]] = torch.tensor([0.5, 0.5, 0.5, 0.5, 0.25], device=DEVICE)
     ids, _ = run_router(x, w, bias, n_group)
     assert ids.tolist() == [[5, 6, 8, 9]] * 2  # groups 1 and 2 (score 1.0 + 0.5 ...) kept
+
+
+@pytest.mark.parametrize("norm", [False, True], ids=["router", "rmsnorm_router"])
+@pytest.mark.parametrize("t", [1, 6])
+def test_router_float16(t, norm):
+    """float16 x and gate (the sweep's DTYPES are fp32 and bf16): the same ids as the formulas on
+    exact fp32 logits (fp16 products are exact in fp32), weights within WEIGHT_ATOL; with the
+    input norm inside, the op's CPU reference."""
+    x, w, bias = make_router_inputs(t, 64, 96, torch.float16, seed=31 + t)
+    if not norm:
+        ids, wts = run_router(x, w, bias, 8)
+        ref_ids, ref_w = py_router(exact_logits(x, w), bias, 8, TOPK_GROUP, TOP_K, SCALING, True)
+        assert_router_matches(ids, wts, ref_ids, ref_w)
+        return
+    nw, res = torch.randn(96).half().to(DEVICE), torch.randn(t, 96).half().to(DEVICE)
+    got = rmsnorm_router_triton(x, nw, res, 1e-6, w, bias, 8, TOPK_GROUP, TOP_K, SCALING, True)
+    want = rmsnorm_router_reference(x.cpu(), nw.cpu(), res.cpu(), 1e-6, w.cpu(), bias.cpu(), 8, TOPK_GROUP,
+                                    TOP_K, SCALING, True)
+    assert torch.equal(got[1].cpu(), want[1])                               # h = residual + x, in fp16
+    assert torch.equal(got[2].cpu(), want[2].to(got[2].dtype))              # the ids
+    torch.testing.assert_close(got[0].cpu().float(), want[0].float(), rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.parametrize("bias_dtype", [torch.bfloat16, torch.float16])
@@ -446,11 +468,12 @@ _ROUTER_COMPILE_CHECK = textwrap.dedent("""
     # One row's tile for both dtypes; the tile of several rows (twice the experts, the same warps)
     # in bf16, the model's dtype.
     # And the same tiles with the block's input norm folded in (lingc.rmsnorm_router, bf16).
+    # And an fp16 model's (x, weights and the norm's tensors all fp16).
     for block_e, wdt, norm in ((router_block_e(512), "*bf16", False), (router_block_e(512), "*fp32", False),
                                (router_block_e(512, 6), "*bf16", False), (router_block_e(512), "*bf16", True),
-                               (router_block_e(512, 6), "*bf16", True)):
-        ptrs = dict(x_ptr="*bf16", w_ptr=wdt, logits_ptr="*fp32", res_ptr="*bf16", nw_ptr="*bf16", y_ptr="*bf16",
-                    h_ptr="*bf16")
+                               (router_block_e(512, 6), "*bf16", True), (router_block_e(512), "*fp16", True)):
+        xdt = "*fp16" if wdt == "*fp16" else "*bf16"
+        ptrs = dict(x_ptr=xdt, w_ptr=wdt, logits_ptr="*fp32", res_ptr=xdt, nw_ptr=xdt, y_ptr=xdt, h_ptr=xdt)
         ints = ["T", "ROWS", "H", "stride_xt", "stride_we", "stride_lt", "stride_rt", "stride_yt", "stride_ht",
                 "SLICE"]
         const = dict(stride_xh=1, E=512, BLOCK_E=block_e, BLOCK_H=4096, USE_GDC=True, NORM=norm, HAS_RES=norm)
@@ -462,7 +485,7 @@ _ROUTER_COMPILE_CHECK = textwrap.dedent("""
         before = ptx.split("griddepcontrol.wait")[0]
         # [4, 4096] lanes over 256 threads: 64 per thread, 8 (bf16) / 16 (fp32) 16-byte loads.
         v4 = len(re.findall(r"ld\\.global(\\.\\w+)*\\.v4", before))
-        assert v4 >= (8 if wdt == "*bf16" else 16), (wdt, v4)
+        assert v4 >= (16 if wdt == "*fp32" else 8), (wdt, v4)
         assert "griddepcontrol.launch_dependents" in ptx
         print("logits", block_e, wdt, "norm" if norm else "", re.findall(r"Used \\d+ registers", info))
     fn = _moe_router_select_kernel
@@ -523,7 +546,7 @@ def _bad_router_cases():
     ok = (4, 2, 4, 2.5, True)
     return [
         ("x 3-d", (z(1, 3, 40), w, b, *ok), r"x must be \[T, H\] \(2-d\), got shape \(1, 3, 40\)"),
-        ("x fp16", (x.half(), w.half(), b, *ok), "x.dtype must be bfloat16 or float32, got torch.float16"),
+        ("x fp64", (x.double(), w.double(), b, *ok), "x.dtype must be bfloat16, float16 or float32, got torch.float64"),
         ("H mismatch", (x, z(16, 32), b, *ok), "H mismatch, x has H=40 but gate_w has H=32"),
         ("dtype mismatch", (x, w.bfloat16(), b, *ok), "x is torch.float32 but gate_w is torch.bfloat16"),
         ("H stride", (x, z(40, 16).T, b, *ok), r"gate_w must have unit stride along H, got strides \(1, 16\)"),

@@ -10,7 +10,7 @@ DURATIONS=8 source "$(dirname "$0")/device_env.sh"
 CUDA_VISIBLE_DEVICES=0 timeout 170 $PYT tests/test_backend_gpu.py tests/test_pdl_swap.py tests/test_foreign_model.py \
     2>&1 | stamp > "$OUT/pytest_gpu_s42_c1.log"
 # The kernels whose loads changed (low-precision operands read as fp32, the softplus gate; the
-# GEMMs' float16 paths), their files whole: every sweep against its reference on the GPU.
+# GEMMs' and the router's float16 paths), their files whole: every sweep against its reference on the GPU.
 CUDA_VISIBLE_DEVICES=0 timeout 260 python3 -m pytest -p no:logging -p no:cacheprovider --tb=short -q \
     tests/test_kda_kernel.py tests/test_moe_kernels.py tests/test_mla_decode.py tests/test_mla_kv_write.py \
     tests/test_gemm.py tests/test_swiglu_gemm.py \

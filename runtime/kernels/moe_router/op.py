@@ -36,7 +36,7 @@ from .naive import grouped_topk_reference, moe_router_reference, rmsnorm_router_
 __all__ = ["moe_router", "moe_select", "rmsnorm_router", "check_moe_router_args", "check_moe_select_args",
            "check_rmsnorm_router_args"]
 
-DTYPES = (torch.bfloat16, torch.float32)
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize) -> None:
@@ -50,7 +50,7 @@ def _check_gate(op, x, gate_w) -> None:
     if x.dim() != 2:
         raise ValueError(f"{op}: x must be [T, H] (2-d), got shape {tuple(x.shape)}")
     if x.dtype not in DTYPES:
-        raise ValueError(f"{op}: x.dtype must be bfloat16 or float32, got {x.dtype}")
+        raise ValueError(f"{op}: x.dtype must be bfloat16, float16 or float32, got {x.dtype}")
     if gate_w.dim() != 2:
         raise ValueError(f"{op}: gate_w must be [E, H] (2-d), got shape {tuple(gate_w.shape)}")
     e, h = gate_w.shape
