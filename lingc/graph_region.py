@@ -20,7 +20,7 @@ import torch.fx as fx
 from torch.utils._pytree import tree_map
 
 from .compat import real_tensor_mode
-from .graph_match import is_call, weight_source
+from .graph_match import is_call, scalar, weight_source
 from .pass_manager import VIEW_OPS
 
 aten = torch.ops.aten
@@ -170,6 +170,14 @@ def is_constant(n: fx.Node) -> bool:
                     nxt.append(a)
         frontier = nxt
     return True
+
+
+def softmax_scales(nodes: list[fx.Node]) -> set[float]:
+    """The constants of a region that could be its softmax scale s: a multiplier below 1, or
+    1 / d for a divisor d above 1 (scores / sqrt(d))."""
+    return ({float(a) for n in nodes for a in n.args if scalar(a) is not None and 0 < scalar(a) < 1}
+            | {1.0 / float(n.args[1]) for n in nodes if is_call(n, aten.div.Tensor)
+               and scalar(n.args[1]) is not None and scalar(n.args[1]) > 1})
 
 
 # Single-input ops that keep the values (a leaf widens through them): copies, casts, complex views.

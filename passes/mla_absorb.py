@@ -32,9 +32,9 @@ import torch
 import torch.fx as fx
 
 from lingc.graph_build import emit
-from lingc.graph_match import CASTS, aten, is_call, scalar, strip, weight_source
+from lingc.graph_match import CASTS, aten, is_call, strip, weight_source
 from lingc.graph_region import (descendants, is_heavy, numel, random_like, region, region_module, rel_err,
-                                run_region, shape, val, widen_leaf)
+                                run_region, shape, softmax_scales, val, widen_leaf)
 from lingc.pass_manager import VIEW_OPS
 
 lingc_ops = torch.ops.lingc
@@ -193,8 +193,7 @@ def _probe(nodes, leaves, o, M, wb, cache, twins, pos, freq, q_full, q_parts, di
             q_nope, q_rope = x[q_parts[0][0]], x[q_parts[1][0]]
         w3 = w_val.float().view(H, nope + v, R)
         q_lat = torch.einsum("thn,hnr->thr", q_nope.float(), w3[:, :nope])
-        consts = {float(a) for n in nodes for a in n.args if scalar(a) is not None}
-        scales = {a for a in consts if 0 < a < 1} | {1.0 / a for a in consts if a > 1}
+        scales = softmax_scales(nodes)
         scales = sorted(scales | {a * a for a in scales})    # SDPA's math form scales q and k by sqrt(s)
         kv = x[cache]
         for scale in scales:

@@ -81,8 +81,8 @@ from lingc.graph_build import eliminate_dead_code, emit
 from lingc.graph_match import CASTS, aten, is_call, scalar, strip
 from lingc.graph_text import target_name
 from lingc.graph_region import (ancestors, depends_on, descendants, is_heavy, numel, random_like, region,
-                                region_key, region_module, rel_err, run_region, shape, val, view_base,
-                                widen_leaf)
+                                region_key, region_module, rel_err, run_region, shape, softmax_scales, val,
+                                view_base, widen_leaf)
 from lingc.kernel_table import classify
 from lingc.pass_manager import VIEW_OPS, LingcPass
 
@@ -723,12 +723,13 @@ class PdlSwap(LingcPass):
             return "p is not multiplied by one matrix"
         pc = pc[0]
         other = pc.args[1] if p in ancestors([pc.args[0]]) | {pc.args[0]} else pc.args[0]
+        # Positions are a graph input, or computed on the device from one (metadata_capture's
+        # `n + arange(T)` in the relay's graphs): inputs first, then computed int vectors.
+        anc = ancestors([p])
+        pos_cands = ([a for a in anc if _placeholder(a) and _int_vector(a, p, L)]
+                     + [a for a in anc if not _placeholder(a) and a.op == "call_function" and _int_vector(a, p, L)])
         expanded = mla_absorb.expansion(other, L)
         if expanded is not None:            # the textbook form: values expanded from the cache
-            anc = ancestors([p])
-            pos_cands = ([a for a in anc if _placeholder(a) and _int_vector(a, p, L)]
-                         + [a for a in anc if not _placeholder(a) and a.op == "call_function"
-                            and _int_vector(a, p, L)])
             done = mla_absorb.absorb(g, p, pc, expanded, pos_cands, _placeholder, PROBE_TOL, MAX_T)
             if isinstance(done, str):
                 return done
@@ -751,11 +752,6 @@ class PdlSwap(LingcPass):
             kv_chain.append(c)
             c = c.args[0]
         kv_chain.reverse()
-        # Positions are a graph input, or computed on the device from one (metadata_capture's
-        # `n + arange(T)` in the relay's graphs): inputs first, then computed int vectors.
-        anc = ancestors([p])
-        pos_cands = ([a for a in anc if _placeholder(a) and _int_vector(a, p, L)]
-                     + [a for a in anc if not _placeholder(a) and a.op == "call_function" and _int_vector(a, p, L)])
         stops = {cache, *pos_cands}
         local = descendants(stops, lambda n: not is_heavy(n)) - {n for n in g.nodes if is_heavy(n)}
         for pos in pos_cands:
@@ -872,10 +868,7 @@ class PdlSwap(LingcPass):
         if kv_chain:
             x[kv] = run_region(region_module(kv_chain, [cache], [kv]), [x[cache]])[0]
         tol = PROBE_TOL.get(val(kv).dtype, 3e-2)
-        # The softmax scale: a constant multiplier below 1, or a divisor above 1 (scores / sqrt(d)).
-        scales = sorted({float(a) for n in nodes for a in n.args if scalar(a) is not None and 0 < scalar(a) < 1}
-                        | {1.0 / float(n.args[1]) for n in nodes if is_call(n, aten.div.Tensor)
-                           and scalar(n.args[1]) is not None and scalar(n.args[1]) > 1})
+        scales = sorted(softmax_scales(nodes))
         from lingc.runtime.kernels.mla_decode.naive import mla_decode_reference
 
         for scale in scales:
