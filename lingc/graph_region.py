@@ -22,6 +22,7 @@ from torch.utils._pytree import tree_map
 from .compat import real_tensor_mode
 from .graph_match import is_call, scalar, weight_source
 from .pass_manager import VIEW_OPS
+from .sdpa import CPU_STAND_INS, sdpa_call
 
 aten = torch.ops.aten
 
@@ -173,11 +174,13 @@ def is_constant(n: fx.Node) -> bool:
 
 
 def softmax_scales(nodes: list[fx.Node]) -> set[float]:
-    """The constants of a region that could be its softmax scale s: a multiplier below 1, or
-    1 / d for a divisor d above 1 (scores / sqrt(d))."""
+    """The constants of a region that could be its softmax scale s: a multiplier below 1, 1 / d
+    for a divisor d above 1 (scores / sqrt(d)), or a fused attention op's scale (its default
+    1 / sqrt(head dim) when it names none)."""
     return ({float(a) for n in nodes for a in n.args if scalar(a) is not None and 0 < scalar(a) < 1}
             | {1.0 / float(n.args[1]) for n in nodes if is_call(n, aten.div.Tensor)
-               and scalar(n.args[1]) is not None and scalar(n.args[1]) > 1})
+               and scalar(n.args[1]) is not None and scalar(n.args[1]) > 1}
+            | {c.effective_scale() for c in map(sdpa_call, nodes) if c is not None})
 
 
 # Single-input ops that keep the values (a leaf widens through them): copies, casts, complex views.
@@ -199,7 +202,8 @@ def widen_leaf(leaf: fx.Node, want: Callable[[fx.Node], bool]) -> tuple[fx.Node,
 
 
 def region_module(nodes: list[fx.Node], leaves: list[fx.Node], outputs: list[fx.Node]) -> fx.GraphModule:
-    """The region as a standalone GraphModule(leaves...) -> outputs, on the CPU."""
+    """The region as a standalone GraphModule(leaves...) -> outputs, on the CPU (a CUDA-only fused
+    attention op replaced by its CPU stand-in, lingc/sdpa.py)."""
     g = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     for i, leaf in enumerate(leaves):
@@ -208,6 +212,8 @@ def region_module(nodes: list[fx.Node], leaves: list[fx.Node], outputs: list[fx.
     for n in nodes:
         new = g.node_copy(n, lambda a: env[a])
         new.kwargs = tree_map(cpu, dict(new.kwargs))
+        if n.target in CPU_STAND_INS:
+            new.target = CPU_STAND_INS[n.target]
         env[n] = new
     g.output([env[o] for o in outputs])
     return fx.GraphModule(torch.nn.Module(), g)

@@ -16,7 +16,9 @@ written the textbook way the same kernels. Numerics (declared): the products are
 another order (fp32), as any absorption does.
 
 scaled_dot_product_attention's math form (the CPU trace's: q and k each scaled by sqrt(scale), a
-"safe" softmax) is found the same way; a fused SDPA kernel (the CUDA trace's) is not matched.
+"safe" softmax) is found the same way, and so is a fused SDPA op (the CUDA trace's; its probe runs
+a CPU stand-in, lingc/sdpa.py). The queries and the output may be held token-major [T, H, .] or
+head-major [H, T, .] (lingc/head_layout.py).
 
 How it is found: pdl_swap hands over a softmax p whose value operand comes out of a projection
 of cache rows (a lingc.gemm or mm with a weight, the rows a leading slice of a 2-d [L, R + P]
@@ -28,6 +30,8 @@ each candidate scale and with the query's RoPE inside or not; only a match is re
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 import torch.fx as fx
 
@@ -35,6 +39,7 @@ from lingc.graph_build import emit
 from lingc.graph_match import CASTS, aten, is_call, strip, weight_source
 from lingc.graph_region import (descendants, is_heavy, numel, random_like, region, region_module, rel_err,
                                 run_region, shape, softmax_scales, val, widen_leaf)
+from lingc.head_layout import emit_layout, emit_token_major, head_layouts, token_major, width
 from lingc.pass_manager import VIEW_OPS
 
 lingc_ops = torch.ops.lingc
@@ -73,30 +78,31 @@ def _transposed_weight(w: fx.Node) -> fx.Node | None:
     return w if w.op in ("placeholder", "get_attr") else None
 
 
-def absorb(g: fx.Graph, p: fx.Node, pc: fx.Node, found: tuple, pos_cands: list, placeholder, tol: dict,
+def absorb(g: fx.Graph, htl: int, pc: fx.Node, found: tuple, pos_cands: list, placeholder, tol: dict,
            max_t: int) -> fx.Node | str:
-    """Rewrite the expanded attention whose softmax is p and value product pc: the new
-    lingc.mla_decode node, or why not. ``found``: expansion()'s result; ``placeholder``:
-    pdl_swap's graph-input test."""
+    """Rewrite the expanded attention with htl = H * T * L probabilities whose value product (or
+    fused attention output) is pc: the new lingc.mla_decode node, or why not. ``found``:
+    expansion()'s result; ``placeholder``: pdl_swap's graph-input test."""
     M, wb, cache, R = found
     L, W = shape(cache)
     P = W - R
     views = lambda n: n.op == "call_function" and n.target in VIEW_OPS  # noqa: E731
     for pos in pos_cands:
         T = shape(pos)[0]
-        if T > max_t or numel(p) % (L * T):
+        if T > max_t or htl % (L * T):
             continue
-        H = numel(p) // (L * T)
+        H = htl // (L * T)
         if shape(M)[1] % H:
             continue
         dkv = shape(M)[1] // H                                  # nope + v
-        outs = [u for u in descendants([pc], views) | {pc} if len(shape(u) or ()) == 3
-                and shape(u)[:2] == (T, H) and 0 < shape(u)[2] < dkv]
+        outs = [u for u in descendants([pc], views) | {pc} if shape(u) and 0 < shape(u)[-1] < dkv
+                and head_layouts(u, T, H, shape(u)[-1])]
         if not outs:
             continue
         order = {n: i for i, n in enumerate(g.nodes)}
-        o = min(outs, key=order.__getitem__)
-        v = shape(o)[2]
+        # The first token-major view of the output when there is one, else the first view.
+        o = min(outs, key=lambda u: ("th" not in head_layouts(u, T, H, width(u)), order[u]))
+        v = width(o)
         nope = dkv - v
         # Functionalisation re-derives a written view at each read (select(select_scatter(..)) twice
         # for the latent rows and the rope keys): every copy of the cache's expression is the cache.
@@ -105,35 +111,38 @@ def absorb(g: fx.Graph, p: fx.Node, pc: fx.Node, found: tuple, pos_cands: list, 
         stops = twins | {pos, M}
         local = descendants(stops, lambda n: not is_heavy(n)) - {n for n in g.nodes if is_heavy(n)} | {M}
         nodes, leaves = region([o], lambda n: n not in local or n in stops)
-        want = {(T, H, nope + P), (T, H, nope), (T, H, P)}
+        widths = (nope + P, nope, P)
         widened = []
         for leaf in leaves:
             w, chain = (leaf, []) if leaf in stops or placeholder(leaf) else \
-                widen_leaf(leaf, lambda n: shape(n) in want or placeholder(n))
+                widen_leaf(leaf, lambda n: head_layouts(n, T, H, *widths) or placeholder(n))
             widened.append(w)
             nodes += chain
         leaves = list(dict.fromkeys(widened))
         nodes = sorted(set(nodes) - set(leaves), key=order.__getitem__)
         freq = [n for n in leaves if placeholder(n) and shape(n) == (P // 2,) and val(n).is_floating_point()]
-        qs = [n for n in leaves if n not in stops and shape(n) in want]
+        qs = [n for n in leaves if n not in stops and head_layouts(n, T, H, *widths)]
         if len(freq) > 1 or set(leaves) - set(qs) - set(freq) - stops or M not in leaves \
                 or not twins & set(leaves):
             continue
-        q_full = [n for n in qs if shape(n) == (T, H, nope + P)]
-        q_parts = ([n for n in qs if shape(n) == (T, H, nope)], [n for n in qs if shape(n) == (T, H, P)])
+        q_full = [n for n in qs if head_layouts(n, T, H, nope + P)]
+        q_parts = ([n for n in qs if head_layouts(n, T, H, nope)], [n for n in qs if head_layouts(n, T, H, P)])
         if not ((len(q_full) == 1 and len(qs) == 1) or (len(qs) == 2 and all(len(x) == 1 for x in q_parts))):
             continue
-        probe = _probe(nodes, leaves, o, M, wb, cache, twins, pos, freq[0] if freq else None, q_full, q_parts,
+        q_nodes = q_full if q_full else [q_parts[0][0], q_parts[1][0]]
+        layouts = [head_layouts(n, T, H, width(n)) for n in q_nodes] + [head_layouts(o, T, H, v)]
+        probe = _probe(nodes, leaves, o, M, wb, cache, twins, pos, freq[0] if freq else None, q_nodes, layouts,
                        (T, H, R, P, nope, v, L), tol)
         if probe is None:
             continue
-        scale, rope = probe
+        scale, rope, at = probe
         with g.inserting_before(o):
+            qt = [emit_token_major(g, n, a) for n, a in zip(q_nodes, at)]
             if q_full:
-                q_nope = emit(g, aten.slice.Tensor, q_full[0], 2, 0, nope)
-                q_rope = emit(g, aten.slice.Tensor, q_full[0], 2, nope, nope + P)
+                q_nope = emit(g, aten.slice.Tensor, qt[0], 2, 0, nope)
+                q_rope = emit(g, aten.slice.Tensor, qt[0], 2, nope, nope + P)
             else:
-                q_nope, q_rope = q_parts[0][0], q_parts[1][0]
+                q_nope, q_rope = qt
             w3 = emit(g, aten.view.default, wb, [H, dkv, R])
             w_uk = emit(g, aten.slice.Tensor, w3, 1, 0, nope)                           # [H, nope, R]
             w_uv_t = emit(g, aten.permute.default, emit(g, aten.slice.Tensor, w3, 1, nope, dkv), [0, 2, 1])
@@ -151,13 +160,16 @@ def absorb(g: fx.Graph, p: fx.Node, pc: fx.Node, found: tuple, pos_cands: list, 
                 return f"the absorbed kernels refused the inputs ({e})"
             if val(out).dtype != val(o).dtype:
                 out = emit(g, aten._to_copy.default, out, dtype=val(o).dtype)
+            out = emit_layout(g, out, at[-1])
         o.replace_all_uses_with(out)
         return o_lat
     return "expanded MLA: no assignment of the inputs reproduces the absorbed reference"
 
 
-def _probe(nodes, leaves, o, M, wb, cache, twins, pos, freq, q_full, q_parts, dims, tol):
-    """(scale, rope) under which the region equals the absorbed reference on random inputs."""
+def _probe(nodes, leaves, o, M, wb, cache, twins, pos, freq, q_nodes, layouts, dims, tol):
+    """(scale, rope, the layouts of q_nodes and o) under which the region equals the absorbed
+    reference on random inputs. ``q_nodes``: [q] or [q_nope, q_rope]; ``layouts``: each one's
+    and o's candidate layouts (lingc/head_layout.py)."""
     from lingc.compat import real_tensor_mode
     from lingc.runtime.kernels.mla_decode.naive import mla_decode_reference
 
@@ -187,19 +199,19 @@ def _probe(nodes, leaves, o, M, wb, cache, twins, pos, freq, q_full, q_parts, di
         got = run_region(region_module(nodes, leaves, [o]), [x[n] for n in leaves])
         if got is None:
             return None
-        if q_full:
-            q_nope, q_rope = x[q_full[0]][..., :nope], x[q_full[0]][..., nope:]
-        else:
-            q_nope, q_rope = x[q_parts[0][0]], x[q_parts[1][0]]
         w3 = w_val.float().view(H, nope + v, R)
-        q_lat = torch.einsum("thn,hnr->thr", q_nope.float(), w3[:, :nope])
         scales = softmax_scales(nodes)
         scales = sorted(scales | {a * a for a in scales})    # SDPA's math form scales q and k by sqrt(s)
         kv = x[cache]
-        for scale in scales:
-            for rope in ((True, False) if freq is not None else (False,)):
-                o_lat = mla_decode_reference(q_lat, q_rope, kv, x[pos], scale, None, x[freq] if rope else None)
-                ref = torch.einsum("thr,hvr->thv", o_lat, w3[:, nope:])
-                if rel_err(got[0].float(), ref) <= tol.get(val(cache).dtype, 3e-2):
-                    return scale, rope
+        for at in itertools.product(*layouts):
+            qt = [token_major(x[n], a) for n, a in zip(q_nodes, at)]
+            q_nope, q_rope = (qt[0][..., :nope], qt[0][..., nope:]) if len(qt) == 1 else qt
+            q_lat = torch.einsum("thn,hnr->thr", q_nope.float(), w3[:, :nope])
+            got_t = token_major(got[0], at[-1]).float()
+            for scale in scales:
+                for rope in ((True, False) if freq is not None else (False,)):
+                    o_lat = mla_decode_reference(q_lat, q_rope, kv, x[pos], scale, None, x[freq] if rope else None)
+                    ref = torch.einsum("thr,hvr->thv", o_lat, w3[:, nope:])
+                    if rel_err(got_t, ref) <= tol.get(val(cache).dtype, 3e-2):
+                        return scale, rope, at
     return None

@@ -34,9 +34,11 @@ How matches are found (computations, not names):
   (a fp32 [H, A, A] slot written back from its own old value), the conv-window write that feeds
   it and the state's read-out o (the first value every other use of the state goes through) on
   one side, and projection outputs and parameters on the other. The MLA core is everything
-  between a softmax's p @ c output (the softmax's maximum as amax, or max written by hand) and
-  the latent cache (a slot of a [slots, L, R + P] input, or a one-sequence [L, R + P] input),
-  the positions and the query projections; a product of two computed values (p @ c reaching the
+  between a softmax's p @ c output (the softmax's maximum as amax, or max written by hand), or a
+  fused attention op's output (a CUDA trace's SDPA, lingc/sdpa.py), and the latent cache (a slot
+  of a [slots, L, R + P] input, or a one-sequence [L, R + P] input), the positions and the query
+  projections, the queries and output token-major [T, H, .] or head-major [H, T, .]
+  (lingc/head_layout.py); a product of two computed values (p @ c reaching the
   graph as mm) is inside a region, a product with a weight is a projection at its edge. The
   cut-out region is then run on random inputs and compared with the op's reference under every
   candidate role assignment (q/k/v order, state layout [K, V] or [V, K], the gate's lower bound
@@ -80,11 +82,13 @@ from lingc.compat import real_tensor_mode
 from lingc.graph_build import eliminate_dead_code, emit
 from lingc.graph_match import CASTS, aten, is_call, scalar, strip
 from lingc.graph_text import target_name
+from lingc.head_layout import emit_layout, emit_token_major, head_layouts, token_major
 from lingc.graph_region import (ancestors, depends_on, descendants, is_heavy, numel, random_like, region,
                                 region_key, region_module, rel_err, run_region, shape, softmax_scales, val,
                                 view_base, widen_leaf)
 from lingc.kernel_table import classify
 from lingc.pass_manager import VIEW_OPS, LingcPass
+from lingc.sdpa import sdpa_call
 
 from . import mla_absorb, pdl_glue
 from .relay_tail import relay_tail
@@ -97,11 +101,12 @@ KERNEL_DIMS_OK = (1, 2, 3)
 NODE_KEYS = {"qkv", "f", "conv", "b", "a_log", "dt_bias"}    # the KDA probe's result fields that are leaves
 
 
-def _int_vector(a: fx.Node, p: fx.Node, L: int) -> bool:
-    """Whether a is a 1-d integer vector that could be the positions of softmax p's queries."""
+def _int_vector(a: fx.Node, htl: int, L: int) -> bool:
+    """Whether a is a 1-d integer vector that could be the positions of the queries of an
+    attention with htl = H * T * L probabilities over L keys."""
     v = val(a)
     return (isinstance(v, torch.Tensor) and v.dtype in (torch.int32, torch.int64)
-            and len(shape(a)) == 1 and (numel(p) // L) % shape(a)[0] == 0)
+            and len(shape(a)) == 1 and (htl // L) % shape(a)[0] == 0)
 
 
 def _placeholder(n) -> bool:
@@ -675,11 +680,17 @@ class PdlSwap(LingcPass):
     def _mla(self, g: fx.Graph) -> int:
         matches = 0
         for n in list(g.nodes):
-            if n.graph is None or self._row_max(n) is None:
+            if n.graph is None:
                 continue
-            why = self._mla_one(g, n)
+            if self._row_max(n) is not None:
+                att, what = self._softmax_attention(n), "softmax"
+            elif sdpa_call(n) is not None:
+                att, what = self._sdpa_attention(n), "fused attention"
+            else:
+                continue
+            why = att if isinstance(att, str) else self._mla_one(g, *att)
             if why:
-                self.notes.append(f"softmax at {n.name}: MLA decode left ({why})")
+                self.notes.append(f"{what} at {n.name}: MLA decode left ({why})")
             else:
                 matches += 1
         return matches
@@ -707,11 +718,12 @@ class PdlSwap(LingcPass):
                                 return d
         return None
 
-    def _mla_one(self, g: fx.Graph, amax: fx.Node) -> str | None:
+    def _softmax_attention(self, amax: fx.Node) -> tuple | str:
+        """(L, H * T * L, pc, other, p) for the softmax whose row maximum is amax: its key
+        count, its probabilities' size, the product p @ other that applies it and p."""
         p = self._softmax(amax)
         if p is None or self._row_max(amax)[1] not in ([-1], [len(shape(p)) - 1]):
             return "not a last-dim softmax"
-        L = shape(p)[-1]
         views = lambda n: n.op == "call_function" and n.target in VIEW_OPS  # noqa: E731
         # Through views, and through the "safe softmax" of scaled_dot_product_attention's math
         # form (where(row fully masked, 0, p): the identity for a causal row, which always sees
@@ -723,14 +735,34 @@ class PdlSwap(LingcPass):
             return "p is not multiplied by one matrix"
         pc = pc[0]
         other = pc.args[1] if p in ancestors([pc.args[0]]) | {pc.args[0]} else pc.args[0]
+        return shape(p)[-1], numel(p), pc, other, p
+
+    @staticmethod
+    def _sdpa_attention(n: fx.Node) -> tuple | str:
+        """The same for a fused attention op (lingc/sdpa.py; CUDA traces keep one): the
+        probabilities stay inside it, their size is H * T * L all the same."""
+        c = sdpa_call(n)
+        if c.out is None:
+            return "its output is not read as one value"
+        if c.dropout_p:
+            return f"dropout_p={c.dropout_p}"
+        if len(shape(c.k) or ()) < 2 or len(shape(c.v) or ()) < 2:
+            return "keys or values of unknown shape"
+        L, dv = shape(c.k)[-2], shape(c.v)[-1]
+        return L, numel(c.out) // dv * L, c.out, c.v, n
+
+    def _mla_one(self, g: fx.Graph, L: int, htl: int, pc: fx.Node, other: fx.Node, p: fx.Node) -> str | None:
+        """Rewrite the attention over L keys whose probabilities (H * T * L of them) are p's (or
+        inside p, a fused op) and applied to ``other`` at pc, or why not."""
+        views = lambda n: n.op == "call_function" and n.target in VIEW_OPS  # noqa: E731
         # Positions are a graph input, or computed on the device from one (metadata_capture's
         # `n + arange(T)` in the relay's graphs): inputs first, then computed int vectors.
         anc = ancestors([p])
-        pos_cands = ([a for a in anc if _placeholder(a) and _int_vector(a, p, L)]
-                     + [a for a in anc if not _placeholder(a) and a.op == "call_function" and _int_vector(a, p, L)])
+        pos_cands = ([a for a in anc if _placeholder(a) and _int_vector(a, htl, L)]
+                     + [a for a in anc if not _placeholder(a) and a.op == "call_function" and _int_vector(a, htl, L)])
         expanded = mla_absorb.expansion(other, L)
         if expanded is not None:            # the textbook form: values expanded from the cache
-            done = mla_absorb.absorb(g, p, pc, expanded, pos_cands, _placeholder, PROBE_TOL, MAX_T)
+            done = mla_absorb.absorb(g, htl, pc, expanded, pos_cands, _placeholder, PROBE_TOL, MAX_T)
             if isinstance(done, str):
                 return done
             self.absorbed += 1
@@ -756,39 +788,42 @@ class PdlSwap(LingcPass):
         local = descendants(stops, lambda n: not is_heavy(n)) - {n for n in g.nodes if is_heavy(n)}
         for pos in pos_cands:
             T = shape(pos)[0]
-            H = numel(p) // (L * T)
+            H = htl // (L * T)
             R = numel(pc) // (T * H)
             P = shape(kv)[1] - R
             if T > MAX_T or P < 2:
                 continue
-            o_lat = [u for u in descendants([pc], views) | {pc} if shape(u) == (T, H, R)]
+            o_lat = [u for u in descendants([pc], views) | {pc} if head_layouts(u, T, H, R)]
             if not o_lat:
                 continue
-            o_lat = min(o_lat, key=lambda u: list(g.nodes).index(u))
+            order = {n: i for i, n in enumerate(g.nodes)}
+            # The first token-major view of the output when there is one, else the first view.
+            o_lat = min(o_lat, key=lambda u: ("th" not in head_layouts(u, T, H, R), order[u]))
             nodes, leaves = region([o_lat], lambda n: n not in local or n in stops)
-            want = {(T, H, R), (T, H, P)}
             widened = []
             for leaf in leaves:
                 w, chain = leaf, []
                 if leaf not in stops and not _placeholder(leaf):
-                    w, chain = widen_leaf(leaf, lambda n: shape(n) in want or _placeholder(n))
+                    w, chain = widen_leaf(leaf, lambda n: head_layouts(n, T, H, R, P) or _placeholder(n))
                 widened.append(w)
                 nodes += chain
             leaves = list(dict.fromkeys(widened))
             order = {n: i for i, n in enumerate(g.nodes)}
             nodes = sorted(set(nodes) - set(leaves), key=order.__getitem__)
-            q_lat = [n for n in leaves if shape(n) == (T, H, R) and n not in stops]
-            q_rope = [n for n in leaves if shape(n) == (T, H, P) and n not in stops]
+            q_lat = [n for n in leaves if head_layouts(n, T, H, R) and n not in stops]
+            q_rope = [n for n in leaves if head_layouts(n, T, H, P) and n not in stops]
             freq = [n for n in leaves if _placeholder(n) and shape(n) == (P // 2,) and val(n).is_floating_point()]
             known = set(q_lat[:1] + q_rope[:1] + freq[:1] + [cache, pos])
             if len(q_lat) != 1 or len(q_rope) != 1 or len(freq) > 1 or set(leaves) - known or cache not in leaves:
                 continue
+            layouts = (head_layouts(q_lat[0], T, H, R), head_layouts(q_rope[0], T, H, P),
+                       head_layouts(o_lat, T, H, R))
             with real_tensor_mode():
                 found = self._mla_probe(nodes, leaves, o_lat, (cache, kv_chain), pos, q_lat[0], q_rope[0],
-                                        freq[0] if freq else None, T, L)
+                                        freq[0] if freq else None, T, L, layouts)
             if found is None:
                 continue
-            scale, rope = found
+            scale, rope, (lat_at, rope_at, o_at) = found
             qr = q_rope[0]
             if rope and is_call(qr, *CASTS) and val(qr.args[0]).dtype in (torch.bfloat16, torch.float16):
                 # The region upcasts the raw q_rope, rotates in fp32 and rounds back to its dtype:
@@ -796,11 +831,12 @@ class PdlSwap(LingcPass):
                 qr = qr.args[0]
             with g.inserting_before(o_lat):
                 try:
-                    out = emit(g, lingc_ops.mla_decode.default, q_lat[0], qr, kv, pos, scale, None,
-                               freq[0] if rope else None)
+                    out = emit(g, lingc_ops.mla_decode.default, emit_token_major(g, q_lat[0], lat_at),
+                               emit_token_major(g, qr, rope_at), kv, pos, scale, None, freq[0] if rope else None)
                 except ValueError as e:
                     return str(e)
-            o_lat.replace_all_uses_with(out)
+                o_new = emit_layout(g, out, o_at)
+            o_lat.replace_all_uses_with(o_new)
             self.gates_folded += self._fold_head_gate(g, out, T, H)
             return None
         return "no assignment of the inputs reproduces the mla_decode reference"
@@ -837,19 +873,20 @@ class PdlSwap(LingcPass):
         m.replace_all_uses_with(n)
         return True
 
-    def _mla_probe(self, nodes, leaves, o_lat, kv, pos, q_lat, q_rope, freq, T, L):
-        """Once per form of the region, as _kda_probe: (scale, rope) or None."""
+    def _mla_probe(self, nodes, leaves, o_lat, kv, pos, q_lat, q_rope, freq, T, L, layouts):
+        """Once per form of the region, as _kda_probe: (scale, rope, the layouts of q_lat, q_rope
+        and o_lat) or None. ``layouts``: each one's candidate layouts (lingc/head_layout.py)."""
         at = {leaf: i for i, leaf in enumerate(leaves)}
         cache, kv_chain = kv
         key = ("mla", region_key(nodes, leaves, [o_lat]), region_key(kv_chain, [cache], kv_chain[-1:]),
-               at[cache], at[pos], at[q_lat], at[q_rope], at.get(freq), T, L)
+               at[cache], at[pos], at[q_lat], at[q_rope], at.get(freq), T, L, tuple(map(tuple, layouts)))
         if key in self._probes and self.reuse_probes:
             self.probes_reused += 1
         else:
-            self._probes[key] = self._mla_probe_run(nodes, leaves, o_lat, kv, pos, q_lat, q_rope, freq, T, L)
+            self._probes[key] = self._mla_probe_run(nodes, leaves, o_lat, kv, pos, q_lat, q_rope, freq, T, L, layouts)
         return self._probes[key]
 
-    def _mla_probe_run(self, nodes, leaves, o_lat, kv, pos, q_lat, q_rope, freq, T, L):
+    def _mla_probe_run(self, nodes, leaves, o_lat, kv, pos, q_lat, q_rope, freq, T, L, layouts):
         gen = torch.Generator().manual_seed(0)
         inputs = []
         for n in leaves:
@@ -871,11 +908,13 @@ class PdlSwap(LingcPass):
         scales = sorted(softmax_scales(nodes))
         from lingc.runtime.kernels.mla_decode.naive import mla_decode_reference
 
-        for scale in scales:
-            for rope in ((True, False) if freq is not None else (False,)):
-                ref = mla_decode_reference(x[q_lat], x[q_rope], x[kv], x[pos], scale, None, x[freq] if rope else None)
-                if rel_err(got[0], ref) <= tol:
-                    return scale, rope
+        for lat_at, rope_at, o_at in itertools.product(*layouts):
+            for scale in scales:
+                for rope in ((True, False) if freq is not None else (False,)):
+                    ref = mla_decode_reference(token_major(x[q_lat], lat_at), token_major(x[q_rope], rope_at),
+                                               x[kv], x[pos], scale, None, x[freq] if rope else None)
+                    if rel_err(token_major(got[0], o_at), ref) <= tol:
+                        return scale, rope, (lat_at, rope_at, o_at)
         return None
 
     # -- MLA cache write ----------------------------------------------------------------------

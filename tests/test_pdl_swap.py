@@ -9,11 +9,12 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from backend_helpers import dump_op_changes, pinned_graph_text, run_and_report, stat
+from backend_helpers import compile_lingc, dump_op_changes, pinned_graph_text, run_and_report, stat
 from expecttest import assert_expected_inline
 from model_helpers import assert_rel_close, chain_accepting, randomize_cache_, tiny_model
 
 import lingc.runtime.relay  # noqa: F401  (registers the relay ops)
+from lingc.backend import compile_reports
 from lingc.models import Ling3Cache
 
 ops = torch.ops.lingc
@@ -456,12 +457,95 @@ class SdpaTextbookMLA(TextbookMLA):
 
 def test_textbook_mla_through_sdpa_is_absorbed():
     """SDPA's math form, as the CPU trace decomposes it (q and k each scaled by sqrt(scale), a
-    "safe" softmax for fully masked rows) is absorbed like the explicit softmax. (On CUDA the
-    trace keeps a fused SDPA kernel, which this does not match: the layer stays as written.)"""
+    "safe" softmax for fully masked rows) is absorbed like the explicit softmax. (A CUDA trace
+    keeps a fused SDPA op instead: test_mla_through_a_fused_attention_op.)"""
     out, ref, _, _, report = _run_mla(SdpaTextbookMLA("library"))
     assert "1 written with expanded keys and values, absorbed" in stat(report, "pdl_swap").notes[0]
     assert report.kernels.counts().keys() == {"lingc", "glue"}
     assert_rel_close(out, ref, 1e-5, "absorbed SDPA textbook MLA output")
+
+
+def _fused_sdpa(op: str, q, k, v, visible, scale=None):
+    """Attention over [1, H, ., .] operands with a boolean mask as a CUDA trace holds
+    F.scaled_dot_product_attention: the mask made an additive bias, then one fused op (``op``:
+    "efficient" or "cudnn") whose output is element 0 of its tuple. Eager (the reference, on the
+    CPU, where those ops have no kernel) runs the CPU's SDPA on the same operands instead, and
+    ``op="library"`` always does (on CUDA the trace then picks the fused op itself)."""
+    bias = torch.where(visible, 0.0, float("-inf")).to(q.dtype).expand(1, q.shape[1], q.shape[2], k.shape[2])
+    if op == "library" or not torch.compiler.is_compiling():
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+    fused = getattr(torch.ops.aten, f"_scaled_dot_product_{op}_attention")
+    return fused(q, k, v, bias, False, scale=scale)[0]
+
+
+class FusedSdpaTextbookMLA(TextbookMLA):
+    """The textbook form through a CUDA-trace fused attention op (its default scale)."""
+
+    def __init__(self, op: str):
+        super().__init__("library")
+        self.op = op
+
+    def forward(self, x, pos, cache):
+        q, k, v = self.expand(x, pos, cache)
+        visible = torch.arange(cache.shape[0], device=x.device)[None, :] <= pos[:, None]
+        o = _fused_sdpa(self.op, q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                        visible[None, None])
+        return o[0].transpose(0, 1).reshape(x.shape[0], MH * VD) @ self.wo.T
+
+
+class FusedSdpaAbsorbedMLA(ForeignMLA):
+    """The absorbed form through a fused attention op: queries [q_lat ; rope(q_rope)], keys the
+    cache rows and values their latent part, broadcast over the heads (as a model that calls
+    SDPA on the latent cache writes it)."""
+
+    def __init__(self, op: str, strict: bool = False):
+        super().__init__("library", strict)
+        self.op = op
+
+    def forward(self, x, pos, cache):
+        T, L = x.shape[0], cache.shape[0]
+        q = (x @ self.wq.T).view(T, MH, NOPE + ROPE)
+        kv = x @ self.wkv.T
+        cache[pos] = torch.cat([kv[:, :RANK], self.rope(kv[:, RANK:], pos)], -1)
+        q_lat = torch.bmm(q[..., :NOPE].transpose(0, 1), self.wb[:, :NOPE])                  # [H, T, R]
+        q_all = torch.cat([q_lat, self.rope(q[..., NOPE:], pos).transpose(0, 1)], -1)[None]  # [1, H, T, R + P]
+        rows_ = torch.arange(L, device=x.device)[None, :]
+        visible = rows_ < pos[:, None] if self.strict else rows_ <= pos[:, None]
+        o = _fused_sdpa(self.op, q_all, cache[None, None].expand(1, MH, L, RANK + ROPE),
+                        cache[None, None, :, :RANK].expand(1, MH, L, RANK), visible[None, None],
+                        scale=(NOPE + ROPE) ** -0.5)
+        o = torch.bmm(o[0], self.wb[:, NOPE:].transpose(1, 2)).transpose(0, 1)               # [T, H, v]
+        return o.reshape(T, MH * VD) @ self.wo.T
+
+
+@pytest.mark.parametrize("op, T", [("efficient", 3), ("efficient", MH), ("cudnn", 1)])
+@pytest.mark.parametrize("form", ["absorbed", "textbook"])
+def test_mla_through_a_fused_attention_op(form, op, T):
+    """lingc/sdpa.py: a fused SDPA op (what a CUDA trace keeps) is an attention like a softmax:
+    written absorbed it becomes mla_decode, written textbook mla_absorb absorbs it; the probe runs
+    the op's CPU stand-in. Nothing of the fused op is left (it has no CPU kernel: the compiled
+    graph could not run here otherwise). The absorbed form's latent query and output are
+    head-major [H, T, R] (T == H: the probe tells the layouts apart)."""
+    m = FusedSdpaAbsorbedMLA(op) if form == "absorbed" else FusedSdpaTextbookMLA(op)
+    out, ref, cache, ref_cache, report = _run_mla(m, T)
+    notes = stat(report, "pdl_swap").notes
+    assert rows(report).get("lingc.mla_decode") == 1, notes
+    assert report.kernels.counts().keys() == {"lingc", "glue"}, report.kernels.rows
+    if form == "textbook":
+        assert "1 written with expanded keys and values, absorbed" in notes[0]
+    assert_rel_close(out, ref, 1e-5, f"{form} MLA through the fused {op} op")
+    assert_rel_close(cache, ref_cache, 1e-6, "its cache")
+
+
+def test_fused_attention_of_other_math_is_left():
+    """A fused op whose mask hides each query's own row is not mla_decode's math: left with a
+    note naming the fused op."""
+    n = len(compile_reports)
+    compiled = compile_lingc(FusedSdpaAbsorbedMLA("efficient", strict=True))
+    with torch.no_grad(), pytest.raises(NotImplementedError, match="_scaled_dot_product_efficient_attention"):
+        compiled(torch.randn(2, HID), torch.arange(9, 11), torch.randn(20, RANK + ROPE))   # no CPU kernel
+    notes = stat(compile_reports[n], "pdl_swap").notes
+    assert any(x.startswith("fused attention at") and "MLA decode left (no assignment" in x for x in notes), notes
 
 
 def test_the_models_own_textbook_form_is_absorbed():
@@ -504,6 +588,27 @@ def test_gpu_foreign_mla_layer(T, form):
     assert {"lingc.mla_decode", "lingc.mla_kv_write"} <= set(rows(report))
     assert_rel_close(out, ref, 1e-4, "foreign MLA output on CUDA")
     assert_rel_close(cache, ref_cache, 1e-5, "foreign MLA cache on CUDA")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("form", ["absorbed", "textbook"])
+@pytest.mark.parametrize("T", [1, 6])
+def test_gpu_mla_through_sdpa(T, form):
+    """F.scaled_dot_product_attention on CUDA tensors (the trace keeps whichever fused op the
+    device picks, or its math form): written over the latent cache or over the expanded keys and
+    values, it compiles onto mla_decode and equals eager."""
+    m = (FusedSdpaAbsorbedMLA("library") if form == "absorbed" else SdpaTextbookMLA("library")).cuda()
+    g = torch.Generator(device="cuda").manual_seed(T)
+    x = torch.randn(T, HID, device="cuda", generator=g)
+    pos = torch.arange(300, 300 + T, device="cuda")
+    cache = torch.randn(512, RANK + ROPE, device="cuda", generator=g)
+    ref_cache = cache.clone()
+    with torch.no_grad():
+        ref = m(x, pos, ref_cache)
+    out, report = run_and_report(m, x, pos, cache)
+    assert rows(report).get("lingc.mla_decode") == 1, stat(report, "pdl_swap").notes
+    assert_rel_close(out, ref, 1e-4, f"{form} MLA through SDPA on CUDA")
+    assert_rel_close(cache, ref_cache, 1e-5, "its cache")
 
 
 @pytest.mark.parametrize("module, note", [
