@@ -12,7 +12,7 @@ mask that lets one through shows. Outputs and the split workspace are NaN-poison
 
 Tolerances (relative RMS vs the fp32 reference): fp32 caches use fp32 dots (2e-6); bf16 caches
 use hi/lo-split bf16 dots whose fp32 operand keeps ~16 bits (5e-5 under the interpreter, whose
-bf16 cast truncates; the GPU rounds to nearest).
+bf16 cast truncates; the GPU rounds to nearest); fp16 caches split into fp16 halves (~22 bits, 5e-6).
 """
 import dataclasses
 import textwrap
@@ -36,7 +36,7 @@ from lingc.runtime.kernels.mla_decode.kernel import (
 from lingc.runtime.pdl import pdl_supported
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-RTOL = {torch.float32: 2e-6 if DEVICE == "cpu" else 1e-5, torch.bfloat16: 5e-5}
+RTOL = {torch.float32: 2e-6 if DEVICE == "cpu" else 1e-5, torch.bfloat16: 5e-5, torch.float16: 5e-6}
 H, R, P = 4, 40, 8                     # the tiny preset's MLA head shape
 SCALE = (16 + 8) ** -0.5
 # Small splits so short contexts cross split boundaries: 2 tiles per split, or 1.
@@ -108,7 +108,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("T,L,p0,config", CASES, ids=[f"T{c[0]}-L{c[1]}-p{c[2]}" for c in CASES])
 def test_kernel_matches_reference(T, L, p0, config, kv_dtype):
     x = make_inputs(T, L, chain(p0, T), kv_dtype, seed=T * 1000 + L + p0)
@@ -129,7 +129,8 @@ def test_kernel_matches_reference_other_head_shapes(heads, rank, rope, T, p0):
 
 
 @pytest.mark.parametrize("kv_dtype,q_rope_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
-                                                   (torch.bfloat16, torch.float32)], ids=["fp32", "bf16", "bf16-q32"])
+                                                   (torch.bfloat16, torch.float32), (torch.float16, torch.float16)],
+                         ids=["fp32", "bf16", "bf16-q32", "fp16"])
 def test_kernel_fused_rope_and_gate(kv_dtype, q_rope_dtype):
     # Raw q_rope + inv_freq (RoPE in the kernel, rounded to q_rope's dtype) and the sigmoid gate.
     x = make_inputs(6, 100, chain(60, 6), kv_dtype, seed=7, q_rope_dtype=q_rope_dtype)
@@ -386,12 +387,12 @@ def _bad(**kw):
 @pytest.mark.parametrize("kw,match", [
     (dict(q_lat=torch.zeros(2, H * R)), r"q_lat must be \[T, H, kv_lora_rank\]"),
     (dict(q_lat=torch.zeros(17, H, R)), "T = 17 query positions, must be in 1..16"),
-    (dict(q_lat=torch.zeros(2, H, R, dtype=torch.float16)), "q_lat.dtype must be .* got torch.float16"),
+    (dict(q_lat=torch.zeros(2, H, R, dtype=torch.float64)), "q_lat.dtype must be .* got torch.float64"),
     (dict(q_rope=torch.zeros(2, H + 1, P)), r"q_rope must be \[T, H, rope_dim\] = \[2, 4, P\]"),
     (dict(q_rope=torch.zeros(2, H, 7)), "rope dim P = 7 must be even"),
     (dict(q_rope=torch.zeros(2, P, H).transpose(1, 2)), "q_rope must have unit stride"),
     (dict(kv_cache=torch.zeros(20, R)), r"kv_cache must be one slot's \[L, kv_lora_rank \+ rope_dim\] = \[L, 48\]"),
-    (dict(kv_cache=torch.zeros(20, R + P, dtype=torch.float16)), "kv_cache.dtype must be bfloat16 or float32"),
+    (dict(kv_cache=torch.zeros(20, R + P, dtype=torch.int8)), "kv_cache.dtype must be bfloat16, float16 or float32"),
     (dict(positions=torch.tensor([10, 11], dtype=torch.float32)), "positions must be int32 or int64"),
     (dict(positions=torch.tensor([10])), r"positions must be a \[T\] = \[2\] tensor, got shape \(1,\)"),
     (dict(positions=torch.tensor([10, 11]), pos_offset=0), r"with pos_offset=0 positions is the base n, a \[1\]"),
@@ -439,14 +440,15 @@ _COMPILE_CHECK = textwrap.dedent("""
     L = 8192
     cfg = config_for(L, 8, 512, 64)
     ns = num_splits(L, cfg)
-    sig = dict(ql_ptr="*fp32", qr_ptr="*bf16", kv_ptr="*bf16", pos_ptr="*i64", freq_ptr="*fp32", m_ptr="*fp32",
-               l_ptr="*fp32", acc_ptr="*fp32", stride_qlt="i32", stride_qlh="i32", stride_qrt="i32",
-               stride_qrh="i32", stride_kv="i32", pos_stride="i32", pos_add="i32", pos_step="i32", L="i32",
-               scale="fp32", T="i32")
-    const = dict(H=8, R=512, P=64, NS=ns, HP=8, BH=16, BR=512, BP=64, BL=cfg.block_l, SPLIT_LEN=cfg.split_len,
-                 ROPE=True, ROPE_RNE=False, SPLIT_Q=True, SPLIT_QR=False, SPLIT_P=True, DOT_PRECISION="ieee",
-                 DOT_UPCAST=False, USE_GDC=True)
-    check(_mla_split_kernel, sig, const, cfg.num_warps, cfg.num_stages)
+    for dt in ("bf16", "fp16"):         # the model's cache, and a float16 model's
+        sig = dict(ql_ptr="*fp32", qr_ptr=f"*{dt}", kv_ptr=f"*{dt}", pos_ptr="*i64", freq_ptr="*fp32",
+                   m_ptr="*fp32", l_ptr="*fp32", acc_ptr="*fp32", stride_qlt="i32", stride_qlh="i32",
+                   stride_qrt="i32", stride_qrh="i32", stride_kv="i32", pos_stride="i32", pos_add="i32",
+                   pos_step="i32", L="i32", scale="fp32", T="i32")
+        const = dict(H=8, R=512, P=64, NS=ns, HP=8, BH=16, BR=512, BP=64, BL=cfg.block_l, SPLIT_LEN=cfg.split_len,
+                     ROPE=True, ROPE_RNE=False, SPLIT_Q=True, SPLIT_QR=False, SPLIT_P=True, DOT_PRECISION="ieee",
+                     DOT_UPCAST=False, USE_GDC=True)
+        check(_mla_split_kernel, sig, const, cfg.num_warps, cfg.num_stages)
     sig = dict(m_ptr="*fp32", l_ptr="*fp32", acc_ptr="*fp32", pos_ptr="*i64", gate_ptr="*bf16", out_ptr="*fp32",
                stride_gt="i32", stride_gh="i32", pos_stride="i32", pos_add="i32", pos_step="i32", L="i32")
     const = dict(H=8, R=512, NS=ns, SPLIT_LEN=cfg.split_len, BS=ns, BSC=32, BRC=cfg.combine_block_r,
@@ -456,8 +458,8 @@ _COMPILE_CHECK = textwrap.dedent("""
 
 
 def test_kernels_compile_for_sm90_without_spills():
-    # The real compile for an H200 at flash-tp4-rank shapes (context 8192, RoPE and gate fused)
-    # with the bundled ptxas: PDL wait present, no register spills.
+    # The real compile for an H200 at flash-tp4-rank shapes (context 8192, RoPE and gate fused;
+    # bf16 and fp16 caches) with the bundled ptxas: PDL wait present, no register spills.
     run_sm90_compile_check(_COMPILE_CHECK)
 
 
@@ -480,6 +482,15 @@ def test_gpu_flash_shapes_match_reference(T, L, q_rope_dtype):
     got = run_kernel(args(x, gate=True, rope=True), config=None)
     ref = mla_decode_reference(*cpu(args(x, gate=True, rope=True)))
     assert_close(got, ref, 5e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [1, 6])
+def test_gpu_flash_shapes_float16_cache(T):
+    """A float16 model's cache at flash-tp4-rank shapes (fp16 hi/lo halves on the tensor cores)."""
+    x = make_inputs(T, 8192, chain(8192 - T, T), torch.float16, seed=T + 11, heads=8, rank=512, rope=64, garbage=1.0)
+    got = run_kernel(args(x, gate=True, rope=True), config=None)
+    assert_close(got, mla_decode_reference(*cpu(args(x, gate=True, rope=True))), 2e-5)
 
 
 @pytest.mark.gpu

@@ -19,7 +19,9 @@ operand is split into hi = bf16(x) and lo = bf16(x - hi), and the tile product i
 hi @ c + lo @ c on bf16 tensor cores with fp32 accumulation: the cache operand is exact, the
 fp32 operand keeps ~16 mantissa bits (error ~2^-17 relative), far closer to the model's fp32 math
 than one bf16 rounding of q (2^-9). Operands already in the cache dtype (a bf16 q_rope) skip the
-lo half. An fp32 cache uses one fp32 (ieee) dot.
+lo half. An fp16 cache (a float16 model) is split the same way into fp16 halves (~22 bits; a
+probability below fp16's normal range keeps an absolute error under 2^-25). An fp32 cache uses
+one fp32 (ieee) dot.
 
 RoPE (optional, ``ROPE``). With rope_inv_freq the raw q_rope is rotated in the kernel (GPT-J
 interleaved pairs, angle positions[t] * inv_freq[i], libdevice sin/cos) and rounded to its
@@ -303,7 +305,7 @@ def mla_decode_triton(q_lat, q_rope, kv_cache, positions, scale: float, gate=Non
         use_pdl = pdl_supported(q_lat.device)
     assert not use_pdl or pdl_supported(q_lat.device), "PDL requested on a device without PDL support"
     split_pdl, combine_pdl = use_pdl and cfg.split_pdl, use_pdl and cfg.combine_pdl
-    kv_bf16 = kv_cache.dtype != torch.float32
+    kv_bf16 = kv_cache.dtype != torch.float32          # bf16 or fp16: 16-bit tensor-core dots
     rope = rope_inv_freq is not None
     hp = triton.next_power_of_2(H)
     bh = max(16, hp, cfg.block_h)

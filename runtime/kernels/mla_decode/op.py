@@ -3,11 +3,11 @@
 ``torch.ops.lingc.mla_decode(Tensor q_lat, Tensor q_rope, Tensor kv_cache, Tensor positions,
 float scale, Tensor? gate=None, Tensor? rope_inv_freq=None, int? pos_offset=None) -> Tensor``
 
-- q_lat [T, H, R]: the absorbed query q_nope @ W_uk (fp32 in the model; bf16 accepted);
+- q_lat [T, H, R]: the absorbed query q_nope @ W_uk (fp32 in the model; bf16 / fp16 accepted);
 - q_rope [T, H, P]: the rope part of q_proj's output, already roped, or raw when
   rope_inv_freq [P/2] (fp32) is given, in which case the op applies interleaved RoPE at
   positions[t] and rounds to q_rope.dtype as the model does;
-- kv_cache [L, R + P]: one slot's latent cache [c ; roped k_rope] (bf16 or fp32, unit inner
+- kv_cache [L, R + P]: one slot's latent cache [c ; roped k_rope] (bf16, fp16 or fp32, unit inner
   stride), read AFTER this step's rows were written (the op does not write the cache);
 - positions [T] int32/int64 device tensor: query t sees cache rows 0..positions[t] (the causal
   mask inside a verify chain; never a host int); with ``pos_offset`` o, positions is a [1] base n
@@ -39,8 +39,8 @@ MAX_T = 16          # decode and verify chains; prefill keeps the model's path
 MAX_HEADS = 64      # all heads of a query are one tile (padded to >= 16 rows)
 MAX_RANK = 1024     # the latent width is one tile
 MAX_ROPE = 256
-Q_DTYPES = (torch.float32, torch.bfloat16)
-KV_DTYPES = (torch.bfloat16, torch.float32)
+Q_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+KV_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _FREQ_DTYPES = (torch.float32, torch.bfloat16, torch.float16)    # read as fp32 (a model cast whole)
 
 
@@ -69,7 +69,7 @@ def check_mla_decode_args(q_lat, q_rope, kv_cache, positions, scale, gate=None, 
         raise ValueError(f"{op}: rope dim P = {P} must be even and in 2..{MAX_ROPE}")
     for name, t in (("q_lat", q_lat), ("q_rope", q_rope)):
         if t.dtype not in Q_DTYPES:
-            raise ValueError(f"{op}: {name}.dtype must be float32 or bfloat16, got {t.dtype}")
+            raise ValueError(f"{op}: {name}.dtype must be float32, bfloat16 or float16, got {t.dtype}")
         if t.stride(2) != 1 and t.shape[2] > 1:
             raise ValueError(f"{op}: {name} must have unit stride along its last dim (any T/H strides), "
                              f"got strides {t.stride()}")
@@ -79,7 +79,7 @@ def check_mla_decode_args(q_lat, q_rope, kv_cache, positions, scale, gate=None, 
     if kv_cache.shape[0] < 1:
         raise ValueError(f"{op}: kv_cache has no rows (L = 0)")
     if kv_cache.dtype not in KV_DTYPES:
-        raise ValueError(f"{op}: kv_cache.dtype must be bfloat16 or float32, got {kv_cache.dtype}")
+        raise ValueError(f"{op}: kv_cache.dtype must be bfloat16, float16 or float32, got {kv_cache.dtype}")
     if kv_cache.stride(1) != 1:
         raise ValueError(f"{op}: kv_cache must have unit stride along its last dim, got strides {kv_cache.stride()}")
     check_positions(op, positions, T, pos_offset)
