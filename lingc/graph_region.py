@@ -176,8 +176,10 @@ def is_constant(n: fx.Node) -> bool:
 def softmax_scales(nodes: list[fx.Node]) -> set[float]:
     """The constants of a region that could be its softmax scale s: a multiplier below 1, 1 / d
     for a divisor d above 1 (scores / sqrt(d)), or a fused attention op's scale (its default
-    1 / sqrt(head dim) when it names none)."""
-    return ({float(a) for n in nodes for a in n.args if scalar(a) is not None and 0 < scalar(a) < 1}
+    1 / sqrt(head dim) when it names none); and the square of each multiplier, since SDPA's math
+    form scales q and k by sqrt(s) each."""
+    mults = {float(a) for n in nodes for a in n.args if scalar(a) is not None and 0 < scalar(a) < 1}
+    return (mults | {a * a for a in mults}
             | {1.0 / float(n.args[1]) for n in nodes if is_call(n, aten.div.Tensor)
                and scalar(n.args[1]) is not None and scalar(n.args[1]) > 1}
             | {c.effective_scale() for c in map(sdpa_call, nodes) if c is not None})

@@ -200,8 +200,7 @@ def _probe(nodes, leaves, o, M, wb, cache, twins, pos, freq, q_nodes, layouts, d
         if got is None:
             return None
         w3 = w_val.float().view(H, nope + v, R)
-        scales = softmax_scales(nodes)
-        scales = sorted(scales | {a * a for a in scales})    # SDPA's math form scales q and k by sqrt(s)
+        scales = sorted(softmax_scales(nodes))
         kv = x[cache]
         for at in itertools.product(*layouts):
             qt = [token_major(x[n], a) for n, a in zip(q_nodes, at)]

@@ -769,7 +769,9 @@ class PdlSwap(LingcPass):
             self.gates_folded += self._fold_head_gate(g, done, *shape(done)[:2])
             return None
         kv, n = None, other
-        while is_call(n, *VIEW_OPS, *CASTS):
+        # Through copies too: SDPA's math form repeats one key/value head for every query head
+        # (enable_gqa) as expand + clone.
+        while is_call(n, *VIEW_OPS, *CASTS, aten.clone.default):
             if len(shape(n)) == 2 and shape(n)[0] == L:
                 kv = n
             n = n.args[0]

@@ -496,11 +496,11 @@ class FusedSdpaTextbookMLA(TextbookMLA):
 class FusedSdpaAbsorbedMLA(ForeignMLA):
     """The absorbed form through a fused attention op: queries [q_lat ; rope(q_rope)], keys the
     cache rows and values their latent part, broadcast over the heads (as a model that calls
-    SDPA on the latent cache writes it)."""
+    SDPA on the latent cache writes it), or (``gqa``) one key/value head with enable_gqa."""
 
-    def __init__(self, op: str, strict: bool = False):
+    def __init__(self, op: str, strict: bool = False, gqa: bool = False):
         super().__init__("library", strict)
-        self.op = op
+        self.op, self.gqa = op, gqa
 
     def forward(self, x, pos, cache):
         T, L = x.shape[0], cache.shape[0]
@@ -511,9 +511,14 @@ class FusedSdpaAbsorbedMLA(ForeignMLA):
         q_all = torch.cat([q_lat, self.rope(q[..., NOPE:], pos).transpose(0, 1)], -1)[None]  # [1, H, T, R + P]
         rows_ = torch.arange(L, device=x.device)[None, :]
         visible = rows_ < pos[:, None] if self.strict else rows_ <= pos[:, None]
-        o = _fused_sdpa(self.op, q_all, cache[None, None].expand(1, MH, L, RANK + ROPE),
-                        cache[None, None, :, :RANK].expand(1, MH, L, RANK), visible[None, None],
-                        scale=(NOPE + ROPE) ** -0.5)
+        if self.gqa:    # one key/value head for all query heads, SDPA repeats it
+            o = F.scaled_dot_product_attention(q_all, cache[None, None], cache[None, None, :, :RANK],
+                                               attn_mask=visible[None, None], scale=(NOPE + ROPE) ** -0.5,
+                                               enable_gqa=True)
+        else:
+            o = _fused_sdpa(self.op, q_all, cache[None, None].expand(1, MH, L, RANK + ROPE),
+                            cache[None, None, :, :RANK].expand(1, MH, L, RANK), visible[None, None],
+                            scale=(NOPE + ROPE) ** -0.5)
         o = torch.bmm(o[0], self.wb[:, NOPE:].transpose(1, 2)).transpose(0, 1)               # [T, H, v]
         return o.reshape(T, MH * VD) @ self.wo.T
 
@@ -534,6 +539,18 @@ def test_mla_through_a_fused_attention_op(form, op, T):
     if form == "textbook":
         assert "1 written with expanded keys and values, absorbed" in notes[0]
     assert_rel_close(out, ref, 1e-5, f"{form} MLA through the fused {op} op")
+    assert_rel_close(cache, ref_cache, 1e-6, "its cache")
+
+
+@pytest.mark.parametrize("gqa", [False, True], ids=["expanded heads", "enable_gqa"])
+def test_absorbed_mla_through_library_sdpa(gqa):
+    """The absorbed form written with F.scaled_dot_product_attention over the latent cache, as the
+    CPU traces it (the math form: q and k each scaled by sqrt(scale), so the squared constant is
+    the scale; with enable_gqa the one key/value head repeated by expand + clone)."""
+    out, ref, cache, ref_cache, report = _run_mla(FusedSdpaAbsorbedMLA("library", gqa=gqa))
+    assert rows(report).get("lingc.mla_decode") == 1, stat(report, "pdl_swap").notes
+    assert report.kernels.counts().keys() == {"lingc", "glue"}, report.kernels.rows
+    assert_rel_close(out, ref, 1e-5, "absorbed MLA through SDPA")
     assert_rel_close(cache, ref_cache, 1e-6, "its cache")
 
 
@@ -591,13 +608,14 @@ def test_gpu_foreign_mla_layer(T, form):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("form", ["absorbed", "textbook"])
+@pytest.mark.parametrize("form", ["absorbed", "absorbed-gqa", "textbook"])
 @pytest.mark.parametrize("T", [1, 6])
 def test_gpu_mla_through_sdpa(T, form):
     """F.scaled_dot_product_attention on CUDA tensors (the trace keeps whichever fused op the
     device picks, or its math form): written over the latent cache or over the expanded keys and
     values, it compiles onto mla_decode and equals eager."""
-    m = (FusedSdpaAbsorbedMLA("library") if form == "absorbed" else SdpaTextbookMLA("library")).cuda()
+    m = (SdpaTextbookMLA("library") if form == "textbook" else
+         FusedSdpaAbsorbedMLA("library", gqa=form == "absorbed-gqa")).cuda()
     g = torch.Generator(device="cuda").manual_seed(T)
     x = torch.randn(T, HID, device="cuda", generator=g)
     pos = torch.arange(300, 300 + T, device="cuda")
