@@ -37,7 +37,7 @@ import torch.fx as fx
 
 from lingc.graph_build import emit
 from lingc.graph_match import CASTS, aten, is_call, strip, weight_source
-from lingc.graph_region import (descendants, is_heavy, numel, random_like, region, region_module, rel_err,
+from lingc.graph_region import (descendants, is_heavy, random_like, region, region_module, rel_err,
                                 run_region, shape, softmax_scales, val, widen_leaf)
 from lingc.head_layout import emit_layout, emit_token_major, head_layouts, token_major, width
 from lingc.pass_manager import VIEW_OPS

@@ -1,0 +1,22 @@
+"""What pdl_swap's region matchers (pdl_swap_kda.py, pdl_swap_mla.py, mla_absorb.py) share: the
+chain lengths the kernels take, the tolerance of a probe, and the graph-input tests."""
+
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+from lingc.graph_match import strip
+
+MAX_T = 16                                  # decode and verify chains; prefill keeps the model's path
+PROBE_TOL = {torch.float32: 1e-4}          # other dtypes: 3e-2
+
+
+def graph_input(n) -> bool:
+    return isinstance(n, fx.Node) and n.op == "placeholder"
+
+
+def param_operand(n) -> fx.Node | None:
+    """A parameter operand: a placeholder, possibly cast."""
+    n = strip(n) if isinstance(n, fx.Node) else n
+    return n if graph_input(n) else None
