@@ -29,6 +29,7 @@ import torch
 import torch.fx as fx
 
 from . import compat
+from .canonical import linear_bmm_to_mm
 from .dump import GraphDump, format_summary
 from .kernel_table import KernelTable, build_kernel_table
 from .options import LingcOptions
@@ -151,6 +152,7 @@ class GraphCompiler:
         dump = GraphDump(self.opts.dump_dir, self.opts.role) if self.opts.dump_dir else None
         if dump is not None:
             dump.graph("00-captured", gm)
+        linear_bmm_to_mm(gm.graph)
         manager = PassManager(ctx)
         bar = Progress(len(manager.pass_types) + int(self.opts.inductor), f"lingc compile ({self.opts.role})")
         stats = manager.run(gm, dump, progress=bar)

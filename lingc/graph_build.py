@@ -32,6 +32,23 @@ def emit(graph: fx.Graph, target, *args, **kwargs) -> fx.Node:
     return node
 
 
+def refresh_vals(nodes: list[fx.Node]) -> None:
+    """Recompute meta["val"] of ``nodes`` (in order) from their inputs' current values. A pass
+    that replaces a producer leaves its consumers' values as traced: the same shapes, but the
+    strides of the old producer's output (a view of a lingc op stored heads-inner is contiguous
+    where the traced bmm's was not). Values that cannot be recomputed are kept."""
+    val = lambda a: a.meta["val"] if isinstance(a, fx.Node) else a  # noqa: E731
+    for n in nodes:
+        mode = _fake_mode(list(n.args) + list(n.kwargs.values()))
+        if mode is None:
+            continue
+        try:
+            with mode:
+                n.meta["val"] = n.target(*tree_map(val, n.args), **tree_map(val, n.kwargs))
+        except Exception:  # noqa: BLE001  (an op that does not replay keeps its traced value)
+            pass
+
+
 def eliminate_dead_code(graph: fx.Graph) -> int:
     """`graph.eliminate_dead_code()` with the same verdicts, for passes that clean up often.
 

@@ -6,7 +6,8 @@ path becomes a lingc GEMM too; a logits GEMM read only by argmax becomes a fused
 
     before:  y = x @ W.T (+ b)             after:  y = lingc.gemm(x, [W], b)
     before:  ids = argmax(x @ Wlm.T, -1)   after:  ids = lingc.gemm_argmax(x, Wlm)[0]
-                                                   (the logit row is never written)
+                                                   (the logit row is never written; the logits
+                                                   may be reshaped, cast or logits[0] of a batch of 1)
 
 Vocab-parallel lm_head (tensor parallel): the model all-gathers every rank's logit columns and
 takes the argmax of the whole row. That argmax becomes a per-rank fused GEMV + argmax and an
@@ -139,7 +140,7 @@ class FuseProjections(LingcPass):
             val = src.meta["val"]
             if a.args[1] not in (-1, val.dim() - 1):
                 continue
-            while is_call(src, *RESHAPES, *CASTS):
+            while is_call(src, *RESHAPES, *CASTS) or _unit_select(src):
                 chain_ok &= len(src.users) == 1
                 src = src.args[0]
             if chain_ok and self._vocab_parallel_argmax(graph, a, src):
@@ -233,3 +234,12 @@ def _group_rank(group_name: str) -> int:
     import torch.distributed as dist
     from torch.distributed.distributed_c10d import _resolve_process_group
     return dist.get_rank(_resolve_process_group(group_name))
+
+
+def _unit_select(n: fx.Node) -> bool:
+    """select(x, d, 0) over a dim of size 1: a reshape (``logits[0]`` of a batch of 1)."""
+    if not is_call(n, aten.select.int) or not isinstance(n.args[0], fx.Node):
+        return False
+    s = n.args[0].meta["val"].shape
+    d = n.args[1] + len(s) if n.args[1] < 0 else n.args[1]
+    return s[d] == 1

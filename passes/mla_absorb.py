@@ -42,13 +42,15 @@ from lingc.graph_region import (descendants, is_heavy, random_like, region, regi
 from lingc.head_layout import emit_layout, emit_token_major, head_layouts, token_major, width
 from lingc.pass_manager import VIEW_OPS
 
+from .pdl_swap_common import unit_lead
+
 lingc_ops = torch.ops.lingc
 
 
 def expansion(other: fx.Node, L: int):
     """(M, W_b, cache, R) when the attention's value operand ``other`` is a view of
-    M = rows @ W_b^T with rows the first R columns of a 2-d [L, R + P] value ``cache``; None
-    otherwise."""
+    M = rows @ W_b^T with rows the first R columns of a 2-d [L, R + P] value ``cache`` (or a
+    [1, L, R + P] one: a batch dim of 1); None otherwise."""
     n = other
     while is_call(n, *VIEW_OPS, *CASTS):
         n = n.args[0]
@@ -61,9 +63,10 @@ def expansion(other: fx.Node, L: int):
     if shape(rows) is None or len(shape(rows)) != 2 or shape(rows)[0] != L:
         return None
     R, c = shape(rows)[1], rows
-    while is_call(c, *VIEW_OPS, *CASTS) and not (len(shape(c)) == 2 and shape(c)[1] > R):
+    cache_like = lambda c: unit_lead(shape(c), 2) is not None and shape(c)[-1] > R  # noqa: E731
+    while is_call(c, *VIEW_OPS, *CASTS) and not cache_like(c):
         c = c.args[0]
-    if len(shape(c) or ()) != 2 or shape(c)[0] != L or shape(c)[1] <= R + 1:
+    if not cache_like(c) or shape(c)[-2] != L or shape(c)[-1] <= R + 1:
         return None
     return n, wb, c, R
 
@@ -84,7 +87,7 @@ def absorb(g: fx.Graph, htl: int, pc: fx.Node, found: tuple, pos_cands: list, pl
     fused attention output) is pc: the new lingc.mla_decode node, or why not. ``found``:
     expansion()'s result; ``placeholder``: pdl_swap's graph-input test."""
     M, wb, cache, R = found
-    L, W = shape(cache)
+    L, W = shape(cache)[-2:]
     P = W - R
     views = lambda n: n.op == "call_function" and n.target in VIEW_OPS  # noqa: E731
     for pos in pos_cands:
@@ -151,7 +154,10 @@ def absorb(g: fx.Graph, htl: int, pc: fx.Node, found: tuple, pos_cands: list, pl
                 q_lat = emit(g, lingc_ops.head_matmul.default, emit(g, aten.permute.default, q_nope, [1, 0, 2]),
                              w_uk, True, None, True)
                 q_lat = emit(g, aten.permute.default, q_lat, [1, 0, 2])                 # [T, H, R]
-                o_lat = emit(g, lingc_ops.mla_decode.default, q_lat, q_rope, cache, pos, scale, None,
+                kv = cache
+                for _ in range(len(shape(cache)) - 2):
+                    kv = emit(g, aten.select.int, kv, 0, 0)           # the [L, R + P] rows below a batch of 1
+                o_lat = emit(g, lingc_ops.mla_decode.default, q_lat, q_rope, kv, pos, scale, None,
                              freq[0] if rope else None)
                 out = emit(g, lingc_ops.head_matmul.default, emit(g, aten.permute.default, o_lat, [1, 0, 2]),
                            w_uv_t, True, None, True)
@@ -201,7 +207,7 @@ def _probe(nodes, leaves, o, M, wb, cache, twins, pos, freq, q_nodes, layouts, d
             return None
         w3 = w_val.float().view(H, nope + v, R)
         scales = sorted(softmax_scales(nodes))
-        kv = x[cache]
+        kv = x[cache].reshape(L, -1)
         for at in itertools.product(*layouts):
             qt = [token_major(x[n], a) for n, a in zip(q_nodes, at)]
             q_nope, q_rope = (qt[0][..., :nope], qt[0][..., nope:]) if len(qt) == 1 else qt

@@ -116,7 +116,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from lingc.graph_build import emit
+from lingc.graph_build import emit, refresh_vals
 from lingc.graph_match import CASTS, aten, is_call
 from lingc.graph_region import shape, val
 from lingc.pass_manager import VIEW_OPS, write_counts, written_bases
@@ -151,7 +151,9 @@ def drop_fresh_clones(g: fx.Graph) -> int:
                                                                                           torch.contiguous_format):
             continue
         x = n.args[0]
-        root, _ = _view_root(x)
+        root, chain = _view_root(x)
+        if _is_lingc(root):
+            refresh_vals(chain)               # the views' strides as the lingc op lays its output out
         if not (_is_lingc(root) and val(x).is_contiguous() and root not in written and n not in written):
             continue
         n.replace_all_uses_with(x)
@@ -385,12 +387,17 @@ def embedding_into_norm(g: fx.Graph) -> int:
 
 
 def _through_identity_views(n):
-    """n's source through views that change nothing (a full slice, a same-shape view: the same
-    shape, strides and offset), e.g. the x[:T] a model takes of its [T, H] rows."""
-    while (is_call(n, aten.slice.Tensor, aten.view.default, aten.alias.default)
-           and isinstance(n.args[0], fx.Node) and _same_layout(val(n), val(n.args[0]))):
+    """n's source through views that change nothing: the deepest node of n's chain of views
+    with n's shape, strides and offset (a full slice, e.g. the x[:T] a model takes of its [T, H]
+    rows; a round trip through another shape, e.g. [T, D] -> [1, T, D] -> [T, D] around a batch
+    dim of 1)."""
+    best, start = n, val(n)
+    while is_call(n, aten.slice.Tensor, aten.view.default, aten.alias.default, aten.reshape.default,
+                  aten._unsafe_view.default) and isinstance(n.args[0], fx.Node):
         n = n.args[0]
-    return n
+        if _same_layout(val(n), start):
+            best = n
+    return best
 
 
 def _same_layout(a, b) -> bool:

@@ -41,7 +41,7 @@ from lingc.kernel_table import classify
 from lingc.pass_manager import LingcPass
 
 from . import pdl_glue
-from .pdl_swap_common import param_operand
+from .pdl_swap_common import param_operand, unit_lead
 from .pdl_swap_kda import KdaCores
 from .pdl_swap_mla import MlaCores
 from .relay_tail import relay_tail
@@ -192,7 +192,7 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
         return None
 
     def _gated_match(self, n: fx.Node):
-        """n = (rms(o) * w) * sigmoid(g), o and g [T, H, V]."""
+        """n = (rms(o) * w) * sigmoid(g), o and g [T, H, V] (or [1, T, H, V]: a batch of 1)."""
         for a, s in ((n.args[0], n.args[1]), (n.args[1], n.args[0])):
             if not (isinstance(a, fx.Node) and is_call(s, aten.sigmoid.default) and is_call(a, aten.mul.Tensor)):
                 continue
@@ -201,7 +201,7 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
                 continue
             x, w, eps = m
             gate = s.args[0].args[0] if is_call(s.args[0], *CASTS) else s.args[0]
-            if len(shape(x)) == 3 and shape(gate) == shape(x) and len(a.users) == 1:
+            if unit_lead(shape(x), 3) is not None and shape(gate) == shape(x) and len(a.users) == 1:
                 return x, w, eps, gate
         return None
 
@@ -218,7 +218,12 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
             if gated:
                 _, w, eps, gate = m
                 with g.inserting_before(out_node):
-                    new = emit(g, lingc_ops.gated_head_rmsnorm.default, x, gate, w, eps, out_dtype)
+                    core = list(shape(x)[-3:])
+                    x3, gate3 = ((x, gate) if len(shape(x)) == 3 else
+                                 (emit(g, aten.reshape.default, t, core) for t in (x, gate)))
+                    new = emit(g, lingc_ops.gated_head_rmsnorm.default, x3, gate3, w, eps, out_dtype)
+                    if shape(new) != shape(out_node):
+                        new = emit(g, aten.reshape.default, new, list(shape(out_node)))
                 out_node.replace_all_uses_with(new)
                 return True
             _, w, eps = m

@@ -20,3 +20,11 @@ def param_operand(n) -> fx.Node | None:
     """A parameter operand: a placeholder, possibly cast."""
     n = strip(n) if isinstance(n, fx.Node) else n
     return n if graph_input(n) else None
+
+
+def unit_lead(shape: tuple | None, rank: int) -> int | None:
+    """How many leading unit dims ``shape`` has above its last ``rank`` dims (an HF-style batch
+    dim of 1: a state [1, H, K, V] is the [H, K, V] state), or None when a leading dim is not 1."""
+    if shape is None or len(shape) < rank or any(d != 1 for d in shape[:len(shape) - rank]):
+        return None
+    return len(shape) - rank

@@ -18,7 +18,8 @@ projection outputs and parameters on the other. The cut-out region is run on ran
 compared with kda_chain's reference under every candidate role assignment (q/k/v order, state
 layout [K, V] or [V, K], the gate's lower bound among the region's constants or the unbounded
 softplus gate). A state stored [V, K] runs the kernel on a transposed temporary (noted; the
-in-place layout is [K, V]).
+in-place layout is [K, V]). A state [1, H, K, V] and a window [1, 3, D, 3] (a Hugging Face batch
+dim of 1) are the [H, K, V] state and [3, D, 3] window below it.
 
 Numerics (declared): the reference evaluates one position at a time (batch-invariant in T); at
 T=1 it is the model's computation, at T > 1 it differs from the whole-T ATen ops in the last bits
@@ -39,7 +40,7 @@ from lingc.graph_region import (ancestors, depends_on, descendants, is_heavy, nu
                                 region_key, region_module, rel_err, run_region, shape, val, view_base, widen_leaf)
 from lingc.pass_manager import VIEW_OPS
 
-from .pdl_swap_common import MAX_T, PROBE_TOL, graph_input
+from .pdl_swap_common import MAX_T, PROBE_TOL, graph_input, unit_lead
 
 lingc_ops = torch.ops.lingc
 
@@ -100,7 +101,8 @@ class KdaCores:
 
     def _state_writes(self, g: fx.Graph) -> list[dict]:
         """Epilogue copy_(ph, new) of a slot (select_scatter(ph, copy(select(ph, 0, s), X), 0, s))
-        or of the whole placeholder (copy_(ph, X)); X is staged when it is stack(..)[accept]."""
+        or of the whole placeholder (copy_(ph, X)); X is staged when it is stack(..)[accept]. A
+        placeholder may carry leading unit dims (``lead``: a batch of 1) above the state or window."""
         out = []
         order = {n: i for i, n in enumerate(g.nodes)}
         for n in g.nodes:
@@ -122,16 +124,16 @@ class KdaCores:
                 if is_call(idx.args[0], aten.stack.default) and len(idx.args[1]) == 1:
                     stack, accept = idx.args[0], idx.args[1][0]
                     path += [x, idx]
-            s = shape(x)
-            if s is None or not depends_on(stack or x, ph, order):
+            lead = unit_lead(shape(x), 3)           # a batch dim of 1 above [H, K, V] or [3, D, 3]
+            if lead is None or not depends_on(stack or x, ph, order):
                 continue
-            kind = None
-            if val(x).dtype == torch.float32 and len(s) == 3 and s[1] == s[2]:
+            s, kind = shape(x)[lead:], None
+            if val(x).dtype == torch.float32 and s[1] == s[2]:
                 kind = "state"
-            elif len(s) == 3 and s[0] == 3:
+            elif s[0] == 3:
                 kind = "window"
             if kind:
-                out.append(dict(kind=kind, ph=ph, slot=slot, value=stack or x, staged=stack is not None,
+                out.append(dict(kind=kind, ph=ph, slot=slot, lead=lead, value=stack or x, staged=stack is not None,
                                 accept=accept, path=path, epilogue=n))
         return out
 
@@ -316,8 +318,10 @@ class KdaCores:
         if got is None:
             return "the chain does not run on the CPU"
         x = dict(zip(leaves, inputs))
-        sl = (lambda t: t) if st["slot"] is None else (lambda t: t[st["slot"]])  # noqa: E731
-        state_in, win_in = sl(x[st["ph"]]), sl(x[win["ph"]])
+        def sl(t, w):              # the slot, then below the leading unit dims
+            t = t if w["slot"] is None else t[w["slot"]]
+            return t[(0,) * w["lead"]]
+        state_in, win_in = sl(x[st["ph"]], st), sl(x[win["ph"]], win)
         tol = PROBE_TOL.get(val(roles["f"]).dtype, 3e-2)
         # The gate: bounded by one of the region's negative constants, or unbounded (softplus, None).
         bounds = sorted({a for n in nodes for a in n.args if isinstance(a, float) and a < 0}) + [None]
@@ -371,9 +375,12 @@ class KdaCores:
         order = {n: i for i, n in enumerate(g.nodes)}
         anchor = min([o] + [u for u in st["value"].users if u in st["path"]], key=order.__getitem__)
         with g.inserting_before(anchor):
-            def slot_view(ph):
-                return ph if st["slot"] is None else emit(g, aten.select.int, ph, 0, st["slot"])
-            state, window = slot_view(st["ph"]), slot_view(win["ph"])
+            def slot_view(w):
+                v = w["ph"] if w["slot"] is None else emit(g, aten.select.int, w["ph"], 0, w["slot"])
+                for _ in range(w["lead"]):
+                    v = emit(g, aten.select.int, v, 0, 0)
+                return v
+            state, window = slot_view(st), slot_view(win)
             args = [emit(g, aten.reshape.default, n, [T, D]) if shape(n) != (T, D) else n for n in m["qkv"]]
             f = m["f"] if shape(m["f"]) == (T, D) else emit(g, aten.reshape.default, m["f"], [T, D])
             conv_w = [emit(g, aten.reshape.default, c, [D, 4]) for c in m["conv"]]   # read in place

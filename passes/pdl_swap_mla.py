@@ -26,7 +26,9 @@ and rewrites it onto the same kernels.
 The cache write is matched from the functional write itself (an index_put of rows into
 select(cache input, 0, slot), scattered back and copied to the input at the epilogue), its rows
 checked by running them on random inputs against [c ; interleaved rope(k)]; it is rewritten only
-when nothing reads the old cache after the write.
+when nothing reads the old cache after the write. A cache [1, L, R + P] written with
+``cache[:, pos] = rows`` (a Hugging Face batch dim of 1) is the [L, R + P] cache below it, for
+the write and the attention alike.
 
 Numerics (declared): the reference evaluates one position at a time (batch-invariant in T). The
 MLA head gate (the model multiplies by sigmoid(g) after the W_uv product) is folded into
@@ -53,7 +55,7 @@ from lingc.pass_manager import VIEW_OPS
 from lingc.sdpa import sdpa_call
 
 from . import mla_absorb
-from .pdl_swap_common import MAX_T, PROBE_TOL, graph_input
+from .pdl_swap_common import MAX_T, PROBE_TOL, graph_input, unit_lead
 
 lingc_ops = torch.ops.lingc
 
@@ -72,7 +74,7 @@ def _widest_part(leaf: fx.Node, T: int, W: int) -> tuple[fx.Node, list[fx.Node]]
     best, chain, passed, n = leaf, [], [], leaf
     while True:
         s = shape(n) or ()
-        if len(s) == 2 and s[0] == T and 0 < s[1] < W:
+        if unit_lead(s, 2) is not None and s[-2] == T and 0 < s[-1] < W:      # [T, w] (or [1, T, w])
             best, chain = n, list(passed)
         if not is_call(n, *VIEW_OPS, aten.clone.default, torch.ops.prims.convert_element_type.default):
             return best, chain
@@ -177,11 +179,12 @@ class MlaCores:
         kv, n = None, other
         # Through copies too: SDPA's math form repeats one key/value head for every query head
         # (enable_gqa) as expand + clone.
+        rows_of_l = lambda n: unit_lead(shape(n), 2) is not None and shape(n)[-2] == L  # noqa: E731  ([1, L, .]: a batch of 1)
         while is_call(n, *VIEW_OPS, *CASTS, aten.clone.default):
-            if len(shape(n)) == 2 and shape(n)[0] == L:
+            if rows_of_l(n):
                 kv = n
             n = n.args[0]
-        if len(shape(n) or ()) == 2 and shape(n)[0] == L and (kv is None or shape(n)[1] > shape(kv)[1]):
+        if rows_of_l(n) and (kv is None or shape(n)[-1] > shape(kv)[-1]):
             kv = n                                      # the cache holds one sequence: no slot view
         if kv is None:
             return "the value operand is not a slice of an [L, R + P] cache"
@@ -198,7 +201,7 @@ class MlaCores:
             T = shape(pos)[0]
             H = htl // (L * T)
             R = numel(pc) // (T * H)
-            P = shape(kv)[1] - R
+            P = shape(kv)[-1] - R
             if T > MAX_T or P < 2:
                 continue
             o_lat = [u for u in descendants([pc], views) | {pc} if head_layouts(u, T, H, R)]
@@ -238,9 +241,12 @@ class MlaCores:
                 # the kernel does exactly that when handed the raw tensor (and the upcast kernel goes).
                 qr = qr.args[0]
             with g.inserting_before(o_lat):
+                kv2 = kv
+                for _ in range(len(shape(kv)) - 2):
+                    kv2 = emit(g, aten.select.int, kv2, 0, 0)         # the [L, R + P] rows below a batch of 1
                 try:
                     out = emit(g, lingc_ops.mla_decode.default, emit_token_major(g, q_lat[0], lat_at),
-                               emit_token_major(g, qr, rope_at), kv, pos, scale, None, freq[0] if rope else None)
+                               emit_token_major(g, qr, rope_at), kv2, pos, scale, None, freq[0] if rope else None)
                 except ValueError as e:
                     return str(e)
                 o_new = emit_layout(g, out, o_at)
@@ -312,6 +318,7 @@ class MlaCores:
         kv = kv_chain[-1] if kv_chain else cache
         if kv_chain:
             x[kv] = run_region(region_module(kv_chain, [cache], [kv]), [x[cache]])[0]
+        x[kv] = x[kv].reshape(x[kv].shape[-2:])            # below a batch dim of 1
         tol = PROBE_TOL.get(val(kv).dtype, 3e-2)
         scales = sorted(softmax_scales(nodes))
         from lingc.runtime.kernels.mla_decode.naive import mla_decode_reference
@@ -346,10 +353,13 @@ class MlaCores:
 
     def _kv_write_one(self, g: fx.Graph, ip: fx.Node, order: dict, readers: dict) -> str | None:
         base, indices, rows = ip.args[:3]
-        if (len(ip.args) > 3 and ip.args[3]) or len(indices) != 1 or not isinstance(indices[0], fx.Node):
+        # cache[pos] = rows, or cache[:, pos] = rows over a batch dim of 1 (indices [None, pos])
+        lead = len(indices) - 1
+        if (len(ip.args) > 3 and ip.args[3]) or not indices or not isinstance(indices[-1], fx.Node) \
+                or any(i is not None for i in indices[:-1]) or unit_lead(shape(base), 2) != lead:
             return "not a row write"
-        pos = indices[0]
-        if graph_input(base) and len(shape(base)) == 2:
+        pos = indices[-1]
+        if graph_input(base):
             ph, scat = base, ip           # a cache of one sequence [L, R + P]: rows written into the input
         elif is_call(base, aten.select.int) and graph_input(base.args[0]) and base.args[1] == 0:
             ph, slot = base.args[0], base.args[2]
@@ -364,7 +374,7 @@ class MlaCores:
                 and not (is_call(u, aten.copy_.default) and u.args[0] is ph)]
         if late or (base is not ph and len(base.users) != 1):
             return "the old cache is read after the write"
-        T, W = shape(pos)[0], shape(base)[1]          # rows may reach index_put as a view, e.g. [W] at T = 1
+        T, W = shape(pos)[0], shape(base)[-1]         # rows may reach index_put as a view, e.g. [W] at T = 1
         nodes, leaves = region([rows], lambda n: n is pos or is_heavy(view_base(n)))
         widened = []
         for leaf in leaves:
@@ -372,14 +382,14 @@ class MlaCores:
             widened.append(w)
             nodes += chain
         leaves = list(dict.fromkeys(widened))
-        mats = [n for n in leaves if n is not pos and len(shape(n)) == 2 and shape(n)[0] == T]
-        if len(mats) != 2 or sum(shape(m)[1] for m in mats) != W:
+        mats = [n for n in leaves if n is not pos and unit_lead(shape(n), 2) is not None and shape(n)[-2] == T]
+        if len(mats) != 2 or sum(shape(m)[-1] for m in mats) != W:
             return (f"the rows are not built from one [T, R] and one [T, P] value (inputs "
                     f"{[(n.name, shape(n)) for n in leaves]})")
-        c, k = sorted(mats, key=lambda m: -shape(m)[1])                   # R (512) > P (64)
-        P = shape(k)[1]
+        c, k = sorted(mats, key=lambda m: -shape(m)[-1])                  # R (512) > P (64)
+        P = shape(k)[-1]
         freq = [n for n in leaves if graph_input(n) and shape(n) == (P // 2,) and val(n).is_floating_point()]
-        if len(freq) != 1 or set(leaves) != {c, k, pos, freq[0]} or shape(c)[1] == P:
+        if len(freq) != 1 or set(leaves) != {c, k, pos, freq[0]} or shape(c)[-1] == P:
             return "the rows' inputs are not (latent, key, positions, inv_freq)"
         order2 = {n: i for i, n in enumerate(g.nodes)}
         nodes = sorted(set(nodes) - set(leaves), key=order2.__getitem__)
@@ -390,13 +400,18 @@ class MlaCores:
             x[pos] = torch.randint(0, 4096, (T,), generator=gen).to(val(pos).dtype)
             x[freq[0]] = torch.rand(P // 2, generator=gen).to(val(freq[0]).dtype)
             got = run_region(region_module(nodes, leaves, [rows]), [x[n] for n in leaves])
-            ref = mla_kv_rows_reference(x[c], x[k], x[pos], x[freq[0]], val(rows).dtype)
+            ref = mla_kv_rows_reference(x[c].reshape(T, -1), x[k].reshape(T, -1), x[pos], x[freq[0]],
+                                        val(rows).dtype)
             ok = got is not None and got[0].numel() == ref.numel()
             err = rel_err(got[0].reshape(ref.shape), ref) if ok else float("inf")
         if err > PROBE_TOL.get(val(rows).dtype, 3e-2):
             return "the rows are not [c ; interleaved rope(k)]"
         with g.inserting_before(ip):
-            emit(g, lingc_ops.mla_kv_write.default, c, k, pos, freq[0], base)
+            cache = base
+            for _ in range(lead):
+                cache = emit(g, aten.select.int, cache, 0, 0)         # the [L, R + P] rows below a batch of 1
+            c, k = (m if len(shape(m)) == 2 else emit(g, aten.reshape.default, m, [T, shape(m)[-1]]) for m in (c, k))
+            emit(g, lingc_ops.mla_kv_write.default, c, k, pos, freq[0], cache)
         scat.replace_all_uses_with(ph)
         g.erase_node(scat)
         if ip is not scat:

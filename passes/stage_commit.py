@@ -16,7 +16,7 @@ V_0..V_{T-1}, the value after chain position j, from the graph itself:
 
 - a token-by-token recurrence (KDA's delta rule, any layout): every node carries the highest
   chain position it depends on (``select(rows, 0, i)`` or ``unbind(rows)[i]`` of a per-token
-  tensor is position i);
+  tensor is position i, as is ``rows[:, i]`` of one with a batch dim of 1 before the tokens);
   the post-state of position j is the one state-sized node of position j that position j+1
   consumes;
 - a sliding window (the short-conv caches): the written value is a slice ending at the end of
@@ -235,15 +235,26 @@ def _positions(g: fx.Graph, T: int) -> dict[fx.Node, int]:
             if (rows.args[1] if len(rows.args) > 1 else 0) == 0 and _shape(rows.args[0])[0] == T:
                 t = n.args[1]                        # unbind(rows)[i]: position i
         if n.op == "call_function" and t == T and n.args and isinstance(n.args[0], fx.Node) \
-                and _shape(n.args[0]) and _shape(n.args[0])[0] == T:
-            if n.target is aten.select.int and n.args[1] == 0:
+                and n.target in (aten.select.int, aten.slice.Tensor) and _token_dim(n, T):
+            if n.target is aten.select.int:
                 t = n.args[2] % T
-            elif n.target is aten.slice.Tensor and n.args[1] == 0 and len(n.args) >= 4:
+            elif len(n.args) >= 4:
                 end = min(n.args[3], T)
                 if end < T:
                     t = end - 1
         tok[n] = t
     return tok
+
+
+def _token_dim(n: fx.Node, T: int) -> bool:
+    """Whether select/slice n indexes the token dim of a per-token tensor: a dim of size T with
+    only unit dims before it ([T, ...], or [1, T, ...] under a batch dim of 1)."""
+    s = _shape(n.args[0])
+    dim = n.args[1] if len(n.args) > 1 else 0
+    if not s or not isinstance(dim, int):
+        return False
+    dim = dim + len(s) if dim < 0 else dim
+    return 0 <= dim < len(s) and s[dim] == T and all(d == 1 for d in s[:dim])
 
 
 def _is_window_slice(n: fx.Node, T: int, tok: dict, dep: set) -> bool:

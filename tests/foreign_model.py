@@ -15,6 +15,11 @@ Where it differs from lingc.models (on purpose):
 - norms: nn.RMSNorm; caches and states passed as lists of tensors;
 - precision: the recurrence, the attention and the router in fp32 whatever the weights' dtype
   (the KDA state fp32, windows and the MLA cache in the model's dtype).
+
+``BatchedKimiStyleModel`` is the same model written the Hugging Face way, with a batch dim (of 1
+at batch-1 decode) on every activation, state and cache: ids [1, T], KDA states [1, H, K, V]
+updated by einsums over b, conv windows [1, 3, D, 3], the MLA cache [1, L, R + P] written with
+``cache[:, pos] = rows``, the MoE over the flattened tokens.
 """
 
 from __future__ import annotations
@@ -186,3 +191,83 @@ class KimiStyleModel(nn.Module):
         windows = [torch.randn(3, KH * KD, 3, generator=g).to(dtype) for _ in range(2)]
         caches = [torch.randn(cache_len, RANK + ROPE, generator=g).to(dtype)]
         return states, windows, caches
+
+
+class BatchedKDA(KimiStyleKDA):
+    def forward(self, x, state, window):
+        """x [B, T, HID]; state [B, KH, KD, KD] fp32 and window [B, 3, D, 3] updated in place."""
+        B, T, D = x.shape[0], x.shape[1], KH * KD
+        acts = []
+        for i, proj in enumerate((self.q, self.k, self.v)):
+            seq = torch.cat([window[:, i], proj(x).transpose(1, 2)], dim=2)              # [B, D, 3 + T]
+            window[:, i].copy_(seq[:, :, -3:])
+            acts.append(F.silu(F.conv1d(seq.float(), self.convs[i].float(), groups=D).transpose(1, 2)))
+        q, k, v = (a.reshape(B, T, KH, KD) for a in acts)
+        q = q / torch.sqrt(q.pow(2).sum(-1, keepdim=True) + EPS) * KD ** -0.5
+        k = k / torch.sqrt(k.pow(2).sum(-1, keepdim=True) + EPS)
+        f = self.f_b(self.f_a(x)).view(B, T, KH, KD).float() + self.dt_bias.float().view(KH, KD)
+        decay = (-self.A_log.float().exp()[:, None] * F.softplus(f)).exp()
+        beta = torch.sigmoid(self.b(x).float())                                           # [B, T, KH]
+        S, outs = state, []
+        for t in range(T):
+            S = S * decay[:, t, :, :, None]
+            kv = torch.einsum("bhkv,bhk->bhv", S, k[:, t])
+            S = S + torch.einsum("bhk,bhv->bhkv", k[:, t], (v[:, t] - kv) * beta[:, t, :, None])
+            outs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+        state.copy_(S)
+        o = self.o_norm(torch.stack(outs, 1).to(x.dtype)) * torch.sigmoid(self.g_b(self.g_a(x)).view(B, T, KH, KD))
+        return self.o(o.reshape(B, T, D))
+
+
+class BatchedMLA(KimiStyleMLA):
+    def rope(self, x, pos):
+        """x [B, T, (H,) P] at positions pos [T]."""
+        ang = pos.float()[:, None] * self.freq[None]
+        rot = torch.polar(torch.ones_like(ang), ang).view((1, x.shape[1]) + (1,) * (x.dim() - 3) + (ROPE // 2,))
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2).contiguous())
+        return torch.view_as_real(xc * rot).flatten(-2)
+
+    def forward(self, x, pos, cache):
+        """x [B, T, HID]; cache [B, L, R + P]."""
+        B, T, L = x.shape[0], x.shape[1], cache.shape[1]
+        q = self.q(x).view(B, T, MH, NOPE + ROPE)
+        kv = self.kv_a(x)
+        cache[:, pos] = torch.cat([self.kv_norm(kv[..., :RANK]).float(), self.rope(kv[..., RANK:], pos)],
+                                  -1).to(cache.dtype)
+        hidden = torch.arange(L, device=x.device)[None, :] > pos[:, None]                 # [T, L]
+        if self.textbook:
+            kvb = (cache[..., :RANK].float() @ self.kv_b.float().reshape(-1, RANK).T).view(B, L, MH, NOPE + VD)
+            k = torch.cat([kvb[..., :NOPE], cache[:, :, None, RANK:].float().expand(B, L, MH, ROPE)], -1)
+            qf = torch.cat([q[..., :NOPE].float(), self.rope(q[..., NOPE:], pos)], -1)
+            s = torch.einsum("bthd,blhd->bhtl", qf, k) * (NOPE + ROPE) ** -0.5
+            o = torch.einsum("bhtl,blhv->bthv", s.masked_fill(hidden[None, None], float("-inf")).softmax(-1),
+                             kvb[..., NOPE:])
+            return self.o(o.reshape(B, T, MH * VD).to(x.dtype))
+        q_lat = torch.einsum("bthn,hnr->bthr", q[..., :NOPE].float(), self.kv_b[:, :NOPE].float())
+        c, k_rope = cache[..., :RANK].float(), cache[..., RANK:].float()
+        s = (torch.einsum("bthr,blr->bthl", q_lat, c)
+             + torch.einsum("bthp,blp->bthl", self.rope(q[..., NOPE:], pos), k_rope)) * (NOPE + ROPE) ** -0.5
+        p = s.masked_fill(hidden[None, :, None], float("-inf")).softmax(-1)
+        o = torch.einsum("bthr,hvr->bthv", torch.einsum("bthl,blr->bthr", p, c), self.kv_b[:, NOPE:].float())
+        return self.o(o.reshape(B, T, MH * VD).to(x.dtype))
+
+
+class BatchedMoE(KimiStyleMoE):
+    def forward(self, x):
+        return super().forward(x.reshape(-1, x.shape[-1])).view(x.shape)
+
+
+class BatchedKimiStyleModel(KimiStyleModel):
+    """KimiStyleModel's weights and math with a batch dim on everything (the module docstring).
+    forward(ids [B, T], pos [T], states, windows, caches) -> logits [B, T, VOCAB]."""
+
+    def __init__(self, seed: int = 0, textbook_mla: bool = False):
+        super().__init__(seed, textbook_mla)
+        for m in self.attn:
+            m.__class__ = BatchedMLA if isinstance(m, KimiStyleMLA) else BatchedKDA
+        for m in self.moe:
+            m.__class__ = BatchedMoE
+
+    @staticmethod
+    def fresh_state(seed: int = 1, cache_len: int = 24, dtype: torch.dtype = torch.float32):
+        return tuple([t[None].clone() for t in group] for group in KimiStyleModel.fresh_state(seed, cache_len, dtype))

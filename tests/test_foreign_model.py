@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from backend_helpers import run_and_report, stat
-from foreign_model import KimiStyleModel
+from foreign_model import BatchedKimiStyleModel, KimiStyleModel
 
 # One decode step's lingc ops: per KDA layer one fused projection (q, k, v, f_a, b, g_a), the
 # second halves of the low-rank f and gate, the chain, the gated head norm and o_proj; per MLA
@@ -61,6 +61,29 @@ def test_every_computation_on_lingc_kernels(model, textbook_model, T, form):
     assert not torch.equal(written[0], _step_inputs(T)[2][0][0])          # the state was written
 
 
+@pytest.mark.parametrize("textbook", [False, True], ids=["absorbed", "textbook"])
+@pytest.mark.parametrize("T", [1, 3])
+def test_batch_dim_of_one_same_kernels(T, textbook):
+    """The model written with a batch dim of 1 on everything (HF style: KDA states [1, H, K, V],
+    MLA cache [1, L, R + P] written with cache[:, pos], einsums over b) compiles to the same 29
+    lingc launches as the unbatched spelling, and equals eager in its output and every state."""
+    model = BatchedKimiStyleModel(textbook_mla=textbook)
+    g = torch.Generator().manual_seed(T)
+    ids, pos = torch.randint(0, 64, (1, T), generator=g), torch.arange(10, 10 + T)
+    states, windows, caches = BatchedKimiStyleModel.fresh_state(2)
+    written = states + windows + caches
+    ref_written = [t.clone() for t in written]
+    with torch.no_grad():
+        ref = model(ids, pos, ref_written[:2], ref_written[2:4], ref_written[4:])
+    out, report = run_and_report(model, ids, pos, states, windows, caches)
+    lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
+    assert lingc == EXPECTED, stat(report, "pdl_swap").notes
+    assert "PDL coverage 29/29 kernel-launching ops (100%)" in stat(report, "pdl_swap").notes
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for got, want in zip(written, ref_written):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_greedy_tokens_over_steps_equal_eager(model):
     """Twelve decode steps, each fed the previous token: compiled and eager pick the same ids."""
     step = torch.compile(model, backend="lingc", fullgraph=True, dynamic=False, options={"inductor": False})
@@ -85,30 +108,34 @@ def test_through_inductor(model):
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("form", ["absorbed", "textbook"])
+@pytest.mark.parametrize("form", ["absorbed", "textbook", "batched"])
 def test_verify_step_stages_and_commits_the_accepted_prefix(model, textbook_model, form):
     """The model's own verify step (logits over a 6-token chain, the in-graph greedy verdict,
     lingc.state_commit): stage_commit stages both KDA states and conv windows, pdl_swap runs them
     as staged kda_chains and one kda_commit_many, and a rejection forced at each chain position
-    leaves exactly the state of eager decoding over the accepted prefix."""
+    leaves exactly the state of eager decoding over the accepted prefix; also written with a
+    batch dim of 1 (``batched``)."""
     from lingc.runtime.relay import ops
 
     from backend_helpers import compile_lingc
     from lingc.backend import compile_reports
 
-    model = model if form == "absorbed" else textbook_model
+    batched = form == "batched"
+    kind = BatchedKimiStyleModel if batched else KimiStyleModel
+    model = {"absorbed": model, "textbook": textbook_model, "batched": BatchedKimiStyleModel()}[form]
+    run = (lambda ids, *a: model(ids[None], *a)[0]) if batched else model  # noqa: E731  (ids [T] -> [1, T])
 
     def verify(chain, pos, states, windows, caches):
-        target = model(chain, pos, states, windows, caches).argmax(-1)
+        target = run(chain, pos, states, windows, caches).argmax(-1)
         return ops.state_commit(ops.greedy_verdict(chain, target)), target
 
     T, start = 6, 10
     pos = torch.arange(start, start + T)
-    fresh = lambda: [[t.clone() for t in group] for group in KimiStyleModel.fresh_state(3)]  # noqa: E731
+    fresh = lambda: [[t.clone() for t in group] for group in kind.fresh_state(3)]  # noqa: E731
     with torch.no_grad():
         state, chain = fresh(), [5]
         for i in range(T - 1):                                    # the chain greedy decoding makes
-            chain.append(int(model(torch.tensor(chain[-1:]), torch.tensor([start + i]), *state).argmax(-1)))
+            chain.append(int(run(torch.tensor(chain[-1:]), torch.tensor([start + i]), *state).argmax(-1)))
         n = len(compile_reports)
         step = compile_lingc(verify, role="verify")
         for reject in range(1, T + 1):                            # T: the whole chain accepted
@@ -119,11 +146,12 @@ def test_verify_step_stages_and_commits_the_accepted_prefix(model, textbook_mode
             accept, _ = step(torch.tensor(c), pos, *got)
             assert int(accept) == reject - 1
             want = fresh()
-            model(torch.tensor(c[:reject]), pos[:reject], *want)
+            run(torch.tensor(c[:reject]), pos[:reject], *want)
             for g, w in zip(got[0] + got[1], want[0] + want[1]):
                 torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
             rows = slice(0, start + reject)                       # later rows: rewritten before read
-            torch.testing.assert_close(got[2][0][rows], want[2][0][rows], rtol=1e-5, atol=1e-5)
+            cache_rows = lambda t: t.reshape(-1, t.shape[-1])[rows]  # noqa: E731
+            torch.testing.assert_close(cache_rows(got[2][0]), cache_rows(want[2][0]), rtol=1e-5, atol=1e-5)
     report = compile_reports[n]
     lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
     assert lingc["lingc.kda_chain"] == 2 and lingc["lingc.kda_commit_many"] == 1, lingc
@@ -158,6 +186,25 @@ def test_bfloat16_model(model):
     assert rel < 3e-2, f"bf16 relative error {rel:.3g}"
     for got, want in zip(states, ref_state[0]):
         assert ((got - want).norm() / want.norm()) < 3e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [1, 6])
+def test_gpu_batched_decode_step(T):
+    """The batch-dim-of-1 spelling on CUDA: the same lingc kernels, equal to eager."""
+    m = BatchedKimiStyleModel().cuda()
+    ids, pos = torch.arange(11, 11 + T, device="cuda")[None], torch.arange(10, 10 + T, device="cuda")
+    groups = [[t.cuda() for t in g] for g in BatchedKimiStyleModel.fresh_state(8)]
+    ref_groups = [[t.clone() for t in g] for g in groups]
+    with torch.no_grad():
+        ref = m(ids, pos, *ref_groups)
+    out, report = run_and_report(m, ids, pos, *groups)
+    lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
+    assert lingc == EXPECTED, lingc
+    rel = (out - ref).norm() / ref.norm()
+    assert rel < 1e-4, f"relative error {rel:.3g}"
+    for got, want in zip(sum(groups, []), sum(ref_groups, [])):
+        assert (got - want).norm() / want.norm() < 1e-4
 
 
 @pytest.mark.gpu
