@@ -24,9 +24,12 @@ def model():
     return KimiStyleModel()
 
 
-def _step_inputs(T, seed=0):
+def _step_inputs(T, seed=0, batched=False):
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, 64, (T,), generator=g), torch.arange(10, 10 + T), KimiStyleModel.fresh_state(seed + 1)
+    ids, pos = torch.randint(0, 64, (T,), generator=g), torch.arange(10, 10 + T)
+    if batched:
+        return ids[None], pos, BatchedKimiStyleModel.fresh_state(seed + 1)
+    return ids, pos, KimiStyleModel.fresh_state(seed + 1)
 
 
 @pytest.fixture(scope="module")
@@ -34,13 +37,17 @@ def textbook_model():
     return KimiStyleModel(textbook_mla=True)
 
 
-@pytest.mark.parametrize("form", ["absorbed", "textbook"])
+@pytest.mark.parametrize("form", ["absorbed", "textbook", "batched", "batched-textbook"])
 @pytest.mark.parametrize("T", [1, 3])
 def test_every_computation_on_lingc_kernels(model, textbook_model, T, form):
     """Both MLA forms give the same kernels: the textbook one (keys and values expanded from the
-    cache every step) is absorbed (passes/mla_absorb.py)."""
-    model = model if form == "absorbed" else textbook_model
-    ids, pos, (states, windows, caches) = _step_inputs(T)
+    cache every step) is absorbed (passes/mla_absorb.py). So does the model written with a batch
+    dim of 1 on everything (HF style: KDA states [1, H, K, V], MLA cache [1, L, R + P] written
+    with cache[:, pos], einsums over b)."""
+    batched = form.startswith("batched")
+    model = (BatchedKimiStyleModel(textbook_mla=form.endswith("textbook")) if batched
+             else model if form == "absorbed" else textbook_model)
+    ids, pos, (states, windows, caches) = _step_inputs(T, batched=batched)
     written = states + windows + caches
     ref_written = [t.clone() for t in written]
     with torch.no_grad():
@@ -58,30 +65,7 @@ def test_every_computation_on_lingc_kernels(model, textbook_model, T, form):
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     for got, want in zip(written, ref_written):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    assert not torch.equal(written[0], _step_inputs(T)[2][0][0])          # the state was written
-
-
-@pytest.mark.parametrize("textbook", [False, True], ids=["absorbed", "textbook"])
-@pytest.mark.parametrize("T", [1, 3])
-def test_batch_dim_of_one_same_kernels(T, textbook):
-    """The model written with a batch dim of 1 on everything (HF style: KDA states [1, H, K, V],
-    MLA cache [1, L, R + P] written with cache[:, pos], einsums over b) compiles to the same 29
-    lingc launches as the unbatched spelling, and equals eager in its output and every state."""
-    model = BatchedKimiStyleModel(textbook_mla=textbook)
-    g = torch.Generator().manual_seed(T)
-    ids, pos = torch.randint(0, 64, (1, T), generator=g), torch.arange(10, 10 + T)
-    states, windows, caches = BatchedKimiStyleModel.fresh_state(2)
-    written = states + windows + caches
-    ref_written = [t.clone() for t in written]
-    with torch.no_grad():
-        ref = model(ids, pos, ref_written[:2], ref_written[2:4], ref_written[4:])
-    out, report = run_and_report(model, ids, pos, states, windows, caches)
-    lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
-    assert lingc == EXPECTED, stat(report, "pdl_swap").notes
-    assert "PDL coverage 29/29 kernel-launching ops (100%)" in stat(report, "pdl_swap").notes
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-    for got, want in zip(written, ref_written):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert not torch.equal(written[0], _step_inputs(T, batched=batched)[2][0][0])   # the state was written
 
 
 def test_greedy_tokens_over_steps_equal_eager(model):

@@ -587,13 +587,8 @@ def test_the_models_own_textbook_form_is_absorbed():
     assert_rel_close(out, ref, 1e-5, "forward_expanded compiled")
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("form", ["absorbed", "textbook"])
-@pytest.mark.parametrize("T", [1, 6])
-def test_gpu_foreign_mla_layer(T, form):
-    """The foreign layer's kernels on CUDA (fp32 cache, the Triton mla_decode and mla_kv_write),
-    written absorbed or in the textbook form that mla_absorb rewrites."""
-    m = (ForeignMLA("by hand") if form == "absorbed" else TextbookMLA("library")).cuda()
+def _run_mla_cuda(m, T):
+    """_run_mla on CUDA: a 512-row fp32 cache, queries at positions 300..300+T-1."""
     g = torch.Generator(device="cuda").manual_seed(T)
     x = torch.randn(T, HID, device="cuda", generator=g)
     pos = torch.arange(300, 300 + T, device="cuda")
@@ -602,6 +597,17 @@ def test_gpu_foreign_mla_layer(T, form):
     with torch.no_grad():
         ref = m(x, pos, ref_cache)
     out, report = run_and_report(m, x, pos, cache)
+    return out, ref, cache, ref_cache, report
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("form", ["absorbed", "textbook"])
+@pytest.mark.parametrize("T", [1, 6])
+def test_gpu_foreign_mla_layer(T, form):
+    """The foreign layer's kernels on CUDA (fp32 cache, the Triton mla_decode and mla_kv_write),
+    written absorbed or in the textbook form that mla_absorb rewrites."""
+    m = (ForeignMLA("by hand") if form == "absorbed" else TextbookMLA("library")).cuda()
+    out, ref, cache, ref_cache, report = _run_mla_cuda(m, T)
     assert {"lingc.mla_decode", "lingc.mla_kv_write"} <= set(rows(report))
     assert_rel_close(out, ref, 1e-4, "foreign MLA output on CUDA")
     assert_rel_close(cache, ref_cache, 1e-5, "foreign MLA cache on CUDA")
@@ -616,14 +622,7 @@ def test_gpu_mla_through_sdpa(T, form):
     values, it compiles onto mla_decode and equals eager."""
     m = (SdpaTextbookMLA("library") if form == "textbook" else
          FusedSdpaAbsorbedMLA("library", gqa=form == "absorbed-gqa")).cuda()
-    g = torch.Generator(device="cuda").manual_seed(T)
-    x = torch.randn(T, HID, device="cuda", generator=g)
-    pos = torch.arange(300, 300 + T, device="cuda")
-    cache = torch.randn(512, RANK + ROPE, device="cuda", generator=g)
-    ref_cache = cache.clone()
-    with torch.no_grad():
-        ref = m(x, pos, ref_cache)
-    out, report = run_and_report(m, x, pos, cache)
+    out, ref, cache, ref_cache, report = _run_mla_cuda(m, T)
     assert rows(report).get("lingc.mla_decode") == 1, stat(report, "pdl_swap").notes
     assert_rel_close(out, ref, 1e-4, f"{form} MLA through SDPA on CUDA")
     assert_rel_close(cache, ref_cache, 1e-5, "its cache")
