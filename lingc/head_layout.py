@@ -3,10 +3,10 @@
 lingc's attention kernels take [T, H, X] rows (any T and H strides). Models hold them either way:
 [T, H, X] after a projection's view, [H, T, X] as attention's operands (``q.transpose(0, 1)``,
 a ``bmm`` over heads), [1, H, T, X] as a fused attention op's output, [1, T, H, X] under an
-HF-style batch dim of 1. A matcher that finds such a
-value names its layout here, converts a probe's tensors to token-major to compare them with a
-kernel's reference, and emits the views between the kernel's layout and the model's. When T == H
-the shape cannot tell the layouts apart: every candidate is listed and the probe decides.
+HF-style batch dim of 1. A matcher that finds such a value names its layout here, converts a
+probe's tensors to token-major to compare them with a kernel's reference, and emits the views
+between the kernel's layout and the model's. When T == H the shape cannot tell the layouts apart:
+every candidate is listed and the probe decides.
 """
 
 from __future__ import annotations
