@@ -44,9 +44,10 @@ def refresh_vals(nodes: list[fx.Node]) -> None:
             continue
         try:
             with mode:
-                n.meta["val"] = n.target(*tree_map(val, n.args), **tree_map(val, n.kwargs))
+                fresh = n.target(*tree_map(val, n.args), **tree_map(val, n.kwargs))
         except Exception:  # noqa: BLE001  (an op that does not replay keeps its traced value)
-            pass
+            continue
+        n.meta["val"] = fresh
 
 
 def eliminate_dead_code(graph: fx.Graph) -> int:

@@ -71,12 +71,16 @@ def bind(target, args: tuple, kwargs: dict) -> dict:
     return out
 
 
+def _mask(a: dict):
+    return next((a[k] for k in _MASK_NAMES if a.get(k) is not None), None)
+
+
 def sdpa_call(n: fx.Node) -> SdpaCall | None:
     """n as a fused attention call, or None when it is not one."""
     if not (isinstance(n, fx.Node) and n.op == "call_function" and n.target in FUSED):
         return None
     a = bind(n.target, n.args, n.kwargs)
-    mask = next((a[k] for k in _MASK_NAMES if a.get(k) is not None), None)
+    mask = _mask(a)
     if n.target is aten.scaled_dot_product_attention.default:
         out = n
     else:
@@ -91,8 +95,7 @@ def _stand_in(target):
 
     def run(*args, **kwargs):
         a = bind(target, args, kwargs)
-        mask = next((a[k] for k in _MASK_NAMES if a.get(k) is not None), None)
-        out = F.scaled_dot_product_attention(a["query"], a["key"], a["value"], attn_mask=mask,
+        out = F.scaled_dot_product_attention(a["query"], a["key"], a["value"], attn_mask=_mask(a),
                                              dropout_p=float(a.get("dropout_p") or 0.0),
                                              is_causal=bool(a.get("is_causal") or False), scale=a.get("scale"))
         return (out,) + (None,) * (n_out - 1)

@@ -42,7 +42,7 @@ from lingc.graph_region import (descendants, is_heavy, random_like, region, regi
 from lingc.head_layout import emit_layout, emit_token_major, head_layouts, token_major, width
 from lingc.pass_manager import VIEW_OPS
 
-from .pdl_swap_common import unit_lead
+from .pdl_swap_common import below_lead, unit_lead
 
 lingc_ops = torch.ops.lingc
 
@@ -154,10 +154,7 @@ def absorb(g: fx.Graph, htl: int, pc: fx.Node, found: tuple, pos_cands: list, pl
                 q_lat = emit(g, lingc_ops.head_matmul.default, emit(g, aten.permute.default, q_nope, [1, 0, 2]),
                              w_uk, True, None, True)
                 q_lat = emit(g, aten.permute.default, q_lat, [1, 0, 2])                 # [T, H, R]
-                kv = cache
-                for _ in range(len(shape(cache)) - 2):
-                    kv = emit(g, aten.select.int, kv, 0, 0)           # the [L, R + P] rows below a batch of 1
-                o_lat = emit(g, lingc_ops.mla_decode.default, q_lat, q_rope, kv, pos, scale, None,
+                o_lat = emit(g, lingc_ops.mla_decode.default, q_lat, q_rope, below_lead(g, cache, 2), pos, scale, None,
                              freq[0] if rope else None)
                 out = emit(g, lingc_ops.head_matmul.default, emit(g, aten.permute.default, o_lat, [1, 0, 2]),
                            w_uv_t, True, None, True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
+from lingc.graph_build import emit
 from lingc.graph_match import strip
 
 MAX_T = 16                                  # decode and verify chains; prefill keeps the model's path
@@ -28,3 +29,11 @@ def unit_lead(shape: tuple | None, rank: int) -> int | None:
     if shape is None or len(shape) < rank or any(d != 1 for d in shape[:len(shape) - rank]):
         return None
     return len(shape) - rank
+
+
+def below_lead(g: fx.Graph, n: fx.Node, rank: int) -> fx.Node:
+    """n without its leading unit dims above the last ``rank`` (select(., 0, 0) views, emitted at
+    g's insertion point): the [L, R + P] cache rows or [H, K, V] state a kernel takes."""
+    for _ in range(len(n.meta["val"].shape) - rank):
+        n = emit(g, torch.ops.aten.select.int, n, 0, 0)
+    return n

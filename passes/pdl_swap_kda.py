@@ -40,7 +40,7 @@ from lingc.graph_region import (ancestors, depends_on, descendants, is_heavy, nu
                                 region_key, region_module, rel_err, run_region, shape, val, view_base, widen_leaf)
 from lingc.pass_manager import VIEW_OPS
 
-from .pdl_swap_common import MAX_T, PROBE_TOL, graph_input, unit_lead
+from .pdl_swap_common import MAX_T, PROBE_TOL, below_lead, graph_input, unit_lead
 
 lingc_ops = torch.ops.lingc
 
@@ -377,9 +377,7 @@ class KdaCores:
         with g.inserting_before(anchor):
             def slot_view(w):
                 v = w["ph"] if w["slot"] is None else emit(g, aten.select.int, w["ph"], 0, w["slot"])
-                for _ in range(w["lead"]):
-                    v = emit(g, aten.select.int, v, 0, 0)
-                return v
+                return below_lead(g, v, 3)
             state, window = slot_view(st), slot_view(win)
             args = [emit(g, aten.reshape.default, n, [T, D]) if shape(n) != (T, D) else n for n in m["qkv"]]
             f = m["f"] if shape(m["f"]) == (T, D) else emit(g, aten.reshape.default, m["f"], [T, D])

@@ -55,7 +55,7 @@ from lingc.pass_manager import VIEW_OPS
 from lingc.sdpa import sdpa_call
 
 from . import mla_absorb
-from .pdl_swap_common import MAX_T, PROBE_TOL, graph_input, unit_lead
+from .pdl_swap_common import MAX_T, PROBE_TOL, below_lead, graph_input, unit_lead
 
 lingc_ops = torch.ops.lingc
 
@@ -241,12 +241,10 @@ class MlaCores:
                 # the kernel does exactly that when handed the raw tensor (and the upcast kernel goes).
                 qr = qr.args[0]
             with g.inserting_before(o_lat):
-                kv2 = kv
-                for _ in range(len(shape(kv)) - 2):
-                    kv2 = emit(g, aten.select.int, kv2, 0, 0)         # the [L, R + P] rows below a batch of 1
                 try:
                     out = emit(g, lingc_ops.mla_decode.default, emit_token_major(g, q_lat[0], lat_at),
-                               emit_token_major(g, qr, rope_at), kv2, pos, scale, None, freq[0] if rope else None)
+                               emit_token_major(g, qr, rope_at), below_lead(g, kv, 2), pos, scale, None,
+                               freq[0] if rope else None)
                 except ValueError as e:
                     return str(e)
                 o_new = emit_layout(g, out, o_at)
@@ -407,11 +405,8 @@ class MlaCores:
         if err > PROBE_TOL.get(val(rows).dtype, 3e-2):
             return "the rows are not [c ; interleaved rope(k)]"
         with g.inserting_before(ip):
-            cache = base
-            for _ in range(lead):
-                cache = emit(g, aten.select.int, cache, 0, 0)         # the [L, R + P] rows below a batch of 1
             c, k = (m if len(shape(m)) == 2 else emit(g, aten.reshape.default, m, [T, shape(m)[-1]]) for m in (c, k))
-            emit(g, lingc_ops.mla_kv_write.default, c, k, pos, freq[0], cache)
+            emit(g, lingc_ops.mla_kv_write.default, c, k, pos, freq[0], below_lead(g, base, 2))
         scat.replace_all_uses_with(ph)
         g.erase_node(scat)
         if ip is not scat:
