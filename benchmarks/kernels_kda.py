@@ -9,6 +9,8 @@ stage commit). Variants:
 
 - ``lingc``        torch.ops.lingc.kda_chain's Triton kernel, PDL-launched where supported
 - ``lingc-no-pdl`` the same kernel launched without PDL
+- ``lingc-vk``     the table's config on a state stored [H, V, K] (``state_vk``: each head's state
+                   transposed, read and written in place in that layout)
 - ``lingc-unfused`` the table's config with ``fused_reductions=False`` (four single reductions
                    per token instead of two multi-operand ones; other roundings, checked the same way)
 - ``lingc-bvN``    the kernel at BV=N instead of the table's choice (``--bv``), for the table sweep
@@ -63,7 +65,12 @@ def _layer(T, gen, staged):
         stage_windows=torch.empty(T, 3, D, W - 1, device="cuda", dtype=bf) if staged else None,
         out=torch.empty(T, H, K, device="cuda"),
         index=torch.tensor(T - 1, device="cuda"),
-    )
+    ) | {"state_vk": None}
+
+
+def _with_vk_state(x):
+    x["state_vk"] = x["state"].transpose(-1, -2).contiguous()
+    return x
 
 
 def _args(x):
@@ -140,7 +147,7 @@ def bench_T(T, bvs, warps, replays, copies_override, inductor=False):
     staged = T > 1
     layer_bytes = (4 * H * K * K * (1 + (T if staged else 0)) + 3 * H * K * W * 4 + 5 * T * H * K * 2)
     copies = copies_override or max(MIN_LAYERS, cold_copies(layer_bytes))
-    layers = [_layer(T, gen, staged) for _ in range(copies)]
+    layers = [_with_vk_state(_layer(T, gen, staged)) for _ in range(copies)]
     x0 = layers[0]
     ref = kda_chain_reference(*(_to_cpu(a) for a in _args(x0)))
     table = config_for(H, K, K)
@@ -149,11 +156,14 @@ def bench_T(T, bvs, warps, replays, copies_override, inductor=False):
     # `copies` calls earlier, so the state may be read before the PDL wait (not with one copy).
     ready = copies > 1
 
-    def lingc(cfg, pdl, stage):
+    def lingc(cfg, pdl, stage, vk=False):
         def run(x):
-            return kda_chain_triton(*_args(x), x["stage_states"] if stage else None,
+            args = _args(x)
+            if vk:
+                args = (*args[:9], x["state_vk"], args[10])
+            return kda_chain_triton(*args, x["stage_states"] if stage else None,
                                     x["stage_windows"] if stage else None, x["out"], config=cfg,
-                                    state_ready=ready, use_pdl=None if pdl else False)
+                                    state_ready=ready, use_pdl=None if pdl else False, state_vk=vk)
         return run
 
     variants = {}
@@ -162,6 +172,7 @@ def bench_T(T, bvs, warps, replays, copies_override, inductor=False):
         variants[(mode, "lingc")] = lingc(table, True, stage)
         variants[(mode, "lingc-no-pdl")] = lingc(table, False, stage)
         variants[(mode, "lingc-unfused")] = lingc(replace(table, fused_reductions=False), True, stage)
+        variants[(mode, "lingc-vk")] = lingc(table, True, stage, vk=True)
         for bv in bvs:
             variants[(mode, f"lingc-bv{bv}")] = lingc(KdaConfig(bv=bv), True, stage)
         for bv in bvs or [table.bv]:
@@ -177,11 +188,12 @@ def bench_T(T, bvs, warps, replays, copies_override, inductor=False):
 
     # Persistent variants update x0's state in place, in the check and in the timed replays: every
     # check starts from the pristine state the reference saw.
-    pristine = (x0["state"].clone(), x0["conv_window"].clone())
+    pristine = (x0["state"].clone(), x0["conv_window"].clone(), x0["state_vk"].clone())
 
     def restore():
         x0["state"].copy_(pristine[0])
         x0["conv_window"].copy_(pristine[1])
+        x0["state_vk"].copy_(pristine[2])
 
     rows = []
     for (mode, name), fn in variants.items():

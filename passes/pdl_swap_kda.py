@@ -17,8 +17,8 @@ read-out o (the first value every other use of the state goes through) on one si
 projection outputs and parameters on the other. The cut-out region is run on random inputs and
 compared with kda_chain's reference under every candidate role assignment (q/k/v order, state
 layout [K, V] or [V, K], the gate's lower bound among the region's constants or the unbounded
-softplus gate). A state stored [V, K] runs the kernel on a transposed temporary (noted; the
-in-place layout is [K, V]). A state [1, H, K, V] and a window [1, 3, D, 3] (a Hugging Face batch
+softplus gate). A state stored [V, K] is read and written in place in that layout (the op's
+state_vk; in a verify graph its stages too). A state [1, H, K, V] and a window [1, 3, D, 3] (a Hugging Face batch
 dim of 1) are the [H, K, V] state and [3, D, 3] window below it.
 
 Numerics (declared): the reference evaluates one position at a time (batch-invariant in T); at
@@ -75,8 +75,8 @@ class KdaCores:
         """``state_ready=True`` on every kda_chain whose state and conv window are graph inputs
         (or slots of them) that no lingc KDA op earlier in this graph writes: their last writer
         ran before the graph, behind the projection GEMM that feeds the chain, so the kernel may
-        read them before its PDL wait (runtime/kernels/kda/kernel.py, "PDL"). A transposed copy,
-        or a second chain on the same input, keeps the read after the wait."""
+        read them before its PDL wait (runtime/kernels/kda/kernel.py, "PDL"). A second chain on
+        the same input keeps the read after the wait."""
         def input_base(x):
             if isinstance(x, fx.Node) and x.op == "placeholder":
                 return x
@@ -214,8 +214,6 @@ class KdaCores:
             found = self._kda_probe(nodes, leaves, outs, roles, st, win, T, H, A)
         if isinstance(found, str):
             return found
-        if found["transposed"] and st["staged"]:
-            return "state stored [V, K] in a verify graph: kda_commit writes the [K, V] layout"
         try:
             self._kda_rewrite(g, st, win, o, found, T, H, A)
         except ValueError as e:          # the op refused an argument: nothing was replaced yet
@@ -382,17 +380,15 @@ class KdaCores:
             args = [emit(g, aten.reshape.default, n, [T, D]) if shape(n) != (T, D) else n for n in m["qkv"]]
             f = m["f"] if shape(m["f"]) == (T, D) else emit(g, aten.reshape.default, m["f"], [T, D])
             conv_w = [emit(g, aten.reshape.default, c, [D, 4]) for c in m["conv"]]   # read in place
-            if m["transposed"]:
-                state = emit(g, aten.clone.default, emit(g, aten.transpose.int, state, -1, -2),
-                             memory_format=torch.contiguous_format)
             stages = (None, None)
             if st["staged"]:
                 stages = (emit(g, aten.new_empty.default, state, [T, H, A, A]),
                           emit(g, aten.new_empty.default, window, [T, 3, D, 3]))
+            # A state stored [V, K] is read and written in place in that layout (state_vk; its
+            # stages take the same layout, so kda_commit's flat copy serves both).
             out = emit(g, lingc_ops.kda_chain.default, *args, f, m["b"], conv_w, window, m["a_log"],
-                       m["dt_bias"], state, m["lb"], *stages)
+                       m["dt_bias"], state, m["lb"], *stages, **({"state_vk": True} if m["transposed"] else {}))
             o_new = out if shape(out) == shape(o) else emit(g, aten.reshape.default, out, list(shape(o)))
-            back = emit(g, aten.transpose.int, state, -1, -2) if m["transposed"] else None
         o.replace_all_uses_with(o_new)
         if st["staged"]:
             with g.inserting_before(st["epilogue"]):
@@ -401,8 +397,4 @@ class KdaCores:
             g.erase_node(win["epilogue"])
             return
         g.erase_node(win["epilogue"])
-        if m["transposed"]:                  # the state is written back from the transposed temporary
-            st["value"].replace_all_uses_with(back, delete_user_cb=lambda u: u in st["path"])
-            self.notes.append(f"{st['ph'].name}: state stored [V, K]: kda_chain runs on a transposed copy")
-        else:
-            g.erase_node(st["epilogue"])
+        g.erase_node(st["epilogue"])

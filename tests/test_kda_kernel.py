@@ -409,6 +409,43 @@ def test_op_matches_reference(staged):
         assert torch.equal(window, ref.window)
 
 
+def transposed_state(x):
+    """x with its state stored [H, V, K] (each head's [K, V] state transposed, contiguous)."""
+    return {**x, "state": x["state"].transpose(-1, -2).contiguous()}
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["persistent", "staged"])
+@pytest.mark.parametrize("T", [1, 6])
+@pytest.mark.parametrize("H,K", [(2, 16), (2, 24)])
+def test_state_vk_layout_matches_the_reference(H, K, T, staged):
+    """A state stored [V, K] (state_vk): read and written in that layout, stages too; every
+    element of the NaN-poisoned outputs and stages written; the same values as the [K, V] chain."""
+    x = make_inputs(T, H, K, torch.bfloat16, seed=300 + 10 * T + K)
+    xt = transposed_state(x)
+    ref = kda_chain_reference(*ref_args(x))
+    state, window = xt["state"].clone(), xt["conv_window"].clone()
+    out = torch.full((T, H, K), float("nan"), device=DEVICE)
+    ss = torch.full((T, H, K, K), float("nan"), device=DEVICE) if staged else None
+    sw = torch.full((T, 3, H * K, W - 1), float("nan"), device=DEVICE).to(window.dtype) if staged else None
+    kda_chain_triton(*ref_args(xt, state, window), ss, sw, out, state_vk=True, config=KdaConfig(bv=8))
+    assert not out.isnan().any()
+    assert_close(out, ref.o, RTOL)
+    if staged:
+        assert not ss.isnan().any() and not sw.isnan().any()
+        assert_close(ss.transpose(-1, -2), ref.stage_states, RTOL)
+        assert torch.equal(sw, ref.stage_windows)
+        assert torch.equal(state, xt["state"]) and torch.equal(window, xt["conv_window"])
+    else:
+        assert_close(state.transpose(-1, -2), ref.state, RTOL)
+        assert torch.equal(window, ref.window)
+    # The op's CPU path (the reference on the transposed views) agrees with the kernel.
+    state2, window2 = xt["state"].clone(), xt["conv_window"].clone()
+    ss2, sw2 = (torch.empty_like(ss), torch.empty_like(sw)) if staged else (None, None)
+    o2 = kda_chain(*ref_args(xt, state2, window2), ss2, sw2, state_vk=True)
+    assert_close(o2, out, RTOL)
+    assert_close(ss2 if staged else state2, ss if staged else state, RTOL)
+
+
 def test_op_schema_declares_mutations():
     schema = str(torch.ops.lingc.kda_chain.default._schema)
     for name in ("conv_window", "state", "stage_states", "stage_windows"):
@@ -516,16 +553,20 @@ _COMPILE_CHECK = textwrap.dedent("""
     sig.update(ticket_ptr="*i32", lower_bound="fp32", scale="fp32", eps="fp32")
     cfg = config_for(8, 128, 128)
     barriers = {}
-    # The table's four binaries, and the softplus gate's (Kimi Linear's) in the verify form.
-    forms = [(s, f, False) for s in (False, True) for f in (False, True)] + [(True, True, True)]
-    for staged, fused, softplus in forms:
+    # The table's four binaries, the softplus gate's (Kimi Linear's) in the verify form, and a
+    # state stored [V, K] (state_vk) in both modes.
+    forms = [(s, f, False, False) for s in (False, True) for f in (False, True)] + [(True, True, True, False)]
+    forms += [(False, True, False, True), (True, True, False, True)]
+    for staged, fused, softplus, vk in forms:
         const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv, STAGED=staged,
-                     STATE_BEFORE_WAIT=True, FUSED_RED=fused, USE_GDC=True, SOFTPLUS_GATE=softplus)
+                     STATE_BEFORE_WAIT=True, FUSED_RED=fused, USE_GDC=True, SOFTPLUS_GATE=softplus,
+                     STATE_VK=vk)
         ptx, info = compile_sm90(_kda_chain_kernel, sig, const, num_warps=cfg.num_warps)
         assert "griddepcontrol.wait" in ptx
-        print(staged, fused, softplus, info)
+        print(staged, fused, softplus, vk, ptx.count("bar.sync"), info)
         assert " 0 bytes spill stores" in info, info
-        barriers[staged, fused, softplus] = ptx.count("bar.sync")
+        if not vk:
+            barriers[staged, fused, softplus] = ptx.count("bar.sync")
     # KdaConfig.fused_reductions: the two norms' and the two state products' shared-memory round
     # trips become one each (a norm's reduction across the warps costs three barriers, a state
     # product's two): six CTA barriers fewer, all of them in the token loop (persistent binary
@@ -603,6 +644,27 @@ def test_gpu_flash_tp4_rank_matches_reference(T, staged, fused):
     else:
         assert_close(state, ref.state, 1e-4)
         assert torch.equal(window.cpu(), ref.window)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [1, 6])
+def test_gpu_state_vk_matches_reference(T):
+    """A state stored [V, K] at flash-tp4-rank shapes, the table's config: persistent and staged
+    against the reference, and position T-1 of the staged chain bitwise the persistent result
+    (one binary for both modes, as in the [K, V] layout)."""
+    x = make_inputs(T, 8, 128, torch.bfloat16, seed=120 + T)
+    xt = transposed_state(x)
+    ref = kda_chain_reference(*ref_args_on_cpu(x))
+    cfg = config_for(8, 128, 128)
+    state, window = xt["state"].clone(), xt["conv_window"].clone()
+    o = kda_chain_triton(*ref_args(xt, state, window), state_vk=True, config=cfg)
+    assert_close(o, ref.o, 1e-4)
+    assert_close(state.transpose(-1, -2), ref.state, 1e-4)
+    assert torch.equal(window.cpu(), ref.window)
+    ss = torch.full((T, 8, 128, 128), float("nan"), device="cuda")
+    sw = torch.full((T, 3, 1024, 3), float("nan"), device="cuda").to(torch.bfloat16)
+    o_s = kda_chain_triton(*ref_args(xt), ss, sw, state_vk=True, config=cfg)
+    assert torch.equal(o_s, o) and torch.equal(ss[-1], state) and not ss.isnan().any()
 
 
 @pytest.mark.gpu

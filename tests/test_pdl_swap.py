@@ -265,14 +265,54 @@ def test_foreign_kda_layer(vk, T, tmp_path):
     out, ref, (state, window), (ref_s, ref_w), report = _run_kda(ForeignKDA(vk), T, str(tmp_path))
     st = stat(report, "pdl_swap")
     assert rows(report).get("lingc.kda_chain", 0) == 1, st.notes
-    assert ("transposed copy" in " ".join(st.notes)) == vk
-    # The transposed copy is written right before the chain: its state is read after the wait.
-    assert final_graph_text(report).count("state_ready=True") == (0 if vk else 1)
+    text = final_graph_text(report)
+    # Either layout is read and written in place (a [V, K] state through state_vk, no transposed
+    # copy), so its state is read before the wait.
+    assert text.count("state_ready=True") == 1
+    assert text.count("state_vk=True") == (1 if vk else 0)
     assert_rel_close(out, ref, 1e-5, "foreign KDA output")
     assert_rel_close(state, ref_s, 1e-5, "foreign KDA state")
     assert_rel_close(window, ref_w, 1e-5, "foreign KDA conv window")
-    if not vk:
-        assert "aten.copy_" not in rows(report)           # both writes in place
+    assert "aten.copy_" not in rows(report) and "aten.clone" not in rows(report)   # both writes in place
+
+
+class VerifyForeignKDA(nn.Module):
+    """ForeignKDA as a verify step: tokens in, the greedy verdict over its 24 outputs committed."""
+
+    def __init__(self, vk: bool):
+        super().__init__()
+        self.kda = ForeignKDA(vk)
+
+    def forward(self, tokens, state, window):
+        y = self.kda(F.one_hot(tokens, 24).float(), state, window)
+        return ops.state_commit(ops.greedy_verdict(tokens, y.argmax(-1))), y
+
+
+@pytest.mark.parametrize("vk", [True, False])
+def test_foreign_kda_layer_verify(vk, tmp_path):
+    """The staged form of either state layout runs on kda_chain's stages (a [V, K] state's stages
+    are [V, K] too) and kda_commit; after a verify that accepts 2 of 4 drafts, the state and
+    window are those of eager on the accepted prefix."""
+    torch.manual_seed(2)
+    m = VerifyForeignKDA(vk)
+    state0, window0 = 0.3 * torch.randn(1, H, K, K), torch.randn(1, 3, D, 3)
+    with torch.no_grad():
+        _, y = m(torch.tensor([1, 2, 3, 4]), state0.clone(), window0.clone())
+        y1 = m(torch.tensor([1, int(y[0].argmax())]), state0.clone(), window0.clone())[1]
+        t = [1, int(y[0].argmax()), int(y1[1].argmax())]
+        tokens = torch.tensor(t + [(t[-1] + 1) % 24, 5])
+        ref_s, ref_w = state0.clone(), window0.clone()
+        ref = m(tokens[:3], ref_s, ref_w)[1]
+    st, win = state0.clone(), window0.clone()
+    (accept, out), report = run_and_report(m, tokens, st, win, role="verify", dump_dir=str(tmp_path))
+    assert stat(report, "stage_commit").matches == 2, stat(report, "stage_commit").notes
+    text = final_graph_text(report)
+    assert rows(report).get("lingc.kda_chain") == 1 and rows(report).get("lingc.kda_commit") == 1, rows(report)
+    assert text.count("state_vk=True") == (1 if vk else 0)
+    assert int(accept) == 2
+    assert_rel_close(out[:3], ref, 1e-5, "foreign KDA verify output")
+    assert_rel_close(st, ref_s, 1e-5, "foreign KDA committed state")
+    assert_rel_close(win, ref_w, 1e-5, "foreign KDA committed window")
 
 
 MH, NOPE, ROPE, RANK, VD, HID = 2, 8, 4, 16, 8, 24

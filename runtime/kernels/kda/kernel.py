@@ -157,7 +157,7 @@ def _kda_chain_kernel(
     T, STAGED, lower_bound, scale, eps,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     NVB: tl.constexpr, STATE_BEFORE_WAIT: tl.constexpr, FUSED_RED: tl.constexpr, USE_GDC: tl.constexpr,
-    SOFTPLUS_GATE: tl.constexpr = False,
+    SOFTPLUS_GATE: tl.constexpr = False, STATE_VK: tl.constexpr = False,
 ):
     h = tl.program_id(0)
     vb = tl.program_id(1)
@@ -193,7 +193,10 @@ def _kda_chain_kernel(
     xv0 = tl.load(win_ptr + (2 * D + cv) * WIN + 0, mask=mv, other=0.0).to(tl.float32)
     xv1 = tl.load(win_ptr + (2 * D + cv) * WIN + 1, mask=mv, other=0.0).to(tl.float32)
     xv2 = tl.load(win_ptr + (2 * D + cv) * WIN + 2, mask=mv, other=0.0).to(tl.float32)
-    s_offs = h * K * V + offs_k[:, None] * V + offs_v[None, :]
+    if STATE_VK:    # the state (and its stages) stored [H, V, K]: the same [K, BV] tile, read in place
+        s_offs = h * K * V + offs_v[None, :] * K + offs_k[:, None]
+    else:
+        s_offs = h * K * V + offs_k[:, None] * V + offs_v[None, :]
     S = tl.load(state_ptr + s_offs, mask=m2, other=0.0)
 
     if STATE_BEFORE_WAIT:
@@ -375,10 +378,12 @@ def state_before_wait(state_ready: bool, use_pdl: bool) -> bool:
 
 def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state,
                      lower_bound: float | None, stage_states=None, stage_windows=None, out=None, *,
-                     state_ready: bool = False, config: KdaConfig | None = None,
+                     state_ready: bool = False, state_vk: bool = False, config: KdaConfig | None = None,
                      use_pdl: bool | None = None) -> torch.Tensor:
     """Launch the chain over T = q_raw.shape[0] tokens; returns o [T, H, V] fp32 (``out`` if given).
     ``state_ready``: the state and window may be read before the PDL wait (module docstring).
+    ``state_vk``: state and stage_states are stored [H, V, K] (each head's state transposed);
+    the kernel reads and writes them in that layout.
 
     Persistent mode (stage_states is None): state and conv_window are updated in place.
     Staged mode: stage_states[t] / stage_windows[t] get position t's post-state / post-window;
@@ -411,6 +416,7 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
         stage_states if staged else state, stage_windows if staged else conv_window, tickets,
         T, int(staged), 0.0 if lower_bound is None else float(lower_bound), float(K) ** -0.5, _L2_EPS,
         H=H, K=K, V=V, BK=triton.next_power_of_2(K), BV=cfg.bv, NVB=nvb, SOFTPLUS_GATE=lower_bound is None,
+        STATE_VK=bool(state_vk),
         FUSED_RED=cfg.fused_reductions, STATE_BEFORE_WAIT=state_before_wait(state_ready, use_pdl), USE_GDC=use_pdl,
         num_warps=cfg.num_warps, num_stages=1, **launch,
     )

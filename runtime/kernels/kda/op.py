@@ -1,7 +1,8 @@
 """The fused KDA chain and its commit as opaque custom ops.
 
 - ``torch.ops.lingc.kda_chain(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log,
-  dt_bias, state, lower_bound, stage_states, stage_windows, state_ready=False) -> o [T, H, V] fp32``
+  dt_bias, state, lower_bound, stage_states, stage_windows, state_ready=False, state_vk=False)
+  -> o [T, H, V] fp32``
   lower_bound: the bounded gate's bound (Ling-3: -5.0), or None for the unbounded softplus gate
   (Kimi Linear's; lingc.models.kda_math.kda_gate).
   conv_w is the list of the q, k, v depthwise conv weights [H*K, W], each read in place (a
@@ -13,7 +14,9 @@
   may have more than T positions (a pass can allocate them for the longest chain); positions
   >= T are not written. ``state_ready``: the caller (pdl_swap) vouches that the state and window
   were last written before this graph, so on CUDA they are read before the PDL wait
-  (kernel.py, "PDL"); no effect on the values.
+  (kernel.py, "PDL"); no effect on the values. ``state_vk``: state and stage_states hold each
+  head's state transposed, [H, V, K] (a model that stores it so: read and written in place, no
+  transposed copy); the same shape, since K == V.
 - ``torch.ops.lingc.kda_commit(state, conv_window, stage_states, stage_windows, index) -> None``
   Copies stage position ``index`` (a 0-d or [1] integer tensor on the state's device, e.g. the
   in-graph verdict's accept count) into state and conv_window, in place, without a host sync.
@@ -179,27 +182,28 @@ def _kda_chain(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.Tensor, f_
                b_raw: torch.Tensor, conv_w: list[torch.Tensor], conv_window: torch.Tensor, a_log: torch.Tensor,
                dt_bias: torch.Tensor, state: torch.Tensor, lower_bound: Optional[float],
                stage_states: Optional[torch.Tensor], stage_windows: Optional[torch.Tensor],
-               state_ready: bool = False) -> torch.Tensor:
+               state_ready: bool = False, state_vk: bool = False) -> torch.Tensor:
     args = (q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state, lower_bound,
             stage_states, stage_windows)
     check_kda_chain_args(*args)
     if state.is_cuda:
         from .kernel import kda_chain_triton  # imported here so the CPU path needs no triton
 
-        return kda_chain_triton(*args, state_ready=state_ready)
+        return kda_chain_triton(*args, state_ready=state_ready, state_vk=state_vk)
     T = q_raw.shape[0]
-    r = kda_chain_reference(*args[:11])
+    kv = (lambda x: x.transpose(-1, -2)) if state_vk else (lambda x: x)    # [.., V, K] <-> [.., K, V]
+    r = kda_chain_reference(*args[:9], kv(state), lower_bound)
     if stage_states is None:
-        state.copy_(r.state)
+        state.copy_(kv(r.state))
         conv_window.copy_(r.window)
     else:
-        stage_states[:T].copy_(r.stage_states)
+        stage_states[:T].copy_(kv(r.stage_states))
         stage_windows[:T].copy_(r.stage_windows)
     return r.o
 
 
 def _kda_chain_fake(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state,
-                    lower_bound, stage_states, stage_windows, state_ready=False):
+                    lower_bound, stage_states, stage_windows, state_ready=False, state_vk=False):
     check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state,
                          lower_bound, stage_states, stage_windows)
     H, _, V = state.shape
