@@ -5,6 +5,8 @@ the dump reports PDL coverage and each layer's chain of lingc ops.
     after:   y, h = lingc.rmsnorm(x, w, r, eps)                           (1 kernel, residual fused)
 
     before:  rmsnorm_per_head(o) * w * sigmoid(g)        after: lingc.gated_head_rmsnorm(o, g, w, eps)
+    in a 16-bit model (nn.RMSNorm of o.to(bf16), then * sigmoid(g) in bf16: 4 ATen kernels besides
+    the norm's): lingc.gated_head_rmsnorm(o, g, w, eps, bf16, round_steps=True), rounded as eager
 
     KDA's core (conv windows, gate, delta rule, state write-back) -> lingc.kda_chain, the verify
     graph's staged commits -> lingc.kda_commit_many: pdl_swap_kda.py.
@@ -192,17 +194,28 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
         return None
 
     def _gated_match(self, n: fx.Node):
-        """n = (rms(o) * w) * sigmoid(g), o and g [T, H, V] (or [1, T, H, V]: a batch of 1)."""
+        """n = (rms(o) * w) * sigmoid(g), o and g [T, H, V] (or [1, T, H, V]: a batch of 1):
+        (x as read, w, eps, g, round_steps). round_steps: the form of a model that runs the norm
+        in its 16-bit dtype, ``cast(rms(cast(o_lo, f32)) * w, lo) * sigmoid(g_lo)`` in lo (what
+        nn.RMSNorm of a bf16 input traces to): each step rounded as the op's round_steps does."""
         for a, s in ((n.args[0], n.args[1]), (n.args[1], n.args[0])):
-            if not (isinstance(a, fx.Node) and is_call(s, aten.sigmoid.default) and is_call(a, aten.mul.Tensor)):
+            if not (isinstance(a, fx.Node) and is_call(s, aten.sigmoid.default)):
                 continue
-            m = self._rms_match(a)
+            lo = val(n).dtype
+            rounded = (is_call(a, *CASTS) and lo in (torch.bfloat16, torch.float16) and val(a).dtype == lo
+                       and val(s).dtype == lo and len(a.users) == 1)
+            prod = a.args[0] if rounded else a
+            if not is_call(prod, aten.mul.Tensor):
+                continue
+            m = self._rms_match(prod)
             if m is None:
                 continue
             x, w, eps = m
-            gate = s.args[0].args[0] if is_call(s.args[0], *CASTS) else s.args[0]
-            if unit_lead(shape(x), 3) is not None and shape(gate) == shape(x) and len(a.users) == 1:
-                return x, w, eps, gate
+            if rounded and not (is_call(x, *CASTS) and val(x.args[0]).dtype == lo and val(x).dtype == torch.float32):
+                continue                                  # the norm's input is not the lo value upcast
+            gate = s.args[0] if rounded else s.args[0].args[0] if is_call(s.args[0], *CASTS) else s.args[0]
+            if unit_lead(shape(x), 3) is not None and shape(gate) == shape(x) and len(prod.users) == 1:
+                return x, w, eps, gate, rounded
         return None
 
     def _rewrite_norm(self, g: fx.Graph, n: fx.Node, m, gated: bool) -> bool:
@@ -216,12 +229,20 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
             out_node, out_dtype = users[0], val(users[0]).dtype
         try:
             if gated:
-                _, w, eps, gate = m
+                _, w, eps, gate, rounded = m
+                if rounded:
+                    # o as the lo value the norm reads; a lo rounding of an fp32 o (the KDA chain's
+                    # output) is done by the kernel as it reads o, not by a cast kernel before it.
+                    x = base
+                    if is_call(x, *CASTS) and len(x.users) == 1 and val(x.args[0]).dtype == torch.float32:
+                        x = x.args[0]
+                    out_node, out_dtype = n, val(n).dtype
                 with g.inserting_before(out_node):
                     core = list(shape(x)[-3:])
                     x3, gate3 = ((x, gate) if len(shape(x)) == 3 else
                                  (emit(g, aten.reshape.default, t, core) for t in (x, gate)))
-                    new = emit(g, lingc_ops.gated_head_rmsnorm.default, x3, gate3, w, eps, out_dtype)
+                    new = emit(g, lingc_ops.gated_head_rmsnorm.default, x3, gate3, w, eps, out_dtype,
+                               **({"round_steps": True} if rounded else {}))
                     if shape(new) != shape(out_node):
                         new = emit(g, aten.reshape.default, new, list(shape(out_node)))
                 out_node.replace_all_uses_with(new)

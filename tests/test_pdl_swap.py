@@ -748,6 +748,32 @@ def test_library_rms_norm(capture, dtype):
     assert all(torch.equal(a, b) for a, b in zip(out, ref))
 
 
+@pytest.mark.parametrize("capture", ["functionalize", "aot"])
+@pytest.mark.parametrize("o_dtype", ["fp32", "lo"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gated_head_norm_of_a_16bit_model(dtype, o_dtype, capture, tmp_path):
+    """KDA's output norm as a bf16 / fp16 model writes it: nn.RMSNorm of o.to(dtype) per head,
+    times sigmoid(g) in that dtype (eager rounds the norm, the gate and the product). One
+    lingc.gated_head_rmsnorm with round_steps, o's cast read inside it: no ATen kernel left, and
+    the eager bits (the op's CPU path)."""
+    norm = nn.RMSNorm(16, eps=1e-5, dtype=dtype).eval()
+    with torch.no_grad():
+        norm.weight.normal_(1.0, 0.1)
+
+    def fn(o, g):
+        return norm(o.to(dtype)) * torch.sigmoid(g.view(3, 2, 16))
+
+    o = torch.randn(3, 2, 16) if o_dtype == "fp32" else torch.randn(3, 2, 16, dtype=dtype)
+    g = torch.randn(3, 32, dtype=dtype)
+    with torch.no_grad():
+        ref = fn(o, g)
+    out, report = run_and_report(fn, o, g, capture=capture, dump_dir=str(tmp_path))
+    assert {op: n for cat, op, n, _ in report.kernels.rows if cat != "glue"} == {"lingc.gated_head_rmsnorm": 1}, \
+        report.kernels.format()
+    assert "round_steps=True" in final_graph_text(report)
+    assert out.dtype == dtype and torch.equal(out, ref)
+
+
 class EmbedThenNorm(nn.Module):
     """A token embedding [1, T] -> [1, T, D], its RMSNorm, and the embedding read again as the
     residual (the decoder's first layer); with ``early_reader`` the embedding also feeds an op

@@ -23,10 +23,12 @@
   NEXTN's enorm and hnorm before eh_proj were three launches (two norms and the concatenation);
   pdl_swap emits it there (passes/pdl_glue.py, ``norm_pairs_into_concat``).
 - ``torch.ops.lingc.gated_head_rmsnorm(Tensor o, Tensor gate, Tensor weight, float eps,
-  ScalarType? out_dtype=None) -> Tensor``: KDA's output norm, kda_math.gated_head_rmsnorm:
+  ScalarType? out_dtype=None, bool round_steps=False) -> Tensor``: KDA's output norm, kda_math.gated_head_rmsnorm:
   o [T, H, V] (fp32 from the KDA chain), gate [T, H, V] (raw g_proj output), weight [V];
   returns fp32 [T, H, V], or that rounded once to ``out_dtype`` (the model's cast before
-  o_proj, folded in).
+  o_proj, folded in). ``round_steps=True`` (a 16-bit out_dtype, the gate in it too): the form of
+  a model that runs the norm in that dtype, each step rounded as eager rounds it (o read in
+  out_dtype, the weighted norm and sigmoid(gate) rounded before their product).
 
 All but rmsnorm_out are out of place (``mutates_args=()``): nothing in the graph is mutated, so
 functionalisation leaves them alone and the pdl_swap pass replaces pure subgraphs by pure ops.
@@ -107,7 +109,7 @@ def check_embedding_rmsnorm_args(table, ids, weight, eps) -> None:
     check_rmsnorm_args(table, weight, None, eps)
 
 
-def check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype=None) -> None:
+def check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype=None, round_steps=False) -> None:
     """Raise ValueError naming the bad argument of ``gated_head_rmsnorm``."""
     op = "gated_head_rmsnorm"
     if o.dim() != 3:
@@ -132,6 +134,9 @@ def check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype=None) -> None:
                              f"got strides {t.stride()}")
     if out_dtype is not None and out_dtype not in _DTYPES:
         raise ValueError(f"{op}: out_dtype must be None (float32), bfloat16, float16 or float32, got {out_dtype}")
+    if round_steps and (out_dtype not in (torch.bfloat16, torch.float16) or gate.dtype != out_dtype):
+        raise ValueError(f"{op}: round_steps rounds each step to a 16-bit out_dtype that the gate has too; got "
+                         f"out_dtype={out_dtype}, gate.dtype={gate.dtype}")
     _check_eps(op, eps)
 
 
@@ -224,17 +229,17 @@ def _embedding_rmsnorm_fake(table, ids, weight, eps):
 
 
 def _gated_head_rmsnorm(o: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float,
-                        out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype)
+                        out_dtype: torch.dtype | None = None, round_steps: bool = False) -> torch.Tensor:
+    check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype, round_steps)
     if not o.is_cuda:
-        return gated_head_rmsnorm_reference(o, gate, weight, eps, out_dtype)
+        return gated_head_rmsnorm_reference(o, gate, weight, eps, out_dtype, round_steps)
     from .kernel import gated_head_rmsnorm_triton
 
-    return gated_head_rmsnorm_triton(o, gate, weight, eps, out_dtype)
+    return gated_head_rmsnorm_triton(o, gate, weight, eps, out_dtype, round_steps=round_steps)
 
 
-def _gated_head_rmsnorm_fake(o, gate, weight, eps, out_dtype=None):
-    check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype)
+def _gated_head_rmsnorm_fake(o, gate, weight, eps, out_dtype=None, round_steps=False):
+    check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype, round_steps)
     return o.new_empty(o.shape, dtype=out_dtype or torch.float32)
 
 
@@ -243,7 +248,8 @@ _SCHEMAS = {
     "rmsnorm_out": "(Tensor x, Tensor weight, Tensor? residual, float eps, Tensor(a!) out) -> Tensor",
     "rmsnorm_pair_cols": "(Tensor a, Tensor? a_ids, Tensor wa, float eps_a, Tensor b, Tensor wb, float eps_b) -> Tensor",
     "embedding_rmsnorm": "(Tensor table, Tensor ids, Tensor weight, float eps) -> (Tensor, Tensor)",
-    "gated_head_rmsnorm": "(Tensor o, Tensor gate, Tensor weight, float eps, ScalarType? out_dtype=None) -> Tensor",
+    "gated_head_rmsnorm": ("(Tensor o, Tensor gate, Tensor weight, float eps, ScalarType? out_dtype=None, "
+                           "bool round_steps=False) -> Tensor"),
 }
 
 
