@@ -261,6 +261,13 @@ def direct_epilogue_writes(g: fx.Graph) -> int:
     return count
 
 
+def _one_rounding_rmsnorm(n) -> bool:
+    """n is a lingc.rmsnorm of the one-rounding form: the ops the norms fold into (rmsnorm_router,
+    mla_kv_write, embedding_rmsnorm, rmsnorm_pair_cols, rmsnorm_out) round once, so a norm with
+    round_before_weight (the Llama form) keeps its own kernel."""
+    return is_call(n, lingc_ops.rmsnorm.default) and not n.kwargs.get("round_before_weight", False)
+
+
 def _out_variants() -> dict:
     from lingc.runtime.kernels import norms  # noqa: F401  (registers rmsnorm_out)
     from lingc.runtime.relay import ops as relay_ops  # noqa: F401  (registers the verdict ops)
@@ -349,7 +356,7 @@ def embedding_into_norm(g: fx.Graph) -> int:
 
     count = 0
     order = {n: i for i, n in enumerate(g.nodes)}      # the graph's nodes before any rewrite here
-    for rms in [n for n in g.nodes if is_call(n, lingc_ops.rmsnorm.default)]:
+    for rms in [n for n in g.nodes if _one_rounding_rmsnorm(n)]:
         x, w, residual, eps = rms.args
         if residual is not None or not isinstance(x, fx.Node):
             continue
@@ -416,7 +423,7 @@ def norms_into_routers(g: fx.Graph) -> int:
     order = {n: i for i, n in enumerate(g.nodes)}      # the graph's nodes before any rewrite here
     for router in [n for n in g.nodes if is_call(n, lingc_ops.moe_router.default)]:
         y = _through_identity_views(router.args[0])
-        if not (is_call(y, operator.getitem) and y.args[1] == 0 and is_call(y.args[0], lingc_ops.rmsnorm.default)):
+        if not (is_call(y, operator.getitem) and y.args[1] == 0 and _one_rounding_rmsnorm(y.args[0])):
             continue
         rms = y.args[0]
         x, w, residual, eps = rms.args
@@ -453,7 +460,7 @@ def norms_into_kv_writes(g: fx.Graph) -> int:
             chain.append(c)
             c = c.args[0]
         if not (is_call(c, operator.getitem) and c.args[1] == 0 and len(c.users) == 1
-                and is_call(c.args[0], lingc_ops.rmsnorm.default)):
+                and _one_rounding_rmsnorm(c.args[0])):
             continue
         rms = c.args[0]
         x, w, residual, eps = rms.args
@@ -576,7 +583,7 @@ def _lone_normed_rows(y):
         return None
     norm = y.args[0]
     if is_call(norm, lingc_ops.rmsnorm.default):
-        if norm.args[2] is not None:
+        if norm.args[2] is not None or not _one_rounding_rmsnorm(norm):
             return None
     elif not is_call(norm, lingc_ops.embedding_rmsnorm.default):
         return None
@@ -594,7 +601,7 @@ def norm_pairs_into_concat(g: fx.Graph) -> int:
     written = written_bases(g)
     for cc in [n for n in g.nodes if is_call(n, lingc_ops.concat_cols.default)]:
         pa, pb = (_lone_normed_rows(y) for y in cc.args)
-        if pa is None or pb is None or not is_call(pb[0], lingc_ops.rmsnorm.default):
+        if pa is None or pb is None or not _one_rounding_rmsnorm(pb[0]):
             continue
         (na, src_a), (nb, src_b) = pa, pb
         ya, yb = val(cc.args[0]), val(cc.args[1])

@@ -3,6 +3,8 @@ the dump reports PDL coverage and each layer's chain of lingc ops.
 
     before:  h = r + x ; y = (h * rsqrt(mean(h^2) + eps) * w)          (5-7 ATen ops, fp32 casts)
     after:   y, h = lingc.rmsnorm(x, w, r, eps)                           (1 kernel, residual fused)
+    the Llama form of a 16-bit model, w * (h.float() * rsqrt(..)).to(h.dtype), rounded twice:
+             y, h = lingc.rmsnorm(x, w, r, eps, round_before_weight=True)
 
     before:  rmsnorm_per_head(o) * w * sigmoid(g)        after: lingc.gated_head_rmsnorm(o, g, w, eps)
     in a 16-bit model (nn.RMSNorm of o.to(bf16), then * sigmoid(g) in bf16: 4 ATen kernels besides
@@ -139,7 +141,7 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
         for n in list(g.nodes):
             if n.graph is None or not is_call(n, aten.mul.Tensor):
                 continue
-            m = self._gated_match(n) if gated else self._rms_match(n)
+            m = self._gated_match(n) if gated else (self._rms_match(n) or self._rounded_rms_match(n))
             if m is not None and self._rewrite_norm(g, n, m, gated):
                 matches += 1
         return matches
@@ -191,6 +193,27 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
             c = self._rms_core(core)
             if c is not None and shape(wp) == (shape(c[0])[-1],):
                 return c[0], wp, c[1]
+        return None
+
+    def _rounded_rms_match(self, n: fx.Node):
+        """n = w * cast(rms(cast(h, f32)), lo) in lo, w a [D] parameter in lo: the Hugging Face
+        Llama RMSNorm of a 16-bit model (``weight * normed.to(input_dtype)``, rounded twice):
+        (x as read, w, eps, True)."""
+        lo = val(n).dtype
+        if lo not in (torch.bfloat16, torch.float16):
+            return None
+        for c, w in ((n.args[0], n.args[1]), (n.args[1], n.args[0])):
+            wp = param_operand(w)
+            if (wp is None or w is not wp or val(wp).dtype != lo or not is_call(c, *CASTS) or val(c).dtype != lo
+                    or len(c.users) != 1):
+                continue
+            core = self._rms_core(c.args[0])
+            if core is None:
+                continue
+            x, eps = core
+            if (is_call(x, *CASTS) and val(x).dtype == torch.float32 and val(x.args[0]).dtype == lo
+                    and shape(wp) == (shape(x)[-1],)):
+                return x, wp, eps, True
         return None
 
     def _gated_match(self, n: fx.Node):
@@ -247,7 +270,10 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
                         new = emit(g, aten.reshape.default, new, list(shape(out_node)))
                 out_node.replace_all_uses_with(new)
                 return True
-            _, w, eps = m
+            _, w, eps = m[:3]
+            rounded = len(m) == 4                        # _rounded_rms_match: the Llama form
+            if rounded:
+                out_node, out_dtype = n, val(n).dtype
             if base is x:
                 if val(x).dtype != torch.float32:
                     return False                         # a low-precision norm: other rounding
@@ -264,10 +290,11 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
             where = res.next if res is not None else out_node
             with g.inserting_before(where):
                 two_d = lambda t: t if len(shape(t)) == 2 else emit(g, aten.reshape.default, t, [-1, D])  # noqa: E731
+                flag = {"round_before_weight": True} if rounded else {}
                 if res is not None:
-                    pair = emit(g, lingc_ops.rmsnorm.default, two_d(res.args[1]), w, two_d(res.args[0]), eps)
+                    pair = emit(g, lingc_ops.rmsnorm.default, two_d(res.args[1]), w, two_d(res.args[0]), eps, **flag)
                 else:
-                    pair = emit(g, lingc_ops.rmsnorm.default, two_d(h), w, None, eps)
+                    pair = emit(g, lingc_ops.rmsnorm.default, two_d(h), w, None, eps, **flag)
                 y = emit(g, operator.getitem, pair, 0)
                 if shape(y) != shape(out_node):
                     y = emit(g, aten.reshape.default, y, list(shape(out_node)))

@@ -19,7 +19,9 @@ Where it differs from lingc.models (on purpose):
 ``BatchedKimiStyleModel`` is the same model written the Hugging Face way, with a batch dim (of 1
 at batch-1 decode) on every activation, state and cache: ids [1, T], KDA states [1, H, K, V]
 updated by einsums over b, conv windows [1, 3, D, 3], the MLA cache [1, L, R + P] written with
-``cache[:, pos] = rows``, the MoE over the flattened tokens.
+``cache[:, pos] = rows``, the MoE over the flattened tokens, and its layer norms in the Hugging
+Face Llama form (``HFRMSNorm``: ``weight * normed.to(dtype)``, the same math in fp32, one more
+rounding in bf16 / fp16).
 """
 
 from __future__ import annotations
@@ -257,8 +259,20 @@ class BatchedMoE(KimiStyleMoE):
         return super().forward(x.reshape(-1, x.shape[-1])).view(x.shape)
 
 
+class HFRMSNorm(nn.RMSNorm):
+    """nn.RMSNorm's weights with the Hugging Face Llama forward (``weight * normed.to(dtype)``:
+    in a 16-bit model the normed row is rounded before the weight multiplies it)."""
+
+    def forward(self, h):
+        dt = h.dtype
+        h = h.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dt)
+
+
 class BatchedKimiStyleModel(KimiStyleModel):
-    """KimiStyleModel's weights and math with a batch dim on everything (the module docstring).
+    """KimiStyleModel's weights and math with a batch dim on everything and the layer norms in
+    the Hugging Face Llama form (the module docstring; the same math in fp32).
     forward(ids [B, T], pos [T], states, windows, caches) -> logits [B, T, VOCAB]."""
 
     def __init__(self, seed: int = 0, textbook_mla: bool = False):
@@ -267,6 +281,8 @@ class BatchedKimiStyleModel(KimiStyleModel):
             m.__class__ = BatchedMLA if isinstance(m, KimiStyleMLA) else BatchedKDA
         for m in self.moe:
             m.__class__ = BatchedMoE
+        for m in self.norms:
+            m.__class__ = HFRMSNorm
 
     @staticmethod
     def fresh_state(seed: int = 1, cache_len: int = 24, dtype: torch.dtype = torch.float32):

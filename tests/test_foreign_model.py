@@ -174,6 +174,32 @@ def test_half_precision_model(model, dtype):
         assert ((got - want).norm() / want.norm()) < 3e-2
 
 
+# The Hugging Face form in bf16: its Llama RMSNorms round before the weight, so they run on
+# lingc.rmsnorm's round_before_weight form and are not folded into the routers (rmsnorm_router)
+# nor the first norm into the embedding gather, which round once.
+EXPECTED_HF_16BIT = {**{k: v for k, v in EXPECTED.items() if k not in ("lingc.rmsnorm_router", "lingc.embedding_rmsnorm")},
+                     "lingc.rmsnorm": 7, "lingc.moe_router": 3}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_hf_style_model(dtype):
+    """The batch-dim-of-1 model with Llama RMSNorms (``weight * normed.to(dtype)``) cast to a
+    16-bit dtype: every norm, core and MoE on lingc kernels; the one ATen kernel is the token
+    embedding's gather (module comment above)."""
+    m = BatchedKimiStyleModel().to(dtype)
+    g = torch.Generator().manual_seed(8)
+    ids, pos = torch.randint(0, 64, (3,), generator=g)[None], torch.arange(10, 13)
+    groups = list(BatchedKimiStyleModel.fresh_state(9, dtype=dtype))
+    ref_groups = [[t.clone() for t in group] for group in groups]
+    with torch.no_grad():
+        ref = m(ids, pos, *ref_groups)
+    out, report = run_and_report(m, ids, pos, *groups)
+    assert {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"} == EXPECTED_HF_16BIT
+    assert {op: n for cat, op, n, _ in report.kernels.rows if cat == "aten"} == {"aten.embedding": 1}
+    rel = (out.float() - ref.float()).norm() / ref.float().norm()
+    assert rel < (3e-2 if dtype == torch.bfloat16 else 5e-3), f"{dtype} relative error {rel:.3g}"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("T", [1, 6])
 def test_gpu_batched_decode_step(T):

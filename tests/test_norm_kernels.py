@@ -64,10 +64,10 @@ def assert_within_one_ulp(actual, ref):
     assert bool((diff <= ulp).all()), f"max diff {diff.max().item():.3e} exceeds one ulp"
 
 
-def run_rmsnorm(x, w, residual, config=None):
+def run_rmsnorm(x, w, residual, config=None, round_before_weight=False):
     T, D = x.shape
     out, new_res = nan(T, D, dtype=x.dtype, device=x.device), nan(T, D, dtype=x.dtype, device=x.device)
-    rmsnorm_triton(x, w, residual, EPS, out, new_res, config=config)
+    rmsnorm_triton(x, w, residual, EPS, out, new_res, config=config, round_before_weight=round_before_weight)
     return out, new_res
 
 
@@ -106,6 +106,44 @@ def test_rmsnorm_kernel_matches_reference(T, D, dtype, residual):
     w = rand(D, dtype=dtype, seed=seed + 2)
     ref = rmsnorm_reference(x.cpu(), w.cpu(), None if r is None else r.cpu(), EPS)
     check_rmsnorm(run_rmsnorm(x, w, r), ref, dtype, w)
+
+
+class LlamaRMSNorm(torch.nn.Module):
+    """The Hugging Face Llama RMSNorm, as many checkpoints' modeling code copies it."""
+
+    def __init__(self, w, eps):
+        super().__init__()
+        self.weight, self.eps = torch.nn.Parameter(w, requires_grad=False), eps
+
+    def forward(self, h):
+        dt = h.dtype
+        h = h.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dt)
+
+
+@pytest.mark.parametrize("residual", [True, False], ids=["residual", "no-residual"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("D", [96, 33, 2560])
+@pytest.mark.parametrize("T", [1, 6])
+def test_rmsnorm_round_before_weight_is_the_llama_form(T, D, dtype, residual):
+    """round_before_weight: the reference is LlamaRMSNorm(residual + x) bit for bit; the kernel
+    (NaN-poisoned outputs) within its two roundings of it (an ulp each where an fp32 value lands
+    on the other side of a boundary, or where the interpreter's bf16 casts truncate)."""
+    seed = 3 * T + D
+    x = rand(T, D, dtype=dtype, seed=seed)
+    r = rand(T, D, dtype=dtype, seed=seed + 1, scale=4.0) if residual else None
+    w = rand(D, dtype=dtype, seed=seed + 2)
+    ref_out, ref_res = rmsnorm_reference(x.cpu(), w.cpu(), None if r is None else r.cpu(), EPS, True)
+    h = x.cpu() if r is None else r.cpu() + x.cpu()
+    with torch.no_grad():
+        assert torch.equal(ref_out, LlamaRMSNorm(w.cpu(), EPS)(h)) and torch.equal(ref_res, h)
+    assert not torch.equal(ref_out, rmsnorm_reference(x.cpu(), w.cpu(), None if r is None else r.cpu(), EPS)[0])
+    out, new_res = run_rmsnorm(x, w, r, round_before_weight=True)
+    assert torch.isfinite(out.float()).all() and torch.isfinite(new_res.float()).all()
+    assert_within_one_ulp(new_res.cpu(), ref_res)
+    want = rmsnorm_reference(new_res.cpu(), w.cpu(), None, EPS, True)[0].float()
+    assert bool(((out.cpu().float() - want).abs() <= want.abs() * 2 * 2.0 ** -7 + 1e-6).all())
 
 
 def test_rmsnorm_kernel_prefill_rows_and_strided_inputs():
@@ -326,6 +364,11 @@ def test_fake_impls():
             torch.ops.lingc.rmsnorm(x, w, torch.empty(6, 2000), EPS)
 
 
+def test_rmsnorm_round_before_weight_needs_the_weight_in_xs_dtype():
+    with pytest.raises(ValueError, match="weight.dtype torch.float32 differs from x.dtype torch.bfloat16"):
+        rmsnorm(torch.zeros(2, 8, dtype=torch.bfloat16), torch.ones(8), None, EPS, True)
+
+
 @pytest.mark.parametrize("kwargs,match", [
     (dict(x=torch.zeros(2, 3, 8)), r"x must be \[T, D\] .* got shape \(2, 3, 8\)"),
     (dict(x=torch.zeros(2, 8, dtype=torch.int32)), "x.dtype must be .* got torch.int32"),
@@ -381,11 +424,12 @@ _COMPILE_CHECK = textwrap.dedent("""
         assert " 0 bytes spill stores" in info, info
 
     c = rmsnorm_config(2560)
-    for has_res, gather in ((False, False), (True, False), (False, True)):
+    for has_res, gather, rbw in ((False, False, False), (True, False, False), (False, True, False),
+                                 (True, False, True)):
         sig = dict(x_ptr="*bf16", ids_ptr="*i64", res_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16",
                    new_res_ptr="*bf16", stride_x="i32", stride_r="i32", D="i32", eps="fp32")
-        check(_rmsnorm_kernel, sig, dict(BLOCK=c.block, HAS_RESIDUAL=has_res, GATHER=gather, USE_GDC=True),
-              c.num_warps)
+        check(_rmsnorm_kernel, sig, dict(BLOCK=c.block, HAS_RESIDUAL=has_res, GATHER=gather, USE_GDC=True,
+                                         ROUND_BEFORE_WEIGHT=rbw), c.num_warps)
     for gather in (True, False):
         sig = dict(a_ptr="*bf16", ids_ptr="*i64", wa_ptr="*bf16", b_ptr="*bf16", wb_ptr="*bf16", out_ptr="*bf16",
                    stride_a="i32", stride_b="i32", D="i32", eps_a="fp32", eps_b="fp32")
@@ -417,6 +461,9 @@ def test_gpu_flash_shapes_match_reference(T):
     ref_out, ref_h = rmsnorm_reference(x.cpu(), w.cpu(), r.cpu(), EPS)
     assert torch.equal(h.cpu(), ref_h), "the bf16 residual add is one rounding on both sides"
     assert_close(out, ref_out, RTOL[torch.bfloat16])
+    llama = rmsnorm_reference(x.cpu(), w.cpu(), r.cpu(), EPS, True)[0].float()
+    got = torch.ops.lingc.rmsnorm(x, w, r, EPS, True)[0].cpu().float()
+    assert bool(((got - llama).abs() <= llama.abs() * 2.0 ** -7 + 1e-6).all())
     o, g = rand(T, 8, 128, seed=64), rand(T, 8, 128, dtype=torch.bfloat16, seed=65)
     wg = rand(128, dtype=torch.bfloat16, seed=66)
     want = gated_head_rmsnorm_reference(o.cpu(), g.cpu(), wg.cpu(), EPS)

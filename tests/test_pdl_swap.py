@@ -774,6 +774,47 @@ def test_gated_head_norm_of_a_16bit_model(dtype, o_dtype, capture, tmp_path):
     assert out.dtype == dtype and torch.equal(out, ref)
 
 
+class LlamaNormed(nn.Module):
+    """Hugging Face Llama RMSNorms (``weight * normed.to(input_dtype)``) in a 16-bit model: one
+    after a token embedding (not folded into lingc.embedding_rmsnorm, which rounds once), one of a
+    residual stream (the add fused into lingc.rmsnorm)."""
+
+    def __init__(self, dtype):
+        super().__init__()
+        self.emb = nn.Embedding(50, 40, dtype=dtype)
+        self.w = nn.ParameterList([nn.Parameter(1 + 0.1 * torch.randn(40, dtype=dtype), requires_grad=False)
+                                   for _ in range(2)])
+
+    def norm(self, h, i):
+        dt = h.dtype
+        h = h.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.w[i] * h.to(dt)
+
+    def forward(self, ids, x):
+        a = self.norm(self.emb(ids), 0)
+        h = x + a
+        return self.norm(h, 1), h
+
+
+@pytest.mark.parametrize("capture", ["functionalize", "aot"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_llama_rms_norm_of_a_16bit_model(dtype, capture, tmp_path):
+    """The Llama form rounds the normed row before the weight: lingc.rmsnorm with
+    round_before_weight, eager's bits, the residual add fused; the embedding's norm keeps its
+    own kernel (embedding_rmsnorm rounds once)."""
+    torch.manual_seed(3)
+    m = LlamaNormed(dtype).eval()
+    ids, x = torch.tensor([3, 7, 11]), torch.randn(3, 40, dtype=dtype)
+    with torch.no_grad():
+        ref = m(ids, x)
+    out, report = run_and_report(m, ids, x, capture=capture, dump_dir=str(tmp_path))
+    kernels = {op: n for cat, op, n, _ in report.kernels.rows if cat != "glue"}
+    assert kernels == {"lingc.rmsnorm": 2, "aten.embedding": 1}, report.kernels.format()
+    assert final_graph_text(report).count("round_before_weight=True") == 2
+    assert all(a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(out, ref))
+
+
 class EmbedThenNorm(nn.Module):
     """A token embedding [1, T] -> [1, T, D], its RMSNorm, and the embedding read again as the
     residual (the decoder's first layer); with ``early_reader`` the embedding also feeds an op

@@ -10,7 +10,7 @@ set -u
 DURATIONS=8 source "$(dirname "$0")/device_env.sh"
 CUDA_VISIBLE_DEVICES=0 timeout 200 $PYT tests/test_backend_gpu.py tests/test_pdl_swap.py tests/test_foreign_model.py \
     2>&1 | stamp > "$OUT/pytest_gpu_s44_c1.log"
-CUDA_VISIBLE_DEVICES=0 timeout 80 $PYT tests/test_kda_kernel.py tests/test_norm_kernels.py \
+CUDA_VISIBLE_DEVICES=0 timeout 80 $PYT tests/test_kda_kernel.py tests/test_norm_kernels.py tests/test_rmsnorm_router.py \
     2>&1 | stamp >> "$OUT/pytest_gpu_s44_c1.log"
 CUDA_VISIBLE_DEVICES=0 timeout 130 $PYT tests/test_relay.py tests/test_batch_invariance.py \
     2>&1 | stamp >> "$OUT/pytest_gpu_s44_c1.log"

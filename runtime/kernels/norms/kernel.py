@@ -6,7 +6,8 @@ RMSNorm (``_rmsnorm_kernel``). Grid (T,): one program per row, the whole row in 
 reduction with no cross-program traffic. The norm weight is loaded before ``gdc_wait``; the row,
 the residual and every store come after it. Per row: h = (x + residual) rounded to x.dtype (the
 model's bf16 residual stream), stored as new_residual; out = h * rsqrt(sum(h^2) / D + eps) * w in
-fp32, rounded once. With GATHER (``lingc.embedding_rmsnorm``, the model's first norm after the
+fp32, rounded once (with ROUND_BEFORE_WEIGHT, the Hugging Face Llama form: the normed row rounded
+to the row's dtype, then times w, rounded again). With GATHER (``lingc.embedding_rmsnorm``, the model's first norm after the
 token embedding) x is the embedding table and row t reads table row ids[t], loaded after the wait
 (the ids are produced upstream); new_residual then holds the gathered row, the embedding's value.
 
@@ -75,8 +76,18 @@ def _normed_row(h, w, D, eps):
 
 
 @triton.jit
+def _normed_row_rounded(h, w, D, eps):
+    """_normed_row with the normed row rounded to h's dtype before the weight multiplies it (the
+    Hugging Face Llama form): the same sum, then two roundings (the caller rounds the product)."""
+    hf = h.to(tl.float32)
+    ms = tl.sum(hf * hf, axis=0) / D
+    return (hf * tl.rsqrt(ms + eps)).to(h.dtype).to(tl.float32) * w
+
+
+@triton.jit
 def _rmsnorm_kernel(x_ptr, ids_ptr, res_ptr, w_ptr, out_ptr, new_res_ptr, stride_x, stride_r, D, eps,
-                    BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr, GATHER: tl.constexpr, USE_GDC: tl.constexpr):
+                    BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr, GATHER: tl.constexpr, USE_GDC: tl.constexpr,
+                    ROUND_BEFORE_WEIGHT: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     m = offs < D
@@ -96,7 +107,10 @@ def _rmsnorm_kernel(x_ptr, ids_ptr, res_ptr, w_ptr, out_ptr, new_res_ptr, stride
     else:
         h = x
     tl.store(new_res_ptr + row * D + offs, h, mask=m)
-    y = _normed_row(h, w, D, eps)
+    if ROUND_BEFORE_WEIGHT:
+        y = _normed_row_rounded(h, w, D, eps)
+    else:
+        y = _normed_row(h, w, D, eps)
     tl.store(out_ptr + row * D + offs, y.to(out_ptr.dtype.element_ty), mask=m)
 
 
@@ -170,7 +184,7 @@ def _launch(use_pdl: bool | None, device) -> tuple[bool, dict]:
     return use_pdl, ({"launch_pdl": True} if use_pdl else {})
 
 
-def _rmsnorm_rows(src, ids, residual, weight, eps, T, out, new_residual, config, use_pdl):
+def _rmsnorm_rows(src, ids, residual, weight, eps, T, out, new_residual, config, use_pdl, round_before_weight=False):
     """The one launch of ``_rmsnorm_kernel`` behind both launchers below: T rows of ``src``
     (rows ``ids[t]`` of it when ids is given), outputs allocated when not given."""
     D = src.shape[1]
@@ -187,18 +201,22 @@ def _rmsnorm_rows(src, ids, residual, weight, eps, T, out, new_residual, config,
     res = src if residual is None else residual
     _rmsnorm_kernel[(T,)](src, src if ids is None else ids, res, weight, out, new_residual, src.stride(0),
                           res.stride(0), D, float(eps), BLOCK=cfg.block, HAS_RESIDUAL=residual is not None,
-                          GATHER=ids is not None, USE_GDC=use_pdl, num_warps=cfg.num_warps, num_stages=1, **launch)
+                          GATHER=ids is not None, USE_GDC=use_pdl, ROUND_BEFORE_WEIGHT=bool(round_before_weight),
+                          num_warps=cfg.num_warps, num_stages=1, **launch)
     return out, new_residual
 
 
 def rmsnorm_triton(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None, eps: float,
                    out: torch.Tensor | None = None, new_residual: torch.Tensor | None = None, *,
-                   config: NormConfig | None = None, use_pdl: bool | None = None):
+                   round_before_weight: bool = False, config: NormConfig | None = None,
+                   use_pdl: bool | None = None):
     """Launch the fused residual add + RMSNorm over the T rows of x [T, D]; returns
     (out, new_residual), both [T, D] contiguous in x.dtype (``out``/``new_residual`` if given).
-    Arguments are as op.check_rmsnorm_args accepts them."""
+    ``round_before_weight``: naive.rmsnorm_reference's Llama form. Arguments are as
+    op.check_rmsnorm_args accepts them."""
     assert residual is None or (residual.shape == x.shape and residual.stride(-1) == 1)
-    return _rmsnorm_rows(x, None, residual, weight, eps, x.shape[0], out, new_residual, config, use_pdl)
+    return _rmsnorm_rows(x, None, residual, weight, eps, x.shape[0], out, new_residual, config, use_pdl,
+                         round_before_weight)
 
 
 def embedding_rmsnorm_triton(table: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor, eps: float,

@@ -31,15 +31,20 @@ __all__ = ["rmsnorm_reference", "embedding_rmsnorm_reference", "rmsnorm_pair_col
 
 
 def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None,
-                      eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+                      eps: float, round_before_weight: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(rmsnorm(residual + x) * weight, residual + x); without a residual, (rmsnorm(x), copy of x).
 
     x, residual [T, D] of one dtype; weight [D]. Outputs are new tensors in x.dtype.
+    ``round_before_weight``: the normed row is rounded to x.dtype before the weight multiplies it
+    in x.dtype (the Hugging Face Llama form, ``weight * normed.to(input_dtype)``; weight in
+    x.dtype), two roundings instead of one.
     """
     h = x.clone() if residual is None else residual + x
     hf = h.float()
-    out = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
-    return out.to(h.dtype), h
+    normed = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
+    if round_before_weight:
+        return weight * normed.to(h.dtype), h
+    return (normed * weight.float()).to(h.dtype), h
 
 
 def embedding_rmsnorm_reference(table: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor,

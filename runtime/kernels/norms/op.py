@@ -1,11 +1,15 @@
 """lingc's norms as opaque, functional custom ops.
 
-- ``torch.ops.lingc.rmsnorm(Tensor x, Tensor weight, Tensor? residual, float eps)
-  -> (Tensor out, Tensor new_residual)``: x, residual [T, D] of one dtype (unit stride along D,
-  any row stride), weight [D]. new_residual = residual + x in x.dtype (x itself, copied, when
-  residual is None: the first layer's input norm) and out = RMSNorm(new_residual) * weight,
-  computed in fp32 and rounded once to x.dtype: the decoder's ``h = x + sublayer(..)`` followed
-  by the next RMSNorm of h, exactly as lingc/models/decoder.py and layers.py compute it.
+- ``torch.ops.lingc.rmsnorm(Tensor x, Tensor weight, Tensor? residual, float eps,
+  bool round_before_weight=False) -> (Tensor out, Tensor new_residual)``: x, residual [T, D] of
+  one dtype (unit stride along D, any row stride), weight [D]. new_residual = residual + x in
+  x.dtype (x itself, copied, when residual is None: the first layer's input norm) and out =
+  RMSNorm(new_residual) * weight, computed in fp32 and rounded once to x.dtype: the decoder's
+  ``h = x + sublayer(..)`` followed by the next RMSNorm of h, exactly as lingc/models/decoder.py
+  and layers.py compute it. ``round_before_weight=True`` (weight in x.dtype): the Hugging Face
+  Llama form, ``weight * normed.to(x.dtype)``, rounded twice as eager rounds it; the norm folds
+  of passes/pdl_glue.py (into routers, cache writes, the embedding gather, pairs, out= writes)
+  take only the one-rounding form.
 - ``torch.ops.lingc.rmsnorm_out(Tensor x, Tensor weight, Tensor? residual, float eps,
   Tensor(a!) out) -> Tensor new_residual``: rmsnorm with ``out`` written in place (contiguous,
   [T, D] in x.dtype), the same bits. pdl_swap emits it where the graph copies a norm's output
@@ -63,9 +67,12 @@ def _check_eps(op: str, eps) -> None:
         raise ValueError(f"{op}: eps must be a finite number >= 0 (Ling-3 uses 1e-6), got {eps}")
 
 
-def check_rmsnorm_args(x, weight, residual, eps) -> None:
+def check_rmsnorm_args(x, weight, residual, eps, round_before_weight=False) -> None:
     """Raise ValueError naming the bad argument of ``rmsnorm``."""
     op = "rmsnorm"
+    if round_before_weight and weight.dtype != x.dtype:
+        raise ValueError(f"{op}: round_before_weight multiplies the rounded row by the weight in x's dtype; "
+                         f"weight.dtype {weight.dtype} differs from x.dtype {x.dtype}")
     if x.dim() != 2:
         raise ValueError(f"{op}: x must be [T, D] (2-d; reshape [1, T, D] inputs), got shape {_shape(x)}")
     if x.dtype not in _DTYPES:
@@ -172,17 +179,17 @@ def _rmsnorm_pair_cols_fake(a, a_ids, wa, eps_a, b, wb, eps_b):
 
 
 def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None,
-             eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    check_rmsnorm_args(x, weight, residual, eps)
+             eps: float, round_before_weight: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    check_rmsnorm_args(x, weight, residual, eps, round_before_weight)
     if not x.is_cuda:
-        return rmsnorm_reference(x, weight, residual, eps)
+        return rmsnorm_reference(x, weight, residual, eps, round_before_weight)
     from .kernel import rmsnorm_triton  # imported here so the CPU path needs no triton
 
-    return rmsnorm_triton(x, weight, residual, eps)
+    return rmsnorm_triton(x, weight, residual, eps, round_before_weight=round_before_weight)
 
 
-def _rmsnorm_fake(x, weight, residual, eps):
-    check_rmsnorm_args(x, weight, residual, eps)
+def _rmsnorm_fake(x, weight, residual, eps, round_before_weight=False):
+    check_rmsnorm_args(x, weight, residual, eps, round_before_weight)
     return torch.empty_like(x, memory_format=torch.contiguous_format), \
         torch.empty_like(x, memory_format=torch.contiguous_format)
 
@@ -244,7 +251,7 @@ def _gated_head_rmsnorm_fake(o, gate, weight, eps, out_dtype=None, round_steps=F
 
 
 _SCHEMAS = {
-    "rmsnorm": "(Tensor x, Tensor weight, Tensor? residual, float eps) -> (Tensor, Tensor)",
+    "rmsnorm": "(Tensor x, Tensor weight, Tensor? residual, float eps, bool round_before_weight=False) -> (Tensor, Tensor)",
     "rmsnorm_out": "(Tensor x, Tensor weight, Tensor? residual, float eps, Tensor(a!) out) -> Tensor",
     "rmsnorm_pair_cols": "(Tensor a, Tensor? a_ids, Tensor wa, float eps_a, Tensor b, Tensor wb, float eps_b) -> Tensor",
     "embedding_rmsnorm": "(Tensor table, Tensor ids, Tensor weight, float eps) -> (Tensor, Tensor)",
