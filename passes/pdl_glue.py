@@ -263,8 +263,8 @@ def direct_epilogue_writes(g: fx.Graph) -> int:
 
 def _one_rounding_rmsnorm(n) -> bool:
     """n is a lingc.rmsnorm of the one-rounding form: the ops the norms fold into (rmsnorm_router,
-    mla_kv_write, embedding_rmsnorm, rmsnorm_pair_cols, rmsnorm_out) round once, so a norm with
-    round_before_weight (the Llama form) keeps its own kernel."""
+    mla_kv_write, rmsnorm_pair_cols, rmsnorm_out) round once, so a norm with round_before_weight
+    (the Llama form) keeps its own kernel; embedding_rmsnorm takes either form."""
     return is_call(n, lingc_ops.rmsnorm.default) and not n.kwargs.get("round_before_weight", False)
 
 
@@ -356,7 +356,7 @@ def embedding_into_norm(g: fx.Graph) -> int:
 
     count = 0
     order = {n: i for i, n in enumerate(g.nodes)}      # the graph's nodes before any rewrite here
-    for rms in [n for n in g.nodes if _one_rounding_rmsnorm(n)]:
+    for rms in [n for n in g.nodes if is_call(n, lingc_ops.rmsnorm.default)]:    # either rounding form
         x, w, residual, eps = rms.args
         if residual is not None or not isinstance(x, fx.Node):
             continue
@@ -376,7 +376,7 @@ def embedding_into_norm(g: fx.Graph) -> int:
             continue                 # a reader before the norm could not read the norm's x
         with g.inserting_before(rms):
             flat = ids if val(ids).dim() == 1 else emit(g, aten.view.default, ids, [T])
-            new = emit(g, lingc_ops.embedding_rmsnorm.default, table, flat, w, eps)
+            new = emit(g, lingc_ops.embedding_rmsnorm.default, table, flat, w, eps, **rms.kwargs)
         rms.replace_all_uses_with(new)
         g.erase_node(rms)
         for v in chain:
@@ -585,8 +585,8 @@ def _lone_normed_rows(y):
     if is_call(norm, lingc_ops.rmsnorm.default):
         if norm.args[2] is not None or not _one_rounding_rmsnorm(norm):
             return None
-    elif not is_call(norm, lingc_ops.embedding_rmsnorm.default):
-        return None
+    elif not is_call(norm, lingc_ops.embedding_rmsnorm.default) or norm.kwargs.get("round_before_weight", False):
+        return None                       # (rmsnorm_pair_cols rounds once)
     if any(u is not y and (not is_call(u, operator.getitem) or u.users) for u in norm.users):
         return None                       # the rows' copy (new_residual / the gathered x) is read
     return norm, norm.args[0]

@@ -144,6 +144,14 @@ def test_rmsnorm_round_before_weight_is_the_llama_form(T, D, dtype, residual):
     assert_within_one_ulp(new_res.cpu(), ref_res)
     want = rmsnorm_reference(new_res.cpu(), w.cpu(), None, EPS, True)[0].float()
     assert bool(((out.cpu().float() - want).abs() <= want.abs() * 2 * 2.0 ** -7 + 1e-6).all())
+    if not residual:     # the same form with the embedding gather (rows of a table)
+        ids = torch.randint(0, 3 * T, (T,), generator=torch.Generator().manual_seed(seed)).to(x.device)
+        table = rand(3 * T, D, dtype=dtype, seed=seed + 3)
+        e_out, e_x = nan(T, D, dtype=dtype), nan(T, D, dtype=dtype)
+        embedding_rmsnorm_triton(table, ids, w, EPS, e_out, e_x, round_before_weight=True)
+        e_ref, e_rows = embedding_rmsnorm_reference(table.cpu(), ids.cpu(), w.cpu(), EPS, True)
+        assert torch.equal(e_x.cpu(), e_rows)
+        assert bool(((e_out.cpu().float() - e_ref.float()).abs() <= e_ref.float().abs() * 2 * 2.0 ** -7 + 1e-6).all())
 
 
 def test_rmsnorm_kernel_prefill_rows_and_strided_inputs():

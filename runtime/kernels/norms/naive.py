@@ -48,10 +48,11 @@ def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor, residual: torch.Ten
 
 
 def embedding_rmsnorm_reference(table: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor,
-                                eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+                                eps: float, round_before_weight: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(rmsnorm(table[ids]) * weight, table[ids]): the token embedding gather and the first
-    RMSNorm after it. table [V, D], ids [T] integer in [0, V), weight [D]; outputs in table.dtype."""
-    return rmsnorm_reference(table.index_select(0, ids.long()), weight, None, eps)
+    RMSNorm after it. table [V, D], ids [T] integer in [0, V), weight [D]; outputs in table.dtype.
+    ``round_before_weight``: rmsnorm_reference's Llama form."""
+    return rmsnorm_reference(table.index_select(0, ids.long()), weight, None, eps, round_before_weight)
 
 
 def rmsnorm_pair_cols_reference(a: torch.Tensor, a_ids: torch.Tensor | None, wa: torch.Tensor, eps_a: float,

@@ -15,8 +15,8 @@
   [T, D] in x.dtype), the same bits. pdl_swap emits it where the graph copies a norm's output
   into one of its inputs (the relay's verify graph: the final norm's rows into relay.vhid), so the
   copy is no kernel of its own (passes/pdl_glue.py, ``direct_lingc_writes``).
-- ``torch.ops.lingc.embedding_rmsnorm(Tensor table, Tensor ids, Tensor weight, float eps)
-  -> (Tensor out, Tensor x)``: x = table[ids] (the token embedding gather, table [V, D], ids [T]
+- ``torch.ops.lingc.embedding_rmsnorm(Tensor table, Tensor ids, Tensor weight, float eps,
+  bool round_before_weight=False) -> (Tensor out, Tensor x)``: x = table[ids] (the token embedding gather, table [V, D], ids [T]
   int32/int64 in [0, V)) and out = RMSNorm(x) * weight, as rmsnorm(x, weight, None, eps) returns
   them; one kernel, so the gather is not a launch (and a full edge of the captured graph) of its
   own. Ids are not range-checked on the device (nor by ATen's CUDA embedding, which asserts).
@@ -102,7 +102,7 @@ def check_rmsnorm_args(x, weight, residual, eps, round_before_weight=False) -> N
     _check_eps(op, eps)
 
 
-def check_embedding_rmsnorm_args(table, ids, weight, eps) -> None:
+def check_embedding_rmsnorm_args(table, ids, weight, eps, round_before_weight=False) -> None:
     """Raise ValueError naming the bad argument of ``embedding_rmsnorm``."""
     op = "embedding_rmsnorm"
     if table.dim() != 2:
@@ -113,7 +113,7 @@ def check_embedding_rmsnorm_args(table, ids, weight, eps) -> None:
         raise ValueError(f"{op}: ids must be int32 or int64 token ids, got {ids.dtype}")
     if ids.device != table.device:
         raise ValueError(f"{op}: ids is on {ids.device} but table is on {table.device}")
-    check_rmsnorm_args(table, weight, None, eps)
+    check_rmsnorm_args(table, weight, None, eps, round_before_weight)
 
 
 def check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype=None, round_steps=False) -> None:
@@ -220,17 +220,17 @@ def _rmsnorm_out_fake(x, weight, residual, eps, out):
 
 
 def _embedding_rmsnorm(table: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor,
-                       eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    check_embedding_rmsnorm_args(table, ids, weight, eps)
+                       eps: float, round_before_weight: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    check_embedding_rmsnorm_args(table, ids, weight, eps, round_before_weight)
     if not table.is_cuda:
-        return embedding_rmsnorm_reference(table, ids, weight, eps)
+        return embedding_rmsnorm_reference(table, ids, weight, eps, round_before_weight)
     from .kernel import embedding_rmsnorm_triton
 
-    return embedding_rmsnorm_triton(table, ids, weight, eps)
+    return embedding_rmsnorm_triton(table, ids, weight, eps, round_before_weight=round_before_weight)
 
 
-def _embedding_rmsnorm_fake(table, ids, weight, eps):
-    check_embedding_rmsnorm_args(table, ids, weight, eps)
+def _embedding_rmsnorm_fake(table, ids, weight, eps, round_before_weight=False):
+    check_embedding_rmsnorm_args(table, ids, weight, eps, round_before_weight)
     shape = (ids.shape[0], table.shape[1])
     return table.new_empty(shape), table.new_empty(shape)
 
@@ -254,7 +254,8 @@ _SCHEMAS = {
     "rmsnorm": "(Tensor x, Tensor weight, Tensor? residual, float eps, bool round_before_weight=False) -> (Tensor, Tensor)",
     "rmsnorm_out": "(Tensor x, Tensor weight, Tensor? residual, float eps, Tensor(a!) out) -> Tensor",
     "rmsnorm_pair_cols": "(Tensor a, Tensor? a_ids, Tensor wa, float eps_a, Tensor b, Tensor wb, float eps_b) -> Tensor",
-    "embedding_rmsnorm": "(Tensor table, Tensor ids, Tensor weight, float eps) -> (Tensor, Tensor)",
+    "embedding_rmsnorm": ("(Tensor table, Tensor ids, Tensor weight, float eps, bool round_before_weight=False) "
+                          "-> (Tensor, Tensor)"),
     "gated_head_rmsnorm": ("(Tensor o, Tensor gate, Tensor weight, float eps, ScalarType? out_dtype=None, "
                            "bool round_steps=False) -> Tensor"),
 }
