@@ -315,6 +315,27 @@ def test_foreign_kda_layer_verify(vk, tmp_path):
     assert_rel_close(win, ref_w, 1e-5, "foreign KDA committed window")
 
 
+def test_mla_softmax_scale_at_flash_attention_shapes(tmp_path):
+    """The MLA probe picks the region's own scale. Session 43 added each multiplier's square as a
+    candidate (SDPA's math form), and the probe took the first candidate within the tolerance
+    with its query's position drawn anywhere in the cache: flash-tp4-rank's T = 1 decode graph drew
+    a position with too few keys to tell 1/sqrt(192) from 1/192 and ran the latter (a GPU
+    batch-invariance test found it). flash-tp4-rank's attention shapes, dense MLPs, small vocab."""
+    from lingc.models import build_model, preset
+
+    cfg = preset("flash-tp4-rank", num_hidden_layers=6, first_k_dense_replace=6, intermediate_size=256,
+                 vocab_size=1024, lm_head_rows=1024, eos_token_id=1000, pad_token_id=1001, torch_dtype="bfloat16")
+    model = build_model(cfg, device="cpu", seed=0, progress=False)
+    cache = randomize_cache_(Ling3Cache.allocate(cfg, 44), seed=3, rows=32)
+    ids, pos = torch.tensor([3]), torch.tensor([32])
+    with torch.no_grad():
+        ref = model(ids, pos, cache.clone())[0]
+    out, report = run_and_report(model, ids, pos, cache.clone(), role="decode", dump_dir=str(tmp_path))
+    line = next(x for x in final_graph_text(report).splitlines() if "lingc.mla_decode(" in x)
+    assert f", {(cfg.qk_nope_head_dim + cfg.qk_rope_head_dim) ** -0.5:.6f}, " in line, line
+    assert_rel_close(out[0], ref, 2e-2, "flash-shaped decode logits")
+
+
 MH, NOPE, ROPE, RANK, VD, HID = 2, 8, 4, 16, 8, 24
 
 
