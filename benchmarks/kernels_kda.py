@@ -65,10 +65,11 @@ def _layer(T, gen, staged):
         stage_windows=torch.empty(T, 3, D, W - 1, device="cuda", dtype=bf) if staged else None,
         out=torch.empty(T, H, K, device="cuda"),
         index=torch.tensor(T - 1, device="cuda"),
-    ) | {"state_vk": None}
+    )
 
 
 def _with_vk_state(x):
+    """x with its state also stored [H, V, K] (``lingc-vk``'s copy)."""
     x["state_vk"] = x["state"].transpose(-1, -2).contiguous()
     return x
 

@@ -261,11 +261,16 @@ def direct_epilogue_writes(g: fx.Graph) -> int:
     return count
 
 
+def _rounds_before_weight(n) -> bool:
+    """n is a norm op in the Hugging Face Llama form (round_before_weight: two roundings)."""
+    return bool(n.kwargs.get("round_before_weight", False))
+
+
 def _one_rounding_rmsnorm(n) -> bool:
     """n is a lingc.rmsnorm of the one-rounding form: the ops the norms fold into (rmsnorm_router,
     mla_kv_write, rmsnorm_pair_cols, rmsnorm_out) round once, so a norm with round_before_weight
     (the Llama form) keeps its own kernel; embedding_rmsnorm takes either form."""
-    return is_call(n, lingc_ops.rmsnorm.default) and not n.kwargs.get("round_before_weight", False)
+    return is_call(n, lingc_ops.rmsnorm.default) and not _rounds_before_weight(n)
 
 
 def _out_variants() -> dict:
@@ -582,11 +587,13 @@ def _lone_normed_rows(y):
     if not (is_call(y, operator.getitem) and y.args[1] == 0 and len(y.users) == 1):
         return None
     norm = y.args[0]
+    if _rounds_before_weight(norm):
+        return None                       # rmsnorm_pair_cols rounds once
     if is_call(norm, lingc_ops.rmsnorm.default):
-        if norm.args[2] is not None or not _one_rounding_rmsnorm(norm):
+        if norm.args[2] is not None:
             return None
-    elif not is_call(norm, lingc_ops.embedding_rmsnorm.default) or norm.kwargs.get("round_before_weight", False):
-        return None                       # (rmsnorm_pair_cols rounds once)
+    elif not is_call(norm, lingc_ops.embedding_rmsnorm.default):
+        return None
     if any(u is not y and (not is_call(u, operator.getitem) or u.users) for u in norm.users):
         return None                       # the rows' copy (new_residual / the gathered x) is read
     return norm, norm.args[0]

@@ -32,6 +32,16 @@ def _step_inputs(T, seed=0, batched=False):
     return ids, pos, KimiStyleModel.fresh_state(seed + 1)
 
 
+def _eager_then_lingc(m, ids, pos, groups):
+    """(lingc's output, eager's, lingc's compile report, eager's state groups): eager runs on
+    copies of the state groups (states, windows, caches), the lingc-compiled step on the groups."""
+    ref_groups = [[t.clone() for t in group] for group in groups]
+    with torch.no_grad():
+        ref = m(ids, pos, *ref_groups)
+    out, report = run_and_report(m, ids, pos, *groups)
+    return out, ref, report, ref_groups
+
+
 @pytest.fixture(scope="module")
 def textbook_model():
     return KimiStyleModel(textbook_mla=True)
@@ -161,10 +171,7 @@ def test_half_precision_model(model, dtype):
     g = torch.Generator().manual_seed(8)
     ids, pos = torch.randint(0, 64, (3,), generator=g), torch.arange(10, 13)
     states, windows, caches = KimiStyleModel.fresh_state(9, dtype=dtype)
-    ref_state = [[t.clone() for t in group] for group in (states, windows, caches)]
-    with torch.no_grad():
-        ref = m(ids, pos, *ref_state)
-    out, report = run_and_report(m, ids, pos, states, windows, caches)
+    out, ref, report, ref_state = _eager_then_lingc(m, ids, pos, (states, windows, caches))
     lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
     assert lingc == EXPECTED, lingc
     assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
@@ -189,10 +196,7 @@ def test_half_precision_hf_style_model(dtype):
     g = torch.Generator().manual_seed(8)
     ids, pos = torch.randint(0, 64, (3,), generator=g)[None], torch.arange(10, 13)
     groups = list(BatchedKimiStyleModel.fresh_state(9, dtype=dtype))
-    ref_groups = [[t.clone() for t in group] for group in groups]
-    with torch.no_grad():
-        ref = m(ids, pos, *ref_groups)
-    out, report = run_and_report(m, ids, pos, *groups)
+    out, ref, report, _ = _eager_then_lingc(m, ids, pos, groups)
     assert {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"} == EXPECTED_HF_16BIT
     assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
     rel = (out.float() - ref.float()).norm() / ref.float().norm()
@@ -206,10 +210,7 @@ def test_gpu_batched_decode_step(T):
     m = BatchedKimiStyleModel().cuda()
     ids, pos = torch.arange(11, 11 + T, device="cuda")[None], torch.arange(10, 10 + T, device="cuda")
     groups = [[t.cuda() for t in g] for g in BatchedKimiStyleModel.fresh_state(8)]
-    ref_groups = [[t.clone() for t in g] for g in groups]
-    with torch.no_grad():
-        ref = m(ids, pos, *ref_groups)
-    out, report = run_and_report(m, ids, pos, *groups)
+    out, ref, report, ref_groups = _eager_then_lingc(m, ids, pos, groups)
     lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
     assert lingc == EXPECTED, lingc
     rel = (out - ref).norm() / ref.norm()
@@ -228,10 +229,7 @@ def test_gpu_decode_step(model, dtype):
     m = copy.deepcopy(model).to(device="cuda", dtype=dtype)
     ids, pos = torch.tensor([11], device="cuda"), torch.tensor([10], device="cuda")
     groups = [[t.cuda() for t in g] for g in KimiStyleModel.fresh_state(8, dtype=dtype)]
-    ref_groups = [[t.clone() for t in g] for g in groups]
-    with torch.no_grad():
-        ref = m(ids, pos, *ref_groups)
-    out, report = run_and_report(m, ids, pos, *groups)
+    out, ref, report, _ = _eager_then_lingc(m, ids, pos, groups)
     assert {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"} == EXPECTED
     assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
     rel = (out.float() - ref.float()).norm() / ref.float().norm()

@@ -67,21 +67,17 @@ def gated_config(h: int, v: int) -> NormConfig:
 
 
 @triton.jit
-def _normed_row(h, w, D, eps):
+def _normed_row(h, w, D, eps, ROUND_BEFORE_WEIGHT: tl.constexpr = False):
     """RMSNorm of one whole row h times w (fp32), in the one order every rmsnorm kernel uses, so
-    the kernels that call it give a row the same bits."""
+    the kernels that call it give a row the same bits. ROUND_BEFORE_WEIGHT: the Hugging Face Llama
+    form, the normed row rounded to h's dtype before w multiplies it (the caller rounds the
+    product)."""
     hf = h.to(tl.float32)
     ms = tl.sum(hf * hf, axis=0) / D
-    return hf * tl.rsqrt(ms + eps) * w
-
-
-@triton.jit
-def _normed_row_rounded(h, w, D, eps):
-    """_normed_row with the normed row rounded to h's dtype before the weight multiplies it (the
-    Hugging Face Llama form): the same sum, then two roundings (the caller rounds the product)."""
-    hf = h.to(tl.float32)
-    ms = tl.sum(hf * hf, axis=0) / D
-    return (hf * tl.rsqrt(ms + eps)).to(h.dtype).to(tl.float32) * w
+    normed = hf * tl.rsqrt(ms + eps)
+    if ROUND_BEFORE_WEIGHT:
+        normed = normed.to(h.dtype).to(tl.float32)
+    return normed * w
 
 
 @triton.jit
@@ -107,10 +103,7 @@ def _rmsnorm_kernel(x_ptr, ids_ptr, res_ptr, w_ptr, out_ptr, new_res_ptr, stride
     else:
         h = x
     tl.store(new_res_ptr + row * D + offs, h, mask=m)
-    if ROUND_BEFORE_WEIGHT:
-        y = _normed_row_rounded(h, w, D, eps)
-    else:
-        y = _normed_row(h, w, D, eps)
+    y = _normed_row(h, w, D, eps, ROUND_BEFORE_WEIGHT)
     tl.store(out_ptr + row * D + offs, y.to(out_ptr.dtype.element_ty), mask=m)
 
 
