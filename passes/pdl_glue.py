@@ -64,7 +64,8 @@ Why each is exact:
   slice only when that copy_ is the only op writing the buffer (the other elements keep the
   values the slice_scatter would have copied). Each removed snapshot is one copy kernel, and on
   the GPU a full (non-PDL) edge, at the end of every relay step;
-- a norm's out variant writes the rows rmsnorm would return (the same kernel, ``out=``); the
+- a norm's out variant writes the rows rmsnorm would return (the same kernel, ``out=``, in
+  either form: ``round_before_weight`` goes with it); the
   copy it replaces was the verify graph's last ATen kernel (the final norm's rows into
   relay.vhid, a full edge: 2.0 us of each relay step on the H200, session 31's profile). Only
   where every reader of the norm takes one result (getitem).
@@ -83,8 +84,9 @@ Why each is exact:
 - two norms whose rows only a ``concat_cols`` reads (NEXTN's enorm of the embedding and hnorm
   of the hidden state, before eh_proj) run as one ``lingc.rmsnorm_pair_cols``: each half is the
   rmsnorm kernel's row arithmetic with its tile (the same bits). Only norms without a residual
-  (or the embedding form for the left half) whose second result nothing reads, of one shape and
-  dtype, over rows (and ids) no op of the graph writes (the norms move to the concatenation). Three
+  (or the embedding form for the left half) whose second result nothing reads, of one shape,
+  dtype and form (both one rounding or both the Llama form), over rows (and ids) no op of the
+  graph writes (the norms move to the concatenation). Three
   launches become one in each NEXTN forward (four a draft graph, one in extend).
 - the MoE block's input norm moves into its router's logits kernel (runtime/kernels/moe_router),
   whose every CTA holds whole token rows for the gate matvec anyway: it forms h and y with the
@@ -95,13 +97,16 @@ Why each is exact:
   Numerics (declared): h is the same bits; y's sum of squares is reduced in another order on the
   GPU; the router's logits are those of the fp32 normed row (the norm's scale applied after the
   gate products, one rounding fewer than routing y). H200, flash-tp4-rank (session 23): plain decode 1.750 -> 1.723 ms, the
-  relay level (4.121 -> 4.129 ms wall, 4.395 -> 4.374 ms GPU).
+  relay level (4.121 -> 4.129 ms wall, 4.395 -> 4.374 ms GPU). A norm in the Hugging Face Llama
+  form (``round_before_weight``) folds too: y is that form and the router takes y as rounded,
+  the unfused pair's selection.
 - MLA's kv_a_layernorm moves into the cache write (runtime/kernels/mla_kv_write), whose program
   holds the token's whole latent row anyway: it norms the row with the norm kernel's arithmetic
   before writing it. One launch less per MLA layer. Only for a norm without a residual whose
   normed row the write reads itself (or through views that change nothing) and nothing else
   reads, over a row that no op of the graph writes in place (the norm now reads it later).
-  Numerics (declared): the row's sum of squares is reduced in another order on the GPU.
+  Numerics (declared): the row's sum of squares is reduced in another order on the GPU. A norm
+  in the Llama form moves with its form (``round_before_weight``).
 - the relay's chain positions (metadata_capture's ``n + arange(T)``) reach the ops that read
   positions (``mla_kv_write``, ``mla_decode``) as the base n and a static offset, and each
   kernel forms n + offset + t where it loaded positions[t] (runtime/kernels/positions.py): the
@@ -266,11 +271,9 @@ def _rounds_before_weight(n) -> bool:
     return bool(n.kwargs.get("round_before_weight", False))
 
 
-def _one_rounding_rmsnorm(n) -> bool:
-    """n is a lingc.rmsnorm of the one-rounding form: the ops the norms fold into (rmsnorm_router,
-    mla_kv_write, rmsnorm_pair_cols, rmsnorm_out) round once, so a norm with round_before_weight
-    (the Llama form) keeps its own kernel; embedding_rmsnorm takes either form."""
-    return is_call(n, lingc_ops.rmsnorm.default) and not _rounds_before_weight(n)
+def _norm_form(n) -> dict:
+    """The keyword that carries norm n's form to the op it folds into (none for one rounding)."""
+    return {"round_before_weight": True} if _rounds_before_weight(n) else {}
 
 
 def _out_variants() -> dict:
@@ -305,14 +308,16 @@ def direct_lingc_writes(g: fx.Graph) -> int:
     count = 0
     for c, dst, v in _input_writes(g):
         op = v.args[0] if v.target is operator.getitem and v.args[1] == 0 else v
-        if not (op.op == "call_function" and op.target in variants and not op.kwargs):
+        if not (op.op == "call_function" and op.target in variants):
             continue
+        if op.kwargs and not (op.target is lingc_ops.rmsnorm.default and set(op.kwargs) == {"round_before_weight"}):
+            continue                         # a keyword the out variant may not take
         if op is not v and any(u is not v and not (is_call(u, operator.getitem) and u.args[1] == 1)
                                for u in op.users):
             continue                         # the norm's rows read other than through v
         g.erase_node(c)
         with g.inserting_before(op):
-            new = emit(g, variants[op.target], *op.args, dst)
+            new = emit(g, variants[op.target], *op.args, dst, **op.kwargs)
         v.replace_all_uses_with(dst)
         g.erase_node(v)
         if op is not v:                      # rmsnorm: its second result is the out variant's value
@@ -428,7 +433,7 @@ def norms_into_routers(g: fx.Graph) -> int:
     order = {n: i for i, n in enumerate(g.nodes)}      # the graph's nodes before any rewrite here
     for router in [n for n in g.nodes if is_call(n, lingc_ops.moe_router.default)]:
         y = _through_identity_views(router.args[0])
-        if not (is_call(y, operator.getitem) and y.args[1] == 0 and _one_rounding_rmsnorm(y.args[0])):
+        if not (is_call(y, operator.getitem) and y.args[1] == 0 and is_call(y.args[0], lingc_ops.rmsnorm.default)):
             continue
         rms = y.args[0]
         x, w, residual, eps = rms.args
@@ -439,7 +444,8 @@ def norms_into_routers(g: fx.Graph) -> int:
         if any(isinstance(a, fx.Node) and order[a] > order[rms] for a in router.args[1:]):
             continue
         with g.inserting_before(rms):
-            new = emit(g, lingc_ops.rmsnorm_router.default, x, w, residual, eps, *router.args[1:])
+            new = emit(g, lingc_ops.rmsnorm_router.default, x, w, residual, eps, *router.args[1:],
+                       **_norm_form(rms))
         for u in list(rms.users):                       # y, h: outputs 0 and 1
             u.args = (new, u.args[1])
         for u in list(router.users):                    # ids, weights: outputs 2 and 3
@@ -465,7 +471,7 @@ def norms_into_kv_writes(g: fx.Graph) -> int:
             chain.append(c)
             c = c.args[0]
         if not (is_call(c, operator.getitem) and c.args[1] == 0 and len(c.users) == 1
-                and _one_rounding_rmsnorm(c.args[0])):
+                and is_call(c.args[0], lingc_ops.rmsnorm.default)):
             continue
         rms = c.args[0]
         x, w, residual, eps = rms.args
@@ -476,7 +482,7 @@ def norms_into_kv_writes(g: fx.Graph) -> int:
             continue                  # the norm moves to the write: x must hold the same values there
         with g.inserting_before(kv):
             emit(g, lingc_ops.mla_kv_write.default, x, *kv.args[1:5], w, eps,
-                 **{k: v for k, v in kv.kwargs.items() if k not in ("norm_weight", "eps")})
+                 **{k: v for k, v in kv.kwargs.items() if k not in ("norm_weight", "eps")}, **_norm_form(rms))
         g.erase_node(kv)
         for v in [*chain, c, *[u for u in rms.users if u is not c], rms]:
             g.erase_node(v)
@@ -587,8 +593,6 @@ def _lone_normed_rows(y):
     if not (is_call(y, operator.getitem) and y.args[1] == 0 and len(y.users) == 1):
         return None
     norm = y.args[0]
-    if _rounds_before_weight(norm):
-        return None                       # rmsnorm_pair_cols rounds once
     if is_call(norm, lingc_ops.rmsnorm.default):
         if norm.args[2] is not None:
             return None
@@ -608,8 +612,10 @@ def norm_pairs_into_concat(g: fx.Graph) -> int:
     written = written_bases(g)
     for cc in [n for n in g.nodes if is_call(n, lingc_ops.concat_cols.default)]:
         pa, pb = (_lone_normed_rows(y) for y in cc.args)
-        if pa is None or pb is None or not _one_rounding_rmsnorm(pb[0]):
+        if pa is None or pb is None or not is_call(pb[0], lingc_ops.rmsnorm.default):
             continue
+        if _rounds_before_weight(pa[0]) != _rounds_before_weight(pb[0]):
+            continue                      # one flag gives both halves their form
         (na, src_a), (nb, src_b) = pa, pb
         ya, yb = val(cc.args[0]), val(cc.args[1])
         if ya.shape != yb.shape or ya.dtype != yb.dtype or na is nb:
@@ -625,7 +631,7 @@ def norm_pairs_into_concat(g: fx.Graph) -> int:
             continue                      # the norms move to the concatenation: their rows must not change
         b, wb, _, eps_b = nb.args
         with g.inserting_before(cc):
-            new = emit(g, lingc_ops.rmsnorm_pair_cols.default, *a_args, b, wb, eps_b)
+            new = emit(g, lingc_ops.rmsnorm_pair_cols.default, *a_args, b, wb, eps_b, **_norm_form(nb))
         cc.replace_all_uses_with(new)
         g.erase_node(cc)
         for norm in (na, nb):

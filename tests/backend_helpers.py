@@ -41,6 +41,12 @@ def compiled_and_eager_greedy(model, seed: int, steps: int = 10):
     return out, want
 
 
+def final_graph_text(report) -> str:
+    """The final graph's dump of a report compiled with dump_dir."""
+    from pathlib import Path
+    return (Path(report.dump_dir) / "99-final.txt").read_text()
+
+
 def stat(report, name):
     return next(s for s in report.stats if s.name == name)
 

@@ -6,7 +6,7 @@ lingc kernels, and the compiled step equals eager in its outputs and in every st
 import pytest
 import torch
 
-from backend_helpers import run_and_report, stat
+from backend_helpers import final_graph_text, run_and_report, stat
 from foreign_model import BatchedKimiStyleModel, KimiStyleModel
 
 # One decode step's lingc ops: per KDA layer one fused projection (q, k, v, f_a, b, g_a), the
@@ -32,13 +32,14 @@ def _step_inputs(T, seed=0, batched=False):
     return ids, pos, KimiStyleModel.fresh_state(seed + 1)
 
 
-def _eager_then_lingc(m, ids, pos, groups):
+def _eager_then_lingc(m, ids, pos, groups, **options):
     """(lingc's output, eager's, lingc's compile report, eager's state groups): eager runs on
-    copies of the state groups (states, windows, caches), the lingc-compiled step on the groups."""
+    copies of the state groups (states, windows, caches), the lingc-compiled step on the groups
+    (``options``: the backend's)."""
     ref_groups = [[t.clone() for t in group] for group in groups]
     with torch.no_grad():
         ref = m(ids, pos, *ref_groups)
-    out, report = run_and_report(m, ids, pos, *groups)
+    out, report = run_and_report(m, ids, pos, *groups, **options)
     return out, ref, report, ref_groups
 
 
@@ -181,26 +182,46 @@ def test_half_precision_model(model, dtype):
         assert ((got - want).norm() / want.norm()) < 3e-2
 
 
-# The Hugging Face form in bf16: its Llama RMSNorms round before the weight, so they run on
-# the round_before_weight form of lingc.rmsnorm (and of embedding_rmsnorm for the first) and are
-# not folded into the routers (rmsnorm_router rounds once).
-EXPECTED_HF_16BIT = {**{k: v for k, v in EXPECTED.items() if k != "lingc.rmsnorm_router"},
-                     "lingc.rmsnorm": 6, "lingc.moe_router": 3}
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_half_precision_hf_style_model(dtype):
+def test_half_precision_hf_style_model(dtype, tmp_path):
     """The batch-dim-of-1 model with Llama RMSNorms (``weight * normed.to(dtype)``) cast to a
-    16-bit dtype: every kernel is lingc's (the norms' forms: the comment above)."""
+    16-bit dtype: the norms round before the weight, so they run on the round_before_weight
+    forms of lingc.rmsnorm, embedding_rmsnorm and rmsnorm_router (the MoE input norms fold into
+    the routers as in the one-rounding form): the same kernels as the fp32 model."""
     m = BatchedKimiStyleModel().to(dtype)
     g = torch.Generator().manual_seed(8)
     ids, pos = torch.randint(0, 64, (3,), generator=g)[None], torch.arange(10, 13)
     groups = list(BatchedKimiStyleModel.fresh_state(9, dtype=dtype))
-    out, ref, report, _ = _eager_then_lingc(m, ids, pos, groups)
-    assert {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"} == EXPECTED_HF_16BIT
+    out, ref, report, _ = _eager_then_lingc(m, ids, pos, groups, dump_dir=str(tmp_path))
+    assert {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"} == EXPECTED
+    # 8 Llama norms: 1 embedding_rmsnorm, 3 rmsnorm_router, 3 rmsnorm (2 layers' inputs, the
+    # final), 1 mla_kv_write (the latent norm).
+    assert final_graph_text(report).count("round_before_weight=True") == 8
     assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
     rel = (out.float() - ref.float()).norm() / ref.float().norm()
     assert rel < (3e-2 if dtype == torch.bfloat16 else 5e-3), f"{dtype} relative error {rel:.3g}"
+
+
+def test_llama_norm_folds_keep_the_unfused_bits(monkeypatch):
+    """The Llama-form MoE input norms folded into their routers and the latent norm into its
+    cache write give the bf16 HF model's step the bits of the unfused norms (on the CPU each
+    fused op is its parts' references: the router routes the Llama y as rounded)."""
+    from lingc.passes.pdl_swap import PdlSwap
+
+    m = BatchedKimiStyleModel().to(torch.bfloat16)
+    ids, pos = torch.tensor([[5, 17, 40]]), torch.arange(10, 13)
+    runs = {}
+    for fold in (True, False):
+        monkeypatch.setattr(PdlSwap, "fold_router_norm", fold)
+        monkeypatch.setattr(PdlSwap, "fold_kv_norm", fold)
+        groups = list(BatchedKimiStyleModel.fresh_state(9, dtype=torch.bfloat16))
+        out, report = run_and_report(m, ids, pos, *groups)
+        runs[fold] = (out, sum(groups, []), {op: n for _, op, n, _ in report.kernels.rows})
+    (out_on, state_on, k_on), (out_off, state_off, k_off) = runs[True], runs[False]
+    assert k_on["lingc.rmsnorm_router"] == 3 and "lingc.moe_router" not in k_on
+    assert k_off["lingc.moe_router"] == 3 and k_off["lingc.rmsnorm"] == k_on["lingc.rmsnorm"] + 3 + 1
+    assert torch.equal(out_on, out_off)
+    assert all(torch.equal(a, b) for a, b in zip(state_on, state_off))
 
 
 @pytest.mark.gpu

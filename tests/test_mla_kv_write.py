@@ -62,31 +62,38 @@ def test_kernel_reads_a_bf16_inv_freq_as_fp32():
 
 @pytest.mark.parametrize("T,R,P,L", [(1, 40, 8, 64), (6, 40, 8, 64), (3, 512, 64, 300)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_kernel_with_the_latent_norm(T, R, P, L, dtype):
+@pytest.mark.parametrize("llama", [False, True], ids=["one-rounding", "llama"])
+def test_kernel_with_the_latent_norm(T, R, P, L, dtype, llama):
     """NORM: the raw latent (a strided column window, as kv_a's slice of the fused projection)
-    RMS-normed in the kernel, against lingc.rmsnorm's reference then the write; the key half as
-    without the norm; only the target rows change, every element of them written."""
-    c, k, pos, freq, cache = _case(T, R, P, L, dtype, dtype, seed=T * 10 + R + 7)
+    RMS-normed in the kernel, against lingc.rmsnorm's reference then the write (``llama``: the
+    Hugging Face Llama form of both, round_before_weight); the key half as without the norm; only
+    the target rows change, every element of them written."""
+    c, k, pos, freq, cache = _case(T, R, P, L, dtype, dtype, seed=T * 10 + R + 7 + llama)
     wide = torch.randn(T, R + 9, generator=torch.Generator().manual_seed(5)).to(dtype=dtype, device=DEV)
     c = wide[:, 4:4 + R]
     nw = (torch.rand(R, generator=torch.Generator().manual_seed(6)) + 0.5).to(dtype=dtype, device=DEV)
     want = cache.clone()
-    mla_kv_write_reference(c, k, pos, freq, want, nw, 1e-6)
+    mla_kv_write_reference(c, k, pos, freq, want, nw, 1e-6, llama)
     got = cache.clone()
     got[pos] = float("nan")
-    mla_kv_write_triton(c, k, pos, freq, got, nw, 1e-6)
+    mla_kv_write_triton(c, k, pos, freq, got, nw, 1e-6, round_before_weight=llama)
     assert not got.isnan().any()
     keep = torch.ones(L, dtype=torch.bool, device=cache.device)
     keep[pos] = False
     assert torch.equal(got[keep], cache[keep])
     # The normed latent: the sum of squares reduced in another order than the reference's, and
-    # (interpreter) a truncating bf16 cast: within two bf16 ulps, fp32 to rounding.
+    # (interpreter) a truncating bf16 cast: within two bf16 ulps (a rounding more in the Llama
+    # form), fp32 to rounding.
     normed = got[pos][:, :R].float()
     ref = want[pos][:, :R].float()
-    tol = 1e-5 if dtype == torch.float32 else 2 * 2.0**-8
+    tol = 1e-5 if dtype == torch.float32 else (4 if llama else 2) * 2.0**-8
     assert ((normed - ref).abs() <= tol * ref.abs().clamp_min(1.0)).all()
     # A kernel that skipped the norm (or its weight) would be far off.
     assert (c.float() - ref).abs().max() > 0.1
+    if llama and dtype == torch.bfloat16:       # and the forms differ: the flag reached the kernel
+        other = cache.clone()
+        mla_kv_write_reference(c, k, pos, freq, other, nw, 1e-6, False)
+        assert not torch.equal(other[pos][:, :R], want[pos][:, :R])
     tol_k = 1e-6 if dtype == torch.float32 else 8e-3
     assert (got[pos][:, R:].float() - want[pos][:, R:].float()).abs().max() <= tol_k * 4
 
@@ -98,7 +105,8 @@ def test_gpu_model_shapes(T, norm):
     # flash-tp4-rank's MLA cache rows (R = 512, P = 64) at context 8192, bf16; the unmarked tests
     # above run on the GPU only when the whole file does (a `-m gpu` run skips them).
     if norm:
-        test_kernel_with_the_latent_norm(T, 512, 64, 8192, torch.bfloat16)
+        test_kernel_with_the_latent_norm(T, 512, 64, 8192, torch.bfloat16, llama=False)
+        test_kernel_with_the_latent_norm(T, 512, 64, 8192, torch.bfloat16, llama=True)
     else:
         test_kernel_matches_reference_and_touches_only_its_rows(T, 512, 64, 8192, torch.bfloat16)
 
@@ -181,14 +189,17 @@ def test_op_is_the_model_write_and_traces():
     (lambda a: a.update(nw=a["nw"][:8]), "norm_weight must be a contiguous float \\[R\\] = \\[40\\]"),
     (lambda a: a.update(nw=a["nw"].long()), "norm_weight must be a contiguous float"),
     (lambda a: a.update(eps=float("nan")), "eps must be a finite number"),
+    (lambda a: a.update(llama=True, nw=a["nw"].double()), "round_before_weight multiplies the rounded row by "
+                                                          "norm_weight in c's dtype; got norm_weight torch.float64"),
+    (lambda a: a.update(llama=True, nw=None), "round_before_weight is the latent norm's form; pass norm_weight"),
 ])
 def test_bad_arguments_are_named(bad, match):
     c, k, pos, freq, cache = _case(2, 40, 8, 16, torch.float32, torch.float32, seed=1)
-    args = dict(c=c, k=k, pos=pos, freq=freq, cache=cache, nw=torch.ones(40, device=DEV), eps=1e-6)
+    args = dict(c=c, k=k, pos=pos, freq=freq, cache=cache, nw=torch.ones(40, device=DEV), eps=1e-6, llama=False)
     bad(args)
     with pytest.raises(ValueError, match=match):
         torch.ops.lingc.mla_kv_write(args["c"], args["k"], args["pos"], args["freq"], args["cache"], args["nw"],
-                                     args["eps"])
+                                     args["eps"], round_before_weight=args["llama"])
 
 
 _COMPILE_CHECK = textwrap.dedent("""
@@ -198,8 +209,8 @@ _COMPILE_CHECK = textwrap.dedent("""
     sig = dict(c_ptr="*bf16", k_ptr="*bf16", pos_ptr="*i64", freq_ptr="*fp32", cache_ptr="*bf16", w_ptr="*bf16",
                stride_c="i32", stride_k="i32", stride_l="i32", pos_stride="i32", pos_add="i32", pos_step="i32",
                R="i32", HALF="i32", eps="fp32")
-    for norm in (False, True):
-        const = dict(BR=512, BH=32, NORM=norm, USE_GDC=True)
+    for norm, llama in ((False, False), (True, False), (True, True)):
+        const = dict(BR=512, BH=32, NORM=norm, USE_GDC=True, ROUND_BEFORE_WEIGHT=llama)
         src = triton.compiler.ASTSource(_mla_kv_write_kernel, {**sig, **{k: "constexpr" for k in const}}, const)
         ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4)).asm["ptx"]
         assert "griddepcontrol.wait" in ptx

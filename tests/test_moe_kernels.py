@@ -468,15 +468,18 @@ _ROUTER_COMPILE_CHECK = textwrap.dedent("""
     # One row's tile for both dtypes; the tile of several rows (twice the experts, the same warps)
     # in bf16, the model's dtype.
     # And the same tiles with the block's input norm folded in (lingc.rmsnorm_router, bf16).
-    # And an fp16 model's (x, weights and the norm's tensors all fp16).
+    # And an fp16 model's (x, weights and the norm's tensors all fp16). And the norm in the Llama
+    # form (round_before_weight, "llama").
     for block_e, wdt, norm in ((router_block_e(512), "*bf16", False), (router_block_e(512), "*fp32", False),
                                (router_block_e(512, 6), "*bf16", False), (router_block_e(512), "*bf16", True),
-                               (router_block_e(512, 6), "*bf16", True), (router_block_e(512), "*fp16", True)):
+                               (router_block_e(512, 6), "*bf16", True), (router_block_e(512), "*fp16", True),
+                               (router_block_e(512), "*bf16", "llama"), (router_block_e(512, 6), "*bf16", "llama")):
         xdt = "*fp16" if wdt == "*fp16" else "*bf16"
         ptrs = dict(x_ptr=xdt, w_ptr=wdt, logits_ptr="*fp32", res_ptr=xdt, nw_ptr=xdt, y_ptr=xdt, h_ptr=xdt)
         ints = ["T", "ROWS", "H", "stride_xt", "stride_we", "stride_lt", "stride_rt", "stride_yt", "stride_ht",
                 "SLICE"]
-        const = dict(stride_xh=1, E=512, BLOCK_E=block_e, BLOCK_H=4096, USE_GDC=True, NORM=norm, HAS_RES=norm)
+        const = dict(stride_xh=1, E=512, BLOCK_E=block_e, BLOCK_H=4096, USE_GDC=True, NORM=bool(norm),
+                     HAS_RES=bool(norm), ROUND_BEFORE_WEIGHT=norm == "llama")
         attrs = divisible_by_16(fn, [n for n in list(ptrs) + ints if n not in ("T", "ROWS", "SLICE")])
         ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, ["eps"]), const, attrs,
                                  num_warps=router_num_warps(router_block_e(512), 2560))   # as the launcher

@@ -438,10 +438,11 @@ _COMPILE_CHECK = textwrap.dedent("""
                    new_res_ptr="*bf16", stride_x="i32", stride_r="i32", D="i32", eps="fp32")
         check(_rmsnorm_kernel, sig, dict(BLOCK=c.block, HAS_RESIDUAL=has_res, GATHER=gather, USE_GDC=True,
                                          ROUND_BEFORE_WEIGHT=rbw), c.num_warps)
-    for gather in (True, False):
+    for gather, rbw in ((True, False), (False, False), (True, True)):
         sig = dict(a_ptr="*bf16", ids_ptr="*i64", wa_ptr="*bf16", b_ptr="*bf16", wb_ptr="*bf16", out_ptr="*bf16",
                    stride_a="i32", stride_b="i32", D="i32", eps_a="fp32", eps_b="fp32")
-        check(_rmsnorm_pair_kernel, sig, dict(BLOCK=c.block, GATHER=gather, USE_GDC=True), c.num_warps)
+        check(_rmsnorm_pair_kernel, sig, dict(BLOCK=c.block, GATHER=gather, USE_GDC=True, ROUND_BEFORE_WEIGHT=rbw),
+              c.num_warps)
     g = gated_config(8, 128)
     sig = dict(o_ptr="*fp32", g_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", stride_ot="i32", stride_oh="i32",
                stride_gt="i32", stride_gh="i32", H="i32", V="i32", eps="fp32")
@@ -569,14 +570,15 @@ def test_embedding_rmsnorm_bad_arguments_raise(kwargs, match):
 
 @pytest.mark.parametrize("T,D,dtype,residual", [(1, 96, torch.float32, True), (6, 2560, torch.bfloat16, True),
                                                 (3, 130, torch.float16, False)])
-def test_rmsnorm_out_writes_the_same_bits_into_out(T, D, dtype, residual):
+@pytest.mark.parametrize("llama", [False, True], ids=["one-rounding", "llama"])
+def test_rmsnorm_out_writes_the_same_bits_into_out(T, D, dtype, residual, llama):
     x, w = rand(T, D, dtype=dtype, seed=71), rand(D, dtype=dtype, seed=72)
     r = rand(T, D, dtype=dtype, seed=73) if residual else None
-    want_out, want_h = torch.ops.lingc.rmsnorm(x, w, r, EPS)
+    want_out, want_h = torch.ops.lingc.rmsnorm(x, w, r, EPS, round_before_weight=llama)
     out = nan(T, D, dtype=dtype)
-    h = torch.ops.lingc.rmsnorm_out(x, w, r, EPS, out)
+    h = torch.ops.lingc.rmsnorm_out(x, w, r, EPS, out, round_before_weight=llama)
     assert torch.equal(out, want_out) and torch.equal(h, want_h)
-    torch.library.opcheck(torch.ops.lingc.rmsnorm_out.default, (x, w, r, EPS, nan(T, D, dtype=dtype)))
+    torch.library.opcheck(torch.ops.lingc.rmsnorm_out.default, (x, w, r, EPS, nan(T, D, dtype=dtype), llama))
 
 
 @pytest.mark.parametrize("out,match", [
@@ -596,32 +598,37 @@ def test_rmsnorm_out_bad_out_raises(out, match):
 # rmsnorm_pair_cols: NEXTN's enorm and hnorm side by side (pdl_glue.norm_pairs_into_concat emits it).
 
 
-def run_pair(a, ids, wa, b, wb, eps_b=1e-5):
+def run_pair(a, ids, wa, b, wb, eps_b=1e-5, llama=False):
     from lingc.runtime.kernels.norms.kernel import rmsnorm_pair_cols_triton
     T, D = b.shape
     out = nan(T, 2 * D, dtype=b.dtype, device=b.device)
-    rmsnorm_pair_cols_triton(a, ids, wa, EPS, b, wb, eps_b, out)
+    rmsnorm_pair_cols_triton(a, ids, wa, EPS, b, wb, eps_b, out, round_before_weight=llama)
     return out
 
 
 @pytest.mark.parametrize("gather", [True, False], ids=["embedding", "rows"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
 @pytest.mark.parametrize("T,D", [(1, 96), (6, 96), (3, 33), (2, 2560)])
-def test_rmsnorm_pair_cols_kernel_is_the_two_norms_side_by_side(T, D, dtype, gather):
+@pytest.mark.parametrize("llama", [False, True], ids=["one-rounding", "llama"])
+def test_rmsnorm_pair_cols_kernel_is_the_two_norms_side_by_side(T, D, dtype, gather, llama):
+    """Each half the rmsnorm kernel's bits, in the form the flag names (``llama``: both halves
+    round before the weight, the Hugging Face form)."""
     from lingc.runtime.kernels.norms import rmsnorm_pair_cols_reference
     a = rand(40 if gather else T, D + 3, dtype=dtype, seed=81)[:, :D]          # strided rows
     ids = torch.randint(0, 40, (T,), generator=torch.Generator().manual_seed(T)).to(DEVICE) if gather else None
     b, wa, wb = rand(T, D, dtype=dtype, seed=82), rand(D, dtype=dtype, seed=83), rand(D, dtype=dtype, seed=84)
-    got = run_pair(a, ids, wa, b, wb)
+    got = run_pair(a, ids, wa, b, wb, llama=llama)
     # The same bits as the rmsnorm kernel on each half (the same tile and reductions)...
     rows = a if ids is None else a.index_select(0, ids)
-    want = torch.cat([run_rmsnorm(rows.contiguous(), wa, None)[0],
-                      rmsnorm_triton(b, wb, None, 1e-5)[0]], -1)
+    want = torch.cat([run_rmsnorm(rows.contiguous(), wa, None, round_before_weight=llama)[0],
+                      rmsnorm_triton(b, wb, None, 1e-5, round_before_weight=llama)[0]], -1)
     assert torch.equal(got, want)
-    # ... and within rounding of the reference.
+    # ... and within rounding of the reference (a rounding more in the 16-bit Llama form).
     ref = rmsnorm_pair_cols_reference(a.cpu(), None if ids is None else ids.cpu(), wa.cpu(), EPS, b.cpu(),
-                                      wb.cpu(), 1e-5)
-    assert_close(got, ref, RTOL[dtype] * (2 if dtype == torch.bfloat16 else 1))
+                                      wb.cpu(), 1e-5, llama)
+    assert_close(got, ref, RTOL[dtype] * (2 if dtype == torch.bfloat16 else 1) * (2 if llama else 1))
+    if llama and dtype != torch.float32:     # the forms differ: the flag reached the kernel
+        assert not torch.equal(got, run_pair(a, ids, wa, b, wb))
 
 
 def test_rmsnorm_pair_cols_op_fake_and_opcheck():
@@ -632,6 +639,7 @@ def test_rmsnorm_pair_cols_op_fake_and_opcheck():
     assert torch.equal(y, want)
     torch.library.opcheck(torch.ops.lingc.rmsnorm_pair_cols.default, (a, ids, wa, EPS, b, wb, EPS))
     torch.library.opcheck(torch.ops.lingc.rmsnorm_pair_cols.default, (b * 2, None, wa, EPS, b, wb, EPS))
+    torch.library.opcheck(torch.ops.lingc.rmsnorm_pair_cols.default, (a, ids, wa, EPS, b, wb, EPS, True))
     with FakeTensorMode():
         y = torch.ops.lingc.rmsnorm_pair_cols(torch.empty(40, 96, dtype=torch.bfloat16), torch.empty(6, dtype=torch.int64),
                                               torch.empty(96), EPS, torch.empty(6, 96, dtype=torch.bfloat16),
@@ -653,12 +661,13 @@ def test_rmsnorm_pair_cols_bad_arguments_raise(a, ids, b, match):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("llama", [False, True], ids=["one-rounding", "llama"])
 @pytest.mark.parametrize("T", [1, 6])
-def test_gpu_rmsnorm_pair_cols_flash_shapes_same_bits(T):
+def test_gpu_rmsnorm_pair_cols_flash_shapes_same_bits(T, llama):
     # NEXTN's enorm (embedding rows of a 39296-row vocab shard) and hnorm at flash-tp4-rank.
     table, b = rand(39296, 2560, dtype=torch.bfloat16, seed=95), rand(T, 2560, dtype=torch.bfloat16, seed=96)
     wa, wb = rand(2560, dtype=torch.bfloat16, seed=97), rand(2560, dtype=torch.bfloat16, seed=98)
     ids = torch.randint(0, 39296, (T,), device=DEVICE)
-    y = torch.ops.lingc.rmsnorm_pair_cols(table, ids, wa, EPS, b, wb, EPS)
-    want = torch.cat([embedding_rmsnorm(table, ids, wa, EPS)[0], rmsnorm(b, wb, None, EPS)[0]], -1)
+    y = torch.ops.lingc.rmsnorm_pair_cols(table, ids, wa, EPS, b, wb, EPS, llama)
+    want = torch.cat([embedding_rmsnorm(table, ids, wa, EPS, llama)[0], rmsnorm(b, wb, None, EPS, llama)[0]], -1)
     assert torch.equal(y, want)

@@ -279,3 +279,56 @@ def test_norm_rows_copied_into_an_input_are_written_by_the_norm(read_buf):
     r_ = rows(report)
     assert r_.get("lingc.rmsnorm_out", 0) == int(not read_buf), r_
     assert r_.get("aten.copy_", 0) == int(read_buf), r_
+
+
+class LlamaNormsPairAndTail(nn.Module):
+    """A 16-bit NEXTN head in the Hugging Face spelling: the Llama-form norm (``w * normed.to(dt)``)
+    of the token embedding and of the hidden rows side by side, and the final norm's rows copied
+    into a buffer input (the relay's vhid). ``mixed``: the hidden rows' norm in the one-rounding
+    form instead, so the pair's halves differ in form."""
+
+    def __init__(self, mixed=False, d=32, dtype=torch.bfloat16):
+        super().__init__()
+        self.emb = nn.Embedding(50, d, dtype=dtype)
+        self.w = nn.ParameterList([nn.Parameter(1 + 0.1 * torch.randn(d, dtype=dtype), requires_grad=False)
+                                   for _ in range(3)])
+        self.mixed = mixed
+
+    def norm(self, h, i, llama=True):
+        dt, hf = h.dtype, h.float()
+        normed = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.w[i] * normed.to(dt) if llama else (normed * self.w[i].float()).to(dt)
+
+    def forward(self, ids, hid, r, buf):
+        pair = torch.cat([self.norm(self.emb(ids), 0), self.norm(hid, 1, llama=not self.mixed)], -1)
+        h = hid + r
+        buf.copy_(self.norm(h, 2))
+        return pair, h
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["llama-pair", "mixed-forms"])
+def test_llama_norms_fold_into_the_pair_and_the_out_write(mixed, tmp_path):
+    """Norms in the Llama form fold as the one-rounding form does, their form carried by
+    round_before_weight: the pair (both halves of one form only) and the out= write; the CPU ops
+    are the references, so the compiled step has eager's bits."""
+    from backend_helpers import final_graph_text
+
+    torch.manual_seed(4)
+    m = LlamaNormsPairAndTail(mixed).eval()
+    ids = torch.tensor([3, 41, 7])
+    hid, r, buf = (torch.randn(3, 32, dtype=torch.bfloat16) for _ in range(3))
+    want_buf = buf.clone()
+    with torch.no_grad():
+        want = m(ids, hid, r, want_buf)
+    out, report = run_and_report(m, ids, hid, r, buf, role="forward", dump_dir=str(tmp_path))
+    assert all(torch.equal(a, b) for a, b in zip(out, want)) and torch.equal(buf, want_buf)
+    kernels = {op: n for cat, op, n, _ in report.kernels.rows if cat != "glue"}
+    text = final_graph_text(report)
+    if mixed:
+        assert kernels == {"lingc.embedding_rmsnorm": 1, "lingc.rmsnorm": 1, "lingc.concat_cols": 1,
+                           "lingc.rmsnorm_out": 1}, kernels
+        assert text.count("round_before_weight=True") == 2      # the embedding's norm and the out write
+    else:
+        assert kernels == {"lingc.rmsnorm_pair_cols": 1, "lingc.rmsnorm_out": 1}, kernels
+        assert text.count("round_before_weight=True") == 2
+        assert "rmsnorm_pair_cols" in next(line for line in text.splitlines() if "round_before_weight=True" in line)

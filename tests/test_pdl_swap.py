@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from backend_helpers import compile_lingc, dump_op_changes, pinned_graph_text, run_and_report, stat
+from backend_helpers import compile_lingc, dump_op_changes, final_graph_text, pinned_graph_text, run_and_report, stat
 from expecttest import assert_expected_inline
 from model_helpers import assert_rel_close, chain_accepting, randomize_cache_, tiny_model
 
@@ -92,11 +92,6 @@ def test_tiny_forward_numbers_and_counts(tiny, T):
     assert "aten.sigmoid" not in r and "aten.mul.Tensor" not in r
     assert "head gate folded into 2 mla_decode" in st.notes[0]
     assert st.ops_after < st.ops_before // 3
-
-
-def final_graph_text(report) -> str:
-    from pathlib import Path
-    return (Path(report.dump_dir) / "99-final.txt").read_text()
 
 
 @pytest.mark.parametrize("role", ["decode", "verify"])

@@ -5,13 +5,15 @@ RMSNorm(h) * weight within one rounding of the output dtype (the kernel sums the
 another order); ids and weights of the logits of the fp32 normed row (the declared numerics,
 naive.rmsnorm_router_reference) - ids exactly, weights within 2e-6. Fresh random inputs, outputs
 poisoned with NaN / -1 so an unwritten element fails; on the CPU under the interpreter at small
-shapes, on the GPU at Ling-3's (E = 512, H = 2560).
+shapes, on the GPU at Ling-3's (E = 512, H = 2560). With ``round_before_weight`` (the Hugging
+Face Llama form) the selection is the unfused rmsnorm + moe_router's on the kernel's y, bit for bit.
 """
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from lingc.runtime.kernels.moe_router import rmsnorm_router, rmsnorm_router_reference
+from lingc.runtime.kernels.moe_router.naive import moe_router_reference
 from lingc.runtime.kernels.moe_router.kernel import rmsnorm_router_triton
 from lingc.runtime.kernels.norms.kernel import rmsnorm_triton
 from lingc.runtime.kernels.norms.naive import rmsnorm_reference
@@ -150,6 +152,58 @@ def test_a_broken_norm_is_caught():
         torch.testing.assert_close(y.cpu(), y_ref, rtol=2e-6, atol=2e-6)
 
 
+def assert_llama_form_is_the_unfused_pair(x, res, nw, gate, bias, n_group=N_GROUP, **kw):
+    """round_before_weight: h as the rmsnorm kernel's, y within one rounding of its Llama form
+    (the sum of squares in another order), and ids and weights those of lingc.moe_router's kernel
+    on this y, bit for bit (the unfused pair's selection)."""
+    from lingc.runtime.kernels.moe_router.kernel import moe_router_triton
+
+    y, h, ids, wts = run_fused(x, res, nw, gate, bias, n_group, round_before_weight=True, **kw)
+    y_norm, h_norm = rmsnorm_triton(x, nw, res, EPS, round_before_weight=True)
+    assert torch.equal(h, h_norm), "h differs from the rmsnorm kernel's residual + x"
+    assert not y.isnan().any(), "y has unwritten elements"
+    ulp = {torch.float32: 2e-6, torch.bfloat16: 2**-7, torch.float16: 2**-10}[x.dtype]
+    torch.testing.assert_close(y.float(), y_norm.float(), rtol=2 * ulp, atol=2 * ulp)
+    ids_u, wts_u = moe_router_triton(y, gate, bias, n_group, TOPK_GROUP, TOP_K, SCALING, True)
+    assert torch.equal(ids, ids_u), f"ids {ids.tolist()} != the router's on y {ids_u.tolist()}"
+    assert torch.equal(wts, wts_u)
+    # Against the reference: y within a rounding (the interpreter truncates its casts), and the
+    # reference router's selection on the kernel's y.
+    y_ref = rmsnorm_router_reference(h.cpu(), nw.cpu(), None, EPS, gate.cpu(), bias.cpu(), n_group, TOPK_GROUP,
+                                     TOP_K, SCALING, True, True)[0]
+    torch.testing.assert_close(y.cpu().float(), y_ref.float(), rtol=2 * ulp, atol=2 * ulp)
+    ids_r, wts_r = moe_router_reference(y.cpu(), gate.cpu(), bias.cpu(), n_group, TOPK_GROUP, TOP_K, SCALING, True)
+    assert torch.equal(ids.cpu(), ids_r), f"ids {ids.tolist()} != reference {ids_r.tolist()}"
+    torch.testing.assert_close(wts.cpu(), wts_r, atol=2e-6, rtol=0)
+    return y, h, ids, wts
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("t", [1, 2, 6])
+def test_llama_form_routes_its_rounded_rows(t, dtype):
+    x, res, nw, gate, bias = make_inputs(t, 64, 96, dtype, seed=300 + 10 * t)
+    assert_llama_form_is_the_unfused_pair(x, res, nw, gate, bias)
+
+
+def test_llama_form_without_residual_and_in_uneven_slices():
+    # H = 40 over 16 expert blocks of 4: slices of 3 columns, the last block writes 0-1.
+    x, _, nw, gate, bias = make_inputs(2, 64, 40, torch.bfloat16, seed=17, residual=False)
+    _, h, _, _ = assert_llama_form_is_the_unfused_pair(x, None, nw, gate, bias, block_e=4)
+    assert torch.equal(h, x)
+
+
+def test_llama_form_op_cpu_path_and_weight_dtype():
+    x, res, nw, gate, bias = make_inputs(3, 64, 96, torch.bfloat16, seed=43, device="cpu")
+    y, h, ids, wts = rmsnorm_router(x, nw, res, EPS, gate, bias, N_GROUP, TOPK_GROUP, TOP_K, SCALING, True, True)
+    y_ref, h_ref = rmsnorm_reference(x, nw, res, EPS, round_before_weight=True)
+    assert torch.equal(y, y_ref) and torch.equal(h, h_ref)
+    assert not torch.equal(y, rmsnorm_reference(x, nw, res, EPS)[0])     # the forms differ here
+    ids_r, wts_r = torch.ops.lingc.moe_router(y, gate, bias, N_GROUP, TOPK_GROUP, TOP_K, SCALING, True)
+    assert torch.equal(ids, ids_r) and torch.equal(wts, wts_r)
+    with pytest.raises(ValueError, match=r"rmsnorm_router: rmsnorm: round_before_weight"):
+        rmsnorm_router(x, nw.float(), res, EPS, gate, bias, N_GROUP, TOPK_GROUP, TOP_K, SCALING, True, True)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("t", [1, 6, 16])
 def test_gpu_ling3(t):
@@ -164,3 +218,10 @@ def test_gpu_ling3_batch_invariant():
     for n in (1, 2, 6):
         for a, b in zip(run_fused(x[:n], res[:n], nw, gate, bias), full):
             assert torch.equal(a, b[:n]), n
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("t", [1, 6])
+def test_gpu_llama_form_ling3_shapes(t):
+    x, res, nw, gate, bias = make_inputs(t, 512, 2560, torch.bfloat16, seed=900 + t)
+    assert_llama_form_is_the_unfused_pair(x, res, nw, gate, bias)

@@ -7,7 +7,8 @@ touches only its own row, so the result does not depend on T (batch-invariant).
 
 With NORM the program also runs MLA's kv_a_layernorm on its latent row first (it holds the whole
 row anyway): c = (c.f32 * rsqrt(mean(c.f32^2) + eps) * w.f32) rounded to c's dtype, the norm
-kernel's arithmetic; the norm weight is loaded before `gdc_wait` with inv_freq.
+kernels' ``_normed_row`` (with ROUND_BEFORE_WEIGHT its Llama form); the norm weight is loaded
+before `gdc_wait` with inv_freq.
 
 Position t is ``load(pos_ptr + t * pos_stride) + pos_add + t * pos_step``: a [T] positions tensor
 or a base n with rows at n + offset + t (runtime/kernels/positions.py), one compiled kernel.
@@ -18,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from lingc.runtime.kernels.norms.kernel import _normed_row
 from lingc.runtime.kernels.positions import position_terms
 from lingc.runtime.pdl import launch_kwargs, pdl_launch_dependents, pdl_supported, pdl_wait_small
 
@@ -27,7 +29,7 @@ MAX_R = 8192        # one program holds the latent row (Ling-3: 512)
 @triton.jit(do_not_specialize=["pos_stride", "pos_add", "pos_step"])
 def _mla_kv_write_kernel(c_ptr, k_ptr, pos_ptr, freq_ptr, cache_ptr, w_ptr, stride_c, stride_k, stride_l,
                          pos_stride, pos_add, pos_step, R, HALF, eps, BR: tl.constexpr, BH: tl.constexpr, NORM: tl.constexpr,
-                         USE_GDC: tl.constexpr):
+                         USE_GDC: tl.constexpr, ROUND_BEFORE_WEIGHT: tl.constexpr = False):
     t = tl.program_id(0).to(tl.int64)
     offs_h = tl.arange(0, BH)
     mh = offs_h < HALF
@@ -45,8 +47,7 @@ def _mla_kv_write_kernel(c_ptr, k_ptr, pos_ptr, freq_ptr, cache_ptr, w_ptr, stri
     row = cache_ptr + pos * stride_l
     c = tl.load(c_ptr + t * stride_c + offs, mask=m, other=0.0)
     if NORM:
-        cf = c.to(tl.float32)
-        c = (cf * tl.rsqrt(tl.sum(cf * cf, axis=0) / R + eps) * w).to(c.dtype)
+        c = _normed_row(c, w, R, eps, ROUND_BEFORE_WEIGHT).to(c.dtype)
     tl.store(row + offs, c.to(cache_ptr.dtype.element_ty), mask=m)
     x0 = tl.load(k_ptr + t * stride_k + 2 * offs_h, mask=mh, other=0.0)
     x1 = tl.load(k_ptr + t * stride_k + 2 * offs_h + 1, mask=mh, other=0.0)
@@ -61,9 +62,10 @@ def _mla_kv_write_kernel(c_ptr, k_ptr, pos_ptr, freq_ptr, cache_ptr, w_ptr, stri
 
 def mla_kv_write_triton(c: torch.Tensor, k_rope: torch.Tensor, positions: torch.Tensor,
                         inv_freq: torch.Tensor, cache: torch.Tensor, norm_weight: torch.Tensor | None = None,
-                        eps: float = 0.0, pos_offset: int | None = None) -> None:
-    """Write the T rows (op.py); with ``norm_weight`` c is the raw latent, RMS-normed here; with
-    ``pos_offset`` positions is a [1] base (rows at base + pos_offset + t)."""
+                        eps: float = 0.0, pos_offset: int | None = None, round_before_weight: bool = False) -> None:
+    """Write the T rows (op.py); with ``norm_weight`` c is the raw latent, RMS-normed here (in the
+    Llama form with ``round_before_weight``); with ``pos_offset`` positions is a [1] base (rows at
+    base + pos_offset + t)."""
     T, R = c.shape
     half = k_rope.shape[1] // 2
     if R > MAX_R:
@@ -73,4 +75,4 @@ def mla_kv_write_triton(c: torch.Tensor, k_rope: torch.Tensor, positions: torch.
         c, k_rope, positions, inv_freq, cache, c if norm_weight is None else norm_weight,
         c.stride(0), k_rope.stride(0), cache.stride(0), *position_terms(pos_offset), R, half, float(eps),
         BR=triton.next_power_of_2(R), BH=triton.next_power_of_2(half), NORM=norm_weight is not None,
-        USE_GDC=use, num_warps=4, **launch_kwargs(c.device))
+        ROUND_BEFORE_WEIGHT=bool(round_before_weight), USE_GDC=use, num_warps=4, **launch_kwargs(c.device))

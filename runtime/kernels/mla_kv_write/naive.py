@@ -14,11 +14,13 @@ def mla_kv_rows_reference(c: torch.Tensor, k_rope: torch.Tensor, positions: torc
     return torch.cat([c, apply_rope_interleaved(k_rope, positions, inv_freq)], dim=-1).to(dtype)
 
 
-def mla_kv_write_reference(c, k_rope, positions, inv_freq, cache, norm_weight=None, eps=0.0) -> None:
+def mla_kv_write_reference(c, k_rope, positions, inv_freq, cache, norm_weight=None, eps=0.0,
+                           round_before_weight=False) -> None:
     """The rows written in place; with ``norm_weight`` c is the raw latent and goes through the
-    model's kv_a_layernorm (lingc.rmsnorm's reference, no residual) first."""
+    model's kv_a_layernorm (lingc.rmsnorm's reference, no residual; ``round_before_weight``: its
+    Llama form) first."""
     if norm_weight is not None:
         from lingc.runtime.kernels.norms.naive import rmsnorm_reference
 
-        c = rmsnorm_reference(c, norm_weight, None, eps)[0]
+        c = rmsnorm_reference(c, norm_weight, None, eps, round_before_weight)[0]
     cache.index_copy_(0, positions, mla_kv_rows_reference(c, k_rope, positions, inv_freq, cache.dtype))

@@ -1,13 +1,15 @@
 """``torch.ops.lingc.mla_kv_write(Tensor c, Tensor k_rope, Tensor positions, Tensor inv_freq,
-Tensor(a!) cache, Tensor? norm_weight=None, float eps=0.0, int? pos_offset=None) -> ()``: write T
-new rows of an MLA latent cache in place.
+Tensor(a!) cache, Tensor? norm_weight=None, float eps=0.0, int? pos_offset=None,
+bool round_before_weight=False) -> ()``: write T new rows of an MLA latent cache in place.
 
 Row t of ``cache`` [L, R + P] at ``positions[t]`` becomes [c[t] ; rope(k_rope[t], positions[t])]
 in the cache dtype: c [T, R] is the normed latent (kv_a_layernorm's output), k_rope [T, P] the
 raw shared key, RoPE interleaved in fp32 with ``inv_freq`` [P / 2] (naive.py is the exact math:
 the model's own ops). With ``norm_weight`` [R] c is the raw latent and the op runs the
 kv_a_layernorm itself (lingc.rmsnorm's arithmetic without a residual, ``eps`` its epsilon): the
-kernel holds the whole latent row anyway, so the norm's launch goes (pdl_glue.norms_into_kv_writes).
+kernel holds the whole latent row anyway, so the norm's launch goes (pdl_glue.norms_into_kv_writes);
+``round_before_weight`` makes that norm the Hugging Face Llama form (lingc.rmsnorm's flag: the
+normed row rounded to c's dtype before the weight, the weight in c's dtype).
 With ``pos_offset`` o, ``positions`` is a [1] base n and row t goes to position n + o + t (the
 relay's consecutive chain positions, read from n on the device: runtime/kernels/positions.py).
 
@@ -33,7 +35,7 @@ __all__ = ["mla_kv_write", "check_mla_kv_write_args"]
 
 
 def check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight=None, eps=0.0,
-                            pos_offset=None) -> None:
+                            pos_offset=None, round_before_weight=False) -> None:
     """Raise ValueError naming the bad argument."""
     op = "mla_kv_write"
     if c.dim() != 2 or k_rope.dim() != 2 or cache.dim() != 2:
@@ -70,25 +72,32 @@ def check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight=N
         from lingc.runtime.kernels.norms.op import _check_eps    # the norm ops' own eps rule
 
         _check_eps(op, eps)
+        if round_before_weight and norm_weight.dtype != c.dtype:
+            raise ValueError(f"{op}: round_before_weight multiplies the rounded row by norm_weight in c's "
+                             f"dtype; got norm_weight {norm_weight.dtype} for c {c.dtype} (cast the weight)")
+    elif round_before_weight:
+        raise ValueError(f"{op}: round_before_weight is the latent norm's form; pass norm_weight with it")
 
 
 def _mla_kv_write(c: torch.Tensor, k_rope: torch.Tensor, positions: torch.Tensor,
                   inv_freq: torch.Tensor, cache: torch.Tensor, norm_weight: torch.Tensor | None = None,
-                  eps: float = 0.0, pos_offset: int | None = None) -> None:
-    check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight, eps, pos_offset)
+                  eps: float = 0.0, pos_offset: int | None = None, round_before_weight: bool = False) -> None:
+    check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight, eps, pos_offset, round_before_weight)
     if not c.is_cuda:
         mla_kv_write_reference(c, k_rope, expand_positions(positions, c.shape[0], pos_offset), inv_freq, cache,
-                               norm_weight, eps)
+                               norm_weight, eps, round_before_weight)
         return
     from .kernel import mla_kv_write_triton
-    mla_kv_write_triton(c, k_rope, positions.contiguous(), inv_freq, cache, norm_weight, eps, pos_offset)
+    mla_kv_write_triton(c, k_rope, positions.contiguous(), inv_freq, cache, norm_weight, eps, pos_offset,
+                        round_before_weight)
 
 
-def _mla_kv_write_fake(c, k_rope, positions, inv_freq, cache, norm_weight=None, eps=0.0, pos_offset=None) -> None:
-    check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight, eps, pos_offset)
+def _mla_kv_write_fake(c, k_rope, positions, inv_freq, cache, norm_weight=None, eps=0.0, pos_offset=None,
+                       round_before_weight=False) -> None:
+    check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight, eps, pos_offset, round_before_weight)
 
 
 mla_kv_write = register_op(
     "mla_kv_write", _mla_kv_write, _mla_kv_write_fake, mutates_args=("cache",),
     schema="(Tensor c, Tensor k_rope, Tensor positions, Tensor inv_freq, Tensor(a!) cache, "
-           "Tensor? norm_weight=None, float eps=0.0, int? pos_offset=None) -> ()")
+           "Tensor? norm_weight=None, float eps=0.0, int? pos_offset=None, bool round_before_weight=False) -> ()")

@@ -37,6 +37,7 @@ import triton
 import triton.language as tl
 
 from lingc.runtime.kernels.gemm_common import add_pairs, register_cap, split_rows
+from lingc.runtime.kernels.norms.kernel import _normed_row
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait
 
 __all__ = ["SELECT_MAXNREG", "SELECT_WARPS", "moe_router_triton", "moe_select_triton", "redux_pack",
@@ -76,7 +77,7 @@ def _moe_router_logits_kernel(
     stride_xt, stride_xh, stride_we, stride_lt,
     res_ptr, nw_ptr, y_ptr, h_ptr, stride_rt, stride_yt, stride_ht, eps, SLICE,
     E: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_H: tl.constexpr, USE_GDC: tl.constexpr,
-    NORM: tl.constexpr = False, HAS_RES: tl.constexpr = False,
+    NORM: tl.constexpr = False, HAS_RES: tl.constexpr = False, ROUND_BEFORE_WEIGHT: tl.constexpr = False,
 ):
     """Program (e, r): the logits of experts [e * BLOCK_E, (e + 1) * BLOCK_E) for token rows
     [r * ROWS, min((r + 1) * ROWS, T)), one row after another with the same arithmetic per row
@@ -88,7 +89,12 @@ def _moe_router_logits_kernel(
     h * norm_w in one pass, scales the latter by r = rsqrt(sum(h^2) / H + eps) (the logits of
     the fp32 normed row), and stores columns [e * SLICE, (e + 1) * SLICE) of y = h * r * norm_w
     (rounded once) and of h: the expert blocks together write every column once, and the norm
-    is not a launch of its own."""
+    is not a launch of its own.
+
+    With ROUND_BEFORE_WEIGHT (the Hugging Face Llama form, ``weight * normed.to(dtype)``) the
+    normed row is rounded before the weight, which needs the scale before the products: each
+    program forms y with the norm kernels' ``_normed_row`` and routes y as rounded, the same
+    gate products as ``lingc.moe_router`` on that y (so the selection is the unfused pair's)."""
     pid = tl.program_id(0)
     # Producer-independent loads first: this CTA's gate tile (and the norm weight).
     rows = pid * BLOCK_E + tl.arange(0, BLOCK_E)
@@ -120,16 +126,20 @@ def _moe_router_logits_kernel(
         if NORM:
             xn = _norm_row(x_ptr, res_ptr, t + 1, stride_xt, stride_rt, offs_h, mask_h & (t + 1 < t_end), HAS_RES)
             tl.store(h_ptr + t * stride_ht + offs_h, xv, mask=mine)
-            hf = xv.to(tl.float32)
-            # One reduction for the sum of squares and the products: logits = r * (w . (h * nw))
-            # with r = rsqrt(sum(h^2) / H + eps), the norm's scale applied after the sum (the
-            # fp32 normed row, before y's rounding). Each expert row reduces the same squares in
-            # the same tree, so every lane of ss holds the same sum, and so does y's scale.
-            squares = tl.broadcast_to((hf * hf)[None, :], wf.shape)
-            acc, ss = tl.reduce((wf * (hf * nw)[None, :], squares), 1, add_pairs)
-            r = tl.rsqrt(ss / H + eps)
-            logit = acc * r
-            yv = (hf * tl.max(r, axis=0) * nw).to(y_ptr.dtype.element_ty)
+            if ROUND_BEFORE_WEIGHT:
+                yv = _normed_row(xv, nw, H, eps, True).to(y_ptr.dtype.element_ty)
+                logit = tl.sum(wf * yv.to(tl.float32)[None, :], axis=1)
+            else:
+                hf = xv.to(tl.float32)
+                # One reduction for the sum of squares and the products: logits = r * (w . (h * nw))
+                # with r = rsqrt(sum(h^2) / H + eps), the norm's scale applied after the sum (the
+                # fp32 normed row, before y's rounding). Each expert row reduces the same squares in
+                # the same tree, so every lane of ss holds the same sum, and so does y's scale.
+                squares = tl.broadcast_to((hf * hf)[None, :], wf.shape)
+                acc, ss = tl.reduce((wf * (hf * nw)[None, :], squares), 1, add_pairs)
+                r = tl.rsqrt(ss / H + eps)
+                logit = acc * r
+                yv = (hf * tl.max(r, axis=0) * nw).to(y_ptr.dtype.element_ty)
             tl.store(y_ptr + t * stride_yt + offs_h, yv, mask=mine)
         else:
             xn = tl.load(x_ptr + (t + 1) * stride_xt + offs_h * stride_xh, mask=mask_h & (t + 1 < t_end), other=0.0)
@@ -399,6 +409,7 @@ def moe_router_triton(
     eps: float = 0.0,
     y_out: torch.Tensor | None = None,
     h_out: torch.Tensor | None = None,
+    round_before_weight: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch on x [T, H], gate_w [E, H] (unit H stride), expert_bias fp32 [E]; returns
     (ids int32 [T, top_k], weights fp32 [T, top_k]) (naive.moe_router_reference).
@@ -409,7 +420,8 @@ def moe_router_triton(
     ``ROW_GROUPS`` (benchmarks.moe_sweep --set router); ``use_pdl`` defaults to ``pdl_supported(x.device)``.
     With ``norm_weight`` (``lingc.rmsnorm_router``) x is the sub-layer output: the logits kernel
     first forms h = residual + x and y = RMSNorm(h) * norm_weight (rmsnorm's math), routes y,
-    and writes y and h into ``y_out`` / ``h_out`` ([T, H] of x.dtype, unit stride along H).
+    and writes y and h into ``y_out`` / ``h_out`` ([T, H] of x.dtype, unit stride along H);
+    ``round_before_weight``: y in the Llama form, routed as rounded (the kernel's docstring).
     Arguments are assumed validated by the op.
     """
     t, h = x.shape
@@ -442,7 +454,7 @@ def moe_router_triton(
         res_t, nw_t, y_t, h_t, res_t.stride(0), y_t.stride(0), h_t.stride(0), float(eps),
         triton.cdiv(h, e_blocks),
         E=e, BLOCK_E=block_e, BLOCK_H=triton.next_power_of_2(h), USE_GDC=use_pdl,
-        NORM=norm, HAS_RES=residual is not None,
+        NORM=norm, HAS_RES=residual is not None, ROUND_BEFORE_WEIGHT=bool(round_before_weight),
         num_warps=warps, **pdl,
     )
     _launch_select(logits_out, expert_bias, ids_out, weights_out, n_group, topk_group, top_k, routed_scaling,
@@ -504,19 +516,20 @@ def rmsnorm_router_triton(
     top_k: int,
     routed_scaling: float,
     renormalize: bool,
+    round_before_weight: bool = False,
     *,
     y_out: torch.Tensor | None = None,
     h_out: torch.Tensor | None = None,
     **launch,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(y, h, ids, weights) = rmsnorm(x, norm_weight, residual, eps) routed by moe_router, in the
-    router's two launches (naive.rmsnorm_router_reference). ``launch``: moe_router_triton's
-    keyword arguments (buffers, overrides, ``use_pdl``)."""
+    router's two launches (naive.rmsnorm_router_reference; ``round_before_weight``: its Llama
+    form). ``launch``: moe_router_triton's keyword arguments (buffers, overrides, ``use_pdl``)."""
     if y_out is None:
         y_out = torch.empty_like(x, memory_format=torch.contiguous_format)
     if h_out is None:
         h_out = torch.empty_like(x, memory_format=torch.contiguous_format)
     ids, weights = moe_router_triton(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling,
                                      renormalize, norm_weight=norm_weight, residual=residual, eps=eps,
-                                     y_out=y_out, h_out=h_out, **launch)
+                                     y_out=y_out, h_out=h_out, round_before_weight=round_before_weight, **launch)
     return y_out, h_out, ids, weights

@@ -100,6 +100,7 @@ def rmsnorm_router_reference(
     top_k: int,
     routed_scaling: float,
     renormalize: bool,
+    round_before_weight: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(y, h, ids, weights) of ``lingc.rmsnorm_router``: ``y, h = rmsnorm(x, norm_weight,
     residual, eps)`` (the norms' reference: h = residual + x in x.dtype, y = h * r * norm_weight
@@ -107,10 +108,17 @@ def rmsnorm_router_reference(
     fp32 normed row, ``r * ((h * norm_weight) @ gate_w.T)`` in fp32: the kernel's one reduction
     for the squares and the products, with the scale after the sum. Declared against
     ``moe_router(y)``: the logits skip y's rounding to x.dtype (one rounding fewer), so the two
-    agree up to that rounding. Row by row (batch invariance)."""
+    agree up to that rounding. Row by row (batch invariance).
+
+    ``round_before_weight``: y in the Hugging Face Llama form (rmsnorm_reference's flag), routed
+    as it is, ``moe_router_reference(y, ...)``: the scale cannot follow the products once the
+    normed row is rounded before the weight."""
     from lingc.runtime.kernels.norms.naive import rmsnorm_reference
 
-    y, h = rmsnorm_reference(x, norm_weight, residual, eps)
+    y, h = rmsnorm_reference(x, norm_weight, residual, eps, round_before_weight)
+    if round_before_weight:
+        return (y, h, *moe_router_reference(y, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling,
+                                            renormalize))
     hf = h.float()
     r = torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)                  # [T, 1]
     logits = router_logits(hf * norm_weight.float(), gate_w) * r

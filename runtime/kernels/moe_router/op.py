@@ -12,12 +12,15 @@ on CUDA (the two Triton kernels, PDL-launched on Hopper). A ``custom_op`` rather
 
 ``torch.ops.lingc.rmsnorm_router(Tensor x, Tensor norm_weight, Tensor? residual, float eps,
 Tensor gate_w, Tensor expert_bias, int n_group, int topk_group, int top_k, float routed_scaling,
-bool renormalize) -> (Tensor y, Tensor h, Tensor ids, Tensor weights)``: ``lingc.rmsnorm`` (the
-residual add and the MoE block's input norm: y, h) followed by the router, as one op. On CUDA
+bool renormalize, bool round_before_weight=False) -> (Tensor y, Tensor h, Tensor ids, Tensor
+weights)``: ``lingc.rmsnorm`` (the residual add and the MoE block's input norm: y, h) followed by
+the router, as one op. On CUDA
 the router's logits kernel does the norm on the rows it already holds for the matvec and writes
 y and h (kernel.py), so the norm is not a launch of its own. Declared numerics: the logits are
 those of the fp32 normed row (the norm's scale applied after the gate products), not of y
-rounded to x.dtype (naive.rmsnorm_router_reference, the CPU path). pdl_glue.norms_into_routers
+rounded to x.dtype (naive.rmsnorm_router_reference, the CPU path). With ``round_before_weight``
+(the Hugging Face Llama form, rmsnorm's flag) y is that form and the logits are y's as rounded:
+the same selection as the unfused ``rmsnorm`` + ``moe_router``. pdl_glue.norms_into_routers
 emits it.
 
 ``torch.ops.lingc.moe_select(Tensor logits, Tensor expert_bias, int n_group, int topk_group,
@@ -145,22 +148,22 @@ moe_select = register_op(
 
 
 def check_rmsnorm_router_args(x, norm_weight, residual, eps, gate_w, expert_bias, n_group, topk_group, top_k,
-                              routed_scaling, renormalize) -> None:
+                              routed_scaling, renormalize, round_before_weight=False) -> None:
     """Raise ValueError naming the bad argument of ``rmsnorm_router`` (the norm's checks, then
     the router's, each message prefixed with the op's name)."""
     from lingc.runtime.kernels.norms.op import check_rmsnorm_args
 
     try:
-        check_rmsnorm_args(x, norm_weight, residual, eps)
+        check_rmsnorm_args(x, norm_weight, residual, eps, round_before_weight)
         check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
     except ValueError as err:
         raise ValueError(f"rmsnorm_router: {err}") from None
 
 
 def _rmsnorm_router(x, norm_weight, residual, eps, gate_w, expert_bias, n_group, topk_group, top_k,
-                    routed_scaling, renormalize):
+                    routed_scaling, renormalize, round_before_weight=False):
     args = (x, norm_weight, residual, eps, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling,
-            renormalize)
+            renormalize, round_before_weight)
     check_rmsnorm_router_args(*args)
     if not x.is_cuda:
         return rmsnorm_router_reference(*args)
@@ -170,9 +173,9 @@ def _rmsnorm_router(x, norm_weight, residual, eps, gate_w, expert_bias, n_group,
 
 
 def _rmsnorm_router_fake(x, norm_weight, residual, eps, gate_w, expert_bias, n_group, topk_group, top_k,
-                         routed_scaling, renormalize):
+                         routed_scaling, renormalize, round_before_weight=False):
     check_rmsnorm_router_args(x, norm_weight, residual, eps, gate_w, expert_bias, n_group, topk_group, top_k,
-                              routed_scaling, renormalize)
+                              routed_scaling, renormalize, round_before_weight)
     t = x.shape[0]
     return (torch.empty_like(x, memory_format=torch.contiguous_format),
             torch.empty_like(x, memory_format=torch.contiguous_format),
@@ -182,5 +185,5 @@ def _rmsnorm_router_fake(x, norm_weight, residual, eps, gate_w, expert_bias, n_g
 rmsnorm_router = register_op(
     "rmsnorm_router", _rmsnorm_router, _rmsnorm_router_fake,
     schema=("(Tensor x, Tensor norm_weight, Tensor? residual, float eps, Tensor gate_w, Tensor expert_bias, "
-            "int n_group, int topk_group, int top_k, float routed_scaling, bool renormalize) "
-            "-> (Tensor, Tensor, Tensor, Tensor)"))
+            "int n_group, int topk_group, int top_k, float routed_scaling, bool renormalize, "
+            "bool round_before_weight=False) -> (Tensor, Tensor, Tensor, Tensor)"))

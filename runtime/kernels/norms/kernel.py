@@ -109,10 +109,12 @@ def _rmsnorm_kernel(x_ptr, ids_ptr, res_ptr, w_ptr, out_ptr, new_res_ptr, stride
 
 @triton.jit
 def _rmsnorm_pair_kernel(a_ptr, ids_ptr, wa_ptr, b_ptr, wb_ptr, out_ptr, stride_a, stride_b, D, eps_a, eps_b,
-                         BLOCK: tl.constexpr, GATHER: tl.constexpr, USE_GDC: tl.constexpr):
+                         BLOCK: tl.constexpr, GATHER: tl.constexpr, USE_GDC: tl.constexpr,
+                         ROUND_BEFORE_WEIGHT: tl.constexpr = False):
     """Program (t, s): row t of a (s = 0; table row ids[t] with GATHER) or of b (s = 1), normed as
     ``_rmsnorm_kernel`` norms a row without a residual (the same tile and ``_normed_row``, so the
-    same bits), into columns [s * D, (s + 1) * D) of out [T, 2 D]."""
+    same bits; ROUND_BEFORE_WEIGHT both halves in the Llama form), into columns [s * D, (s + 1) * D)
+    of out [T, 2 D]."""
     row = tl.program_id(0).to(tl.int64)
     side = tl.program_id(1)
     offs = tl.arange(0, BLOCK)
@@ -135,7 +137,7 @@ def _rmsnorm_pair_kernel(a_ptr, ids_ptr, wa_ptr, b_ptr, wb_ptr, out_ptr, stride_
     else:
         x = tl.load(b_ptr + row * stride_b + offs, mask=m, other=0.0)
         eps = eps_b
-    y = _normed_row(x, w, D, eps)
+    y = _normed_row(x, w, D, eps, ROUND_BEFORE_WEIGHT)
     tl.store(out_ptr + row * 2 * D + side * D + offs, y.to(out_ptr.dtype.element_ty), mask=m)
 
 
@@ -226,11 +228,11 @@ def embedding_rmsnorm_triton(table: torch.Tensor, ids: torch.Tensor, weight: tor
 
 def rmsnorm_pair_cols_triton(a: torch.Tensor, a_ids: torch.Tensor | None, wa: torch.Tensor, eps_a: float,
                              b: torch.Tensor, wb: torch.Tensor, eps_b: float, out: torch.Tensor | None = None, *,
-                             use_pdl: bool | None = None) -> torch.Tensor:
+                             round_before_weight: bool = False, use_pdl: bool | None = None) -> torch.Tensor:
     """Launch the two norms side by side: out [T, 2 D] = [RMSNorm(a rows) * wa | RMSNorm(b) * wb]
     (a's rows ``a[a_ids]`` when a_ids is given), contiguous in a.dtype. rmsnorm_config(D)'s tile
-    and warps, so each half has the bits ``rmsnorm`` gives it. Arguments are as
-    op.check_rmsnorm_pair_cols_args accepts them."""
+    and warps, so each half has the bits ``rmsnorm`` gives it (``round_before_weight``: both in
+    the Llama form). Arguments are as op.check_rmsnorm_pair_cols_args accepts them."""
     T, D = b.shape
     if out is None:
         out = torch.empty((T, 2 * D), device=b.device, dtype=b.dtype)
@@ -241,7 +243,8 @@ def rmsnorm_pair_cols_triton(a: torch.Tensor, a_ids: torch.Tensor | None, wa: to
     use_pdl, launch = _launch(use_pdl, b.device)
     _rmsnorm_pair_kernel[(T, 2)](a, a if a_ids is None else a_ids, wa, b, wb, out, a.stride(0), b.stride(0), D,
                                  float(eps_a), float(eps_b), BLOCK=cfg.block, GATHER=a_ids is not None,
-                                 USE_GDC=use_pdl, num_warps=cfg.num_warps, num_stages=1, **launch)
+                                 USE_GDC=use_pdl, ROUND_BEFORE_WEIGHT=bool(round_before_weight),
+                                 num_warps=cfg.num_warps, num_stages=1, **launch)
     return out
 
 

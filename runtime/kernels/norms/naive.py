@@ -56,11 +56,14 @@ def embedding_rmsnorm_reference(table: torch.Tensor, ids: torch.Tensor, weight: 
 
 
 def rmsnorm_pair_cols_reference(a: torch.Tensor, a_ids: torch.Tensor | None, wa: torch.Tensor, eps_a: float,
-                                b: torch.Tensor, wb: torch.Tensor, eps_b: float) -> torch.Tensor:
+                                b: torch.Tensor, wb: torch.Tensor, eps_b: float,
+                                round_before_weight: bool = False) -> torch.Tensor:
     """cat([rmsnorm(a rows) * wa, rmsnorm(b) * wb], -1), a's rows ``a[a_ids]`` when a_ids is
-    given (NEXTN's enorm of the embedding and hnorm of the hidden state, side by side)."""
+    given (NEXTN's enorm of the embedding and hnorm of the hidden state, side by side); both
+    norms of the form ``round_before_weight`` names (rmsnorm_reference's)."""
     rows = a if a_ids is None else a.index_select(0, a_ids.long())
-    return torch.cat([rmsnorm_reference(rows, wa, None, eps_a)[0], rmsnorm_reference(b, wb, None, eps_b)[0]], -1)
+    return torch.cat([rmsnorm_reference(rows, wa, None, eps_a, round_before_weight)[0],
+                      rmsnorm_reference(b, wb, None, eps_b, round_before_weight)[0]], -1)
 
 
 def _gated_row_in_steps(o, gate, weight, eps, dt):

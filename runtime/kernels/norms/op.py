@@ -7,12 +7,12 @@
   RMSNorm(new_residual) * weight, computed in fp32 and rounded once to x.dtype: the decoder's
   ``h = x + sublayer(..)`` followed by the next RMSNorm of h, exactly as lingc/models/decoder.py
   and layers.py compute it. ``round_before_weight=True`` (weight in x.dtype): the Hugging Face
-  Llama form, ``weight * normed.to(x.dtype)``, rounded twice as eager rounds it; the norm folds
-  of passes/pdl_glue.py (into routers, cache writes, the embedding gather, pairs, out= writes)
-  take only the one-rounding form.
+  Llama form, ``weight * normed.to(x.dtype)``, rounded twice as eager rounds it; every op a norm
+  folds into (passes/pdl_glue.py: routers, cache writes, the embedding gather, pairs, out= writes)
+  takes the same flag.
 - ``torch.ops.lingc.rmsnorm_out(Tensor x, Tensor weight, Tensor? residual, float eps,
-  Tensor(a!) out) -> Tensor new_residual``: rmsnorm with ``out`` written in place (contiguous,
-  [T, D] in x.dtype), the same bits. pdl_swap emits it where the graph copies a norm's output
+  Tensor(a!) out, bool round_before_weight=False) -> Tensor new_residual``: rmsnorm with ``out``
+  written in place (contiguous, [T, D] in x.dtype), the same bits. pdl_swap emits it where the graph copies a norm's output
   into one of its inputs (the relay's verify graph: the final norm's rows into relay.vhid), so the
   copy is no kernel of its own (passes/pdl_glue.py, ``direct_lingc_writes``).
 - ``torch.ops.lingc.embedding_rmsnorm(Tensor table, Tensor ids, Tensor weight, float eps,
@@ -21,9 +21,10 @@
   them; one kernel, so the gather is not a launch (and a full edge of the captured graph) of its
   own. Ids are not range-checked on the device (nor by ATen's CUDA embedding, which asserts).
 - ``torch.ops.lingc.rmsnorm_pair_cols(Tensor a, Tensor? a_ids, Tensor wa, float eps_a, Tensor b,
-  Tensor wb, float eps_b) -> Tensor``: ``cat([out_a, out_b], -1)`` [T, 2 D] with out_a the
-  rmsnorm (no residual) of a's rows (``a[a_ids]``: an embedding table and token ids, as
-  embedding_rmsnorm) and out_b that of b [T, D]; one kernel, each half the bits rmsnorm gives it.
+  Tensor wb, float eps_b, bool round_before_weight=False) -> Tensor``: ``cat([out_a, out_b], -1)``
+  [T, 2 D] with out_a the rmsnorm (no residual) of a's rows (``a[a_ids]``: an embedding table and
+  token ids, as embedding_rmsnorm) and out_b that of b [T, D], both of the form the flag names;
+  one kernel, each half the bits rmsnorm gives it.
   NEXTN's enorm and hnorm before eh_proj were three launches (two norms and the concatenation);
   pdl_swap emits it there (passes/pdl_glue.py, ``norm_pairs_into_concat``).
 - ``torch.ops.lingc.gated_head_rmsnorm(Tensor o, Tensor gate, Tensor weight, float eps,
@@ -147,14 +148,14 @@ def check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype=None, round_st
     _check_eps(op, eps)
 
 
-def check_rmsnorm_pair_cols_args(a, a_ids, wa, eps_a, b, wb, eps_b) -> None:
+def check_rmsnorm_pair_cols_args(a, a_ids, wa, eps_a, b, wb, eps_b, round_before_weight=False) -> None:
     """Raise ValueError naming the bad argument of ``rmsnorm_pair_cols``."""
     op = "rmsnorm_pair_cols"
     if a_ids is None:
-        check_rmsnorm_args(a, wa, None, eps_a)
+        check_rmsnorm_args(a, wa, None, eps_a, round_before_weight)
     else:
-        check_embedding_rmsnorm_args(a, a_ids, wa, eps_a)
-    check_rmsnorm_args(b, wb, None, eps_b)
+        check_embedding_rmsnorm_args(a, a_ids, wa, eps_a, round_before_weight)
+    check_rmsnorm_args(b, wb, None, eps_b, round_before_weight)
     rows = a.shape[0] if a_ids is None else a_ids.shape[0]
     if rows != b.shape[0]:
         raise ValueError(f"{op}: a gives {rows} rows but b has {b.shape[0]}")
@@ -164,17 +165,17 @@ def check_rmsnorm_pair_cols_args(a, a_ids, wa, eps_a, b, wb, eps_b) -> None:
         raise ValueError(f"{op}: a is {a.dtype} on {a.device} but b is {b.dtype} on {b.device}")
 
 
-def _rmsnorm_pair_cols(a, a_ids, wa, eps_a, b, wb, eps_b):
-    check_rmsnorm_pair_cols_args(a, a_ids, wa, eps_a, b, wb, eps_b)
+def _rmsnorm_pair_cols(a, a_ids, wa, eps_a, b, wb, eps_b, round_before_weight=False):
+    check_rmsnorm_pair_cols_args(a, a_ids, wa, eps_a, b, wb, eps_b, round_before_weight)
     if not b.is_cuda:
-        return rmsnorm_pair_cols_reference(a, a_ids, wa, eps_a, b, wb, eps_b)
+        return rmsnorm_pair_cols_reference(a, a_ids, wa, eps_a, b, wb, eps_b, round_before_weight)
     from .kernel import rmsnorm_pair_cols_triton
 
-    return rmsnorm_pair_cols_triton(a, a_ids, wa, eps_a, b, wb, eps_b)
+    return rmsnorm_pair_cols_triton(a, a_ids, wa, eps_a, b, wb, eps_b, round_before_weight=round_before_weight)
 
 
-def _rmsnorm_pair_cols_fake(a, a_ids, wa, eps_a, b, wb, eps_b):
-    check_rmsnorm_pair_cols_args(a, a_ids, wa, eps_a, b, wb, eps_b)
+def _rmsnorm_pair_cols_fake(a, a_ids, wa, eps_a, b, wb, eps_b, round_before_weight=False):
+    check_rmsnorm_pair_cols_args(a, a_ids, wa, eps_a, b, wb, eps_b, round_before_weight)
     return b.new_empty((b.shape[0], 2 * b.shape[1]))
 
 
@@ -201,20 +202,20 @@ def _check_norm_out(x, out) -> None:
 
 
 def _rmsnorm_out(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None, eps: float,
-                 out: torch.Tensor) -> torch.Tensor:
-    check_rmsnorm_args(x, weight, residual, eps)
+                 out: torch.Tensor, round_before_weight: bool = False) -> torch.Tensor:
+    check_rmsnorm_args(x, weight, residual, eps, round_before_weight)
     _check_norm_out(x, out)
     if not x.is_cuda:
-        y, h = rmsnorm_reference(x, weight, residual, eps)
+        y, h = rmsnorm_reference(x, weight, residual, eps, round_before_weight)
         out.copy_(y)
         return h
     from .kernel import rmsnorm_triton
 
-    return rmsnorm_triton(x, weight, residual, eps, out=out)[1]
+    return rmsnorm_triton(x, weight, residual, eps, out=out, round_before_weight=round_before_weight)[1]
 
 
-def _rmsnorm_out_fake(x, weight, residual, eps, out):
-    check_rmsnorm_args(x, weight, residual, eps)
+def _rmsnorm_out_fake(x, weight, residual, eps, out, round_before_weight=False):
+    check_rmsnorm_args(x, weight, residual, eps, round_before_weight)
     _check_norm_out(x, out)
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
@@ -252,8 +253,10 @@ def _gated_head_rmsnorm_fake(o, gate, weight, eps, out_dtype=None, round_steps=F
 
 _SCHEMAS = {
     "rmsnorm": "(Tensor x, Tensor weight, Tensor? residual, float eps, bool round_before_weight=False) -> (Tensor, Tensor)",
-    "rmsnorm_out": "(Tensor x, Tensor weight, Tensor? residual, float eps, Tensor(a!) out) -> Tensor",
-    "rmsnorm_pair_cols": "(Tensor a, Tensor? a_ids, Tensor wa, float eps_a, Tensor b, Tensor wb, float eps_b) -> Tensor",
+    "rmsnorm_out": ("(Tensor x, Tensor weight, Tensor? residual, float eps, Tensor(a!) out, "
+                    "bool round_before_weight=False) -> Tensor"),
+    "rmsnorm_pair_cols": ("(Tensor a, Tensor? a_ids, Tensor wa, float eps_a, Tensor b, Tensor wb, float eps_b, "
+                          "bool round_before_weight=False) -> Tensor"),
     "embedding_rmsnorm": ("(Tensor table, Tensor ids, Tensor weight, float eps, bool round_before_weight=False) "
                           "-> (Tensor, Tensor)"),
     "gated_head_rmsnorm": ("(Tensor o, Tensor gate, Tensor weight, float eps, ScalarType? out_dtype=None, "
