@@ -220,11 +220,21 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
         """n = (rms(o) * w) * sigmoid(g), o and g [T, H, V] (or [1, T, H, V]: a batch of 1):
         (x as read, w, eps, g, round_steps). round_steps: the form of a model that runs the norm
         in its 16-bit dtype, ``cast(rms(cast(o_lo, f32)) * w, lo) * sigmoid(g_lo)`` in lo (what
-        nn.RMSNorm of a bf16 input traces to): each step rounded as the op's round_steps does."""
+        nn.RMSNorm of a bf16 input traces to): each step rounded as the op's round_steps does;
+        "llama" for ``(w * cast(rms(cast(o_lo, f32)), lo)) * sigmoid(g_lo)``, the head norm in the
+        Hugging Face Llama form (the op's round_before_weight as well)."""
         for a, s in ((n.args[0], n.args[1]), (n.args[1], n.args[0])):
             if not (isinstance(a, fx.Node) and is_call(s, aten.sigmoid.default)):
                 continue
             lo = val(n).dtype
+            llama = self._rounded_rms_match(a) if is_call(a, aten.mul.Tensor) else None
+            if llama is not None:
+                x, w, eps, _ = llama
+                gate = s.args[0]
+                if (val(s).dtype == lo and unit_lead(shape(x), 3) is not None and shape(gate) == shape(x)
+                        and len(a.users) == 1):
+                    return x, w, eps, gate, "llama"
+                continue
             rounded = (is_call(a, *CASTS) and lo in (torch.bfloat16, torch.float16) and val(a).dtype == lo
                        and val(s).dtype == lo and len(a.users) == 1)
             prod = a.args[0] if rounded else a
@@ -264,8 +274,10 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
                     core = list(shape(x)[-3:])
                     x3, gate3 = ((x, gate) if len(shape(x)) == 3 else
                                  (emit(g, aten.reshape.default, t, core) for t in (x, gate)))
-                    new = emit(g, lingc_ops.gated_head_rmsnorm.default, x3, gate3, w, eps, out_dtype,
-                               **({"round_steps": True} if rounded else {}))
+                    flags = {"round_steps": True} if rounded else {}
+                    if rounded == "llama":
+                        flags["round_before_weight"] = True
+                    new = emit(g, lingc_ops.gated_head_rmsnorm.default, x3, gate3, w, eps, out_dtype, **flags)
                     if shape(new) != shape(out_node):
                         new = emit(g, aten.reshape.default, new, list(shape(out_node)))
                 out_node.replace_all_uses_with(new)

@@ -19,9 +19,9 @@ Where it differs from lingc.models (on purpose):
 ``BatchedKimiStyleModel`` is the same model written the Hugging Face way, with a batch dim (of 1
 at batch-1 decode) on every activation, state and cache: ids [1, T], KDA states [1, H, K, V]
 updated by einsums over b, conv windows [1, 3, D, 3], the MLA cache [1, L, R + P] written with
-``cache[:, pos] = rows``, the MoE over the flattened tokens, and its layer norms and MLA's latent
-norm in the Hugging Face Llama form (``HFRMSNorm``: ``weight * normed.to(dtype)``, the same math
-in fp32, one more rounding in bf16 / fp16).
+``cache[:, pos] = rows``, the MoE over the flattened tokens, and all its norms (layers, MLA's
+latent, KDA's gated output norm) in the Hugging Face Llama form (``HFRMSNorm``: ``weight *
+normed.to(dtype)``, the same math in fp32, one more rounding in bf16 / fp16).
 """
 
 from __future__ import annotations
@@ -271,8 +271,8 @@ class HFRMSNorm(nn.RMSNorm):
 
 
 class BatchedKimiStyleModel(KimiStyleModel):
-    """KimiStyleModel's weights and math with a batch dim on everything and the layer norms and
-    MLA's latent norm in the Hugging Face Llama form (the module docstring; the same math in fp32).
+    """KimiStyleModel's weights and math with a batch dim on everything and every norm in the
+    Hugging Face Llama form (the module docstring; the same math in fp32).
     forward(ids [B, T], pos [T], states, windows, caches) -> logits [B, T, VOCAB]."""
 
     def __init__(self, seed: int = 0, textbook_mla: bool = False):
@@ -283,6 +283,7 @@ class BatchedKimiStyleModel(KimiStyleModel):
                 m.kv_norm.__class__ = HFRMSNorm          # the latent norm too (DeepSeek's HF code)
             else:
                 m.__class__ = BatchedKDA
+                m.o_norm.__class__ = HFRMSNorm           # the output head norm, before its gate
         for m in self.moe:
             m.__class__ = BatchedMoE
         for m in self.norms:

@@ -71,9 +71,10 @@ def run_rmsnorm(x, w, residual, config=None, round_before_weight=False):
     return out, new_res
 
 
-def run_gated(o, gate, w, out_dtype=None, config=None, round_steps=False):
+def run_gated(o, gate, w, out_dtype=None, config=None, round_steps=False, round_before_weight=False):
     out = nan(*o.shape, dtype=out_dtype or torch.float32, device=o.device)
-    gated_head_rmsnorm_triton(o, gate, w, EPS, out_dtype, out, config=config, round_steps=round_steps)
+    gated_head_rmsnorm_triton(o, gate, w, EPS, out_dtype, out, config=config, round_steps=round_steps,
+                              round_before_weight=round_before_weight)
     return out
 
 
@@ -241,8 +242,12 @@ def test_gated_kernel_matches_reference(T, H, V, dtype, out_dtype):
         assert_within_one_ulp(got.cpu(), want)
 
 
-def eager_gated_in_steps(o, g, w, dt):
-    """KDA's output norm as a 16-bit model writes it: nn.RMSNorm of o.to(dt), times sigmoid(g)."""
+def eager_gated_in_steps(o, g, w, dt, llama=False):
+    """KDA's output norm as a 16-bit model writes it: nn.RMSNorm of o.to(dt), times sigmoid(g)
+    (``llama``: the head norm the Hugging Face Llama way, ``w * normed.to(dt)``)."""
+    if llama:
+        x = o.to(dt).float()
+        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS)).to(dt) * torch.sigmoid(g)
     norm = torch.nn.RMSNorm(o.shape[-1], eps=EPS, dtype=dt)
     with torch.no_grad():
         norm.weight.copy_(w)
@@ -253,28 +258,32 @@ def eager_gated_in_steps(o, g, w, dt):
 @pytest.mark.parametrize("o_dtype", ["fp32", "lo"])
 @pytest.mark.parametrize("H,V", [(4, 16), (3, 24), (8, 128)])
 @pytest.mark.parametrize("T", [1, 6])
-def test_gated_round_steps_matches_eager_16bit_form(T, H, V, o_dtype, dt):
+@pytest.mark.parametrize("llama", [False, True], ids=["nn-rmsnorm", "llama"])
+def test_gated_round_steps_matches_eager_16bit_form(T, H, V, o_dtype, dt, llama):
     """round_steps: o (fp32 from the KDA chain, or already in the 16-bit dtype) read in dt, the
-    weighted norm and the gate rounded to dt before their product. The reference is eager's
-    nn.RMSNorm(o.to(dt)) * sigmoid(g) bit for bit on the CPU; the kernel (NaN-poisoned output)
-    within its four roundings of it (o, the norm, the gate, the product): an ulp each (2^-7
-    relative in bf16) where an fp32 value
-    lands on the other side of a rounding boundary, or where the Triton interpreter's casts to
-    bfloat16 truncate (it does not round to nearest, as the GPU does)."""
+    weighted norm and the gate rounded to dt before their product (``llama``, round_before_weight:
+    the normed head rounded before the weight too). The reference is eager's
+    nn.RMSNorm(o.to(dt)) * sigmoid(g) (or the Llama spelling) bit for bit on the CPU; the kernel
+    (NaN-poisoned output) within its four or five roundings of it: an ulp each (2^-7 relative in
+    bf16) where an fp32 value lands on the other side of a rounding boundary, or where the Triton
+    interpreter's casts to bfloat16 truncate (it does not round to nearest, as the GPU does)."""
     seed = 7 * T + H + V
     o, g, w = rand(T, H, V, seed=seed), rand(T, H, V, dtype=dt, seed=seed + 1), rand(V, dtype=dt, seed=seed + 2)
     if o_dtype == "lo":
         o = o.to(dt)
-    want = gated_head_rmsnorm_reference(o.cpu(), g.cpu(), w.cpu(), EPS, dt, round_steps=True)
-    assert torch.equal(want, eager_gated_in_steps(o.cpu(), g.cpu(), w.cpu(), dt))
-    # Not the one-rounding form: the steps' roundings show.
+    want = gated_head_rmsnorm_reference(o.cpu(), g.cpu(), w.cpu(), EPS, dt, round_steps=True, round_before_weight=llama)
+    assert torch.equal(want, eager_gated_in_steps(o.cpu(), g.cpu(), w.cpu(), dt, llama))
+    # Not the one-rounding form (nor, for llama, the nn.RMSNorm steps): the roundings show.
     assert not torch.equal(want, gated_head_rmsnorm_reference(o.cpu(), g.cpu(), w.cpu(), EPS, dt))
-    got = run_gated(o, g, w, dt, round_steps=True)
+    if llama:
+        assert not torch.equal(want, gated_head_rmsnorm_reference(o.cpu(), g.cpu(), w.cpu(), EPS, dt, True))
+    got = run_gated(o, g, w, dt, round_steps=True, round_before_weight=llama)
     diff = (got.cpu().float() - want.float()).abs()
     assert torch.isfinite(got.float()).all()
-    assert bool((diff <= want.float().abs() * 4 * 2.0 ** -7 + 1e-6).all()), f"max diff {diff.max().item():.3e}"
+    steps = 5 if llama else 4
+    assert bool((diff <= want.float().abs() * steps * 2.0 ** -7 + 1e-6).all()), f"max diff {diff.max().item():.3e}"
     # The op: the reference on the CPU, the kernel on CUDA.
-    assert torch.equal(torch.ops.lingc.gated_head_rmsnorm(o, g, w, EPS, dt, True).cpu(),
+    assert torch.equal(torch.ops.lingc.gated_head_rmsnorm(o, g, w, EPS, dt, True, llama).cpu(),
                        got.cpu() if o.is_cuda else want)
 
 
@@ -406,6 +415,10 @@ def test_rmsnorm_bad_arguments_raise(kwargs, match):
     (dict(eps=float("nan")), "eps must be .* got nan"),
     (dict(round_steps=True), "round_steps rounds each step to a 16-bit out_dtype .* got out_dtype=None"),
     (dict(round_steps=True, out_dtype=torch.bfloat16), "gate.dtype=torch.float32"),
+    (dict(round_before_weight=True), "round_before_weight .* needs round_steps and the weight in out_dtype; "
+                                     "got round_steps=False"),
+    (dict(round_before_weight=True, round_steps=True, out_dtype=torch.bfloat16,
+          gate=torch.zeros(2, 4, 16, dtype=torch.bfloat16)), "weight.dtype=torch.float32, out_dtype=torch.bfloat16"),
 ])
 def test_gated_bad_arguments_raise(kwargs, match):
     args = dict(o=torch.zeros(2, 4, 16), gate=torch.zeros(2, 4, 16), weight=torch.ones(16), eps=EPS)
@@ -446,9 +459,9 @@ _COMPILE_CHECK = textwrap.dedent("""
     g = gated_config(8, 128)
     sig = dict(o_ptr="*fp32", g_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", stride_ot="i32", stride_oh="i32",
                stride_gt="i32", stride_gh="i32", H="i32", V="i32", eps="fp32")
-    for round_steps in (False, True):
-        check(_gated_head_rmsnorm_kernel, sig, dict(BH=g.heads, BV=g.block, USE_GDC=True, ROUND_STEPS=round_steps),
-              g.num_warps)
+    for round_steps, rbw in ((False, False), (True, False), (True, True)):
+        check(_gated_head_rmsnorm_kernel, sig, dict(BH=g.heads, BV=g.block, USE_GDC=True, ROUND_STEPS=round_steps,
+                                                    ROUND_BEFORE_WEIGHT=rbw), g.num_warps)
 """)
 
 
@@ -480,6 +493,9 @@ def test_gpu_flash_shapes_match_reference(T):
     steps = gated_head_rmsnorm_reference(o.cpu(), g.cpu(), wg.cpu(), EPS, torch.bfloat16, round_steps=True)
     got = torch.ops.lingc.gated_head_rmsnorm(o, g, wg, EPS, torch.bfloat16, True).cpu().float()
     assert bool(((got - steps.float()).abs() <= steps.float().abs() * 2.0 ** -7 + 1e-6).all())
+    llama = gated_head_rmsnorm_reference(o.cpu(), g.cpu(), wg.cpu(), EPS, torch.bfloat16, True, True)
+    got = torch.ops.lingc.gated_head_rmsnorm(o, g, wg, EPS, torch.bfloat16, True, True).cpu().float()
+    assert bool(((got - llama.float()).abs() <= llama.float().abs() * 2 * 2.0 ** -7 + 1e-6).all())
 
 
 @pytest.mark.gpu

@@ -767,17 +767,23 @@ def test_library_rms_norm(capture, dtype):
 @pytest.mark.parametrize("capture", ["functionalize", "aot"])
 @pytest.mark.parametrize("o_dtype", ["fp32", "lo"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_gated_head_norm_of_a_16bit_model(dtype, o_dtype, capture, tmp_path):
-    """KDA's output norm as a bf16 / fp16 model writes it: nn.RMSNorm of o.to(dtype) per head,
-    times sigmoid(g) in that dtype (eager rounds the norm, the gate and the product). One
-    lingc.gated_head_rmsnorm with round_steps, o's cast read inside it: no ATen kernel left, and
-    the eager bits (the op's CPU path)."""
+@pytest.mark.parametrize("form", ["nn-rmsnorm", "llama"])
+def test_gated_head_norm_of_a_16bit_model(form, dtype, o_dtype, capture, tmp_path):
+    """KDA's output norm as a bf16 / fp16 model writes it: nn.RMSNorm of o.to(dtype) per head
+    (or the Hugging Face Llama RMSNorm, ``w * normed.to(dtype)``), times sigmoid(g) in that dtype
+    (eager rounds the norm, the gate and the product). One lingc.gated_head_rmsnorm with
+    round_steps (and round_before_weight for the Llama form), o's cast read inside it: no ATen
+    kernel left, and the eager bits (the op's CPU path)."""
     norm = nn.RMSNorm(16, eps=1e-5, dtype=dtype).eval()
     with torch.no_grad():
         norm.weight.normal_(1.0, 0.1)
 
+    def llama_norm(h):
+        hf = h.float()
+        return norm.weight * (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + 1e-5)).to(dtype)
+
     def fn(o, g):
-        return norm(o.to(dtype)) * torch.sigmoid(g.view(3, 2, 16))
+        return (llama_norm if form == "llama" else norm)(o.to(dtype)) * torch.sigmoid(g.view(3, 2, 16))
 
     o = torch.randn(3, 2, 16) if o_dtype == "fp32" else torch.randn(3, 2, 16, dtype=dtype)
     g = torch.randn(3, 32, dtype=dtype)
@@ -786,7 +792,8 @@ def test_gated_head_norm_of_a_16bit_model(dtype, o_dtype, capture, tmp_path):
     out, report = run_and_report(fn, o, g, capture=capture, dump_dir=str(tmp_path))
     assert {op: n for cat, op, n, _ in report.kernels.rows if cat != "glue"} == {"lingc.gated_head_rmsnorm": 1}, \
         report.kernels.format()
-    assert "round_steps=True" in final_graph_text(report)
+    text = final_graph_text(report)
+    assert "round_steps=True" in text and ("round_before_weight=True" in text) == (form == "llama")
     assert out.dtype == dtype and torch.equal(out, ref)
 
 

@@ -20,7 +20,8 @@ Gated head norm (``_gated_head_rmsnorm_kernel``). Grid (T, cdiv(H, BH)): a progr
 of one row; each head's mean square is reduced inside the program. The o_norm weight comes before
 ``gdc_wait``. Per head: y = o * rsqrt(mean(o^2) + eps) * w * sigmoid(gate), fp32, cast once to
 the output dtype; with ROUND_STEPS as an eager model in the 16-bit output dtype computes it (o
-read in that dtype, the weighted norm and sigmoid(gate) each rounded to it before the product).
+read in that dtype, the weighted norm and sigmoid(gate) each rounded to it before the product;
+with ROUND_BEFORE_WEIGHT too, the normed head rounded before the weight, the Llama form).
 
 Batch invariance in T: T is only the grid size (never a kernel argument), configs depend on
 (D) or (H, V) only, and a program reads nothing of another row; so a row's bits do not depend on
@@ -144,7 +145,7 @@ def _rmsnorm_pair_kernel(a_ptr, ids_ptr, wa_ptr, b_ptr, wb_ptr, out_ptr, stride_
 @triton.jit
 def _gated_head_rmsnorm_kernel(o_ptr, g_ptr, w_ptr, out_ptr, stride_ot, stride_oh, stride_gt, stride_gh,
                                H, V, eps, BH: tl.constexpr, BV: tl.constexpr, USE_GDC: tl.constexpr,
-                               ROUND_STEPS: tl.constexpr = False):
+                               ROUND_STEPS: tl.constexpr = False, ROUND_BEFORE_WEIGHT: tl.constexpr = False):
     t = tl.program_id(0).to(tl.int64)
     offs_h = tl.program_id(1) * BH + tl.arange(0, BH)
     offs_v = tl.arange(0, BV)
@@ -159,11 +160,14 @@ def _gated_head_rmsnorm_kernel(o_ptr, g_ptr, w_ptr, out_ptr, stride_ot, stride_o
                 mask=m2, other=0.0).to(tl.float32)
     g = tl.load(g_ptr + t * stride_gt + offs_h[:, None] * stride_gh + offs_v[None, :],
                 mask=m2, other=0.0).to(tl.float32)
+    dt = out_ptr.dtype.element_ty
     if ROUND_STEPS:     # the eager low-precision form: o, the weighted norm and the gate rounded
-        dt = out_ptr.dtype.element_ty
         o = o.to(dt).to(tl.float32)
     ms = tl.sum(o * o, axis=1) / V
-    y = o * tl.rsqrt(ms + eps)[:, None] * w[None, :]
+    normed = o * tl.rsqrt(ms + eps)[:, None]
+    if ROUND_BEFORE_WEIGHT:     # (with ROUND_STEPS) the head norm in the Llama form
+        normed = normed.to(dt).to(tl.float32)
+    y = normed * w[None, :]
     if ROUND_STEPS:
         y = y.to(dt).to(tl.float32) * tl.sigmoid(g).to(dt).to(tl.float32)
     else:
@@ -250,11 +254,12 @@ def rmsnorm_pair_cols_triton(a: torch.Tensor, a_ids: torch.Tensor | None, wa: to
 
 def gated_head_rmsnorm_triton(o: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float,
                               out_dtype: torch.dtype | None = None, out: torch.Tensor | None = None, *,
-                              round_steps: bool = False, config: NormConfig | None = None,
-                              use_pdl: bool | None = None) -> torch.Tensor:
+                              round_steps: bool = False, round_before_weight: bool = False,
+                              config: NormConfig | None = None, use_pdl: bool | None = None) -> torch.Tensor:
     """Launch the per-head gated RMSNorm of o [T, H, V]; returns [T, H, V] contiguous in
     ``out_dtype`` (fp32 by default). ``round_steps``: each step rounded to ``out_dtype`` (naive.py,
-    _gated_row_in_steps). Arguments are as op.check_gated_head_rmsnorm_args accepts."""
+    _gated_row_in_steps; ``round_before_weight`` its Llama form). Arguments are as
+    op.check_gated_head_rmsnorm_args accepts."""
     T, H, V = o.shape
     assert o.stride(-1) == 1 and gate.stride(-1) == 1 and weight.is_contiguous()
     if out is None:
@@ -266,6 +271,7 @@ def gated_head_rmsnorm_triton(o: torch.Tensor, gate: torch.Tensor, weight: torch
     use_pdl, launch = _launch(use_pdl, o.device)
     _gated_head_rmsnorm_kernel[(T, triton.cdiv(H, cfg.heads))](
         o, gate, weight, out, o.stride(0), o.stride(1), gate.stride(0), gate.stride(1), H, V, float(eps),
-        BH=cfg.heads, BV=cfg.block, USE_GDC=use_pdl, ROUND_STEPS=bool(round_steps), num_warps=cfg.num_warps,
+        BH=cfg.heads, BV=cfg.block, USE_GDC=use_pdl, ROUND_STEPS=bool(round_steps),
+        ROUND_BEFORE_WEIGHT=bool(round_before_weight), num_warps=cfg.num_warps,
         num_stages=1, **launch)
     return out

@@ -66,26 +66,30 @@ def rmsnorm_pair_cols_reference(a: torch.Tensor, a_ids: torch.Tensor | None, wa:
                       rmsnorm_reference(b, wb, None, eps_b, round_before_weight)[0]], -1)
 
 
-def _gated_row_in_steps(o, gate, weight, eps, dt):
+def _gated_row_in_steps(o, gate, weight, eps, dt, round_before_weight=False):
     """One row as an eager low-precision model computes it: o read as ``dt``, the weighted norm
-    in fp32 rounded to ``dt``, sigmoid(gate) in ``dt``, their product in ``dt``."""
+    in fp32 rounded to ``dt`` (``round_before_weight``: the Llama form, ``weight * normed.to(dt)``),
+    sigmoid(gate) in ``dt``, their product in ``dt``."""
     x = o.to(dt).float()
-    n = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(dt)
+    normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    n = weight * normed.to(dt) if round_before_weight else (normed * weight.float()).to(dt)
     return n * torch.sigmoid(gate.to(dt))
 
 
 def gated_head_rmsnorm_reference(o: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor,
                                  eps: float, out_dtype: torch.dtype | None = None,
-                                 round_steps: bool = False) -> torch.Tensor:
+                                 round_steps: bool = False, round_before_weight: bool = False) -> torch.Tensor:
     """rmsnorm_per_head(o) * weight * sigmoid(gate), one row at a time, in fp32, then cast.
 
     o [T, H, V] (the KDA chain's fp32 output); gate [T, H, V] (raw g_proj output); weight [V].
     The result is fp32 (as kda_math's) rounded once to ``out_dtype`` when given (the model's
     ``.to(x.dtype)`` before o_proj). ``round_steps`` (with a 16-bit ``out_dtype``): the eager
-    low-precision form instead, each step rounded to ``out_dtype`` (_gated_row_in_steps).
+    low-precision form instead, each step rounded to ``out_dtype`` (_gated_row_in_steps; with
+    ``round_before_weight`` the head norm in the Llama form).
     """
     if round_steps:
-        rows = [_gated_row_in_steps(o[t:t + 1], gate[t:t + 1], weight, eps, out_dtype) for t in range(o.shape[0])]
+        rows = [_gated_row_in_steps(o[t:t + 1], gate[t:t + 1], weight, eps, out_dtype, round_before_weight)
+                for t in range(o.shape[0])]
         return torch.cat(rows, 0) if rows else o.new_empty(o.shape, dtype=out_dtype)
     rows = [gated_head_rmsnorm(o[t:t + 1], weight, gate[t:t + 1], eps) for t in range(o.shape[0])]
     out = torch.cat(rows, 0) if rows else o.new_empty(o.shape, dtype=torch.float32)

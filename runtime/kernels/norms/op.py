@@ -33,7 +33,9 @@
   returns fp32 [T, H, V], or that rounded once to ``out_dtype`` (the model's cast before
   o_proj, folded in). ``round_steps=True`` (a 16-bit out_dtype, the gate in it too): the form of
   a model that runs the norm in that dtype, each step rounded as eager rounds it (o read in
-  out_dtype, the weighted norm and sigmoid(gate) rounded before their product).
+  out_dtype, the weighted norm and sigmoid(gate) rounded before their product);
+  ``round_before_weight=True`` with it (the weight in out_dtype): the head norm in the Hugging
+  Face Llama form, ``weight * normed.to(out_dtype)``, one rounding more.
 
 All but rmsnorm_out are out of place (``mutates_args=()``): nothing in the graph is mutated, so
 functionalisation leaves them alone and the pdl_swap pass replaces pure subgraphs by pure ops.
@@ -117,7 +119,8 @@ def check_embedding_rmsnorm_args(table, ids, weight, eps, round_before_weight=Fa
     check_rmsnorm_args(table, weight, None, eps, round_before_weight)
 
 
-def check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype=None, round_steps=False) -> None:
+def check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype=None, round_steps=False,
+                                  round_before_weight=False) -> None:
     """Raise ValueError naming the bad argument of ``gated_head_rmsnorm``."""
     op = "gated_head_rmsnorm"
     if o.dim() != 3:
@@ -145,6 +148,10 @@ def check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype=None, round_st
     if round_steps and (out_dtype not in (torch.bfloat16, torch.float16) or gate.dtype != out_dtype):
         raise ValueError(f"{op}: round_steps rounds each step to a 16-bit out_dtype that the gate has too; got "
                          f"out_dtype={out_dtype}, gate.dtype={gate.dtype}")
+    if round_before_weight and not (round_steps and weight.dtype == out_dtype):
+        raise ValueError(f"{op}: round_before_weight (the Llama form of the 16-bit head norm) needs round_steps "
+                         f"and the weight in out_dtype; got round_steps={round_steps}, weight.dtype={weight.dtype}, "
+                         f"out_dtype={out_dtype}")
     _check_eps(op, eps)
 
 
@@ -237,17 +244,19 @@ def _embedding_rmsnorm_fake(table, ids, weight, eps, round_before_weight=False):
 
 
 def _gated_head_rmsnorm(o: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float,
-                        out_dtype: torch.dtype | None = None, round_steps: bool = False) -> torch.Tensor:
-    check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype, round_steps)
+                        out_dtype: torch.dtype | None = None, round_steps: bool = False,
+                        round_before_weight: bool = False) -> torch.Tensor:
+    check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype, round_steps, round_before_weight)
     if not o.is_cuda:
-        return gated_head_rmsnorm_reference(o, gate, weight, eps, out_dtype, round_steps)
+        return gated_head_rmsnorm_reference(o, gate, weight, eps, out_dtype, round_steps, round_before_weight)
     from .kernel import gated_head_rmsnorm_triton
 
-    return gated_head_rmsnorm_triton(o, gate, weight, eps, out_dtype, round_steps=round_steps)
+    return gated_head_rmsnorm_triton(o, gate, weight, eps, out_dtype, round_steps=round_steps,
+                                     round_before_weight=round_before_weight)
 
 
-def _gated_head_rmsnorm_fake(o, gate, weight, eps, out_dtype=None, round_steps=False):
-    check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype, round_steps)
+def _gated_head_rmsnorm_fake(o, gate, weight, eps, out_dtype=None, round_steps=False, round_before_weight=False):
+    check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype, round_steps, round_before_weight)
     return o.new_empty(o.shape, dtype=out_dtype or torch.float32)
 
 
@@ -260,7 +269,7 @@ _SCHEMAS = {
     "embedding_rmsnorm": ("(Tensor table, Tensor ids, Tensor weight, float eps, bool round_before_weight=False) "
                           "-> (Tensor, Tensor)"),
     "gated_head_rmsnorm": ("(Tensor o, Tensor gate, Tensor weight, float eps, ScalarType? out_dtype=None, "
-                           "bool round_steps=False) -> Tensor"),
+                           "bool round_steps=False, bool round_before_weight=False) -> Tensor"),
 }
 
 
