@@ -10,7 +10,8 @@ stage commit). Variants:
 - ``lingc``        torch.ops.lingc.kda_chain's Triton kernel, PDL-launched where supported
 - ``lingc-no-pdl`` the same kernel launched without PDL
 - ``lingc-vk``     the table's config on a state stored [H, V, K] (``state_vk``: each head's state
-                   transposed, read and written in place in that layout)
+                   transposed, read and written in place in that layout; Ling3Cache's layout
+                   since session 45, so this is the row the model's decode runs)
 - ``lingc-unfused`` the table's config with ``fused_reductions=False`` (four single reductions
                    per token instead of two multi-operand ones; other roundings, checked the same way)
 - ``lingc-bvN``    the kernel at BV=N instead of the table's choice (``--bv``), for the table sweep

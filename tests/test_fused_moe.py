@@ -369,7 +369,7 @@ def test_expect_tiny_dump(tiny, tmp_path):
     moe_rows = [r for r in report.kernels.format().splitlines() if "lingc.moe_" in r]
     assert_expected_inline("\n".join(mine + moe_rows) + "\n", """\
 pass                 matches   ops before -> after   time ms  note
-fused_moe                 10          1423 -> 1089         -  5 routers, 5 expert blocks (5 with shared expert)
+fused_moe                 10          1431 -> 1097         -  5 routers, 5 expert blocks (5 with shared expert)
 lingc         lingc.moe_experts                      5  f32[1, 96]
 """)
     assert_expected_inline("\n".join(added) + "\n", """\

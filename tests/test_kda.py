@@ -89,7 +89,8 @@ def test_kda_layer_matches_formula_reference(model):
     j = layer.cache_index
     cache = randomize_cache_(Ling3Cache.allocate(cfg, 32), seed=3)
     assert cache.state[j].abs().min() > 0 and cache.conv[j].abs().min() > 0
-    ref = RefKDA(layer, cfg.kda_lower_bound, cfg.rms_norm_eps, cache.state[j][0], cache.conv[j][0])
+    # The cache holds each head's state as [V, K]; the formulas' S is [K, V].
+    ref = RefKDA(layer, cfg.kda_lower_bound, cfg.rms_norm_eps, cache.state[j][0].transpose(-1, -2), cache.conv[j][0])
     pos = 5
     # Decode steps, then a short multi-token (recurrent path) call, then decode again.
     for T in (1, 1, 1, 3, 1, 2):
@@ -97,7 +98,7 @@ def test_kda_layer_matches_formula_reference(model):
         out = layer(x, torch.arange(pos, pos + T), cache)
         expect = torch.stack([ref.step(x[t]) for t in range(T)])
         assert_rel_close(out, expect, 2e-5, f"output at T={T}, pos={pos}")
-        assert_rel_close(cache.state[j][0], ref.S, 2e-5, "state")
+        assert_rel_close(cache.state[j][0].transpose(-1, -2), ref.S, 2e-5, "state")
         assert_rel_close(cache.conv[j][0], ref.conv_window(), 1e-6, "conv window")
         pos += T
     # The other KDA layers' cache entries are untouched.

@@ -967,7 +967,7 @@ def test_expect_dump(tiny, tmp_path):
 -aten.mean.dim 19
 -aten.mul.Tensor 162
 -aten.neg 12
--aten.permute 48
+-aten.permute 56
 -aten.pow.Tensor_Scalar 19
 +aten.reshape 16
 -aten.rsqrt 27
@@ -1007,7 +1007,7 @@ def test_expect_dump(tiny, tmp_path):
     st = stat(report, "pdl_swap")
     assert_expected_inline(f"{st.matches} matches, ops {st.ops_before} -> {st.ops_after}\n" + "\n".join(st.notes) + "\n",
                            """\
-31 matches, ops 1049 -> 245
+31 matches, ops 1057 -> 245
 4 kda_chain, 2 mla_decode, 4 gated_head_rmsnorm, 15 rmsnorm, 2 mla_kv_write, 4 head_matmul (head gate folded into 2 mla_decode); glue: 4 copies of fresh values dropped, 0 casts folded or dropped, 0 epilogue writes made direct; 1 embedding gathers folded into their first norm; 5 MoE input norms folded into their routers; 2 latent norms folded into their cache writes; 3 region probes run, 3 reused for repeated layers
 PDL coverage 49/49 kernel-launching ops (100%)
 chain L0 KDA: embedding_rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > swiglu_gemm_separate > gemm

@@ -198,11 +198,11 @@ def test_expect_tiny_dump(tmp_path):
 lingc pass summary (role decode)
 pass                 matches   ops before -> after   time ms  note
 stage_commit               -                     -         -  skipped: not for role decode
-metadata_capture           0          1423 -> 1423         -
-fused_moe                 10          1423 -> 1089         -  5 routers, 5 expert blocks (5 with shared expert)
-swiglu_epilogue            1          1089 -> 1081         -
-fuse_projections          14          1081 -> 1049         -  6 same-input groups
-pdl_swap                  31           1049 -> 245         -  4 kda_chain, 2 mla_decode, 4 gated_head_rmsnorm, 15 rmsnorm, 2 mla_kv_write, 4 head_matmul (head gate folded into 2 mla_decode); glue: 4 copies of fresh values dropped, 0 casts folded or dropped, 0 epilogue writes made direct; 1 embedding gathers folded into their first norm; 5 MoE input norms folded into their routers; 2 latent norms folded into their cache writes; 3 region probes run, 3 reused for repeated layers; PDL coverage 49/49 kernel-launching ops (100%); chain L0 KDA: embedding_rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > swiglu_gemm_separate > gemm; chain L1 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts; chain L2 MLA: rmsnorm > gemm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > rmsnorm_router > moe_experts; chain L3 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts; chain L4 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts; chain L5 MLA: rmsnorm > gemm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > rmsnorm_router > moe_experts; chain head: rmsnorm > gemm
+metadata_capture           0          1431 -> 1431         -
+fused_moe                 10          1431 -> 1097         -  5 routers, 5 expert blocks (5 with shared expert)
+swiglu_epilogue            1          1097 -> 1089         -
+fuse_projections          14          1089 -> 1057         -  6 same-input groups
+pdl_swap                  31           1057 -> 245         -  4 kda_chain, 2 mla_decode, 4 gated_head_rmsnorm, 15 rmsnorm, 2 mla_kv_write, 4 head_matmul (head gate folded into 2 mla_decode); glue: 4 copies of fresh values dropped, 0 casts folded or dropped, 0 epilogue writes made direct; 1 embedding gathers folded into their first norm; 5 MoE input norms folded into their routers; 2 latent norms folded into their cache writes; 3 region probes run, 3 reused for repeated layers; PDL coverage 49/49 kernel-launching ops (100%); chain L0 KDA: embedding_rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > swiglu_gemm_separate > gemm; chain L1 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts; chain L2 MLA: rmsnorm > gemm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > rmsnorm_router > moe_experts; chain L3 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts; chain L4 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts; chain L5 MLA: rmsnorm > gemm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > rmsnorm_router > moe_experts; chain head: rmsnorm > gemm
 symm_allreduce             0            245 -> 245         -
 cleanup                    0            245 -> 245         -
 """)
@@ -221,16 +221,16 @@ lingc         lingc.swiglu_gemm_separate             1  f32[1, 160]
 totals: glue 196, lingc 49
 """)
     assert_expected_inline("\n".join(diff) + "\n", """\
--%permute_13 = aten.permute(%arg19_1, [1, 0])                 f32[96, 160]
--%mm_7 = aten.mm(%mul_30, %permute_13)                        f32[1, 160]
--%permute_14 = aten.permute(%arg20_1, [1, 0])                 f32[96, 160]
--%mm_8 = aten.mm(%mul_30, %permute_14)                        f32[1, 160]
+-%permute_15 = aten.permute(%arg19_1, [1, 0])                 f32[96, 160]
+-%mm_7 = aten.mm(%mul_30, %permute_15)                        f32[1, 160]
+-%permute_16 = aten.permute(%arg20_1, [1, 0])                 f32[96, 160]
+-%mm_8 = aten.mm(%mul_30, %permute_16)                        f32[1, 160]
 -%neg_3 = aten.neg(%mm_7)                                     f32[1, 160]
 -%exp_5 = aten.exp(%neg_3)                                    f32[1, 160]
 -%add_20 = aten.add.Tensor(%exp_5, 1)                         f32[1, 160]
 -%div_3 = aten.div.Tensor(%mm_7, %add_20)                     f32[1, 160]
 -%mul_31 = aten.mul.Tensor(%div_3, %mm_8)                     f32[1, 160]
 +%swiglu_gemm_separate_default = lingc.swiglu_gemm_separate(%mul_30, %arg19_1, %arg20_1, 0.0) f32[1, 160]
--%mm_9 = aten.mm(%mul_31, %permute_15)                        f32[1, 96]
-+%mm_9 = aten.mm(%swiglu_gemm_separate_default, %permute_15)  f32[1, 96]
+-%mm_9 = aten.mm(%mul_31, %permute_17)                        f32[1, 96]
++%mm_9 = aten.mm(%swiglu_gemm_separate_default, %permute_17)  f32[1, 96]
 """)

@@ -5,7 +5,10 @@ Everything a decode step reads and writes besides the weights, allocated once an
 
 - `kv[j]`      MLA latent cache of the j-th MLA layer, [slots, max_len, kv_lora_rank + rope_dim]
                (c after kv_a_layernorm, then the roped shared key): 576 values per token on flash.
-- `state[j]`   KDA recurrent state of the j-th KDA layer, [slots, H, K, V], fp32.
+- `state[j]`   KDA recurrent state of the j-th KDA layer, [slots, H, V, K], fp32: each head's
+               [K, V] state of kda_math stored transposed, so lingc::kda_chain tiles it with K
+               along the contiguous axis (state_vk: fewer CTA barriers a token; H200, session 44:
+               3.29 -> 3.03 us a layer at T = 1, 7.49 -> 6.83 staged at T = 6).
 - `conv[j]`    KDA short-conv windows of the j-th KDA layer, [slots, 3, H*K, W-1]: the last W-1
                q, k, v projection outputs, oldest first.
 - `draft_kv[j]` the NEXTN draft layer's own MLA cache (the draft keeps no recurrent state).

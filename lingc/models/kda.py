@@ -76,13 +76,14 @@ class KDAAttention(nn.Module):
         beta = torch.sigmoid(self.b_proj(x).float())
         if padding is not None:
             g, beta = _pad_gate(g, beta, padding)
+        # The cache holds each head's state transposed, [V, K] (cache.py says why).
         if T <= RECURRENT_MAX_T:
-            o, S = kda_recurrent(q, k, v, g, beta, state[slot])
+            o, S = kda_recurrent(q, k, v, g, beta, state[slot].transpose(-1, -2))
         else:
             # Prefill chunks: lingc::kda_prefill is kda_math.kda_chunked itself on the CPU and the
             # chunked Triton kernels on CUDA (H200, 8192 tokens, 8 heads: 1.7 ms vs 156 ms).
-            o, S = _kda_prefill(q, k, v, g, beta, state[slot])
-        state[slot].copy_(S)
+            o, S = _kda_prefill(q, k, v, g, beta, state[slot].transpose(-1, -2))
+        state[slot].copy_(S.transpose(-1, -2))
         conv[slot].copy_(torch.stack(windows, 0))
         o = gated_head_rmsnorm(o, self.o_norm.weight, self.g_proj(x).view(T, H, K), self.eps)
         return self.tp.all_reduce(self.o_proj(o.reshape(T, H * K).to(x.dtype)))
@@ -108,8 +109,8 @@ class KDAAttention(nn.Module):
         beta = torch.sigmoid(self.b_proj(x).float())
         if padding is not None:
             g, beta = _pad_gate(g, beta, padding)
-        o, S = _kda_prefill(q, k, v, g, beta, state[slot])
-        state[slot].copy_(S)
+        o, S = _kda_prefill(q, k, v, g, beta, state[slot].transpose(-1, -2))
+        state[slot].copy_(S.transpose(-1, -2))
         # The new windows: the chunk's last W - 1 inputs (T >= 64 > W - 1), oldest first; of a
         # padded chunk the W - 1 rows of [old window ; chunk] that end at its last real row.
         width = conv.shape[-1]
