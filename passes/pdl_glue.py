@@ -518,12 +518,12 @@ def output_norms_into_chains(g: fx.Graph) -> int:
         if len(chain.users) != 1 or any(len(u.users) != 1 for u in views):
             continue                          # o is read by something other than the norm
         # The chain moves down to the norm: nothing between them may touch what it writes or reads.
-        touched = {a for a in chain.args if isinstance(a, fx.Node)} | {
-            a for a in chain.args if isinstance(a, (list, tuple)) for a in a if isinstance(a, fx.Node)}
-        if any(order[chain] < order[u] < order[norm] for t in touched for u in t.users
+        operands = [a for arg in chain.args for a in (arg if isinstance(arg, (list, tuple)) else [arg])
+                    if isinstance(a, fx.Node)]
+        if any(order[chain] < order[u] < order[norm] for a in operands for u in a.users
                if u is not chain and not is_call(u, *VIEW_OPS)):
             continue
-        o3, gate, w, eps = norm.args[:4]
+        gate, w, eps = norm.args[1:4]
         out_dtype = norm.args[4] if len(norm.args) > 4 else norm.kwargs.get("out_dtype")
         flags = {k: v for k, v in norm.kwargs.items() if k in ("round_steps", "round_before_weight")}
         with g.inserting_before(norm):

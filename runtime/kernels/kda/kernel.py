@@ -144,6 +144,15 @@ def _token_inputs(q_ptr, k_ptr, v_ptr, f_ptr, b_ptr, stride_q, stride_k, stride_
 
 
 @triton.jit
+def _store_window(ptr, ch, x0, x1, x2, mask, WIN: tl.constexpr):
+    """Channels ch's window columns (x0 oldest) into a [.., channels, WIN] buffer, in its dtype."""
+    wdt = ptr.dtype.element_ty
+    tl.store(ptr + ch * WIN + 0, x0.to(wdt), mask=mask)
+    tl.store(ptr + ch * WIN + 1, x1.to(wdt), mask=mask)
+    tl.store(ptr + ch * WIN + 2, x2.to(wdt), mask=mask)
+
+
+@triton.jit
 def _softplus(x):
     """F.softplus (beta 1, threshold 20); exp(x) below -15, where log(1 + exp(x)) would round
     the 1 away (relative error of exp(x) there: below exp(-15) / 2)."""
@@ -261,17 +270,10 @@ def _kda_chain_kernel(
         if STAGED != 0:
             tl.store(sstate_ptr + t * H * K * V + s_offs, S, mask=m2)
             sw = swin_ptr + t * 3 * D * WIN
-            wdt = swin_ptr.dtype.element_ty
-            tl.store(sw + (2 * D + cv) * WIN + 0, xv0.to(wdt), mask=mv)
-            tl.store(sw + (2 * D + cv) * WIN + 1, xv1.to(wdt), mask=mv)
-            tl.store(sw + (2 * D + cv) * WIN + 2, xv2.to(wdt), mask=mv)
+            _store_window(sw, 2 * D + cv, xv0, xv1, xv2, mv, WIN)
             if vb == 0:
-                tl.store(sw + cqk * WIN + 0, xq0.to(wdt), mask=mk)
-                tl.store(sw + cqk * WIN + 1, xq1.to(wdt), mask=mk)
-                tl.store(sw + cqk * WIN + 2, xq2.to(wdt), mask=mk)
-                tl.store(sw + (D + cqk) * WIN + 0, xk0.to(wdt), mask=mk)
-                tl.store(sw + (D + cqk) * WIN + 1, xk1.to(wdt), mask=mk)
-                tl.store(sw + (D + cqk) * WIN + 2, xk2.to(wdt), mask=mk)
+                _store_window(sw, cqk, xq0, xq1, xq2, mk, WIN)
+                _store_window(sw, D + cqk, xk0, xk1, xk2, mk, WIN)
         t += 1
 
     if NORM_OUT:
@@ -280,27 +282,28 @@ def _kda_chain_kernel(
                                  stride_gt, stride_gh, norm_eps, H, V, D, WIN, NVB, TB, BVF, NORM_ROUND_STEPS,
                                  NORM_ROUND_BEFORE_WEIGHT)
     elif STAGED == 0:
-        wdt = win_ptr.dtype.element_ty
         tl.store(state_ptr + s_offs, S, mask=m2)
-        tl.store(win_ptr + (2 * D + cv) * WIN + 0, xv0.to(wdt), mask=mv)
-        tl.store(win_ptr + (2 * D + cv) * WIN + 1, xv1.to(wdt), mask=mv)
-        tl.store(win_ptr + (2 * D + cv) * WIN + 2, xv2.to(wdt), mask=mv)
-        last = True
-        if NVB > 1:
-            # Every thread's window loads were consumed by the chain; the barrier and the acq_rel
-            # ticket order them before the last program's q/k window stores.
-            tl.debug_barrier()
-            ticket = tl.atomic_add(ticket_ptr + h, 1, sem="acq_rel", scope="gpu")
-            last = ticket == NVB - 1
-        if last:
-            tl.store(win_ptr + cqk * WIN + 0, xq0.to(wdt), mask=mk)
-            tl.store(win_ptr + cqk * WIN + 1, xq1.to(wdt), mask=mk)
-            tl.store(win_ptr + cqk * WIN + 2, xq2.to(wdt), mask=mk)
-            tl.store(win_ptr + (D + cqk) * WIN + 0, xk0.to(wdt), mask=mk)
-            tl.store(win_ptr + (D + cqk) * WIN + 1, xk1.to(wdt), mask=mk)
-            tl.store(win_ptr + (D + cqk) * WIN + 2, xk2.to(wdt), mask=mk)
+        _store_window(win_ptr, 2 * D + cv, xv0, xv1, xv2, mv, WIN)
+        # Every thread's window loads were consumed by the chain; the ticket orders them before
+        # the last program's q/k window stores.
+        if _last_of_head(ticket_ptr, h, NVB):
+            _store_window(win_ptr, cqk, xq0, xq1, xq2, mk, WIN)
+            _store_window(win_ptr, D + cqk, xk0, xk1, xk2, mk, WIN)
             if NVB > 1:
                 tl.atomic_xchg(ticket_ptr + h, 0, sem="relaxed", scope="gpu")  # ready for the next call
+
+
+@triton.jit
+def _last_of_head(ticket_ptr, h, NVB: tl.constexpr):
+    """Whether this program is the last of head h's NVB programs to get here: each takes the
+    head's ticket after a CTA barrier (every thread's prior stores and loads done), acq_rel at
+    GPU scope, so the last one sees what the others stored before theirs. One v-block: always."""
+    last = True
+    if NVB > 1:
+        tl.debug_barrier()
+        ticket = tl.atomic_add(ticket_ptr + h, 1, sem="acq_rel", scope="gpu")
+        last = ticket == NVB - 1
+    return last
 
 
 @triton.jit
@@ -315,27 +318,15 @@ def _finish_with_output_norm(state_ptr, win_ptr, o_ptr, gate_ptr, y_ptr, ticket_
     back from L2 (T <= TB rows in one [TB, BVF] tile, rows >= T masked), norms them with the
     gate (``norms.kernel.gated_rows``, the gated norm kernel's arithmetic) and stores y in y's
     dtype. With one v-block the program is the head's only one and takes no ticket."""
-    wdt = win_ptr.dtype.element_ty
     if STAGED == 0:
         tl.store(state_ptr + s_offs, S, mask=m2)
-        tl.store(win_ptr + (2 * D + cv) * WIN + 0, xv0.to(wdt), mask=mv)
-        tl.store(win_ptr + (2 * D + cv) * WIN + 1, xv1.to(wdt), mask=mv)
-        tl.store(win_ptr + (2 * D + cv) * WIN + 2, xv2.to(wdt), mask=mv)
-    last = True
-    if NVB > 1:
-        # Every thread's o columns (and window loads) are done before the ticket (barrier); the
-        # ticket is acq_rel at GPU scope, so the last program sees every program's o.
-        tl.debug_barrier()
-        ticket = tl.atomic_add(ticket_ptr + h, 1, sem="acq_rel", scope="gpu")
-        last = ticket == NVB - 1
-    if last:
+        _store_window(win_ptr, 2 * D + cv, xv0, xv1, xv2, mv, WIN)
+    # Every program's o columns (and window loads) are done before its ticket, so the last
+    # program sees every program's o.
+    if _last_of_head(ticket_ptr, h, NVB):
         if STAGED == 0:
-            tl.store(win_ptr + cqk * WIN + 0, xq0.to(wdt), mask=mk)
-            tl.store(win_ptr + cqk * WIN + 1, xq1.to(wdt), mask=mk)
-            tl.store(win_ptr + cqk * WIN + 2, xq2.to(wdt), mask=mk)
-            tl.store(win_ptr + (D + cqk) * WIN + 0, xk0.to(wdt), mask=mk)
-            tl.store(win_ptr + (D + cqk) * WIN + 1, xk1.to(wdt), mask=mk)
-            tl.store(win_ptr + (D + cqk) * WIN + 2, xk2.to(wdt), mask=mk)
+            _store_window(win_ptr, cqk, xq0, xq1, xq2, mk, WIN)
+            _store_window(win_ptr, D + cqk, xk0, xk1, xk2, mk, WIN)
         rows = tl.arange(0, TB)
         cols = tl.arange(0, BVF)
         m = (rows < T)[:, None] & (cols < V)[None, :]
