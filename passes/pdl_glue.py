@@ -281,6 +281,13 @@ def _rounds_before_weight(n) -> bool:
     return bool(n.kwargs.get("round_before_weight", False))
 
 
+def _weighted_rmsnorm(n) -> bool:
+    """n is a lingc.rmsnorm with a weight: the ops a norm folds into (embedding_rmsnorm,
+    rmsnorm_router, mla_kv_write, rmsnorm_pair_cols) take weighted norms only; a norm without a
+    gain keeps its own kernel (rmsnorm_out takes it too)."""
+    return is_call(n, lingc_ops.rmsnorm.default) and n.args[1] is not None
+
+
 def _norm_form(n) -> dict:
     """The keyword that carries norm n's form to the op it folds into (none for one rounding)."""
     return {"round_before_weight": True} if _rounds_before_weight(n) else {}
@@ -376,7 +383,7 @@ def embedding_into_norm(g: fx.Graph) -> int:
 
     count = 0
     order = {n: i for i, n in enumerate(g.nodes)}      # the graph's nodes before any rewrite here
-    for rms in [n for n in g.nodes if is_call(n, lingc_ops.rmsnorm.default)]:    # either rounding form
+    for rms in [n for n in g.nodes if _weighted_rmsnorm(n)]:    # either rounding form
         x, w, residual, eps = rms.args
         if residual is not None or not isinstance(x, fx.Node):
             continue
@@ -443,7 +450,7 @@ def norms_into_routers(g: fx.Graph) -> int:
     order = {n: i for i, n in enumerate(g.nodes)}      # the graph's nodes before any rewrite here
     for router in [n for n in g.nodes if is_call(n, lingc_ops.moe_router.default)]:
         y = _through_identity_views(router.args[0])
-        if not (is_call(y, operator.getitem) and y.args[1] == 0 and is_call(y.args[0], lingc_ops.rmsnorm.default)):
+        if not (is_call(y, operator.getitem) and y.args[1] == 0 and _weighted_rmsnorm(y.args[0])):
             continue
         rms = y.args[0]
         x, w, residual, eps = rms.args
@@ -481,7 +488,7 @@ def norms_into_kv_writes(g: fx.Graph) -> int:
             chain.append(c)
             c = c.args[0]
         if not (is_call(c, operator.getitem) and c.args[1] == 0 and len(c.users) == 1
-                and is_call(c.args[0], lingc_ops.rmsnorm.default)):
+                and _weighted_rmsnorm(c.args[0])):
             continue
         rms = c.args[0]
         x, w, residual, eps = rms.args
@@ -642,7 +649,7 @@ def _lone_normed_rows(y):
         return None
     norm = y.args[0]
     if is_call(norm, lingc_ops.rmsnorm.default):
-        if norm.args[2] is not None:
+        if norm.args[2] is not None or not _weighted_rmsnorm(norm):
             return None
     elif not is_call(norm, lingc_ops.embedding_rmsnorm.default):
         return None
@@ -660,7 +667,7 @@ def norm_pairs_into_concat(g: fx.Graph) -> int:
     written = written_bases(g)
     for cc in [n for n in g.nodes if is_call(n, lingc_ops.concat_cols.default)]:
         pa, pb = (_lone_normed_rows(y) for y in cc.args)
-        if pa is None or pb is None or not is_call(pb[0], lingc_ops.rmsnorm.default):
+        if pa is None or pb is None or not _weighted_rmsnorm(pb[0]):
             continue
         if _rounds_before_weight(pa[0]) != _rounds_before_weight(pb[0]):
             continue                      # one flag gives both halves their form

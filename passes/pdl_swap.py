@@ -90,6 +90,8 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
         eliminate_dead_code(g)
         counts["rmsnorm"] = self._norms(g, gated=False)
         eliminate_dead_code(g)
+        counts["rmsnorm"] += self._weightless_norms(g)       # after the weighted ones are gone
+        eliminate_dead_code(g)
         counts["mla_kv_write"] = self._kv_writes(g)
         eliminate_dead_code(g)
         counts["head_matmul"], clones = pdl_glue.absorbed_products(g)
@@ -150,6 +152,24 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
             m = self._gated_match(n) if gated else (self._rms_match(n) or self._rounded_rms_match(n))
             if m is not None and self._rewrite_norm(g, n, m, gated):
                 matches += 1
+        return matches
+
+    def _weightless_norms(self, g: fx.Graph) -> int:
+        """x * rsqrt(mean(x^2) + eps) with no weight after it (nn.RMSNorm(elementwise_affine=False),
+        F.rms_norm(x, (D,)), a hand-written norm without a gain) -> lingc.rmsnorm with weight None
+        (one rounding, eager's). Runs after the weighted norms are rewritten, so a core left here
+        has no weight that could be folded in; one whose product is neither read in fp32 nor
+        rounded back to its input's dtype is left, as _rewrite_norm decides for every norm. The
+        folds into other kernels (router, cache write, pair) take weighted norms only."""
+        matches = 0
+        for n in list(g.nodes):
+            if n.graph is None or not is_call(n, aten.mul.Tensor, aten.div.Tensor):
+                continue
+            core = self._rms_core(n)
+            if core is not None and self._rewrite_norm(g, n, (core[0], None, core[1]), gated=False):
+                matches += 1
+        if matches:
+            self.notes.append(f"{matches} norms without a weight on lingc.rmsnorm")
         return matches
 
     def _rms_core(self, n: fx.Node):

@@ -89,7 +89,7 @@ def check_rmsnorm(got, ref, dtype, w=None):
         assert torch.equal(new_res, ref_res), "fp32 residual add must be exact"
     else:
         assert_within_one_ulp(new_res, ref_res)
-        assert_within_one_ulp(out, rmsnorm_reference(new_res, w.cpu(), None, EPS)[0])
+        assert_within_one_ulp(out, rmsnorm_reference(new_res, None if w is None else w.cpu(), None, EPS)[0])
         assert_close(out, ref_out, 2 * RTOL[dtype])
 
 
@@ -445,12 +445,18 @@ _COMPILE_CHECK = textwrap.dedent("""
         assert " 0 bytes spill stores" in info, info
 
     c = rmsnorm_config(2560)
-    for has_res, gather, rbw in ((False, False, False), (True, False, False), (False, True, False),
-                                 (True, False, True)):
+    for has_res, gather, rbw, has_w in ((False, False, False, True), (True, False, False, True),
+                                        (False, True, False, True), (True, False, True, True),
+                                        (True, False, False, False)):
         sig = dict(x_ptr="*bf16", ids_ptr="*i64", res_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16",
                    new_res_ptr="*bf16", stride_x="i32", stride_r="i32", D="i32", eps="fp32")
-        check(_rmsnorm_kernel, sig, dict(BLOCK=c.block, HAS_RESIDUAL=has_res, GATHER=gather, USE_GDC=True,
-                                         ROUND_BEFORE_WEIGHT=rbw), c.num_warps)
+        const = dict(BLOCK=c.block, HAS_RESIDUAL=has_res, GATHER=gather, USE_GDC=True, ROUND_BEFORE_WEIGHT=rbw,
+                     HAS_WEIGHT=has_w)
+        if has_w:
+            check(_rmsnorm_kernel, sig, const, c.num_warps)
+        else:       # no weight to load: only the wait, no spills
+            ptx, info = compile_sm90(_rmsnorm_kernel, sig, const, num_warps=c.num_warps)
+            assert "griddepcontrol.wait" in ptx and " 0 bytes spill stores" in info, info
     for gather, rbw in ((True, False), (False, False), (True, True)):
         sig = dict(a_ptr="*bf16", ids_ptr="*i64", wa_ptr="*bf16", b_ptr="*bf16", wb_ptr="*bf16", out_ptr="*bf16",
                    stride_a="i32", stride_b="i32", D="i32", eps_a="fp32", eps_b="fp32")
@@ -578,6 +584,30 @@ def test_embedding_rmsnorm_bad_arguments_raise(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         embedding_rmsnorm(**args)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("T,D,residual", [(1, 96, True), (6, 33, False), (2, 2560, True)])
+def test_rmsnorm_without_a_weight(T, D, dtype, residual):
+    """weight None (a norm without a gain): the kernel's rows and residual against the reference,
+    whose rows are eager's (x * rsqrt(mean(x^2) + eps)).to(dtype); outputs NaN-poisoned."""
+    x = rand(T, D, dtype=dtype, seed=61 + T)
+    r = rand(T, D, dtype=dtype, seed=62 + T) if residual else None
+    out, new_res = run_rmsnorm(x, None, r)
+    ref_out, ref_h = rmsnorm_reference(x.cpu(), None, None if r is None else r.cpu(), EPS)
+    hf = ref_h.float()
+    assert torch.equal(ref_out, (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + EPS)).to(dtype))
+    check_rmsnorm((out, new_res), (ref_out, ref_h), dtype)
+    y, h = torch.ops.lingc.rmsnorm(x, None, r, EPS)
+    assert torch.equal(y.cpu(), out.cpu() if x.is_cuda else ref_out)
+
+
+def test_weightless_norm_is_refused_where_a_weight_is_needed():
+    x = torch.randn(2, 8)
+    with pytest.raises(ValueError, match="round_before_weight is a weighted form"):
+        torch.ops.lingc.rmsnorm(x, None, None, EPS, True)
+    with pytest.raises(ValueError, match="this op needs the norm weight"):
+        torch.ops.lingc.embedding_rmsnorm(torch.zeros(10, 8), torch.zeros(2, dtype=torch.int64), None, EPS)
 
 
 # rmsnorm_out: the in-place variant pdl_glue.direct_lingc_writes emits (the verify graph's final

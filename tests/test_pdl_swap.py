@@ -1121,3 +1121,65 @@ def test_output_norms_folded_into_their_chains(tiny, role, monkeypatch, tmp_path
         assert torch.equal(a, b)
     for a, b in zip(c_on.tensors(), c_off.tensors()):
         assert torch.equal(a, b)
+
+
+class WeightlessNorm(nn.Module):
+    """A residual add and an RMSNorm without a gain, in one of three spellings."""
+
+    def __init__(self, form: str, d: int = 40):
+        super().__init__()
+        self.form, self.norm = form, nn.RMSNorm(d, eps=1e-6, elementwise_affine=False)
+
+    def forward(self, x, r):
+        h = x + r
+        if self.form == "nn":
+            y = self.norm(h)
+        elif self.form == "functional":
+            y = torch.nn.functional.rms_norm(h, (h.shape[-1],), eps=1e-6)
+        else:
+            hf = h.float()
+            y = (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(h.dtype)
+        return y * 2.0, h
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("form", ["nn", "functional", "hand-written"])
+def test_norm_without_a_weight_on_lingc_rmsnorm(form, dtype):
+    """A norm without a gain runs on lingc.rmsnorm with a unit weight (the residual add fused):
+    eager's bits, since multiplying by 1.0 rounds nothing."""
+    x, r = torch.randn(5, 40, dtype=dtype), 3 * torch.randn(5, 40, dtype=dtype)
+    m = WeightlessNorm(form)
+    with torch.no_grad():
+        ref = m(x, r)
+    out, report = run_and_report(m, x, r)
+    kernels = {op: n for cat, op, n, _ in report.kernels.rows if cat not in ("glue",)}
+    assert kernels.get("lingc.rmsnorm") == 1 and "aten.rsqrt" not in kernels, report.kernels.format()
+    assert "1 norms without a weight on lingc.rmsnorm" in stat(report, "pdl_swap").notes
+    assert all(torch.equal(a, b) for a, b in zip(out, ref))
+
+
+class WeightlessAfterEmbedding(nn.Module):
+    """A gain-less norm of the token embedding whose rows are also copied into a buffer input:
+    the embedding fold takes weighted norms only (the gather stays), the out= write takes it."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(30, 40)
+
+    def forward(self, ids, buf):
+        e = self.emb(ids)
+        y = e * torch.rsqrt(e.pow(2).mean(-1, keepdim=True) + 1e-6)
+        buf.copy_(y)
+        return e * 2.0
+
+
+def test_norm_without_a_weight_stays_out_of_the_weighted_folds():
+    m = WeightlessAfterEmbedding()
+    ids, buf = torch.tensor([3, 29, 0]), torch.randn(3, 40)
+    want_buf = buf.clone()
+    with torch.no_grad():
+        want = m(ids, want_buf)
+    out, report = run_and_report(m, ids, buf, role="forward")
+    kernels = {op: n for cat, op, n, _ in report.kernels.rows if cat != "glue"}
+    assert kernels.get("lingc.rmsnorm_out") == 1 and "lingc.embedding_rmsnorm" not in kernels, kernels
+    assert torch.equal(out, want) and torch.equal(buf, want_buf)

@@ -84,11 +84,14 @@ def _normed_row(h, w, D, eps, ROUND_BEFORE_WEIGHT: tl.constexpr = False):
 @triton.jit
 def _rmsnorm_kernel(x_ptr, ids_ptr, res_ptr, w_ptr, out_ptr, new_res_ptr, stride_x, stride_r, D, eps,
                     BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr, GATHER: tl.constexpr, USE_GDC: tl.constexpr,
-                    ROUND_BEFORE_WEIGHT: tl.constexpr = False):
+                    ROUND_BEFORE_WEIGHT: tl.constexpr = False, HAS_WEIGHT: tl.constexpr = True):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     m = offs < D
-    w = tl.load(w_ptr + offs, mask=m, other=0.0).to(tl.float32)   # producer-independent
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + offs, mask=m, other=0.0).to(tl.float32)   # producer-independent
+    else:
+        w = 1.0         # a norm without a gain: times 1.0 rounds nothing
 
     pdl_wait_small(USE_GDC)
     pdl_launch_dependents(USE_GDC)
@@ -197,7 +200,7 @@ def _rmsnorm_rows(src, ids, residual, weight, eps, T, out, new_residual, config,
     """The one launch of ``_rmsnorm_kernel`` behind both launchers below: T rows of ``src``
     (rows ``ids[t]`` of it when ids is given), outputs allocated when not given."""
     D = src.shape[1]
-    assert src.stride(-1) == 1 and weight.is_contiguous()
+    assert src.stride(-1) == 1 and (weight is None or weight.is_contiguous())
     if out is None:
         out = torch.empty((T, D), device=src.device, dtype=src.dtype)
     if new_residual is None:
@@ -208,9 +211,11 @@ def _rmsnorm_rows(src, ids, residual, weight, eps, T, out, new_residual, config,
     cfg = config or rmsnorm_config(D)
     use_pdl, launch = _launch(use_pdl, src.device)
     res = src if residual is None else residual
-    _rmsnorm_kernel[(T,)](src, src if ids is None else ids, res, weight, out, new_residual, src.stride(0),
+    _rmsnorm_kernel[(T,)](src, src if ids is None else ids, res, src if weight is None else weight, out,
+                          new_residual, src.stride(0),
                           res.stride(0), D, float(eps), BLOCK=cfg.block, HAS_RESIDUAL=residual is not None,
                           GATHER=ids is not None, USE_GDC=use_pdl, ROUND_BEFORE_WEIGHT=bool(round_before_weight),
+                          HAS_WEIGHT=weight is not None,
                           num_warps=cfg.num_warps, num_stages=1, **launch)
     return out, new_residual
 

@@ -30,18 +30,20 @@ __all__ = ["rmsnorm_reference", "embedding_rmsnorm_reference", "rmsnorm_pair_col
            "gated_head_rmsnorm_reference"]
 
 
-def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None,
+def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor | None, residual: torch.Tensor | None,
                       eps: float, round_before_weight: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(rmsnorm(residual + x) * weight, residual + x); without a residual, (rmsnorm(x), copy of x).
 
-    x, residual [T, D] of one dtype; weight [D]. Outputs are new tensors in x.dtype.
-    ``round_before_weight``: the normed row is rounded to x.dtype before the weight multiplies it
-    in x.dtype (the Hugging Face Llama form, ``weight * normed.to(input_dtype)``; weight in
-    x.dtype), two roundings instead of one.
+    x, residual [T, D] of one dtype; weight [D], or None for a norm without a gain. Outputs are
+    new tensors in x.dtype. ``round_before_weight``: the normed row is rounded to x.dtype before
+    the weight multiplies it in x.dtype (the Hugging Face Llama form, ``weight *
+    normed.to(input_dtype)``; weight in x.dtype), two roundings instead of one.
     """
     h = x.clone() if residual is None else residual + x
     hf = h.float()
     normed = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
+    if weight is None:
+        return normed.to(h.dtype), h
     if round_before_weight:
         return weight * normed.to(h.dtype), h
     return (normed * weight.float()).to(h.dtype), h

@@ -1,8 +1,9 @@
 """lingc's norms as opaque, functional custom ops.
 
-- ``torch.ops.lingc.rmsnorm(Tensor x, Tensor weight, Tensor? residual, float eps,
+- ``torch.ops.lingc.rmsnorm(Tensor x, Tensor? weight, Tensor? residual, float eps,
   bool round_before_weight=False) -> (Tensor out, Tensor new_residual)``: x, residual [T, D] of
-  one dtype (unit stride along D, any row stride), weight [D]. new_residual = residual + x in
+  one dtype (unit stride along D, any row stride), weight [D] (None: a norm without a gain,
+  nn.RMSNorm(elementwise_affine=False); only rmsnorm and rmsnorm_out take None). new_residual = residual + x in
   x.dtype (x itself, copied, when residual is None: the first layer's input norm) and out =
   RMSNorm(new_residual) * weight, computed in fp32 and rounded once to x.dtype: the decoder's
   ``h = x + sublayer(..)`` followed by the next RMSNorm of h, exactly as lingc/models/decoder.py
@@ -70,10 +71,16 @@ def _check_eps(op: str, eps) -> None:
         raise ValueError(f"{op}: eps must be a finite number >= 0 (Ling-3 uses 1e-6), got {eps}")
 
 
-def check_rmsnorm_args(x, weight, residual, eps, round_before_weight=False) -> None:
-    """Raise ValueError naming the bad argument of ``rmsnorm``."""
+def check_rmsnorm_args(x, weight, residual, eps, round_before_weight=False, weightless_ok=False) -> None:
+    """Raise ValueError naming the bad argument of ``rmsnorm`` (``weightless_ok``: weight may be
+    None, a norm without a gain; only rmsnorm and rmsnorm_out take that)."""
     op = "rmsnorm"
-    if round_before_weight and weight.dtype != x.dtype:
+    if weight is None:
+        if not weightless_ok:
+            raise ValueError(f"{op}: this op needs the norm weight [D]; only rmsnorm and rmsnorm_out take None")
+        if round_before_weight:
+            raise ValueError(f"{op}: round_before_weight is a weighted form; a norm without a weight rounds once")
+    elif round_before_weight and weight.dtype != x.dtype:
         raise ValueError(f"{op}: round_before_weight multiplies the rounded row by the weight in x's dtype; "
                          f"weight.dtype {weight.dtype} differs from x.dtype {x.dtype}")
     if x.dim() != 2:
@@ -85,11 +92,11 @@ def check_rmsnorm_args(x, weight, residual, eps, round_before_weight=False) -> N
         raise ValueError(f"{op}: row width D = {D} must be in 1..{MAX_D} (one program holds a whole row)")
     if D > 1 and x.stride(1) != 1:
         raise ValueError(f"{op}: x must have unit stride along D (any row stride), got strides {x.stride()}")
-    if _shape(weight) != (D,):
+    if weight is not None and _shape(weight) != (D,):
         raise ValueError(f"{op}: weight must be [D] = ({D},), got {_shape(weight)}")
-    if not weight.is_floating_point():
+    if weight is not None and not weight.is_floating_point():
         raise ValueError(f"{op}: weight must be floating point, got {weight.dtype}")
-    if not weight.is_contiguous():
+    if weight is not None and not weight.is_contiguous():
         raise ValueError(f"{op}: weight must be contiguous, got strides {weight.stride()}")
     if residual is not None:
         if _shape(residual) != _shape(x):
@@ -186,9 +193,9 @@ def _rmsnorm_pair_cols_fake(a, a_ids, wa, eps_a, b, wb, eps_b, round_before_weig
     return b.new_empty((b.shape[0], 2 * b.shape[1]))
 
 
-def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None,
+def _rmsnorm(x: torch.Tensor, weight: torch.Tensor | None, residual: torch.Tensor | None,
              eps: float, round_before_weight: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    check_rmsnorm_args(x, weight, residual, eps, round_before_weight)
+    check_rmsnorm_args(x, weight, residual, eps, round_before_weight, weightless_ok=True)
     if not x.is_cuda:
         return rmsnorm_reference(x, weight, residual, eps, round_before_weight)
     from .kernel import rmsnorm_triton  # imported here so the CPU path needs no triton
@@ -197,7 +204,7 @@ def _rmsnorm(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | Non
 
 
 def _rmsnorm_fake(x, weight, residual, eps, round_before_weight=False):
-    check_rmsnorm_args(x, weight, residual, eps, round_before_weight)
+    check_rmsnorm_args(x, weight, residual, eps, round_before_weight, weightless_ok=True)
     return torch.empty_like(x, memory_format=torch.contiguous_format), \
         torch.empty_like(x, memory_format=torch.contiguous_format)
 
@@ -208,9 +215,9 @@ def _check_norm_out(x, out) -> None:
                          f"{out.dtype} {tuple(out.shape)} strides {out.stride()} on {out.device}")
 
 
-def _rmsnorm_out(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None, eps: float,
+def _rmsnorm_out(x: torch.Tensor, weight: torch.Tensor | None, residual: torch.Tensor | None, eps: float,
                  out: torch.Tensor, round_before_weight: bool = False) -> torch.Tensor:
-    check_rmsnorm_args(x, weight, residual, eps, round_before_weight)
+    check_rmsnorm_args(x, weight, residual, eps, round_before_weight, weightless_ok=True)
     _check_norm_out(x, out)
     if not x.is_cuda:
         y, h = rmsnorm_reference(x, weight, residual, eps, round_before_weight)
@@ -222,7 +229,7 @@ def _rmsnorm_out(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor |
 
 
 def _rmsnorm_out_fake(x, weight, residual, eps, out, round_before_weight=False):
-    check_rmsnorm_args(x, weight, residual, eps, round_before_weight)
+    check_rmsnorm_args(x, weight, residual, eps, round_before_weight, weightless_ok=True)
     _check_norm_out(x, out)
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
@@ -261,8 +268,8 @@ def _gated_head_rmsnorm_fake(o, gate, weight, eps, out_dtype=None, round_steps=F
 
 
 _SCHEMAS = {
-    "rmsnorm": "(Tensor x, Tensor weight, Tensor? residual, float eps, bool round_before_weight=False) -> (Tensor, Tensor)",
-    "rmsnorm_out": ("(Tensor x, Tensor weight, Tensor? residual, float eps, Tensor(a!) out, "
+    "rmsnorm": "(Tensor x, Tensor? weight, Tensor? residual, float eps, bool round_before_weight=False) -> (Tensor, Tensor)",
+    "rmsnorm_out": ("(Tensor x, Tensor? weight, Tensor? residual, float eps, Tensor(a!) out, "
                     "bool round_before_weight=False) -> Tensor"),
     "rmsnorm_pair_cols": ("(Tensor a, Tensor? a_ids, Tensor wa, float eps_a, Tensor b, Tensor wb, float eps_b, "
                           "bool round_before_weight=False) -> Tensor"),
