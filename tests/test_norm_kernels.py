@@ -451,7 +451,7 @@ _COMPILE_CHECK = textwrap.dedent("""
         sig = dict(x_ptr="*bf16", ids_ptr="*i64", res_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16",
                    new_res_ptr="*bf16", stride_x="i32", stride_r="i32", D="i32", eps="fp32")
         const = dict(BLOCK=c.block, HAS_RESIDUAL=has_res, GATHER=gather, USE_GDC=True, ROUND_BEFORE_WEIGHT=rbw,
-                     HAS_WEIGHT=has_w)
+                     NO_WEIGHT=not has_w)
         if has_w:
             check(_rmsnorm_kernel, sig, const, c.num_warps)
         else:       # no weight to load: only the wait, no spills

@@ -84,14 +84,14 @@ def _normed_row(h, w, D, eps, ROUND_BEFORE_WEIGHT: tl.constexpr = False):
 @triton.jit
 def _rmsnorm_kernel(x_ptr, ids_ptr, res_ptr, w_ptr, out_ptr, new_res_ptr, stride_x, stride_r, D, eps,
                     BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr, GATHER: tl.constexpr, USE_GDC: tl.constexpr,
-                    ROUND_BEFORE_WEIGHT: tl.constexpr = False, HAS_WEIGHT: tl.constexpr = True):
+                    ROUND_BEFORE_WEIGHT: tl.constexpr = False, NO_WEIGHT: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     m = offs < D
-    if HAS_WEIGHT:
-        w = tl.load(w_ptr + offs, mask=m, other=0.0).to(tl.float32)   # producer-independent
-    else:
+    if NO_WEIGHT:
         w = 1.0         # a norm without a gain: times 1.0 rounds nothing
+    else:
+        w = tl.load(w_ptr + offs, mask=m, other=0.0).to(tl.float32)   # producer-independent
 
     pdl_wait_small(USE_GDC)
     pdl_launch_dependents(USE_GDC)
@@ -215,7 +215,7 @@ def _rmsnorm_rows(src, ids, residual, weight, eps, T, out, new_residual, config,
                           new_residual, src.stride(0),
                           res.stride(0), D, float(eps), BLOCK=cfg.block, HAS_RESIDUAL=residual is not None,
                           GATHER=ids is not None, USE_GDC=use_pdl, ROUND_BEFORE_WEIGHT=bool(round_before_weight),
-                          HAS_WEIGHT=weight is not None,
+                          NO_WEIGHT=weight is None,
                           num_warps=cfg.num_warps, num_stages=1, **launch)
     return out, new_residual
 
