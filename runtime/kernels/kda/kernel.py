@@ -56,6 +56,8 @@ from lingc.runtime.kernels.gemm_common import add_pairs, persistent_buffer
 from lingc.runtime.kernels.norms.kernel import gated_rows
 from lingc.runtime.pdl import EARLY_TRIGGER, pdl_launch_dependents, pdl_supported, pdl_wait
 
+from .op import MAX_T
+
 __all__ = ["COMMIT_GROUP", "CONV_WIDTH", "KdaConfig", "CONFIGS", "config_for", "kda_chain_triton",
            "kda_commit_many_triton", "kda_commit_triton", "state_before_wait"]
 
@@ -400,9 +402,9 @@ def _kda_commit_many_kernel(index_ptr, N_STATE, N_WIN,
     _commit_block(pid, dst_s, dst_w, src_s, src_w, index_ptr, N_STATE, N_WIN, BLOCK, USE_GDC)
 
 
-# Rows of the fused output norm's tile: every chain length the op takes (op.MAX_T), so a row's
-# arithmetic is the same whatever T is.
-_NORM_ROWS = 16
+# Rows of the fused output norm's tile: every chain length the op takes, so a row's arithmetic is
+# the same whatever T is.
+_NORM_ROWS = MAX_T
 
 # Tickets per device: one per head of a persistent multi-block launch (Ling-3: 8-64 heads).
 TICKET_CAPACITY = 1024

@@ -199,6 +199,12 @@ def _kda_chain(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.Tensor, f_
         from .kernel import kda_chain_triton  # imported here so the CPU path needs no triton
 
         return kda_chain_triton(*args, state_ready=state_ready, state_vk=state_vk)
+    return _kda_chain_cpu(args, state_vk)
+
+
+def _kda_chain_cpu(args: tuple, state_vk: bool) -> torch.Tensor:
+    """The CPU path of kda_chain on checked arguments: the reference, its writes in place."""
+    (q_raw, _, _, _, _, _, conv_window, _, _, state, lower_bound, stage_states, stage_windows) = args
     T = q_raw.shape[0]
     kv = (lambda x: x.transpose(-1, -2)) if state_vk else (lambda x: x)    # [.., V, K] <-> [.., K, V]
     r = kda_chain_reference(*args[:9], kv(state), lower_bound)
@@ -253,8 +259,7 @@ def _kda_chain_normed(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.Ten
         return kda_chain_triton(*args, state_ready=state_ready, state_vk=state_vk, output_norm=norm)
     from lingc.runtime.kernels.norms.naive import gated_head_rmsnorm_reference
 
-    o = _kda_chain(*args, state_ready=state_ready, state_vk=state_vk)
-    return gated_head_rmsnorm_reference(o, *norm)
+    return gated_head_rmsnorm_reference(_kda_chain_cpu(args, state_vk), *norm)
 
 
 def _kda_chain_normed_fake(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state,

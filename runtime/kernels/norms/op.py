@@ -13,9 +13,10 @@
   takes the same flag.
 - ``torch.ops.lingc.rmsnorm_out(Tensor x, Tensor weight, Tensor? residual, float eps,
   Tensor(a!) out, bool round_before_weight=False) -> Tensor new_residual``: rmsnorm with ``out``
-  written in place (contiguous, [T, D] in x.dtype), the same bits. pdl_swap emits it where the graph copies a norm's output
-  into one of its inputs (the relay's verify graph: the final norm's rows into relay.vhid), so the
-  copy is no kernel of its own (passes/pdl_glue.py, ``direct_lingc_writes``).
+  written in place (contiguous, [T, D] in x.dtype), the same bits. pdl_swap emits it where the
+  graph copies a norm's output into one of its inputs (the relay's verify graph: the final norm's
+  rows into relay.vhid), so the copy is no kernel of its own (passes/pdl_glue.py,
+  ``direct_lingc_writes``).
 - ``torch.ops.lingc.embedding_rmsnorm(Tensor table, Tensor ids, Tensor weight, float eps,
   bool round_before_weight=False) -> (Tensor out, Tensor x)``: x = table[ids] (the token embedding gather, table [V, D], ids [T]
   int32/int64 in [0, V)) and out = RMSNorm(x) * weight, as rmsnorm(x, weight, None, eps) returns
@@ -92,12 +93,13 @@ def check_rmsnorm_args(x, weight, residual, eps, round_before_weight=False, weig
         raise ValueError(f"{op}: row width D = {D} must be in 1..{MAX_D} (one program holds a whole row)")
     if D > 1 and x.stride(1) != 1:
         raise ValueError(f"{op}: x must have unit stride along D (any row stride), got strides {x.stride()}")
-    if weight is not None and _shape(weight) != (D,):
-        raise ValueError(f"{op}: weight must be [D] = ({D},), got {_shape(weight)}")
-    if weight is not None and not weight.is_floating_point():
-        raise ValueError(f"{op}: weight must be floating point, got {weight.dtype}")
-    if weight is not None and not weight.is_contiguous():
-        raise ValueError(f"{op}: weight must be contiguous, got strides {weight.stride()}")
+    if weight is not None:
+        if _shape(weight) != (D,):
+            raise ValueError(f"{op}: weight must be [D] = ({D},), got {_shape(weight)}")
+        if not weight.is_floating_point():
+            raise ValueError(f"{op}: weight must be floating point, got {weight.dtype}")
+        if not weight.is_contiguous():
+            raise ValueError(f"{op}: weight must be contiguous, got strides {weight.stride()}")
     if residual is not None:
         if _shape(residual) != _shape(x):
             raise ValueError(f"{op}: residual must have x's shape {_shape(x)}, got {_shape(residual)}")
