@@ -282,10 +282,12 @@ def _rounds_before_weight(n) -> bool:
 
 
 def _weighted_rmsnorm(n) -> bool:
-    """n is a lingc.rmsnorm with a weight: the ops a norm folds into (embedding_rmsnorm,
-    rmsnorm_router, mla_kv_write, rmsnorm_pair_cols) take weighted norms only; a norm without a
-    gain keeps its own kernel (rmsnorm_out takes it too)."""
-    return is_call(n, lingc_ops.rmsnorm.default) and n.args[1] is not None
+    """n is a lingc.rmsnorm with a weight, the gain itself: the ops a norm folds into
+    (embedding_rmsnorm, rmsnorm_router, mla_kv_write, rmsnorm_pair_cols) take those only; a norm
+    without a gain or with a zero-centred one (gain 1 + weight) keeps its own kernel (rmsnorm_out
+    takes both too)."""
+    return (is_call(n, lingc_ops.rmsnorm.default) and n.args[1] is not None
+            and not n.kwargs.get("zero_centered", False))
 
 
 def _norm_form(n) -> dict:
@@ -327,7 +329,8 @@ def direct_lingc_writes(g: fx.Graph) -> int:
         op = v.args[0] if v.target is operator.getitem and v.args[1] == 0 else v
         if not (op.op == "call_function" and op.target in variants):
             continue
-        if op.kwargs and not (op.target is lingc_ops.rmsnorm.default and set(op.kwargs) == {"round_before_weight"}):
+        if op.kwargs and not (op.target is lingc_ops.rmsnorm.default
+                              and set(op.kwargs) <= {"round_before_weight", "zero_centered"}):
             continue                         # a keyword the out variant may not take
         if op is not v and any(u is not v and not (is_call(u, operator.getitem) and u.args[1] == 1)
                                for u in op.users):

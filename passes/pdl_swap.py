@@ -5,6 +5,9 @@ the dump reports PDL coverage and each layer's chain of lingc ops.
     after:   y, h = lingc.rmsnorm(x, w, r, eps)                           (1 kernel, residual fused)
     the Llama form of a 16-bit model, w * (h.float() * rsqrt(..)).to(h.dtype), rounded twice:
              y, h = lingc.rmsnorm(x, w, r, eps, round_before_weight=True)
+    a zero-centred weight (Gemma, Qwen3-Next), (h.float() * rsqrt(..) * (1.0 + w.float())).to(h.dtype):
+             y, h = lingc.rmsnorm(x, w, r, eps, zero_centered=True)
+    no weight after the core: y, h = lingc.rmsnorm(x, None, r, eps)
 
     before:  rmsnorm_per_head(o) * w * sigmoid(g)        after: lingc.gated_head_rmsnorm(o, g, w, eps)
     in a 16-bit model (nn.RMSNorm of o.to(bf16), then * sigmoid(g) in bf16: 4 ATen kernels besides
@@ -166,7 +169,7 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
             if n.graph is None or not is_call(n, aten.mul.Tensor, aten.div.Tensor):
                 continue
             core = self._rms_core(n)
-            if core is not None and self._rewrite_norm(g, n, (core[0], None, core[1]), gated=False):
+            if core is not None and self._rewrite_norm(g, n, (core[0], None, core[1], None), gated=False):
                 matches += 1
         if matches:
             self.notes.append(f"{matches} norms without a weight on lingc.rmsnorm")
@@ -211,20 +214,25 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
         return None
 
     def _rms_match(self, n: fx.Node):
-        """n = core * w (either order), w a [D] parameter: (x as read, w, eps)."""
+        """n = core * w (either order), w a [D] parameter: (x as read, w, eps, None); or w the
+        fp32 gain 1 + w of a zero-centred weight (Gemma's, Qwen3-Next's ``normed * (1.0 +
+        weight.float())``): (x as read, w, eps, "zero_centered")."""
         for core, w in ((n.args[0], n.args[1]), (n.args[1], n.args[0])):
+            form = None
             wp = param_operand(w)
+            if wp is None:
+                wp, form = _zero_centered_weight(w), "zero_centered"
             if wp is None or not isinstance(core, fx.Node):
                 continue
             c = self._rms_core(core)
             if c is not None and shape(wp) == (shape(c[0])[-1],):
-                return c[0], wp, c[1]
+                return c[0], wp, c[1], form
         return None
 
     def _rounded_rms_match(self, n: fx.Node):
         """n = w * cast(rms(cast(h, f32)), lo) in lo, w a [D] parameter in lo: the Hugging Face
         Llama RMSNorm of a 16-bit model (``weight * normed.to(input_dtype)``, rounded twice):
-        (x as read, w, eps, True)."""
+        (x as read, w, eps, "llama")."""
         lo = val(n).dtype
         if lo not in (torch.bfloat16, torch.float16):
             return None
@@ -239,7 +247,7 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
             x, eps = core
             if (is_call(x, *CASTS) and val(x).dtype == torch.float32 and val(x.args[0]).dtype == lo
                     and shape(wp) == (shape(x)[-1],)):
-                return x, wp, eps, True
+                return x, wp, eps, "llama"
         return None
 
     def _gated_match(self, n: fx.Node):
@@ -267,9 +275,9 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
             if not is_call(prod, aten.mul.Tensor):
                 continue
             m = self._rms_match(prod)
-            if m is None:
+            if m is None or m[3] is not None:           # (a zero-centred head norm stays ATen)
                 continue
-            x, w, eps = m
+            x, w, eps, _ = m
             if rounded and not (is_call(x, *CASTS) and val(x.args[0]).dtype == lo and val(x).dtype == torch.float32):
                 continue                                  # the norm's input is not the lo value upcast
             gate = s.args[0] if rounded else s.args[0].args[0] if is_call(s.args[0], *CASTS) else s.args[0]
@@ -308,8 +316,8 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
                         new = emit(g, aten.reshape.default, new, list(shape(out_node)))
                 out_node.replace_all_uses_with(new)
                 return True
-            _, w, eps = m[:3]
-            rounded = len(m) == 4                        # _rounded_rms_match: the Llama form
+            _, w, eps, form = m
+            rounded = form == "llama"                    # _rounded_rms_match: the Llama form
             if rounded:
                 out_node, out_dtype = n, val(n).dtype
             if base is x:
@@ -328,7 +336,7 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
             where = res.next if res is not None else out_node
             with g.inserting_before(where):
                 two_d = lambda t: t if len(shape(t)) == 2 else emit(g, aten.reshape.default, t, [-1, D])  # noqa: E731
-                flag = {"round_before_weight": True} if rounded else {}
+                flag = {"round_before_weight": True} if rounded else {"zero_centered": True} if form else {}
                 if res is not None:
                     pair = emit(g, lingc_ops.rmsnorm.default, two_d(res.args[1]), w, two_d(res.args[0]), eps, **flag)
                 else:
@@ -376,6 +384,16 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
 
 
 _MLP = ("swiglu_gemm_separate", "swiglu_gemm", "moe_experts")
+
+
+def _zero_centered_weight(w) -> fx.Node | None:
+    """w = 1 + p in fp32, p a parameter (possibly upcast): p, the zero-centred weight whose gain
+    w is. A gain added in a 16-bit dtype (rounded before the product) is not this form."""
+    if not (is_call(w, aten.add.Tensor, aten.add.Scalar) and len(w.args) == 2 and not w.kwargs
+            and val(w).dtype == torch.float32):
+        return None
+    p, one = w.args if isinstance(w.args[0], fx.Node) else w.args[::-1]
+    return param_operand(p) if scalar(one) == 1 else None
 
 
 def _leftover_reason(n: fx.Node, cache_write: set) -> str:

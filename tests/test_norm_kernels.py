@@ -457,6 +457,8 @@ _COMPILE_CHECK = textwrap.dedent("""
         else:       # no weight to load: only the wait, no spills
             ptx, info = compile_sm90(_rmsnorm_kernel, sig, const, num_warps=c.num_warps)
             assert "griddepcontrol.wait" in ptx and " 0 bytes spill stores" in info, info
+    const = dict(BLOCK=c.block, HAS_RESIDUAL=True, GATHER=False, USE_GDC=True, ZERO_CENTERED=True)
+    check(_rmsnorm_kernel, sig, const, c.num_warps)
     for gather, rbw in ((True, False), (False, False), (True, True)):
         sig = dict(a_ptr="*bf16", ids_ptr="*i64", wa_ptr="*bf16", b_ptr="*bf16", wb_ptr="*bf16", out_ptr="*bf16",
                    stride_a="i32", stride_b="i32", D="i32", eps_a="fp32", eps_b="fp32")
@@ -600,6 +602,63 @@ def test_rmsnorm_without_a_weight(T, D, dtype, residual):
     check_rmsnorm((out, new_res), (ref_out, ref_h), dtype)
     y, h = torch.ops.lingc.rmsnorm(x, None, r, EPS)
     assert torch.equal(y.cpu(), out.cpu() if x.is_cuda else ref_out)
+
+
+class ZeroCenteredRMSNorm(torch.nn.Module):
+    """Gemma's and Qwen3-Next's RMSNorm, as their modeling code writes it: a zero-centred weight,
+    the gain 1 + weight in fp32, the row rounded once."""
+
+    def __init__(self, w, eps):
+        super().__init__()
+        self.weight, self.eps = torch.nn.Parameter(w, requires_grad=False), eps
+
+    def forward(self, x):
+        xf = x.float()
+        out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (out * (1.0 + self.weight.float())).type_as(x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
+@pytest.mark.parametrize("T,D,residual", [(1, 96, True), (6, 33, False), (16, 2560, True)])
+def test_rmsnorm_zero_centered_is_the_gemma_form(T, D, dtype, residual):
+    """zero_centered: the gain 1 + w (w drawn small, as a trained zero-centred weight is): the
+    reference is the Gemma module's bits, the kernel's rows (NaN-poisoned) match it, and the op's
+    CPU path is the reference; rmsnorm_out writes the same rows."""
+    x = rand(T, D, dtype=dtype, seed=81 + T)
+    r = rand(T, D, dtype=dtype, seed=82 + T, scale=4.0) if residual else None
+    w = rand(D, dtype=dtype, seed=83 + T, scale=0.1)
+    ref_out, ref_h = rmsnorm_reference(x.cpu(), w.cpu(), None if r is None else r.cpu(), EPS, zero_centered=True)
+    with torch.no_grad():
+        assert torch.equal(ref_out, ZeroCenteredRMSNorm(w.cpu(), EPS)(ref_h))
+    T_, D_ = x.shape
+    out, new_res = nan(T_, D_, dtype=dtype), nan(T_, D_, dtype=dtype)
+    rmsnorm_triton(x, w, r, EPS, out, new_res, zero_centered=True)
+    out, new_res = out.cpu(), new_res.cpu()
+    if dtype == torch.float32:
+        assert_close(out, ref_out, RTOL[dtype])
+        assert torch.equal(new_res, ref_h), "fp32 residual add must be exact"
+    else:                   # one rounding each, against the reference of the kernel's own residual
+        assert_within_one_ulp(new_res, ref_h)
+        assert_within_one_ulp(out, rmsnorm_reference(new_res, w.cpu(), None, EPS, zero_centered=True)[0])
+        assert_close(out, ref_out, 2 * RTOL[dtype])
+    y, h = torch.ops.lingc.rmsnorm(x, w, r, EPS, zero_centered=True)
+    if not x.is_cuda:
+        assert torch.equal(y, ref_out) and torch.equal(h, ref_h)
+    buf = nan(T_, D_, dtype=dtype)
+    h2 = torch.ops.lingc.rmsnorm_out(x, w, r, EPS, buf, zero_centered=True)
+    assert torch.equal(buf, y) and torch.equal(h2, h)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(weight=None, zero_centered=True), "zero_centered .* needs a weight"),
+    (dict(round_before_weight=True, zero_centered=True), "zero_centered .* round_before_weight=True"),
+])
+def test_rmsnorm_zero_centered_bad_arguments_raise(kwargs, match):
+    args = dict(x=torch.randn(2, 8), weight=torch.randn(8), residual=None, eps=EPS) | kwargs
+    with pytest.raises(ValueError, match=match):
+        torch.ops.lingc.rmsnorm(**args)
+    with pytest.raises(ValueError, match=match):
+        torch.ops.lingc.rmsnorm_out(**args, out=torch.empty(2, 8))
 
 
 def test_weightless_norm_is_refused_where_a_weight_is_needed():

@@ -1183,3 +1183,61 @@ def test_norm_without_a_weight_stays_out_of_the_weighted_folds():
     kernels = {op: n for cat, op, n, _ in report.kernels.rows if cat != "glue"}
     assert kernels.get("lingc.rmsnorm_out") == 1 and "lingc.embedding_rmsnorm" not in kernels, kernels
     assert torch.equal(out, want) and torch.equal(buf, want_buf)
+
+
+class ZeroCenteredNorms(nn.Module):
+    """Gemma's / Qwen3-Next's RMSNorm (a zero-centred weight: the gain 1 + w in fp32, the row
+    rounded once), as their modeling code writes it: after the token embedding (a fold takes the
+    gain itself only, so the gather stays), after a residual add (fused), and copied into a buffer
+    input (rmsnorm_out takes it). ``gain_in_dtype``: the gain added in the weight's 16-bit dtype
+    instead (``1 + self.weight``), a rounding the zero-centred form does not make: left as it is."""
+
+    def __init__(self, d: int = 40, gain_in_dtype: bool = False):
+        super().__init__()
+        self.emb = nn.Embedding(30, d)
+        self.w1, self.w2 = (nn.Parameter(0.1 * torch.randn(d), requires_grad=False) for _ in range(2))
+        self.gain_in_dtype = gain_in_dtype
+
+    def norm(self, x, w):
+        xf = x.float()
+        out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)
+        gain = 1 + w if self.gain_in_dtype else 1.0 + w.float()
+        return (out * gain).type_as(x)
+
+    def forward(self, ids, buf):
+        e = self.emb(ids)
+        h = e + 0.5 * self.norm(e, self.w1)        # (no GEMM: lingc.gemm's sums are its own)
+        buf.copy_(self.norm(h, self.w2))
+        return h * 2.0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_zero_centered_norms_on_lingc_rmsnorm(dtype):
+    """Both zero-centred norms run on lingc.rmsnorm(zero_centered=True) (the second as
+    rmsnorm_out, its residual add fused), no ATen norm kernel is left, the embedding fold leaves
+    the first, and the outputs have eager's bits."""
+    m = ZeroCenteredNorms().to(dtype)
+    ids, buf = torch.tensor([3, 29, 0]), torch.randn(3, 40, dtype=dtype)
+    want_buf = buf.clone()
+    with torch.no_grad():
+        want = m(ids, want_buf)
+    out, report = run_and_report(m, ids, buf, role="forward")
+    kernels = {op: n for cat, op, n, _ in report.kernels.rows if cat != "glue"}
+    assert kernels.get("lingc.rmsnorm") == 1 and kernels.get("lingc.rmsnorm_out") == 1, report.kernels.format()
+    assert "lingc.embedding_rmsnorm" not in kernels and "aten.rsqrt" not in kernels, report.kernels.format()
+    assert torch.equal(out, want) and torch.equal(buf, want_buf)
+
+
+def test_zero_centered_norm_gain_rounded_in_bf16_is_left(tmp_path):
+    """``1 + w`` added in bf16 rounds the gain before the product: not the zero_centered form,
+    so no lingc.rmsnorm takes it with that flag, and the outputs keep eager's bits."""
+    m = ZeroCenteredNorms(gain_in_dtype=True).to(torch.bfloat16)
+    ids, buf = torch.tensor([3, 29, 0]), torch.randn(3, 40, dtype=torch.bfloat16)
+    want_buf = buf.clone()
+    with torch.no_grad():
+        want = m(ids, want_buf)
+    out, report = run_and_report(m, ids, buf, role="forward", dump_dir=str(tmp_path))
+    assert "zero_centered" not in final_graph_text(report)
+    kernels = {op: n for cat, op, n, _ in report.kernels.rows if cat != "glue"}
+    assert "aten.add.Tensor" in kernels, report.kernels.format()          # the bf16 gain stays
+    assert torch.equal(out, want) and torch.equal(buf, want_buf)

@@ -7,7 +7,8 @@ reduction with no cross-program traffic. The norm weight is loaded before ``gdc_
 the residual and every store come after it. Per row: h = (x + residual) rounded to x.dtype (the
 model's bf16 residual stream), stored as new_residual; out = h * rsqrt(sum(h^2) / D + eps) * w in
 fp32, rounded once (with ROUND_BEFORE_WEIGHT, the Hugging Face Llama form: the normed row rounded
-to the row's dtype, then times w, rounded again). With GATHER (``lingc.embedding_rmsnorm``, the model's first norm after the
+to the row's dtype, then times w, rounded again; with ZERO_CENTERED the gain is 1 + w in fp32,
+Gemma's and Qwen3-Next's zero-centred weight). With GATHER (``lingc.embedding_rmsnorm``, the model's first norm after the
 token embedding) x is the embedding table and row t reads table row ids[t], loaded after the wait
 (the ids are produced upstream); new_residual then holds the gathered row, the embedding's value.
 
@@ -84,7 +85,8 @@ def _normed_row(h, w, D, eps, ROUND_BEFORE_WEIGHT: tl.constexpr = False):
 @triton.jit
 def _rmsnorm_kernel(x_ptr, ids_ptr, res_ptr, w_ptr, out_ptr, new_res_ptr, stride_x, stride_r, D, eps,
                     BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr, GATHER: tl.constexpr, USE_GDC: tl.constexpr,
-                    ROUND_BEFORE_WEIGHT: tl.constexpr = False, NO_WEIGHT: tl.constexpr = False):
+                    ROUND_BEFORE_WEIGHT: tl.constexpr = False, NO_WEIGHT: tl.constexpr = False,
+                    ZERO_CENTERED: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     m = offs < D
@@ -92,6 +94,8 @@ def _rmsnorm_kernel(x_ptr, ids_ptr, res_ptr, w_ptr, out_ptr, new_res_ptr, stride
         w = 1.0         # a norm without a gain: times 1.0 rounds nothing
     else:
         w = tl.load(w_ptr + offs, mask=m, other=0.0).to(tl.float32)   # producer-independent
+        if ZERO_CENTERED:
+            w = w + 1.0     # the gain of a zero-centred weight, in fp32 as eager adds it
 
     pdl_wait_small(USE_GDC)
     pdl_launch_dependents(USE_GDC)
@@ -196,7 +200,8 @@ def _launch(use_pdl: bool | None, device) -> tuple[bool, dict]:
     return use_pdl, ({"launch_pdl": True} if use_pdl else {})
 
 
-def _rmsnorm_rows(src, ids, residual, weight, eps, T, out, new_residual, config, use_pdl, round_before_weight=False):
+def _rmsnorm_rows(src, ids, residual, weight, eps, T, out, new_residual, config, use_pdl, round_before_weight=False,
+                  zero_centered=False):
     """The one launch of ``_rmsnorm_kernel`` behind both launchers below: T rows of ``src``
     (rows ``ids[t]`` of it when ids is given), outputs allocated when not given."""
     D = src.shape[1]
@@ -215,22 +220,22 @@ def _rmsnorm_rows(src, ids, residual, weight, eps, T, out, new_residual, config,
                           new_residual, src.stride(0),
                           res.stride(0), D, float(eps), BLOCK=cfg.block, HAS_RESIDUAL=residual is not None,
                           GATHER=ids is not None, USE_GDC=use_pdl, ROUND_BEFORE_WEIGHT=bool(round_before_weight),
-                          NO_WEIGHT=weight is None,
+                          NO_WEIGHT=weight is None, ZERO_CENTERED=bool(zero_centered),
                           num_warps=cfg.num_warps, num_stages=1, **launch)
     return out, new_residual
 
 
 def rmsnorm_triton(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None, eps: float,
                    out: torch.Tensor | None = None, new_residual: torch.Tensor | None = None, *,
-                   round_before_weight: bool = False, config: NormConfig | None = None,
-                   use_pdl: bool | None = None):
+                   round_before_weight: bool = False, zero_centered: bool = False,
+                   config: NormConfig | None = None, use_pdl: bool | None = None):
     """Launch the fused residual add + RMSNorm over the T rows of x [T, D]; returns
     (out, new_residual), both [T, D] contiguous in x.dtype (``out``/``new_residual`` if given).
-    ``round_before_weight``: naive.rmsnorm_reference's Llama form. Arguments are as
-    op.check_rmsnorm_args accepts them."""
+    ``round_before_weight`` / ``zero_centered``: naive.rmsnorm_reference's Llama form / gain
+    1 + weight. Arguments are as op.check_rmsnorm_args accepts them."""
     assert residual is None or (residual.shape == x.shape and residual.stride(-1) == 1)
     return _rmsnorm_rows(x, None, residual, weight, eps, x.shape[0], out, new_residual, config, use_pdl,
-                         round_before_weight)
+                         round_before_weight, zero_centered)
 
 
 def embedding_rmsnorm_triton(table: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor, eps: float,

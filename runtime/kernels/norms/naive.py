@@ -31,13 +31,16 @@ __all__ = ["rmsnorm_reference", "embedding_rmsnorm_reference", "rmsnorm_pair_col
 
 
 def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor | None, residual: torch.Tensor | None,
-                      eps: float, round_before_weight: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                      eps: float, round_before_weight: bool = False,
+                      zero_centered: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(rmsnorm(residual + x) * weight, residual + x); without a residual, (rmsnorm(x), copy of x).
 
     x, residual [T, D] of one dtype; weight [D], or None for a norm without a gain. Outputs are
     new tensors in x.dtype. ``round_before_weight``: the normed row is rounded to x.dtype before
     the weight multiplies it in x.dtype (the Hugging Face Llama form, ``weight *
     normed.to(input_dtype)``; weight in x.dtype), two roundings instead of one.
+    ``zero_centered``: the weight is stored zero-centred and the gain is ``1 + weight`` in fp32
+    (Gemma's and Qwen3-Next's RMSNorm, ``normed * (1.0 + weight.float())``), rounded once.
     """
     h = x.clone() if residual is None else residual + x
     hf = h.float()
@@ -46,7 +49,8 @@ def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor | None, residual: to
         return normed.to(h.dtype), h
     if round_before_weight:
         return weight * normed.to(h.dtype), h
-    return (normed * weight.float()).to(h.dtype), h
+    gain = 1.0 + weight.float() if zero_centered else weight.float()
+    return (normed * gain).to(h.dtype), h
 
 
 def embedding_rmsnorm_reference(table: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor,

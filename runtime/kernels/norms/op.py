@@ -1,7 +1,7 @@
 """lingc's norms as opaque, functional custom ops.
 
 - ``torch.ops.lingc.rmsnorm(Tensor x, Tensor? weight, Tensor? residual, float eps,
-  bool round_before_weight=False) -> (Tensor out, Tensor new_residual)``: x, residual [T, D] of
+  bool round_before_weight=False, bool zero_centered=False) -> (Tensor out, Tensor new_residual)``: x, residual [T, D] of
   one dtype (unit stride along D, any row stride), weight [D] (None: a norm without a gain,
   nn.RMSNorm(elementwise_affine=False); only rmsnorm and rmsnorm_out take None). new_residual = residual + x in
   x.dtype (x itself, copied, when residual is None: the first layer's input norm) and out =
@@ -10,9 +10,11 @@
   and layers.py compute it. ``round_before_weight=True`` (weight in x.dtype): the Hugging Face
   Llama form, ``weight * normed.to(x.dtype)``, rounded twice as eager rounds it; every op a norm
   folds into (passes/pdl_glue.py: routers, cache writes, the embedding gather, pairs, out= writes)
-  takes the same flag.
+  takes the same flag. ``zero_centered=True``: the weight is stored zero-centred, the gain is
+  ``1 + weight`` in fp32 and the row is rounded once (Gemma's and Qwen3-Next's RMSNorm,
+  ``normed * (1.0 + weight.float())``); the folds leave such a norm its own kernel.
 - ``torch.ops.lingc.rmsnorm_out(Tensor x, Tensor weight, Tensor? residual, float eps,
-  Tensor(a!) out, bool round_before_weight=False) -> Tensor new_residual``: rmsnorm with ``out``
+  Tensor(a!) out, bool round_before_weight=False, bool zero_centered=False) -> Tensor new_residual``: rmsnorm with ``out``
   written in place (contiguous, [T, D] in x.dtype), the same bits. pdl_swap emits it where the
   graph copies a norm's output into one of its inputs (the relay's verify graph: the final norm's
   rows into relay.vhid), so the copy is no kernel of its own (passes/pdl_glue.py,
@@ -72,10 +74,15 @@ def _check_eps(op: str, eps) -> None:
         raise ValueError(f"{op}: eps must be a finite number >= 0 (Ling-3 uses 1e-6), got {eps}")
 
 
-def check_rmsnorm_args(x, weight, residual, eps, round_before_weight=False, weightless_ok=False) -> None:
+def check_rmsnorm_args(x, weight, residual, eps, round_before_weight=False, weightless_ok=False,
+                       zero_centered=False) -> None:
     """Raise ValueError naming the bad argument of ``rmsnorm`` (``weightless_ok``: weight may be
-    None, a norm without a gain; only rmsnorm and rmsnorm_out take that)."""
+    None, a norm without a gain; only rmsnorm and rmsnorm_out take that, and ``zero_centered``)."""
     op = "rmsnorm"
+    if zero_centered and (weight is None or round_before_weight):
+        raise ValueError(f"{op}: zero_centered (gain 1 + weight, rounded once) needs a weight and the one-rounding "
+                         f"form; got weight={'None' if weight is None else 'given'}, "
+                         f"round_before_weight={round_before_weight}")
     if weight is None:
         if not weightless_ok:
             raise ValueError(f"{op}: this op needs the norm weight [D]; only rmsnorm and rmsnorm_out take None")
@@ -196,17 +203,19 @@ def _rmsnorm_pair_cols_fake(a, a_ids, wa, eps_a, b, wb, eps_b, round_before_weig
 
 
 def _rmsnorm(x: torch.Tensor, weight: torch.Tensor | None, residual: torch.Tensor | None,
-             eps: float, round_before_weight: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    check_rmsnorm_args(x, weight, residual, eps, round_before_weight, weightless_ok=True)
+             eps: float, round_before_weight: bool = False,
+             zero_centered: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    check_rmsnorm_args(x, weight, residual, eps, round_before_weight, True, zero_centered)
     if not x.is_cuda:
-        return rmsnorm_reference(x, weight, residual, eps, round_before_weight)
+        return rmsnorm_reference(x, weight, residual, eps, round_before_weight, zero_centered)
     from .kernel import rmsnorm_triton  # imported here so the CPU path needs no triton
 
-    return rmsnorm_triton(x, weight, residual, eps, round_before_weight=round_before_weight)
+    return rmsnorm_triton(x, weight, residual, eps, round_before_weight=round_before_weight,
+                          zero_centered=zero_centered)
 
 
-def _rmsnorm_fake(x, weight, residual, eps, round_before_weight=False):
-    check_rmsnorm_args(x, weight, residual, eps, round_before_weight, weightless_ok=True)
+def _rmsnorm_fake(x, weight, residual, eps, round_before_weight=False, zero_centered=False):
+    check_rmsnorm_args(x, weight, residual, eps, round_before_weight, True, zero_centered)
     return torch.empty_like(x, memory_format=torch.contiguous_format), \
         torch.empty_like(x, memory_format=torch.contiguous_format)
 
@@ -218,20 +227,21 @@ def _check_norm_out(x, out) -> None:
 
 
 def _rmsnorm_out(x: torch.Tensor, weight: torch.Tensor | None, residual: torch.Tensor | None, eps: float,
-                 out: torch.Tensor, round_before_weight: bool = False) -> torch.Tensor:
-    check_rmsnorm_args(x, weight, residual, eps, round_before_weight, weightless_ok=True)
+                 out: torch.Tensor, round_before_weight: bool = False, zero_centered: bool = False) -> torch.Tensor:
+    check_rmsnorm_args(x, weight, residual, eps, round_before_weight, True, zero_centered)
     _check_norm_out(x, out)
     if not x.is_cuda:
-        y, h = rmsnorm_reference(x, weight, residual, eps, round_before_weight)
+        y, h = rmsnorm_reference(x, weight, residual, eps, round_before_weight, zero_centered)
         out.copy_(y)
         return h
     from .kernel import rmsnorm_triton
 
-    return rmsnorm_triton(x, weight, residual, eps, out=out, round_before_weight=round_before_weight)[1]
+    return rmsnorm_triton(x, weight, residual, eps, out=out, round_before_weight=round_before_weight,
+                          zero_centered=zero_centered)[1]
 
 
-def _rmsnorm_out_fake(x, weight, residual, eps, out, round_before_weight=False):
-    check_rmsnorm_args(x, weight, residual, eps, round_before_weight, weightless_ok=True)
+def _rmsnorm_out_fake(x, weight, residual, eps, out, round_before_weight=False, zero_centered=False):
+    check_rmsnorm_args(x, weight, residual, eps, round_before_weight, True, zero_centered)
     _check_norm_out(x, out)
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
@@ -270,9 +280,10 @@ def _gated_head_rmsnorm_fake(o, gate, weight, eps, out_dtype=None, round_steps=F
 
 
 _SCHEMAS = {
-    "rmsnorm": "(Tensor x, Tensor? weight, Tensor? residual, float eps, bool round_before_weight=False) -> (Tensor, Tensor)",
+    "rmsnorm": ("(Tensor x, Tensor? weight, Tensor? residual, float eps, bool round_before_weight=False, "
+                "bool zero_centered=False) -> (Tensor, Tensor)"),
     "rmsnorm_out": ("(Tensor x, Tensor? weight, Tensor? residual, float eps, Tensor(a!) out, "
-                    "bool round_before_weight=False) -> Tensor"),
+                    "bool round_before_weight=False, bool zero_centered=False) -> Tensor"),
     "rmsnorm_pair_cols": ("(Tensor a, Tensor? a_ids, Tensor wa, float eps_a, Tensor b, Tensor wb, float eps_b, "
                           "bool round_before_weight=False) -> Tensor"),
     "embedding_rmsnorm": ("(Tensor table, Tensor ids, Tensor weight, float eps, bool round_before_weight=False) "
