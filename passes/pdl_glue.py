@@ -43,9 +43,6 @@ kernels between them, each a full (non-programmatic) edge in the captured graph.
     before:  pos = n + iota(T) ; lingc.mla_decode(..., slice(pos, 0, a, b), ...)    (n a [1] tensor)
     after:   lingc.mla_decode(..., n, ..., pos_offset=a)
 
-    before:  o = lingc.kda_chain(...) ; y = lingc.gated_head_rmsnorm(views(o), g, w, eps, ...)
-    after:   y = lingc.kda_chain_normed(..., g, w, eps, ...)          (PdlSwap.fold_output_norm)
-
 The fourth is MLA's absorbed products (q_nope @ W_uk, o_lat @ W_uv^T per head): ATen upcasts the
 bf16 weight slice to a fresh fp32 copy every step, then runs a library bmm. On flash-tp4-rank's
 decode graph these were 28 elementwise kernels and 14 library GEMMs per step.
@@ -110,13 +107,6 @@ Why each is exact:
   reads, over a row that no op of the graph writes in place (the norm now reads it later).
   Numerics (declared): the row's sum of squares is reduced in another order on the GPU. A norm
   in the Llama form moves with its form (``round_before_weight``).
-- KDA's gated output norm moves into the end of its chain (runtime/kernels/kda, ``kda_chain_normed``):
-  the last program of each head to finish norms the head's rows, so the norm is not a launch of
-  its own. Only where the chain's o is read by the norm alone (through views that change
-  nothing) and no op between the two reads or writes what the chain reads or writes (the chain
-  moves down to the norm). The CPU op is the two references in turn (the same bits); on the GPU
-  the rows' sums may be reduced in another order than the gated norm kernel's. Off by default
-  until measured on an H200 (``PdlSwap.fold_output_norm``).
 - the relay's chain positions (metadata_capture's ``n + arange(T)``) reach the ops that read
   positions (``mla_kv_write``, ``mla_decode``) as the base n and a static offset, and each
   kernel forms n + offset + t where it loaded positions[t] (runtime/kernels/positions.py): the
@@ -138,7 +128,7 @@ from lingc.pass_manager import VIEW_OPS, write_counts, written_bases
 
 __all__ = ["absorbed_products", "concat_into_inputs", "direct_epilogue_writes", "direct_lingc_writes",
            "drop_fresh_clones", "drop_round_trips", "embedding_into_norm", "fold_casts", "norm_pairs_into_concat",
-           "norms_into_kv_writes", "norms_into_routers", "output_norms_into_chains", "positions_into_readers"]
+           "norms_into_kv_writes", "norms_into_routers", "positions_into_readers"]
 
 lingc_ops = torch.ops.lingc
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -506,44 +496,6 @@ def norms_into_kv_writes(g: fx.Graph) -> int:
         g.erase_node(kv)
         for v in [*chain, c, *[u for u in rms.users if u is not c], rms]:
             g.erase_node(v)
-        count += 1
-    return count
-
-
-def output_norms_into_chains(g: fx.Graph) -> int:
-    """o = lingc.kda_chain(...) ; y = lingc.gated_head_rmsnorm(views(o), gate, w, eps, ...) ->
-    y = lingc.kda_chain_normed(..., gate, w, eps, ...) (the module docstring says when). Returns
-    the norms folded."""
-    count = 0
-    order = {n: i for i, n in enumerate(g.nodes)}
-    for norm in [n for n in g.nodes if is_call(n, lingc_ops.gated_head_rmsnorm.default)]:
-        chain = _through_identity_views(norm.args[0])
-        if not is_call(chain, lingc_ops.kda_chain.default):
-            continue
-        views = []
-        v = norm.args[0]
-        while v is not chain:
-            views.append(v)
-            v = v.args[0]
-        if len(chain.users) != 1 or any(len(u.users) != 1 for u in views):
-            continue                          # o is read by something other than the norm
-        # The chain moves down to the norm: nothing between them may touch what it writes or reads.
-        operands = [a for arg in chain.args for a in (arg if isinstance(arg, (list, tuple)) else [arg])
-                    if isinstance(a, fx.Node)]
-        if any(order[chain] < order[u] < order[norm] for a in operands for u in a.users
-               if u is not chain and not is_call(u, *VIEW_OPS)):
-            continue
-        gate, w, eps = norm.args[1:4]
-        out_dtype = norm.args[4] if len(norm.args) > 4 else norm.kwargs.get("out_dtype")
-        flags = {k: v for k, v in norm.kwargs.items() if k in ("round_steps", "round_before_weight")}
-        with g.inserting_before(norm):
-            new = emit(g, lingc_ops.kda_chain_normed.default, *chain.args, gate, w, eps, out_dtype,
-                       **flags, **chain.kwargs)
-        norm.replace_all_uses_with(new)
-        g.erase_node(norm)
-        for v in views:
-            g.erase_node(v)
-        g.erase_node(chain)
         count += 1
     return count
 

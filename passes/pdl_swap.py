@@ -72,9 +72,6 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
     fold_router_norm = True      # off: the MoE block's input norm stays a lingc.rmsnorm launch
     fold_kv_norm = True          # off: MLA's kv_a_layernorm stays a lingc.rmsnorm launch
     fold_positions = True        # off: the relay's chain positions stay n + arange(T) ATen kernels
-    # on: KDA's gated output norm runs at the end of its chain (lingc.kda_chain_normed), one launch
-    # less a KDA layer; off until an H200 A/B says it pays (h200_session45_c3.sh).
-    fold_output_norm = False
 
     def apply(self, gm: fx.GraphModule) -> int:
         import lingc.runtime.kernels.head_matmul  # noqa: F401
@@ -111,7 +108,6 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
         norm_pairs = pdl_glue.norm_pairs_into_concat(g) if self.fold_concat else 0
         routed = pdl_glue.norms_into_routers(g) if self.fold_router_norm else 0
         kv_normed = pdl_glue.norms_into_kv_writes(g) if self.fold_kv_norm else 0
-        chain_normed = pdl_glue.output_norms_into_chains(g) if self.fold_output_norm else 0
         positions = pdl_glue.positions_into_readers(g) if self.fold_positions else 0
         tail = relay_tail(g) if self.fold_relay_tail else 0
         eliminate_dead_code(g)
@@ -133,8 +129,6 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
             summary += f"; {routed} MoE input norms folded into their routers"
         if kv_normed:
             summary += f"; {kv_normed} latent norms folded into their cache writes"
-        if chain_normed:
-            summary += f"; {chain_normed} KDA output norms folded into their chains"
         if positions:
             summary += f"; {positions} position readers take the relay's n (no positions kernels)"
         if tail:
@@ -421,7 +415,7 @@ def _chains(lingc: list[fx.Node]) -> list[tuple[str, list[str]]]:
         chains[-1].append(op)
     out, layer = [], 0
     for ch in chains:
-        kind = ("KDA" if "kda_chain" in ch or "kda_chain_normed" in ch else "MLA" if "mla_decode" in ch
+        kind = ("KDA" if "kda_chain" in ch else "MLA" if "mla_decode" in ch
                 else None)
         if kind:
             out.append((f"L{layer} {kind}", ch))

@@ -1092,37 +1092,6 @@ def test_probe_reuse_changes_nothing(tiny, tmp_path, monkeypatch):
     assert final[True].count("lingc.kda_chain") >= len(model.config.kda_layers)
 
 
-@pytest.mark.parametrize("role", ["decode", "verify"])
-def test_output_norms_folded_into_their_chains(tiny, role, monkeypatch, tmp_path):
-    """PdlSwap.fold_output_norm: every KDA layer's gated output norm moves into its chain
-    (lingc.kda_chain_normed), in decode and in the staged verify form; on the CPU the fused op is
-    the two references in turn, so the graph's results and the states it writes are the same bits
-    with and without the fold."""
-    from lingc.passes.pdl_swap import PdlSwap
-
-    model, base = tiny
-    kda = len(model.config.kda_layers)
-    if role == "decode":
-        fn, args = model, (torch.tensor([5]), torch.tensor([P]))
-    else:
-        fn, args = verify_fn(model), (chain_accepting(model, base, 3, start=P, vocab=VOCAB), torch.arange(P, P + 6))
-    runs = {}
-    for fold in (True, False):
-        monkeypatch.setattr(PdlSwap, "fold_output_norm", fold)
-        c = base.clone()
-        out, report = run_and_report(fn, *args, c, role=role, dump_dir=str(tmp_path / str(fold)))
-        runs[fold] = (out, c, rows(report), stat(report, "pdl_swap").notes)
-    (on, c_on, r_on, notes), (off, c_off, r_off, _) = runs[True], runs[False]
-    assert r_on["lingc.kda_chain_normed"] == kda and "lingc.kda_chain" not in r_on
-    assert "lingc.gated_head_rmsnorm" not in r_on and r_off["lingc.gated_head_rmsnorm"] == kda
-    assert f"{kda} KDA output norms folded into their chains" in notes[0]
-    assert "chain L1 KDA: rmsnorm > gemm > kda_chain_normed > gemm > rmsnorm_router > moe_experts" in notes
-    for a, b in zip(on if isinstance(on, tuple) else (on,), off if isinstance(off, tuple) else (off,)):
-        assert torch.equal(a, b)
-    for a, b in zip(c_on.tensors(), c_off.tensors()):
-        assert torch.equal(a, b)
-
-
 class WeightlessNorm(nn.Module):
     """A residual add and an RMSNorm without a gain, in one of three spellings."""
 

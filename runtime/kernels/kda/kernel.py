@@ -53,10 +53,7 @@ import triton
 import triton.language as tl
 
 from lingc.runtime.kernels.gemm_common import add_pairs, persistent_buffer
-from lingc.runtime.kernels.norms.kernel import gated_rows
 from lingc.runtime.pdl import EARLY_TRIGGER, pdl_launch_dependents, pdl_supported, pdl_wait
-
-from .op import MAX_T
 
 __all__ = ["COMMIT_GROUP", "CONV_WIDTH", "KdaConfig", "CONFIGS", "config_for", "kda_chain_triton",
            "kda_commit_many_triton", "kda_commit_triton", "state_before_wait"]
@@ -170,9 +167,6 @@ def _kda_chain_kernel(
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     NVB: tl.constexpr, STATE_BEFORE_WAIT: tl.constexpr, FUSED_RED: tl.constexpr, USE_GDC: tl.constexpr,
     SOFTPLUS_GATE: tl.constexpr = False, STATE_VK: tl.constexpr = False,
-    gate_ptr=None, nw_ptr=None, y_ptr=None, stride_gt=0, stride_gh=0, norm_eps=0.0,
-    NORM_OUT: tl.constexpr = False, TB: tl.constexpr = 16, BVF: tl.constexpr = 128,
-    NORM_ROUND_STEPS: tl.constexpr = False, NORM_ROUND_BEFORE_WEIGHT: tl.constexpr = False,
 ):
     h = tl.program_id(0)
     vb = tl.program_id(1)
@@ -192,9 +186,6 @@ def _kda_chain_kernel(
     wv0, wv1, wv2, wv3 = _conv_taps(wv_ptr, cv, mv)
     a = tl.exp(tl.load(alog_ptr + h).to(tl.float32))
     dtb = tl.load(dtb_ptr + cqk, mask=mk, other=0.0).to(tl.float32)
-    if NORM_OUT:
-        offs_f = tl.arange(0, BVF)
-        nw = tl.load(nw_ptr + offs_f, mask=offs_f < V, other=0.0).to(tl.float32)
 
     if not STATE_BEFORE_WAIT:
         pdl_wait(USE_GDC)
@@ -278,12 +269,7 @@ def _kda_chain_kernel(
                 _store_window(sw, D + cqk, xk0, xk1, xk2, mk, WIN)
         t += 1
 
-    if NORM_OUT:
-        _finish_with_output_norm(state_ptr, win_ptr, o_ptr, gate_ptr, y_ptr, ticket_ptr, S, s_offs, m2,
-                                 xq0, xq1, xq2, xk0, xk1, xk2, xv0, xv1, xv2, cqk, cv, mk, mv, nw, h, T, STAGED,
-                                 stride_gt, stride_gh, norm_eps, H, V, D, WIN, NVB, TB, BVF, NORM_ROUND_STEPS,
-                                 NORM_ROUND_BEFORE_WEIGHT)
-    elif STAGED == 0:
+    if STAGED == 0:
         tl.store(state_ptr + s_offs, S, mask=m2)
         _store_window(win_ptr, 2 * D + cv, xv0, xv1, xv2, mv, WIN)
         # Every thread's window loads were consumed by the chain; the ticket orders them before
@@ -306,42 +292,6 @@ def _last_of_head(ticket_ptr, h, NVB: tl.constexpr):
         ticket = tl.atomic_add(ticket_ptr + h, 1, sem="acq_rel", scope="gpu")
         last = ticket == NVB - 1
     return last
-
-
-@triton.jit
-def _finish_with_output_norm(state_ptr, win_ptr, o_ptr, gate_ptr, y_ptr, ticket_ptr, S, s_offs, m2,
-                             xq0, xq1, xq2, xk0, xk1, xk2, xv0, xv1, xv2, cqk, cv, mk, mv, nw, h, T, STAGED,
-                             stride_gt, stride_gh, norm_eps, H: tl.constexpr, V: tl.constexpr, D: tl.constexpr,
-                             WIN: tl.constexpr, NVB: tl.constexpr, TB: tl.constexpr, BVF: tl.constexpr,
-                             ROUND_STEPS: tl.constexpr, ROUND_BEFORE_WEIGHT: tl.constexpr):
-    """The chain's end with KDA's gated output norm fused (``lingc.kda_chain_normed``): the
-    persistent stores as without it, then every program of head h (staged mode too) takes the
-    head's ticket after its o columns are stored, and the last one reads the head's whole o rows
-    back from L2 (T <= TB rows in one [TB, BVF] tile, rows >= T masked), norms them with the
-    gate (``norms.kernel.gated_rows``, the gated norm kernel's arithmetic) and stores y in y's
-    dtype. With one v-block the program is the head's only one and takes no ticket."""
-    if STAGED == 0:
-        tl.store(state_ptr + s_offs, S, mask=m2)
-        _store_window(win_ptr, 2 * D + cv, xv0, xv1, xv2, mv, WIN)
-    # Every program's o columns (and window loads) are done before its ticket, so the last
-    # program sees every program's o.
-    if _last_of_head(ticket_ptr, h, NVB):
-        if STAGED == 0:
-            _store_window(win_ptr, cqk, xq0, xq1, xq2, mk, WIN)
-            _store_window(win_ptr, D + cqk, xk0, xk1, xk2, mk, WIN)
-        rows = tl.arange(0, TB)
-        cols = tl.arange(0, BVF)
-        m = (rows < T)[:, None] & (cols < V)[None, :]
-        # .cg: the other programs' o columns from L2, where their stores landed.
-        o = tl.load(o_ptr + rows[:, None] * (H * V) + h * V + cols[None, :], mask=m, other=0.0,
-                    cache_modifier=".cg")
-        g = tl.load(gate_ptr + rows[:, None] * stride_gt + h * stride_gh + cols[None, :], mask=m,
-                    other=0.0).to(tl.float32)
-        ydt = y_ptr.dtype.element_ty
-        y = gated_rows(o, g, nw, V, norm_eps, ydt, ROUND_STEPS, ROUND_BEFORE_WEIGHT)
-        tl.store(y_ptr + rows[:, None] * (H * V) + h * V + cols[None, :], y.to(ydt), mask=m)
-        if NVB > 1:
-            tl.atomic_xchg(ticket_ptr + h, 0, sem="relaxed", scope="gpu")  # ready for the next call
 
 
 @triton.jit
@@ -402,10 +352,6 @@ def _kda_commit_many_kernel(index_ptr, N_STATE, N_WIN,
     _commit_block(pid, dst_s, dst_w, src_s, src_w, index_ptr, N_STATE, N_WIN, BLOCK, USE_GDC)
 
 
-# Rows of the fused output norm's tile: every chain length the op takes, so a row's arithmetic is
-# the same whatever T is.
-_NORM_ROWS = MAX_T
-
 # Tickets per device: one per head of a persistent multi-block launch (Ling-3: 8-64 heads).
 TICKET_CAPACITY = 1024
 
@@ -436,17 +382,11 @@ def state_before_wait(state_ready: bool, use_pdl: bool) -> bool:
 def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state,
                      lower_bound: float | None, stage_states=None, stage_windows=None, out=None, *,
                      state_ready: bool = False, state_vk: bool = False, config: KdaConfig | None = None,
-                     use_pdl: bool | None = None, output_norm: tuple | None = None,
-                     y: torch.Tensor | None = None) -> torch.Tensor:
+                     use_pdl: bool | None = None) -> torch.Tensor:
     """Launch the chain over T = q_raw.shape[0] tokens; returns o [T, H, V] fp32 (``out`` if given).
     ``state_ready``: the state and window may be read before the PDL wait (module docstring).
     ``state_vk``: state and stage_states are stored [H, V, K] (each head's state transposed);
     the kernel reads and writes them in that layout.
-
-    ``output_norm`` = (gate [T, H, V] (unit stride along V), weight [V], eps, out_dtype or None,
-    round_steps, round_before_weight): KDA's gated output norm fused into the chain's end
-    (``lingc.kda_chain_normed``, ``_finish_with_output_norm``); returns y [T, H, V] in out_dtype
-    (fp32 if None; ``y`` if given), o then being the chain's scratch.
 
     Persistent mode (stage_states is None): state and conv_window are updated in place.
     Staged mode: stage_states[t] / stage_windows[t] get position t's post-state / post-window;
@@ -471,17 +411,7 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
         use_pdl = pdl_supported(state.device)
     assert not use_pdl or pdl_supported(state.device), "PDL requested on a device without PDL support"
     launch = {"launch_pdl": True} if use_pdl else {}
-    norm = {}
-    if output_norm is not None:
-        gate, nw, norm_eps, out_dtype, round_steps, round_before_weight = output_norm
-        if y is None:
-            y = torch.empty((T, H, V), device=state.device, dtype=out_dtype or torch.float32)
-        assert y.shape == (T, H, V) and y.is_contiguous() and gate.stride(-1) == 1 and nw.is_contiguous()
-        assert T <= _NORM_ROWS, T
-        norm = dict(gate_ptr=gate, nw_ptr=nw, y_ptr=y, stride_gt=gate.stride(0), stride_gh=gate.stride(1),
-                    norm_eps=float(norm_eps), NORM_OUT=True, TB=_NORM_ROWS, BVF=triton.next_power_of_2(V),
-                    NORM_ROUND_STEPS=bool(round_steps), NORM_ROUND_BEFORE_WEIGHT=bool(round_before_weight))
-    tickets = _tickets(state.device, H) if nvb > 1 and (not staged or norm) else state
+    tickets = _tickets(state.device, H) if (not staged and nvb > 1) else state
     _kda_chain_kernel[(H, nvb)](
         q_raw, k_raw, v_raw, f_raw, b_raw,
         q_raw.stride(0), k_raw.stride(0), v_raw.stride(0), f_raw.stride(0), b_raw.stride(0),
@@ -491,9 +421,9 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
         H=H, K=K, V=V, BK=triton.next_power_of_2(K), BV=cfg.bv, NVB=nvb, SOFTPLUS_GATE=lower_bound is None,
         STATE_VK=bool(state_vk),
         FUSED_RED=cfg.fused_reductions, STATE_BEFORE_WAIT=state_before_wait(state_ready, use_pdl), USE_GDC=use_pdl,
-        num_warps=cfg.num_warps, num_stages=1, **norm, **launch,
+        num_warps=cfg.num_warps, num_stages=1, **launch,
     )
-    return out if output_norm is None else y
+    return out
 
 
 def kda_commit_triton(state, conv_window, stage_states, stage_windows, index, *,

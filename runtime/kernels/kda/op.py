@@ -17,15 +17,6 @@
   (kernel.py, "PDL"); no effect on the values. ``state_vk``: state and stage_states hold each
   head's state transposed, [H, V, K] (a model that stores it so: read and written in place, no
   transposed copy); the same shape, since K == V.
-- ``torch.ops.lingc.kda_chain_normed(<kda_chain's arguments>, gate, norm_weight, norm_eps,
-  out_dtype=None, round_steps=False, round_before_weight=False, state_ready=False, state_vk=False)
-  -> y [T, H, V]``: kda_chain followed by KDA's gated output norm,
-  ``lingc.gated_head_rmsnorm(o, gate, norm_weight, norm_eps, out_dtype, round_steps,
-  round_before_weight)``, as one launch: the last program of each head to finish its chain norms
-  the head's rows (kernel.py, ``_finish_with_output_norm``). The CPU path is the two references
-  in turn (the same bits as the two ops); on CUDA the norm's row sums may differ in order from the
-  gated norm kernel's (an ulp). pdl_swap emits it where a chain's output feeds only its gated
-  norm (``PdlSwap.fold_output_norm``).
 - ``torch.ops.lingc.kda_commit(state, conv_window, stage_states, stage_windows, index) -> None``
   Copies stage position ``index`` (a 0-d or [1] integer tensor on the state's device, e.g. the
   in-graph verdict's accept count) into state and conv_window, in place, without a host sync.
@@ -50,7 +41,7 @@ from lingc.runtime.registry import register_op
 
 from .naive import kda_chain_reference, kda_commit_reference
 
-__all__ = ["kda_chain", "kda_chain_normed", "kda_commit", "kda_commit_many", "check_kda_chain_args",
+__all__ = ["kda_chain", "kda_commit", "kda_commit_many", "check_kda_chain_args",
            "check_kda_commit_args", "check_kda_commit_many_args", "MAX_T", "CONV_WIDTH"]
 
 MAX_T = 16          # lingc.models.kda.RECURRENT_MAX_T: longer inputs take the chunked form
@@ -225,53 +216,6 @@ def _kda_chain_fake(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_lo
     return state.new_empty((q_raw.shape[0], H, V), dtype=torch.float32)
 
 
-def _check_output_norm(q_raw, state, gate, norm_weight, norm_eps, out_dtype, round_steps, round_before_weight):
-    """The gated norm's own checks on (chain output, gate, weight), prefixed with this op's name."""
-    from lingc.runtime.kernels.norms.op import check_gated_head_rmsnorm_args
-
-    T, (H, _, V) = q_raw.shape[0], state.shape
-    if gate.device != state.device or norm_weight.device != state.device:
-        raise ValueError(f"kda_chain_normed: gate and norm_weight must be on the state's device {state.device}, "
-                         f"got {gate.device} and {norm_weight.device}")
-    try:
-        check_gated_head_rmsnorm_args(state.new_empty((T, H, V)), gate, norm_weight, norm_eps, out_dtype,
-                                      round_steps, round_before_weight)
-    except ValueError as err:
-        raise ValueError(f"kda_chain_normed: {err}") from None
-
-
-def _kda_chain_normed(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.Tensor, f_raw: torch.Tensor,
-                      b_raw: torch.Tensor, conv_w: list[torch.Tensor], conv_window: torch.Tensor,
-                      a_log: torch.Tensor, dt_bias: torch.Tensor, state: torch.Tensor, lower_bound: Optional[float],
-                      stage_states: Optional[torch.Tensor], stage_windows: Optional[torch.Tensor],
-                      gate: torch.Tensor, norm_weight: torch.Tensor, norm_eps: float,
-                      out_dtype: Optional[torch.dtype] = None, round_steps: bool = False,
-                      round_before_weight: bool = False, state_ready: bool = False,
-                      state_vk: bool = False) -> torch.Tensor:
-    args = (q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state, lower_bound,
-            stage_states, stage_windows)
-    check_kda_chain_args(*args)
-    norm = (gate, norm_weight, norm_eps, out_dtype, round_steps, round_before_weight)
-    _check_output_norm(q_raw, state, *norm)
-    if state.is_cuda:
-        from .kernel import kda_chain_triton
-
-        return kda_chain_triton(*args, state_ready=state_ready, state_vk=state_vk, output_norm=norm)
-    from lingc.runtime.kernels.norms.naive import gated_head_rmsnorm_reference
-
-    return gated_head_rmsnorm_reference(_kda_chain_cpu(args, state_vk), *norm)
-
-
-def _kda_chain_normed_fake(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state,
-                           lower_bound, stage_states, stage_windows, gate, norm_weight, norm_eps, out_dtype=None,
-                           round_steps=False, round_before_weight=False, state_ready=False, state_vk=False):
-    check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state,
-                         lower_bound, stage_states, stage_windows)
-    _check_output_norm(q_raw, state, gate, norm_weight, norm_eps, out_dtype, round_steps, round_before_weight)
-    H, _, V = state.shape
-    return state.new_empty((q_raw.shape[0], H, V), dtype=out_dtype or torch.float32)
-
-
 def _kda_commit(state: torch.Tensor, conv_window: torch.Tensor, stage_states: torch.Tensor,
                 stage_windows: torch.Tensor, index: torch.Tensor) -> None:
     check_kda_commit_args(state, conv_window, stage_states, stage_windows, index)
@@ -307,8 +251,6 @@ def _kda_commit_many_fake(states, conv_windows, stage_states, stage_windows, ind
 
 kda_chain = register_op("kda_chain", _kda_chain, _kda_chain_fake,
                         ("conv_window", "state", "stage_states", "stage_windows"))
-kda_chain_normed = register_op("kda_chain_normed", _kda_chain_normed, _kda_chain_normed_fake,
-                               ("conv_window", "state", "stage_states", "stage_windows"))
 kda_commit = register_op("kda_commit", _kda_commit, _kda_commit_fake, ("state", "conv_window"))
 kda_commit_many = register_op("kda_commit_many", _kda_commit_many, _kda_commit_many_fake,
                               ("states", "conv_windows"))
