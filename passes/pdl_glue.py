@@ -77,7 +77,8 @@ Why each is exact:
   bits: a gather rounds nothing), so the first norm after the embedding reads the table rows
   itself, and the gather (a graph's head, an ATen kernel and a full edge of every step graph:
   decode, verify, extend and each of the draft's NEXTN forwards) is gone. Only 2-d [T, D] norm
-  inputs that are the embedding or a view of it with the same elements in the same order;
+  inputs that are the embedding or a view of it with the same elements in the same order (any
+  form of the norm: embedding_rmsnorm is the same kernel, so it takes the zero-centred gain too);
 - a concatenation copies its inputs' values (runtime/kernels/concat_cols): only two 2-d inputs of
   one dtype with unit column stride, along the last dim. ATen's cat is a full edge in the captured
   graph; NEXTN's eh_proj (26 MB) behind it could not stream its weights until the copy ended.
@@ -85,7 +86,7 @@ Why each is exact:
   of the hidden state, before eh_proj) run as one ``lingc.rmsnorm_pair_cols``: each half is the
   rmsnorm kernel's row arithmetic with its tile (the same bits). Only norms without a residual
   (or the embedding form for the left half) whose second result nothing reads, of one shape,
-  dtype and form (both one rounding or both the Llama form), over rows (and ids) no op of the
+  dtype and form (both one rounding or both the Llama form; no zero-centred gain), over rows (and ids) no op of the
   graph writes (the norms move to the concatenation). Three
   launches become one in each NEXTN forward (four a draft graph, one in extend).
 - the MoE block's input norm moves into its router's logits kernel (runtime/kernels/moe_router),
@@ -271,13 +272,17 @@ def _rounds_before_weight(n) -> bool:
     return bool(n.kwargs.get("round_before_weight", False))
 
 
+def _zero_centered(n) -> bool:
+    """n is a norm op whose weight is zero-centred (gain 1 + weight)."""
+    return bool(n.kwargs.get("zero_centered", False))
+
+
 def _weighted_rmsnorm(n) -> bool:
     """n is a lingc.rmsnorm with a weight, the gain itself: the ops a norm folds into
-    (embedding_rmsnorm, rmsnorm_router, mla_kv_write, rmsnorm_pair_cols) take those only; a norm
-    without a gain or with a zero-centred one (gain 1 + weight) keeps its own kernel (rmsnorm_out
-    takes both too)."""
-    return (is_call(n, lingc_ops.rmsnorm.default) and n.args[1] is not None
-            and not n.kwargs.get("zero_centered", False))
+    (rmsnorm_router, mla_kv_write, rmsnorm_pair_cols) take those only; a norm without a gain or
+    with a zero-centred one (gain 1 + weight) keeps its own kernel (rmsnorm_out takes both, and
+    embedding_rmsnorm the zero-centred one: the same kernel)."""
+    return is_call(n, lingc_ops.rmsnorm.default) and n.args[1] is not None and not _zero_centered(n)
 
 
 def _norm_form(n) -> dict:
@@ -376,7 +381,7 @@ def embedding_into_norm(g: fx.Graph) -> int:
 
     count = 0
     order = {n: i for i, n in enumerate(g.nodes)}      # the graph's nodes before any rewrite here
-    for rms in [n for n in g.nodes if _weighted_rmsnorm(n)]:    # either rounding form
+    for rms in [n for n in g.nodes if is_call(n, lingc_ops.rmsnorm.default) and n.args[1] is not None]:  # any form
         x, w, residual, eps = rms.args
         if residual is not None or not isinstance(x, fx.Node):
             continue
@@ -606,7 +611,7 @@ def _lone_normed_rows(y):
     if is_call(norm, lingc_ops.rmsnorm.default):
         if norm.args[2] is not None or not _weighted_rmsnorm(norm):
             return None
-    elif not is_call(norm, lingc_ops.embedding_rmsnorm.default):
+    elif not is_call(norm, lingc_ops.embedding_rmsnorm.default) or _zero_centered(norm):
         return None
     if any(u is not y and (not is_call(u, operator.getitem) or u.users) for u in norm.users):
         return None                       # the rows' copy (new_residual / the gathered x) is read

@@ -270,6 +270,16 @@ class HFRMSNorm(nn.RMSNorm):
         return self.weight * h.to(dt)
 
 
+class ZeroCenteredRMSNorm(nn.RMSNorm):
+    """nn.RMSNorm's weight read as a zero-centred one, with Gemma's and Qwen3-Next's forward (the
+    gain 1 + w in fp32, the row rounded once)."""
+
+    def forward(self, h):
+        hf = h.float()
+        out = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (out * (1.0 + self.weight.float())).type_as(h)
+
+
 class BatchedKimiStyleModel(KimiStyleModel):
     """KimiStyleModel's weights and math with a batch dim on everything and every norm in the
     Hugging Face Llama form (the module docstring; the same math in fp32).

@@ -202,6 +202,32 @@ def test_half_precision_hf_style_model(dtype, tmp_path):
     assert rel < (3e-2 if dtype == torch.bfloat16 else 5e-3), f"{dtype} relative error {rel:.3g}"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_zero_centered_norms_model(dtype, tmp_path):
+    """The model's seven layer norms with zero-centred weights (Gemma's and Qwen3-Next's form,
+    gain 1 + w in fp32): every kernel is still lingc's. The first norm takes the embedding gather
+    (embedding_rmsnorm with the flag); the MoE blocks' input norms stay their own lingc.rmsnorm
+    launches before lingc.moe_router (the router's fused norm takes the gain itself only)."""
+    from foreign_model import ZeroCenteredRMSNorm
+
+    m = KimiStyleModel()
+    for norm in m.norms:
+        norm.__class__ = ZeroCenteredRMSNorm
+        torch.nn.init.normal_(norm.weight, 0.0, 0.1)
+    m = m.to(dtype)
+    g = torch.Generator().manual_seed(8)
+    ids, pos = torch.randint(0, 64, (3,), generator=g), torch.arange(10, 13)
+    groups = list(KimiStyleModel.fresh_state(9, dtype=dtype))
+    out, ref, report, _ = _eager_then_lingc(m, ids, pos, groups, dump_dir=str(tmp_path))
+    lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
+    want = {k: v for k, v in EXPECTED.items() if k != "lingc.rmsnorm_router"}
+    assert lingc == want | {"lingc.rmsnorm": 6, "lingc.moe_router": 3}, lingc
+    assert final_graph_text(report).count("zero_centered=True") == 7
+    assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
+    rel = (out.float() - ref.float()).norm() / ref.float().norm()
+    assert rel < (3e-2 if dtype == torch.bfloat16 else 1e-5), f"{dtype} relative error {rel:.3g}"
+
+
 def test_llama_norm_folds_keep_the_unfused_bits(monkeypatch):
     """The Llama-form MoE input norms folded into their routers and the latent norm into its
     cache write give the bf16 HF model's step the bits of the unfused norms (on the CPU each

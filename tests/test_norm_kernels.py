@@ -457,8 +457,9 @@ _COMPILE_CHECK = textwrap.dedent("""
         else:       # no weight to load: only the wait, no spills
             ptx, info = compile_sm90(_rmsnorm_kernel, sig, const, num_warps=c.num_warps)
             assert "griddepcontrol.wait" in ptx and " 0 bytes spill stores" in info, info
-    const = dict(BLOCK=c.block, HAS_RESIDUAL=True, GATHER=False, USE_GDC=True, ZERO_CENTERED=True)
-    check(_rmsnorm_kernel, sig, const, c.num_warps)
+    for has_res, gather in ((True, False), (False, True)):
+        const = dict(BLOCK=c.block, HAS_RESIDUAL=has_res, GATHER=gather, USE_GDC=True, ZERO_CENTERED=True)
+        check(_rmsnorm_kernel, sig, const, c.num_warps)
     for gather, rbw in ((True, False), (False, False), (True, True)):
         sig = dict(a_ptr="*bf16", ids_ptr="*i64", wa_ptr="*bf16", b_ptr="*bf16", wb_ptr="*bf16", out_ptr="*bf16",
                    stride_a="i32", stride_b="i32", D="i32", eps_a="fp32", eps_b="fp32")
@@ -647,6 +648,10 @@ def test_rmsnorm_zero_centered_is_the_gemma_form(T, D, dtype, residual):
     buf = nan(T_, D_, dtype=dtype)
     h2 = torch.ops.lingc.rmsnorm_out(x, w, r, EPS, buf, zero_centered=True)
     assert torch.equal(buf, y) and torch.equal(h2, h)
+    if r is None:           # the gather form: the rows of x as table rows, in another order
+        ids = torch.randperm(T_, generator=torch.Generator().manual_seed(T_)).to(x.device)
+        ey, ex = torch.ops.lingc.embedding_rmsnorm(x, ids, w, EPS, zero_centered=True)
+        assert torch.equal(ex, x[ids]) and torch.equal(ey, y[ids])
 
 
 @pytest.mark.parametrize("kwargs,match", [

@@ -240,14 +240,15 @@ def rmsnorm_triton(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor
 
 def embedding_rmsnorm_triton(table: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor, eps: float,
                              out: torch.Tensor | None = None, x: torch.Tensor | None = None, *,
-                             round_before_weight: bool = False, config: NormConfig | None = None,
-                             use_pdl: bool | None = None):
+                             round_before_weight: bool = False, zero_centered: bool = False,
+                             config: NormConfig | None = None, use_pdl: bool | None = None):
     """Launch the token embedding gather fused into the RMSNorm after it: (out, x) with
     x = table[ids] [T, D] and out = RMSNorm(x) * weight, both contiguous in table.dtype (``out`` /
     ``x`` if given). The rmsnorm kernel with GATHER: row t reads table row ids[t], so the gather
     is no kernel of its own. Arguments are as op.check_embedding_rmsnorm_args accepts them."""
     assert ids.dim() == 1
-    return _rmsnorm_rows(table, ids, None, weight, eps, ids.shape[0], out, x, config, use_pdl, round_before_weight)
+    return _rmsnorm_rows(table, ids, None, weight, eps, ids.shape[0], out, x, config, use_pdl, round_before_weight,
+                         zero_centered)
 
 
 def rmsnorm_pair_cols_triton(a: torch.Tensor, a_ids: torch.Tensor | None, wa: torch.Tensor, eps_a: float,

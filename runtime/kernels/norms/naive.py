@@ -54,11 +54,13 @@ def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor | None, residual: to
 
 
 def embedding_rmsnorm_reference(table: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor,
-                                eps: float, round_before_weight: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                                eps: float, round_before_weight: bool = False,
+                                zero_centered: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(rmsnorm(table[ids]) * weight, table[ids]): the token embedding gather and the first
     RMSNorm after it. table [V, D], ids [T] integer in [0, V), weight [D]; outputs in table.dtype.
-    ``round_before_weight``: rmsnorm_reference's Llama form."""
-    return rmsnorm_reference(table.index_select(0, ids.long()), weight, None, eps, round_before_weight)
+    ``round_before_weight`` / ``zero_centered``: rmsnorm_reference's Llama form / gain 1 + weight."""
+    return rmsnorm_reference(table.index_select(0, ids.long()), weight, None, eps, round_before_weight,
+                             zero_centered)
 
 
 def rmsnorm_pair_cols_reference(a: torch.Tensor, a_ids: torch.Tensor | None, wa: torch.Tensor, eps_a: float,

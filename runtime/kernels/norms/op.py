@@ -12,7 +12,8 @@
   folds into (passes/pdl_glue.py: routers, cache writes, the embedding gather, pairs, out= writes)
   takes the same flag. ``zero_centered=True``: the weight is stored zero-centred, the gain is
   ``1 + weight`` in fp32 and the row is rounded once (Gemma's and Qwen3-Next's RMSNorm,
-  ``normed * (1.0 + weight.float())``); the folds leave such a norm its own kernel.
+  ``normed * (1.0 + weight.float())``); embedding_rmsnorm takes it too, the other folds leave
+  such a norm its own kernel.
 - ``torch.ops.lingc.rmsnorm_out(Tensor x, Tensor weight, Tensor? residual, float eps,
   Tensor(a!) out, bool round_before_weight=False, bool zero_centered=False) -> Tensor new_residual``: rmsnorm with ``out``
   written in place (contiguous, [T, D] in x.dtype), the same bits. pdl_swap emits it where the
@@ -20,7 +21,7 @@
   rows into relay.vhid), so the copy is no kernel of its own (passes/pdl_glue.py,
   ``direct_lingc_writes``).
 - ``torch.ops.lingc.embedding_rmsnorm(Tensor table, Tensor ids, Tensor weight, float eps,
-  bool round_before_weight=False) -> (Tensor out, Tensor x)``: x = table[ids] (the token embedding gather, table [V, D], ids [T]
+  bool round_before_weight=False, bool zero_centered=False) -> (Tensor out, Tensor x)``: x = table[ids] (the token embedding gather, table [V, D], ids [T]
   int32/int64 in [0, V)) and out = RMSNorm(x) * weight, as rmsnorm(x, weight, None, eps) returns
   them; one kernel, so the gather is not a launch (and a full edge of the captured graph) of its
   own. Ids are not range-checked on the device (nor by ATen's CUDA embedding, which asserts).
@@ -121,7 +122,7 @@ def check_rmsnorm_args(x, weight, residual, eps, round_before_weight=False, weig
     _check_eps(op, eps)
 
 
-def check_embedding_rmsnorm_args(table, ids, weight, eps, round_before_weight=False) -> None:
+def check_embedding_rmsnorm_args(table, ids, weight, eps, round_before_weight=False, zero_centered=False) -> None:
     """Raise ValueError naming the bad argument of ``embedding_rmsnorm``."""
     op = "embedding_rmsnorm"
     if table.dim() != 2:
@@ -132,7 +133,7 @@ def check_embedding_rmsnorm_args(table, ids, weight, eps, round_before_weight=Fa
         raise ValueError(f"{op}: ids must be int32 or int64 token ids, got {ids.dtype}")
     if ids.device != table.device:
         raise ValueError(f"{op}: ids is on {ids.device} but table is on {table.device}")
-    check_rmsnorm_args(table, weight, None, eps, round_before_weight)
+    check_rmsnorm_args(table, weight, None, eps, round_before_weight, zero_centered=zero_centered)
 
 
 def check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype=None, round_steps=False,
@@ -246,18 +247,20 @@ def _rmsnorm_out_fake(x, weight, residual, eps, out, round_before_weight=False, 
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-def _embedding_rmsnorm(table: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor,
-                       eps: float, round_before_weight: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    check_embedding_rmsnorm_args(table, ids, weight, eps, round_before_weight)
+def _embedding_rmsnorm(table: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor, eps: float,
+                       round_before_weight: bool = False,
+                       zero_centered: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    check_embedding_rmsnorm_args(table, ids, weight, eps, round_before_weight, zero_centered)
     if not table.is_cuda:
-        return embedding_rmsnorm_reference(table, ids, weight, eps, round_before_weight)
+        return embedding_rmsnorm_reference(table, ids, weight, eps, round_before_weight, zero_centered)
     from .kernel import embedding_rmsnorm_triton
 
-    return embedding_rmsnorm_triton(table, ids, weight, eps, round_before_weight=round_before_weight)
+    return embedding_rmsnorm_triton(table, ids, weight, eps, round_before_weight=round_before_weight,
+                                    zero_centered=zero_centered)
 
 
-def _embedding_rmsnorm_fake(table, ids, weight, eps, round_before_weight=False):
-    check_embedding_rmsnorm_args(table, ids, weight, eps, round_before_weight)
+def _embedding_rmsnorm_fake(table, ids, weight, eps, round_before_weight=False, zero_centered=False):
+    check_embedding_rmsnorm_args(table, ids, weight, eps, round_before_weight, zero_centered)
     shape = (ids.shape[0], table.shape[1])
     return table.new_empty(shape), table.new_empty(shape)
 
@@ -286,8 +289,8 @@ _SCHEMAS = {
                     "bool round_before_weight=False, bool zero_centered=False) -> Tensor"),
     "rmsnorm_pair_cols": ("(Tensor a, Tensor? a_ids, Tensor wa, float eps_a, Tensor b, Tensor wb, float eps_b, "
                           "bool round_before_weight=False) -> Tensor"),
-    "embedding_rmsnorm": ("(Tensor table, Tensor ids, Tensor weight, float eps, bool round_before_weight=False) "
-                          "-> (Tensor, Tensor)"),
+    "embedding_rmsnorm": ("(Tensor table, Tensor ids, Tensor weight, float eps, bool round_before_weight=False, "
+                          "bool zero_centered=False) -> (Tensor, Tensor)"),
     "gated_head_rmsnorm": ("(Tensor o, Tensor gate, Tensor weight, float eps, ScalarType? out_dtype=None, "
                            "bool round_steps=False, bool round_before_weight=False) -> Tensor"),
 }
