@@ -11,6 +11,11 @@ staged commits become lingc.kda_commit_many launches.
              then every layer's commit of one shape in one lingc.kda_commit_many(states,
              windows, stages..., accept)   (cdiv(layers, 8) launches instead of one per layer)
 
+Gated DeltaNet is the same recurrence with one gate per head: f [T, H] (the gate's projection,
+beside beta's b [T, H]) and dt_bias [H] (beside A_log [H]); which [T, H] input is the gate and
+which [H] parameter is A_log is one more pair of candidates for the probe (kda_chain takes a
+[T, H] f as a gate per head).
+
 How it is found: the KDA core is everything between a recurrent-state write (a fp32 [H, A, A]
 slot written back from its own old value), the conv-window write that feeds it and the state's
 read-out o (the first value every other use of the state goes through) on one side, and
@@ -257,10 +262,14 @@ class KdaCores:
         a_log = [p for p in params if shape(p) == (H,)]
         dt_bias = [p for p in params if shape(p) == (D,)]
         conv = [p for p in params if numel(p) == 4 * D and shape(p)[0] == D]
-        if len(raws) != 4 or len(braw) != 1 or len(a_log) != 1 or len(dt_bias) != 1 or len(conv) != 3:
+        # KDA: a gate per channel (f [T, H*K], dt_bias [H*K]); Gated DeltaNet: one per head (f and
+        # b both [T, H], A_log and dt_bias both [H]: which is which, the probe decides).
+        kda = len(raws) == 4 and len(braw) == 1 and len(a_log) == 1 and len(dt_bias) == 1
+        gdn = len(raws) == 3 and len(braw) == 2 and len(a_log) == 2 and not dt_bias
+        if not (kda or gdn) or len(conv) != 3:
             return (f"inputs not recognised: {len(raws)} [T, H*K] projections, {len(braw)} [T, H], "
                     f"{len(a_log)} [H], {len(dt_bias)} [H*K], {len(conv)} conv weights")
-        if len(leaves) != 4 + 1 + 1 + 1 + 3 + 2:
+        if len(leaves) != 12:                      # 3 convs, state, window and 7 more either way
             return f"{len(leaves)} inputs, expected 12"
         # Each conv weight pairs with the projection it first meets (the conv taps); the
         # projection no conv weight claims is f.
@@ -278,9 +287,11 @@ class KdaCores:
             pair[min(raws, key=meet.__getitem__)] = c
         if len(pair) != 3:
             return "conv weights do not pair with three projections"
-        f = [r for r in raws if r not in pair]
-        return dict(qkv=[r for r in raws if r in pair], pair=pair, f=f[0], b=braw[0], a_log=a_log[0],
-                    dt_bias=dt_bias[0])
+        if kda:
+            fb, ad = [(next(r for r in raws if r not in pair), braw[0])], [(a_log[0], dt_bias[0])]
+        else:
+            fb, ad = [tuple(braw), tuple(braw[::-1])], [tuple(a_log), tuple(a_log[::-1])]
+        return dict(qkv=[r for r in raws if r in pair], pair=pair, fb=fb, ad=ad)
 
     def _kda_probe(self, nodes, leaves, outs, roles, st, win, T, H, A):
         """The probe, once per form of the region: a layer whose region, roles and hint equal an
@@ -291,7 +302,8 @@ class KdaCores:
         hint = getattr(self, "_kda_hint", None)
         key = ("kda", region_key(nodes, leaves, outs), tuple(map(ix, roles["qkv"])),
                tuple((ix(r), ix(c)) for r, c in roles["pair"].items()),
-               *(ix(roles[k]) for k in ("f", "b", "a_log", "dt_bias")), ix(st["ph"]), ix(win["ph"]),
+               tuple(tuple(map(ix, p)) for p in roles["fb"]), tuple(tuple(map(ix, p)) for p in roles["ad"]),
+               ix(st["ph"]), ix(win["ph"]),
                st["staged"], st["slot"], T, H, A, hint)
         memo = self._probes.get(key) if self.reuse_probes else None
         if memo is None:
@@ -310,7 +322,7 @@ class KdaCores:
 
     def _kda_probe_run(self, nodes, leaves, outs, roles, st, win, T, H, A):
         gen = torch.Generator().manual_seed(0)
-        scale = {roles["b"]: 1.0, roles["a_log"]: 0.5, st["ph"]: 0.3}
+        scale = {**{p: 0.5 for pair in roles["ad"] for p in pair}, st["ph"]: 0.3}
         inputs = [random_like(n, gen, scale.get(n, 1.0)) for n in leaves]
         got = run_region(region_module(nodes, leaves, outs), inputs)
         if got is None:
@@ -320,38 +332,41 @@ class KdaCores:
             t = t if w["slot"] is None else t[w["slot"]]
             return t[(0,) * w["lead"]]
         state_in, win_in = sl(x[st["ph"]], st), sl(x[win["ph"]], win)
-        tol = PROBE_TOL.get(val(roles["f"]).dtype, 3e-2)
+        tol = PROBE_TOL.get(val(roles["fb"][0][0]).dtype, 3e-2)
         # The gate: bounded by one of the region's negative constants, or unbounded (softplus, None).
         bounds = sorted({a for n in nodes for a in n.args if isinstance(a, float) and a < 0}) + [None]
         from lingc.runtime.kernels.kda.naive import kda_chain_reference
 
-        def run(qkv, lb, transposed, rows):
+        def run(qkv, lb, transposed, fb, ad, rows):
             conv_w = torch.stack([x[roles["pair"][r]].reshape(H * A, 4).float() for r in qkv])
             s0 = state_in.transpose(-1, -2) if transposed else state_in
+            (f, b), (a_log, dt_bias) = roles["fb"][fb], roles["ad"][ad]
             return kda_chain_reference(*(x[n].reshape(T, -1)[:rows] for n in qkv),
-                                       x[roles["f"]].reshape(T, -1)[:rows], x[roles["b"]].reshape(T, H)[:rows],
-                                       conv_w, win_in, x[roles["a_log"]], x[roles["dt_bias"]], s0.contiguous(),
+                                       x[f].reshape(T, -1)[:rows], x[b].reshape(T, H)[:rows],
+                                       conv_w, win_in, x[a_log], x[dt_bias], s0.contiguous(),
                                        None if lb is None else float(lb))
 
-        # Candidates as (permutation of the q/k/v order, lower bound, state transposed). The
+        # Candidates as (permutation of the q/k/v order, lower bound, state transposed, the f / b
+        # and A_log / dt_bias assignments: one each for KDA, two each for Gated DeltaNet). The
         # assignment that matched the previous layer goes first: a model's KDA layers share one
         # form, and each wrong candidate costs a reference run (flash-tp4-rank: 72 candidates per
         # layer took ~2 s on the CPU, 35 layers per graph). A candidate is screened on position 0
         # alone (o's first row depends on nothing later) before the whole chain is run.
         screen = T > 1 and got[0].dim() > 0 and got[0].shape[0] == T      # o laid out [T, ...]
         perms = list(itertools.permutations(range(3)))
-        cands = [(p, lb, tr) for p in perms for lb in bounds for tr in (False, True)]
+        cands = [(p, lb, tr, fb, ad) for p in perms for lb in bounds for tr in (False, True)
+                 for fb in range(len(roles["fb"])) for ad in range(len(roles["ad"]))]
         hint = getattr(self, "_kda_hint", None)
         if hint in cands:
             cands.remove(hint)
             cands.insert(0, hint)
         for cand in cands:
-            perm, lb, transposed = cand
+            perm, lb, transposed, fb, ad = cand
             qkv = tuple(roles["qkv"][i] for i in perm)
             try:
-                if screen and cand != hint and rel_err(got[0][:1], run(qkv, lb, transposed, 1).o) > tol:
+                if screen and cand != hint and rel_err(got[0][:1], run(qkv, lb, transposed, fb, ad, 1).o) > tol:
                     continue
-                r = run(qkv, lb, transposed, T)
+                r = run(qkv, lb, transposed, fb, ad, T)
             except (RuntimeError, ValueError):
                 continue
             if rel_err(got[0], r.o) > tol:
@@ -362,10 +377,10 @@ class KdaCores:
                 ref_s = ref_s.transpose(-1, -2)
             if rel_err(got[1], ref_s) <= tol and rel_err(got[2], ref_w) <= tol:
                 self._kda_hint = cand
-                return dict(qkv=qkv, f=roles["f"], conv=[roles["pair"][r] for r in qkv],
+                (f, b), (a_log, dt_bias) = roles["fb"][fb], roles["ad"][ad]
+                return dict(qkv=qkv, f=f, conv=[roles["pair"][r] for r in qkv],
                             lb=None if lb is None else float(lb),
-                            transposed=transposed, b=roles["b"], a_log=roles["a_log"],
-                            dt_bias=roles["dt_bias"])
+                            transposed=transposed, b=b, a_log=a_log, dt_bias=dt_bias)
         return "no assignment of the inputs reproduces the kda_chain reference"
 
     def _kda_rewrite(self, g, st, win, o, m, T, H, A):
@@ -378,7 +393,8 @@ class KdaCores:
                 return below_lead(g, v, 3)
             state, window = slot_view(st), slot_view(win)
             args = [emit(g, aten.reshape.default, n, [T, D]) if shape(n) != (T, D) else n for n in m["qkv"]]
-            f = m["f"] if shape(m["f"]) == (T, D) else emit(g, aten.reshape.default, m["f"], [T, D])
+            fw = D if numel(m["f"]) == T * D else H                       # a gate per channel, or per head
+            f = m["f"] if shape(m["f"]) == (T, fw) else emit(g, aten.reshape.default, m["f"], [T, fw])
             conv_w = [emit(g, aten.reshape.default, c, [D, 4]) for c in m["conv"]]   # read in place
             stages = (None, None)
             if st["staged"]:

@@ -165,6 +165,76 @@ def test_softplus_gate_matches_model_math_and_prefixes(T, dtype):
         assert_close(ss[j], kda_chain_reference(*ref_args(prefix(x, j + 1), lb=None)).state, RTOL)
 
 
+def gdn_math(x, lb=None):
+    """Gated DeltaNet's recurrence as its reference code writes it: one decay per head,
+    exp(g[h]) scaling the head's whole state (no lingc or kda_math gate code)."""
+    T, (H, K, V) = x["q_raw"].shape[0], x["state"].shape
+    ys, wins = [], []
+    for i, name in enumerate(("q_raw", "k_raw", "v_raw")):
+        y, win = short_conv(x[name], x["conv_window"][i], x["conv_w"][i])
+        ys.append(y.view(T, H, K).float())
+        wins.append(win)
+    q, k, v = l2norm(ys[0]) * (K ** -0.5), l2norm(ys[1]), ys[2]
+    a = x["f_raw"].float() + x["dt_bias"].float()                                  # [T, H]
+    g = (-x["a_log"].float().exp() * torch.nn.functional.softplus(a) if lb is None
+         else lb * torch.sigmoid(x["a_log"].float().exp() * a))
+    beta = torch.sigmoid(x["b_raw"].float())
+    S, outs = x["state"].float(), []
+    for t in range(T):
+        S = S * g[t].exp()[:, None, None]
+        delta = (v[t] - (S * k[t][..., None]).sum(-2)) * beta[t][:, None]
+        S = S + k[t][..., None] * delta[:, None, :]
+        outs.append((S * q[t][..., None]).sum(-2))
+    return torch.stack(outs), S, torch.stack(wins, 0)
+
+
+def gdn_inputs(T, H, K, dtype, seed):
+    """make_inputs with Gated DeltaNet's gate: f [T, H] and dt_bias [H], one per head."""
+    x = make_inputs(T, H, K, dtype, seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    x["f_raw"] = torch.randn(T, H, generator=gen).to(dtype).to(DEVICE)
+    x["dt_bias"] = (torch.randn(H, generator=gen) * 0.5).to(DEVICE)
+    return x
+
+
+@pytest.mark.parametrize("lb", [None, LOWER_BOUND], ids=["softplus", "bounded"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("T,H,K", [(1, 2, 16), (6, 2, 24), (3, 4, 32)])
+def test_per_head_gate_is_gated_deltanet(T, H, K, dtype, lb):
+    """f [T, H] with dt_bias [H] (the kernel's GATE_PER_HEAD): Gated DeltaNet's recurrence, one
+    decay per head, in both modes (outputs and stage buffers NaN-poisoned), against its own
+    reference code and the op's reference; the per-head gate is not the per-channel one."""
+    x = gdn_inputs(T, H, K, dtype, seed=110 + T + K)
+    o_ref, S_ref, win_ref = gdn_math(x, lb)
+    r = kda_chain_reference(*ref_args(x, lb=lb))
+    assert_close(r.o, o_ref.cpu(), 2e-5)
+    assert_close(r.state, S_ref.cpu(), 2e-5)
+    o, state, window, _, _ = run_kernel(x, staged=False, lb=lb)
+    assert_close(o, o_ref, RTOL)
+    assert_close(state, S_ref, RTOL)
+    assert torch.equal(window, win_ref)
+    o_s, _, _, ss, sw = run_kernel(x, staged=True, lb=lb)
+    assert_close(o_s, o_ref, RTOL)
+    for j in range(T):
+        rj = kda_chain_reference(*ref_args(prefix(x, j + 1), lb=lb))
+        assert_close(ss[j], rj.state, RTOL)
+        assert torch.equal(sw[j].cpu(), rj.window.cpu())
+    y = dict(x, f_raw=x["f_raw"].float().repeat_interleave(K, -1).to(dtype), dt_bias=x["dt_bias"].repeat_interleave(K))
+    y["f_raw"] = y["f_raw"] + torch.arange(H * K, device=DEVICE).remainder(K).to(dtype)   # per channel now
+    assert not torch.allclose(model_math(y, lb)[0], o_ref, rtol=1e-2), "a per-channel gate must differ"
+
+
+def test_per_head_gate_bad_dt_bias_raises():
+    x = gdn_inputs(2, 2, 16, torch.float32, seed=1)
+    args = list(ref_args(x, lb=None))
+    args[8] = torch.zeros(32, device=DEVICE)                 # a per-channel dt_bias with a per-head f
+    with pytest.raises(ValueError, match=r"dt_bias must be \[H\] = \(2,\) like f_raw's last dim"):
+        torch.ops.lingc.kda_chain(*args, None, None)
+    args[3] = torch.zeros(2, 5, device=DEVICE)
+    with pytest.raises(ValueError, match=r"f_raw must be \[T, H\*K\] = \(2, 32\) .* or \[T, H\] = \(2, 2\)"):
+        torch.ops.lingc.kda_chain(*args, None, None)
+
+
 def test_low_precision_conv_weights_read_as_fp32():
     """Conv taps in the model's dtype (a model cast whole with nn.Module.to): the kernel reads their
     exact fp32 upcast, so the results are those of the fp32 copy, and the reference's."""
@@ -557,10 +627,10 @@ _COMPILE_CHECK = textwrap.dedent("""
     # state stored [V, K] (state_vk) in both modes.
     forms = [(s, f, False, False) for s in (False, True) for f in (False, True)] + [(True, True, True, False)]
     forms += [(False, True, False, True), (True, True, False, True)]
-    for staged, fused, softplus, vk in forms:
+    for staged, fused, softplus, vk in forms + [(True, True, True, "per-head gate")]:
         const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv, STAGED=staged,
                      STATE_BEFORE_WAIT=True, FUSED_RED=fused, USE_GDC=True, SOFTPLUS_GATE=softplus,
-                     STATE_VK=vk)
+                     STATE_VK=vk is True, GATE_PER_HEAD=vk == "per-head gate")
         ptx, info = compile_sm90(_kda_chain_kernel, sig, const, num_warps=cfg.num_warps)
         assert "griddepcontrol.wait" in ptx
         print(staged, fused, softplus, vk, ptx.count("bar.sync"), info)

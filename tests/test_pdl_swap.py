@@ -334,6 +334,100 @@ def test_mla_softmax_scale_at_flash_attention_shapes(tmp_path):
 MH, NOPE, ROPE, RANK, VD, HID = 2, 8, 4, 16, 8, 24
 
 
+class ForeignGDN(nn.Module):
+    """Gated DeltaNet written as flash-linear-attention's naive recurrent reference writes it:
+    one decay per head (a = x W_a [T, H], g = -exp(A_log) * softplus(a + dt_bias), or the bounded
+    form), beta = sigmoid(b), separate short convs, the output a per-head RMSNorm times silu(gate)
+    (fla's FusedRMSNormGated with swish). The recurrence is KDA's with one gate for a head's K
+    channels: kda_chain with a [T, H] f."""
+
+    def __init__(self, bounded: bool = False):
+        super().__init__()
+        g = torch.Generator().manual_seed(5)
+        self.bounded = bounded
+        self.proj = nn.Parameter(torch.randn(4 * D + 2 * H, 24, generator=g) / 5, requires_grad=False)
+        self.convs = nn.ParameterList([nn.Parameter(torch.randn(D, 1, 4, generator=g) / 2, requires_grad=False)
+                                       for _ in range(3)])
+        self.A_log = nn.Parameter(torch.randn(H, generator=g) / 2, requires_grad=False)
+        self.dt_bias = nn.Parameter(torch.randn(H, generator=g), requires_grad=False)
+        self.o_w = nn.Parameter(1 + torch.randn(K, generator=g) / 10, requires_grad=False)
+        self.out = nn.Parameter(torch.randn(24, D, generator=g) / 4, requires_grad=False)
+
+    def forward(self, x, state, window):
+        T = x.shape[0]
+        q, k, v, gate, a, b = torch.split(x @ self.proj.T, [D, D, D, D, H, H], dim=-1)
+        acts, wins = [], []
+        for i, y in enumerate((q, k, v)):
+            ext = torch.cat([window[0, i].T, y], 0)                        # [T + 3, D]
+            acts.append(F.silu((ext.unfold(0, 4, 1) * self.convs[i][:, 0]).sum(-1)))
+            wins.append(ext[-3:].T)
+        window[0].copy_(torch.stack(wins))
+        q, k, v = (t.view(T, H, K) for t in acts)
+        q = q / torch.sqrt((q ** 2).sum(-1, keepdim=True) + 1e-6) / K ** 0.5
+        k = k / torch.sqrt((k ** 2).sum(-1, keepdim=True) + 1e-6)
+        if self.bounded:
+            g = -5.0 * torch.sigmoid(self.A_log.exp() * (a + self.dt_bias))
+        else:
+            g = -self.A_log.exp() * F.softplus(a + self.dt_bias)            # [T, H]: one per head
+        beta = torch.sigmoid(b)
+        S, outs = state[0], []
+        for t in range(T):
+            S = S * g[t].exp()[:, None, None]
+            pred = torch.einsum("hkv,hk->hv", S, k[t])
+            S = S + torch.einsum("hk,hv->hkv", k[t], (v[t] - pred) * beta[t][:, None])
+            outs.append(torch.einsum("hkv,hk->hv", S, q[t]))
+        state[0].copy_(S)
+        o = torch.stack(outs)
+        o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + 1e-5) * self.o_w
+        return (o.reshape(T, D) * F.silu(gate)) @ self.out.T
+
+
+@pytest.mark.parametrize("bounded", [False, True], ids=["softplus", "bounded"])
+@pytest.mark.parametrize("T", [1, 3])
+def test_gated_deltanet_layer(T, bounded, tmp_path):
+    """A Gated DeltaNet layer's recurrence runs on lingc.kda_chain with its [T, H] gate (the
+    probe tells the gate's a from beta's b and A_log from dt_bias, all [T, H] or [H]); state and
+    window written in place, as eager writes them."""
+    out, ref, (state, window), (ref_s, ref_w), report = _run_kda(ForeignGDN(bounded), T, str(tmp_path))
+    assert rows(report).get("lingc.kda_chain", 0) == 1, stat(report, "pdl_swap").notes
+    assert_rel_close(out, ref, 1e-5, "GDN output")
+    assert_rel_close(state, ref_s, 1e-5, "GDN state")
+    assert_rel_close(window, ref_w, 1e-5, "GDN conv window")
+    assert "aten.copy_" not in rows(report) and "aten.clone" not in rows(report)   # both writes in place
+
+
+class VerifyGDN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gdn = ForeignGDN()
+
+    def forward(self, tokens, state, window):
+        y = self.gdn(F.one_hot(tokens, 24).float(), state, window)
+        return ops.state_commit(ops.greedy_verdict(tokens, y.argmax(-1))), y
+
+
+def test_gated_deltanet_layer_verify(tmp_path):
+    """The staged form: a verify that accepts 2 of 4 drafts leaves the state and window of eager
+    on the accepted prefix."""
+    torch.manual_seed(3)
+    m = VerifyGDN()
+    state0, window0 = 0.3 * torch.randn(1, H, K, K), torch.randn(1, 3, D, 3)
+    with torch.no_grad():
+        _, y = m(torch.tensor([1, 2, 3, 4]), state0.clone(), window0.clone())
+        y1 = m(torch.tensor([1, int(y[0].argmax())]), state0.clone(), window0.clone())[1]
+        t = [1, int(y[0].argmax()), int(y1[1].argmax())]
+        tokens = torch.tensor(t + [(t[-1] + 1) % 24, 5])
+        ref_s, ref_w = state0.clone(), window0.clone()
+        ref = m(tokens[:3], ref_s, ref_w)[1]
+    st, win = state0.clone(), window0.clone()
+    (accept, out), report = run_and_report(m, tokens, st, win, role="verify", dump_dir=str(tmp_path))
+    assert rows(report).get("lingc.kda_chain") == 1 and rows(report).get("lingc.kda_commit") == 1, rows(report)
+    assert int(accept) == 2
+    assert_rel_close(out[:3], ref, 1e-5, "GDN verify output")
+    assert_rel_close(st, ref_s, 1e-5, "GDN committed state")
+    assert_rel_close(win, ref_w, 1e-5, "GDN committed window")
+
+
 class ForeignMLA(nn.Module):
     """Absorbed MLA written independently of lingc.models.mla: a cache of one sequence [L, R + P]
     (no slot dimension) written with ``cache[pos] = rows``, RoPE through view_as_complex and

@@ -132,13 +132,14 @@ def _conv_silu(x0, x1, x2, x, w0, w1, w2, w3):
 
 @triton.jit
 def _token_inputs(q_ptr, k_ptr, v_ptr, f_ptr, b_ptr, stride_q, stride_k, stride_v, stride_f, stride_b,
-                  t, T, h, cqk, cv, mk, mv):
-    """Token t's raw q, k, v, f (this program's channels) and b (its head) in fp32; zeros past T."""
+                  t, T, h, cqk, cv, mk, mv, cf):
+    """Token t's raw q, k, v, f (this program's channels; f at gate channels cf) and b (its head)
+    in fp32; zeros past T."""
     live = t < T
     return (tl.load(q_ptr + t * stride_q + cqk, mask=mk & live, other=0.0).to(tl.float32),
             tl.load(k_ptr + t * stride_k + cqk, mask=mk & live, other=0.0).to(tl.float32),
             tl.load(v_ptr + t * stride_v + cv, mask=mv & live, other=0.0).to(tl.float32),
-            tl.load(f_ptr + t * stride_f + cqk, mask=mk & live, other=0.0).to(tl.float32),
+            tl.load(f_ptr + t * stride_f + cf, mask=mk & live, other=0.0).to(tl.float32),
             tl.load(b_ptr + t * stride_b + h, mask=live, other=0.0).to(tl.float32))
 
 
@@ -166,7 +167,7 @@ def _kda_chain_kernel(
     T, STAGED, lower_bound, scale, eps,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     NVB: tl.constexpr, STATE_BEFORE_WAIT: tl.constexpr, FUSED_RED: tl.constexpr, USE_GDC: tl.constexpr,
-    SOFTPLUS_GATE: tl.constexpr = False, STATE_VK: tl.constexpr = False,
+    SOFTPLUS_GATE: tl.constexpr = False, STATE_VK: tl.constexpr = False, GATE_PER_HEAD: tl.constexpr = False,
 ):
     h = tl.program_id(0)
     vb = tl.program_id(1)
@@ -185,7 +186,9 @@ def _kda_chain_kernel(
     wk0, wk1, wk2, wk3 = _conv_taps(wk_ptr, cqk, mk)
     wv0, wv1, wv2, wv3 = _conv_taps(wv_ptr, cv, mv)
     a = tl.exp(tl.load(alog_ptr + h).to(tl.float32))
-    dtb = tl.load(dtb_ptr + cqk, mask=mk, other=0.0).to(tl.float32)
+    # The gate's channels: this head's K channels, or (Gated DeltaNet) the head's one gate for all.
+    cf = cqk // K if GATE_PER_HEAD else cqk
+    dtb = tl.load(dtb_ptr + cf, mask=mk, other=0.0).to(tl.float32)
 
     if not STATE_BEFORE_WAIT:
         pdl_wait(USE_GDC)
@@ -217,11 +220,11 @@ def _kda_chain_kernel(
     # the serial work of the recurrence instead of adding to it (the same arithmetic per token).
     t = 0
     nq, nk, nv, nf, nb = _token_inputs(q_ptr, k_ptr, v_ptr, f_ptr, b_ptr, stride_q, stride_k, stride_v, stride_f,
-                                       stride_b, 0, T, h, cqk, cv, mk, mv)
+                                       stride_b, 0, T, h, cqk, cv, mk, mv, cf)
     while t < T:
         xq, xk, xv, fx, bx = nq, nk, nv, nf, nb
         nq, nk, nv, nf, nb = _token_inputs(q_ptr, k_ptr, v_ptr, f_ptr, b_ptr, stride_q, stride_k, stride_v,
-                                           stride_f, stride_b, t + 1, T, h, cqk, cv, mk, mv)
+                                           stride_f, stride_b, t + 1, T, h, cqk, cv, mk, mv, cf)
 
         q = _conv_silu(xq0, xq1, xq2, xq, wq0, wq1, wq2, wq3)
         k = _conv_silu(xk0, xk1, xk2, xk, wk0, wk1, wk2, wk3)
@@ -419,7 +422,7 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
         stage_states if staged else state, stage_windows if staged else conv_window, tickets,
         T, int(staged), 0.0 if lower_bound is None else float(lower_bound), float(K) ** -0.5, _L2_EPS,
         H=H, K=K, V=V, BK=triton.next_power_of_2(K), BV=cfg.bv, NVB=nvb, SOFTPLUS_GATE=lower_bound is None,
-        STATE_VK=bool(state_vk),
+        STATE_VK=bool(state_vk), GATE_PER_HEAD=f_raw.shape[1] != H * K,
         FUSED_RED=cfg.fused_reductions, STATE_BEFORE_WAIT=state_before_wait(state_ready, use_pdl), USE_GDC=use_pdl,
         num_warps=cfg.num_warps, num_stages=1, **launch,
     )

@@ -50,7 +50,8 @@ def kda_chain_reference(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.T
 
     q_raw, k_raw, v_raw, f_raw [T, H*K]; b_raw [T, H]; conv_w: the q, k, v depthwise weights,
     3 x [H*K, W] (a list, or stacked [3, H*K, W]); conv_window [3, H*K, W-1] (oldest first); a_log [H]; dt_bias [H*K];
-    state [H, K, V] fp32 (K == V: the conv window layout holds v in H*K channels).
+    state [H, K, V] fp32 (K == V: the conv window layout holds v in H*K channels). f_raw [T, H]
+    with dt_bias [H] is Gated DeltaNet's gate, one per head: the same decay for all K channels.
     """
     T = q_raw.shape[0]
     H, K, V = state.shape
@@ -70,7 +71,7 @@ def kda_chain_reference(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.T
         q = l2norm(ys[0].view(1, H, K)) * (K ** -0.5)
         k = l2norm(ys[1].view(1, H, K))
         v = ys[2].view(1, H, V)
-        g = kda_gate(f_raw[t:t + 1].view(1, H, K), a_log, dt_bias, lower_bound)
+        g = kda_gate(f_raw[t:t + 1].view(1, H, -1), a_log, dt_bias, lower_bound)     # [1, H, K or 1]
         beta = torch.sigmoid(b_raw[t:t + 1].float())
         o, S = kda_recurrent(q, k, v, g, beta, S)
         outs.append(o[0])

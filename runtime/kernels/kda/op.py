@@ -4,7 +4,9 @@
   dt_bias, state, lower_bound, stage_states, stage_windows, state_ready=False, state_vk=False)
   -> o [T, H, V] fp32``
   lower_bound: the bounded gate's bound (Ling-3: -5.0), or None for the unbounded softplus gate
-  (Kimi Linear's; lingc.models.kda_math.kda_gate).
+  (Kimi Linear's; lingc.models.kda_math.kda_gate). f_raw [T, H*K] with dt_bias [H*K] is KDA's
+  gate, one per channel; f_raw [T, H] with dt_bias [H] is Gated DeltaNet's, one per head (the
+  same decay for the head's K channels; the kernel's GATE_PER_HEAD).
   conv_w is the list of the q, k, v depthwise conv weights [H*K, W], each read in place (a
   stacked copy would be one more kernel per layer and step).
   One slot's KDA core over T = 1..16 tokens (designed for the decode T=1 and the verify chain
@@ -73,9 +75,12 @@ def check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window,
         raise ValueError(f"{op}: T = {T} tokens, must be in 1..{MAX_T}")
     if q_raw.dtype not in _PROJ_DTYPES:
         raise ValueError(f"{op}: q_raw.dtype must be bfloat16, float16 or float32, got {q_raw.dtype}")
-    for name, x in (("q_raw", q_raw), ("k_raw", k_raw), ("v_raw", v_raw), ("f_raw", f_raw)):
+    for name, x in (("q_raw", q_raw), ("k_raw", k_raw), ("v_raw", v_raw)):
         if _shape(x) != (T, D):
             raise ValueError(f"{op}: {name} must be [T, H*K] = {(T, D)}, got {_shape(x)}")
+    if _shape(f_raw) not in ((T, D), (T, H)):
+        raise ValueError(f"{op}: f_raw must be [T, H*K] = {(T, D)} (a gate per channel, KDA) or [T, H] = {(T, H)} "
+                         f"(one per head, Gated DeltaNet), got {_shape(f_raw)}")
     for name, x in (("k_raw", k_raw), ("v_raw", v_raw)):
         if x.dtype != q_raw.dtype:
             raise ValueError(f"{op}: {name}.dtype {x.dtype} differs from q_raw.dtype {q_raw.dtype}")
@@ -104,8 +109,9 @@ def check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window,
         raise ValueError(f"{op}: conv_window must be contiguous, got strides {conv_window.stride()}")
     if _shape(a_log) != (H,):
         raise ValueError(f"{op}: a_log must be [H] = {(H,)}, got {_shape(a_log)}")
-    if _shape(dt_bias) != (D,):
-        raise ValueError(f"{op}: dt_bias must be [H*K] = {(D,)}, got {_shape(dt_bias)}")
+    if _shape(dt_bias) != (f_raw.shape[1],):
+        raise ValueError(f"{op}: dt_bias must be [{'H*K' if f_raw.shape[1] == D else 'H'}] = "
+                         f"{(f_raw.shape[1],)} like f_raw's last dim, got {_shape(dt_bias)}")
     if lower_bound is not None and not (isinstance(lower_bound, (int, float)) and math.isfinite(lower_bound)
                                         and lower_bound < 0):
         raise ValueError(f"{op}: lower_bound must be a finite negative number (the bounded gate) or None "
