@@ -41,8 +41,8 @@ import torch
 import torch.fx as fx
 
 from lingc.graph_build import eliminate_dead_code, emit
-from lingc.graph_match import CASTS, aten, is_call, scalar
-from lingc.graph_region import is_heavy, region, shape, val, view_base
+from lingc.graph_match import CASTS, aten, is_call, scalar, silu_input
+from lingc.graph_region import is_heavy, numel, region, shape, val, view_base
 from lingc.graph_text import target_name
 from lingc.kernel_table import classify
 from lingc.pass_manager import LingcPass
@@ -250,8 +250,15 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
         in its 16-bit dtype, ``cast(rms(cast(o_lo, f32)) * w, lo) * sigmoid(g_lo)`` in lo (what
         nn.RMSNorm of a bf16 input traces to): each step rounded as the op's round_steps does;
         "llama" for ``(w * cast(rms(cast(o_lo, f32)), lo)) * sigmoid(g_lo)``, the head norm in the
-        Hugging Face Llama form (the op's round_before_weight as well)."""
+        Hugging Face Llama form (the op's round_before_weight as well). A silu gate (Gated
+        DeltaNet's, ``rms(o) * w * silu(g)`` in fp32, the product perhaps taken on [T, H*V] views):
+        (x, w, eps, g, False, True), the op's silu_gate."""
         for a, s in ((n.args[0], n.args[1]), (n.args[1], n.args[0])):
+            gate = silu_input(s) if isinstance(s, fx.Node) else None
+            if gate is not None and isinstance(a, fx.Node):
+                m = self._silu_gated_match(a, gate)
+                if m is not None:
+                    return m
             if not (isinstance(a, fx.Node) and is_call(s, aten.sigmoid.default)):
                 continue
             lo = val(n).dtype
@@ -279,6 +286,23 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
                 return x, w, eps, gate, rounded
         return None
 
+    def _silu_gated_match(self, a: fx.Node, gate: fx.Node):
+        """a = rms(o) * w, or a view of it with o's elements in order (a [T, H*V] reshape), o
+        [T, H, V] in fp32 and gate of o's numel: (o, w, eps, gate, False, True)."""
+        prod = a
+        while is_call(prod, aten.view.default, aten.reshape.default, aten._unsafe_view.default) and len(prod.users) == 1:
+            prod = prod.args[0]
+        if not is_call(prod, aten.mul.Tensor) or len(prod.users) != 1:
+            return None
+        m = self._rms_match(prod)
+        if m is None or m[3] is not None:
+            return None
+        x, w, eps, _ = m
+        if (unit_lead(shape(x), 3) is None or val(x).dtype != torch.float32 or numel(gate) != numel(x)
+                or shape(gate)[-1] % shape(x)[-1] != 0):
+            return None
+        return x, w, eps, gate, False, True
+
     def _rewrite_norm(self, g: fx.Graph, n: fx.Node, m, gated: bool) -> bool:
         """Rewrite one matched norm. The ops compute in fp32 and round once to the input dtype:
         an fp32 input, or a low-precision input upcast with the result cast back."""
@@ -290,7 +314,8 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
             out_node, out_dtype = users[0], val(users[0]).dtype
         try:
             if gated:
-                _, w, eps, gate, rounded = m
+                _, w, eps, gate, rounded = m[:5]
+                silu = len(m) > 5 and m[5]
                 if rounded:
                     # o as the lo value the norm reads; a lo rounding of an fp32 o (the KDA chain's
                     # output) is done by the kernel as it reads o, not by a cast kernel before it.
@@ -300,11 +325,13 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
                     out_node, out_dtype = n, val(n).dtype
                 with g.inserting_before(out_node):
                     core = list(shape(x)[-3:])
-                    x3, gate3 = ((x, gate) if len(shape(x)) == 3 else
-                                 (emit(g, aten.reshape.default, t, core) for t in (x, gate)))
+                    x3, gate3 = (t if list(shape(t)) == core else emit(g, aten.reshape.default, t, core)
+                                 for t in (x, gate))
                     flags = {"round_steps": True} if rounded else {}
                     if rounded == "llama":
                         flags["round_before_weight"] = True
+                    if silu:
+                        flags["silu_gate"] = True
                     new = emit(g, lingc_ops.gated_head_rmsnorm.default, x3, gate3, w, eps, out_dtype, **flags)
                     if shape(new) != shape(out_node):
                         new = emit(g, aten.reshape.default, new, list(shape(out_node)))

@@ -168,7 +168,7 @@ def test_softplus_gate_matches_model_math_and_prefixes(T, dtype):
 def gdn_math(x, lb=None):
     """Gated DeltaNet's recurrence as its reference code writes it: one decay per head,
     exp(g[h]) scaling the head's whole state (no lingc or kda_math gate code)."""
-    T, (H, K, V) = x["q_raw"].shape[0], x["state"].shape
+    T, (H, K, _) = x["q_raw"].shape[0], x["state"].shape
     ys, wins = [], []
     for i, name in enumerate(("q_raw", "k_raw", "v_raw")):
         y, win = short_conv(x[name], x["conv_window"][i], x["conv_w"][i])

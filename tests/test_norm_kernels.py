@@ -287,6 +287,29 @@ def test_gated_round_steps_matches_eager_16bit_form(T, H, V, o_dtype, dt, llama)
                        got.cpu() if o.is_cuda else want)
 
 
+@pytest.mark.parametrize("out_dtype", [None, torch.bfloat16], ids=["fp32-out", "bf16-out"])
+@pytest.mark.parametrize("T,H,V", [(1, 4, 16), (6, 8, 128), (3, 3, 24)])
+def test_gated_silu_gate_is_gated_deltanets_output_norm(T, H, V, out_dtype):
+    """silu_gate: rms(o) * w * silu(g) in fp32, rounded once (flash-linear-attention's
+    FusedRMSNormGated with swish, as Gated DeltaNet's layer writes it): the reference is that
+    formula, the kernel's rows (NaN-poisoned) match it, and it is not the sigmoid form."""
+    o, g = rand(T, H, V, seed=120 + T), rand(T, H, V, seed=121 + T, scale=2.0)
+    w = rand(V, seed=122 + T)
+    oc, gc, wc = o.cpu(), g.cpu(), w.cpu()
+    want = oc * torch.rsqrt(oc.pow(2).mean(-1, keepdim=True) + EPS) * wc * torch.nn.functional.silu(gc)
+    want = want if out_dtype is None else want.to(out_dtype)
+    ref = gated_head_rmsnorm_reference(oc, gc, wc, EPS, out_dtype, silu_gate=True)
+    assert_close(ref, want, 1e-6)
+    out = nan(T, H, V, dtype=out_dtype or torch.float32)
+    gated_head_rmsnorm_triton(o, g, w, EPS, out_dtype, out, silu_gate=True)
+    assert_close(out.cpu(), want, RTOL[torch.float32] if out_dtype is None else 2 * RTOL[torch.bfloat16])
+    assert not torch.allclose(ref.float(), gated_head_rmsnorm_reference(oc, gc, wc, EPS, out_dtype).float(), rtol=1e-2)
+    assert torch.equal(gated_head_rmsnorm(o, g, w, EPS, out_dtype, silu_gate=True).cpu(),
+                       out.cpu() if o.is_cuda else ref)
+    with pytest.raises(ValueError, match="silu_gate is the fp32 form"):
+        gated_head_rmsnorm(o, g.to(torch.bfloat16), w, EPS, torch.bfloat16, True, silu_gate=True)
+
+
 def test_gated_kernel_strided_gate_and_prefill():
     # The gate is a column slice of a fused q/k/v/f/g/b projection output [T, 5*H*V + H], viewed
     # [T, H, V]; T = 40 rows is a prefill-sized grid; H = 5 with BH = 4 leaves a partial block.
@@ -468,9 +491,10 @@ _COMPILE_CHECK = textwrap.dedent("""
     g = gated_config(8, 128)
     sig = dict(o_ptr="*fp32", g_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", stride_ot="i32", stride_oh="i32",
                stride_gt="i32", stride_gh="i32", H="i32", V="i32", eps="fp32")
-    for round_steps, rbw in ((False, False), (True, False), (True, True)):
+    for round_steps, rbw, silu in ((False, False, False), (True, False, False), (True, True, False),
+                                   (False, False, True)):
         check(_gated_head_rmsnorm_kernel, sig, dict(BH=g.heads, BV=g.block, USE_GDC=True, ROUND_STEPS=round_steps,
-                                                    ROUND_BEFORE_WEIGHT=rbw), g.num_warps)
+                                                    ROUND_BEFORE_WEIGHT=rbw, SILU_GATE=silu), g.num_warps)
 """)
 
 

@@ -385,11 +385,15 @@ class ForeignGDN(nn.Module):
 @pytest.mark.parametrize("bounded", [False, True], ids=["softplus", "bounded"])
 @pytest.mark.parametrize("T", [1, 3])
 def test_gated_deltanet_layer(T, bounded, tmp_path):
-    """A Gated DeltaNet layer's recurrence runs on lingc.kda_chain with its [T, H] gate (the
-    probe tells the gate's a from beta's b and A_log from dt_bias, all [T, H] or [H]); state and
-    window written in place, as eager writes them."""
+    """A Gated DeltaNet layer runs on lingc kernels: its recurrence on lingc.kda_chain with its
+    [T, H] gate (the probe tells the gate's a from beta's b and A_log from dt_bias, all [T, H] or
+    [H]), its output norm on gated_head_rmsnorm's silu gate; state and window written in place,
+    as eager writes them."""
     out, ref, (state, window), (ref_s, ref_w), report = _run_kda(ForeignGDN(bounded), T, str(tmp_path))
     assert rows(report).get("lingc.kda_chain", 0) == 1, stat(report, "pdl_swap").notes
+    # The output norm's silu gate (taken on [T, H*V] views) on gated_head_rmsnorm: no ATen kernel left.
+    assert rows(report).get("lingc.gated_head_rmsnorm") == 1 and "silu_gate=True" in final_graph_text(report)
+    assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
     assert_rel_close(out, ref, 1e-5, "GDN output")
     assert_rel_close(state, ref_s, 1e-5, "GDN state")
     assert_rel_close(window, ref_w, 1e-5, "GDN conv window")

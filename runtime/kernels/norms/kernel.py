@@ -152,7 +152,8 @@ def _rmsnorm_pair_kernel(a_ptr, ids_ptr, wa_ptr, b_ptr, wb_ptr, out_ptr, stride_
 @triton.jit
 def _gated_head_rmsnorm_kernel(o_ptr, g_ptr, w_ptr, out_ptr, stride_ot, stride_oh, stride_gt, stride_gh,
                                H, V, eps, BH: tl.constexpr, BV: tl.constexpr, USE_GDC: tl.constexpr,
-                               ROUND_STEPS: tl.constexpr = False, ROUND_BEFORE_WEIGHT: tl.constexpr = False):
+                               ROUND_STEPS: tl.constexpr = False, ROUND_BEFORE_WEIGHT: tl.constexpr = False,
+                               SILU_GATE: tl.constexpr = False):
     t = tl.program_id(0).to(tl.int64)
     offs_h = tl.program_id(1) * BH + tl.arange(0, BH)
     offs_v = tl.arange(0, BV)
@@ -167,18 +168,19 @@ def _gated_head_rmsnorm_kernel(o_ptr, g_ptr, w_ptr, out_ptr, stride_ot, stride_o
                 mask=m2, other=0.0).to(tl.float32)
     g = tl.load(g_ptr + t * stride_gt + offs_h[:, None] * stride_gh + offs_v[None, :],
                 mask=m2, other=0.0).to(tl.float32)
-    y = gated_rows(o, g, w, V, eps, out_ptr.dtype.element_ty, ROUND_STEPS, ROUND_BEFORE_WEIGHT)
+    y = gated_rows(o, g, w, V, eps, out_ptr.dtype.element_ty, ROUND_STEPS, ROUND_BEFORE_WEIGHT, SILU_GATE)
     tl.store(out_ptr + t * H * V + offs_h[:, None] * V + offs_v[None, :],
              y.to(out_ptr.dtype.element_ty), mask=m2)
 
 
 @triton.jit
-def gated_rows(o, g, w, V, eps, dt: tl.constexpr, ROUND_STEPS: tl.constexpr, ROUND_BEFORE_WEIGHT: tl.constexpr):
+def gated_rows(o, g, w, V, eps, dt: tl.constexpr, ROUND_STEPS: tl.constexpr, ROUND_BEFORE_WEIGHT: tl.constexpr,
+               SILU_GATE: tl.constexpr = False):
     """The gated head norm of the rows of an fp32 tile o [rows, BV] (each row one head of one
     token, V real columns), with the gate g (fp32) and the weight w [BV] (fp32): fp32 results the
     caller rounds to dt. ROUND_STEPS: the eager low-precision form (o, the weighted norm and the
-    gate rounded to dt); ROUND_BEFORE_WEIGHT with it: the head norm in the Llama form. Shared by
-    this file's kernel and the KDA chain's fused output norm (kda/kernel.py)."""
+    gate rounded to dt); ROUND_BEFORE_WEIGHT with it: the head norm in the Llama form.
+    SILU_GATE: the gate is silu(g) (Gated DeltaNet's output norm), not sigmoid(g)."""
     if ROUND_STEPS:
         o = o.to(dt).to(tl.float32)
     ms = tl.sum(o * o, axis=1) / V
@@ -186,6 +188,8 @@ def gated_rows(o, g, w, V, eps, dt: tl.constexpr, ROUND_STEPS: tl.constexpr, ROU
     if ROUND_BEFORE_WEIGHT:
         normed = normed.to(dt).to(tl.float32)
     y = normed * w[None, :]
+    if SILU_GATE:
+        return y * (g * tl.sigmoid(g))
     if ROUND_STEPS:
         y = y.to(dt).to(tl.float32) * tl.sigmoid(g).to(dt).to(tl.float32)
     else:
@@ -276,10 +280,12 @@ def rmsnorm_pair_cols_triton(a: torch.Tensor, a_ids: torch.Tensor | None, wa: to
 def gated_head_rmsnorm_triton(o: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float,
                               out_dtype: torch.dtype | None = None, out: torch.Tensor | None = None, *,
                               round_steps: bool = False, round_before_weight: bool = False,
-                              config: NormConfig | None = None, use_pdl: bool | None = None) -> torch.Tensor:
+                              silu_gate: bool = False, config: NormConfig | None = None,
+                              use_pdl: bool | None = None) -> torch.Tensor:
     """Launch the per-head gated RMSNorm of o [T, H, V]; returns [T, H, V] contiguous in
     ``out_dtype`` (fp32 by default). ``round_steps``: each step rounded to ``out_dtype`` (naive.py,
-    _gated_row_in_steps; ``round_before_weight`` its Llama form). Arguments are as
+    _gated_row_in_steps; ``round_before_weight`` its Llama form); ``silu_gate``: times silu(gate),
+    not sigmoid(gate). Arguments are as
     op.check_gated_head_rmsnorm_args accepts."""
     T, H, V = o.shape
     assert o.stride(-1) == 1 and gate.stride(-1) == 1 and weight.is_contiguous()
@@ -293,6 +299,6 @@ def gated_head_rmsnorm_triton(o: torch.Tensor, gate: torch.Tensor, weight: torch
     _gated_head_rmsnorm_kernel[(T, triton.cdiv(H, cfg.heads))](
         o, gate, weight, out, o.stride(0), o.stride(1), gate.stride(0), gate.stride(1), H, V, float(eps),
         BH=cfg.heads, BV=cfg.block, USE_GDC=use_pdl, ROUND_STEPS=bool(round_steps),
-        ROUND_BEFORE_WEIGHT=bool(round_before_weight), num_warps=cfg.num_warps,
+        ROUND_BEFORE_WEIGHT=bool(round_before_weight), SILU_GATE=bool(silu_gate), num_warps=cfg.num_warps,
         num_stages=1, **launch)
     return out

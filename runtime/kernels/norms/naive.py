@@ -86,15 +86,25 @@ def _gated_row_in_steps(o, gate, weight, eps, dt, round_before_weight=False):
 
 def gated_head_rmsnorm_reference(o: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor,
                                  eps: float, out_dtype: torch.dtype | None = None,
-                                 round_steps: bool = False, round_before_weight: bool = False) -> torch.Tensor:
+                                 round_steps: bool = False, round_before_weight: bool = False,
+                                 silu_gate: bool = False) -> torch.Tensor:
     """rmsnorm_per_head(o) * weight * sigmoid(gate), one row at a time, in fp32, then cast.
 
     o [T, H, V] (the KDA chain's fp32 output); gate [T, H, V] (raw g_proj output); weight [V].
     The result is fp32 (as kda_math's) rounded once to ``out_dtype`` when given (the model's
     ``.to(x.dtype)`` before o_proj). ``round_steps`` (with a 16-bit ``out_dtype``): the eager
     low-precision form instead, each step rounded to ``out_dtype`` (_gated_row_in_steps; with
-    ``round_before_weight`` the head norm in the Llama form).
+    ``round_before_weight`` the head norm in the Llama form). ``silu_gate``: times silu(gate)
+    instead (Gated DeltaNet's output norm, flash-linear-attention's FusedRMSNormGated with swish),
+    in fp32, rounded once.
     """
+    if silu_gate:
+        def row(t):
+            x = o[t:t + 1].float()
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.float() \
+                * torch.nn.functional.silu(gate[t:t + 1].float())
+        out = torch.cat([row(t) for t in range(o.shape[0])], 0) if o.shape[0] else o.new_empty(o.shape).float()
+        return out if out_dtype is None else out.to(out_dtype)
     if round_steps:
         rows = [_gated_row_in_steps(o[t:t + 1], gate[t:t + 1], weight, eps, out_dtype, round_before_weight)
                 for t in range(o.shape[0])]

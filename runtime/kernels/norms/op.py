@@ -33,14 +33,17 @@
   NEXTN's enorm and hnorm before eh_proj were three launches (two norms and the concatenation);
   pdl_swap emits it there (passes/pdl_glue.py, ``norm_pairs_into_concat``).
 - ``torch.ops.lingc.gated_head_rmsnorm(Tensor o, Tensor gate, Tensor weight, float eps,
-  ScalarType? out_dtype=None, bool round_steps=False) -> Tensor``: KDA's output norm, kda_math.gated_head_rmsnorm:
+  ScalarType? out_dtype=None, bool round_steps=False, bool round_before_weight=False,
+  bool silu_gate=False) -> Tensor``: KDA's output norm, kda_math.gated_head_rmsnorm:
   o [T, H, V] (fp32 from the KDA chain), gate [T, H, V] (raw g_proj output), weight [V];
   returns fp32 [T, H, V], or that rounded once to ``out_dtype`` (the model's cast before
   o_proj, folded in). ``round_steps=True`` (a 16-bit out_dtype, the gate in it too): the form of
   a model that runs the norm in that dtype, each step rounded as eager rounds it (o read in
   out_dtype, the weighted norm and sigmoid(gate) rounded before their product);
   ``round_before_weight=True`` with it (the weight in out_dtype): the head norm in the Hugging
-  Face Llama form, ``weight * normed.to(out_dtype)``, one rounding more.
+  Face Llama form, ``weight * normed.to(out_dtype)``, one rounding more. ``silu_gate=True``: times
+  silu(gate) instead of sigmoid(gate) (Gated DeltaNet's output norm, flash-linear-attention's
+  FusedRMSNormGated with swish), in fp32, rounded once (not with round_steps).
 
 All but rmsnorm_out are out of place (``mutates_args=()``): nothing in the graph is mutated, so
 functionalisation leaves them alone and the pdl_swap pass replaces pure subgraphs by pure ops.
@@ -137,7 +140,7 @@ def check_embedding_rmsnorm_args(table, ids, weight, eps, round_before_weight=Fa
 
 
 def check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype=None, round_steps=False,
-                                  round_before_weight=False) -> None:
+                                  round_before_weight=False, silu_gate=False) -> None:
     """Raise ValueError naming the bad argument of ``gated_head_rmsnorm``."""
     op = "gated_head_rmsnorm"
     if o.dim() != 3:
@@ -169,6 +172,9 @@ def check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype=None, round_st
         raise ValueError(f"{op}: round_before_weight (the Llama form of the 16-bit head norm) needs round_steps "
                          f"and the weight in out_dtype; got round_steps={round_steps}, weight.dtype={weight.dtype}, "
                          f"out_dtype={out_dtype}")
+    if silu_gate and round_steps:
+        raise ValueError(f"{op}: silu_gate is the fp32 form (rounded once to out_dtype); round_steps is the "
+                         f"sigmoid gate's eager 16-bit form only")
     _check_eps(op, eps)
 
 
@@ -267,18 +273,20 @@ def _embedding_rmsnorm_fake(table, ids, weight, eps, round_before_weight=False, 
 
 def _gated_head_rmsnorm(o: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float,
                         out_dtype: torch.dtype | None = None, round_steps: bool = False,
-                        round_before_weight: bool = False) -> torch.Tensor:
-    check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype, round_steps, round_before_weight)
+                        round_before_weight: bool = False, silu_gate: bool = False) -> torch.Tensor:
+    check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype, round_steps, round_before_weight, silu_gate)
     if not o.is_cuda:
-        return gated_head_rmsnorm_reference(o, gate, weight, eps, out_dtype, round_steps, round_before_weight)
+        return gated_head_rmsnorm_reference(o, gate, weight, eps, out_dtype, round_steps, round_before_weight,
+                                            silu_gate)
     from .kernel import gated_head_rmsnorm_triton
 
     return gated_head_rmsnorm_triton(o, gate, weight, eps, out_dtype, round_steps=round_steps,
-                                     round_before_weight=round_before_weight)
+                                     round_before_weight=round_before_weight, silu_gate=silu_gate)
 
 
-def _gated_head_rmsnorm_fake(o, gate, weight, eps, out_dtype=None, round_steps=False, round_before_weight=False):
-    check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype, round_steps, round_before_weight)
+def _gated_head_rmsnorm_fake(o, gate, weight, eps, out_dtype=None, round_steps=False, round_before_weight=False,
+                             silu_gate=False):
+    check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype, round_steps, round_before_weight, silu_gate)
     return o.new_empty(o.shape, dtype=out_dtype or torch.float32)
 
 
@@ -292,7 +300,7 @@ _SCHEMAS = {
     "embedding_rmsnorm": ("(Tensor table, Tensor ids, Tensor weight, float eps, bool round_before_weight=False, "
                           "bool zero_centered=False) -> (Tensor, Tensor)"),
     "gated_head_rmsnorm": ("(Tensor o, Tensor gate, Tensor weight, float eps, ScalarType? out_dtype=None, "
-                           "bool round_steps=False, bool round_before_weight=False) -> Tensor"),
+                           "bool round_steps=False, bool round_before_weight=False, bool silu_gate=False) -> Tensor"),
 }
 
 
