@@ -104,6 +104,21 @@ def model_math(x, lb=LOWER_BOUND):
     return o, S, torch.stack(wins, 0)
 
 
+def assert_both_modes(x, o_ref, S_ref, win_ref, lb=LOWER_BOUND, config=SWEEP_CONFIG):
+    """Persistent: o, state and window against the given math; staged: o, and every position's
+    stage against the from-scratch reference of its prefix (outputs NaN-poisoned by run_kernel)."""
+    o, state, window, _, _ = run_kernel(x, staged=False, config=config, lb=lb)
+    assert_close(o, o_ref, RTOL)
+    assert_close(state, S_ref, RTOL)
+    assert torch.equal(window, win_ref)
+    o2, _, _, ss, sw = run_kernel(x, staged=True, config=config, lb=lb)
+    assert_close(o2, o_ref, RTOL)
+    for j in range(x["q_raw"].shape[0]):
+        scratch = kda_chain_reference(*ref_args(prefix(x, j + 1), lb=lb))
+        assert_close(ss[j], scratch.state, RTOL)
+        assert torch.equal(sw[j].cpu(), scratch.window.cpu()), f"stage window {j}"
+
+
 # Kernel vs reference.
 
 
@@ -209,16 +224,7 @@ def test_per_head_gate_is_gated_deltanet(T, H, K, dtype, lb):
     r = kda_chain_reference(*ref_args(x, lb=lb))
     assert_close(r.o, o_ref.cpu(), 2e-5)
     assert_close(r.state, S_ref.cpu(), 2e-5)
-    o, state, window, _, _ = run_kernel(x, staged=False, lb=lb)
-    assert_close(o, o_ref, RTOL)
-    assert_close(state, S_ref, RTOL)
-    assert torch.equal(window, win_ref)
-    o_s, _, _, ss, sw = run_kernel(x, staged=True, lb=lb)
-    assert_close(o_s, o_ref, RTOL)
-    for j in range(T):
-        rj = kda_chain_reference(*ref_args(prefix(x, j + 1), lb=lb))
-        assert_close(ss[j], rj.state, RTOL)
-        assert torch.equal(sw[j].cpu(), rj.window.cpu())
+    assert_both_modes(x, o_ref, S_ref, win_ref, lb=lb)
     y = dict(x, f_raw=x["f_raw"].float().repeat_interleave(K, -1).to(dtype), dt_bias=x["dt_bias"].repeat_interleave(K))
     y["f_raw"] = y["f_raw"] + torch.arange(H * K, device=DEVICE).remainder(K).to(dtype)   # per channel now
     assert not torch.allclose(model_math(y, lb)[0], o_ref, rtol=1e-2), "a per-channel gate must differ"
@@ -320,17 +326,7 @@ def test_unfused_reductions_match_the_model_and_the_prefixes(H, K, dtype):
     the from-scratch reference of its prefix (fresh random inputs, NaN-poisoned outputs)."""
     T = 6
     x = make_inputs(T, H, K, dtype, seed=500 + K)
-    o, state, window, _, _ = run_kernel(x, staged=False, config=UNFUSED_CONFIG)
-    o_ref, S_ref, win_ref = model_math(x)
-    assert_close(o, o_ref, RTOL)
-    assert_close(state, S_ref, RTOL)
-    assert torch.equal(window, win_ref)
-    o2, _, _, ss, sw = run_kernel(x, staged=True, config=UNFUSED_CONFIG)
-    assert_close(o2, o_ref, RTOL)
-    for j in range(T):
-        scratch = kda_chain_reference(*ref_args(prefix(x, j + 1)))
-        assert_close(ss[j], scratch.state, RTOL)
-        assert torch.equal(sw[j], scratch.window), f"stage window {j}"
+    assert_both_modes(x, *model_math(x), config=UNFUSED_CONFIG)
 
 
 def test_unfused_reductions_batch_invariant_in_T():

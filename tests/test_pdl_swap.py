@@ -189,6 +189,19 @@ def test_greedy_tokens_equal_eager(tiny):
 H, K, D = 2, 8, 16
 
 
+def _unfold_convs(xs, convs, window):
+    """The short convolutions of q, k, v [T, D] through unfold over [window ; x], silu as
+    x * sigmoid(x); window [1, 3, D, 3] updated in place. Returns the three [T, D] activations."""
+    acts, wins = [], []
+    for i, y in enumerate(xs):
+        ext = torch.cat([window[0, i].T, y], 0)                            # [T + 3, D]
+        new = (ext.unfold(0, 4, 1) * convs[i][:, 0]).sum(-1)              # [T, D]
+        acts.append(new * torch.sigmoid(new))
+        wins.append(ext[-3:].T)
+    window[0].copy_(torch.stack(wins))
+    return acts
+
+
 class ForeignKDA(nn.Module):
     """KDA written independently: fused qkvfgb projection split by chunk, a conv through unfold,
     silu as x * sigmoid(x), l2norm as x / sqrt(.), the gate with its constant first, a loop over
@@ -208,14 +221,7 @@ class ForeignKDA(nn.Module):
     def forward(self, x, state, window):
         T = x.shape[0]
         q, k, v, f, gate, b = torch.split(x @ self.proj.T, [D, D, D, D, D, H], dim=-1)
-        acts, wins = [], []
-        for i, y in enumerate((q, k, v)):
-            ext = torch.cat([window[0, i].T, y], 0)                        # [T + 3, D]
-            new = (ext.unfold(0, 4, 1) * self.convs[i][:, 0]).sum(-1)     # [T, D]
-            acts.append(new * torch.sigmoid(new))
-            wins.append(ext[-3:].T)
-        window[0].copy_(torch.stack(wins))
-        q, k, v = (a.view(T, H, K) for a in acts)
+        q, k, v = (a.view(T, H, K) for a in _unfold_convs((q, k, v), self.convs, window))
         q = q / torch.sqrt((q ** 2).sum(-1, keepdim=True) + 1e-6) / K ** 0.5
         k = k / torch.sqrt((k ** 2).sum(-1, keepdim=True) + 1e-6)
         if self.softplus:                                                  # Kimi Linear's unbounded gate
@@ -271,25 +277,24 @@ def test_foreign_kda_layer(vk, T, tmp_path):
     assert "aten.copy_" not in rows(report) and "aten.clone" not in rows(report)   # both writes in place
 
 
-class VerifyForeignKDA(nn.Module):
-    """ForeignKDA as a verify step: tokens in, the greedy verdict over its 24 outputs committed."""
+class VerifyLayer(nn.Module):
+    """A KDA-style layer as a verify step: tokens in, the greedy verdict over its 24 outputs
+    committed."""
 
-    def __init__(self, vk: bool):
+    def __init__(self, layer: nn.Module):
         super().__init__()
-        self.kda = ForeignKDA(vk)
+        self.layer = layer
 
     def forward(self, tokens, state, window):
-        y = self.kda(F.one_hot(tokens, 24).float(), state, window)
+        y = self.layer(F.one_hot(tokens, 24).float(), state, window)
         return ops.state_commit(ops.greedy_verdict(tokens, y.argmax(-1))), y
 
 
-@pytest.mark.parametrize("vk", [True, False])
-def test_foreign_kda_layer_verify(vk, tmp_path):
-    """The staged form of either state layout runs on kda_chain's stages (a [V, K] state's stages
-    are [V, K] too) and kda_commit; after a verify that accepts 2 of 4 drafts, the state and
-    window are those of eager on the accepted prefix."""
-    torch.manual_seed(2)
-    m = VerifyForeignKDA(vk)
+def _verify_accepting_two_of_four(m: VerifyLayer, seed: int, dump_dir: str, what: str):
+    """m's verify step compiled and run on a chain whose first two drafts greedy decoding makes
+    (the third rejected): checks the verdict, the rows and the committed state and window against
+    eager on the accepted prefix; returns the report."""
+    torch.manual_seed(seed)
     state0, window0 = 0.3 * torch.randn(1, H, K, K), torch.randn(1, 3, D, 3)
     with torch.no_grad():
         _, y = m(torch.tensor([1, 2, 3, 4]), state0.clone(), window0.clone())
@@ -299,15 +304,23 @@ def test_foreign_kda_layer_verify(vk, tmp_path):
         ref_s, ref_w = state0.clone(), window0.clone()
         ref = m(tokens[:3], ref_s, ref_w)[1]
     st, win = state0.clone(), window0.clone()
-    (accept, out), report = run_and_report(m, tokens, st, win, role="verify", dump_dir=str(tmp_path))
-    assert stat(report, "stage_commit").matches == 2, stat(report, "stage_commit").notes
-    text = final_graph_text(report)
+    (accept, out), report = run_and_report(m, tokens, st, win, role="verify", dump_dir=dump_dir)
     assert rows(report).get("lingc.kda_chain") == 1 and rows(report).get("lingc.kda_commit") == 1, rows(report)
-    assert text.count("state_vk=True") == (1 if vk else 0)
     assert int(accept) == 2
-    assert_rel_close(out[:3], ref, 1e-5, "foreign KDA verify output")
-    assert_rel_close(st, ref_s, 1e-5, "foreign KDA committed state")
-    assert_rel_close(win, ref_w, 1e-5, "foreign KDA committed window")
+    assert_rel_close(out[:3], ref, 1e-5, f"{what} verify output")
+    assert_rel_close(st, ref_s, 1e-5, f"{what} committed state")
+    assert_rel_close(win, ref_w, 1e-5, f"{what} committed window")
+    return report
+
+
+@pytest.mark.parametrize("vk", [True, False])
+def test_foreign_kda_layer_verify(vk, tmp_path):
+    """The staged form of either state layout runs on kda_chain's stages (a [V, K] state's stages
+    are [V, K] too) and kda_commit; after a verify that accepts 2 of 4 drafts, the state and
+    window are those of eager on the accepted prefix."""
+    report = _verify_accepting_two_of_four(VerifyLayer(ForeignKDA(vk)), 2, str(tmp_path), "foreign KDA")
+    assert stat(report, "stage_commit").matches == 2, stat(report, "stage_commit").notes
+    assert final_graph_text(report).count("state_vk=True") == (1 if vk else 0)
 
 
 def test_mla_softmax_scale_at_flash_attention_shapes(tmp_path):
@@ -356,13 +369,7 @@ class ForeignGDN(nn.Module):
     def forward(self, x, state, window):
         T = x.shape[0]
         q, k, v, gate, a, b = torch.split(x @ self.proj.T, [D, D, D, D, H, H], dim=-1)
-        acts, wins = [], []
-        for i, y in enumerate((q, k, v)):
-            ext = torch.cat([window[0, i].T, y], 0)                        # [T + 3, D]
-            acts.append(F.silu((ext.unfold(0, 4, 1) * self.convs[i][:, 0]).sum(-1)))
-            wins.append(ext[-3:].T)
-        window[0].copy_(torch.stack(wins))
-        q, k, v = (t.view(T, H, K) for t in acts)
+        q, k, v = (t.view(T, H, K) for t in _unfold_convs((q, k, v), self.convs, window))
         q = q / torch.sqrt((q ** 2).sum(-1, keepdim=True) + 1e-6) / K ** 0.5
         k = k / torch.sqrt((k ** 2).sum(-1, keepdim=True) + 1e-6)
         if self.bounded:
@@ -400,36 +407,10 @@ def test_gated_deltanet_layer(T, bounded, tmp_path):
     assert "aten.copy_" not in rows(report) and "aten.clone" not in rows(report)   # both writes in place
 
 
-class VerifyGDN(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.gdn = ForeignGDN()
-
-    def forward(self, tokens, state, window):
-        y = self.gdn(F.one_hot(tokens, 24).float(), state, window)
-        return ops.state_commit(ops.greedy_verdict(tokens, y.argmax(-1))), y
-
-
 def test_gated_deltanet_layer_verify(tmp_path):
     """The staged form: a verify that accepts 2 of 4 drafts leaves the state and window of eager
     on the accepted prefix."""
-    torch.manual_seed(3)
-    m = VerifyGDN()
-    state0, window0 = 0.3 * torch.randn(1, H, K, K), torch.randn(1, 3, D, 3)
-    with torch.no_grad():
-        _, y = m(torch.tensor([1, 2, 3, 4]), state0.clone(), window0.clone())
-        y1 = m(torch.tensor([1, int(y[0].argmax())]), state0.clone(), window0.clone())[1]
-        t = [1, int(y[0].argmax()), int(y1[1].argmax())]
-        tokens = torch.tensor(t + [(t[-1] + 1) % 24, 5])
-        ref_s, ref_w = state0.clone(), window0.clone()
-        ref = m(tokens[:3], ref_s, ref_w)[1]
-    st, win = state0.clone(), window0.clone()
-    (accept, out), report = run_and_report(m, tokens, st, win, role="verify", dump_dir=str(tmp_path))
-    assert rows(report).get("lingc.kda_chain") == 1 and rows(report).get("lingc.kda_commit") == 1, rows(report)
-    assert int(accept) == 2
-    assert_rel_close(out[:3], ref, 1e-5, "GDN verify output")
-    assert_rel_close(st, ref_s, 1e-5, "GDN committed state")
-    assert_rel_close(win, ref_w, 1e-5, "GDN committed window")
+    _verify_accepting_two_of_four(VerifyLayer(ForeignGDN()), 3, str(tmp_path), "GDN")
 
 
 class ForeignMLA(nn.Module):
