@@ -29,7 +29,8 @@ graph_region.py); only an assignment that reproduces the region (rel. error 1e-4
 rewritten, and a region that none reproduces is left alone with a note.
 
 The glue between the kernels (the absorbed MLA products, copies of fresh values, casts after a
-lingc op) is pdl_glue.py's, with the reasons each rewrite is exact. The relay step's bookkeeping
+lingc op) is pdl_glue.py's, with the reasons each rewrite is exact; a norm's folds into the lingc
+op beside it (router, latent cache write, embedding gather, norm pair) are pdl_norm_folds.py's. The relay step's bookkeeping
 after the last kernel (row pick, n and x advance, token ring append) is relay_tail.py's.
 """
 
@@ -47,7 +48,7 @@ from lingc.graph_text import target_name
 from lingc.kernel_table import classify
 from lingc.pass_manager import LingcPass
 
-from . import pdl_glue
+from . import pdl_glue, pdl_norm_folds
 from .pdl_swap_common import param_operand, unit_lead
 from .pdl_swap_kda import KdaCores
 from .pdl_swap_mla import MlaCores
@@ -103,11 +104,11 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
         eliminate_dead_code(g)                    # (the snapshots it dropped still read the inputs)
         epilogue += pdl_glue.direct_lingc_writes(g) if self.fold_relay_tail else 0
         epilogue += pdl_glue.concat_into_inputs(g) if self.fold_relay_tail else 0
-        gathers = pdl_glue.embedding_into_norm(g) if self.fold_embedding else 0
+        gathers = pdl_norm_folds.embedding_into_norm(g) if self.fold_embedding else 0
         concats = pdl_glue.concat_cols(g) if self.fold_concat else 0
-        norm_pairs = pdl_glue.norm_pairs_into_concat(g) if self.fold_concat else 0
-        routed = pdl_glue.norms_into_routers(g) if self.fold_router_norm else 0
-        kv_normed = pdl_glue.norms_into_kv_writes(g) if self.fold_kv_norm else 0
+        norm_pairs = pdl_norm_folds.norm_pairs_into_concat(g) if self.fold_concat else 0
+        routed = pdl_norm_folds.norms_into_routers(g) if self.fold_router_norm else 0
+        kv_normed = pdl_norm_folds.norms_into_kv_writes(g) if self.fold_kv_norm else 0
         positions = pdl_glue.positions_into_readers(g) if self.fold_positions else 0
         tail = relay_tail(g) if self.fold_relay_tail else 0
         eliminate_dead_code(g)

@@ -167,7 +167,7 @@ def test_invariance_probe_finds_nothing_on_the_tiny_model_and_names_a_broken_op(
     # perturbation standing in for a T-dependent summation order) is caught and named.
     import lingc.runtime.kernels.moe_router.op as router_op
 
-    # (the MoE layers' routers run inside lingc.rmsnorm_router: pdl_glue.norms_into_routers)
+    # (the MoE layers' routers run inside lingc.rmsnorm_router: pdl_norm_folds.norms_into_routers)
     real = router_op.rmsnorm_router_reference
 
     def mixing(x, *a):

@@ -729,7 +729,7 @@ def test_rmsnorm_out_bad_out_raises(out, match):
         torch.ops.lingc.rmsnorm_out(fake[0], fake[1], None, EPS, fake[2])
 
 
-# rmsnorm_pair_cols: NEXTN's enorm and hnorm side by side (pdl_glue.norm_pairs_into_concat emits it).
+# rmsnorm_pair_cols: NEXTN's enorm and hnorm side by side (pdl_norm_folds.norm_pairs_into_concat emits it).
 
 
 def run_pair(a, ids, wa, b, wb, eps_b=1e-5, llama=False):

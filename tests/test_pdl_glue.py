@@ -188,10 +188,10 @@ def _kv_write_graph(write_x_between: bool):
 
 @pytest.mark.parametrize("write_x_between", [False, True], ids=["folds", "latent-written-between"])
 def test_latent_norm_folds_into_the_cache_write_only_where_its_row_is_unchanged(write_x_between):
-    from lingc.passes import pdl_glue
+    from lingc.passes import pdl_norm_folds
 
     f, args, gm = _kv_write_graph(write_x_between)
-    folded = pdl_glue.norms_into_kv_writes(gm.graph)
+    folded = pdl_norm_folds.norms_into_kv_writes(gm.graph)
     gm.recompile()
     targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
     assert folded == (0 if write_x_between else 1)

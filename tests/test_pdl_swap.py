@@ -970,7 +970,7 @@ def fold_on_and_off(tiny, T, monkeypatch, flag):
 
 @pytest.mark.parametrize("T", [1, 6])
 def test_moe_input_norms_folded_into_their_routers(tiny, T, monkeypatch):
-    """pdl_glue.norms_into_routers: every MoE layer's post-attention rmsnorm + moe_router become one
+    """pdl_norm_folds.norms_into_routers: every MoE layer's post-attention rmsnorm + moe_router become one
     rmsnorm_router; the graph's results agree with and without the fold up to the declared
     rounding (the router's logits of the fp32 normed row), the greedy tokens exactly."""
     model, _ = tiny
@@ -991,7 +991,7 @@ def test_moe_input_norms_folded_into_their_routers(tiny, T, monkeypatch):
 
 @pytest.mark.parametrize("T", [1, 6])
 def test_latent_norms_folded_into_their_cache_writes(tiny, T, monkeypatch):
-    """pdl_glue.norms_into_kv_writes: every MLA layer's kv_a_layernorm moves into its
+    """pdl_norm_folds.norms_into_kv_writes: every MLA layer's kv_a_layernorm moves into its
     lingc.mla_kv_write (one launch less per MLA layer); on the CPU both run lingc.rmsnorm's
     reference, so the graph's results and cache are the same bits with and without the fold."""
     mla = len(tiny[0].config.mla_layers)

@@ -7,7 +7,7 @@ in the cache dtype: c [T, R] is the normed latent (kv_a_layernorm's output), k_r
 raw shared key, RoPE interleaved in fp32 with ``inv_freq`` [P / 2] (naive.py is the exact math:
 the model's own ops). With ``norm_weight`` [R] c is the raw latent and the op runs the
 kv_a_layernorm itself (lingc.rmsnorm's arithmetic without a residual, ``eps`` its epsilon): the
-kernel holds the whole latent row anyway, so the norm's launch goes (pdl_glue.norms_into_kv_writes);
+kernel holds the whole latent row anyway, so the norm's launch goes (pdl_norm_folds.norms_into_kv_writes);
 ``round_before_weight`` makes that norm the Hugging Face Llama form (lingc.rmsnorm's flag: the
 normed row rounded to c's dtype before the weight, the weight in c's dtype).
 With ``pos_offset`` o, ``positions`` is a [1] base n and row t goes to position n + o + t (the

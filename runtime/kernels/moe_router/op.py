@@ -20,7 +20,7 @@ y and h (kernel.py), so the norm is not a launch of its own. Declared numerics: 
 those of the fp32 normed row (the norm's scale applied after the gate products), not of y
 rounded to x.dtype (naive.rmsnorm_router_reference, the CPU path). With ``round_before_weight``
 (the Hugging Face Llama form, rmsnorm's flag) y is that form and the logits are y's as rounded:
-the same selection as the unfused ``rmsnorm`` + ``moe_router``. pdl_glue.norms_into_routers
+the same selection as the unfused ``rmsnorm`` + ``moe_router``. pdl_norm_folds.norms_into_routers
 emits it.
 
 ``torch.ops.lingc.moe_select(Tensor logits, Tensor expert_bias, int n_group, int topk_group,
