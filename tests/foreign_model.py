@@ -66,8 +66,7 @@ class KimiStyleKDA(nn.Module):
         q, k, v = (a.reshape(T, KH, KD) for a in acts)
         q = q / torch.sqrt(q.pow(2).sum(-1, keepdim=True) + EPS) * KD ** -0.5
         k = k / torch.sqrt(k.pow(2).sum(-1, keepdim=True) + EPS)
-        f = self.f_b(self.f_a(x)).view(T, KH, KD).float() + self.dt_bias.float().view(KH, KD)
-        decay = (-self.A_log.float().exp()[:, None] * F.softplus(f)).exp()
+        decay = self.decay(x)
         beta = torch.sigmoid(self.b(x).float())
         S, outs = state, []
         for t in range(T):
@@ -76,8 +75,38 @@ class KimiStyleKDA(nn.Module):
             S = S + torch.einsum("hk,hv->hkv", k[t], (v[t] - kv) * beta[t][:, None])
             outs.append(torch.einsum("hkv,hk->hv", S, q[t]))
         state.copy_(S)
-        o = self.o_norm(torch.stack(outs).to(x.dtype)) * torch.sigmoid(self.g_b(self.g_a(x)).view(T, KH, KD))
+        o = self.o_norm(torch.stack(outs).to(x.dtype)) * self.out_gate(self.g_b(self.g_a(x)).view(T, KH, KD))
         return self.o(o.reshape(T, D))
+
+    def decay(self, x):
+        """exp(g) [T, KH, KD]: Kimi Linear's gate, one per channel."""
+        f = self.f_b(self.f_a(x)).view(x.shape[0], KH, KD).float() + self.dt_bias.float().view(KH, KD)
+        return (-self.A_log.float().exp()[:, None] * F.softplus(f)).exp()
+
+    @staticmethod
+    def out_gate(g):
+        return torch.sigmoid(g)
+
+
+class GatedDeltaNetStyle(KimiStyleKDA):
+    """KimiStyleKDA's projections and convolutions with Gated DeltaNet's gate and output norm: one
+    decay per head from a [T, KH] projection (dt_bias [KH]; f_a / f_b unused), the head norm gated
+    by silu."""
+
+    def __init__(self, g: torch.Generator):
+        super().__init__(g)
+        self.a = nn.Linear(HID, KH, bias=False)
+        self.dt_bias = nn.Parameter(torch.randn(KH, generator=g) * 0.5, requires_grad=False)
+        del self.f_a, self.f_b
+
+    def decay(self, x):
+        """exp(g) [T, KH, 1]: one decay for a head's KD channels."""
+        a = self.a(x).float() + self.dt_bias.float()
+        return (-self.A_log.float().exp() * F.softplus(a)).exp()[..., None]
+
+    @staticmethod
+    def out_gate(g):
+        return F.silu(g)
 
 
 class KimiStyleMLA(nn.Module):
@@ -161,11 +190,12 @@ class KimiStyleModel(nn.Module):
     """Layers: KDA + MoE, KDA + MoE, MLA + MoE. forward(ids [T], pos [T], states, windows, caches)
     -> logits [T, VOCAB]; the KDA states / windows and the MLA caches are written in place."""
 
-    def __init__(self, seed: int = 0, textbook_mla: bool = False):
+    def __init__(self, seed: int = 0, textbook_mla: bool = False, gdn: bool = False):
         super().__init__()
         g = torch.Generator().manual_seed(seed)
         self.embed = nn.Embedding(VOCAB, HID)
-        self.attn = nn.ModuleList([KimiStyleKDA(g), KimiStyleKDA(g), KimiStyleMLA(g, textbook_mla)])
+        linear = GatedDeltaNetStyle if gdn else KimiStyleKDA        # (gdn: Gated DeltaNet's layers)
+        self.attn = nn.ModuleList([linear(g), linear(g), KimiStyleMLA(g, textbook_mla)])
         self.moe = nn.ModuleList([KimiStyleMoE(g) for _ in range(3)])
         self.norms = nn.ModuleList([nn.RMSNorm(HID, eps=EPS) for _ in range(7)])
         self.lm_head = nn.Linear(HID, VOCAB, bias=False)

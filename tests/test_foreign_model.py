@@ -79,6 +79,29 @@ def test_every_computation_on_lingc_kernels(model, textbook_model, T, form):
     assert not torch.equal(written[0], _step_inputs(T, batched=batched)[2][0][0])   # the state was written
 
 
+@pytest.mark.parametrize("T", [1, 3])
+def test_gated_deltanet_model_on_lingc_kernels(T, tmp_path):
+    """The model with Gated DeltaNet layers (one decay per head, the head norm gated by silu) in
+    place of KDA's: every computation still runs on lingc kernels, the recurrences on kda_chain
+    with a [T, H] gate and the output norms on gated_head_rmsnorm's silu gate; outputs and the
+    states written equal eager's."""
+    m = KimiStyleModel(gdn=True)
+    ids, pos, (states, windows, caches) = _step_inputs(T)
+    written = states + windows + caches
+    ref_written = [t.clone() for t in written]
+    with torch.no_grad():
+        ref = m(ids, pos, ref_written[:2], ref_written[2:4], ref_written[4:])
+    out, report = run_and_report(m, ids, pos, states, windows, caches, dump_dir=str(tmp_path))
+    lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
+    # Per GDN layer one GEMM fewer than KDA's (no low-rank f: its a joins the fused projection).
+    assert lingc == EXPECTED | {"lingc.gemm": EXPECTED["lingc.gemm"] - 2}, lingc
+    assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
+    assert final_graph_text(report).count("silu_gate=True") == 2
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for got, want in zip(written, ref_written):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_greedy_tokens_over_steps_equal_eager(model):
     """Twelve decode steps, each fed the previous token: compiled and eager pick the same ids."""
     step = torch.compile(model, backend="lingc", fullgraph=True, dynamic=False, options={"inductor": False})
@@ -103,13 +126,13 @@ def test_through_inductor(model):
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("form", ["absorbed", "textbook", "batched"])
+@pytest.mark.parametrize("form", ["absorbed", "textbook", "batched", "gdn"])
 def test_verify_step_stages_and_commits_the_accepted_prefix(model, textbook_model, form):
     """The model's own verify step (logits over a 6-token chain, the in-graph greedy verdict,
     lingc.state_commit): stage_commit stages both KDA states and conv windows, pdl_swap runs them
     as staged kda_chains and one kda_commit_many, and a rejection forced at each chain position
     leaves exactly the state of eager decoding over the accepted prefix; also written with a
-    batch dim of 1 (``batched``)."""
+    batch dim of 1 (``batched``), and with Gated DeltaNet's layers in place of KDA's (``gdn``)."""
     from lingc.runtime.relay import ops
 
     from backend_helpers import compile_lingc
@@ -117,7 +140,8 @@ def test_verify_step_stages_and_commits_the_accepted_prefix(model, textbook_mode
 
     batched = form == "batched"
     kind = BatchedKimiStyleModel if batched else KimiStyleModel
-    model = {"absorbed": model, "textbook": textbook_model, "batched": BatchedKimiStyleModel()}[form]
+    model = {"absorbed": model, "textbook": textbook_model, "batched": BatchedKimiStyleModel(),
+             "gdn": KimiStyleModel(gdn=True)}[form]
     run = (lambda ids, *a: model(ids[None], *a)[0]) if batched else model  # noqa: E731  (ids [T] -> [1, T])
 
     def verify(chain, pos, states, windows, caches):
