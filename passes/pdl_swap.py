@@ -255,9 +255,12 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
         DeltaNet's, ``rms(o) * w * silu(g)`` in fp32, the product perhaps taken on [T, H*V] views):
         (x, w, eps, g, False, True), the op's silu_gate."""
         for a, s in ((n.args[0], n.args[1]), (n.args[1], n.args[0])):
-            gate = silu_input(s) if isinstance(s, fx.Node) else None
+            s_core = s.args[0] if is_call(s, *CASTS) else s            # silu in fp32, rounded to lo
+            gate = silu_input(s_core) if isinstance(s_core, fx.Node) else None
             if gate is not None and isinstance(a, fx.Node):
-                m = self._silu_gated_match(a, gate)
+                lo = val(n).dtype
+                rounded = lo in (torch.bfloat16, torch.float16) and val(s).dtype == lo
+                m = self._silu_gated_match(a, gate, lo if rounded else None)
                 if m is not None:
                     return m
             if not (isinstance(a, fx.Node) and is_call(s, aten.sigmoid.default)):
@@ -287,11 +290,17 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
                 return x, w, eps, gate, rounded
         return None
 
-    def _silu_gated_match(self, a: fx.Node, gate: fx.Node):
+    def _silu_gated_match(self, a: fx.Node, gate: fx.Node, lo):
         """a = rms(o) * w, or a view of it with o's elements in order (a [T, H*V] reshape), o
-        [T, H, V] in fp32 and gate of o's numel: (o, w, eps, gate, False, True)."""
+        [T, H, V] in fp32 and gate of o's numel: (o, w, eps, gate, False, True). With ``lo`` (a
+        16-bit model: the product, silu(g) and a in lo) a is the weighted norm of o.to(lo) rounded
+        to lo, nn.RMSNorm's steps: (o, w, eps, gate, True, True), the op's round_steps."""
         prod = a
         while is_call(prod, aten.view.default, aten.reshape.default, aten._unsafe_view.default) and len(prod.users) == 1:
+            prod = prod.args[0]
+        if lo is not None:
+            if not (is_call(prod, *CASTS) and val(prod).dtype == lo and len(prod.users) == 1):
+                return None
             prod = prod.args[0]
         if not is_call(prod, aten.mul.Tensor) or len(prod.users) != 1:
             return None
@@ -299,10 +308,12 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
         if m is None or m[3] is not None:
             return None
         x, w, eps, _ = m
+        if lo is not None and not (is_call(x, *CASTS) and val(x.args[0]).dtype == lo):
+            return None                                   # the norm's input is not the lo value upcast
         if (unit_lead(shape(x), 3) is None or val(x).dtype != torch.float32 or numel(gate) != numel(x)
                 or shape(gate)[-1] % shape(x)[-1] != 0):
             return None
-        return x, w, eps, gate, False, True
+        return x, w, eps, gate, lo is not None, True
 
     def _rewrite_norm(self, g: fx.Graph, n: fx.Node, m, gated: bool) -> bool:
         """Rewrite one matched norm. The ops compute in fp32 and round once to the input dtype:

@@ -102,6 +102,23 @@ def test_gated_deltanet_model_on_lingc_kernels(T, tmp_path):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_gated_deltanet_model(dtype, tmp_path):
+    """The GDN model cast to a 16-bit dtype: its output norms, nn.RMSNorm(o.to(dtype)) *
+    F.silu(g) in that dtype, run on gated_head_rmsnorm's silu gate with round_steps (each step
+    rounded as eager rounds it): every kernel is lingc's, as in fp32."""
+    m = KimiStyleModel(gdn=True).to(dtype)
+    g = torch.Generator().manual_seed(8)
+    ids, pos = torch.randint(0, 64, (3,), generator=g), torch.arange(10, 13)
+    groups = list(KimiStyleModel.fresh_state(9, dtype=dtype))
+    out, ref, report, _ = _eager_then_lingc(m, ids, pos, groups, dump_dir=str(tmp_path))
+    assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
+    norms = [line for line in final_graph_text(report).splitlines() if "= lingc.gated_head_rmsnorm(" in line]
+    assert len(norms) == 2 and all("round_steps=True" in c and "silu_gate=True" in c for c in norms), norms
+    rel = (out.float() - ref.float()).norm() / ref.float().norm()
+    assert rel < (3e-2 if dtype == torch.bfloat16 else 5e-3), f"{dtype} relative error {rel:.3g}"
+
+
 def test_greedy_tokens_over_steps_equal_eager(model):
     """Twelve decode steps, each fed the previous token: compiled and eager pick the same ids."""
     step = torch.compile(model, backend="lingc", fullgraph=True, dynamic=False, options={"inductor": False})

@@ -71,10 +71,11 @@ def run_rmsnorm(x, w, residual, config=None, round_before_weight=False):
     return out, new_res
 
 
-def run_gated(o, gate, w, out_dtype=None, config=None, round_steps=False, round_before_weight=False):
+def run_gated(o, gate, w, out_dtype=None, config=None, round_steps=False, round_before_weight=False,
+              silu_gate=False):
     out = nan(*o.shape, dtype=out_dtype or torch.float32, device=o.device)
     gated_head_rmsnorm_triton(o, gate, w, EPS, out_dtype, out, config=config, round_steps=round_steps,
-                              round_before_weight=round_before_weight)
+                              round_before_weight=round_before_weight, silu_gate=silu_gate)
     return out
 
 
@@ -306,8 +307,24 @@ def test_gated_silu_gate_is_gated_deltanets_output_norm(T, H, V, out_dtype):
     assert not torch.allclose(ref.float(), gated_head_rmsnorm_reference(oc, gc, wc, EPS, out_dtype).float(), rtol=1e-2)
     assert torch.equal(gated_head_rmsnorm(o, g, w, EPS, out_dtype, silu_gate=True).cpu(),
                        out.cpu() if o.is_cuda else ref)
-    with pytest.raises(ValueError, match="silu_gate is the fp32 form"):
-        gated_head_rmsnorm(o, g.to(torch.bfloat16), w, EPS, torch.bfloat16, True, silu_gate=True)
+
+
+@pytest.mark.parametrize("T,H,V", [(1, 4, 16), (6, 8, 128)])
+def test_gated_silu_gate_in_16bit_steps(T, H, V):
+    """silu_gate with round_steps: a bf16 model's nn.RMSNorm(o.to(bf16)) * F.silu(g), each step
+    rounded (the reference that eager spelling bit for bit; the kernel, NaN-poisoned, within its
+    four roundings of it)."""
+    dt = torch.bfloat16
+    o, g, w = rand(T, H, V, seed=130 + T), rand(T, H, V, dtype=dt, seed=131 + T), rand(V, dtype=dt, seed=132 + T)
+    want = gated_head_rmsnorm_reference(o.cpu(), g.cpu(), w.cpu(), EPS, dt, round_steps=True, silu_gate=True)
+    norm = torch.nn.RMSNorm(V, eps=EPS, dtype=dt)
+    with torch.no_grad():
+        norm.weight.copy_(w.cpu())
+        assert torch.equal(want, norm(o.cpu().to(dt)) * torch.nn.functional.silu(g.cpu()))
+    got = run_gated(o, g, w, dt, round_steps=True, silu_gate=True)
+    diff = (got.cpu().float() - want.float()).abs()
+    assert torch.isfinite(got.float()).all()
+    assert bool((diff <= want.float().abs() * 4 * 2.0 ** -7 + 1e-6).all()), f"max diff {diff.max().item():.3e}"
 
 
 def test_gated_kernel_strided_gate_and_prefill():
@@ -492,7 +509,7 @@ _COMPILE_CHECK = textwrap.dedent("""
     sig = dict(o_ptr="*fp32", g_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", stride_ot="i32", stride_oh="i32",
                stride_gt="i32", stride_gh="i32", H="i32", V="i32", eps="fp32")
     for round_steps, rbw, silu in ((False, False, False), (True, False, False), (True, True, False),
-                                   (False, False, True)):
+                                   (False, False, True), (True, False, True)):
         check(_gated_head_rmsnorm_kernel, sig, dict(BH=g.heads, BV=g.block, USE_GDC=True, ROUND_STEPS=round_steps,
                                                     ROUND_BEFORE_WEIGHT=rbw, SILU_GATE=silu), g.num_warps)
 """)

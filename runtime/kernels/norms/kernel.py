@@ -189,11 +189,13 @@ def gated_rows(o, g, w, V, eps, dt: tl.constexpr, ROUND_STEPS: tl.constexpr, ROU
         normed = normed.to(dt).to(tl.float32)
     y = normed * w[None, :]
     if SILU_GATE:
-        return y * (g * tl.sigmoid(g))
-    if ROUND_STEPS:
-        y = y.to(dt).to(tl.float32) * tl.sigmoid(g).to(dt).to(tl.float32)
+        act = g * tl.sigmoid(g)
     else:
-        y = y * tl.sigmoid(g)
+        act = tl.sigmoid(g)
+    if ROUND_STEPS:
+        y = y.to(dt).to(tl.float32) * act.to(dt).to(tl.float32)
+    else:
+        y = y * act
     return y
 
 

@@ -74,14 +74,15 @@ def rmsnorm_pair_cols_reference(a: torch.Tensor, a_ids: torch.Tensor | None, wa:
                       rmsnorm_reference(b, wb, None, eps_b, round_before_weight)[0]], -1)
 
 
-def _gated_row_in_steps(o, gate, weight, eps, dt, round_before_weight=False):
+def _gated_row_in_steps(o, gate, weight, eps, dt, round_before_weight=False, silu_gate=False):
     """One row as an eager low-precision model computes it: o read as ``dt``, the weighted norm
     in fp32 rounded to ``dt`` (``round_before_weight``: the Llama form, ``weight * normed.to(dt)``),
-    sigmoid(gate) in ``dt``, their product in ``dt``."""
+    sigmoid(gate) (``silu_gate``: silu(gate)) in ``dt``, their product in ``dt``."""
     x = o.to(dt).float()
     normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
     n = weight * normed.to(dt) if round_before_weight else (normed * weight.float()).to(dt)
-    return n * torch.sigmoid(gate.to(dt))
+    act = torch.nn.functional.silu if silu_gate else torch.sigmoid
+    return n * act(gate.to(dt))
 
 
 def gated_head_rmsnorm_reference(o: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor,
@@ -96,9 +97,9 @@ def gated_head_rmsnorm_reference(o: torch.Tensor, gate: torch.Tensor, weight: to
     low-precision form instead, each step rounded to ``out_dtype`` (_gated_row_in_steps; with
     ``round_before_weight`` the head norm in the Llama form). ``silu_gate``: times silu(gate)
     instead (Gated DeltaNet's output norm, flash-linear-attention's FusedRMSNormGated with swish),
-    in fp32, rounded once.
+    in fp32 rounded once, or with ``round_steps`` in the steps above.
     """
-    if silu_gate:
+    if silu_gate and not round_steps:
         def row(t):
             x = o[t:t + 1].float()
             return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.float() \
@@ -106,8 +107,8 @@ def gated_head_rmsnorm_reference(o: torch.Tensor, gate: torch.Tensor, weight: to
         out = torch.cat([row(t) for t in range(o.shape[0])], 0) if o.shape[0] else o.new_empty(o.shape).float()
         return out if out_dtype is None else out.to(out_dtype)
     if round_steps:
-        rows = [_gated_row_in_steps(o[t:t + 1], gate[t:t + 1], weight, eps, out_dtype, round_before_weight)
-                for t in range(o.shape[0])]
+        rows = [_gated_row_in_steps(o[t:t + 1], gate[t:t + 1], weight, eps, out_dtype, round_before_weight,
+                                    silu_gate) for t in range(o.shape[0])]
         return torch.cat(rows, 0) if rows else o.new_empty(o.shape, dtype=out_dtype)
     rows = [gated_head_rmsnorm(o[t:t + 1], weight, gate[t:t + 1], eps) for t in range(o.shape[0])]
     out = torch.cat(rows, 0) if rows else o.new_empty(o.shape, dtype=torch.float32)

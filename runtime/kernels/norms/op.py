@@ -43,7 +43,7 @@
   ``round_before_weight=True`` with it (the weight in out_dtype): the head norm in the Hugging
   Face Llama form, ``weight * normed.to(out_dtype)``, one rounding more. ``silu_gate=True``: times
   silu(gate) instead of sigmoid(gate) (Gated DeltaNet's output norm, flash-linear-attention's
-  FusedRMSNormGated with swish), in fp32, rounded once (not with round_steps).
+  FusedRMSNormGated with swish), in fp32 rounded once, or with round_steps each step rounded.
 
 All but rmsnorm_out are out of place (``mutates_args=()``): nothing in the graph is mutated, so
 functionalisation leaves them alone and the pdl_swap pass replaces pure subgraphs by pure ops.
@@ -172,9 +172,6 @@ def check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype=None, round_st
         raise ValueError(f"{op}: round_before_weight (the Llama form of the 16-bit head norm) needs round_steps "
                          f"and the weight in out_dtype; got round_steps={round_steps}, weight.dtype={weight.dtype}, "
                          f"out_dtype={out_dtype}")
-    if silu_gate and round_steps:
-        raise ValueError(f"{op}: silu_gate is the fp32 form (rounded once to out_dtype); round_steps is the "
-                         f"sigmoid gate's eager 16-bit form only")
     _check_eps(op, eps)
 
 
