@@ -82,7 +82,7 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
         import lingc.runtime.kernels.norms  # noqa: F401
 
         g = gm.graph
-        self.gates_folded = self.absorbed = 0
+        self.gates_folded = self.absorbed = self.per_head_gates = self.silu_gates = 0
         self._probes, self.probes_reused = {}, 0
         counts = {"kda_chain": self._kda(g), "mla_decode": self._mla(g)}
         eliminate_dead_code(g)
@@ -113,6 +113,10 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
         tail = relay_tail(g) if self.fold_relay_tail else 0
         eliminate_dead_code(g)
         summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "no match"
+        if self.per_head_gates:
+            summary += f" ({self.per_head_gates} kda_chain with one gate per head: Gated DeltaNet)"
+        if self.silu_gates:
+            summary += f" ({self.silu_gates} gated_head_rmsnorm with a silu gate)"
         if self.gates_folded:
             summary += f" (head gate folded into {self.gates_folded} mla_decode)"
         if self.absorbed:
@@ -344,6 +348,7 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
                         flags["round_before_weight"] = True
                     if silu:
                         flags["silu_gate"] = True
+                        self.silu_gates += 1
                     new = emit(g, lingc_ops.gated_head_rmsnorm.default, x3, gate3, w, eps, out_dtype, **flags)
                     if shape(new) != shape(out_node):
                         new = emit(g, aten.reshape.default, new, list(shape(out_node)))

@@ -223,6 +223,7 @@ class KdaCores:
             self._kda_rewrite(g, st, win, o, found, T, H, A)
         except ValueError as e:          # the op refused an argument: nothing was replaced yet
             return f"kda_chain refused the inputs ({e})"
+        self.per_head_gates += numel(found["f"]) == T * H and A > 1      # Gated DeltaNet's form
         return None
 
     def _merge_commits(self, g: fx.Graph) -> int:

@@ -401,6 +401,9 @@ def test_gated_deltanet_layer(T, bounded, tmp_path):
     # The output norm's silu gate (taken on [T, H*V] views) on gated_head_rmsnorm: no ATen kernel left.
     assert rows(report).get("lingc.gated_head_rmsnorm") == 1 and "silu_gate=True" in final_graph_text(report)
     assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
+    summary = stat(report, "pdl_swap").notes[0]
+    assert "(1 kda_chain with one gate per head: Gated DeltaNet)" in summary, summary
+    assert "(1 gated_head_rmsnorm with a silu gate)" in summary, summary
     assert_rel_close(out, ref, 1e-5, "GDN output")
     assert_rel_close(state, ref_s, 1e-5, "GDN state")
     assert_rel_close(window, ref_w, 1e-5, "GDN conv window")
