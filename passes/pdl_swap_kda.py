@@ -323,7 +323,7 @@ class KdaCores:
 
     def _kda_probe_run(self, nodes, leaves, outs, roles, st, win, T, H, A):
         gen = torch.Generator().manual_seed(0)
-        scale = {**{p: 0.5 for pair in roles["ad"] for p in pair}, st["ph"]: 0.3}
+        scale = {**{a_log: 0.5 for a_log, _ in roles["ad"]}, st["ph"]: 0.3}     # (every A_log candidate)
         inputs = [random_like(n, gen, scale.get(n, 1.0)) for n in leaves]
         got = run_region(region_module(nodes, leaves, outs), inputs)
         if got is None:

@@ -275,26 +275,18 @@ def _kda_chain_kernel(
     if STAGED == 0:
         tl.store(state_ptr + s_offs, S, mask=m2)
         _store_window(win_ptr, 2 * D + cv, xv0, xv1, xv2, mv, WIN)
-        # Every thread's window loads were consumed by the chain; the ticket orders them before
-        # the last program's q/k window stores.
-        if _last_of_head(ticket_ptr, h, NVB):
+        last = True
+        if NVB > 1:
+            # Every thread's window loads were consumed by the chain; the barrier and the acq_rel
+            # ticket order them before the last program's q/k window stores.
+            tl.debug_barrier()
+            ticket = tl.atomic_add(ticket_ptr + h, 1, sem="acq_rel", scope="gpu")
+            last = ticket == NVB - 1
+        if last:
             _store_window(win_ptr, cqk, xq0, xq1, xq2, mk, WIN)
             _store_window(win_ptr, D + cqk, xk0, xk1, xk2, mk, WIN)
             if NVB > 1:
                 tl.atomic_xchg(ticket_ptr + h, 0, sem="relaxed", scope="gpu")  # ready for the next call
-
-
-@triton.jit
-def _last_of_head(ticket_ptr, h, NVB: tl.constexpr):
-    """Whether this program is the last of head h's NVB programs to get here: each takes the
-    head's ticket after a CTA barrier (every thread's prior stores and loads done), acq_rel at
-    GPU scope, so the last one sees what the others stored before theirs. One v-block: always."""
-    last = True
-    if NVB > 1:
-        tl.debug_barrier()
-        ticket = tl.atomic_add(ticket_ptr + h, 1, sem="acq_rel", scope="gpu")
-        last = ticket == NVB - 1
-    return last
 
 
 @triton.jit

@@ -43,8 +43,8 @@ from lingc.runtime.registry import register_op
 
 from .naive import kda_chain_reference, kda_commit_reference
 
-__all__ = ["kda_chain", "kda_commit", "kda_commit_many", "check_kda_chain_args",
-           "check_kda_commit_args", "check_kda_commit_many_args", "MAX_T", "CONV_WIDTH"]
+__all__ = ["kda_chain", "kda_commit", "kda_commit_many", "check_kda_chain_args", "check_kda_commit_args",
+           "check_kda_commit_many_args", "MAX_T", "CONV_WIDTH"]
 
 MAX_T = 16          # lingc.models.kda.RECURRENT_MAX_T: longer inputs take the chunked form
 CONV_WIDTH = 4      # the kernel keeps the W-1 = 3 window columns in registers
@@ -196,12 +196,6 @@ def _kda_chain(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.Tensor, f_
         from .kernel import kda_chain_triton  # imported here so the CPU path needs no triton
 
         return kda_chain_triton(*args, state_ready=state_ready, state_vk=state_vk)
-    return _kda_chain_cpu(args, state_vk)
-
-
-def _kda_chain_cpu(args: tuple, state_vk: bool) -> torch.Tensor:
-    """The CPU path of kda_chain on checked arguments: the reference, its writes in place."""
-    (q_raw, _, _, _, _, _, conv_window, _, _, state, lower_bound, stage_states, stage_windows) = args
     T = q_raw.shape[0]
     kv = (lambda x: x.transpose(-1, -2)) if state_vk else (lambda x: x)    # [.., V, K] <-> [.., K, V]
     r = kda_chain_reference(*args[:9], kv(state), lower_bound)

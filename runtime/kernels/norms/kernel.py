@@ -168,27 +168,15 @@ def _gated_head_rmsnorm_kernel(o_ptr, g_ptr, w_ptr, out_ptr, stride_ot, stride_o
                 mask=m2, other=0.0).to(tl.float32)
     g = tl.load(g_ptr + t * stride_gt + offs_h[:, None] * stride_gh + offs_v[None, :],
                 mask=m2, other=0.0).to(tl.float32)
-    y = gated_rows(o, g, w, V, eps, out_ptr.dtype.element_ty, ROUND_STEPS, ROUND_BEFORE_WEIGHT, SILU_GATE)
-    tl.store(out_ptr + t * H * V + offs_h[:, None] * V + offs_v[None, :],
-             y.to(out_ptr.dtype.element_ty), mask=m2)
-
-
-@triton.jit
-def gated_rows(o, g, w, V, eps, dt: tl.constexpr, ROUND_STEPS: tl.constexpr, ROUND_BEFORE_WEIGHT: tl.constexpr,
-               SILU_GATE: tl.constexpr = False):
-    """The gated head norm of the rows of an fp32 tile o [rows, BV] (each row one head of one
-    token, V real columns), with the gate g (fp32) and the weight w [BV] (fp32): fp32 results the
-    caller rounds to dt. ROUND_STEPS: the eager low-precision form (o, the weighted norm and the
-    gate rounded to dt); ROUND_BEFORE_WEIGHT with it: the head norm in the Llama form.
-    SILU_GATE: the gate is silu(g) (Gated DeltaNet's output norm), not sigmoid(g)."""
-    if ROUND_STEPS:
+    dt = out_ptr.dtype.element_ty
+    if ROUND_STEPS:     # the eager low-precision form: o, the weighted norm and the gate rounded
         o = o.to(dt).to(tl.float32)
     ms = tl.sum(o * o, axis=1) / V
     normed = o * tl.rsqrt(ms + eps)[:, None]
-    if ROUND_BEFORE_WEIGHT:
+    if ROUND_BEFORE_WEIGHT:     # (with ROUND_STEPS) the head norm in the Llama form
         normed = normed.to(dt).to(tl.float32)
     y = normed * w[None, :]
-    if SILU_GATE:
+    if SILU_GATE:       # Gated DeltaNet's output norm: silu(g), not sigmoid(g)
         act = g * tl.sigmoid(g)
     else:
         act = tl.sigmoid(g)
@@ -196,7 +184,7 @@ def gated_rows(o, g, w, V, eps, dt: tl.constexpr, ROUND_STEPS: tl.constexpr, ROU
         y = y.to(dt).to(tl.float32) * act.to(dt).to(tl.float32)
     else:
         y = y * act
-    return y
+    tl.store(out_ptr + t * H * V + offs_h[:, None] * V + offs_v[None, :], y.to(dt), mask=m2)
 
 
 def _launch(use_pdl: bool | None, device) -> tuple[bool, dict]:

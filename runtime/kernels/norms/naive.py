@@ -99,17 +99,15 @@ def gated_head_rmsnorm_reference(o: torch.Tensor, gate: torch.Tensor, weight: to
     instead (Gated DeltaNet's output norm, flash-linear-attention's FusedRMSNormGated with swish),
     in fp32 rounded once, or with ``round_steps`` in the steps above.
     """
-    if silu_gate and not round_steps:
-        def row(t):
-            x = o[t:t + 1].float()
+    def row(o_t, g_t):
+        if round_steps:
+            return _gated_row_in_steps(o_t, g_t, weight, eps, out_dtype, round_before_weight, silu_gate)
+        if silu_gate:
+            x = o_t.float()
             return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.float() \
-                * torch.nn.functional.silu(gate[t:t + 1].float())
-        out = torch.cat([row(t) for t in range(o.shape[0])], 0) if o.shape[0] else o.new_empty(o.shape).float()
-        return out if out_dtype is None else out.to(out_dtype)
-    if round_steps:
-        rows = [_gated_row_in_steps(o[t:t + 1], gate[t:t + 1], weight, eps, out_dtype, round_before_weight,
-                                    silu_gate) for t in range(o.shape[0])]
-        return torch.cat(rows, 0) if rows else o.new_empty(o.shape, dtype=out_dtype)
-    rows = [gated_head_rmsnorm(o[t:t + 1], weight, gate[t:t + 1], eps) for t in range(o.shape[0])]
-    out = torch.cat(rows, 0) if rows else o.new_empty(o.shape, dtype=torch.float32)
-    return out if out_dtype is None else out.to(out_dtype)
+                * torch.nn.functional.silu(g_t.float())
+        return gated_head_rmsnorm(o_t, weight, g_t, eps)
+
+    rows = [row(o[t:t + 1], gate[t:t + 1]) for t in range(o.shape[0])]
+    out = torch.cat(rows, 0) if rows else o.new_empty(o.shape, dtype=out_dtype if round_steps else torch.float32)
+    return out if out_dtype is None or round_steps else out.to(out_dtype)
