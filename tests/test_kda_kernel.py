@@ -571,7 +571,7 @@ def _bad(name, value):
 
 @pytest.mark.parametrize("name,value,match", [
     ("q_raw", torch.zeros(0, 32), "T = 0"),
-    ("k_raw", torch.zeros(3, 31), r"k_raw must be \[T, H\*K\] = \(3, 32\), got \(3, 31\)"),
+    ("k_raw", torch.zeros(3, 31), r"k_raw must be \[T, HK\*K\] = \(3, 32\), got \(3, 31\)"),
     ("v_raw", torch.zeros(3, 32, dtype=torch.bfloat16), "v_raw.dtype torch.bfloat16 differs"),
     ("b_raw", torch.zeros(3, 3), r"b_raw must be \[T, H\] = \(3, 2\), got \(3, 3\)"),
     ("conv_w", list(torch.zeros(3, 32, 3).unbind(0)), "W = 3"),
@@ -619,20 +619,25 @@ _COMPILE_CHECK = textwrap.dedent("""
     sig.update(ticket_ptr="*i32", lower_bound="fp32", scale="fp32", eps="fp32")
     cfg = config_for(8, 128, 128)
     barriers = {}
-    # The table's four binaries, the softplus gate's (Kimi Linear's) in the verify form, and a
-    # state stored [V, K] (state_vk) in both modes.
+    # The table's four binaries, the softplus gate's (Kimi Linear's) in the verify form, a state
+    # stored [V, K] (state_vk) in both modes, Gated DeltaNet's per-head gate, and Qwen3-Next's
+    # grouped heads (two value heads per q/k head) in both modes.
     forms = [(s, f, False, False) for s in (False, True) for f in (False, True)] + [(True, True, True, False)]
-    forms += [(False, True, False, True), (True, True, False, True)]
-    for staged, fused, softplus, vk in forms + [(True, True, True, "per-head gate")]:
+    forms += [(False, True, False, True), (True, True, False, True), (True, True, True, "per-head gate")]
+    forms += [(False, True, True, "grouped"), (True, True, True, "grouped")]
+    for staged, fused, softplus, vk in forms:
         const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv, STAGED=staged,
                      STATE_BEFORE_WAIT=True, FUSED_RED=fused, USE_GDC=True, SOFTPLUS_GATE=softplus,
-                     STATE_VK=vk is True, GATE_PER_HEAD=vk == "per-head gate")
+                     STATE_VK=vk is True, GATE_PER_HEAD=vk in ("per-head gate", "grouped"),
+                     GROUP=2 if vk == "grouped" else 1)
         ptx, info = compile_sm90(_kda_chain_kernel, sig, const, num_warps=cfg.num_warps)
         assert "griddepcontrol.wait" in ptx
         print(staged, fused, softplus, vk, ptx.count("bar.sync"), info)
         assert " 0 bytes spill stores" in info, info
         if not vk:
             barriers[staged, fused, softplus] = ptx.count("bar.sync")
+        if vk == "grouped":     # the q/k head shared by two value heads: the same per-token work
+            assert ptx.count("bar.sync") == barriers[staged, True, True if staged else False], (vk, barriers)
     # KdaConfig.fused_reductions: the two norms' and the two state products' shared-memory round
     # trips become one each (a norm's reduction across the warps costs three barriers, a state
     # product's two): six CTA barriers fewer, all of them in the token loop (persistent binary

@@ -35,6 +35,10 @@ is written exactly once:
   and the one drawing ticket NVB-1 writes the new q/k window and resets the ticket to zero (so a
   CUDA graph can replay it). A plain "v-block 0 writes" would race with the other programs of
   the head still reading the old window.
+With grouped heads (GROUP value heads per q/k head, Qwen3-Next) "head" above means the q/k head:
+its window is written by the v-block-0 program of its first value head (staged) or by the last
+of its GROUP * NVB programs (persistent, one ticket per q/k head). The window is then one
+[2*HK*K + H*V, 3] block (q, k, v channels); [3, H*K, 3] is the same block when GROUP is 1.
 
 Batch invariance in T: T is a runtime argument (not specialised, not a constexpr), the tile
 config depends on (H, K, V) only, and the loop body for token t reads nothing that depends on
@@ -168,16 +172,19 @@ def _kda_chain_kernel(
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     NVB: tl.constexpr, STATE_BEFORE_WAIT: tl.constexpr, FUSED_RED: tl.constexpr, USE_GDC: tl.constexpr,
     SOFTPLUS_GATE: tl.constexpr = False, STATE_VK: tl.constexpr = False, GATE_PER_HEAD: tl.constexpr = False,
+    GROUP: tl.constexpr = 1,
 ):
     h = tl.program_id(0)
     vb = tl.program_id(1)
-    D: tl.constexpr = H * K           # channels per conv (q, k and v all have H*K, K == V)
+    # GROUP value heads share one q/k head (Qwen3-Next's grouped heads; 1: one q/k head each).
+    DQK: tl.constexpr = (H // GROUP) * K    # q (and k) channels: the window's k block starts here
+    C: tl.constexpr = 2 * DQK + H * V       # window channels: q, k, v blocks ([3, H*K, W-1] if GROUP 1)
     WIN: tl.constexpr = 3             # CONV_WIDTH - 1 past inputs per channel
     offs_k = tl.arange(0, BK)
     mk = offs_k < K
     offs_v = vb * BV + tl.arange(0, BV)
     mv = offs_v < V
-    cqk = h * K + offs_k              # this head's q/k channels
+    cqk = (h // GROUP) * K + offs_k   # this head's q/k channels
     cv = h * V + offs_v               # this program's v channels
     m2 = mk[:, None] & mv[None, :]
 
@@ -187,7 +194,7 @@ def _kda_chain_kernel(
     wv0, wv1, wv2, wv3 = _conv_taps(wv_ptr, cv, mv)
     a = tl.exp(tl.load(alog_ptr + h).to(tl.float32))
     # The gate's channels: this head's K channels, or (Gated DeltaNet) the head's one gate for all.
-    cf = cqk // K if GATE_PER_HEAD else cqk
+    cf = h + offs_k * 0 if GATE_PER_HEAD else h * K + offs_k
     dtb = tl.load(dtb_ptr + cf, mask=mk, other=0.0).to(tl.float32)
 
     if not STATE_BEFORE_WAIT:
@@ -199,12 +206,12 @@ def _kda_chain_kernel(
     xq0 = tl.load(win_ptr + cqk * WIN + 0, mask=mk, other=0.0).to(tl.float32)
     xq1 = tl.load(win_ptr + cqk * WIN + 1, mask=mk, other=0.0).to(tl.float32)
     xq2 = tl.load(win_ptr + cqk * WIN + 2, mask=mk, other=0.0).to(tl.float32)
-    xk0 = tl.load(win_ptr + (D + cqk) * WIN + 0, mask=mk, other=0.0).to(tl.float32)
-    xk1 = tl.load(win_ptr + (D + cqk) * WIN + 1, mask=mk, other=0.0).to(tl.float32)
-    xk2 = tl.load(win_ptr + (D + cqk) * WIN + 2, mask=mk, other=0.0).to(tl.float32)
-    xv0 = tl.load(win_ptr + (2 * D + cv) * WIN + 0, mask=mv, other=0.0).to(tl.float32)
-    xv1 = tl.load(win_ptr + (2 * D + cv) * WIN + 1, mask=mv, other=0.0).to(tl.float32)
-    xv2 = tl.load(win_ptr + (2 * D + cv) * WIN + 2, mask=mv, other=0.0).to(tl.float32)
+    xk0 = tl.load(win_ptr + (DQK + cqk) * WIN + 0, mask=mk, other=0.0).to(tl.float32)
+    xk1 = tl.load(win_ptr + (DQK + cqk) * WIN + 1, mask=mk, other=0.0).to(tl.float32)
+    xk2 = tl.load(win_ptr + (DQK + cqk) * WIN + 2, mask=mk, other=0.0).to(tl.float32)
+    xv0 = tl.load(win_ptr + (2 * DQK + cv) * WIN + 0, mask=mv, other=0.0).to(tl.float32)
+    xv1 = tl.load(win_ptr + (2 * DQK + cv) * WIN + 1, mask=mv, other=0.0).to(tl.float32)
+    xv2 = tl.load(win_ptr + (2 * DQK + cv) * WIN + 2, mask=mv, other=0.0).to(tl.float32)
     if STATE_VK:    # the state (and its stages) stored [H, V, K]: the same [K, BV] tile, read in place
         s_offs = h * K * V + offs_v[None, :] * K + offs_k[:, None]
     else:
@@ -265,28 +272,29 @@ def _kda_chain_kernel(
 
         if STAGED != 0:
             tl.store(sstate_ptr + t * H * K * V + s_offs, S, mask=m2)
-            sw = swin_ptr + t * 3 * D * WIN
-            _store_window(sw, 2 * D + cv, xv0, xv1, xv2, mv, WIN)
-            if vb == 0:
+            sw = swin_ptr + t * C * WIN
+            _store_window(sw, 2 * DQK + cv, xv0, xv1, xv2, mv, WIN)
+            if (vb == 0) & (h % GROUP == 0):      # one program per q/k head
                 _store_window(sw, cqk, xq0, xq1, xq2, mk, WIN)
-                _store_window(sw, D + cqk, xk0, xk1, xk2, mk, WIN)
+                _store_window(sw, DQK + cqk, xk0, xk1, xk2, mk, WIN)
         t += 1
 
     if STAGED == 0:
         tl.store(state_ptr + s_offs, S, mask=m2)
-        _store_window(win_ptr, 2 * D + cv, xv0, xv1, xv2, mv, WIN)
+        _store_window(win_ptr, 2 * DQK + cv, xv0, xv1, xv2, mv, WIN)
         last = True
-        if NVB > 1:
+        if NVB * GROUP > 1:
             # Every thread's window loads were consumed by the chain; the barrier and the acq_rel
-            # ticket order them before the last program's q/k window stores.
+            # ticket (one per q/k head: its GROUP value heads' NVB programs each read its window)
+            # order them before the last program's q/k window stores.
             tl.debug_barrier()
-            ticket = tl.atomic_add(ticket_ptr + h, 1, sem="acq_rel", scope="gpu")
-            last = ticket == NVB - 1
+            ticket = tl.atomic_add(ticket_ptr + h // GROUP, 1, sem="acq_rel", scope="gpu")
+            last = ticket == NVB * GROUP - 1
         if last:
             _store_window(win_ptr, cqk, xq0, xq1, xq2, mk, WIN)
-            _store_window(win_ptr, D + cqk, xk0, xk1, xk2, mk, WIN)
-            if NVB > 1:
-                tl.atomic_xchg(ticket_ptr + h, 0, sem="relaxed", scope="gpu")  # ready for the next call
+            _store_window(win_ptr, DQK + cqk, xk0, xk1, xk2, mk, WIN)
+            if NVB * GROUP > 1:
+                tl.atomic_xchg(ticket_ptr + h // GROUP, 0, sem="relaxed", scope="gpu")  # ready for the next call
 
 
 @triton.jit
@@ -391,6 +399,7 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
     T = q_raw.shape[0]
     H, K, V = state.shape
     assert K == V and len(conv_w) == 3 and all(w.shape[-1] == CONV_WIDTH for w in conv_w), state.shape
+    assert conv_window.numel() == (2 * q_raw.shape[1] + H * V) * (CONV_WIDTH - 1), conv_window.shape
     for t in (*conv_w, conv_window, state, a_log, dt_bias):
         assert t.is_contiguous(), "weights, window and state must be contiguous"
     staged = stage_states is not None
@@ -406,7 +415,8 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
         use_pdl = pdl_supported(state.device)
     assert not use_pdl or pdl_supported(state.device), "PDL requested on a device without PDL support"
     launch = {"launch_pdl": True} if use_pdl else {}
-    tickets = _tickets(state.device, H) if (not staged and nvb > 1) else state
+    group = H // (q_raw.shape[1] // K)          # value heads per q/k head
+    tickets = _tickets(state.device, H) if (not staged and nvb * group > 1) else state
     _kda_chain_kernel[(H, nvb)](
         q_raw, k_raw, v_raw, f_raw, b_raw,
         q_raw.stride(0), k_raw.stride(0), v_raw.stride(0), f_raw.stride(0), b_raw.stride(0),
@@ -414,7 +424,7 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
         stage_states if staged else state, stage_windows if staged else conv_window, tickets,
         T, int(staged), 0.0 if lower_bound is None else float(lower_bound), float(K) ** -0.5, _L2_EPS,
         H=H, K=K, V=V, BK=triton.next_power_of_2(K), BV=cfg.bv, NVB=nvb, SOFTPLUS_GATE=lower_bound is None,
-        STATE_VK=bool(state_vk), GATE_PER_HEAD=f_raw.shape[1] != H * K,
+        STATE_VK=bool(state_vk), GATE_PER_HEAD=f_raw.shape[1] != H * K, GROUP=group,
         FUSED_RED=cfg.fused_reductions, STATE_BEFORE_WAIT=state_before_wait(state_ready, use_pdl), USE_GDC=use_pdl,
         num_warps=cfg.num_warps, num_stages=1, **launch,
     )

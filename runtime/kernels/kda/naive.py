@@ -37,9 +37,9 @@ __all__ = ["KdaChainResult", "kda_chain_reference", "staged_windows_reference", 
 class KdaChainResult:
     o: torch.Tensor              # [T, H, V] fp32
     state: torch.Tensor          # [H, K, V] fp32, post-chain
-    window: torch.Tensor         # [3, H*K, W-1], post-chain, in the window's dtype
+    window: torch.Tensor         # [3, H*K, W-1] (or flat, grouped heads), post-chain, in the window's dtype
     stage_states: torch.Tensor   # [T, H, K, V] fp32: position j's post-state
-    stage_windows: torch.Tensor  # [T, 3, H*K, W-1]: position j's post-window
+    stage_windows: torch.Tensor  # [T, *window.shape]: position j's post-window
 
 
 def kda_chain_reference(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.Tensor,
@@ -52,11 +52,20 @@ def kda_chain_reference(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.T
     3 x [H*K, W] (a list, or stacked [3, H*K, W]); conv_window [3, H*K, W-1] (oldest first); a_log [H]; dt_bias [H*K];
     state [H, K, V] fp32 (K == V: the conv window layout holds v in H*K channels). f_raw [T, H]
     with dt_bias [H] is Gated DeltaNet's gate, one per head: the same decay for all K channels.
+
+    Grouped heads (Qwen3-Next's Gated DeltaNet): q_raw and k_raw [T, HK*K] with HK dividing H,
+    each q/k head serving H / HK consecutive value heads (repeat_interleave), their conv weights
+    [HK*K, W]; the window is then one [2*HK*K + H*V, W-1] block of the q, k and v channels in
+    that order (the fused convolution's cache; a [3, H*K, W-1] window is the same block when
+    HK == H, and either shape is taken then).
     """
     T = q_raw.shape[0]
     H, K, V = state.shape
     xs = (q_raw, k_raw, v_raw)
-    windows = [conv_window[i] for i in range(3)]
+    dqk = q_raw.shape[1]
+    G = H // (dqk // K)                                   # value heads per q/k head
+    flat = conv_window.reshape(-1, conv_window.shape[-1])     # [2*HK*K + H*V, W-1]
+    windows = list(flat.split([dqk, dqk, H * V], 0))
     S = state.float()
     outs, states, stage_windows = [], [], []
     for t in range(T):
@@ -68,15 +77,15 @@ def kda_chain_reference(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.T
         for i in range(3):
             y, windows[i] = short_conv(xs[i][t:t + 1], windows[i], conv_w[i])
             ys.append(y)
-        q = l2norm(ys[0].view(1, H, K)) * (K ** -0.5)
-        k = l2norm(ys[1].view(1, H, K))
+        q = (l2norm(ys[0].view(1, H // G, K)) * (K ** -0.5)).repeat_interleave(G, dim=1)
+        k = l2norm(ys[1].view(1, H // G, K)).repeat_interleave(G, dim=1)
         v = ys[2].view(1, H, V)
         g = kda_gate(f_raw[t:t + 1].view(1, H, -1), a_log, dt_bias, lower_bound)     # [1, H, K or 1]
         beta = torch.sigmoid(b_raw[t:t + 1].float())
         o, S = kda_recurrent(q, k, v, g, beta, S)
         outs.append(o[0])
         states.append(S)
-        stage_windows.append(torch.stack(windows, 0))
+        stage_windows.append(torch.cat(windows, 0).view(conv_window.shape))
     return KdaChainResult(o=torch.stack(outs, 0), state=S, window=stage_windows[-1],
                           stage_states=torch.stack(states, 0), stage_windows=torch.stack(stage_windows, 0))
 
@@ -86,9 +95,11 @@ def staged_windows_reference(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: to
     """Position j's post-window as short_conv's new window over the first j+1 tokens, for every j:
     [T, 3, H*K, W-1]. Quadratic in T; a test oracle for the stage slicing above."""
     T = q_raw.shape[0]
+    xs = (q_raw, k_raw, v_raw)
+    windows = conv_window.reshape(-1, conv_window.shape[-1]).split([x.shape[1] for x in xs], 0)
     return torch.stack([
-        torch.stack([short_conv(x[:j + 1], conv_window[i], conv_w[i])[1]
-                     for i, x in enumerate((q_raw, k_raw, v_raw))], 0)
+        torch.cat([short_conv(x[:j + 1], windows[i], conv_w[i])[1] for i, x in enumerate(xs)], 0)
+        .view(conv_window.shape)
         for j in range(T)
     ], 0)
 

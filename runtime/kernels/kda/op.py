@@ -9,10 +9,15 @@
   same decay for the head's K channels; the kernel's GATE_PER_HEAD).
   conv_w is the list of the q, k, v depthwise conv weights [H*K, W], each read in place (a
   stacked copy would be one more kernel per layer and step).
+  Grouped heads (Qwen3-Next's Gated DeltaNet): q_raw, k_raw [T, HK*K] and their conv weights
+  [HK*K, W], HK dividing H, each q/k head serving H / HK consecutive value heads; conv_window is
+  then the fused convolution's cache [2*HK*K + H*V, W-1] (q, k, v channels in that order; the
+  three conv weights may be row slices of its one weight, read in place). With HK == H either
+  window shape is taken.
   One slot's KDA core over T = 1..16 tokens (designed for the decode T=1 and the verify chain
   T <= 8). Persistent mode (stage_states is None): state and conv_window are updated in place.
   Staged mode (verify): state and conv_window are left untouched; stage_states[j] [H, K, V] and
-  stage_windows[j] [3, H*K, W-1] get position j's post-state and post-window. The stage buffers
+  stage_windows[j] [*conv_window.shape] get position j's post-state and post-window. The stage buffers
   may have more than T positions (a pass can allocate them for the longest chain); positions
   >= T are not written. ``state_ready``: the caller (pdl_swap) vouches that the state and window
   were last written before this graph, so on CUDA they are read before the PDL wait
@@ -75,9 +80,15 @@ def check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window,
         raise ValueError(f"{op}: T = {T} tokens, must be in 1..{MAX_T}")
     if q_raw.dtype not in _PROJ_DTYPES:
         raise ValueError(f"{op}: q_raw.dtype must be bfloat16, float16 or float32, got {q_raw.dtype}")
-    for name, x in (("q_raw", q_raw), ("k_raw", k_raw), ("v_raw", v_raw)):
-        if _shape(x) != (T, D):
-            raise ValueError(f"{op}: {name} must be [T, H*K] = {(T, D)}, got {_shape(x)}")
+    # Grouped heads: q and k may have HK heads, each serving H / HK value heads.
+    dqk = q_raw.shape[1]
+    if dqk % K or not dqk or H % (dqk // K):
+        raise ValueError(f"{op}: q_raw must be [T, HK*K] with HK dividing H = {H} (K = {K}: q/k heads "
+                         f"serving H / HK value heads each), got {_shape(q_raw)}")
+    for name, x, want in (("q_raw", q_raw, (T, dqk)), ("k_raw", k_raw, (T, dqk)), ("v_raw", v_raw, (T, D))):
+        if _shape(x) != want:
+            raise ValueError(f"{op}: {name} must be [T, {'HK*K' if name != 'v_raw' else 'H*V'}] = {want}, "
+                             f"got {_shape(x)}")
     if _shape(f_raw) not in ((T, D), (T, H)):
         raise ValueError(f"{op}: f_raw must be [T, H*K] = {(T, D)} (a gate per channel, KDA) or [T, H] = {(T, H)} "
                          f"(one per head, Gated DeltaNet), got {_shape(f_raw)}")
@@ -92,17 +103,21 @@ def check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window,
     if not isinstance(conv_w, (list, tuple)) or len(conv_w) != 3:
         raise ValueError(f"{op}: conv_w must be a list of the 3 (q, k, v) conv weights [H*K, W], got "
                          f"{type(conv_w).__name__} {_shape(conv_w) if torch.is_tensor(conv_w) else len(conv_w)}")
-    for i, w in enumerate(conv_w):
-        if w.dim() != 2 or w.shape[0] != D or w.shape != conv_w[0].shape:
-            raise ValueError(f"{op}: conv_w[{i}] must be [H*K, W] = [{D}, W] like conv_w[0], got {_shape(w)}")
+    for i, (w, rows) in enumerate(zip(conv_w, (dqk, dqk, D))):
+        if w.dim() != 2 or w.shape[0] != rows or w.shape[1] != conv_w[0].shape[-1]:
+            raise ValueError(f"{op}: conv_w[{i}] must be [{('HK*K', 'HK*K', 'H*V')[i]}, W] = [{rows}, W] "
+                             f"with conv_w[0]'s W, got {_shape(w)}")
         if not w.is_contiguous() or w.dtype not in _PROJ_DTYPES:
             raise ValueError(f"{op}: conv_w[{i}] must be contiguous float32, bfloat16 or float16, got {w.dtype} "
                              f"strides {w.stride()}")
     W = conv_w[0].shape[1]
     if W != CONV_WIDTH:
         raise ValueError(f"{op}: conv kernel width W = {W}, the kernel supports W = {CONV_WIDTH}")
-    if _shape(conv_window) != (3, D, W - 1):
-        raise ValueError(f"{op}: conv_window must be [3, H*K, W-1] = {(3, D, W - 1)}, got {_shape(conv_window)}")
+    windows = ((2 * dqk + D, W - 1),) + (((3, D, W - 1),) if dqk == D else ())
+    if _shape(conv_window) not in windows:
+        raise ValueError(f"{op}: conv_window must be "
+                         f"{' or '.join(map(str, windows[::-1]))} (the q, k and v channels' last W-1 inputs"
+                         f"{', [2*HK*K + H*V, W-1] with grouped heads' if dqk != D else ''}), got {_shape(conv_window)}")
     if conv_window.dtype != q_raw.dtype:
         raise ValueError(f"{op}: conv_window.dtype {conv_window.dtype} differs from q_raw.dtype {q_raw.dtype}")
     if not conv_window.is_contiguous():
@@ -125,10 +140,11 @@ def check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window,
                 or stage_states.shape[0] < T or stage_states.dtype != torch.float32):
             raise ValueError(f"{op}: stage_states must be [>= T, H, K, V] = [>= {T}, {H}, {K}, {V}] float32, "
                              f"got {_shape(stage_states)} {stage_states.dtype}")
-        if (stage_windows.dim() != 4 or stage_windows.shape[1:] != conv_window.shape
+        if (stage_windows.dim() != conv_window.dim() + 1 or stage_windows.shape[1:] != conv_window.shape
                 or stage_windows.shape[0] < T or stage_windows.dtype != conv_window.dtype):
-            raise ValueError(f"{op}: stage_windows must be [>= T, 3, H*K, W-1] = [>= {T}, 3, {D}, {W - 1}] "
-                             f"{conv_window.dtype}, got {_shape(stage_windows)} {stage_windows.dtype}")
+            raise ValueError(f"{op}: stage_windows must be [>= T, *conv_window.shape] = "
+                             f"[>= {T}, {', '.join(map(str, conv_window.shape))}] {conv_window.dtype}, "
+                             f"got {_shape(stage_windows)} {stage_windows.dtype}")
         for name, x in (("stage_states", stage_states), ("stage_windows", stage_windows)):
             if not x.is_contiguous():
                 raise ValueError(f"{op}: {name} must be contiguous, got strides {x.stride()}")
