@@ -40,7 +40,7 @@ import torch.fx as fx
 
 from lingc.compat import real_tensor_mode
 from lingc.graph_build import emit
-from lingc.graph_match import aten, is_call
+from lingc.graph_match import CASTS, aten, is_call
 from lingc.graph_region import (ancestors, depends_on, descendants, is_heavy, numel, random_like, region,
                                 region_key, region_module, rel_err, run_region, shape, val, view_base, widen_leaf)
 from lingc.pass_manager import VIEW_OPS
@@ -129,17 +129,23 @@ class KdaCores:
                 if is_call(idx.args[0], aten.stack.default) and len(idx.args[1]) == 1:
                     stack, accept = idx.args[0], idx.args[1][0]
                     path += [x, idx]
-            lead = unit_lead(shape(x), 3)           # a batch dim of 1 above [H, K, V] or [3, D, 3]
-            if lead is None or not depends_on(stack or x, ph, order):
+            if not depends_on(stack or x, ph, order):
                 continue
-            s, kind = shape(x)[lead:], None
-            if val(x).dtype == torch.float32 and s[1] == s[2]:
-                kind = "state"
-            elif s[0] == 3:
-                kind = "window"
+            # [H, K, V] state or [3, D, 3] window (3 dims), else a fused convolution's [C, 3]
+            # window (2 dims); a batch dim of 1 above either.
+            kind = rank = lead = None
+            lead3, lead2 = unit_lead(shape(x), 3), unit_lead(shape(x), 2)
+            if lead3 is not None:
+                s = shape(x)[lead3:]
+                if val(x).dtype == torch.float32 and s[1] == s[2]:
+                    kind, rank, lead = "state", 3, lead3
+                elif s[0] == 3:
+                    kind, rank, lead = "window", 3, lead3
+            if kind is None and lead2 is not None and shape(x)[-1] == 3:
+                kind, rank, lead = "window", 2, lead2
             if kind:
-                out.append(dict(kind=kind, ph=ph, slot=slot, lead=lead, value=stack or x, staged=stack is not None,
-                                accept=accept, path=path, epilogue=n))
+                out.append(dict(kind=kind, ph=ph, slot=slot, lead=lead, rank=rank, value=stack or x,
+                                staged=stack is not None, accept=accept, path=path, epilogue=n))
         return out
 
     def _readout(self, st: dict, T: int, H: int, V: int) -> fx.Node | None:
@@ -175,14 +181,26 @@ class KdaCores:
             return "state and window written differently"
         H, A, _ = shape(st["value"])[-3:]
         D = H * A
-        if shape(win["value"])[-2:] != (D, 3):
+        fused = win["rank"] == 2
+        if not fused and shape(win["value"])[-2:] != (D, 3):
             return f"conv window {shape(win['value'])} is not [3, H*K, 3]"
-        # T from the window's inputs (the region of the two writes alone holds every projection).
-        _, leaves = region([st["value"], win["value"]], lambda n: is_heavy(view_base(n)))
-        raw_t = [numel(n) // D for n in leaves if not graph_input(n) and numel(n) % D == 0]
-        if not raw_t:
-            return "projection inputs not found"
-        T = max(raw_t)
+        # A fused convolution's [C, 3] window holds the q, k (HK heads each) and v channels:
+        # C = 2 * HK * K + H * V (Qwen3-Next's grouped heads).
+        C = shape(win["value"])[-2] if fused else 3 * D
+        dqk = (C - D) // 2
+        if fused and (C <= D or (C - D) % (2 * A) or H % (dqk // A)):
+            return f"conv window [{C}, 3] is not [2 * HK * K + H * V, 3] for H = {H}, K = V = {A}"
+        if fused:
+            T, mixed = self._conv_input(win, C)
+            if mixed is None:
+                return "the fused convolution's input not found"
+        else:
+            # T from the window's inputs (the region of the two writes alone holds every projection).
+            _, leaves = region([st["value"], win["value"]], lambda n: is_heavy(view_base(n)))
+            raw_t = [numel(n) // D for n in leaves if not graph_input(n) and numel(n) % D == 0]
+            if not raw_t:
+                return "projection inputs not found"
+            T, mixed = max(raw_t), None
         if st["staged"] and shape(st["value"])[0] != T:
             return "staged over a different chain length"
         if T > MAX_T:
@@ -192,7 +210,7 @@ class KdaCores:
             return "no single read-out of the state"
         outs = [o, st["value"], win["value"]]
         nodes, leaves = region(outs, lambda n: is_heavy(view_base(n)))
-        want = {T * D: (T, D), T * H: (T, H)}
+        want = {T * D: (T, D), T * H: (T, H), T * dqk: (T, dqk), T * C: (T, C)}
         widened = []
         for leaf in leaves:
             if not graph_input(leaf) and numel(leaf) in want:
@@ -212,7 +230,7 @@ class KdaCores:
         for ph in (st["ph"], win["ph"]):
             if not descendants([ph], views) <= allowed:
                 return f"{ph.name} is read outside the chain"
-        roles = self._kda_roles(leaves, nodes, st["ph"], win["ph"], T, H, A)
+        roles = self._kda_roles(leaves, nodes, st["ph"], win["ph"], T, H, A, mixed, C)
         if isinstance(roles, str):
             return roles
         with real_tensor_mode():
@@ -224,7 +242,41 @@ class KdaCores:
         except ValueError as e:          # the op refused an argument: nothing was replaced yet
             return f"kda_chain refused the inputs ({e})"
         self.per_head_gates += numel(found["f"]) == T * H and A > 1      # Gated DeltaNet's form
+        self.fused_convs += fused
         return None
+
+    @staticmethod
+    def _conv_input(win: dict, C: int) -> tuple[int, fx.Node | None]:
+        """(T, mixed) for a fused convolution's window: its new value is the last 3 rows of
+        cat([old window, mixed^T]) along the time dim (through casts), T the new rows; mixed
+        the [T, C] node behind the transposing views (the convolution's input: a projection, or
+        a concatenation of q, k and v). Staged: position T-1's slice, T the stack's length."""
+        x = win["value"]
+        T = None
+        if win["staged"]:
+            T, x = shape(x)[0], x.args[0][-1]
+        while is_call(x, *CASTS):
+            x = x.args[0]
+        if not is_call(x, aten.slice.Tensor):
+            return 0, None
+        src = x.args[0]
+        while is_call(src, *CASTS):
+            src = src.args[0]
+        if not is_call(src, aten.cat.default):
+            return 0, None
+        dim = src.args[1] if len(src.args) > 1 else 0
+        order = {n: i for i, n in enumerate(src.graph.nodes)}
+        new = [p for p in src.args[0] if p is not win["ph"] and not depends_on(p, win["ph"], order)]
+        if len(new) != 1:
+            return 0, None
+        rows = shape(new[0])[dim]
+        T = rows if T is None else T
+        if T != rows and not win["staged"]:
+            return 0, None
+        n = new[0]
+        while shape(n) != (T, C) and is_call(n, *VIEW_OPS, *CASTS) and numel(n) == T * C:
+            n = n.args[0]
+        return T, (n if shape(n) == (T, C) else None)
 
     def _merge_commits(self, g: fx.Graph) -> int:
         """A verify graph's per-layer kda_commits (one per KDA layer, at the epilogue) -> one
@@ -255,8 +307,10 @@ class KdaCores:
             merged += 1
         return merged
 
-    def _kda_roles(self, leaves, nodes, state_ph, win_ph, T, H, A):
+    def _kda_roles(self, leaves, nodes, state_ph, win_ph, T, H, A, mixed=None, C=None):
         D = H * A
+        if mixed is not None:
+            return self._fused_conv_roles(leaves, state_ph, win_ph, T, H, A, mixed, C)
         raws = [n for n in leaves if not graph_input(n) and shape(n) == (T, D)]
         braw = [n for n in leaves if not graph_input(n) and shape(n) == (T, H)]
         params = [n for n in leaves if graph_input(n) and n not in (state_ph, win_ph)]
@@ -292,7 +346,46 @@ class KdaCores:
             fb, ad = [(next(r for r in raws if r not in pair), braw[0])], [(a_log[0], dt_bias[0])]
         else:
             fb, ad = [tuple(braw), tuple(braw[::-1])], [tuple(a_log), tuple(a_log[::-1])]
-        return dict(qkv=[r for r in raws if r in pair], pair=pair, fb=fb, ad=ad)
+        return dict(qkv=[r for r in raws if r in pair], pair=pair, fb=fb, ad=ad, fused=False)
+
+    def _fused_conv_roles(self, leaves, state_ph, win_ph, T, H, A, mixed, C):
+        """Roles under one convolution over [q ; k ; v] (Qwen3-Next's layout): q, k and v are
+        the convolution input's three channel blocks, in that order (the kernel's window layout;
+        a model concatenating them in another order does not match), read as the concatenation's
+        parts when the input is one, else as slices of the input. The gate's candidates as in
+        the three-convolution form."""
+        D = H * A
+        dqk = (C - D) // 2
+        if mixed in leaves:
+            qkv = [mixed]
+        elif is_call(mixed, aten.cat.default) and len(mixed.args[0]) == 3:
+            qkv = []
+            for part, w in zip(mixed.args[0], (dqk, dqk, D)):
+                part, _ = widen_leaf(part, lambda n, w=w: shape(n) == (T, w))
+                qkv.append(part)
+            if any(p not in leaves or shape(p) != (T, w) for p, w in zip(qkv, (dqk, dqk, D))):
+                return "the fused convolution's input is a concatenation of other than q, k, v projections"
+        else:
+            return "the fused convolution's input is neither a projection nor a concatenation of q, k, v"
+        rest = [n for n in leaves if not graph_input(n) and n not in qkv]
+        fD = [n for n in rest if shape(n) == (T, D)]
+        braw = [n for n in rest if shape(n) == (T, H)]
+        params = [n for n in leaves if graph_input(n) and n not in (state_ph, win_ph)]
+        a_log = [p for p in params if shape(p) == (H,)]
+        dt_bias = [p for p in params if shape(p) == (D,)]
+        conv = [p for p in params if numel(p) == 4 * C and shape(p)[0] == C]
+        kda = len(fD) == 1 and len(braw) == 1 and len(a_log) == 1 and len(dt_bias) == 1
+        gdn = not fD and len(braw) == 2 and len(a_log) == 2 and not dt_bias
+        if not (kda or gdn) or len(conv) != 1:
+            return (f"inputs not recognised: {len(fD)} [T, H*K] gate projections, {len(braw)} [T, H], "
+                    f"{len(a_log)} [H], {len(dt_bias)} [H*K], {len(conv)} fused conv weights")
+        if len(leaves) != len(qkv) + 7:               # the conv, state, window, f, b, A_log, dt_bias
+            return f"{len(leaves)} inputs, expected {len(qkv) + 7}"
+        if kda:
+            fb, ad = [(fD[0], braw[0])], [(a_log[0], dt_bias[0])]
+        else:
+            fb, ad = [tuple(braw), tuple(braw[::-1])], [tuple(a_log), tuple(a_log[::-1])]
+        return dict(qkv=qkv, pair={}, conv=conv[0], fb=fb, ad=ad, fused=True, C=C, dqk=dqk)
 
     def _kda_probe(self, nodes, leaves, outs, roles, st, win, T, H, A):
         """The probe, once per form of the region: a layer whose region, roles and hint equal an
@@ -303,6 +396,7 @@ class KdaCores:
         hint = getattr(self, "_kda_hint", None)
         key = ("kda", region_key(nodes, leaves, outs), tuple(map(ix, roles["qkv"])),
                tuple((ix(r), ix(c)) for r, c in roles["pair"].items()),
+               ix(roles["conv"]) if roles["fused"] else None,
                tuple(tuple(map(ix, p)) for p in roles["fb"]), tuple(tuple(map(ix, p)) for p in roles["ad"]),
                ix(st["ph"]), ix(win["ph"]),
                st["staged"], st["slot"], T, H, A, hint)
@@ -339,10 +433,17 @@ class KdaCores:
         from lingc.runtime.kernels.kda.naive import kda_chain_reference
 
         def run(qkv, lb, transposed, fb, ad, rows):
-            conv_w = torch.stack([x[roles["pair"][r]].reshape(H * A, 4).float() for r in qkv])
+            if roles["fused"]:        # channel blocks q, k, v of the convolution and its input
+                blocks = [roles["dqk"], roles["dqk"], H * A]
+                conv_w = list(x[roles["conv"]].reshape(roles["C"], 4).float().split(blocks))
+                raw = (x[qkv[0]].reshape(T, -1).split(blocks, -1) if len(qkv) == 1
+                       else [x[n].reshape(T, -1) for n in qkv])
+            else:
+                conv_w = torch.stack([x[roles["pair"][r]].reshape(H * A, 4).float() for r in qkv])
+                raw = [x[n].reshape(T, -1) for n in qkv]
             s0 = state_in.transpose(-1, -2) if transposed else state_in
             (f, b), (a_log, dt_bias) = roles["fb"][fb], roles["ad"][ad]
-            return kda_chain_reference(*(x[n].reshape(T, -1)[:rows] for n in qkv),
+            return kda_chain_reference(*(r[:rows] for r in raw),
                                        x[f].reshape(T, -1)[:rows], x[b].reshape(T, H)[:rows],
                                        conv_w, win_in, x[a_log], x[dt_bias], s0.contiguous(),
                                        None if lb is None else float(lb))
@@ -354,7 +455,8 @@ class KdaCores:
         # layer took ~2 s on the CPU, 35 layers per graph). A candidate is screened on position 0
         # alone (o's first row depends on nothing later) before the whole chain is run.
         screen = T > 1 and got[0].dim() > 0 and got[0].shape[0] == T      # o laid out [T, ...]
-        perms = list(itertools.permutations(range(3)))
+        # A fused convolution fixes the order (its channel blocks are q, k, v).
+        perms = [tuple(range(len(roles["qkv"])))] if roles["fused"] else list(itertools.permutations(range(3)))
         cands = [(p, lb, tr, fb, ad) for p in perms for lb in bounds for tr in (False, True)
                  for fb in range(len(roles["fb"])) for ad in range(len(roles["ad"]))]
         hint = getattr(self, "_kda_hint", None)
@@ -379,8 +481,8 @@ class KdaCores:
             if rel_err(got[1], ref_s) <= tol and rel_err(got[2], ref_w) <= tol:
                 self._kda_hint = cand
                 (f, b), (a_log, dt_bias) = roles["fb"][fb], roles["ad"][ad]
-                return dict(qkv=qkv, f=f, conv=[roles["pair"][r] for r in qkv],
-                            lb=None if lb is None else float(lb),
+                return dict(qkv=qkv, f=f, conv=[roles["conv"]] if roles["fused"] else [roles["pair"][r] for r in qkv],
+                            lb=None if lb is None else float(lb), fused=roles["fused"],
                             transposed=transposed, b=b, a_log=a_log, dt_bias=dt_bias)
         return "no assignment of the inputs reproduces the kda_chain reference"
 
@@ -391,16 +493,29 @@ class KdaCores:
         with g.inserting_before(anchor):
             def slot_view(w):
                 v = w["ph"] if w["slot"] is None else emit(g, aten.select.int, w["ph"], 0, w["slot"])
-                return below_lead(g, v, 3)
+                return below_lead(g, v, w["rank"])
             state, window = slot_view(st), slot_view(win)
-            args = [emit(g, aten.reshape.default, n, [T, D]) if shape(n) != (T, D) else n for n in m["qkv"]]
+            wshape = list(shape(window))
+            if m["fused"]:     # q, k, v: the convolution's channel blocks (its input's, its weight's rows)
+                C = wshape[0]
+                cuts = [(0, (C - D) // 2), ((C - D) // 2, C - D), (C - D, C)]
+                if len(m["qkv"]) == 1:
+                    x2 = m["qkv"][0] if shape(m["qkv"][0]) == (T, C) else emit(g, aten.reshape.default, m["qkv"][0], [T, C])
+                    args = [emit(g, aten.slice.Tensor, x2, 1, a, b) for a, b in cuts]
+                else:
+                    args = [emit(g, aten.reshape.default, n, [T, b - a]) if shape(n) != (T, b - a) else n
+                            for n, (a, b) in zip(m["qkv"], cuts)]
+                cw = emit(g, aten.reshape.default, m["conv"][0], [C, 4])
+                conv_w = [emit(g, aten.slice.Tensor, cw, 0, a, b) for a, b in cuts]   # row blocks, in place
+            else:
+                args = [emit(g, aten.reshape.default, n, [T, D]) if shape(n) != (T, D) else n for n in m["qkv"]]
+                conv_w = [emit(g, aten.reshape.default, c, [D, 4]) for c in m["conv"]]   # read in place
             fw = D if numel(m["f"]) == T * D else H                       # a gate per channel, or per head
             f = m["f"] if shape(m["f"]) == (T, fw) else emit(g, aten.reshape.default, m["f"], [T, fw])
-            conv_w = [emit(g, aten.reshape.default, c, [D, 4]) for c in m["conv"]]   # read in place
             stages = (None, None)
             if st["staged"]:
                 stages = (emit(g, aten.new_empty.default, state, [T, H, A, A]),
-                          emit(g, aten.new_empty.default, window, [T, 3, D, 3]))
+                          emit(g, aten.new_empty.default, window, [T, *wshape]))
             # A state stored [V, K] is read and written in place in that layout (state_vk; its
             # stages take the same layout, so kda_commit's flat copy serves both).
             out = emit(g, lingc_ops.kda_chain.default, *args, f, m["b"], conv_w, window, m["a_log"],

@@ -171,7 +171,8 @@ class StageCommit(LingcPass):
         order = {n: i for i, n in enumerate(g.nodes)}
         dep = descendants_upto(ph, order[value], order)
         cone = ancestors([value], within=dep) | {value}
-        windows = [n for n in cone if _is_window_slice(n, T, tok, dep)]
+        old = dep | {ph}             # a window's old rows: ph itself (a whole-input window) or a view of it
+        windows = [n for n in cone if _is_window_slice(n, T, tok, old)]
         if windows:
             return [value if j == T - 1 else self._clone(g, value, {
                 w: ("shift", T - 1 - j) for w in windows}, cone, order) for j in range(T)], "sliding window"
@@ -257,7 +258,7 @@ def _token_dim(n: fx.Node, T: int) -> bool:
     return 0 <= dim < len(s) and s[dim] == T and all(d == 1 for d in s[:dim])
 
 
-def _is_window_slice(n: fx.Node, T: int, tok: dict, dep: set) -> bool:
+def _is_window_slice(n: fx.Node, T: int, tok: dict, old: set) -> bool:
     """slice(cat([old..., rows]), d, size - L, end >= size): the last L rows of old + new."""
     if not is_call(n, aten.slice.Tensor) or len(n.args) < 4:
         return False
@@ -268,13 +269,14 @@ def _is_window_slice(n: fx.Node, T: int, tok: dict, dep: set) -> bool:
         return False
     parts = src.args[0]
     cat_dim = src.args[1] if len(src.args) > 1 else 0
-    if cat_dim != dim or len(parts) < 2:
+    rank = len(_shape(src))
+    if cat_dim % rank != dim % rank or len(parts) < 2:      # cat(.., -1) sliced on dim 1 of 2
         return False
     size = _shape(src)[dim]
     last = parts[-1]
     start = n.args[2] + size if n.args[2] < 0 else n.args[2]        # window[:, -3:] counts from the end
     return (_shape(last)[dim] == T and tok.get(last, -1) == T and n.args[3] >= size
-            and start > 0 and any(p in dep for p in parts[:-1]))
+            and start > 0 and any(p in old for p in parts[:-1]))
 
 
 def _crossings(cone: set, dep: set, value: fx.Node, T: int, tok: dict):

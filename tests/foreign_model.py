@@ -109,6 +109,73 @@ class GatedDeltaNetStyle(KimiStyleKDA):
         return F.silu(g)
 
 
+QK_HEADS = 1                     # Qwen3NextStyleGDN's q/k heads, each serving KH // QK_HEADS value heads
+
+
+class Qwen3NextStyleGDN(nn.Module):
+    """Gated DeltaNet as Qwen3-Next's decode writes it (Hugging Face's torch path): fewer q/k heads
+    than value heads (q and k repeat_interleave'd onto them), one depthwise convolution over the
+    concatenated q, k and v channels with one [C, 3] cache, the per-head softplus gate, and the
+    head norm gated by silu(z). ``fused_qkvz``: q, k, v and z from one projection grouped per q/k
+    head (``fix_query_key_value_ordering``) and b, a from another, as Qwen3-Next; otherwise
+    Qwen3.5's separate projections, mixed_qkv the convolution's input straight from its own."""
+
+    def __init__(self, g: torch.Generator, fused_qkvz: bool = True):
+        super().__init__()
+        self.fused_qkvz = fused_qkvz
+        self.dqk, self.dv = QK_HEADS * KD, KH * KD
+        self.C = 2 * self.dqk + self.dv
+        if fused_qkvz:
+            self.in_proj_qkvz = nn.Linear(HID, 2 * self.dqk + 2 * self.dv, bias=False)
+            self.in_proj_ba = nn.Linear(HID, 2 * KH, bias=False)
+        else:
+            self.in_proj_qkv = nn.Linear(HID, self.C, bias=False)
+            self.in_proj_z = nn.Linear(HID, self.dv, bias=False)
+            self.in_proj_b, self.in_proj_a = nn.Linear(HID, KH, bias=False), nn.Linear(HID, KH, bias=False)
+        self.conv = _w(g, self.C, 1, 4, scale=2.0)
+        self.A_log = nn.Parameter(torch.randn(KH, generator=g) * 0.5, requires_grad=False)
+        self.dt_bias = nn.Parameter(torch.randn(KH, generator=g) * 0.5, requires_grad=False)
+        self.o_norm = nn.RMSNorm(KD, eps=1e-5)
+        self.o = nn.Linear(self.dv, HID, bias=False)
+
+    def projections(self, x):
+        """(mixed_qkv [T, C], z [T, KH, KD], b [T, KH], a [T, KH])."""
+        T, G = x.shape[0], KH // QK_HEADS
+        if not self.fused_qkvz:
+            return (self.in_proj_qkv(x), self.in_proj_z(x).view(T, KH, KD), self.in_proj_b(x),
+                    self.in_proj_a(x))
+        qkvz = self.in_proj_qkvz(x).view(T, QK_HEADS, 2 * KD + 2 * G * KD)
+        q, k, v, z = torch.split(qkvz, [KD, KD, G * KD, G * KD], dim=2)
+        b, a = torch.split(self.in_proj_ba(x).view(T, QK_HEADS, 2 * G), [G, G], dim=2)
+        mixed = torch.cat([q.reshape(T, -1), k.reshape(T, -1), v.reshape(T, -1)], dim=-1)
+        return mixed, z.reshape(T, KH, KD), b.reshape(T, KH), a.reshape(T, KH)
+
+    def forward(self, x, state, window):
+        """x [T, HID]; state [KH, KD, KD] fp32 and window [C, 3] updated in place."""
+        T, G = x.shape[0], KH // QK_HEADS
+        mixed, z, b, a = self.projections(x)
+        seq = torch.cat([window, mixed.T], dim=-1)                                   # [C, 3 + T]
+        window.copy_(seq[:, -3:])
+        mixed = F.silu(F.conv1d(seq[None].float(), self.conv.float(), groups=self.C)[0].T)   # [T, C]
+        q, k, v = torch.split(mixed, [self.dqk, self.dqk, self.dv], dim=-1)
+        q = q.reshape(T, QK_HEADS, KD).repeat_interleave(G, dim=1)
+        k = k.reshape(T, QK_HEADS, KD).repeat_interleave(G, dim=1)
+        v = v.reshape(T, KH, KD)
+        q = q / torch.sqrt(q.pow(2).sum(-1, keepdim=True) + EPS) * KD ** -0.5
+        k = k / torch.sqrt(k.pow(2).sum(-1, keepdim=True) + EPS)
+        beta = b.float().sigmoid()
+        decay = (-self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())).exp()   # [T, KH]
+        S, outs = state, []
+        for t in range(T):
+            S = S * decay[t][:, None, None]
+            kv = torch.einsum("hkv,hk->hv", S, k[t])
+            S = S + torch.einsum("hk,hv->hkv", k[t], (v[t] - kv) * beta[t][:, None])
+            outs.append(torch.einsum("hkv,hk->hv", S, q[t]))
+        state.copy_(S)
+        o = self.o_norm(torch.stack(outs).to(x.dtype)) * F.silu(z)
+        return self.o(o.reshape(T, self.dv))
+
+
 class KimiStyleMLA(nn.Module):
     def __init__(self, g: torch.Generator, textbook: bool = False):
         super().__init__()
@@ -190,11 +257,15 @@ class KimiStyleModel(nn.Module):
     """Layers: KDA + MoE, KDA + MoE, MLA + MoE. forward(ids [T], pos [T], states, windows, caches)
     -> logits [T, VOCAB]; the KDA states / windows and the MLA caches are written in place."""
 
-    def __init__(self, seed: int = 0, textbook_mla: bool = False, gdn: bool = False):
+    def __init__(self, seed: int = 0, textbook_mla: bool = False, gdn: bool | str = False):
         super().__init__()
         g = torch.Generator().manual_seed(seed)
         self.embed = nn.Embedding(VOCAB, HID)
-        linear = GatedDeltaNetStyle if gdn else KimiStyleKDA        # (gdn: Gated DeltaNet's layers)
+        # gdn: Gated DeltaNet's layers; "qwen3-next" / "qwen3.5": Qwen3NextStyleGDN's (grouped
+        # heads, one fused convolution; the fused qkvz / ba projections or separate ones).
+        linear = {False: KimiStyleKDA, True: GatedDeltaNetStyle,
+                  "qwen3-next": lambda g: Qwen3NextStyleGDN(g, fused_qkvz=True),
+                  "qwen3.5": lambda g: Qwen3NextStyleGDN(g, fused_qkvz=False)}[gdn]
         self.attn = nn.ModuleList([linear(g), linear(g), KimiStyleMLA(g, textbook_mla)])
         self.moe = nn.ModuleList([KimiStyleMoE(g) for _ in range(3)])
         self.norms = nn.ModuleList([nn.RMSNorm(HID, eps=EPS) for _ in range(7)])
@@ -217,10 +288,13 @@ class KimiStyleModel(nn.Module):
         return self.lm_head(self.norms[6](x))
 
     @staticmethod
-    def fresh_state(seed: int = 1, cache_len: int = 24, dtype: torch.dtype = torch.float32):
+    def fresh_state(seed: int = 1, cache_len: int = 24, dtype: torch.dtype = torch.float32, fused_conv: bool = False):
+        """States, conv windows ([3, D, 3], or with ``fused_conv`` Qwen3NextStyleGDN's one [C, 3]
+        block) and MLA caches, random."""
         g = torch.Generator().manual_seed(seed)
         states = [torch.randn(KH, KD, KD, generator=g) * 0.3 for _ in range(2)]
-        windows = [torch.randn(3, KH * KD, 3, generator=g).to(dtype) for _ in range(2)]
+        win = (2 * QK_HEADS * KD + KH * KD, 3) if fused_conv else (3, KH * KD, 3)
+        windows = [torch.randn(*win, generator=g).to(dtype) for _ in range(2)]
         caches = [torch.randn(cache_len, RANK + ROPE, generator=g).to(dtype)]
         return states, windows, caches
 

@@ -102,6 +102,38 @@ def test_gated_deltanet_model_on_lingc_kernels(T, tmp_path):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+# Qwen3-Next's layer: one fused projection a layer (qkvz and ba, or Qwen3.5's four), no low-rank
+# gate halves, the output gate z one of the fused projection's outputs.
+EXPECTED_QWEN3_NEXT = EXPECTED | {"lingc.gemm": EXPECTED["lingc.gemm"] - 4}
+
+
+@pytest.mark.parametrize("form", ["qwen3-next", "qwen3.5"])
+@pytest.mark.parametrize("T", [1, 3])
+def test_qwen3_next_model_on_lingc_kernels(form, T, tmp_path):
+    """Gated DeltaNet layers in Qwen3-Next's layout (fewer q/k heads than value heads, one
+    convolution over q, k and v with one [C, 3] cache; its projections fused per q/k head, or
+    Qwen3.5's separate ones): every computation on lingc kernels, each recurrence one kda_chain
+    over grouped heads reading the fused convolution's cache and weight in place; outputs and
+    the states and windows written equal eager's."""
+    m = KimiStyleModel(gdn=form)
+    g = torch.Generator().manual_seed(T)
+    ids, pos = torch.randint(0, 64, (T,), generator=g), torch.arange(10, 10 + T)
+    groups = list(KimiStyleModel.fresh_state(4, fused_conv=True))
+    out, ref, report, ref_groups = _eager_then_lingc(m, ids, pos, groups, dump_dir=str(tmp_path))
+    lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
+    assert lingc == EXPECTED_QWEN3_NEXT, lingc
+    assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
+    summary = stat(report, "pdl_swap").notes[0]
+    assert "(2 kda_chain over one fused convolution: Qwen3-Next's layout)" in summary, summary
+    assert "PDL coverage 25/25 kernel-launching ops (100%)" in stat(report, "pdl_swap").notes
+    chains = [line for line in final_graph_text(report).splitlines() if "= lingc.kda_chain(" in line]
+    assert len(chains) == 2 and all("aten.clone" not in c for c in chains)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for got, want in zip(sum(groups, []), sum(ref_groups, [])):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert not torch.equal(groups[1][0], KimiStyleModel.fresh_state(4, fused_conv=True)[1][0])   # window written
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_gated_deltanet_model(dtype, tmp_path):
     """The GDN model cast to a 16-bit dtype: its output norms, nn.RMSNorm(o.to(dtype)) *
@@ -143,7 +175,7 @@ def test_through_inductor(model):
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("form", ["absorbed", "textbook", "batched", "gdn"])
+@pytest.mark.parametrize("form", ["absorbed", "textbook", "batched", "gdn", "qwen3-next"])
 def test_verify_step_stages_and_commits_the_accepted_prefix(model, textbook_model, form):
     """The model's own verify step (logits over a 6-token chain, the in-graph greedy verdict,
     lingc.state_commit): stage_commit stages both KDA states and conv windows, pdl_swap runs them
@@ -158,7 +190,7 @@ def test_verify_step_stages_and_commits_the_accepted_prefix(model, textbook_mode
     batched = form == "batched"
     kind = BatchedKimiStyleModel if batched else KimiStyleModel
     model = {"absorbed": model, "textbook": textbook_model, "batched": BatchedKimiStyleModel(),
-             "gdn": KimiStyleModel(gdn=True)}[form]
+             "gdn": KimiStyleModel(gdn=True), "qwen3-next": KimiStyleModel(gdn="qwen3-next")}[form]
     run = (lambda ids, *a: model(ids[None], *a)[0]) if batched else model  # noqa: E731  (ids [T] -> [1, T])
 
     def verify(chain, pos, states, windows, caches):
@@ -167,7 +199,8 @@ def test_verify_step_stages_and_commits_the_accepted_prefix(model, textbook_mode
 
     T, start = 6, 10
     pos = torch.arange(start, start + T)
-    fresh = lambda: [[t.clone() for t in group] for group in kind.fresh_state(3)]  # noqa: E731
+    fused_conv = {"fused_conv": True} if form == "qwen3-next" else {}
+    fresh = lambda: [[t.clone() for t in group] for group in kind.fresh_state(3, **fused_conv)]  # noqa: E731
     with torch.no_grad():
         state, chain = fresh(), [5]
         for i in range(T - 1):                                    # the chain greedy decoding makes
@@ -305,6 +338,24 @@ def test_gpu_batched_decode_step(T):
     assert rel < 1e-4, f"relative error {rel:.3g}"
     for got, want in zip(sum(groups, []), sum(ref_groups, [])):
         assert (got - want).norm() / want.norm() < 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("T", [1, 6])
+def test_gpu_qwen3_next_decode_step(T, dtype):
+    """Qwen3-Next's layer on CUDA: kda_chain's grouped-head binary reading the fused convolution's
+    cache (one q/k head for two value heads), every kernel lingc's, against eager on the GPU."""
+    m = KimiStyleModel(gdn="qwen3-next").to(device="cuda", dtype=dtype)
+    ids, pos = torch.arange(11, 11 + T, device="cuda"), torch.arange(10, 10 + T, device="cuda")
+    groups = [[t.cuda() for t in g] for g in KimiStyleModel.fresh_state(8, dtype=dtype, fused_conv=True)]
+    out, ref, report, ref_groups = _eager_then_lingc(m, ids, pos, groups)
+    assert {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"} == EXPECTED_QWEN3_NEXT
+    assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
+    rel = (out.float() - ref.float()).norm() / ref.float().norm()
+    assert rel < (1e-4 if dtype == torch.float32 else 3e-2), f"{dtype} relative error {rel:.3g}"
+    for got, want in zip(groups[0] + groups[1], ref_groups[0] + ref_groups[1]):
+        assert (got.float() - want.float()).norm() / want.float().norm() < (1e-4 if dtype == torch.float32 else 3e-2)
 
 
 @pytest.mark.gpu

@@ -154,6 +154,37 @@ def test_foreign_recurrence_staged():
     assert stat(compile_reports[n], "stage_commit").matches == 1
 
 
+class WholeInputWindow(nn.Module):
+    """A short-conv cache that is a whole graph input, [C, 3], extended with the new rows by
+    cat(..., dim=-1) and cut back by window[:, -3:] (dim 1): Qwen3-Next's causal_conv1d_update
+    spelling, staged as a sliding window."""
+
+    def forward(self, tokens, positions, window):
+        x = torch.nn.functional.one_hot(tokens, 8).float() + positions[:, None].float() * 0.01   # [T, C]
+        seq = torch.cat([window, x.T], dim=-1)
+        window.copy_(seq[:, -3:])
+        y = torch.stack([seq[:, j:j + 4].sum(1) for j in range(x.shape[0])])      # [T, C] "logits"
+        return ops.state_commit(ops.greedy_verdict(tokens, y.argmax(-1))), y
+
+
+def test_whole_input_window_cut_on_a_negative_cat_dim_is_staged():
+    m = WholeInputWindow()
+    tokens, pos = torch.tensor([1, 2, 3, 4, 5]), torch.arange(5)
+    win0 = torch.randn(8, 3, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        _, y = m(tokens, pos, win0.clone())
+        target = y.argmax(-1)
+        tokens = torch.tensor([1, int(target[0]), (int(target[1]) + 1) % 8, 3, 4])
+        n = len(compile_reports)
+        win = win0.clone()
+        accept, _ = compile_lingc(m, role="verify")(tokens, pos, win)
+        ref = win0.clone()
+        m(tokens[:int(accept) + 1], pos[:int(accept) + 1], ref)
+    assert int(accept) == 1
+    assert torch.equal(win, ref)
+    assert "sliding window staged over 5 positions" in " ".join(stat(compile_reports[n], "stage_commit").notes)
+
+
 class ChunkedWrite(nn.Module):
     """A state written from all positions at once (no per-position value): must be refused."""
 
