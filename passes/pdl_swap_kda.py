@@ -16,6 +16,12 @@ beside beta's b [T, H]) and dt_bias [H] (beside A_log [H]); which [T, H] input i
 which [H] parameter is A_log is one more pair of candidates for the probe (kda_chain takes a
 [T, H] f as a gate per head).
 
+Qwen3-Next's layout: one convolution over [q ; k ; v] with one [C, 3] cache (C = 2 * HK * K +
+H * V, q/k with HK heads each serving H / HK value heads): the window's new rows are the
+convolution's input (a projection, or the concatenation of the q, k and v projections); q, k
+and v are its three channel blocks in that order and the weight's three row blocks are passed as
+kda_chain's conv weights (views, read in place), onto the kernel's grouped heads.
+
 How it is found: the KDA core is everything between a recurrent-state write (a fp32 [H, A, A]
 slot written back from its own old value), the conv-window write that feeds it and the state's
 read-out o (the first value every other use of the state goes through) on one side, and

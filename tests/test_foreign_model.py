@@ -134,6 +134,21 @@ def test_qwen3_next_model_on_lingc_kernels(form, T, tmp_path):
     assert not torch.equal(groups[1][0], KimiStyleModel.fresh_state(4, fused_conv=True)[1][0])   # window written
 
 
+def test_bf16_qwen3_next_model(tmp_path):
+    """Qwen3-Next's layer in bfloat16 (the fused convolution's cache in bf16, its taps read as
+    fp32 by the kernel as by the model): the same kernels as in fp32."""
+    m = KimiStyleModel(gdn="qwen3-next").to(torch.bfloat16)
+    ids, pos = torch.tensor([5, 17, 40]), torch.arange(10, 13)
+    groups = list(KimiStyleModel.fresh_state(9, dtype=torch.bfloat16, fused_conv=True))
+    out, ref, report, ref_groups = _eager_then_lingc(m, ids, pos, groups, dump_dir=str(tmp_path))
+    assert {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"} == EXPECTED_QWEN3_NEXT
+    assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
+    rel = (out.float() - ref.float()).norm() / ref.float().norm()
+    assert rel < 3e-2, f"relative error {rel:.3g}"
+    for got, want in zip(groups[0] + groups[1], ref_groups[0] + ref_groups[1]):   # states, windows
+        assert (got.float() - want.float()).norm() / want.float().norm() < 3e-2
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_gated_deltanet_model(dtype, tmp_path):
     """The GDN model cast to a 16-bit dtype: its output norms, nn.RMSNorm(o.to(dtype)) *
