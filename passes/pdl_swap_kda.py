@@ -16,8 +16,8 @@ beside beta's b [T, H]) and dt_bias [H] (beside A_log [H]); which [T, H] input i
 which [H] parameter is A_log is one more pair of candidates for the probe (kda_chain takes a
 [T, H] f as a gate per head).
 
-Qwen3-Next's layout: one convolution over [q ; k ; v] with one [C, 3] cache (C = 2 * HK * K +
-H * V, q/k with HK heads each serving H / HK value heads): the window's new rows are the
+Qwen3-Next's layout: one convolution over [q ; k ; v] with one [C, 3] cache, or [C, 4] as Hugging
+Face keeps it (C = 2 * HK * K + H * V, q/k with HK heads each serving H / HK value heads): the window's new rows are the
 convolution's input (a projection, or the concatenation of the q, k and v projections); q, k
 and v are its three channel blocks in that order and the weight's three row blocks are passed as
 kda_chain's conv weights (views, read in place), onto the kernel's grouped heads.
@@ -147,7 +147,7 @@ class KdaCores:
                     kind, rank, lead = "state", 3, lead3
                 elif s[0] == 3:
                     kind, rank, lead = "window", 3, lead3
-            if kind is None and lead2 is not None and shape(x)[-1] == 3:
+            if kind is None and lead2 is not None and shape(x)[-1] in (3, 4):     # W - 1 or W columns
                 kind, rank, lead = "window", 2, lead2
             if kind:
                 out.append(dict(kind=kind, ph=ph, slot=slot, lead=lead, rank=rank, value=stack or x,
@@ -195,7 +195,7 @@ class KdaCores:
         C = shape(win["value"])[-2] if fused else 3 * D
         dqk = (C - D) // 2
         if fused and (C <= D or (C - D) % (2 * A) or H % (dqk // A)):
-            return f"conv window [{C}, 3] is not [2 * HK * K + H * V, 3] for H = {H}, K = V = {A}"
+            return f"conv window {shape(win['value'])} is not [2 * HK * K + H * V, 3 or 4] for H = {H}, K = V = {A}"
         if fused:
             T, mixed = self._conv_input(win, C)
             if mixed is None:

@@ -118,11 +118,13 @@ class Qwen3NextStyleGDN(nn.Module):
     concatenated q, k and v channels with one [C, 3] cache, the per-head softplus gate, and the
     head norm gated by silu(z). ``fused_qkvz``: q, k, v and z from one projection grouped per q/k
     head (``fix_query_key_value_ordering``) and b, a from another, as Qwen3-Next; otherwise
-    Qwen3.5's separate projections, mixed_qkv the convolution's input straight from its own."""
+    Qwen3.5's separate projections, mixed_qkv the convolution's input straight from its own.
+    ``width``: the cache's columns a channel, 4 as Hugging Face's (the conv's whole width: the
+    convolution over [cache ; new] yields T + 1 outputs, the last T kept) or 3 as vLLM's."""
 
-    def __init__(self, g: torch.Generator, fused_qkvz: bool = True):
+    def __init__(self, g: torch.Generator, fused_qkvz: bool = True, width: int = 4):
         super().__init__()
-        self.fused_qkvz = fused_qkvz
+        self.fused_qkvz, self.width = fused_qkvz, width
         self.dqk, self.dv = QK_HEADS * KD, KH * KD
         self.C = 2 * self.dqk + self.dv
         if fused_qkvz:
@@ -151,12 +153,12 @@ class Qwen3NextStyleGDN(nn.Module):
         return mixed, z.reshape(T, KH, KD), b.reshape(T, KH), a.reshape(T, KH)
 
     def forward(self, x, state, window):
-        """x [T, HID]; state [KH, KD, KD] fp32 and window [C, 3] updated in place."""
+        """x [T, HID]; state [KH, KD, KD] fp32 and window [C, width] updated in place."""
         T, G = x.shape[0], KH // QK_HEADS
         mixed, z, b, a = self.projections(x)
-        seq = torch.cat([window, mixed.T], dim=-1)                                   # [C, 3 + T]
-        window.copy_(seq[:, -3:])
-        mixed = F.silu(F.conv1d(seq[None].float(), self.conv.float(), groups=self.C)[0].T)   # [T, C]
+        seq = torch.cat([window, mixed.T], dim=-1)                               # [C, width + T]
+        window.copy_(seq[:, -self.width:])
+        mixed = F.silu(F.conv1d(seq[None].float(), self.conv.float(), groups=self.C)[0, :, -T:].T)   # [T, C]
         q, k, v = torch.split(mixed, [self.dqk, self.dqk, self.dv], dim=-1)
         q = q.reshape(T, QK_HEADS, KD).repeat_interleave(G, dim=1)
         k = k.reshape(T, QK_HEADS, KD).repeat_interleave(G, dim=1)
@@ -262,10 +264,12 @@ class KimiStyleModel(nn.Module):
         g = torch.Generator().manual_seed(seed)
         self.embed = nn.Embedding(VOCAB, HID)
         # gdn: Gated DeltaNet's layers; "qwen3-next" / "qwen3.5": Qwen3NextStyleGDN's (grouped
-        # heads, one fused convolution; the fused qkvz / ba projections or separate ones).
+        # heads, one fused convolution; the fused qkvz / ba projections and Hugging Face's
+        # 4-column cache, or separate projections and a 3-column cache: fresh_state's
+        # fused_conv=4 or 3).
         linear = {False: KimiStyleKDA, True: GatedDeltaNetStyle,
-                  "qwen3-next": lambda g: Qwen3NextStyleGDN(g, fused_qkvz=True),
-                  "qwen3.5": lambda g: Qwen3NextStyleGDN(g, fused_qkvz=False)}[gdn]
+                  "qwen3-next": lambda g: Qwen3NextStyleGDN(g, fused_qkvz=True, width=4),
+                  "qwen3.5": lambda g: Qwen3NextStyleGDN(g, fused_qkvz=False, width=3)}[gdn]
         self.attn = nn.ModuleList([linear(g), linear(g), KimiStyleMLA(g, textbook_mla)])
         self.moe = nn.ModuleList([KimiStyleMoE(g) for _ in range(3)])
         self.norms = nn.ModuleList([nn.RMSNorm(HID, eps=EPS) for _ in range(7)])
@@ -288,12 +292,12 @@ class KimiStyleModel(nn.Module):
         return self.lm_head(self.norms[6](x))
 
     @staticmethod
-    def fresh_state(seed: int = 1, cache_len: int = 24, dtype: torch.dtype = torch.float32, fused_conv: bool = False):
-        """States, conv windows ([3, D, 3], or with ``fused_conv`` Qwen3NextStyleGDN's one [C, 3]
-        block) and MLA caches, random."""
+    def fresh_state(seed: int = 1, cache_len: int = 24, dtype: torch.dtype = torch.float32, fused_conv: int = 0):
+        """States, conv windows ([3, D, 3], or with ``fused_conv`` = 3 or 4 Qwen3NextStyleGDN's
+        one [C, fused_conv] block) and MLA caches, random."""
         g = torch.Generator().manual_seed(seed)
         states = [torch.randn(KH, KD, KD, generator=g) * 0.3 for _ in range(2)]
-        win = (2 * QK_HEADS * KD + KH * KD, 3) if fused_conv else (3, KH * KD, 3)
+        win = (2 * QK_HEADS * KD + KH * KD, fused_conv) if fused_conv else (3, KH * KD, 3)
         windows = [torch.randn(*win, generator=g).to(dtype) for _ in range(2)]
         caches = [torch.randn(cache_len, RANK + ROPE, generator=g).to(dtype)]
         return states, windows, caches

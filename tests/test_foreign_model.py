@@ -118,7 +118,8 @@ def test_qwen3_next_model_on_lingc_kernels(form, T, tmp_path):
     m = KimiStyleModel(gdn=form)
     g = torch.Generator().manual_seed(T)
     ids, pos = torch.randint(0, 64, (T,), generator=g), torch.arange(10, 10 + T)
-    groups = list(KimiStyleModel.fresh_state(4, fused_conv=True))
+    width = {"qwen3-next": 4, "qwen3.5": 3}[form]
+    groups = list(KimiStyleModel.fresh_state(4, fused_conv=width))
     out, ref, report, ref_groups = _eager_then_lingc(m, ids, pos, groups, dump_dir=str(tmp_path))
     lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
     assert lingc == EXPECTED_QWEN3_NEXT, lingc
@@ -131,7 +132,7 @@ def test_qwen3_next_model_on_lingc_kernels(form, T, tmp_path):
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     for got, want in zip(sum(groups, []), sum(ref_groups, [])):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    assert not torch.equal(groups[1][0], KimiStyleModel.fresh_state(4, fused_conv=True)[1][0])   # window written
+    assert not torch.equal(groups[1][0], KimiStyleModel.fresh_state(4, fused_conv=width)[1][0])   # window written
 
 
 def test_bf16_qwen3_next_model(tmp_path):
@@ -139,7 +140,7 @@ def test_bf16_qwen3_next_model(tmp_path):
     fp32 by the kernel as by the model): the same kernels as in fp32."""
     m = KimiStyleModel(gdn="qwen3-next").to(torch.bfloat16)
     ids, pos = torch.tensor([5, 17, 40]), torch.arange(10, 13)
-    groups = list(KimiStyleModel.fresh_state(9, dtype=torch.bfloat16, fused_conv=True))
+    groups = list(KimiStyleModel.fresh_state(9, dtype=torch.bfloat16, fused_conv=4))
     out, ref, report, ref_groups = _eager_then_lingc(m, ids, pos, groups, dump_dir=str(tmp_path))
     assert {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"} == EXPECTED_QWEN3_NEXT
     assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
@@ -214,7 +215,7 @@ def test_verify_step_stages_and_commits_the_accepted_prefix(model, textbook_mode
 
     T, start = 6, 10
     pos = torch.arange(start, start + T)
-    fused_conv = {"fused_conv": True} if form == "qwen3-next" else {}
+    fused_conv = {"fused_conv": 4} if form == "qwen3-next" else {}
     fresh = lambda: [[t.clone() for t in group] for group in kind.fresh_state(3, **fused_conv)]  # noqa: E731
     with torch.no_grad():
         state, chain = fresh(), [5]
@@ -363,7 +364,7 @@ def test_gpu_qwen3_next_decode_step(T, dtype):
     cache (one q/k head for two value heads), every kernel lingc's, against eager on the GPU."""
     m = KimiStyleModel(gdn="qwen3-next").to(device="cuda", dtype=dtype)
     ids, pos = torch.arange(11, 11 + T, device="cuda"), torch.arange(10, 10 + T, device="cuda")
-    groups = [[t.cuda() for t in g] for g in KimiStyleModel.fresh_state(8, dtype=dtype, fused_conv=True)]
+    groups = [[t.cuda() for t in g] for g in KimiStyleModel.fresh_state(8, dtype=dtype, fused_conv=4)]
     out, ref, report, ref_groups = _eager_then_lingc(m, ids, pos, groups)
     assert {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"} == EXPECTED_QWEN3_NEXT
     assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()

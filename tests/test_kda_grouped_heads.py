@@ -24,10 +24,11 @@ W = 4
 SHAPES = [(1, 2, 16), (2, 4, 16), (1, 4, 8), (2, 4, 24)]
 
 
-def grouped_inputs(T, HK, H, K, dtype, seed, per_head_gate=True):
+def grouped_inputs(T, HK, H, K, dtype, seed, per_head_gate=True, width=W - 1):
     """Raw projections (mixed_qkv split into q, k, v views of one [T, C] tensor, as the fused
-    projection leaves them), a fused conv weight and cache, Gated DeltaNet's per-head gate (or a
-    per-channel one), nonzero state."""
+    projection leaves them), a fused conv weight and cache (``width`` columns a channel: W - 1,
+    or W as Hugging Face's cache), Gated DeltaNet's per-head gate (or a per-channel one),
+    nonzero state."""
     gen = torch.Generator().manual_seed(seed)
     dqk, dv = HK * K, H * K
     C = 2 * dqk + dv
@@ -36,7 +37,7 @@ def grouped_inputs(T, HK, H, K, dtype, seed, per_head_gate=True):
         return torch.randn(*shape, generator=gen) * scale
 
     mixed = r(T, C).to(dtype)
-    x = dict(mixed=mixed, conv_w=r(C, W, scale=0.5), conv_window=r(C, W - 1).to(dtype),
+    x = dict(mixed=mixed, conv_w=r(C, W, scale=0.5), conv_window=r(C, width).to(dtype),
              f_raw=r(T, H if per_head_gate else dv).to(dtype), b_raw=r(T, H).to(dtype),
              a_log=r(H, scale=0.5), dt_bias=r(H if per_head_gate else dv, scale=0.5),
              state=r(H, K, K, scale=0.3))
@@ -60,9 +61,9 @@ def qwen3_next_math(x, lb=None):
     dqk = x["q_raw"].shape[1]
     G = H // (dqk // K)
     C = x["mixed"].shape[1]
-    seq = torch.cat([x["conv_window"], x["mixed"].T], -1)                        # [C, 3 + T]
-    window = seq[:, -(W - 1):]
-    y = F.silu(F.conv1d(seq[None].float(), x["conv_w"].float()[:, None], groups=C)[0].T)   # [T, C]
+    seq = torch.cat([x["conv_window"], x["mixed"].T], -1)                  # [C, width + T]
+    window = seq[:, -x["conv_window"].shape[1]:]
+    y = F.silu(F.conv1d(seq[None].float(), x["conv_w"].float()[:, None], groups=C)[0, :, -T:].T)   # [T, C]
     q, k, v = y.split([dqk, dqk, H * V], -1)
     q = q.reshape(T, H // G, K).repeat_interleave(G, dim=1)
     k = k.reshape(T, H // G, K).repeat_interleave(G, dim=1)
@@ -125,6 +126,31 @@ def test_grouped_heads_match_qwen3_next_math(HK, H, K, T, dtype, lb):
         assert torch.equal(sw[j], win_j), f"stage window {j}"
 
 
+@pytest.mark.parametrize("T", [1, 3, 6])
+@pytest.mark.parametrize("HK,H,K", [(1, 2, 16), (2, 4, 24)])
+def test_cache_of_the_convs_whole_width(HK, H, K, T):
+    """A [C, 4] cache, Hugging Face's (the conv's whole width; the oldest column shifted out
+    before any output reads it): the kernel keeps its layout, in both modes."""
+    x = grouped_inputs(T, HK, H, K, torch.bfloat16, seed=300 + T + K, width=W)
+    o_ref, S_ref, win_ref = qwen3_next_math(x)
+    r = kda_chain_reference(*args(x))
+    assert_close(r.o, o_ref.cpu(), 2e-5)
+    assert torch.equal(r.window, win_ref.cpu())
+    o, state, window, _, _ = run_kernel(x, staged=False)
+    assert_close(o, o_ref, RTOL)
+    assert_close(state, S_ref, RTOL)
+    assert torch.equal(window, win_ref)
+    o2, _, _, ss, sw = run_kernel(x, staged=True)
+    assert_close(o2, o_ref, RTOL)
+    for j in range(T):
+        _, S_j, win_j = qwen3_next_math(prefix(x, j + 1))
+        assert_close(ss[j], S_j, RTOL)
+        assert torch.equal(sw[j], win_j), f"stage window {j}"
+    # The live columns are the [C, 3] cache's: the same outputs bit for bit.
+    o3, state3, window3, _, _ = run_kernel(dict(x, conv_window=x["conv_window"][:, 1:].contiguous()), staged=False)
+    assert torch.equal(o3, o) and torch.equal(state3, state) and torch.equal(window3, window[:, 1:])
+
+
 @pytest.mark.parametrize("T", [1, 6])
 def test_grouped_heads_with_a_gate_per_channel(T):
     """KDA's per-channel gate (f [T, H*K]) on grouped heads: each value head's own K decays."""
@@ -184,7 +210,7 @@ def test_op_reads_the_fused_weight_slices_and_updates_in_place():
 @pytest.mark.parametrize("what,value,match", [
     ("q_raw", (2, 3 * 16), r"q_raw must be \[T, HK\*K\] with HK dividing H = 4"),
     ("k_raw", (2, 16), r"k_raw must be \[T, HK\*K\] = \(2, 32\)"),
-    ("conv_window", (3, 64, 3), r"conv_window must be \(128, 3\)"),
+    ("conv_window", (3, 64, 3), r"conv_window must be \(128, 4\) or \(128, 3\)"),
     ("conv_w", (32, 4), r"conv_w\[2\] must be \[H\*V, W\] = \[64, W\]"),
 ])
 def test_bad_grouped_arguments_raise(what, value, match):

@@ -621,15 +621,15 @@ _COMPILE_CHECK = textwrap.dedent("""
     barriers = {}
     # The table's four binaries, the softplus gate's (Kimi Linear's) in the verify form, a state
     # stored [V, K] (state_vk) in both modes, Gated DeltaNet's per-head gate, and Qwen3-Next's
-    # grouped heads (two value heads per q/k head) in both modes.
     forms = [(s, f, False, False) for s in (False, True) for f in (False, True)] + [(True, True, True, False)]
     forms += [(False, True, False, True), (True, True, False, True), (True, True, True, "per-head gate")]
+    # grouped heads (two value heads per q/k head) in both modes, with Hugging Face's 4-column cache.
     forms += [(False, True, True, "grouped"), (True, True, True, "grouped")]
     for staged, fused, softplus, vk in forms:
         const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv, STAGED=staged,
                      STATE_BEFORE_WAIT=True, FUSED_RED=fused, USE_GDC=True, SOFTPLUS_GATE=softplus,
                      STATE_VK=vk is True, GATE_PER_HEAD=vk in ("per-head gate", "grouped"),
-                     GROUP=2 if vk == "grouped" else 1)
+                     GROUP=2 if vk == "grouped" else 1, WIN=4 if vk == "grouped" else 3)
         ptx, info = compile_sm90(_kda_chain_kernel, sig, const, num_warps=cfg.num_warps)
         assert "griddepcontrol.wait" in ptx
         print(staged, fused, softplus, vk, ptx.count("bar.sync"), info)

@@ -148,12 +148,16 @@ def _token_inputs(q_ptr, k_ptr, v_ptr, f_ptr, b_ptr, stride_q, stride_k, stride_
 
 
 @triton.jit
-def _store_window(ptr, ch, x0, x1, x2, mask, WIN: tl.constexpr):
-    """Channels ch's window columns (x0 oldest) into a [.., channels, WIN] buffer, in its dtype."""
+def _store_window(ptr, ch, xp, x0, x1, x2, mask, WIN: tl.constexpr):
+    """Channels ch's window columns (x0 oldest) into a [.., channels, WIN] buffer, in its dtype;
+    a WIN = 4 buffer (the conv's whole width, Hugging Face's cache) first gets xp, the input
+    before x0, which no later output reads."""
     wdt = ptr.dtype.element_ty
-    tl.store(ptr + ch * WIN + 0, x0.to(wdt), mask=mask)
-    tl.store(ptr + ch * WIN + 1, x1.to(wdt), mask=mask)
-    tl.store(ptr + ch * WIN + 2, x2.to(wdt), mask=mask)
+    if WIN == 4:
+        tl.store(ptr + ch * WIN + 0, xp.to(wdt), mask=mask)
+    tl.store(ptr + ch * WIN + (WIN - 3), x0.to(wdt), mask=mask)
+    tl.store(ptr + ch * WIN + (WIN - 2), x1.to(wdt), mask=mask)
+    tl.store(ptr + ch * WIN + (WIN - 1), x2.to(wdt), mask=mask)
 
 
 @triton.jit
@@ -172,14 +176,16 @@ def _kda_chain_kernel(
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     NVB: tl.constexpr, STATE_BEFORE_WAIT: tl.constexpr, FUSED_RED: tl.constexpr, USE_GDC: tl.constexpr,
     SOFTPLUS_GATE: tl.constexpr = False, STATE_VK: tl.constexpr = False, GATE_PER_HEAD: tl.constexpr = False,
-    GROUP: tl.constexpr = 1,
+    GROUP: tl.constexpr = 1, WIN: tl.constexpr = 3,
 ):
     h = tl.program_id(0)
     vb = tl.program_id(1)
     # GROUP value heads share one q/k head (Qwen3-Next's grouped heads; 1: one q/k head each).
     DQK: tl.constexpr = (H // GROUP) * K    # q (and k) channels: the window's k block starts here
     C: tl.constexpr = 2 * DQK + H * V       # window channels: q, k, v blocks ([3, H*K, W-1] if GROUP 1)
-    WIN: tl.constexpr = 3             # CONV_WIDTH - 1 past inputs per channel
+    # WIN: the window's columns per channel, CONV_WIDTH - 1 = 3 past inputs, or CONV_WIDTH = 4
+    # (Hugging Face's and fla's cache: one more column, shifted out before any output reads it).
+    L0: tl.constexpr = WIN - 3        # the first live column
     offs_k = tl.arange(0, BK)
     mk = offs_k < K
     offs_v = vb * BV + tl.arange(0, BV)
@@ -203,15 +209,15 @@ def _kda_chain_kernel(
 
     # Windows (oldest first) and the state tile (module docstring, "PDL": before the wait when
     # the caller vouches that their writer has completed).
-    xq0 = tl.load(win_ptr + cqk * WIN + 0, mask=mk, other=0.0).to(tl.float32)
-    xq1 = tl.load(win_ptr + cqk * WIN + 1, mask=mk, other=0.0).to(tl.float32)
-    xq2 = tl.load(win_ptr + cqk * WIN + 2, mask=mk, other=0.0).to(tl.float32)
-    xk0 = tl.load(win_ptr + (DQK + cqk) * WIN + 0, mask=mk, other=0.0).to(tl.float32)
-    xk1 = tl.load(win_ptr + (DQK + cqk) * WIN + 1, mask=mk, other=0.0).to(tl.float32)
-    xk2 = tl.load(win_ptr + (DQK + cqk) * WIN + 2, mask=mk, other=0.0).to(tl.float32)
-    xv0 = tl.load(win_ptr + (2 * DQK + cv) * WIN + 0, mask=mv, other=0.0).to(tl.float32)
-    xv1 = tl.load(win_ptr + (2 * DQK + cv) * WIN + 1, mask=mv, other=0.0).to(tl.float32)
-    xv2 = tl.load(win_ptr + (2 * DQK + cv) * WIN + 2, mask=mv, other=0.0).to(tl.float32)
+    xq0 = tl.load(win_ptr + cqk * WIN + (L0 + 0), mask=mk, other=0.0).to(tl.float32)
+    xq1 = tl.load(win_ptr + cqk * WIN + (L0 + 1), mask=mk, other=0.0).to(tl.float32)
+    xq2 = tl.load(win_ptr + cqk * WIN + (L0 + 2), mask=mk, other=0.0).to(tl.float32)
+    xk0 = tl.load(win_ptr + (DQK + cqk) * WIN + (L0 + 0), mask=mk, other=0.0).to(tl.float32)
+    xk1 = tl.load(win_ptr + (DQK + cqk) * WIN + (L0 + 1), mask=mk, other=0.0).to(tl.float32)
+    xk2 = tl.load(win_ptr + (DQK + cqk) * WIN + (L0 + 2), mask=mk, other=0.0).to(tl.float32)
+    xv0 = tl.load(win_ptr + (2 * DQK + cv) * WIN + (L0 + 0), mask=mv, other=0.0).to(tl.float32)
+    xv1 = tl.load(win_ptr + (2 * DQK + cv) * WIN + (L0 + 1), mask=mv, other=0.0).to(tl.float32)
+    xv2 = tl.load(win_ptr + (2 * DQK + cv) * WIN + (L0 + 2), mask=mv, other=0.0).to(tl.float32)
     if STATE_VK:    # the state (and its stages) stored [H, V, K]: the same [K, BV] tile, read in place
         s_offs = h * K * V + offs_v[None, :] * K + offs_k[:, None]
     else:
@@ -226,6 +232,7 @@ def _kda_chain_kernel(
     # Token t + 1's inputs are requested before token t is computed, so their L2 latency overlaps
     # the serial work of the recurrence instead of adding to it (the same arithmetic per token).
     t = 0
+    pq, pk, pv = xq0, xk0, xv0
     nq, nk, nv, nf, nb = _token_inputs(q_ptr, k_ptr, v_ptr, f_ptr, b_ptr, stride_q, stride_k, stride_v, stride_f,
                                        stride_b, 0, T, h, cqk, cv, mk, mv, cf)
     while t < T:
@@ -236,9 +243,9 @@ def _kda_chain_kernel(
         q = _conv_silu(xq0, xq1, xq2, xq, wq0, wq1, wq2, wq3)
         k = _conv_silu(xk0, xk1, xk2, xk, wk0, wk1, wk2, wk3)
         v = _conv_silu(xv0, xv1, xv2, xv, wv0, wv1, wv2, wv3)
-        xq0, xq1, xq2 = xq1, xq2, xq
-        xk0, xk1, xk2 = xk1, xk2, xk
-        xv0, xv1, xv2 = xv1, xv2, xv
+        pq, xq0, xq1, xq2 = xq0, xq1, xq2, xq      # p*: the column shifted out (kept by WIN = 4)
+        pk, xk0, xk1, xk2 = xk0, xk1, xk2, xk
+        pv, xv0, xv1, xv2 = xv0, xv1, xv2, xv
         if SOFTPLUS_GATE:
             g = -a * _softplus(fx + dtb)
         else:
@@ -273,15 +280,15 @@ def _kda_chain_kernel(
         if STAGED != 0:
             tl.store(sstate_ptr + t * H * K * V + s_offs, S, mask=m2)
             sw = swin_ptr + t * C * WIN
-            _store_window(sw, 2 * DQK + cv, xv0, xv1, xv2, mv, WIN)
+            _store_window(sw, 2 * DQK + cv, pv, xv0, xv1, xv2, mv, WIN)
             if (vb == 0) & (h % GROUP == 0):      # one program per q/k head
-                _store_window(sw, cqk, xq0, xq1, xq2, mk, WIN)
-                _store_window(sw, DQK + cqk, xk0, xk1, xk2, mk, WIN)
+                _store_window(sw, cqk, pq, xq0, xq1, xq2, mk, WIN)
+                _store_window(sw, DQK + cqk, pk, xk0, xk1, xk2, mk, WIN)
         t += 1
 
     if STAGED == 0:
         tl.store(state_ptr + s_offs, S, mask=m2)
-        _store_window(win_ptr, 2 * DQK + cv, xv0, xv1, xv2, mv, WIN)
+        _store_window(win_ptr, 2 * DQK + cv, pv, xv0, xv1, xv2, mv, WIN)
         last = True
         if NVB * GROUP > 1:
             # Every thread's window loads were consumed by the chain; the barrier and the acq_rel
@@ -291,8 +298,8 @@ def _kda_chain_kernel(
             ticket = tl.atomic_add(ticket_ptr + h // GROUP, 1, sem="acq_rel", scope="gpu")
             last = ticket == NVB * GROUP - 1
         if last:
-            _store_window(win_ptr, cqk, xq0, xq1, xq2, mk, WIN)
-            _store_window(win_ptr, DQK + cqk, xk0, xk1, xk2, mk, WIN)
+            _store_window(win_ptr, cqk, pq, xq0, xq1, xq2, mk, WIN)
+            _store_window(win_ptr, DQK + cqk, pk, xk0, xk1, xk2, mk, WIN)
             if NVB * GROUP > 1:
                 tl.atomic_xchg(ticket_ptr + h // GROUP, 0, sem="relaxed", scope="gpu")  # ready for the next call
 
@@ -399,7 +406,9 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
     T = q_raw.shape[0]
     H, K, V = state.shape
     assert K == V and len(conv_w) == 3 and all(w.shape[-1] == CONV_WIDTH for w in conv_w), state.shape
-    assert conv_window.numel() == (2 * q_raw.shape[1] + H * V) * (CONV_WIDTH - 1), conv_window.shape
+    win = conv_window.shape[-1]
+    assert win in (CONV_WIDTH - 1, CONV_WIDTH) and conv_window.numel() == (2 * q_raw.shape[1] + H * V) * win, \
+        conv_window.shape
     for t in (*conv_w, conv_window, state, a_log, dt_bias):
         assert t.is_contiguous(), "weights, window and state must be contiguous"
     staged = stage_states is not None
@@ -424,7 +433,7 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
         stage_states if staged else state, stage_windows if staged else conv_window, tickets,
         T, int(staged), 0.0 if lower_bound is None else float(lower_bound), float(K) ** -0.5, _L2_EPS,
         H=H, K=K, V=V, BK=triton.next_power_of_2(K), BV=cfg.bv, NVB=nvb, SOFTPLUS_GATE=lower_bound is None,
-        STATE_VK=bool(state_vk), GATE_PER_HEAD=f_raw.shape[1] != H * K, GROUP=group,
+        STATE_VK=bool(state_vk), GATE_PER_HEAD=f_raw.shape[1] != H * K, GROUP=group, WIN=win,
         FUSED_RED=cfg.fused_reductions, STATE_BEFORE_WAIT=state_before_wait(state_ready, use_pdl), USE_GDC=use_pdl,
         num_warps=cfg.num_warps, num_stages=1, **launch,
     )

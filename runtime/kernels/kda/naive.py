@@ -57,13 +57,15 @@ def kda_chain_reference(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.T
     each q/k head serving H / HK consecutive value heads (repeat_interleave), their conv weights
     [HK*K, W]; the window is then one [2*HK*K + H*V, W-1] block of the q, k and v channels in
     that order (the fused convolution's cache; a [3, H*K, W-1] window is the same block when
-    HK == H, and either shape is taken then).
+    HK == H, and either shape is taken then). A window may also hold W columns per channel
+    (Hugging Face's and fla's caches: the oldest is shifted out before any output reads it).
     """
     T = q_raw.shape[0]
     H, K, V = state.shape
     xs = (q_raw, k_raw, v_raw)
     dqk = q_raw.shape[1]
     G = H // (dqk // K)                                   # value heads per q/k head
+    W = conv_w[0].shape[-1]
     flat = conv_window.reshape(-1, conv_window.shape[-1])     # [2*HK*K + H*V, W-1]
     windows = list(flat.split([dqk, dqk, H * V], 0))
     S = state.float()
@@ -75,7 +77,10 @@ def kda_chain_reference(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.T
         # position's bits depend on T.
         ys = []
         for i in range(3):
-            y, windows[i] = short_conv(xs[i][t:t + 1], windows[i], conv_w[i])
+            # A window of the conv's whole width (Hugging Face's cache) keeps one more column,
+            # the input shifted out before any output reads it.
+            y, live = short_conv(xs[i][t:t + 1], windows[i][:, -(W - 1):], conv_w[i])
+            windows[i] = live if windows[i].shape[1] == W - 1 else torch.cat([windows[i][:, 1:2], live], 1)
             ys.append(y)
         q = (l2norm(ys[0].view(1, H // G, K)) * (K ** -0.5)).repeat_interleave(G, dim=1)
         k = l2norm(ys[1].view(1, H // G, K)).repeat_interleave(G, dim=1)
@@ -97,8 +102,9 @@ def staged_windows_reference(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: to
     T = q_raw.shape[0]
     xs = (q_raw, k_raw, v_raw)
     windows = conv_window.reshape(-1, conv_window.shape[-1]).split([x.shape[1] for x in xs], 0)
+    n = conv_window.shape[-1]          # W - 1 columns, or W (the conv's whole width)
     return torch.stack([
-        torch.cat([short_conv(x[:j + 1], windows[i], conv_w[i])[1] for i, x in enumerate(xs)], 0)
+        torch.cat([torch.cat([windows[i], x[:j + 1].T.to(conv_window.dtype)], 1)[:, -n:] for i, x in enumerate(xs)], 0)
         .view(conv_window.shape)
         for j in range(T)
     ], 0)

@@ -13,7 +13,8 @@
   [HK*K, W], HK dividing H, each q/k head serving H / HK consecutive value heads; conv_window is
   then the fused convolution's cache [2*HK*K + H*V, W-1] (q, k, v channels in that order; the
   three conv weights may be row slices of its one weight, read in place). With HK == H either
-  window shape is taken.
+  window shape is taken. A flat window may hold W columns a channel instead of W-1 (Hugging
+  Face's and fla's caches: the oldest input is kept, shifted out before any output reads it).
   One slot's KDA core over T = 1..16 tokens (designed for the decode T=1 and the verify chain
   T <= 8). Persistent mode (stage_states is None): state and conv_window are updated in place.
   Staged mode (verify): state and conv_window are left untouched; stage_states[j] [H, K, V] and
@@ -113,11 +114,11 @@ def check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window,
     W = conv_w[0].shape[1]
     if W != CONV_WIDTH:
         raise ValueError(f"{op}: conv kernel width W = {W}, the kernel supports W = {CONV_WIDTH}")
-    windows = ((2 * dqk + D, W - 1),) + (((3, D, W - 1),) if dqk == D else ())
+    windows = ((2 * dqk + D, W - 1), (2 * dqk + D, W)) + (((3, D, W - 1),) if dqk == D else ())
     if _shape(conv_window) not in windows:
         raise ValueError(f"{op}: conv_window must be "
-                         f"{' or '.join(map(str, windows[::-1]))} (the q, k and v channels' last W-1 inputs"
-                         f"{', [2*HK*K + H*V, W-1] with grouped heads' if dqk != D else ''}), got {_shape(conv_window)}")
+                         f"{' or '.join(map(str, windows[::-1]))} (the q, k and v channels' last W-1 inputs, "
+                         f"or W with the oldest kept as Hugging Face's cache keeps it), got {_shape(conv_window)}")
     if conv_window.dtype != q_raw.dtype:
         raise ValueError(f"{op}: conv_window.dtype {conv_window.dtype} differs from q_raw.dtype {q_raw.dtype}")
     if not conv_window.is_contiguous():
