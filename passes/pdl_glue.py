@@ -123,6 +123,59 @@ def drop_fresh_clones(g: fx.Graph) -> int:
     return count
 
 
+def _slice_write(cur: fx.Node, rank: int):
+    """cur's one slice write (out[.., i] = x, functionalised: select_scatter(cur, copy(select(cur,
+    d, i), x), d, i)) when those are cur's only users: (the select_scatter, d, i, x), else None."""
+    if len(cur.users) != 2:
+        return None
+    ss = [u for u in cur.users if is_call(u, aten.select_scatter.default) and u.args[0] is cur]
+    if len(ss) != 1:
+        return None
+    u = ss[0]
+    d, i = u.args[2] % rank, u.args[3]
+    cp = u.args[1]
+    sel = cp.args[0] if is_call(cp, aten.copy.default) else None
+    if not (is_call(sel, aten.select.int) and sel.args[0] is cur and sel in cur.users
+            and sel.args[1] % rank == d and sel.args[2] == i):
+        return None
+    x = cp.args[1]
+    if shape(x) != shape(sel) or val(x).dtype != val(sel).dtype:
+        return None
+    return u, d, i % shape(cur)[d], x
+
+
+def slice_fills(g: fx.Graph) -> int:
+    """A fresh tensor (aten.full / zeros, possibly cast or moved to the device) written at every
+    index of one dim, once each (Hugging Face's recurrences: out = zeros(..).to(v);
+    out[:, :, i] = o_i) -> unsqueeze(o_0, d) when that dim
+    has one index (a view: no kernel at decode's T = 1, where the fill and the copy were two),
+    stack(o_0..o_{n-1}, d) otherwise (one kernel for n + 1). Exact: every element is overwritten,
+    by a value of the same dtype, so the fill value is never read."""
+    count = 0
+    for n in list(g.nodes):
+        if n.graph is None or not is_call(n, aten.full.default, aten.zeros.default):
+            continue
+        base = n                # through its casts and device moves (zeros(..).to(v) on the host)
+        while len(base.users) == 1 and is_call(next(iter(base.users)), *CASTS, torch.ops.prims.device_put.default):
+            base = next(iter(base.users))
+        rank, cur, dim, xs = len(shape(n)), base, None, {}
+        while True:
+            w = _slice_write(cur, rank)
+            if w is None or (dim is not None and w[1] != dim) or w[2] in xs:
+                break
+            cur, dim = w[0], w[1]
+            xs[w[2]] = w[3]
+        if dim is None or len(xs) != shape(n)[dim]:
+            continue
+        rows = [xs[i] for i in range(len(xs))]
+        with g.inserting_before(cur):
+            new = (emit(g, aten.unsqueeze.default, rows[0], dim) if len(rows) == 1
+                   else emit(g, aten.stack.default, rows, dim))
+        cur.replace_all_uses_with(new)
+        count += 1
+    return count
+
+
 # lingc ops that compute in fp32 and round once to an optional out_dtype: op -> its argument index.
 _OUT_DTYPE_ARG = {"gated_head_rmsnorm": 4, "head_matmul": 3}
 

@@ -98,6 +98,7 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
         counts["head_matmul"], clones = pdl_glue.absorbed_products(g)
         eliminate_dead_code(g)
         clones += pdl_glue.drop_fresh_clones(g)
+        fills = pdl_glue.slice_fills(g)
         casts = pdl_glue.fold_casts(g) + pdl_glue.drop_round_trips(g)
         eliminate_dead_code(g)
         epilogue = pdl_glue.direct_epilogue_writes(g)
@@ -126,6 +127,8 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
         if clones or casts or epilogue:
             summary += (f"; glue: {clones} copies of fresh values dropped, {casts} casts folded or dropped, "
                         f"{epilogue} epilogue writes made direct")
+        if fills:
+            summary += f"; {fills} tensors filled slice by slice taken as their slices"
         if gathers:
             summary += f"; {gathers} embedding gathers folded into their first norm"
         if concats:

@@ -207,8 +207,9 @@ class StageCommit(LingcPass):
         for n in sorted(affected, key=order.__getitem__):     # topological order
             if n in anchors:
                 kind, arg = anchors[n]
-                if kind == "node":
-                    mapping[n] = arg
+                if kind == "node":           # (a post-state of another rank, e.g. [1, H, K, V] for
+                    # [H, K, V]: the spine's nodes have the state's numel, not always its shape)
+                    mapping[n] = arg if _shape(arg) == _shape(n) else emit(g, aten.reshape.default, arg, list(_shape(n)))
                 else:                                    # shift a window slice back by `arg` rows
                     src, dim, start, end = (list(n.args) + [0, None, None])[:4]
                     size = _shape(src)[dim]
@@ -249,13 +250,14 @@ def _positions(g: fx.Graph, T: int) -> dict[fx.Node, int]:
 
 def _token_dim(n: fx.Node, T: int) -> bool:
     """Whether select/slice n indexes the token dim of a per-token tensor: a dim of size T with
-    only unit dims before it ([T, ...], or [1, T, ...] under a batch dim of 1)."""
+    only unit dims before it ([T, ...], or [1, T, ...] under a batch dim of 1), or the only dim of
+    size T ([B, H, T, K]: Hugging Face's recurrences walk the tokens on dim 2)."""
     s = _shape(n.args[0])
     dim = n.args[1] if len(n.args) > 1 else 0
     if not s or not isinstance(dim, int):
         return False
     dim = dim + len(s) if dim < 0 else dim
-    return 0 <= dim < len(s) and s[dim] == T and all(d == 1 for d in s[:dim])
+    return 0 <= dim < len(s) and s[dim] == T and (all(d == 1 for d in s[:dim]) or s.count(T) == 1)
 
 
 def _is_window_slice(n: fx.Node, T: int, tok: dict, old: set) -> bool:

@@ -115,8 +115,8 @@ QK_HEADS = 1                     # Qwen3NextStyleGDN's q/k heads, each serving K
 class Qwen3NextStyleGDN(nn.Module):
     """Gated DeltaNet as Qwen3-Next's decode writes it (Hugging Face's torch path): fewer q/k heads
     than value heads (q and k repeat_interleave'd onto them), one depthwise convolution over the
-    concatenated q, k and v channels with one [C, 3] cache, the per-head softplus gate, and the
-    head norm gated by silu(z). ``fused_qkvz``: q, k, v and z from one projection grouped per q/k
+    concatenated q, k and v channels with one [C, 3] cache, the per-head softplus gate, the
+    recurrence as Hugging Face's torch path writes it, and the head norm gated by silu(z). ``fused_qkvz``: q, k, v and z from one projection grouped per q/k
     head (``fix_query_key_value_ordering``) and b, a from another, as Qwen3-Next; otherwise
     Qwen3.5's separate projections, mixed_qkv the convolution's input straight from its own.
     ``width``: the cache's columns a channel, 4 as Hugging Face's (the conv's whole width: the
@@ -160,22 +160,36 @@ class Qwen3NextStyleGDN(nn.Module):
         window.copy_(seq[:, -self.width:])
         mixed = F.silu(F.conv1d(seq[None].float(), self.conv.float(), groups=self.C)[0, :, -T:].T)   # [T, C]
         q, k, v = torch.split(mixed, [self.dqk, self.dqk, self.dv], dim=-1)
-        q = q.reshape(T, QK_HEADS, KD).repeat_interleave(G, dim=1)
-        k = k.reshape(T, QK_HEADS, KD).repeat_interleave(G, dim=1)
-        v = v.reshape(T, KH, KD)
-        q = q / torch.sqrt(q.pow(2).sum(-1, keepdim=True) + EPS) * KD ** -0.5
-        k = k / torch.sqrt(k.pow(2).sum(-1, keepdim=True) + EPS)
-        beta = b.float().sigmoid()
-        decay = (-self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())).exp()   # [T, KH]
-        S, outs = state, []
-        for t in range(T):
-            S = S * decay[t][:, None, None]
-            kv = torch.einsum("hkv,hk->hv", S, k[t])
-            S = S + torch.einsum("hk,hv->hkv", k[t], (v[t] - kv) * beta[t][:, None])
-            outs.append(torch.einsum("hkv,hk->hv", S, q[t]))
-        state.copy_(S)
-        o = self.o_norm(torch.stack(outs).to(x.dtype)) * F.silu(z)
+        q = q.reshape(1, T, QK_HEADS, KD).repeat_interleave(G, dim=2)
+        k = k.reshape(1, T, QK_HEADS, KD).repeat_interleave(G, dim=2)
+        v = v.reshape(1, T, KH, KD)
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())       # [T, KH]
+        o = self.recurrent_gated_delta_rule(q, k, v, g[None], b.float().sigmoid()[None], state)
+        o = self.o_norm(o[0].to(x.dtype)) * F.silu(z)
         return self.o(o.reshape(T, self.dv))
+
+    @staticmethod
+    def recurrent_gated_delta_rule(q, k, v, g, beta, state):
+        """Hugging Face's torch_recurrent_gated_delta_rule (q, k, v [1, T, H, K], g and beta
+        [1, T, H]): the l2 norms by rsqrt, [1, H, T, K] layouts, the output written into a zeros
+        tensor position by position; the state [H, K, V] written back in place (the cache)."""
+        def l2norm(x):
+            return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + 1e-6)
+
+        q, k = l2norm(q), l2norm(k)
+        q, k, v, beta, g = (x.transpose(1, 2).contiguous().to(torch.float32) for x in (q, k, v, beta, g))
+        B, H, T, K = k.shape
+        q = q * K ** -0.5
+        out = torch.zeros(B, H, T, v.shape[-1]).to(v)
+        S = state[None].to(v)
+        for i in range(T):
+            S = S * g[:, :, i].exp()[..., None, None]
+            kv_mem = (S * k[:, :, i].unsqueeze(-1)).sum(dim=-2)
+            delta = (v[:, :, i] - kv_mem) * beta[:, :, i].unsqueeze(-1)
+            S = S + k[:, :, i].unsqueeze(-1) * delta.unsqueeze(-2)
+            out[:, :, i] = (S * q[:, :, i].unsqueeze(-1)).sum(dim=-2)
+        state.copy_(S[0])
+        return out.transpose(1, 2).contiguous()                                  # [1, T, H, V]
 
 
 class KimiStyleMLA(nn.Module):

@@ -97,6 +97,48 @@ def test_clone_of_an_input_is_kept():
     assert rows(report).get("aten.clone", 0) >= 1
 
 
+class SliceFilled(nn.Module):
+    """Hugging Face's recurrence output: a zeros [1, H, T, V] tensor written one position at a
+    time (``out[:, :, i] = o_i``), then read whole."""
+
+    def forward(self, x):                                  # x [T, H, V]
+        out = torch.zeros(1, x.shape[1], x.shape[0], x.shape[2], dtype=torch.float64).to(x)   # cast (and moved)
+        for i in range(x.shape[0]):
+            out[:, :, i] = torch.tanh(x[i])[None]
+        return out.transpose(1, 2) * 2
+
+
+class SliceFilledTwice(nn.Module):
+    """Position 0 written twice and position 1 never: the fill value is read, nothing changes."""
+
+    def forward(self, x):
+        out = torch.full((1, x.shape[1], 2, x.shape[2]), 0.5)
+        out[:, :, 0] = torch.tanh(x[0])[None]
+        out[:, :, 0] = torch.tanh(x[1])[None]
+        return out * 2
+
+
+@pytest.mark.parametrize("T", [1, 3])
+def test_tensors_filled_slice_by_slice_become_their_slices(T):
+    """T = 1: the fill and its one slice write become a view of the slice (no kernel); T > 1: one
+    stack instead of a fill and T copies. The output is eager's, bit for bit."""
+    x = torch.randn(T, 2, 5)
+    out, report = run_and_report(SliceFilled(), x, role="forward")
+    assert torch.equal(out, SliceFilled()(x))
+    r = rows(report)
+    assert r.get("aten.full", 0) == 0 and r.get("aten.select_scatter", 0) == 0, r
+    assert r.get("aten.stack", 0) + r.get("aten.cat", 0) == (0 if T == 1 else 1), r     # (stack runs as a cat)
+    assert "1 tensors filled slice by slice taken as their slices" in stat(report, "pdl_swap").notes[0]
+
+
+def test_a_partly_filled_tensor_is_left():
+    x = torch.randn(2, 2, 5)
+    out, report = run_and_report(SliceFilledTwice(), x, role="forward")
+    assert torch.equal(out, SliceFilledTwice()(x))
+    assert rows(report).get("aten.full", 0) == 1
+    assert "filled slice by slice" not in stat(report, "pdl_swap").notes[0]
+
+
 class Widening(nn.Module):
     """bf16 -> fp32 -> fp16 is not a round trip: the casts stay."""
 
