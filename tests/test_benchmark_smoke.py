@@ -811,3 +811,29 @@ def test_gpu_host_overhead_splits_an_op_call(tmp_path):
     ops = {r["op"]: r for r in rows}
     assert {"torch.add", "F.linear", "rmsnorm", "moe_swiglu", "moe_select"} <= set(ops)
     assert all(ops[n]["op_us"] > 0 and ops[n]["launch_us"] > 0 for n in ("rmsnorm", "moe_swiglu", "moe_select"))
+
+
+@pytest.mark.parametrize("T", [1, 3])
+def test_kernels_gdn_eager_path_is_the_reference(T):
+    # The Qwen3-Next benchmark's eager variant (Hugging Face's torch decode, 4-column cache) and
+    # kda_chain's reference agree on its layer, and both leave the same cache: the baseline it
+    # times is the math lingc's kernel is checked against.
+    from benchmarks.kernels_gdn import chain_args, eager, layer
+    from lingc.runtime.kernels.kda import kda_chain_reference
+
+    x = layer(T, torch.Generator().manual_seed(T), device="cpu")
+    ref = kda_chain_reference(*chain_args(x))
+    o = eager(x)
+    assert ((o - ref.o).norm() / ref.o.norm()) < 1e-5
+    assert torch.equal(x["cache"], ref.window)
+    assert ((x["state"] - ref.state).norm() / ref.state.norm()) < 1e-5
+
+
+@pytest.mark.gpu
+def test_gpu_kernels_gdn_runs_and_checks(tmp_path):
+    from benchmarks import kernels_gdn
+
+    assert kernels_gdn.main(["--out", str(tmp_path), "--t", "1", "6", "--layers", "3", "--replays", "3"]) == 0
+    rows = json.loads((tmp_path / "kernels_gdn.json").read_text())["rows"]
+    lingc = [r for r in rows if r["variant"] == "lingc"]
+    assert [r["mode"] for r in lingc] == ["persistent", "staged"] and all(r["correct"] for r in lingc)
