@@ -138,7 +138,7 @@ class KdaCores:
             if not depends_on(stack or x, ph, order):
                 continue
             # [H, K, V] state or [3, D, 3] window (3 dims), else a fused convolution's [C, 3]
-            # window (2 dims); a batch dim of 1 above either.
+            # or [C, 4] window (2 dims); a batch dim of 1 above either.
             kind = rank = lead = None
             lead3, lead2 = unit_lead(shape(x), 3), unit_lead(shape(x), 2)
             if lead3 is not None:
@@ -190,7 +190,7 @@ class KdaCores:
         fused = win["rank"] == 2
         if not fused and shape(win["value"])[-2:] != (D, 3):
             return f"conv window {shape(win['value'])} is not [3, H*K, 3]"
-        # A fused convolution's [C, 3] window holds the q, k (HK heads each) and v channels:
+        # A fused convolution's [C, 3 or 4] window holds the q, k (HK heads each) and v channels:
         # C = 2 * HK * K + H * V (Qwen3-Next's grouped heads).
         C = shape(win["value"])[-2] if fused else 3 * D
         dqk = (C - D) // 2
@@ -253,8 +253,8 @@ class KdaCores:
 
     @staticmethod
     def _conv_input(win: dict, C: int) -> tuple[int, fx.Node | None]:
-        """(T, mixed) for a fused convolution's window: its new value is the last 3 rows of
-        cat([old window, mixed^T]) along the time dim (through casts), T the new rows; mixed
+        """(T, mixed) for a fused convolution's window: its new value is the last 3 (or 4) columns
+        of cat([old window, mixed^T]) along the time dim (through casts), T the new ones; mixed
         the [T, C] node behind the transposing views (the convolution's input: a projection, or
         a concatenation of q, k and v). Staged: position T-1's slice, T the stack's length."""
         x = win["value"]
