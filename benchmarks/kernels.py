@@ -1,7 +1,7 @@
 """Run every kernel micro-benchmark into one output folder (method.md: cold weights, CUDA graphs,
 medians, the copy-bandwidth floor in the same run).
 
-    python -m benchmarks.kernels --out OUT [--only swiglu,gemm,kda,moe,attn] [--inductor]
+    python -m benchmarks.kernels --out OUT [--only swiglu,gemm,kda,gdn,moe,attn] [--inductor]
     python -m benchmarks.kernels --out OUT --smoke     # CPU: the benchmarks with a smoke mode
 
 Each benchmark writes its own JSON and prints its markdown table; this runner runs them in one
@@ -25,6 +25,7 @@ BENCHES = {
     "swiglu": ("kernels_swiglu", ["--all-shapes"]),
     "gemm": ("kernels_gemm", []),
     "kda": ("kernels_kda", []),
+    "gdn": ("kernels_gdn", []),
     "moe": ("kernels_moe", []),
     "attn": ("kernels_attn", []),
 }

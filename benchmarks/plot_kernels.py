@@ -26,7 +26,8 @@ COLORS = {"lingc": "#3b6ea8", "eager": "#999999", "inductor": "#d9822b", "induct
           "cublas": "#6a9f58", "cublas-cat": "#9cc98c", "fused-linear": "#6a9f58", "cublas+argmax": "#6a9f58",
           "fla-core (recurrence only)": "#8e6bb8"}
 TITLES = {"kernels_swiglu": "SwiGLU GEMM", "kernels_gemm": "skinny GEMMs", "kernels_kda": "KDA chain",
-          "kernels_moe": "MoE layer", "kernels_attn": "attention and norms"}
+          "kernels_gdn": "Gated DeltaNet chain (Qwen3-Next)", "kernels_moe": "MoE layer",
+          "kernels_attn": "attention and norms"}
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def bars(data: dict) -> list[Bar]:
         elif kind == "kernels_gemm":
             if r.get("kind") == "fused" or "lm_head" in r["shape"]:
                 out.append(Bar(f"{r['shape']}, M={r['M']}", v, r["us"], _floor_from_fraction(r)))
-        elif kind == "kernels_kda":
+        elif kind in ("kernels_kda", "kernels_gdn"):
             # T > 1: lingc's verify path (staged); the baselines run the persistent update.
             if v == "lingc" and r["T"] > 1 and r["mode"] != "staged":
                 continue

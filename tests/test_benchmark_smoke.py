@@ -83,7 +83,7 @@ def test_kernels_runner_smoke(tmp_path):
                if n != "environment"}
     assert summary["moe"]["status"] == "ok"
     assert {n for n, s in summary.items() if s["status"] == "GPU only: no CPU smoke mode"} == \
-        {"swiglu", "gemm", "kda", "attn"}
+        {"swiglu", "gemm", "kda", "gdn", "attn"}
     moe = json.loads((tmp_path / "kernels_moe_tiny.json").read_text())
     assert moe["all_correct"] and {r["variant"] for r in moe["rows"]} >= {"lingc", "eager"}
     assert "| T | variant | us/layer |" in out
@@ -112,6 +112,9 @@ def _kernel_jsons():
                                             (6, "staged", "lingc", 8.8), (6, "persistent", "lingc", 7.9),
                                             (6, "persistent", "inductor", 57.9), (6, "commit", "commit", 2.1),
                                             (6, "recurrence-only", "fla", 11.4))],
+        "kernels_gdn": [dict(T=t, mode=m, variant=v, us=us)
+                        for t, m, v, us in ((1, "persistent", "lingc", 3.4), (1, "persistent", "lingc-w3", 3.4),
+                                            (6, "staged", "lingc", 8.0), (6, "persistent", "eager", 90.0))],
         "kernels_moe": [dict(T=6, variant=v, us=us, floor_us=30.4)
                         for v, us in (("lingc", 53.0), ("inductor-max-autotune", 134.0))],
         "kernels_attn": [dict(kernel="mla_decode", shape="L=8192", T=1, variant=v, us=us, floor_us=2.2)
@@ -134,6 +137,8 @@ def test_plot_kernels_keeps_lingc_and_the_baselines_with_their_floors():
     assert [(b.group, b.variant, b.us) for b in got["kernels_kda"]] == [
         ("T=1", "lingc", 3.2), ("T=6 (lingc staged)", "lingc", 8.8), ("T=6 (lingc staged)", "inductor", 57.9),
         ("T=6 (lingc staged)", "fla-core (recurrence only)", 11.4)]
+    assert [(b.group, b.variant) for b in got["kernels_gdn"]] == [
+        ("T=1", "lingc"), ("T=6 (lingc staged)", "lingc"), ("T=6 (lingc staged)", "eager")]
     assert [(b.variant, b.floor_us) for b in got["kernels_moe"]] == [("lingc", 30.4), ("inductor-max-autotune", 30.4)]
     assert [b.variant for b in got["kernels_attn"]] == ["lingc", "inductor"]
     with pytest.raises(ValueError, match="unknown benchmark 'kernels_x'"):
