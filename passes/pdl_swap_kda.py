@@ -80,7 +80,30 @@ class KdaCores:
                 matches += 1
         if matches:
             self._mark_state_ready(g)
+        self._note_returned_states(g, {n.args[0] for n in g.nodes if is_call(n, aten.copy_.default)})
         return matches
+
+    def _note_returned_states(self, g: fx.Graph, written: set) -> None:
+        """A recurrent state handed back as a new tensor instead of written in place (a cache
+        object re-bound in Python, as Hugging Face's ``cache.recurrent_states[i] = S``: Dynamo
+        returns S from the graph and stores it after the call) stays on ATen: say so, and how to
+        write it, rather than leave the user to find the chain missing. An fp32 output of three
+        or more dims computed from an input of its shape that nothing writes back is one."""
+        out = g.output_node()
+        outs = [a for a in (out.args[0] if isinstance(out.args[0], (tuple, list)) else [out.args[0]])
+                if isinstance(a, fx.Node) and not graph_input(a)]
+        states = [n for n in outs if val(n) is not None and val(n).dtype == torch.float32 and val(n).dim() >= 3]
+        if not states:
+            return
+        order = {n: i for i, n in enumerate(g.nodes)}
+        inputs = [p for p in g.nodes if graph_input(p) and p not in written and shape(p) is not None]
+        for n in states:
+            src = next((p for p in inputs if shape(p) == shape(n) and depends_on(n, p, order)), None)
+            if src is not None:
+                self.notes.append(
+                    f"{src.name}: a recurrent state comes back as a new tensor {list(shape(n))} (a cache re-bound "
+                    f"in Python, e.g. cache.recurrent_states[i] = S), not written in place: its KDA / Gated "
+                    f"DeltaNet chain stays on ATen; write it back with state.copy_(S) (or state[slot].copy_(S))")
 
     def _mark_state_ready(self, g: fx.Graph) -> None:
         """``state_ready=True`` on every kda_chain whose state and conv window are graph inputs

@@ -410,6 +410,37 @@ def test_gated_deltanet_layer(T, bounded, tmp_path):
     assert "aten.copy_" not in rows(report) and "aten.clone" not in rows(report)   # both writes in place
 
 
+class ReboundStateGDN(ForeignGDN):
+    """ForeignGDN with its state handed back the Hugging Face way: the new state re-bound in a
+    Python list (``cache.recurrent_states[i] = S``) instead of written in place."""
+
+    def forward(self, x, states, window):
+        state = torch.zeros_like(states[0])[None]
+        state[0] = states[0]
+        y = super().forward(x, state, window)
+        states[0] = state[0] * 1.0
+        return y
+
+
+def test_a_state_rebound_in_python_is_named_with_the_fix():
+    """Dynamo returns a re-bound state from the graph and stores it after the call: no in-place
+    write for pdl_swap to match, so the chain stays on ATen, and the notes say why and how to
+    write it instead. The step still equals eager."""
+    m = ReboundStateGDN()
+    g = torch.Generator().manual_seed(2)
+    x, s0, w0 = torch.randn(1, 24, generator=g), torch.randn(H, K, K, generator=g) * 0.3, torch.randn(1, 3, D, 3, generator=g)
+    ref_states, states = [s0.clone()], [s0.clone()]
+    with torch.no_grad():
+        ref = m(x, ref_states, w0.clone())
+    out, report = run_and_report(m, x, states, w0.clone(), role="forward")
+    notes = " ".join(stat(report, "pdl_swap").notes)
+    assert "a recurrent state comes back as a new tensor [2, 8, 8]" in notes, notes
+    assert "write it back with state.copy_(S)" in notes
+    assert rows(report).get("lingc.kda_chain", 0) == 0
+    assert_rel_close(out, ref, 1e-5, "output")
+    assert_rel_close(states[0], ref_states[0], 1e-5, "the re-bound state")
+
+
 def test_gated_deltanet_layer_verify(tmp_path):
     """The staged form: a verify that accepts 2 of 4 drafts leaves the state and window of eager
     on the accepted prefix."""
