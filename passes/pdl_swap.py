@@ -267,6 +267,9 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
             s_core = s.args[0] if is_call(s, *CASTS) else s            # silu in fp32, rounded to lo
             gate = silu_input(s_core) if isinstance(s_core, fx.Node) else None
             if gate is not None and isinstance(a, fx.Node):
+                m = self._qwen3_next_gated_match(n, a, s, gate)
+                if m is not None:
+                    return m
                 lo = val(n).dtype
                 rounded = lo in (torch.bfloat16, torch.float16) and val(s).dtype == lo
                 m = self._silu_gated_match(a, gate, lo if rounded else None)
@@ -298,6 +301,26 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
             if unit_lead(shape(x), 3) is not None and shape(gate) == shape(x) and len(prod.users) == 1:
                 return x, w, eps, gate, rounded
         return None
+
+    def _qwen3_next_gated_match(self, n: fx.Node, a: fx.Node, s: fx.Node, gate: fx.Node):
+        """n = a * silu(cast(g_lo, f32)) in fp32, a the Llama-form head norm in lo (``w *
+        cast(rms(cast(o_lo, f32)), lo)``), n's one use its cast back to lo: Hugging Face's
+        Qwen3NextRMSNormGated in a 16-bit model, (x, w, eps, g_lo, "llama", True, True): the op's
+        round_steps, round_before_weight, silu_gate and gate_fp32."""
+        lo = val(a).dtype
+        users = list(n.users)
+        if (val(n).dtype != torch.float32 or lo not in (torch.bfloat16, torch.float16) or val(s).dtype != torch.float32
+                or not is_call(a, aten.mul.Tensor) or len(a.users) != 1 or len(users) != 1
+                or not (is_call(users[0], *CASTS) and val(users[0]).dtype == lo) or val(gate).dtype != lo):
+            return None                 # (gate: silu's input below its upcast, silu_input strips it)
+        llama = self._rounded_rms_match(a)
+        if llama is None:
+            return None
+        x, w, eps, _ = llama
+        g_lo = gate
+        if unit_lead(shape(x), 3) is None or numel(g_lo) != numel(x) or shape(g_lo)[-1] % shape(x)[-1]:
+            return None
+        return x, w, eps, g_lo, "llama", True, True
 
     def _silu_gated_match(self, a: fx.Node, gate: fx.Node, lo):
         """a = rms(o) * w, or a view of it with o's elements in order (a [T, H*V] reshape), o
@@ -337,6 +360,7 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
             if gated:
                 _, w, eps, gate, rounded = m[:5]
                 silu = len(m) > 5 and m[5]
+                gate_fp32 = len(m) > 6 and m[6]
                 if rounded:
                     # o as the lo value the norm reads; a lo rounding of an fp32 o (the KDA chain's
                     # output) is done by the kernel as it reads o, not by a cast kernel before it.
@@ -344,6 +368,9 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
                     if is_call(x, *CASTS) and len(x.users) == 1 and val(x.args[0]).dtype == torch.float32:
                         x = x.args[0]
                     out_node, out_dtype = n, val(n).dtype
+                    if gate_fp32:           # (the fp32 product's one rounding, n's cast, is the op's)
+                        out_node = users[0]
+                        out_dtype = val(out_node).dtype
                 with g.inserting_before(out_node):
                     core = list(shape(x)[-3:])
                     x3, gate3 = (t if list(shape(t)) == core else emit(g, aten.reshape.default, t, core)
@@ -354,6 +381,8 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
                     if silu:
                         flags["silu_gate"] = True
                         self.silu_gates += 1
+                    if gate_fp32:
+                        flags["gate_fp32"] = True
                     new = emit(g, lingc_ops.gated_head_rmsnorm.default, x3, gate3, w, eps, out_dtype, **flags)
                     if shape(new) != shape(out_node):
                         new = emit(g, aten.reshape.default, new, list(shape(out_node)))

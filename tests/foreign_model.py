@@ -112,11 +112,22 @@ class GatedDeltaNetStyle(KimiStyleKDA):
 QK_HEADS = 1                     # Qwen3NextStyleGDN's q/k heads, each serving KH // QK_HEADS value heads
 
 
+class HFRMSNormGated(nn.RMSNorm):
+    """Hugging Face's Qwen3NextRMSNormGated: the head norm in the Llama form, times silu of the
+    gate in fp32, rounded once (in a 16-bit model: ``(w * normed.to(dt)) * silu(gate.float())``)."""
+
+    def forward(self, h, gate):
+        dt = h.dtype
+        hf = h.to(torch.float32)
+        hf = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return ((self.weight * hf.to(dt)) * F.silu(gate.to(torch.float32))).to(dt)
+
+
 class Qwen3NextStyleGDN(nn.Module):
     """Gated DeltaNet as Qwen3-Next's decode writes it (Hugging Face's torch path): fewer q/k heads
     than value heads (q and k repeat_interleave'd onto them), one depthwise convolution over the
     concatenated q, k and v channels with one [C, 3] cache, the per-head softplus gate, the
-    recurrence as Hugging Face's torch path writes it, and the head norm gated by silu(z). ``fused_qkvz``: q, k, v and z from one projection grouped per q/k
+    recurrence as Hugging Face's torch path writes it, and its gated head norm (HFRMSNormGated). ``fused_qkvz``: q, k, v and z from one projection grouped per q/k
     head (``fix_query_key_value_ordering``) and b, a from another, as Qwen3-Next; otherwise
     Qwen3.5's separate projections, mixed_qkv the convolution's input straight from its own.
     ``width``: the cache's columns a channel, 4 as Hugging Face's (the conv's whole width: the
@@ -137,7 +148,7 @@ class Qwen3NextStyleGDN(nn.Module):
         self.conv = _w(g, self.C, 1, 4, scale=2.0)
         self.A_log = nn.Parameter(torch.randn(KH, generator=g) * 0.5, requires_grad=False)
         self.dt_bias = nn.Parameter(torch.randn(KH, generator=g) * 0.5, requires_grad=False)
-        self.o_norm = nn.RMSNorm(KD, eps=1e-5)
+        self.o_norm = HFRMSNormGated(KD, eps=1e-5)
         self.o = nn.Linear(self.dv, HID, bias=False)
 
     def projections(self, x):
@@ -165,7 +176,7 @@ class Qwen3NextStyleGDN(nn.Module):
         v = v.reshape(1, T, KH, KD)
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())       # [T, KH]
         o = self.recurrent_gated_delta_rule(q, k, v, g[None], b.float().sigmoid()[None], state)
-        o = self.o_norm(o[0].to(x.dtype)) * F.silu(z)
+        o = self.o_norm(o[0].to(x.dtype), z)
         return self.o(o.reshape(T, self.dv))
 
     @staticmethod

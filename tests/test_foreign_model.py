@@ -137,13 +137,17 @@ def test_qwen3_next_model_on_lingc_kernels(form, T, tmp_path):
 
 def test_bf16_qwen3_next_model(tmp_path):
     """Qwen3-Next's layer in bfloat16 (the fused convolution's cache in bf16, its taps read as
-    fp32 by the kernel as by the model): the same kernels as in fp32."""
+    fp32 by the kernel as by the model): the same kernels as in fp32; its gated norm, Hugging
+    Face's Qwen3NextRMSNormGated, on gated_head_rmsnorm's gate_fp32 form (the Llama-form norm
+    rounded, its product with the fp32 silu rounded once)."""
     m = KimiStyleModel(gdn="qwen3-next").to(torch.bfloat16)
     ids, pos = torch.tensor([5, 17, 40]), torch.arange(10, 13)
     groups = list(KimiStyleModel.fresh_state(9, dtype=torch.bfloat16, fused_conv=4))
     out, ref, report, ref_groups = _eager_then_lingc(m, ids, pos, groups, dump_dir=str(tmp_path))
     assert {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"} == EXPECTED_QWEN3_NEXT
     assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
+    norms = [c for c in final_graph_text(report).splitlines() if "= lingc.gated_head_rmsnorm(" in c]
+    assert len(norms) == 2 and all("gate_fp32=True" in c and "round_before_weight=True" in c for c in norms), norms
     rel = (out.float() - ref.float()).norm() / ref.float().norm()
     assert rel < 3e-2, f"relative error {rel:.3g}"
     for got, want in zip(groups[0] + groups[1], ref_groups[0] + ref_groups[1]):   # states, windows

@@ -72,10 +72,10 @@ def run_rmsnorm(x, w, residual, config=None, round_before_weight=False):
 
 
 def run_gated(o, gate, w, out_dtype=None, config=None, round_steps=False, round_before_weight=False,
-              silu_gate=False):
+              silu_gate=False, gate_fp32=False):
     out = nan(*o.shape, dtype=out_dtype or torch.float32, device=o.device)
     gated_head_rmsnorm_triton(o, gate, w, EPS, out_dtype, out, config=config, round_steps=round_steps,
-                              round_before_weight=round_before_weight, silu_gate=silu_gate)
+                              round_before_weight=round_before_weight, silu_gate=silu_gate, gate_fp32=gate_fp32)
     return out
 
 
@@ -327,6 +327,30 @@ def test_gated_silu_gate_in_16bit_steps(T, H, V):
     assert bool((diff <= want.float().abs() * 4 * 2.0 ** -7 + 1e-6).all()), f"max diff {diff.max().item():.3e}"
 
 
+@pytest.mark.parametrize("T,H,V", [(1, 4, 16), (6, 8, 128), (3, 3, 24)])
+def test_gated_qwen3_next_form(T, H, V):
+    """gate_fp32 (with round_steps, round_before_weight, silu_gate): Hugging Face's
+    Qwen3NextRMSNormGated in bf16, ``(w * normed.to(dt)) * silu(gate.float())`` then ``.to(dt)``:
+    the reference is that spelling bit for bit, the kernel (NaN-poisoned) within its roundings,
+    and it is not the all-bf16 form."""
+    dt = torch.bfloat16
+    o, g, w = rand(T, H, V, seed=140 + T), rand(T, H, V, dtype=dt, seed=141 + T), rand(V, dtype=dt, seed=142 + T)
+    oc, gc, wc = o.cpu(), g.cpu(), w.cpu()
+    x = oc.to(dt).float()
+    hf = ((wc * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS)).to(dt))
+          * torch.nn.functional.silu(gc.float())).to(dt)
+    flags = dict(round_steps=True, round_before_weight=True, silu_gate=True)
+    want = gated_head_rmsnorm_reference(oc, gc, wc, EPS, dt, **flags, gate_fp32=True)
+    assert torch.equal(want, hf)
+    assert not torch.equal(want, gated_head_rmsnorm_reference(oc, gc, wc, EPS, dt, **flags))
+    got = run_gated(o, g, w, dt, **flags, gate_fp32=True)
+    diff = (got.cpu().float() - want.float()).abs()
+    assert torch.isfinite(got.float()).all()
+    assert bool((diff <= want.float().abs() * 4 * 2.0 ** -7 + 1e-6).all()), f"max diff {diff.max().item():.3e}"
+    with pytest.raises(ValueError, match="gate_fp32 .* is a form of round_steps"):
+        torch.ops.lingc.gated_head_rmsnorm(o, g, w, EPS, dt, gate_fp32=True)
+
+
 def test_gated_kernel_strided_gate_and_prefill():
     # The gate is a column slice of a fused q/k/v/f/g/b projection output [T, 5*H*V + H], viewed
     # [T, H, V]; T = 40 rows is a prefill-sized grid; H = 5 with BH = 4 leaves a partial block.
@@ -508,10 +532,12 @@ _COMPILE_CHECK = textwrap.dedent("""
     g = gated_config(8, 128)
     sig = dict(o_ptr="*fp32", g_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", stride_ot="i32", stride_oh="i32",
                stride_gt="i32", stride_gh="i32", H="i32", V="i32", eps="fp32")
-    for round_steps, rbw, silu in ((False, False, False), (True, False, False), (True, True, False),
-                                   (False, False, True), (True, False, True)):
+    for round_steps, rbw, silu, f32 in ((False, False, False, False), (True, False, False, False),
+                                        (True, True, False, False), (False, False, True, False),
+                                        (True, False, True, False), (True, True, True, True)):
         check(_gated_head_rmsnorm_kernel, sig, dict(BH=g.heads, BV=g.block, USE_GDC=True, ROUND_STEPS=round_steps,
-                                                    ROUND_BEFORE_WEIGHT=rbw, SILU_GATE=silu), g.num_warps)
+                                                    ROUND_BEFORE_WEIGHT=rbw, SILU_GATE=silu, GATE_FP32=f32),
+              g.num_warps)
 """)
 
 

@@ -153,7 +153,7 @@ def _rmsnorm_pair_kernel(a_ptr, ids_ptr, wa_ptr, b_ptr, wb_ptr, out_ptr, stride_
 def _gated_head_rmsnorm_kernel(o_ptr, g_ptr, w_ptr, out_ptr, stride_ot, stride_oh, stride_gt, stride_gh,
                                H, V, eps, BH: tl.constexpr, BV: tl.constexpr, USE_GDC: tl.constexpr,
                                ROUND_STEPS: tl.constexpr = False, ROUND_BEFORE_WEIGHT: tl.constexpr = False,
-                               SILU_GATE: tl.constexpr = False):
+                               SILU_GATE: tl.constexpr = False, GATE_FP32: tl.constexpr = False):
     t = tl.program_id(0).to(tl.int64)
     offs_h = tl.program_id(1) * BH + tl.arange(0, BH)
     offs_v = tl.arange(0, BV)
@@ -180,7 +180,9 @@ def _gated_head_rmsnorm_kernel(o_ptr, g_ptr, w_ptr, out_ptr, stride_ot, stride_o
         act = g * tl.sigmoid(g)
     else:
         act = tl.sigmoid(g)
-    if ROUND_STEPS:
+    if ROUND_STEPS and GATE_FP32:   # (Qwen3NextRMSNormGated) the rounded norm times the fp32 activation
+        y = y.to(dt).to(tl.float32) * act
+    elif ROUND_STEPS:
         y = y.to(dt).to(tl.float32) * act.to(dt).to(tl.float32)
     else:
         y = y * act
@@ -270,12 +272,12 @@ def rmsnorm_pair_cols_triton(a: torch.Tensor, a_ids: torch.Tensor | None, wa: to
 def gated_head_rmsnorm_triton(o: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float,
                               out_dtype: torch.dtype | None = None, out: torch.Tensor | None = None, *,
                               round_steps: bool = False, round_before_weight: bool = False,
-                              silu_gate: bool = False, config: NormConfig | None = None,
+                              silu_gate: bool = False, gate_fp32: bool = False, config: NormConfig | None = None,
                               use_pdl: bool | None = None) -> torch.Tensor:
     """Launch the per-head gated RMSNorm of o [T, H, V]; returns [T, H, V] contiguous in
     ``out_dtype`` (fp32 by default). ``round_steps``: each step rounded to ``out_dtype`` (naive.py,
-    _gated_row_in_steps; ``round_before_weight`` its Llama form); ``silu_gate``: times silu(gate),
-    not sigmoid(gate). Arguments are as
+    _gated_row_in_steps; ``round_before_weight`` its Llama form; ``gate_fp32`` the fp32 product of
+    Qwen3NextRMSNormGated); ``silu_gate``: times silu(gate), not sigmoid(gate). Arguments are as
     op.check_gated_head_rmsnorm_args accepts."""
     T, H, V = o.shape
     assert o.stride(-1) == 1 and gate.stride(-1) == 1 and weight.is_contiguous()
@@ -289,6 +291,7 @@ def gated_head_rmsnorm_triton(o: torch.Tensor, gate: torch.Tensor, weight: torch
     _gated_head_rmsnorm_kernel[(T, triton.cdiv(H, cfg.heads))](
         o, gate, weight, out, o.stride(0), o.stride(1), gate.stride(0), gate.stride(1), H, V, float(eps),
         BH=cfg.heads, BV=cfg.block, USE_GDC=use_pdl, ROUND_STEPS=bool(round_steps),
-        ROUND_BEFORE_WEIGHT=bool(round_before_weight), SILU_GATE=bool(silu_gate), num_warps=cfg.num_warps,
+        ROUND_BEFORE_WEIGHT=bool(round_before_weight), SILU_GATE=bool(silu_gate), GATE_FP32=bool(gate_fp32),
+        num_warps=cfg.num_warps,
         num_stages=1, **launch)
     return out

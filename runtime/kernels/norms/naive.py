@@ -74,21 +74,25 @@ def rmsnorm_pair_cols_reference(a: torch.Tensor, a_ids: torch.Tensor | None, wa:
                       rmsnorm_reference(b, wb, None, eps_b, round_before_weight)[0]], -1)
 
 
-def _gated_row_in_steps(o, gate, weight, eps, dt, round_before_weight=False, silu_gate=False):
+def _gated_row_in_steps(o, gate, weight, eps, dt, round_before_weight=False, silu_gate=False, gate_fp32=False):
     """One row as an eager low-precision model computes it: o read as ``dt``, the weighted norm
     in fp32 rounded to ``dt`` (``round_before_weight``: the Llama form, ``weight * normed.to(dt)``),
-    sigmoid(gate) (``silu_gate``: silu(gate)) in ``dt``, their product in ``dt``."""
+    sigmoid(gate) (``silu_gate``: silu(gate)) in ``dt``, their product in ``dt``; ``gate_fp32``:
+    the activation of the gate upcast, its product with the rounded norm in fp32, rounded once
+    (Hugging Face's Qwen3NextRMSNormGated: ``(w * normed.to(dt)) * silu(gate.float())``)."""
     x = o.to(dt).float()
     normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
     n = weight * normed.to(dt) if round_before_weight else (normed * weight.float()).to(dt)
     act = torch.nn.functional.silu if silu_gate else torch.sigmoid
+    if gate_fp32:
+        return (n.float() * act(gate.float())).to(dt)
     return n * act(gate.to(dt))
 
 
 def gated_head_rmsnorm_reference(o: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor,
                                  eps: float, out_dtype: torch.dtype | None = None,
                                  round_steps: bool = False, round_before_weight: bool = False,
-                                 silu_gate: bool = False) -> torch.Tensor:
+                                 silu_gate: bool = False, gate_fp32: bool = False) -> torch.Tensor:
     """rmsnorm_per_head(o) * weight * sigmoid(gate), one row at a time, in fp32, then cast.
 
     o [T, H, V] (the KDA chain's fp32 output); gate [T, H, V] (raw g_proj output); weight [V].
@@ -101,7 +105,7 @@ def gated_head_rmsnorm_reference(o: torch.Tensor, gate: torch.Tensor, weight: to
     """
     def row(o_t, g_t):
         if round_steps:
-            return _gated_row_in_steps(o_t, g_t, weight, eps, out_dtype, round_before_weight, silu_gate)
+            return _gated_row_in_steps(o_t, g_t, weight, eps, out_dtype, round_before_weight, silu_gate, gate_fp32)
         if silu_gate:
             x = o_t.float()
             return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.float() \

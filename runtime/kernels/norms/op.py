@@ -44,6 +44,9 @@
   Face Llama form, ``weight * normed.to(out_dtype)``, one rounding more. ``silu_gate=True``: times
   silu(gate) instead of sigmoid(gate) (Gated DeltaNet's output norm, flash-linear-attention's
   FusedRMSNormGated with swish), in fp32 rounded once, or with round_steps each step rounded.
+  ``gate_fp32=True`` (with round_steps): the gate's activation in fp32 and its product with the
+  rounded norm in fp32, rounded once (Hugging Face's Qwen3NextRMSNormGated,
+  ``(weight * normed.to(dt)) * silu(gate.float())`` then ``.to(dt)``).
 
 All but rmsnorm_out are out of place (``mutates_args=()``): nothing in the graph is mutated, so
 functionalisation leaves them alone and the pdl_swap pass replaces pure subgraphs by pure ops.
@@ -140,7 +143,7 @@ def check_embedding_rmsnorm_args(table, ids, weight, eps, round_before_weight=Fa
 
 
 def check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype=None, round_steps=False,
-                                  round_before_weight=False, silu_gate=False) -> None:
+                                  round_before_weight=False, silu_gate=False, gate_fp32=False) -> None:
     """Raise ValueError naming the bad argument of ``gated_head_rmsnorm``."""
     op = "gated_head_rmsnorm"
     if o.dim() != 3:
@@ -172,6 +175,9 @@ def check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype=None, round_st
         raise ValueError(f"{op}: round_before_weight (the Llama form of the 16-bit head norm) needs round_steps "
                          f"and the weight in out_dtype; got round_steps={round_steps}, weight.dtype={weight.dtype}, "
                          f"out_dtype={out_dtype}")
+    if gate_fp32 and not round_steps:
+        raise ValueError(f"{op}: gate_fp32 (the fp32 product of the rounded norm and the gate's activation) "
+                         f"is a form of round_steps; got round_steps={round_steps}")
     _check_eps(op, eps)
 
 
@@ -270,20 +276,24 @@ def _embedding_rmsnorm_fake(table, ids, weight, eps, round_before_weight=False, 
 
 def _gated_head_rmsnorm(o: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor, eps: float,
                         out_dtype: torch.dtype | None = None, round_steps: bool = False,
-                        round_before_weight: bool = False, silu_gate: bool = False) -> torch.Tensor:
-    check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype, round_steps, round_before_weight, silu_gate)
+                        round_before_weight: bool = False, silu_gate: bool = False,
+                        gate_fp32: bool = False) -> torch.Tensor:
+    check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype, round_steps, round_before_weight, silu_gate,
+                                  gate_fp32)
     if not o.is_cuda:
         return gated_head_rmsnorm_reference(o, gate, weight, eps, out_dtype, round_steps, round_before_weight,
-                                            silu_gate)
+                                            silu_gate, gate_fp32)
     from .kernel import gated_head_rmsnorm_triton
 
     return gated_head_rmsnorm_triton(o, gate, weight, eps, out_dtype, round_steps=round_steps,
-                                     round_before_weight=round_before_weight, silu_gate=silu_gate)
+                                     round_before_weight=round_before_weight, silu_gate=silu_gate,
+                                     gate_fp32=gate_fp32)
 
 
 def _gated_head_rmsnorm_fake(o, gate, weight, eps, out_dtype=None, round_steps=False, round_before_weight=False,
-                             silu_gate=False):
-    check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype, round_steps, round_before_weight, silu_gate)
+                             silu_gate=False, gate_fp32=False):
+    check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype, round_steps, round_before_weight, silu_gate,
+                                  gate_fp32)
     return o.new_empty(o.shape, dtype=out_dtype or torch.float32)
 
 
@@ -297,7 +307,8 @@ _SCHEMAS = {
     "embedding_rmsnorm": ("(Tensor table, Tensor ids, Tensor weight, float eps, bool round_before_weight=False, "
                           "bool zero_centered=False) -> (Tensor, Tensor)"),
     "gated_head_rmsnorm": ("(Tensor o, Tensor gate, Tensor weight, float eps, ScalarType? out_dtype=None, "
-                           "bool round_steps=False, bool round_before_weight=False, bool silu_gate=False) -> Tensor"),
+                           "bool round_steps=False, bool round_before_weight=False, bool silu_gate=False, "
+                           "bool gate_fp32=False) -> Tensor"),
 }
 
 
