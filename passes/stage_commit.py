@@ -16,7 +16,8 @@ V_0..V_{T-1}, the value after chain position j, from the graph itself:
 
 - a token-by-token recurrence (KDA's delta rule, any layout): every node carries the highest
   chain position it depends on (``select(rows, 0, i)`` or ``unbind(rows)[i]`` of a per-token
-  tensor is position i, as is ``rows[:, i]`` of one with a batch dim of 1 before the tokens);
+  tensor is position i, as is ``rows[:, i]`` of one with a batch dim of 1 before the tokens, or
+  ``rows[:, :, i]`` where the tokens are the only dim of size T, Hugging Face's [B, H, T, K]);
   the post-state of position j is the one state-sized node of position j that position j+1
   consumes;
 - a sliding window (the short-conv caches): the written value is a slice ending at the end of
