@@ -96,6 +96,11 @@ class FuseProjections(LingcPass):
             if lin is None:
                 continue
             x, w, bias = lin
+            if not all(isinstance(d, int) for d in x.meta["val"].shape):
+                # Rows known only at run time (a per-expert loop over torch.where, as Hugging
+                # Face's MoE blocks write it): lingc's GEMM is specialised on its shapes.
+                n.meta["lingc_why"] = "data-dependent rows (e.g. tokens picked by torch.where): left to ATen"
+                continue
             if bias is not None:
                 self._replace(graph, [n], x, [w], bias)
                 matches += 1

@@ -446,7 +446,8 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
         for n in kernels:
             if cats[n] != "lingc":
                 ops = groups.setdefault(_leftover_reason(n, cache_write), {})
-                name = target_name(n.target).split(".")[1]
+                name = target_name(n.target)
+                name = name.split(".")[1] if "." in name else name      # (a Python op on sizes: its name)
                 ops[name] = ops.get(name, 0) + 1
         for reason, ops in sorted(groups.items(), key=lambda kv: -sum(kv[1].values())):
             detail = ", ".join(f"{k} x{v}" for k, v in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0])))

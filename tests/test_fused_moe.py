@@ -260,6 +260,52 @@ def test_softmax_router_is_not_a_moe_block():
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
 
+class HFExpertLoopMoE(nn.Module):
+    """A MoE block as Hugging Face's Qwen2-MoE / Qwen3-Next write it: a softmax router, then a
+    loop over the experts, each taking the rows torch.where finds for it (a data-dependent count)
+    and index_add_-ing its output back; a shared expert behind a sigmoid gate."""
+
+    def __init__(self, hid=32, experts=6, topk=2, inter=16):
+        super().__init__()
+        g = torch.Generator().manual_seed(4)
+
+        def lin(o, i):
+            return nn.Parameter(torch.randn(o, i, generator=g) / i ** 0.5, requires_grad=False)
+
+        self.topk, self.router = topk, lin(experts, hid)
+        self.w_gate = nn.ParameterList([lin(inter, hid) for _ in range(experts)])
+        self.w_up = nn.ParameterList([lin(inter, hid) for _ in range(experts)])
+        self.w_down = nn.ParameterList([lin(hid, inter) for _ in range(experts)])
+        self.shared = nn.ParameterList([lin(inter, hid), lin(inter, hid), lin(hid, inter), lin(1, hid)])
+
+    def forward(self, x):
+        w = F.softmax(x @ self.router.T, dim=1, dtype=torch.float)
+        w, sel = torch.topk(w, self.topk, dim=-1)
+        w = (w / w.sum(-1, keepdim=True)).to(x.dtype)
+        out = torch.zeros_like(x)
+        mask = F.one_hot(sel, num_classes=len(self.w_gate)).permute(2, 1, 0)
+        for e in range(len(self.w_gate)):
+            slot, rows = torch.where(mask[e])
+            h = x[rows]
+            y = (F.silu(h @ self.w_gate[e].T) * (h @ self.w_up[e].T)) @ self.w_down[e].T
+            out.index_add_(0, rows, y * w[rows, slot, None])
+        g, u, d, sg = self.shared
+        return out + torch.sigmoid(x @ sg.T) * ((F.silu(x @ g.T) * (x @ u.T)) @ d.T)
+
+
+def test_an_expert_loop_over_data_dependent_rows_compiles_and_equals_eager():
+    """Rows known only at run time (torch.where per expert) reach the passes as unbacked sizes:
+    the projections on them are left to ATen with the reason (they crashed fuse_projections
+    before), the rest compiles, and the step equals eager."""
+    m = HFExpertLoopMoE()
+    x = torch.randn(3, 32, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref = m(x)
+    out, report = run_and_report(m, x)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    assert "data-dependent rows (e.g. tokens picked by torch.where): left to ATen" in report.kernels.format()
+
+
 def test_zero_fill_changes_routing():
     """The unmatched 0-fill router above really computes something else (negative biased scores)."""
     a, b = ForeignRouter(), ForeignRouter(fill=0.0)
