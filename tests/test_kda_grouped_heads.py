@@ -242,3 +242,52 @@ def test_gpu_qwen3_next_tp_shapes(T, staged):
     else:
         assert_close(state, S_ref, 1e-4)
         assert torch.equal(window.cpu(), win_ref)
+
+
+@pytest.mark.gpu
+def test_gpu_decode_steps_then_verify_and_commit_in_a_cuda_graph():
+    """Qwen3-Next-80B's per-GPU layer on Hugging Face's [C, 4] cache, captured with PDL: two
+    decode steps (persistent: the q/k window by the last of its GROUP x NVB programs, whose
+    ticket must be back at zero for the next step and every replay), then a staged verify and the
+    commit of its position 2. Each replay from the same start equals the reference."""
+    from lingc.runtime.kernels.kda.kernel import config_for, kda_commit_triton
+    x = grouped_inputs(6, 4, 8, 128, torch.bfloat16, seed=77, width=W)
+    state0, cache0 = x["state"].clone(), x["conv_window"].clone()
+    cfg = config_for(8, 128, 128)
+    outs = [torch.empty(1, 8, 128, device="cuda") for _ in range(2)] + [torch.empty(6, 8, 128, device="cuda")]
+    ss = torch.empty(6, 8, 128, 128, device="cuda")
+    sw = torch.empty(6, *cache0.shape, device="cuda", dtype=cache0.dtype)
+    index = torch.tensor(2, device="cuda")
+
+    rows = ("q_raw", "k_raw", "v_raw", "f_raw", "b_raw")
+
+    def step():
+        for t in range(2):                      # decode step t: token t alone
+            kda_chain_triton(*args({**x, **{k: x[k][t:t + 1] for k in rows}}), None, None, outs[t], config=cfg)
+        kda_chain_triton(*args(x), ss, sw, outs[2], config=cfg)
+        kda_commit_triton(x["state"], x["conv_window"], ss, sw, index)
+
+    def reset():
+        x["state"].copy_(state0)
+        x["conv_window"].copy_(cache0)
+
+    step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    cpu = {k: v.cpu() for k, v in x.items()}
+    cpu["state"], cpu["conv_window"] = state0.cpu(), cache0.cpu()
+    for _ in range(2):
+        reset()
+        graph.replay()
+        torch.cuda.synchronize()
+        start = dict(cpu)
+        for t in range(2):                      # the two decode steps, token t each
+            r = kda_chain_reference(*args({**start, **{k: cpu[k][t:t + 1] for k in rows}}))
+            assert_close(outs[t], r.o, 1e-4)
+            start = {**start, "state": r.state, "conv_window": r.window}
+        verify = kda_chain_reference(*args(start))
+        assert_close(outs[2], verify.o, 1e-4)
+        assert_close(x["state"], verify.stage_states[2], 1e-4)
+        assert torch.equal(x["conv_window"].cpu(), verify.stage_windows[2])
