@@ -56,6 +56,13 @@ class GraphTiming:
     replays: int
 
 
+def to_cpu(a):
+    """An op argument on the CPU (for a reference run): a tensor, a list of tensors, or as is."""
+    if isinstance(a, (list, tuple)):
+        return type(a)(to_cpu(b) for b in a)
+    return a.cpu() if torch.is_tensor(a) else a
+
+
 def require_cuda() -> torch.device:
     """The current CUDA device; exits with a message where there is none."""
     if not torch.cuda.is_available():

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import cold_copies, markdown_table, require_cuda, time_in_graph, write_json
+from benchmarks.common import cold_copies, markdown_table, require_cuda, time_in_graph, to_cpu, write_json
 from lingc.runtime.kernels.kda import kda_chain_reference
 from lingc.runtime.kernels.kda.kernel import config_for, kda_chain_triton
 
@@ -130,8 +130,7 @@ def bench_T(T: int, replays: int, copies_override: int) -> list[dict]:
     copies = copies_override or max(MIN_LAYERS, cold_copies(layer_bytes))
     layers = [layer(T, gen) for _ in range(copies)]
     x0 = layers[0]
-    ref = kda_chain_reference(*((a.cpu() if torch.is_tensor(a) else [w.cpu() for w in a] if isinstance(a, list) else a)
-                                for a in chain_args(x0)))
+    ref = kda_chain_reference(*(to_cpu(a) for a in chain_args(x0)))
     ready = copies > 1
 
     def lingc(cache: str, pdl: bool):

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import cold_copies, markdown_table, require_cuda, time_in_graph, write_json
+from benchmarks.common import cold_copies, markdown_table, require_cuda, time_in_graph, to_cpu, write_json
 from lingc.models.kda_math import kda_gate, kda_recurrent, l2norm, short_conv
 from lingc.runtime.kernels.kda import kda_chain_reference
 from lingc.runtime.kernels.kda.kernel import KdaConfig, config_for, kda_chain_triton, kda_commit_triton
@@ -78,13 +78,6 @@ def _with_vk_state(x):
 def _args(x):
     return (x["q_raw"], x["k_raw"], x["v_raw"], x["f_raw"], x["b_raw"], list(x["conv_w"].unbind(0)), x["conv_window"],
             x["a_log"], x["dt_bias"], x["state"], LOWER_BOUND)
-
-
-def _to_cpu(a):
-    """An argument of _args on the CPU (the conv weights are a list of tensors)."""
-    if isinstance(a, list):
-        return [w.cpu() for w in a]
-    return a.cpu() if torch.is_tensor(a) else a
 
 
 _EAGER_INPUTS = ("q_raw", "k_raw", "v_raw", "f_raw", "b_raw", "conv_w", "conv_window", "a_log", "dt_bias", "state")
@@ -151,7 +144,7 @@ def bench_T(T, bvs, warps, replays, copies_override, inductor=False):
     copies = copies_override or max(MIN_LAYERS, cold_copies(layer_bytes))
     layers = [_with_vk_state(_layer(T, gen, staged)) for _ in range(copies)]
     x0 = layers[0]
-    ref = kda_chain_reference(*(_to_cpu(a) for a in _args(x0)))
+    ref = kda_chain_reference(*(to_cpu(a) for a in _args(x0)))
     table = config_for(H, K, K)
 
     # As pdl_swap marks a model's chains: each call reads another layer copy's state, written

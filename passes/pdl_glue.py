@@ -147,8 +147,8 @@ def _slice_write(cur: fx.Node, rank: int):
 def slice_fills(g: fx.Graph) -> int:
     """A fresh tensor (aten.full / zeros, possibly cast or moved to the device) written at every
     index of one dim, once each (Hugging Face's recurrences: out = zeros(..).to(v);
-    out[:, :, i] = o_i) -> unsqueeze(o_0, d) when that dim
-    has one index (a view: no kernel at decode's T = 1, where the fill and the copy were two),
+    out[:, :, i] = o_i) -> unsqueeze(o_0, d) when that dim has one index (a view: no kernel at
+    decode's T = 1, where the fill and the copy were two),
     stack(o_0..o_{n-1}, d) otherwise (one kernel for n + 1). Exact: every element is overwritten,
     by a value of the same dtype, so the fill value is never read."""
     count = 0

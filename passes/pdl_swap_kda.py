@@ -59,6 +59,24 @@ SLOT_WRITES = {aten.select_scatter.default}
 NODE_KEYS = {"qkv", "f", "conv", "b", "a_log", "dt_bias"}    # the KDA probe's result fields that are leaves
 
 
+def _gate_inputs(leaves, skip, T, H, D):
+    """The region's inputs besides ``skip`` (state, window, the fused form's q/k/v): the [T, H*K]
+    and [T, H] projections, the parameters and, among them, the [H] and [H*K] ones."""
+    proj = [n for n in leaves if not graph_input(n) and n not in skip]
+    params = [n for n in leaves if graph_input(n) and n not in skip]
+    return ([n for n in proj if shape(n) == (T, D)], [n for n in proj if shape(n) == (T, H)], params,
+            [p for p in params if shape(p) == (H,)], [p for p in params if shape(p) == (D,)])
+
+
+def _gate_roles(f, braw, a_log, dt_bias):
+    """The probe's (f, b) and (A_log, dt_bias) candidates: KDA's one per-channel gate f beside
+    b, A_log and dt_bias; with f None Gated DeltaNet's, f and b both [T, H] and A_log and dt_bias
+    both [H], so either way round."""
+    if f is not None:
+        return [(f, braw[0])], [(a_log[0], dt_bias[0])]
+    return [tuple(braw), tuple(braw[::-1])], [tuple(a_log), tuple(a_log[::-1])]
+
+
 class KdaCores:
     """pdl_swap's KDA matcher (a mixin of PdlSwap: its notes, probe cache and flags)."""
 
@@ -340,11 +358,7 @@ class KdaCores:
         D = H * A
         if mixed is not None:
             return self._fused_conv_roles(leaves, state_ph, win_ph, T, H, A, mixed, C)
-        raws = [n for n in leaves if not graph_input(n) and shape(n) == (T, D)]
-        braw = [n for n in leaves if not graph_input(n) and shape(n) == (T, H)]
-        params = [n for n in leaves if graph_input(n) and n not in (state_ph, win_ph)]
-        a_log = [p for p in params if shape(p) == (H,)]
-        dt_bias = [p for p in params if shape(p) == (D,)]
+        raws, braw, params, a_log, dt_bias = _gate_inputs(leaves, {state_ph, win_ph}, T, H, D)
         conv = [p for p in params if numel(p) == 4 * D and shape(p)[0] == D]
         # KDA: a gate per channel (f [T, H*K], dt_bias [H*K]); Gated DeltaNet: one per head (f and
         # b both [T, H], A_log and dt_bias both [H]: which is which, the probe decides).
@@ -371,10 +385,8 @@ class KdaCores:
             pair[min(raws, key=meet.__getitem__)] = c
         if len(pair) != 3:
             return "conv weights do not pair with three projections"
-        if kda:
-            fb, ad = [(next(r for r in raws if r not in pair), braw[0])], [(a_log[0], dt_bias[0])]
-        else:
-            fb, ad = [tuple(braw), tuple(braw[::-1])], [tuple(a_log), tuple(a_log[::-1])]
+        f = next(r for r in raws if r not in pair) if kda else None
+        fb, ad = _gate_roles(f, braw, a_log, dt_bias)
         return dict(qkv=[r for r in raws if r in pair], pair=pair, fb=fb, ad=ad, fused=False)
 
     def _fused_conv_roles(self, leaves, state_ph, win_ph, T, H, A, mixed, C):
@@ -396,12 +408,7 @@ class KdaCores:
                 return "the fused convolution's input is a concatenation of other than q, k, v projections"
         else:
             return "the fused convolution's input is neither a projection nor a concatenation of q, k, v"
-        rest = [n for n in leaves if not graph_input(n) and n not in qkv]
-        fD = [n for n in rest if shape(n) == (T, D)]
-        braw = [n for n in rest if shape(n) == (T, H)]
-        params = [n for n in leaves if graph_input(n) and n not in (state_ph, win_ph)]
-        a_log = [p for p in params if shape(p) == (H,)]
-        dt_bias = [p for p in params if shape(p) == (D,)]
+        fD, braw, params, a_log, dt_bias = _gate_inputs(leaves, {state_ph, win_ph, *qkv}, T, H, D)
         conv = [p for p in params if numel(p) == 4 * C and shape(p)[0] == C]
         kda = len(fD) == 1 and len(braw) == 1 and len(a_log) == 1 and len(dt_bias) == 1
         gdn = not fD and len(braw) == 2 and len(a_log) == 2 and not dt_bias
@@ -410,10 +417,7 @@ class KdaCores:
                     f"{len(a_log)} [H], {len(dt_bias)} [H*K], {len(conv)} fused conv weights")
         if len(leaves) != len(qkv) + 7:               # the conv, state, window, f, b, A_log, dt_bias
             return f"{len(leaves)} inputs, expected {len(qkv) + 7}"
-        if kda:
-            fb, ad = [(fD[0], braw[0])], [(a_log[0], dt_bias[0])]
-        else:
-            fb, ad = [tuple(braw), tuple(braw[::-1])], [tuple(a_log), tuple(a_log[::-1])]
+        fb, ad = _gate_roles(fD[0] if kda else None, braw, a_log, dt_bias)
         return dict(qkv=qkv, pair={}, conv=conv[0], fb=fb, ad=ad, fused=True, C=C, dqk=dqk)
 
     def _kda_probe(self, nodes, leaves, outs, roles, st, win, T, H, A):
