@@ -101,7 +101,8 @@ def _fla():
         return None
 
     def run(q, k, v, g, beta, h0):
-        return fused_recurrent_gated_delta_rule(q, k, v, g, beta, scale=K ** -0.5, initial_state=h0,
+        # Keywords: fla 0.6 puts gk and gv between g and beta (beta passed fifth was read as gk)
+        return fused_recurrent_gated_delta_rule(q, k, v, g=g, beta=beta, scale=K ** -0.5, initial_state=h0,
                                                 output_final_state=True, use_qk_l2norm_in_kernel=True)[0]
     return run
 

@@ -263,10 +263,12 @@ def random_like(n: fx.Node, gen: torch.Generator, scale: float = 1.0) -> torch.T
 
 
 def run_region(gm: fx.GraphModule, inputs: list[torch.Tensor]) -> list[torch.Tensor] | None:
-    """Evaluate a region on real CPU tensors; None when it cannot run (an op without a CPU path)."""
+    """Evaluate a region on real CPU tensors; None when it cannot run (an op without a CPU path).
+    The outputs come back on the CPU: a region may move a tensor to the model's device itself
+    (zeros made on the host, then moved), and the references it is compared with are CPU ones."""
     with real_tensor_mode(), torch.no_grad():
         try:
-            return [o.detach() for o in gm(*inputs)]
+            return [o.detach().cpu() for o in gm(*inputs)]
         except Exception:  # noqa: BLE001  (a region that cannot run is simply not matched)
             return None
 

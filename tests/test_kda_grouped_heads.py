@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import assert_close
+from helpers import assert_close, run_sm90_compile_check
 from lingc.runtime.kernels.kda import kda_chain_reference
 from lingc.runtime.kernels.kda.kernel import KdaConfig, _tickets, kda_chain_triton
 
@@ -223,6 +223,37 @@ def test_bad_grouped_arguments_raise(what, value, match):
         a[i] = torch.zeros(*value, device=DEVICE)
     with pytest.raises(ValueError, match=match):
         torch.ops.lingc.kda_chain(*a, None, None)
+
+
+_CARRY_CHECK = r"""
+import re
+import triton
+from triton.backends.compiler import GPUTarget
+from lingc.runtime.kernels.kda.kernel import _kda_chain_kernel as fn
+
+sig = {n: "*bf16" for n in ["q_ptr", "k_ptr", "v_ptr", "f_ptr", "b_ptr", "win_ptr", "swin_ptr"]}
+sig.update({n: "i32" for n in ["stride_q", "stride_k", "stride_v", "stride_f", "stride_b", "T", "STAGED"]})
+sig.update({n: "*fp32" for n in ["wq_ptr", "wk_ptr", "wv_ptr", "alog_ptr", "dtb_ptr", "state_ptr", "o_ptr",
+                                 "sstate_ptr"]})
+sig.update(ticket_ptr="*i32", lower_bound="fp32", scale="fp32", eps="fp32")
+carried = {}
+for win in (3, 4):
+    const = dict(H=4, K=16, V=16, BK=16, BV=16, NVB=1, STATE_BEFORE_WAIT=False, FUSED_RED=True,
+                 USE_GDC=False, SOFTPLUS_GATE=True, STATE_VK=False, GATE_PER_HEAD=True, GROUP=2, WIN=win)
+    src = triton.compiler.ASTSource(fn, {**sig, **{k: "constexpr" for k in const}}, const, {})
+    ttir = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4)).asm["ttir"]
+    carried[win] = int(re.search(r"= scf\.while .*-> \(([^)]*)\)", ttir).group(1).count(",")) + 1
+assert carried[4] == carried[3] + 3, carried
+"""
+
+
+def test_the_token_loop_carries_the_shifted_out_columns():
+    """The real sm_90 compile: with a 4-column cache the token loop carries the three columns
+    shifted out (q, k, v) to the persistent window's store. Session 48's GPU run caught the
+    kernel storing the pre-loop column instead (Triton's while carries only the names its body
+    re-binds to a new value, and p* entered as an alias of what the body binds it to); the
+    interpreter, plain Python, cannot see it."""
+    run_sm90_compile_check(_CARRY_CHECK)
 
 
 @pytest.mark.gpu

@@ -232,7 +232,16 @@ def _kda_chain_kernel(
     # Token t + 1's inputs are requested before token t is computed, so their L2 latency overlaps
     # the serial work of the recurrence instead of adding to it (the same arithmetic per token).
     t = 0
-    pq, pk, pv = xq0, xk0, xv0
+    if WIN == 4:
+        # The column a 4-column cache shifts out (its value after T = 0 tokens). Loaded, not
+        # aliased to x*0: Triton's while loop carries only the names its body re-binds to a value
+        # other than the one they entered with, and x*0 is what the body binds p* to, so an alias
+        # left p* uncarried and the last token's shifted-out column never reached the store.
+        pq = tl.load(win_ptr + cqk * WIN, mask=mk, other=0.0).to(tl.float32)
+        pk = tl.load(win_ptr + (DQK + cqk) * WIN, mask=mk, other=0.0).to(tl.float32)
+        pv = tl.load(win_ptr + (2 * DQK + cv) * WIN, mask=mv, other=0.0).to(tl.float32)
+    else:
+        pq, pk, pv = xq0, xk0, xv0    # unused: a 3-column cache keeps no shifted-out column
     nq, nk, nv, nf, nb = _token_inputs(q_ptr, k_ptr, v_ptr, f_ptr, b_ptr, stride_q, stride_k, stride_v, stride_f,
                                        stride_b, 0, T, h, cqk, cv, mk, mv, cf)
     while t < T:
