@@ -110,7 +110,7 @@ class KdaCores:
         out = g.output_node()
         outs = [a for a in (out.args[0] if isinstance(out.args[0], (tuple, list)) else [out.args[0]])
                 if isinstance(a, fx.Node) and not graph_input(a)]
-        states = [n for n in outs if val(n) is not None and val(n).dtype == torch.float32 and val(n).dim() >= 3]
+        states = [n for n in outs if isinstance(val(n), torch.Tensor) and val(n).dtype == torch.float32 and val(n).dim() >= 3]
         if not states:
             return
         order = {n: i for i, n in enumerate(g.nodes)}
@@ -496,6 +496,14 @@ class KdaCores:
         if hint in cands:
             cands.remove(hint)
             cands.insert(0, hint)
+        # The candidate that reproduces the region best, not the first within the tolerance: a
+        # 16-bit region's tolerance is loose (3e-2, for the roundings a model may do in bf16),
+        # and a wrong assignment can come within it (session 48: Qwen3-Next's A_log and dt_bias
+        # swapped at T = 6 landed at 2.4e-2, the right one at 0). The scan stops at a candidate
+        # exact to fp32's tolerance, or at the previous layer's pick if it holds within the
+        # tolerance (that one was the best of a whole scan), so only a model's first layer pays.
+        exact = PROBE_TOL[torch.float32]
+        best = None                        # (error, candidate, o read out [H, T, V])
         for cand in cands:
             perm, lb, transposed, fb, ad = cand
             qkv = tuple(roles["qkv"][i] for i in perm)
@@ -505,22 +513,34 @@ class KdaCores:
                 r = run(qkv, lb, transposed, fb, ad, T)
             except (RuntimeError, ValueError):
                 continue
-            o_ht = False                   # o read out [H, T, V] (Hugging Face's [B, H, T, V] output)
-            if rel_err(got[0], r.o) > tol:
-                if T == 1 or rel_err(got[0], r.o.transpose(0, 1)) > tol:
-                    continue
-                o_ht = True
+            err_o, o_ht = rel_err(got[0], r.o), False    # o_ht: Hugging Face's [B, H, T, V] output
+            if T > 1 and err_o > exact:
+                err_t = rel_err(got[0], r.o.transpose(0, 1))
+                if err_t < err_o:
+                    err_o, o_ht = err_t, True
+            if err_o > tol:
+                continue
             ref_s = r.stage_states if st["staged"] else r.state
             ref_w = r.stage_windows if st["staged"] else r.window
             if transposed:
                 ref_s = ref_s.transpose(-1, -2)
-            if rel_err(got[1], ref_s) <= tol and rel_err(got[2], ref_w) <= tol:
-                self._kda_hint = cand
-                (f, b), (a_log, dt_bias) = roles["fb"][fb], roles["ad"][ad]
-                return dict(qkv=qkv, f=f, conv=[roles["conv"]] if roles["fused"] else [roles["pair"][r] for r in qkv],
-                            lb=None if lb is None else float(lb), fused=roles["fused"], o_ht=o_ht,
-                            transposed=transposed, b=b, a_log=a_log, dt_bias=dt_bias)
-        return "no assignment of the inputs reproduces the kda_chain reference"
+            err = max(err_o, rel_err(got[1], ref_s), rel_err(got[2], ref_w))
+            if err > tol:
+                continue
+            if best is None or err < best[0]:
+                best = (err, cand, o_ht)
+            if err <= exact or cand == hint:
+                break
+        if best is None:
+            return "no assignment of the inputs reproduces the kda_chain reference"
+        _, cand, o_ht = best
+        perm, lb, transposed, fb, ad = cand
+        self._kda_hint = cand
+        (f, b), (a_log, dt_bias) = roles["fb"][fb], roles["ad"][ad]
+        qkv = tuple(roles["qkv"][i] for i in perm)
+        return dict(qkv=qkv, f=f, conv=[roles["conv"]] if roles["fused"] else [roles["pair"][r] for r in qkv],
+                    lb=None if lb is None else float(lb), fused=roles["fused"], o_ht=o_ht,
+                    transposed=transposed, b=b, a_log=a_log, dt_bias=dt_bias)
 
     def _kda_rewrite(self, g, st, win, o, m, T, H, A):
         D = H * A
