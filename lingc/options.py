@@ -42,6 +42,11 @@ class LingcOptions:
     # go through AOTAutograd, which handles aliasing) or "aot" (AOTAutograd: a metadata run, then
     # the trace; about twice the time, the same ops, some view nodes in another order).
     capture: str = "functionalize"
+    # A recurrent state the model hands back as a new tensor (a cache object re-bound in Python,
+    # Hugging Face's cache.recurrent_states[i] = S) is written in place into the tensor it was
+    # read from, which the graph returns instead, so its chain runs on lingc.kda_chain. The old
+    # state tensor is overwritten: for callers that drop it (Hugging Face's caches do).
+    rebound_states_in_place: bool = False
 
     @classmethod
     def from_user(cls, options: dict[str, Any] | None) -> "LingcOptions":
@@ -69,7 +74,8 @@ class LingcOptions:
     def validate(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"lingc: option role={self.role!r}; expected one of {list(ROLES)}")
-        for name in ("inductor", "verify", "fail_on_recompile", "print_summary", "cudagraphs"):
+        for name in ("inductor", "verify", "fail_on_recompile", "print_summary", "cudagraphs",
+                     "rebound_states_in_place"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"lingc: option {name}={getattr(self, name)!r} must be a bool")
         if self.capture not in CAPTURES:

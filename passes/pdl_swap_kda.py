@@ -30,7 +30,13 @@ compared with kda_chain's reference under every candidate role assignment (q/k/v
 layout [K, V] or [V, K], the gate's lower bound among the region's constants or the unbounded
 softplus gate). A state stored [V, K] is read and written in place in that layout (the op's
 state_vk; in a verify graph its stages too). A state [1, H, K, V] and a window [1, 3, D, 3] (a Hugging Face batch
-dim of 1) are the [H, K, V] state and [3, D, 3] window below it.
+dim of 1) are the [H, K, V] state and [3, D, 3] window below it. The best candidate within the
+probe's tolerance is kept, not the first (a bf16 region's tolerance is loose).
+
+A state handed back as a new tensor (a cache object re-bound in Python, Hugging Face's
+cache.recurrent_states[i] = S) has no in-place write to match: it is named in the notes, or, with
+options={"rebound_states_in_place": True} (not in verify graphs), first rewritten into one (an
+epilogue copy_ into the input it was read from, which the graph then returns in its place).
 
 Numerics (declared): the reference evaluates one position at a time (batch-invariant in T); at
 T=1 it is the model's computation, at T > 1 it differs from the whole-T ATen ops in the last bits
@@ -81,6 +87,13 @@ class KdaCores:
     """pdl_swap's KDA matcher (a mixin of PdlSwap: its notes, probe cache and flags)."""
 
     def _kda(self, g: fx.Graph) -> int:
+        if self.ctx.options.rebound_states_in_place:
+            if self.ctx.role == "verify":
+                # stage_commit ran before this pass: a write added now would not be staged.
+                self.notes.append("rebound_states_in_place not applied in a verify graph (its state "
+                                  "writes are staged before this pass; write the state in place instead)")
+            else:
+                self._write_back_returned_states(g)
         writes = self._state_writes(g)
         states = [w for w in writes if w["kind"] == "state"]
         windows = {w["ph"]: w for w in writes if w["kind"] == "window"}
@@ -98,30 +111,55 @@ class KdaCores:
                 matches += 1
         if matches:
             self._mark_state_ready(g)
-        self._note_returned_states(g, {n.args[0] for n in g.nodes if is_call(n, aten.copy_.default)})
+        self._note_returned_states(g)
         return matches
 
-    def _note_returned_states(self, g: fx.Graph, written: set) -> None:
-        """A recurrent state handed back as a new tensor instead of written in place (a cache
-        object re-bound in Python, as Hugging Face's ``cache.recurrent_states[i] = S``: Dynamo
-        returns S from the graph and stores it after the call) stays on ATen: say so, and how to
-        write it, rather than leave the user to find the chain missing. An fp32 output of three
-        or more dims computed from an input of its shape that nothing writes back is one."""
+    @staticmethod
+    def _returned_states(g: fx.Graph) -> list[tuple[fx.Node, fx.Node]]:
+        """(input, new value) for each recurrent state the graph hands back as a new tensor
+        instead of writing it in place (a cache object re-bound in Python, as Hugging Face's
+        ``cache.recurrent_states[i] = S``: Dynamo returns S from the graph and stores it after the
+        call): an fp32 output of three or more dims computed from an input of its shape that
+        nothing writes back."""
+        written = {n.args[0] for n in g.nodes if is_call(n, aten.copy_.default)}
         out = g.output_node()
         outs = [a for a in (out.args[0] if isinstance(out.args[0], (tuple, list)) else [out.args[0]])
                 if isinstance(a, fx.Node) and not graph_input(a)]
         states = [n for n in outs if isinstance(val(n), torch.Tensor) and val(n).dtype == torch.float32 and val(n).dim() >= 3]
         if not states:
-            return
+            return []
         order = {n: i for i, n in enumerate(g.nodes)}
         inputs = [p for p in g.nodes if graph_input(p) and p not in written and shape(p) is not None]
+        found = []
         for n in states:
             src = next((p for p in inputs if shape(p) == shape(n) and depends_on(n, p, order)), None)
-            if src is not None:
-                self.notes.append(
-                    f"{src.name}: a recurrent state comes back as a new tensor {list(shape(n))} (a cache re-bound "
-                    f"in Python, e.g. cache.recurrent_states[i] = S), not written in place: its KDA / Gated "
-                    f"DeltaNet chain stays on ATen; write it back with state.copy_(S) (or state[slot].copy_(S))")
+            if src is not None and all(src is not s for s, _ in found):
+                found.append((src, n))
+        return found
+
+    def _write_back_returned_states(self, g: fx.Graph) -> None:
+        """Option rebound_states_in_place: each returned state is written into the input it was
+        read from (an epilogue copy_, as functionalisation writes a mutated input) and that input
+        is returned in its place, so the caller re-binds the cache to the same, updated tensor and
+        the chain below matches as an in-place one."""
+        out = g.output_node()
+        for src, n in self._returned_states(g):
+            with g.inserting_before(out):
+                g.call_function(aten.copy_.default, (src, n))
+            out.args = tuple(tuple(src if a is n else a for a in x) if isinstance(x, (tuple, list)) else
+                             (src if x is n else x) for x in out.args)
+            self.notes.append(f"{src.name}: the re-bound state {list(shape(n))} written in place "
+                              f"(option rebound_states_in_place)")
+
+    def _note_returned_states(self, g: fx.Graph) -> None:
+        """A returned state (_returned_states) stays on ATen: say so, and how to write it, rather
+        than leave the user to find the chain missing."""
+        for src, n in self._returned_states(g):
+            self.notes.append(
+                f"{src.name}: a recurrent state comes back as a new tensor {list(shape(n))} (a cache re-bound "
+                f"in Python, e.g. cache.recurrent_states[i] = S), not written in place: its KDA / Gated "
+                f"DeltaNet chain stays on ATen; write it back with state.copy_(S) (or state[slot].copy_(S)), "
+                f"or pass options={{'rebound_states_in_place': True}} to have lingc do so")
 
     def _mark_state_ready(self, g: fx.Graph) -> None:
         """``state_ready=True`` on every kda_chain whose state and conv window are graph inputs
@@ -275,7 +313,8 @@ class KdaCores:
             return "an intermediate value is used outside the chain"
         views = lambda n: n.op == "call_function" and n.target in VIEW_OPS  # noqa: E731
         for ph in (st["ph"], win["ph"]):
-            if not descendants([ph], views) <= allowed:
+            # (The graph handing the input itself back is no read: rebound_states_in_place.)
+            if not {n for n in descendants([ph], views) if n.op != "output"} <= allowed:
                 return f"{ph.name} is read outside the chain"
         roles = self._kda_roles(leaves, nodes, st["ph"], win["ph"], T, H, A, mixed, C)
         if isinstance(roles, str):

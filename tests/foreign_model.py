@@ -203,6 +203,19 @@ class Qwen3NextStyleGDN(nn.Module):
         return out.transpose(1, 2).contiguous()                                  # [1, T, H, V]
 
 
+class HFCacheGDN(Qwen3NextStyleGDN):
+    """Qwen3NextStyleGDN with Hugging Face's cache object: forward(x, states, window) reads the
+    state from the list ``states`` and re-binds ``states[0]`` to the new one
+    (``cache.recurrent_states[i] = S``) rather than writing it in place; the window is written in
+    place (Hugging Face's conv update copies into its cache)."""
+
+    def forward(self, x, states, window):
+        state = states[0].clone()            # the recurrence below writes its argument: a copy
+        y = super().forward(x, state, window)
+        states[0] = state
+        return y
+
+
 class KimiStyleMLA(nn.Module):
     def __init__(self, g: torch.Generator, textbook: bool = False):
         super().__init__()

@@ -54,6 +54,7 @@ def test_backend_by_name_without_importing_lingc():
     ({"bogus": 1}, "valid options are"),
     ({"role": "train"}, "expected one of"),
     ({"inductor": "yes"}, "must be a bool"),
+    ({"rebound_states_in_place": 1}, "rebound_states_in_place=1 must be a bool"),
     ({"disable_passes": ["nope"]}, "unknown pass"),
     ({"capture": "export"}, r"capture='export'; expected one of \['aot', 'functionalize'\]"),
 ])

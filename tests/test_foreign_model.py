@@ -188,6 +188,69 @@ def test_a_graph_that_returns_a_python_scalar(monkeypatch):
     torch.testing.assert_close(state, ref_state, rtol=1e-5, atol=1e-5)
 
 
+class _HFCacheLayer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = fm.HFCacheGDN(torch.Generator().manual_seed(0))
+
+    def forward(self, x, states, window):
+        return self.layer(x, states, window)
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["default", "rebound_states_in_place"])
+def test_a_state_rebound_in_the_cache_object(in_place):
+    """Hugging Face's cache object re-binds the new state (cache.recurrent_states[i] = S) rather
+    than writing it in place. By default the chain stays on ATen and the notes say why and name
+    the option; with options={"rebound_states_in_place": True} the state is written into the
+    tensor it was read from (which the graph then returns, so the list holds it again) and the
+    chain runs on lingc.kda_chain. Either way the step and the re-bound state equal eager's."""
+    torch._dynamo.reset()
+    m = _HFCacheLayer()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, fm.HID, generator=g)
+    s0, w0 = torch.randn(fm.KH, fm.KD, fm.KD, generator=g) * 0.3, torch.randn(m.layer.C, 4, generator=g)
+    ref_states, ref_window = [s0.clone()], w0.clone()
+    with torch.no_grad():
+        ref = m(x, ref_states, ref_window)
+    states, window = [s0.clone()], w0.clone()
+    held = states[0]
+    out, report = run_and_report(m, x, states, window, **({"rebound_states_in_place": True} if in_place else {}))
+    lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
+    notes = " ".join(stat(report, "pdl_swap").notes)
+    if in_place:
+        assert lingc.get("lingc.kda_chain") == 1, report.kernels.format()
+        assert "the re-bound state [2, 8, 8] written in place (option rebound_states_in_place)" in notes, notes
+        assert states[0] is held                      # the list holds the tensor it held, updated
+    else:
+        assert "lingc.kda_chain" not in lingc
+        assert "pass options={'rebound_states_in_place': True}" in notes, notes
+        assert torch.equal(held, s0)                   # the old state untouched (eager's semantics)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(states[0], ref_states[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(window, ref_window, rtol=1e-5, atol=1e-5)
+
+
+def test_rebound_states_are_not_written_back_in_a_verify_graph():
+    """A verify graph's state writes are staged (stage_commit) before pdl_swap runs: a write-back
+    added then would change the state before the verdict, so the option is refused there, with
+    a note, and the step equals eager (the re-bound state too, the held one untouched)."""
+    torch._dynamo.reset()
+    m = _HFCacheLayer()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, fm.HID, generator=g)
+    s0, w0 = torch.randn(fm.KH, fm.KD, fm.KD, generator=g) * 0.3, torch.randn(m.layer.C, 4, generator=g)
+    ref_states = [s0.clone()]
+    with torch.no_grad():
+        ref = m(x, ref_states, w0.clone())
+    states = [s0.clone()]
+    held = states[0]
+    out, report = run_and_report(m, x, states, w0.clone(), role="verify", rebound_states_in_place=True)
+    assert "rebound_states_in_place not applied in a verify graph" in " ".join(stat(report, "pdl_swap").notes)
+    assert torch.equal(held, s0)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(states[0], ref_states[0], rtol=1e-5, atol=1e-5)
+
+
 def test_bf16_qwen3_next_model(tmp_path):
     """Qwen3-Next's layer in bfloat16 (the fused convolution's cache in bf16, its taps read as
     fp32 by the kernel as by the model): the same kernels as in fp32; its gated norm, Hugging
