@@ -130,11 +130,15 @@ class KdaCores:
             return []
         order = {n: i for i, n in enumerate(g.nodes)}
         inputs = [p for p in g.nodes if graph_input(p) and p not in written and shape(p) is not None]
+        # A later layer's state depends on every earlier layer's too (through the hidden state):
+        # its own input is the one read last, nearest to it. One input per state, each once.
+        first_read = {p: min((order[u] for u in p.users), default=-1) for p in inputs}
         found = []
-        for n in states:
-            src = next((p for p in inputs if shape(p) == shape(n) and depends_on(n, p, order)), None)
-            if src is not None and all(src is not s for s, _ in found):
-                found.append((src, n))
+        for n in sorted(states, key=order.__getitem__):
+            cands = [p for p in inputs if shape(p) == shape(n) and all(p is not s for s, _ in found)
+                     and depends_on(n, p, order)]
+            if cands:
+                found.append((max(cands, key=first_read.__getitem__), n))
         return found
 
     def _write_back_returned_states(self, g: fx.Graph) -> None:

@@ -230,6 +230,41 @@ def test_a_state_rebound_in_the_cache_object(in_place):
     torch.testing.assert_close(window, ref_window, rtol=1e-5, atol=1e-5)
 
 
+class _TwoHFCacheLayers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.a, self.b = fm.HFCacheGDN(g), fm.HFCacheGDN(g)
+
+    def forward(self, x, states_a, states_b, window_a, window_b):
+        x = x + self.a(x, states_a, window_a)
+        return x + self.b(x, states_b, window_b)
+
+
+def test_each_rebound_state_is_written_into_its_own_input():
+    """Two layers: the second layer's new state depends on the first layer's state too (through
+    the hidden state), so each is paired with the input it read last; both chains run on
+    kda_chain and every state lands in its own tensor."""
+    torch._dynamo.reset()
+    m = _TwoHFCacheLayers()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, fm.HID, generator=g)
+    s = [torch.randn(fm.KH, fm.KD, fm.KD, generator=g) * 0.3 for _ in range(2)]
+    w = [torch.randn(m.a.C, 4, generator=g) for _ in range(2)]
+    ref_args = [[s[0].clone()], [s[1].clone()], w[0].clone(), w[1].clone()]
+    with torch.no_grad():
+        ref = m(x, *ref_args)
+    args = [[s[0].clone()], [s[1].clone()], w[0].clone(), w[1].clone()]
+    held = [args[0][0], args[1][0]]
+    out, report = run_and_report(m, x, *args, rebound_states_in_place=True)
+    assert {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}["lingc.kda_chain"] == 2
+    assert args[0][0] is held[0] and args[1][0] is held[1]
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for got, want in zip(args, ref_args):
+        torch.testing.assert_close(got[0] if isinstance(got, list) else got,
+                                   want[0] if isinstance(want, list) else want, rtol=1e-5, atol=1e-5)
+
+
 def test_rebound_states_are_not_written_back_in_a_verify_graph():
     """A verify graph's state writes are staged (stage_commit) before pdl_swap runs: a write-back
     added then would change the state before the verdict, so the option is refused there, with
