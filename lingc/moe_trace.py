@@ -204,6 +204,10 @@ class MoETrace:
             return self._contract(n)
         if t in (aten.index.Tensor, aten.index_select.default):
             return self._gather(n)
+        if t is prims.iota.default:
+            return self._iota(n)
+        if t in (aten.index_put.default, aten.index_add.default):
+            return self._index_add(n)
         if t is aten.scatter.src:
             return self._scatter(n)
         if t is aten.eq.Tensor:
@@ -300,6 +304,51 @@ class MoETrace:
         return V("tuple", (), src.block, info=pieces)
 
     # ------------------------------------------------------------------------ products
+    @staticmethod
+    def _iota(n: fx.Node) -> V | None:
+        """arange(T): a token index (kind tidx), its value along t the token itself, so rows of x
+        gathered by it (expanded over the slots and flattened to pairs, as Transformers'
+        batched_mm experts write it) are x broadcast over the slots."""
+        length = n.args[0]
+        if not isinstance(length, int) or n.kwargs.get("start", 0) != 0 or n.kwargs.get("step", 1) != 1:
+            return None
+        return V("tidx", ((("t", length),) if length > 1 else (),))
+
+    def _index_add(self, n: fx.Node) -> V | None:
+        """zeros[T, H].index_add_(0, token index over pairs, weighted pairs) (or the index_put
+        with accumulate=True it may decompose to) over the flattened (token, slot) pairs: the
+        weighted expert outputs summed over the slots, the routed output."""
+        if n.target is aten.index_add.default:           # index_add(base, dim, index, source, alpha=1)
+            base, dim, index, values = n.args[:4]
+            alpha = n.args[4] if len(n.args) > 4 else n.kwargs.get("alpha", 1)
+            if dim != 0 or alpha != 1:
+                return None
+        else:                                             # index_put(base, [index], values, accumulate)
+            base, indices, values = n.args[:3]
+            accumulate = n.args[3] if len(n.args) > 3 else n.kwargs.get("accumulate", False)
+            if not accumulate or len(indices) != 1:
+                return None
+            index = indices[0]
+        iv, wv = self.get(index), self.get(values)
+        if iv is None or wv is None or iv.kind != "tidx" or wv.kind != "weighted" or wv.fixed \
+                or len(iv.dims) != 1 or not wv.dims or wv.info[1][0] != "k":
+            return None
+        if not (is_call(base, aten.full.default) and scalar(base.args[1]) == 0):
+            return None
+        b = wv.block
+        k = ("k", self.K[b])
+        # The pair dim: the index's atoms (t, then the slots broadcast) against the values' (t, k).
+        pair = wv.dims[0]
+        want = tuple(a for a in pair if a[0] == "t") + (k,)
+        got = tuple(a for a in iv.dims[0] if a[0] == "t") + tuple(k for a in iv.dims[0] if a[0] in ("*", "k"))
+        if pair != want or got != want:
+            return None
+        shape = base.meta["val"].shape
+        dims = _regroup([a for a in pair if a[0] == "t"] + list(atoms(wv.dims[1:])), shape)
+        if dims is None:
+            return None
+        return V("routed", dims, b, frozenset(), (wv.info[0], frozenset(range(self.K[b]))))
+
     def _gather(self, n: fx.Node) -> V | None:
         if n.target is aten.index.Tensor:
             src_node, idx = n.args
@@ -309,6 +358,9 @@ class MoETrace:
         else:
             src_node, dim, idx = n.args
         src, iv = self.get(src_node), self.get(idx)
+        if src is not None and iv is not None and src.kind == "x" and iv.kind == "tidx" and dim == 0 \
+                and src.dims and len(iv.dims[0]) >= 1 and src.dims[0] == tuple(a for a in iv.dims[0] if a[0] == "t"):
+            return replace(src, dims=iv.dims + src.dims[1:])      # x[arange(T) per pair]: x over the pairs
         if src is None or iv is None or src.kind != "param" or iv.kind != "ids" or dim != 0:
             return None
         if len(src.dims[0]) != 1 or src.dims[0][0][0] != "e":

@@ -20,8 +20,10 @@ Matched on the ATen graph by what it computes, never by module names:
   gathers (`index`, `index_select`), `mm`/`bmm` contractions and elementwise ops. This recognises
   a projection of x by the selected experts' weights, a SwiGLU of two of them (any silu spelling,
   clamps), a down projection, and a sum over the slots weighted by the router weights: per-slot
-  selects added in order, a weighted `sum`, a contraction over k (einsum), or the dense form
-  (all experts, combined by a one-hot or `scatter` of the weights). A SwiGLU MLP of x with 2-D
+  selects added in order, a weighted `sum`, a contraction over k (einsum), an `index_add_` of
+  the flattened (token, slot) pairs into zeros by a token index (`arange(T)` expanded over the
+  slots, which also gathers x's rows: Transformers' batched_mm experts), or the dense form (all
+  experts, combined by a one-hot or `scatter` of the weights). A SwiGLU MLP of x with 2-D
   weights added to the sum is the shared expert. The node that yields the block's output is
   replaced; dead-code elimination removes the rest.
 

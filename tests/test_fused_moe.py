@@ -160,6 +160,39 @@ class WeightedSumMoE(nn.Module):
         return (y.float() * w.unsqueeze(-1)).sum(1).to(x.dtype)
 
 
+class PairIndexMoE(EinsumMoE):
+    """Transformers' batched_mm experts form: the (token, slot) pairs flattened, x's rows gathered
+    by a token index (arange expanded over the slots), the selected experts' stacked gate_up and
+    down gathered per pair, bmm, chunk, the weights applied per pair and an index_add_ of the
+    pairs into a zeros [T, H]; the shared expert added after."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate_up, self.down = _p(E, 2 * I, H, seed=15), _p(E, H, I, seed=16)
+
+    def experts(self, x, ids, w):
+        T, k = x.shape[0], ids.shape[-1]
+        pair_expert = ids.reshape(-1)
+        pair_token = torch.arange(T, device=x.device).unsqueeze(1).expand(-1, k).reshape(-1)
+        gu = torch.bmm(self.gate_up[pair_expert], x[pair_token].unsqueeze(-1)).squeeze(-1)
+        g, u = gu.chunk(2, dim=-1)
+        y = torch.bmm(self.down[pair_expert], (F.silu(g) * u).unsqueeze(-1)).squeeze(-1)
+        y = y * w.reshape(-1).unsqueeze(-1)
+        return torch.zeros_like(x).index_add_(0, pair_token, y.to(x.dtype))
+
+
+class PairIndexIntoX(PairIndexMoE):
+    """The same pairs added into x itself (index_add_ onto the residual, not onto zeros)."""
+
+    def experts(self, x, ids, w):
+        T, k = x.shape[0], ids.shape[-1]
+        pair_token = torch.arange(T).unsqueeze(1).expand(-1, k).reshape(-1)
+        gu = torch.bmm(self.gate_up[ids.reshape(-1)], x[pair_token].unsqueeze(-1)).squeeze(-1)
+        g, u = gu.chunk(2, dim=-1)
+        y = torch.bmm(self.down[ids.reshape(-1)], (F.silu(g) * u).unsqueeze(-1)).squeeze(-1)
+        return x.clone().index_add_(0, pair_token, y * w.reshape(-1, 1)) - x
+
+
 class TransposedExperts(EinsumMoE):
     """Gate/up stored [E, H, I]: moe_experts would need a copy, so the experts are left alone."""
 
@@ -194,6 +227,9 @@ MATCHED = [
     (WeightedSumMoE(), 5, 2, ["1 routers, 1 expert blocks (0 with shared expert)"]),
     (EinsumMoE(), 1, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
     (EinsumMoE(PlainTopkRouter()), 4, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
+    (PairIndexMoE(), 1, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
+    (PairIndexMoE(), 5, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
+    (PairIndexMoE().to(torch.bfloat16), 4, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
 ]
 UNMATCHED = [
     (EinsumMoE(ForeignRouter(fill=0.0)), 1, "router left as ATen ops: the expert selection is not the "
@@ -201,6 +237,7 @@ UNMATCHED = [
     (TransposedExperts(), 1, "experts left as ATen ops: expert gate/up weights are not stored [E, I, H]"),
     (ReluExperts(), 1, "experts left as ATen ops: the expert projections do not form a SwiGLU"),
     (MissingSlot(), 1, "experts left as ATen ops: the expert outputs are not summed over all slots"),
+    (PairIndexIntoX(), 1, "experts left as ATen ops: the expert outputs are not summed over all slots"),
 ]
 
 
