@@ -5,6 +5,7 @@
              y_j = W2[ids_j] @ swiglu(W13[ids_j] @ x)                  experts: whole experts gathered,
              out = sum_j w_j * y_j + Wd @ swiglu(Wg @ x, Wu @ x)       two bmm, a combine chain
     after:   ids, w = lingc.moe_router(x, Wr, bias, n_group, topk_group, top_k, scale, renorm)
+                      (a softmax router: lingc.moe_router(x, Wr, 0, 1, 1, top_k, scale, renorm, softmax=True))
              out = lingc.moe_experts(x, ids, w, W13[:, :I], W13[:, I:], W2, Wg, Wu, Wd, L, Ls)
 
 Matched on the ATen graph by what it computes, never by module names:
@@ -15,6 +16,11 @@ Matched on the ATen graph by what it computes, never by module names:
   `grouped_topk_reference`, with n_group / topk_group read from its top-k shapes, top_k from the
   ids, renormalisation and scale from the weight chain. A different selection (e.g. masking with
   0 instead of -inf) fails the check and the router stays as it is.
+- Softmax routers (Qwen's MoE blocks): a `topk` over the experts whose input is computed from a
+  gate projection through an exp (softmax, decomposed or not) and no sigmoid anchors one; the
+  subgraph from the logits to (ids, weights) is run on random logits against
+  `softmax_topk_reference` (renormalisation and scale from the weight chain) and becomes
+  `lingc.moe_router(..., softmax=True)` with one group.
 - Experts: values are traced forward from the block's x, ids and weights with named axes (token t,
   slot k, hidden h, expert e, weight axes), through views, permutes, expands, casts, slices,
   gathers (`index`, `index_select`), `mm`/`bmm` contractions and elementwise ops. This recognises
@@ -47,7 +53,8 @@ import torch.fx as fx
 
 from lingc.compat import real_tensor_mode
 from lingc.graph_build import emit
-from lingc.graph_match import aten, is_call, prims, scalar, strip, strip_upcasts, unsupported_dtype
+from lingc.graph_match import CASTS, aten, is_call, prims, scalar, strip, strip_upcasts, unsupported_dtype
+from lingc.graph_region import ancestors
 from lingc.moe_trace import Down, MoETrace, Proj, atoms, mode
 from lingc.pass_manager import LingcPass
 from lingc.runtime.kernels import moe_experts as _moe_experts  # noqa: F401  (registers lingc::moe_experts)
@@ -63,6 +70,7 @@ class _Router:
     weights: fx.Node
     call: tuple | None = None       # moe_router's arguments (x and bias may still need a node)
     why: str = ""
+    softmax: bool = False           # a softmax router (moe_router's softmax=True)
 
 
 def _values(n: fx.Node) -> fx.Node:
@@ -117,18 +125,12 @@ def _weight_chain(gather: fx.Node) -> tuple[fx.Node, bool, float]:
         renorm, scale = renorm or r, scale * s
 
 
-def _check_selection(graph: fx.Graph, scores: fx.Node, ids: fx.Node, weights: fx.Node,
-                     renorm: bool, scale: float):
-    """Cut out (ids, weights) as a function of the scores (and a bias) and run it on random scores
-    against the reference grouped top-k: (bias node or None, n_group, topk_group), or why not."""
-    from lingc.runtime.kernels.moe_router.naive import grouped_topk_reference
-
-    T, E = scores.meta["val"].shape
-    K = ids.meta["val"].shape[-1]
-    needed, leaves, stack = set(), set(), [ids, weights]
+def _cut(graph: fx.Graph, src: fx.Node, outs: list[fx.Node]):
+    """(nodes computing ``outs`` from ``src``, the graph inputs they also read), or why not."""
+    needed, leaves, stack = set(), set(), list(outs)
     while stack:
         n = stack.pop()
-        if n is scores or n in needed or n in leaves:
+        if n is src or n in needed or n in leaves:
             continue
         if n.op in ("placeholder", "get_attr"):
             leaves.add(n)
@@ -137,6 +139,21 @@ def _check_selection(graph: fx.Graph, scores: fx.Node, ids: fx.Node, weights: fx
             return "the expert selection reads a non-op node"
         needed.add(n)
         stack.extend(n.all_input_nodes)
+    return needed, leaves
+
+
+def _check_selection(graph: fx.Graph, scores: fx.Node, ids: fx.Node, weights: fx.Node,
+                     renorm: bool, scale: float):
+    """Cut out (ids, weights) as a function of the scores (and a bias) and run it on random scores
+    against the reference grouped top-k: (bias node or None, n_group, topk_group), or why not."""
+    from lingc.runtime.kernels.moe_router.naive import grouped_topk_reference
+
+    T, E = scores.meta["val"].shape
+    K = ids.meta["val"].shape[-1]
+    cut = _cut(graph, scores, [ids, weights])
+    if isinstance(cut, str):
+        return cut
+    needed, leaves = cut
     bias = [n for n in leaves if isinstance(v := n.meta.get("val"), torch.Tensor) and v.shape == (E,)
             and v.is_floating_point()]
     if len(leaves) > 1 or len(bias) != len(leaves):
@@ -193,8 +210,78 @@ def _same_routing(got, ref) -> bool:
         gw.float().gather(1, go.indices), rw.float().gather(1, ro.indices), rtol=1e-4, atol=1e-6)
 
 
+def _softmax_router(graph: fx.Graph, tk: fx.Node) -> _Router | None:
+    """A softmax router anchored at ``tk`` = topk(f(logits), K) over the experts (Qwen's MoE
+    blocks: topk(softmax(x @ Wr.T)), the values renormalised or not): None when this topk is not
+    one (no gate projection, no exp between it and the projection: a sigmoid router's topks),
+    else the router, with ``why`` when its selection is not softmax_topk_reference's."""
+    from lingc.runtime.kernels.moe_router.naive import softmax_topk_reference
+
+    probs, K = tk.args[0], tk.args[1]
+    dim = tk.args[2] if len(tk.args) > 2 else tk.kwargs.get("dim", -1)
+    largest = tk.args[3] if len(tk.args) > 3 else tk.kwargs.get("largest", True)
+    gets = {u.args[1]: u for u in tk.users if u.target is operator.getitem}
+    if 1 not in gets or 0 not in gets or probs.meta["val"].dim() != 2 or dim not in (-1, 1) or not largest:
+        return None
+    T, E = probs.meta["val"].shape
+    ids, vals = gets[1], gets[0]
+    # The logits: the nearest gate projection [T, E] behind the probabilities.
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    lins = [n for n in ancestors([probs]) | {probs} if n.op == "call_function"
+            and tuple(n.meta["val"].shape) == (T, E) and not isinstance(_gate_linear(n), str)
+            and not is_call(n, *CASTS)]
+    if not lins:
+        return None
+    logits = max(lins, key=order.__getitem__)
+    weights, renorm, scale = _weight_chain(vals)
+    cut = _cut(graph, logits, [ids, weights])
+    if isinstance(cut, str):
+        return None
+    needed, leaves = cut
+    if not any(is_call(n, aten.exp.default, aten._softmax.default) for n in needed) \
+            or any(is_call(n, aten.sigmoid.default) for n in needed):
+        return None
+    a, gate_w = _gate_linear(logits)
+    r = _Router(tk, strip_upcasts(a), ids, weights, softmax=True)
+    if leaves:
+        r.why = "the softmax selection reads graph inputs other than the logits"
+        return r
+    sub = fx.Graph()
+    env = {logits: sub.placeholder("logits")}
+    for n in graph.nodes:
+        if n in needed:
+            env[n] = sub.node_copy(n, lambda x: env[x])
+    sub.output((env[ids], env[weights]))
+    fn = fx.GraphModule(torch.nn.Module(), sub)
+    lv = logits.meta["val"]
+    with real_tensor_mode(), torch.no_grad():
+        gen = torch.Generator().manual_seed(0)
+        for spread in (1.0, 4.0):
+            lg = (torch.randn(T, E, generator=gen) * spread).to(lv.device, lv.dtype)
+            try:
+                got = fn(lg)
+            except RuntimeError as e:
+                r.why = f"the softmax selection does not run on its own ({type(e).__name__})"
+                return r
+            if not _same_routing(got, softmax_topk_reference(lg.float(), K, scale, renorm)):
+                r.why = "the expert selection is not the top-k of a softmax (checked on random logits)"
+                return r
+    if gate_w.meta["val"].dtype not in (r.x.meta["val"].dtype, a.meta["val"].dtype):
+        r.why = "the gate weight's dtype is neither x's nor the gate input's"
+    elif why := unsupported_dtype("moe_router", gate_w.meta["val"].dtype, ROUTER_DTYPES):
+        r.why = why
+    else:
+        rx = r.x if r.x.meta["val"].dtype == gate_w.meta["val"].dtype else a
+        r.call = (rx, gate_w, None, 1, 1, K, float(scale), renorm)
+    return r
+
+
 def _find_routers(graph: fx.Graph) -> list[_Router]:
     routers = []
+    for tk in [n for n in graph.nodes if is_call(n, aten.topk.default)]:
+        r = _softmax_router(graph, tk)
+        if r is not None:
+            routers.append(r)
     for g in graph.nodes:
         if not is_call(g, aten.gather.default) or g.args[1] not in (1, -1):
             continue
@@ -289,7 +376,8 @@ class FusedMoE(LingcPass):
             if bias is None:
                 bias = emit(graph, aten.new_zeros.default, gate_w, [gate_w.meta["val"].shape[0]],
                             dtype=torch.float32)
-            pair = emit(graph, torch.ops.lingc.moe_router.default, rx, gate_w, bias, *consts)
+            pair = emit(graph, torch.ops.lingc.moe_router.default, rx, gate_w, bias, *consts,
+                        **({"softmax": True} if r.softmax else {}))
             ids, w = emit(graph, operator.getitem, pair, 0), emit(graph, operator.getitem, pair, 1)
             old_ids = emit(graph, prims.convert_element_type.default, ids, r.ids.meta["val"].dtype)
             old_w = w

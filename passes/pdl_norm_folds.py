@@ -171,6 +171,8 @@ def norms_into_routers(g: fx.Graph) -> int:
     count = 0
     order = {n: i for i, n in enumerate(g.nodes)}      # the graph's nodes before any rewrite here
     for router in [n for n in g.nodes if is_call(n, lingc_ops.moe_router.default)]:
+        if router.kwargs.get("softmax") or (len(router.args) > 8 and router.args[8]):
+            continue                                    # rmsnorm_router's selection is the sigmoid one
         y = _through_identity_views(router.args[0])
         if not (is_call(y, operator.getitem) and y.args[1] == 0 and _weighted_rmsnorm(y.args[0])):
             continue

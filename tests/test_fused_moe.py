@@ -11,7 +11,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from expecttest import assert_expected_inline
 
-from backend_helpers import compile_lingc, compiled_and_eager_greedy, pinned_graph_text, run_and_report, stat
+from backend_helpers import (compile_lingc, compiled_and_eager_greedy, final_graph_text, pinned_graph_text, run_and_report,
+                             stat)
 from helpers import assert_close
 from lingc.models import Ling3Cache, build_model, preset
 
@@ -66,6 +67,24 @@ class PlainTopkRouter(ForeignRouter):
 class SoftmaxRouter(ForeignRouter):
     def forward(self, x):
         w, ids = (x @ self.weight.t()).softmax(-1).topk(K, dim=-1)
+        return ids, w
+
+
+class NormSoftmaxRouter(ForeignRouter):
+    """Qwen3-MoE's router: softmax in fp32 over F.linear's logits, top-k, the top-k
+    probabilities renormalised (norm_topk_prob), cast back to x's dtype."""
+
+    def forward(self, x):
+        probs = F.softmax(F.linear(x, self.weight), dim=1, dtype=torch.float)
+        w, ids = torch.topk(probs, K, dim=-1)
+        return ids, (w / w.sum(dim=-1, keepdim=True)).to(x.dtype)
+
+
+class TemperedSoftmaxRouter(ForeignRouter):
+    """A softmax at temperature 2: the same experts, other weights."""
+
+    def forward(self, x):
+        w, ids = (F.linear(x, self.weight) / 2.0).softmax(-1).topk(K, dim=-1)
         return ids, w
 
 
@@ -218,6 +237,11 @@ class MissingSlot(EinsumMoE):
         return y - super().experts(x, ids[:, -1:].expand(-1, K), w[:, -1:].expand(-1, K) / K)
 
 
+def _with_router(module, router):
+    module.router = router
+    return module
+
+
 MATCHED = [
     # module, T, matches, notes
     (EinsumMoE(), 5, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
@@ -230,6 +254,12 @@ MATCHED = [
     (PairIndexMoE(), 1, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
     (PairIndexMoE(), 5, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
     (PairIndexMoE().to(torch.bfloat16), 4, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
+    (EinsumMoE(SoftmaxRouter()), 1, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
+    (EinsumMoE(SoftmaxRouter()), 4, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
+    (EinsumMoE(NormSoftmaxRouter()), 5, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
+    (_with_router(PairIndexMoE(), NormSoftmaxRouter()), 4, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
+    (_with_router(PairIndexMoE(), NormSoftmaxRouter()).to(torch.bfloat16), 4, 2,
+     ["1 routers, 1 expert blocks (1 with shared expert)"]),
 ]
 UNMATCHED = [
     (EinsumMoE(ForeignRouter(fill=0.0)), 1, "router left as ATen ops: the expert selection is not the "
@@ -238,6 +268,8 @@ UNMATCHED = [
     (ReluExperts(), 1, "experts left as ATen ops: the expert projections do not form a SwiGLU"),
     (MissingSlot(), 1, "experts left as ATen ops: the expert outputs are not summed over all slots"),
     (PairIndexIntoX(), 1, "experts left as ATen ops: the expert outputs are not summed over all slots"),
+    (EinsumMoE(TemperedSoftmaxRouter()), 1, "router left as ATen ops: the expert selection is not the top-k "
+                                            "of a softmax (checked on random logits)"),
 ]
 
 
@@ -287,14 +319,87 @@ def test_unmatched_parts_are_left_with_a_note(module, matches, note):
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
 
-def test_softmax_router_is_not_a_moe_block():
-    m = EinsumMoE(SoftmaxRouter())
-    x = _x(3)
+class GatedSharedMoE(EinsumMoE):
+    """Qwen3-Next's block: a softmax router and a shared expert behind a sigmoid gate."""
+
+    def __init__(self):
+        super().__init__(NormSoftmaxRouter())
+        self.shared_gate = _p(1, H, seed=30)
+
+    def forward(self, x):
+        ids, w = self.router(x)
+        return self.experts(x, ids, w) + torch.sigmoid(F.linear(x, self.shared_gate)) * self.shared(x)
+
+
+def test_a_gated_shared_expert_stays_beside_the_routed_experts():
+    """The routed experts and the router are matched; the gated shared expert is not moe_experts'
+    (it adds the shared expert unweighted) and stays as it is; the block equals eager."""
+    m = GatedSharedMoE()
+    x = _x(4)
     with torch.no_grad():
         ref = m(x)
     out, report = run_and_report(m, x)
-    assert (stat(report, "fused_moe").matches, stat(report, "fused_moe").notes) == (0, [])
+    s = stat(report, "fused_moe")
+    assert (s.matches, s.notes) == (2, ["1 routers, 1 expert blocks (0 with shared expert)"])
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+class NormedMoE(nn.Module):
+    """The block's input norm (nn.RMSNorm) before a MoE block, as a decoder layer has it."""
+
+    def __init__(self, moe):
+        super().__init__()
+        self.norm, self.moe = nn.RMSNorm(H, eps=1e-6), moe
+
+    def forward(self, x):
+        return self.moe(self.norm(x))
+
+
+def test_softmax_router_kernel_call(tmp_path):
+    """A softmax router becomes moe_router(..., softmax=True) with one group, the renormalisation
+    and the scale read from the weights' chain; the norm before it is not folded into the
+    router's logits kernel (rmsnorm_router's selection is the sigmoid one), where a sigmoid
+    router's is."""
+    m = NormedMoE(EinsumMoE(NormSoftmaxRouter()))
+    x = _x(3)
+    with torch.no_grad():
+        ref = m(x)
+    out, report = run_and_report(m, x, dump_dir=str(tmp_path))
+    calls = [line for line in final_graph_text(report).splitlines() if "lingc.moe_router(" in line]
+    assert len(calls) == 1 and "softmax=True" in calls[0] and ", 1, 1, 3, 1.0, True" in calls[0], calls
+    rows = _rows(report)
+    assert rows["lingc.rmsnorm"] == 1 and rows["lingc.rmsnorm_router"] == 0
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("softmax", [False, True])
+def test_norm_folds_into_a_sigmoid_router_only(softmax):
+    """pdl_norm_folds.norms_into_routers on rmsnorm -> moe_router with every operand ready before
+    the norm: folded into rmsnorm_router for a sigmoid router, left for a softmax one (the fused
+    op's selection is the sigmoid one)."""
+    import operator
+
+    from lingc.graph_build import emit
+    from lingc.passes.pdl_norm_folds import norms_into_routers
+    from lingc.runtime.kernels import moe_router, norms  # noqa: F401  (register the ops)
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    g = torch.fx.Graph()
+    ins = {}
+    with FakeTensorMode():
+        vals = (("x", torch.empty(2, H)), ("nw", torch.empty(H)), ("gw", torch.empty(E, H)), ("bias", torch.empty(E)))
+    for name, t in vals:
+        ins[name] = g.placeholder(name)
+        ins[name].meta["val"] = t
+    rms = emit(g, torch.ops.lingc.rmsnorm.default, ins["x"], ins["nw"], None, 1e-6)
+    y = emit(g, operator.getitem, rms, 0)
+    r = emit(g, torch.ops.lingc.moe_router.default, y, ins["gw"], ins["bias"], 1, 1, K, 1.0, True,
+             **({"softmax": True} if softmax else {}))
+    g.output((emit(g, operator.getitem, r, 0), emit(g, operator.getitem, r, 1), emit(g, operator.getitem, rms, 1)))
+    assert norms_into_routers(g) == (0 if softmax else 1)
+    ops = {n.target for n in g.nodes if n.op == "call_function"}
+    assert (torch.ops.lingc.rmsnorm_router.default in ops) != softmax
 
 
 class HFExpertLoopMoE(nn.Module):

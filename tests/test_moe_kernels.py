@@ -14,6 +14,7 @@ different order and an interpreter/torch sigmoid that may differ by an ulp). Ids
 exactly: random inputs keep their biased scores far apart relative to those differences, and
 the tie tests use integer-valued logits, which are exact in every summation order.
 """
+import math
 import textwrap
 import types
 
@@ -167,6 +168,55 @@ def test_router_ties_lowest_index_wins(seed, e, n_group, dtype):
     assert_router_matches(ids, wts, *ref)
     assert_router_matches(*moe_router_reference(x.cpu(), w.cpu(), bias.cpu(), n_group, TOPK_GROUP, TOP_K,
                                                 SCALING, True), *ref)
+
+
+def py_softmax_router(logits, top_k, scaling, renormalize):
+    """Per-token Python reference of a softmax router from the formulas (float64 probabilities):
+    the top_k by logit (ties: lowest index), their softmax probabilities (renormalised over the
+    picks if asked), times scaling."""
+    all_ids, all_w = [], []
+    for row in logits.detach().cpu().double().tolist():
+        ids = sorted(range(len(row)), key=lambda i: (-row[i], i))[:top_k]
+        m = max(row)
+        z = sum(math.exp(v - m) for v in row)
+        w = [math.exp(row[i] - m) / z for i in ids]
+        if renormalize:
+            tot = sum(w)
+            w = [v / tot for v in w]
+        all_ids.append(ids)
+        all_w.append([v * scaling for v in w])
+    return all_ids, all_w
+
+
+@pytest.mark.parametrize("renormalize", [False, True])
+@pytest.mark.parametrize("t", [1, 2, 6])
+@pytest.mark.parametrize("e, top_k", [(16, 4), (64, 8), (24, 3)])
+def test_softmax_router_kernel_matches_python_reference(e, top_k, t, renormalize):
+    """softmax=True (Qwen's MoE routers): the top_k by logit, softmax weights, on fresh inputs;
+    the op's CPU reference agrees; poisoned outputs all written."""
+    x, w, _ = make_router_inputs(t, e, 40, torch.float32, seed=7 * e + t)
+    zeros = torch.zeros(e, device=x.device)
+    ids, wts = run_router(x, w, zeros, 1, 1, top_k, 1.5, renormalize, softmax=True)
+    ref = py_softmax_router(exact_logits(x, w), top_k, 1.5, renormalize)
+    assert_router_matches(ids, wts, *ref)
+    assert_router_matches(*moe_router_reference(x.cpu(), w.cpu(), zeros.cpu(), 1, 1, top_k, 1.5, renormalize,
+                                                softmax=True), *ref)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_softmax_router_ties_lowest_index_wins(seed):
+    """Few distinct logits (exact in any summation order): equal logits rank by index."""
+    t, e, h, top_k = 8, 16, 40, 5
+    x, w, _ = make_tied_inputs(t, e, h, torch.float32, seed=200 + seed)
+    zeros = torch.zeros(e, device=x.device)
+    ids, wts = run_router(x, w, zeros, 1, 1, top_k, 1.0, True, softmax=True)
+    assert_router_matches(ids, wts, *py_softmax_router(exact_logits(x, w), top_k, 1.0, True))
+
+
+def test_softmax_router_takes_one_group():
+    x, w, _ = make_router_inputs(2, 16, 40, torch.float32, seed=3)
+    with pytest.raises(ValueError, match="a softmax router has one group: n_group = topk_group = 1"):
+        moe_router(x, w, torch.zeros(16, device=x.device), 4, 2, 3, 1.0, True, softmax=True)
 
 
 def test_router_all_tied_picks_lowest_groups_and_experts():
@@ -506,6 +556,16 @@ _ROUTER_COMPILE_CHECK = textwrap.dedent("""
     assert ptx.count("redux.sync.max.s32") == 9, ptx.count("redux.sync.max.s32")
     assert "ld.global" in ptx.split("griddepcontrol.wait")[0]   # the bias, before the wait
     print("select", re.findall(r"Used \\d+ registers", info))
+    # A softmax router's selection (Qwen3-MoE's shape: 128 experts, top 8): one warp, no spills.
+    from lingc.runtime.kernels.moe_router.kernel import select_fast
+    const = dict(N_GROUP=1, GROUP_SIZE=128, TOPK_GROUP=1, TOP_K=8, RENORMALIZE=True, G_PAD=1, GS_PAD=128,
+                 KG_PAD=1, USE_GDC=True, CHECK_TIES=True, SOFTMAX=True, **select_fast(1, 1, 128))
+    ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, ["routed_scaling"]), const,
+                             divisible_by_16(fn, list(ptrs) + ints), num_warps=SELECT_WARPS,
+                             maxnreg=SELECT_MAXNREG)
+    assert " 0 bytes spill stores" in info, info
+    assert "bar.sync" not in ptx and "st.shared" not in ptx and "ex2.approx" in ptx
+    print("softmax select", re.findall(r"Used \\d+ registers", info))
 """)
 
 
@@ -532,7 +592,7 @@ def test_router_op_cpu_path_is_the_reference(dtype):
 def test_router_op_schema_fake_and_opcheck():
     assert str(torch.ops.lingc.moe_router.default._schema) == (
         "lingc::moe_router(Tensor x, Tensor gate_w, Tensor expert_bias, int n_group, int topk_group, "
-        "int top_k, float routed_scaling, bool renormalize) -> (Tensor, Tensor)"
+        "int top_k, float routed_scaling, bool renormalize, bool softmax=False) -> (Tensor, Tensor)"
     )
     with FakeTensorMode():
         ids, wts = torch.ops.lingc.moe_router(torch.empty(6, 2560, dtype=torch.bfloat16),
@@ -541,6 +601,8 @@ def test_router_op_schema_fake_and_opcheck():
     assert ids.shape == wts.shape == (6, 8) and ids.dtype == torch.int32 and wts.dtype == torch.float32
     x, w, bias = make_router_inputs(3, 16, 40, torch.float32, seed=82, device="cpu")
     torch.library.opcheck(torch.ops.lingc.moe_router, (x, w, bias, 4, 2, 4, 2.5, True))
+    torch.library.opcheck(torch.ops.lingc.moe_router, (x, w, torch.zeros(16), 1, 1, 4, 2.5, True),
+                          {"softmax": True})
 
 
 def _bad_router_cases():

@@ -209,12 +209,20 @@ def _fast_key(v, idx, valid, BITS: tl.constexpr):
 
 
 @triton.jit
-def _kept_tile(kept, j, kvalid, logits_ptr, bias_ptr, row, GROUP_SIZE: tl.constexpr):
+def _kept_tile(kept, j, kvalid, logits_ptr, bias_ptr, row, GROUP_SIZE: tl.constexpr, SOFTMAX: tl.constexpr,
+               row_max, row_sum):
     """The kept groups' members as a dense [KG_PAD, GS_PAD] tile (this warp's own loads, so L1
-    hits): their expert ids, unbiased scores (the weights) and biased scores (the keys)."""
+    hits): their expert ids, unbiased scores (the weights) and biased scores (the keys). SOFTMAX:
+    the softmax probabilities (exp(l - row_max) / row_sum) and the logits as the keys."""
     kidx = tl.where(kvalid, kept[:, None] * GROUP_SIZE + j, 0)
-    s = tl.sigmoid(tl.load(logits_ptr + row + kidx, mask=kvalid, other=0.0))
-    return kidx, s, s + tl.load(bias_ptr + kidx, mask=kvalid, other=0.0).to(tl.float32)
+    lg = tl.load(logits_ptr + row + kidx, mask=kvalid, other=0.0)
+    if SOFTMAX:
+        key = lg + 0.0                     # -0.0 -> +0.0: equal logits, equal keys
+        s = tl.exp(key - row_max) / row_sum
+    else:
+        s = tl.sigmoid(lg)
+        key = s + tl.load(bias_ptr + kidx, mask=kvalid, other=0.0).to(tl.float32)
+    return kidx, s, key
 
 
 @triton.jit
@@ -232,9 +240,13 @@ def _moe_router_select_kernel(
     N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, TOPK_GROUP: tl.constexpr, TOP_K: tl.constexpr,
     RENORMALIZE: tl.constexpr, G_PAD: tl.constexpr, GS_PAD: tl.constexpr,
     KG_PAD: tl.constexpr, USE_GDC: tl.constexpr, G_BITS: tl.constexpr = 0, E_BITS: tl.constexpr = 0,
-    PACK: tl.constexpr = 0, CHECK_TIES: tl.constexpr = True,
+    PACK: tl.constexpr = 0, CHECK_TIES: tl.constexpr = True, SOFTMAX: tl.constexpr = False,
 ):
     """Grouped top-k of row program_id(0) on a [G_PAD, GS_PAD] view of its logits.
+
+    SOFTMAX (one group; naive.softmax_topk_reference): the keys are the logits themselves and
+    the weights the softmax probabilities, over the row's max and sum of exp (computed here from
+    the whole row before the picks); the bias is not read.
 
     With G_BITS and E_BITS (> 0: the bit lengths of G_PAD - 1 and E - 1) the picks first run on
     int32 keys (``_fast_key``: one compare per candidate where the exact key takes four; with
@@ -264,7 +276,14 @@ def _moe_router_select_kernel(
     pdl_launch_dependents(USE_GDC)
 
     lg = tl.load(logits_ptr + t * stride_lt + eidx, mask=valid, other=0.0)
-    c = tl.where(valid, tl.sigmoid(lg) + bias, neg_inf)
+    if SOFTMAX:
+        c = tl.where(valid, lg + 0.0, neg_inf)
+        row_max = tl.max(tl.max(c, axis=1), axis=0)
+        row_sum = tl.sum(tl.sum(tl.where(valid, tl.exp(c - row_max), 0.0), axis=1), axis=0)
+    else:
+        c = tl.where(valid, tl.sigmoid(lg) + bias, neg_inf)
+        row_max = 0.0
+        row_sum = 1.0
     # Group score: top-1 + top-2 of the group's values, where top-2 is top-1 again when top-1
     # occurs twice (the sum does not depend on which of two tied values is "first"). fp32 max
     # reductions: a third of the instructions of the int64 keys.
@@ -292,7 +311,8 @@ def _moe_router_select_kernel(
             gfk = tl.where(gfk == gb, -2147483648, gfk)
         # The picks walk the kept groups' members, topk_group / n_group of the keys (Ling-3:
         # half). TOP_K + 1 picks; each neighbour pair strictly ordered, or the exact path runs.
-        kidx, ks, kc = _kept_tile(kept, j, kvalid, logits_ptr, bias_ptr, t * stride_lt, GROUP_SIZE)
+        kidx, ks, kc = _kept_tile(kept, j, kvalid, logits_ptr, bias_ptr, t * stride_lt, GROUP_SIZE, SOFTMAX,
+                                   row_max, row_sum)
         fk = _fast_key(kc, kidx, kvalid, E_BITS)
         prev = fk    # only read from the second pick on
         ties = fk < fk   # all False, in fk's layout
@@ -321,7 +341,8 @@ def _moe_router_select_kernel(
             best = tl.max(gkey, axis=0)
             kept = tl.where(kg == i, (G_PAD - 1 - (best & 0x7FFFFFFF)).to(tl.int32), kept)
             gkey = tl.where(gkey == best, lowest, gkey)
-        kidx, ks, kc = _kept_tile(kept, j, kvalid, logits_ptr, bias_ptr, t * stride_lt, GROUP_SIZE)
+        kidx, ks, kc = _kept_tile(kept, j, kvalid, logits_ptr, bias_ptr, t * stride_lt, GROUP_SIZE, SOFTMAX,
+                                   row_max, row_sum)
         key = tl.where(kvalid, (_order_key(kc).to(tl.int64) << 32) | (E - 1 - kidx).to(tl.int64), lowest)
         rank = tl.full([KG_PAD, GS_PAD], -1, dtype=tl.int32)
         for i in tl.static_range(TOP_K):
@@ -397,6 +418,7 @@ def moe_router_triton(
     routed_scaling: float,
     renormalize: bool,
     *,
+    softmax: bool = False,
     ids_out: torch.Tensor | None = None,
     weights_out: torch.Tensor | None = None,
     logits_out: torch.Tensor | None = None,
@@ -458,12 +480,12 @@ def moe_router_triton(
         num_warps=warps, **pdl,
     )
     _launch_select(logits_out, expert_bias, ids_out, weights_out, n_group, topk_group, top_k, routed_scaling,
-                   renormalize, use_pdl)
+                   renormalize, use_pdl, softmax)
     return ids_out, weights_out
 
 
 def _launch_select(logits, expert_bias, ids_out, weights_out, n_group, topk_group, top_k, routed_scaling,
-                   renormalize, use_pdl) -> None:
+                   renormalize, use_pdl, softmax=False) -> None:
     """The selection kernel over fp32 logits [T, E] (unit stride along E): one one-warp CTA a row."""
     group_size = logits.shape[1] // n_group
     _moe_router_select_kernel[(logits.shape[0],)](
@@ -473,7 +495,7 @@ def _launch_select(logits, expert_bias, ids_out, weights_out, n_group, topk_grou
         RENORMALIZE=bool(renormalize), G_PAD=triton.next_power_of_2(n_group),
         GS_PAD=triton.next_power_of_2(group_size),
         KG_PAD=triton.next_power_of_2(topk_group), **select_fast(n_group, topk_group, group_size),
-        USE_GDC=use_pdl, num_warps=SELECT_WARPS, **({"launch_pdl": True} if use_pdl else {}),
+        USE_GDC=use_pdl, SOFTMAX=bool(softmax), num_warps=SELECT_WARPS, **({"launch_pdl": True} if use_pdl else {}),
         **register_cap(SELECT_MAXNREG),
     )
 

@@ -28,7 +28,8 @@ row's result does not depend on how many rows come with it (design.md).
 import torch
 import torch.nn.functional as F
 
-__all__ = ["router_logits", "grouped_topk_reference", "moe_router_reference", "rmsnorm_router_reference"]
+__all__ = ["router_logits", "grouped_topk_reference", "softmax_topk_reference", "moe_router_reference",
+           "rmsnorm_router_reference"]
 
 
 def router_logits(x: torch.Tensor, gate_w: torch.Tensor) -> torch.Tensor:
@@ -66,6 +67,22 @@ def grouped_topk_reference(
     return ids.to(torch.int32), w * routed_scaling
 
 
+def softmax_topk_reference(logits: torch.Tensor, top_k: int, routed_scaling: float,
+                           renormalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """A softmax router's selection (Qwen's MoE blocks) on fp32 logits [T, E]: the top_k experts
+    by logit (softmax is monotone; the lowest index first among equal logits, -0.0 equal to
+    +0.0), their softmax probabilities as weights (w / sum(w) if ``renormalize``: the
+    probabilities' common denominator cancels), times ``routed_scaling``. Declared against an
+    eager ``topk(softmax(logits))``: that ranks the rounded probabilities, which may tie where
+    the logits do not, and breaks ties in an unspecified order."""
+    lg = logits.float() + 0.0
+    ids = torch.sort(lg, dim=-1, descending=True, stable=True).indices[:, :top_k]
+    w = torch.softmax(lg, dim=-1).gather(1, ids)
+    if renormalize:
+        w = w / w.sum(-1, keepdim=True)
+    return ids.to(torch.int32), w * routed_scaling
+
+
 def moe_router_reference(
     x: torch.Tensor,
     gate_w: torch.Tensor,
@@ -75,15 +92,19 @@ def moe_router_reference(
     top_k: int,
     routed_scaling: float,
     renormalize: bool,
+    softmax: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The whole router (module docstring): (topk_ids int32 [T, top_k], topk_weights fp32).
+    """The whole router (module docstring): (topk_ids int32 [T, top_k], topk_weights fp32);
+    ``softmax``: softmax_topk_reference's selection instead (no bias, one group).
 
     Row by row: a [T, top_k] sum (the renormalisation) is vectorised across rows on the CPU in a
     T-dependent order, and a row's bits must not depend on T (batch invariance)."""
     if x.shape[0] > 1:
         rows = [moe_router_reference(x[t:t + 1].clone(), gate_w, expert_bias, n_group, topk_group, top_k,
-                                     routed_scaling, renormalize) for t in range(x.shape[0])]
+                                     routed_scaling, renormalize, softmax) for t in range(x.shape[0])]
         return torch.cat([r[0] for r in rows]), torch.cat([r[1] for r in rows])
+    if softmax:
+        return softmax_topk_reference(router_logits(x, gate_w), top_k, routed_scaling, renormalize)
     scores = torch.sigmoid(router_logits(x, gate_w))
     return grouped_topk_reference(scores, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
 

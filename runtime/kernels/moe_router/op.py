@@ -4,7 +4,9 @@
 int topk_group, int top_k, float routed_scaling, bool renormalize) -> (Tensor, Tensor)``:
 x [T, H] (bf16 or fp32), gate_w [E, H] of x's dtype (unit stride along H, any row stride),
 expert_bias fp32 [E]; returns (topk_ids int32 [T, top_k], topk_weights fp32 [T, top_k]).
-naive.py gives the exact math and the tie rule (lowest index wins).
+naive.py gives the exact math and the tie rule (lowest index wins). ``softmax=True`` (a trailing
+``bool softmax=False`` in the schema): a softmax router instead (Qwen's MoE blocks: the top_k by
+logit, softmax probabilities as weights; one group, the bias unused; naive.softmax_topk_reference).
 
 The fused_moe pass emits it, so it must trace (fake impl), run on the CPU (the reference) and
 on CUDA (the two Triton kernels, PDL-launched on Hopper). A ``custom_op`` rather than a
@@ -42,11 +44,15 @@ __all__ = ["moe_router", "moe_select", "rmsnorm_router", "check_moe_router_args"
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
-def check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize) -> None:
+def check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize,
+                          softmax=False) -> None:
     """Raise ValueError naming the bad argument of ``moe_router``."""
     op = "moe_router"
     _check_gate(op, x, gate_w)
     _check_selection(op, x, gate_w.shape[0], expert_bias, n_group, topk_group, top_k)
+    if softmax and (n_group, topk_group) != (1, 1):
+        raise ValueError(f"{op}: a softmax router has one group: n_group = topk_group = 1, got "
+                         f"n_group={n_group}, topk_group={topk_group}")
 
 
 def _check_gate(op, x, gate_w) -> None:
@@ -89,24 +95,26 @@ def _check_selection(op, x, e, expert_bias, n_group, topk_group, top_k, x_name="
                          f"{topk_group * (e // n_group)}]")
 
 
-def _moe_router(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize):
-    check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
+def _moe_router(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize, softmax=False):
+    check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize, softmax)
     if not x.is_cuda:
-        return moe_router_reference(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
+        return moe_router_reference(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize,
+                                    softmax)
     # Imported here so the CPU path needs no triton.
     from .kernel import moe_router_triton
 
-    return moe_router_triton(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
+    return moe_router_triton(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize,
+                             softmax=softmax)
 
 
-def _moe_router_fake(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize):
-    check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
+def _moe_router_fake(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize, softmax=False):
+    check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize, softmax)
     t = x.shape[0]
     return x.new_empty((t, top_k), dtype=torch.int32), x.new_empty((t, top_k), dtype=torch.float32)
 
 
 _SCHEMA = ("(Tensor x, Tensor gate_w, Tensor expert_bias, int n_group, int topk_group, int top_k, "
-           "float routed_scaling, bool renormalize) -> (Tensor, Tensor)")
+           "float routed_scaling, bool renormalize, bool softmax=False) -> (Tensor, Tensor)")
 
 
 moe_router = register_op("moe_router", _moe_router, _moe_router_fake, schema=_SCHEMA)
