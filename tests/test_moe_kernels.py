@@ -968,6 +968,24 @@ def test_gpu_router_redux_packs(e, n_group, topk_group, top_k):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("t", [1, 6, 16])
+@pytest.mark.parametrize("e, top_k", [(128, 8), (64, 4), (512, 10)])
+def test_gpu_softmax_router(e, top_k, t, dtype):
+    """The softmax selection on CUDA (redux packs of [1, 128] and [1, 512] kept tiles, and the
+    shuffle path at 64): ids exactly, weights within fp32 rounding, every output written, the
+    tie rule on integer logits."""
+    x, w, _ = make_router_inputs(t, e, 256, dtype, seed=e + t)
+    zeros = torch.zeros(e, device="cuda")
+    for renormalize in (False, True):
+        ids, wts = run_router(x, w, zeros, 1, 1, top_k, 1.5, renormalize, softmax=True)
+        assert_router_matches(ids, wts, *py_softmax_router(exact_logits(x, w), top_k, 1.5, renormalize))
+    x, w, _ = make_tied_inputs(t, e, 40, dtype, seed=e)
+    ids, wts = run_router(x, w, zeros, 1, 1, top_k, 1.0, True, softmax=True)
+    assert_router_matches(ids, wts, *py_softmax_router(exact_logits(x, w), top_k, 1.0, True))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_gpu_router_batch_invariant(dtype):
     g = LING3
     x, w, bias = make_router_inputs(16, g["e"], g["h"], dtype, seed=300)
