@@ -142,6 +142,17 @@ def _cut(graph: fx.Graph, src: fx.Node, outs: list[fx.Node]):
     return needed, leaves
 
 
+def _cut_module(graph: fx.Graph, inputs: list[fx.Node], needed: set, outs: list[fx.Node]) -> fx.GraphModule:
+    """The cut-out nodes ``needed`` (``_cut``) as a module of ``inputs`` returning ``outs``."""
+    sub = fx.Graph()
+    env = {n: sub.placeholder(n.name) for n in inputs}
+    for n in graph.nodes:
+        if n in needed:
+            env[n] = sub.node_copy(n, lambda a: env[a])
+    sub.output(tuple(env[o] for o in outs))
+    return fx.GraphModule(torch.nn.Module(), sub)
+
+
 def _check_selection(graph: fx.Graph, scores: fx.Node, ids: fx.Node, weights: fx.Node,
                      renorm: bool, scale: float):
     """Cut out (ids, weights) as a function of the scores (and a bias) and run it on random scores
@@ -170,15 +181,7 @@ def _check_selection(graph: fx.Graph, scores: fx.Node, ids: fx.Node, weights: fx
                 kept.add((shape[-1], k))
     candidates = [(g, tg) for g in sorted(groups) for g2, tg in sorted(kept) if g2 == g] + [(1, 1)]
 
-    sub = fx.Graph()
-    env = {scores: sub.placeholder("scores")}
-    if bias is not None:
-        env[bias] = sub.placeholder("bias")
-    for n in graph.nodes:
-        if n in needed:
-            env[n] = sub.node_copy(n, lambda a: env[a])
-    sub.output((env[ids], env[weights]))
-    fn = fx.GraphModule(torch.nn.Module(), sub)
+    fn = _cut_module(graph, [scores] + ([bias] if bias is not None else []), needed, [ids, weights])
 
     sv = scores.meta["val"]
     with real_tensor_mode(), torch.no_grad():
@@ -246,13 +249,7 @@ def _softmax_router(graph: fx.Graph, tk: fx.Node) -> _Router | None:
     if leaves:
         r.why = "the softmax selection reads graph inputs other than the logits"
         return r
-    sub = fx.Graph()
-    env = {logits: sub.placeholder("logits")}
-    for n in graph.nodes:
-        if n in needed:
-            env[n] = sub.node_copy(n, lambda x: env[x])
-    sub.output((env[ids], env[weights]))
-    fn = fx.GraphModule(torch.nn.Module(), sub)
+    fn = _cut_module(graph, [logits], needed, [ids, weights])
     lv = logits.meta["val"]
     with real_tensor_mode(), torch.no_grad():
         gen = torch.Generator().manual_seed(0)
