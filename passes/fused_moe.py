@@ -54,7 +54,6 @@ import torch.fx as fx
 from lingc.compat import real_tensor_mode
 from lingc.graph_build import emit
 from lingc.graph_match import CASTS, aten, is_call, prims, scalar, strip, strip_upcasts, unsupported_dtype
-from lingc.graph_region import ancestors
 from lingc.moe_trace import Down, MoETrace, Proj, atoms, mode
 from lingc.pass_manager import LingcPass
 from lingc.runtime.kernels import moe_experts as _moe_experts  # noqa: F401  (registers lingc::moe_experts)
@@ -213,7 +212,7 @@ def _same_routing(got, ref) -> bool:
         gw.float().gather(1, go.indices), rw.float().gather(1, ro.indices), rtol=1e-4, atol=1e-6)
 
 
-def _softmax_router(graph: fx.Graph, tk: fx.Node) -> _Router | None:
+def _softmax_router(graph: fx.Graph, tk: fx.Node, order: dict) -> _Router | None:
     """A softmax router anchored at ``tk`` = topk(f(logits), K) over the experts (Qwen's MoE
     blocks: topk(softmax(x @ Wr.T)), the values renormalised or not): None when this topk is not
     one (no gate projection, no exp between it and the projection: a sigmoid router's topks),
@@ -228,11 +227,20 @@ def _softmax_router(graph: fx.Graph, tk: fx.Node) -> _Router | None:
         return None
     T, E = probs.meta["val"].shape
     ids, vals = gets[1], gets[0]
-    # The logits: the nearest gate projection [T, E] behind the probabilities.
-    order = {n: i for i, n in enumerate(graph.nodes)}
-    lins = [n for n in ancestors([probs]) | {probs} if n.op == "call_function"
-            and tuple(n.meta["val"].shape) == (T, E) and not isinstance(_gate_linear(n), str)
-            and not is_call(n, *CASTS)]
+    # The logits: the nearest gate projection [T, E] behind the probabilities, searched back
+    # through [T, E] and [T, 1] values only (a softmax's pieces), so the walk stays local.
+    lins, seen, stack = [], set(), [probs]
+    while stack:
+        n = stack.pop()
+        v = n.meta.get("val")
+        if n in seen or n.op != "call_function" or not isinstance(v, torch.Tensor) or v.dim() != 2 \
+                or v.shape[0] != T or v.shape[1] not in (1, E):
+            continue
+        seen.add(n)
+        if v.shape[1] == E and not is_call(n, *CASTS) and not isinstance(_gate_linear(n), str):
+            lins.append(n)
+            continue
+        stack.extend(n.all_input_nodes)
     if not lins:
         return None
     logits = max(lins, key=order.__getitem__)
@@ -275,8 +283,9 @@ def _softmax_router(graph: fx.Graph, tk: fx.Node) -> _Router | None:
 
 def _find_routers(graph: fx.Graph) -> list[_Router]:
     routers = []
+    order = {n: i for i, n in enumerate(graph.nodes)}
     for tk in [n for n in graph.nodes if is_call(n, aten.topk.default)]:
-        r = _softmax_router(graph, tk)
+        r = _softmax_router(graph, tk, order)
         if r is not None:
             routers.append(r)
     for g in graph.nodes:
