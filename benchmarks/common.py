@@ -56,6 +56,27 @@ class GraphTiming:
     replays: int
 
 
+def rel_rms(a: torch.Tensor, b: torch.Tensor) -> float:
+    """RMS of a - b over RMS of b, in float64 on the CPU (a kernel's output against its reference)."""
+    a, b = a.detach().double().cpu(), b.detach().double().cpu()
+    return ((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt()).item()
+
+
+def peer_row(name: str, fn, sets: list[tuple], ref: torch.Tensor, replays: int, tol: float = 1e-2,
+             **fields) -> dict | None:
+    """A peer library's kernel (flash-linear-attention's) timed as lingc's are, over the rotated
+    argument ``sets``: its row (``fields`` first, then the median and minimum us per call and its
+    relative RMS error against ``ref``, within ``tol``), or None with the failure printed: a peer
+    that fails to run is reported, not fatal."""
+    try:
+        err = rel_rms(fn(*sets[0]).view_as(ref), ref)
+        t = time_in_graph(fn, sets, replays=replays)
+    except Exception as e:  # noqa: BLE001
+        print(f"{name} failed at T={fields.get('T')}: {type(e).__name__}: {e}")
+        return None
+    return {**fields, "us": t.us_per_call, "us_min": t.us_per_call_min, "rel_rms_err": err, "correct": err <= tol}
+
+
 def to_cpu(a):
     """An op argument on the CPU (for a reference run): a tensor, a list of tensors, or as is."""
     if isinstance(a, (list, tuple)):

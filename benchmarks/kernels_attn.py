@@ -38,7 +38,8 @@ from pathlib import Path
 import torch
 from triton.runtime.errors import OutOfResources
 
-from benchmarks.common import cold_copies, copy_bandwidth_gbps, markdown_table, require_cuda, time_in_graph, write_json
+from benchmarks.common import (cold_copies, copy_bandwidth_gbps, markdown_table, rel_rms, require_cuda,
+                             time_in_graph, write_json)
 from lingc.models.kda_math import gated_head_rmsnorm as model_gated_head_rmsnorm
 from lingc.models.layers import apply_rope_interleaved, rope_inv_freq
 from lingc.runtime.kernels.mla_decode import mla_decode_reference
@@ -59,11 +60,6 @@ BF16 = torch.bfloat16
 # H200 (session 26; eager 4e-7): its contraction or rounding order, not investigated. The check of
 # a baseline is there to catch a wrong answer (off by O(1)), so it gets one bf16 rounding's room.
 RTOL = {"norm": 8e-3, "mla": 1e-4, "mla_inductor": 2e-3}
-
-
-def _rel_rms(a, b):
-    a, b = a.detach().double().cpu(), b.detach().double().cpu()
-    return ((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt()).item()
 
 
 def _row(kernel, shape, T, variant, t, floor_bytes, copy_gbps, err, tol, copies):
@@ -141,7 +137,7 @@ def bench_norms(T, copy_gbps, replays, inductor):
          f"H={KDA_H} V={KDA_V}"),
     ):
         for variant, fn in variants.items():
-            err = _rel_rms(fn(s0).float().reshape(ref.shape), ref.float())
+            err = rel_rms(fn(s0).float().reshape(ref.shape), ref.float())
             t = time_in_graph(fn, [(s,) for s in sets], replays=replays)
             rows.append(_row(kernel, shape, T, variant, t, nbytes, copy_gbps, err, tol, copies))
     del sets
@@ -233,7 +229,7 @@ def bench_mla(L, T, copy_gbps, replays, inductor, split_lens, configs=()):
     shape = f"L={L} H={MLA_H} R={RANK}+{ROPE}"
     for variant, fn in variants.items():
         try:
-            err = _rel_rms(fn(x0), ref)
+            err = rel_rms(fn(x0), ref)
         except OutOfResources as e:      # a swept config that does not fit: say so, go on
             print(f"mla_decode {shape} T={T} {variant}: skipped, {e}", flush=True)
             continue

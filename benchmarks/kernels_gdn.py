@@ -31,7 +31,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import cold_copies, markdown_table, require_cuda, time_in_graph, to_cpu, write_json
+from benchmarks.common import (cold_copies, markdown_table, peer_row, rel_rms, require_cuda, time_in_graph, to_cpu,
+                               write_json)
 from lingc.runtime.kernels.kda import kda_chain_reference
 from lingc.runtime.kernels.kda.kernel import config_for, kda_chain_triton
 
@@ -119,11 +120,6 @@ def _fla_inputs(x: dict) -> tuple:
     return q, k, v.reshape(1, T, H, K).contiguous(), g, x["b"].float().sigmoid().view(1, T, H), x["state"][None]
 
 
-def _rel_rms(a, b) -> float:
-    a, b = a.double().cpu(), b.double().cpu()
-    return ((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt()).item()
-
-
 def bench_T(T: int, replays: int, copies_override: int) -> list[dict]:
     gen = torch.Generator(device="cuda").manual_seed(T)
     staged = T > 1
@@ -154,7 +150,7 @@ def bench_T(T: int, replays: int, copies_override: int) -> list[dict]:
     rows = []
     for name, fn in variants.items():
         restore()
-        err = _rel_rms(fn(x0), ref.o)
+        err = rel_rms(fn(x0), ref.o)
         restore()
         t = time_in_graph(fn, [(x,) for x in layers], replays=replays)
         rows.append({"T": T, "mode": "persistent" if name == "eager" else mode, "variant": name,
@@ -163,14 +159,9 @@ def bench_T(T: int, replays: int, copies_override: int) -> list[dict]:
     fla = _fla()
     if fla is not None:
         restore()
-        sets = [_fla_inputs(x) for x in layers]
-        try:
-            err = _rel_rms(fla(*sets[0]).view(T, H, K), ref.o)
-            t = time_in_graph(fla, sets, replays=replays)
-            rows.append({"T": T, "mode": "recurrence-only", "variant": "fla", "us": t.us_per_call,
-                         "us_min": t.us_per_call_min, "copies": copies, "rel_rms_err": err, "correct": err <= 1e-2})
-        except Exception as e:  # a peer that fails to run is reported, not fatal
-            print(f"fla fused_recurrent_gated_delta_rule failed at T={T}: {type(e).__name__}: {e}")
+        row = peer_row("fla fused_recurrent_gated_delta_rule", fla, [_fla_inputs(x) for x in layers], ref.o,
+                       replays, T=T, mode="recurrence-only", variant="fla", copies=copies)
+        rows += [row] if row else []
     eager_us = next(r["us"] for r in rows if r["variant"] == "eager")
     for r in rows:
         if r["variant"].startswith("lingc"):

@@ -31,7 +31,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import cold_copies, copy_bandwidth_gbps, markdown_table, require_cuda, time_in_graph, write_json
+from benchmarks.common import (cold_copies, copy_bandwidth_gbps, markdown_table, rel_rms, require_cuda,
+                             time_in_graph, write_json)
 from lingc.runtime.kernels.gemm import gemm_reference
 from lingc.runtime.kernels.gemm.argmax_kernel import gemm_argmax_triton
 from lingc.runtime.kernels.gemm.config import argmax_config_for, config_for
@@ -67,11 +68,6 @@ SHAPES = {
 LM_HEAD = {"flash-tp4-rank": (2560, 39296), "flash": (2560, 157184)}
 TARGETS = {("fused", 1): 0.80, ("fused", 6): 0.75, ("lm_head", 1): 0.85, ("lm_head", 6): 0.85}
 RTOL_RMS = 4e-3  # every variant rounds once from fp32 sums (tests/test_gemm.py)
-
-
-def _rel_rms(a, b):
-    a, b = a.double(), b.double()
-    return ((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt()).item()
 
 
 def _weight_sets(k, rows, copies, gen, with_cat):
@@ -129,7 +125,7 @@ def bench_projection(name, k, rows, ms, copy_gbps, replays, inductor=False):
         timed = {}
         for variant, fn in _variants(fused, inductor).items():
             y = fn(x, sets[0])
-            err = _rel_rms(torch.cat(y, dim=1) if isinstance(y, list) else y, ref)
+            err = rel_rms(torch.cat(y, dim=1) if isinstance(y, list) else y, ref)
             t = time_in_graph(fn, [(x, s) for s in sets], replays=replays)
             timed[variant] = t.us_per_call
             out.append(_row(kind, name, k, rows, m, variant, t, wbytes, copy_gbps, err, err <= RTOL_RMS, copies))

@@ -39,7 +39,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import cold_copies, markdown_table, require_cuda, time_in_graph, to_cpu, write_json
+from benchmarks.common import (cold_copies, markdown_table, peer_row, rel_rms, require_cuda, time_in_graph, to_cpu,
+                               write_json)
 from lingc.models.kda_math import kda_gate, kda_recurrent, l2norm, short_conv
 from lingc.runtime.kernels.kda import kda_chain_reference
 from lingc.runtime.kernels.kda.kernel import KdaConfig, config_for, kda_chain_triton, kda_commit_triton
@@ -132,11 +133,6 @@ def _fla():
     return run
 
 
-def _rel_rms(a, b):
-    a, b = a.double().cpu(), b.double().cpu()
-    return ((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt()).item()
-
-
 def bench_T(T, bvs, warps, replays, copies_override, inductor=False):
     gen = torch.Generator(device="cuda").manual_seed(T)
     staged = T > 1
@@ -195,22 +191,16 @@ def bench_T(T, bvs, warps, replays, copies_override, inductor=False):
         restore()
         err = None
         if mode != "commit":
-            err = _rel_rms(fn(x0), ref.o)
+            err = rel_rms(fn(x0), ref.o)
         restore()
         t = time_in_graph(fn, [(x,) for x in layers], replays=replays)
         rows.append({"T": T, "mode": mode, "variant": name, "us": t.us_per_call, "us_min": t.us_per_call_min,
                      "copies": copies, "rel_rms_err": err, "correct": err is None or err <= RTOL_RMS})
     if fla is not None:
         restore()
-        fla_sets = [_fla_inputs(x) for x in layers]
-        try:
-            err = _rel_rms(fla(*fla_sets[0]).view(T, H, K), ref.o)
-            t = time_in_graph(fla, fla_sets, replays=replays)
-            rows.append({"T": T, "mode": "recurrence-only", "variant": "fla", "us": t.us_per_call,
-                         "us_min": t.us_per_call_min, "copies": copies, "rel_rms_err": err,
-                         "correct": err <= 1e-2})
-        except Exception as e:  # a peer that fails to run is reported, not fatal
-            print(f"fla fused_recurrent_kda failed at T={T}: {type(e).__name__}: {e}")
+        row = peer_row("fla fused_recurrent_kda", fla, [_fla_inputs(x) for x in layers], ref.o, replays,
+                       T=T, mode="recurrence-only", variant="fla", copies=copies)
+        rows += [row] if row else []
     base = {name: next((r["us"] for r in rows if r["variant"] == name), None) for name in ("eager", "inductor")}
     for r in rows:
         if r["variant"].startswith("lingc"):

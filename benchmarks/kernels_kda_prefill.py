@@ -47,7 +47,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import event_times_ms, markdown_table, write_json
+from benchmarks.common import event_times_ms, markdown_table, rel_rms, write_json
 from lingc.models.kda_math import kda_chunked, l2norm
 
 K = 128
@@ -86,11 +86,6 @@ def _fla():
                          output_final_state=True, use_qk_l2norm_in_kernel=False)
         return o[0].float(), S[0].float()
     return run
-
-
-def _rel_rms(a, b):
-    a, b = a.double(), b.double()
-    return ((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt()).item()
 
 
 # Kernel name fragment -> column of the per-kernel split.
@@ -164,7 +159,7 @@ def bench_T(T, H, sweep, reps, warmup, baseline=None, segments=()):
         try:
             o, S = fn()
             torch.cuda.synchronize()
-            err = max(_rel_rms(o, o_ref), _rel_rms(S, S_ref))
+            err = max(rel_rms(o, o_ref), rel_rms(S, S_ref))
             ms = event_times_ms(fn, reps, warmup=warmup)
         except Exception as e:  # a peer (or a sweep config) that fails is reported, not fatal
             print(f"{name} failed at T={T}: {type(e).__name__}: {e}")

@@ -25,7 +25,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import cold_copies, copy_bandwidth_gbps, markdown_table, require_cuda, time_in_graph, write_json
+from benchmarks.common import (cold_copies, copy_bandwidth_gbps, markdown_table, rel_rms, require_cuda,
+                             time_in_graph, write_json)
 from lingc.runtime.kernels.swiglu_gemm import interleave_gate_up, swiglu_gemm_reference
 from lingc.runtime.kernels.swiglu_gemm.kernel import config_for, swiglu_gemm_triton
 
@@ -60,11 +61,6 @@ def _weight_sets(k, n, copies, gen):
     return sets
 
 
-def _rel_rms(a, b):
-    a, b = a.double(), b.double()
-    return ((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt()).item()
-
-
 def bench_shape(name, k, n, ms, copy_gbps, replays):
     weight_bytes = 2 * n * k * 2  # gate + up, bf16
     copies = cold_copies(weight_bytes)
@@ -76,7 +72,7 @@ def bench_shape(name, k, n, ms, copy_gbps, replays):
         ref = swiglu_gemm_reference(x, sets[0][2], 0.0)
         timings = {}
         for variant, fn in _variants().items():
-            err = _rel_rms(fn(x, sets[0]), ref)
+            err = rel_rms(fn(x, sets[0]), ref)
             t = time_in_graph(fn, [(x, w) for w in sets], replays=replays)
             timings[variant] = t.us_per_call
             rows.append({

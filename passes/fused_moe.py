@@ -237,13 +237,14 @@ def _softmax_router(graph: fx.Graph, tk: fx.Node, order: dict) -> _Router | None
                 or v.shape[0] != T or v.shape[1] not in (1, E):
             continue
         seen.add(n)
-        if v.shape[1] == E and not is_call(n, *CASTS) and not isinstance(_gate_linear(n), str):
-            lins.append(n)
+        lin = _gate_linear(n) if v.shape[1] == E and not is_call(n, *CASTS) else "not a projection"
+        if not isinstance(lin, str):
+            lins.append((n, lin))
             continue
         stack.extend(n.all_input_nodes)
     if not lins:
         return None
-    logits = max(lins, key=order.__getitem__)
+    logits, (a, gate_w) = max(lins, key=lambda nl: order[nl[0]])
     weights, renorm, scale = _weight_chain(vals)
     cut = _cut(graph, logits, [ids, weights])
     if isinstance(cut, str):
@@ -252,7 +253,6 @@ def _softmax_router(graph: fx.Graph, tk: fx.Node, order: dict) -> _Router | None
     if not any(is_call(n, aten.exp.default, aten._softmax.default) for n in needed) \
             or any(is_call(n, aten.sigmoid.default) for n in needed):
         return None
-    a, gate_w = _gate_linear(logits)
     r = _Router(tk, strip_upcasts(a), ids, weights, softmax=True)
     if leaves:
         r.why = "the softmax selection reads graph inputs other than the logits"

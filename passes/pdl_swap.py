@@ -317,10 +317,9 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
         if llama is None:
             return None
         x, w, eps, _ = llama
-        g_lo = gate
-        if unit_lead(shape(x), 3) is None or numel(g_lo) != numel(x) or shape(g_lo)[-1] % shape(x)[-1]:
+        if unit_lead(shape(x), 3) is None or numel(gate) != numel(x) or shape(gate)[-1] % shape(x)[-1]:
             return None
-        return x, w, eps, g_lo, "llama", True, True
+        return x, w, eps, gate, "llama", True, True
 
     def _silu_gated_match(self, a: fx.Node, gate: fx.Node, lo):
         """a = rms(o) * w, or a view of it with o's elements in order (a [T, H*V] reshape), o

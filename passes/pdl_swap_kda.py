@@ -87,13 +87,13 @@ class KdaCores:
     """pdl_swap's KDA matcher (a mixin of PdlSwap: its notes, probe cache and flags)."""
 
     def _kda(self, g: fx.Graph) -> int:
-        if self.ctx.options.rebound_states_in_place:
-            if self.ctx.role == "verify":
-                # stage_commit ran before this pass: a write added now would not be staged.
-                self.notes.append("rebound_states_in_place not applied in a verify graph (its state "
-                                  "writes are staged before this pass; write the state in place instead)")
-            else:
-                self._write_back_returned_states(g)
+        write_back = self.ctx.options.rebound_states_in_place and self.ctx.role != "verify"
+        if write_back:
+            self._write_back_returned_states(g)
+        elif self.ctx.options.rebound_states_in_place:
+            # stage_commit ran before this pass: a write added now would not be staged.
+            self.notes.append("rebound_states_in_place not applied in a verify graph (its state "
+                              "writes are staged before this pass; write the state in place instead)")
         writes = self._state_writes(g)
         states = [w for w in writes if w["kind"] == "state"]
         windows = {w["ph"]: w for w in writes if w["kind"] == "window"}
@@ -111,7 +111,8 @@ class KdaCores:
                 matches += 1
         if matches:
             self._mark_state_ready(g)
-        self._note_returned_states(g)
+        if not write_back:               # (written back, none is left to name)
+            self._note_returned_states(g)
         return matches
 
     @staticmethod
@@ -150,8 +151,7 @@ class KdaCores:
         for src, n in self._returned_states(g):
             with g.inserting_before(out):
                 g.call_function(aten.copy_.default, (src, n))
-            out.args = tuple(tuple(src if a is n else a for a in x) if isinstance(x, (tuple, list)) else
-                             (src if x is n else x) for x in out.args)
+            out.replace_input_with(n, src)
             self.notes.append(f"{src.name}: the re-bound state {list(shape(n))} written in place "
                               f"(option rebound_states_in_place)")
 

@@ -20,7 +20,8 @@ def compile_sm90(fn, signature: dict, constants: dict, attrs: dict | None = None
     `maxnreg` caps the registers per thread as the launch option of that name does. Constexpr
     parameters with a default that `constants` leaves out take it, as a launch would."""
     constants = {**{p.name: p.default for p in fn.params if p.is_constexpr and p.has_default
-                    and p.name not in constants and p.name not in signature}, **constants}
+                    and p.name not in constants and signature.get(p.name, "constexpr") == "constexpr"},
+                 **constants}
     sig = {**signature, **{k: "constexpr" for k in constants if k not in signature}}
     src = triton.compiler.ASTSource(fn, sig, constants, attrs or {})
     options = dict(num_warps=num_warps, num_stages=num_stages)

@@ -559,7 +559,7 @@ _ROUTER_COMPILE_CHECK = textwrap.dedent("""
     # A softmax router's selection (Qwen3-MoE's shape: 128 experts, top 8): one warp, no spills.
     from lingc.runtime.kernels.moe_router.kernel import select_fast
     const = dict(N_GROUP=1, GROUP_SIZE=128, TOPK_GROUP=1, TOP_K=8, RENORMALIZE=True, G_PAD=1, GS_PAD=128,
-                 KG_PAD=1, USE_GDC=True, CHECK_TIES=True, SOFTMAX=True, **select_fast(1, 1, 128))
+                 KG_PAD=1, USE_GDC=True, SOFTMAX=True, **select_fast(1, 1, 128))
     ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, ["routed_scaling"]), const,
                              divisible_by_16(fn, list(ptrs) + ints), num_warps=SELECT_WARPS,
                              maxnreg=SELECT_MAXNREG)
