@@ -14,7 +14,8 @@ spellings, clamps) is a SwiGLU; its contraction with a weight axis of size I who
 size H is a down projection; the down projection times the router weights, summed over all the
 slots (a contraction over k, a `sum`, or per-slot terms added up) is the routed output, or over
 the experts for the dense form (weights scattered or one-hot into [T, E]); the routed output plus
-a plain SwiGLU MLP of x is the whole block ("moe"). Each value carries its block, so two blocks
+a plain SwiGLU MLP of x (optionally times sigmoid(x @ w.T) with w [1, H]: a gated shared expert)
+is the whole block ("moe"). Each value carries its block, so two blocks
 never mix, and `fixed` pins an axis to one index (one slot of a per-slot loop).
 """
 
@@ -134,6 +135,7 @@ class Down:          # param @ act along `contract`, output along out_axis
     param: fx.Node
     contract: int
     out_axis: int
+    sigmoid_w: fx.Node | None = None   # a gated MLP: times sigmoid(x @ sigmoid_w.T), sigmoid_w [1, H]
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,9 @@ class V:
     """What one node computes. kind: x, ids, w (the seeds), param (a weight), gw (weights gathered
     by ids), proj, expr (elementwise of projections), act (SwiGLU), down, weighted (down times
     the router weights, slot axis kept), routed (info: (Down, slots summed)), moe (info:
-    (routed Down, shared Down)), onehot, onehot_w, dense_w ([T, E] router weights), tuple (split)."""
+    (routed Down, shared Down)), onehot, onehot_w, dense_w ([T, E] router weights), tuple (split),
+    glogit (x times a [1, H] weight, info: the weight; gprod: one token's terms of it, before
+    their sum) and gsig (its sigmoid: a shared expert's gate, as Qwen3-Next's shared_expert_gate)."""
     kind: str
     dims: tuple
     block: int | None = None
@@ -398,6 +402,9 @@ class MoETrace:
             and cq[4] == cq[1].meta["val"].shape[cq[2]] and (q.kind == "param" or q.block == p.block)
         others = [x for x in atoms(q.dims) if x[0] == "w" and x != cq]
         per = "ids" if q.kind == "gw" else "dense" if any(x[0] == "e" for x in atoms(q.dims)) else "plain"
+        if p.kind == "x" and cp[0] == "h" and weight and _size(cq) == cp[1] and not others and q.kind == "param" \
+                and tuple(cq[1].meta["val"].shape) == (1, cp[1]):
+            return "glogit", cq[1], {}, p.block          # x @ w.T with w [1, H]: one logit a token
         if p.kind == "x" and cp[0] == "h" and weight and _size(cq) == cp[1] and len(others) == 1:
             r = others[0]
             return "proj", Proj(r[1], cq[2], r[2], (r[3], r[4]), per), {r: ("r", _size(r))}, p.block
@@ -434,6 +441,9 @@ class MoETrace:
 
     def _sum(self, n: fx.Node) -> V | None:
         src = self.get(n.args[0])
+        if src is not None and src.kind == "gprod" and isinstance(n.args[1], (list, tuple)) and len(n.args[1]) == 1:
+            keep = len(n.args) > 2 and n.args[2]
+            return V("glogit", ((),) if keep else (), src.block, src.fixed, src.info)
         if src is None or src.kind not in ("weighted", "onehot_w") or not isinstance(n.args[1], (list, tuple)) \
                 or len(n.args[1]) != 1:
             return None
@@ -458,6 +468,10 @@ class MoETrace:
                 vals.append(v)
             elif a is not None and scalar(a) is None:
                 return None
+        if n.target is aten.mul.Tensor and len(vals) == 2:
+            term = self._gate_term(*sorted(vals, key=lambda v: v.kind))
+            if term is not None:
+                return term
         blocks = {v.block for v in vals} - {None}
         dims, fixed = _align([v.dims for v in vals]) if vals else None, _merge_fixed(*vals)
         if dims is None or fixed is None or len(blocks) != 1:
@@ -469,6 +483,8 @@ class MoETrace:
             out = V("expr", dims, block, fixed)
             act = self._swiglu(n, out) if n.target is aten.mul.Tensor else None
             return act or out
+        if n.target is aten.sigmoid.default and kinds == ["glogit"]:
+            return V("gsig", dims, block, fixed, vals[0].info)
         if len(vals) != 2:
             return None
         if n.target is aten.mul.Tensor:
@@ -476,6 +492,19 @@ class MoETrace:
         if n.target is aten.add.Tensor and n.kwargs.get("alpha", 1) == 1 and vals[0].dims == vals[1].dims:
             return self._add(dims, fixed, block, *sorted(vals, key=lambda v: v.kind))
         return None
+
+    @staticmethod
+    def _gate_term(w: V, x: V) -> V | None:
+        """x[h] * w[0, h] with w [1, H]: the terms of a one-token x @ w.T (a [1, H] x [H, 1] mm
+        reaches the graph as a product and a sum over h), kind gprod."""
+        if w.kind != "param" or x.kind != "x" or len(w.dims) != 1 or len(x.dims) != 1 \
+                or len(w.dims[0]) != 1 or len(x.dims[0]) != 1:
+            return None
+        (wa,), (ha,) = w.dims[0], x.dims[0]
+        if wa[0] != "w" or ha[0] != "h" or wa[2] != 1 or (wa[3], wa[4]) != (0, ha[1]) \
+                or tuple(wa[1].meta["val"].shape) != (1, ha[1]):
+            return None
+        return V("gprod", x.dims, x.block, x.fixed, wa[1])
 
     def _swiglu(self, mul: fx.Node, out: V) -> V | None:
         a, b = mul.args[:2]
@@ -500,8 +529,12 @@ class MoETrace:
         return None
 
     def _weigh(self, dims, fixed, block, a: V, b: V) -> V | None:
-        """down * w -> weighted (slot axis kept) or one slot's term; onehot * w -> onehot_w."""
+        """down * w -> weighted (slot axis kept) or one slot's term; onehot * w -> onehot_w;
+        a plain down * sigmoid(x @ w.T) -> that down, gated."""
         labels = {x[0] for x in atoms(dims)}
+        if a.kind == "down" and b.kind == "gsig" and a.info.act.gate.mode == "plain" and a.info.sigmoid_w is None \
+                and dims == a.dims:
+            return V("down", dims, block, fixed, replace(a.info, sigmoid_w=b.info))
         if a.kind == "down" and b.kind == "w" and a.info.act.gate.mode == "ids":
             if "k" in labels and all("k" in {x[0] for x in atoms(v.dims)} for v in (a, b)):
                 return V("weighted", dims, block, fixed, (a.info, ("k", self.K[block])))

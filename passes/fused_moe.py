@@ -4,9 +4,12 @@
              grouped top-k on c -> ids ; w = s[ids] / sum * scale
              y_j = W2[ids_j] @ swiglu(W13[ids_j] @ x)                  experts: whole experts gathered,
              out = sum_j w_j * y_j + Wd @ swiglu(Wg @ x, Wu @ x)       two bmm, a combine chain
+                   [the shared term times sigmoid(x @ Wsg.T), Wsg [1, H]: a gated shared expert]
     after:   ids, w = lingc.moe_router(x, Wr, bias, n_group, topk_group, top_k, scale, renorm)
-                      (a softmax router: lingc.moe_router(x, Wr, 0, 1, 1, top_k, scale, renorm, softmax=True))
-             out = lingc.moe_experts(x, ids, w, W13[:, :I], W13[:, I:], W2, Wg, Wu, Wd, L, Ls)
+                      (no bias: None; a softmax router: lingc.moe_router(x, Wr, None, 1, 1, top_k, scale, renorm,
+                      softmax=True))
+             out = lingc.moe_experts(x, ids, w, W13[:, :I], W13[:, I:], W2, Wg, Wu, Wd, L, Ls
+                                     [, shared_sigmoid=Wsg])
 
 Matched on the ATen graph by what it computes, never by module names:
 - Router: a `gather` of sigmoid scores by top-k indices anchors it; the gate is a linear of a weight
@@ -30,7 +33,9 @@ Matched on the ATen graph by what it computes, never by module names:
   the flattened (token, slot) pairs into zeros by a token index (`arange(T)` expanded over the
   slots, which also gathers x's rows: Transformers' batched_mm experts), or the dense form (all
   experts, combined by a one-hot or `scatter` of the weights). A SwiGLU MLP of x with 2-D
-  weights added to the sum is the shared expert. The node that yields the block's output is
+  weights added to the sum is the shared expert, also behind a sigmoid gate of x (times
+  sigmoid(x @ Wsg.T), Wsg [1, H]: Qwen3-Next's shared_expert_gate), which the op then computes in
+  its combine. The node that yields the block's output is
   replaced; dead-code elimination removes the rest.
 
 Weights: gate and up are passed as views ([E, I, H] row ranges of a stacked w13, or separate
@@ -333,6 +338,8 @@ def _weights_layout_why(routed: Down, shared: Down | None) -> str | None:
     if shared is not None and not (ok(shared.act.gate, 2, 1, 0) and ok(shared.act.up, 2, 1, 0)
                                    and ok(shared, 2, 1, 0)):
         return "shared expert weights are not stored [I, H] / [H, I]"
+    if shared is not None and shared.sigmoid_w is not None and shared.sigmoid_w.meta["val"].stride(-1) != 1:
+        return "the shared expert's sigmoid gate weight [1, H] is not contiguous along H"
     return None
 
 
@@ -358,7 +365,7 @@ class FusedMoE(LingcPass):
             except ValueError as e:      # moe_router refused an argument; nothing was replaced yet
                 self.notes.append(f"%{r.anchor.name}: router left as ATen ops: moe_router refused the inputs ({e})")
                 blocks.append((r, r.ids, r.weights, None))
-        n_routers, n_experts, n_shared = sum(1 for *_, new in blocks if new is not None), 0, 0
+        n_routers, n_experts, n_shared, n_gated = sum(1 for *_, new in blocks if new is not None), 0, 0, 0
         op = torch.ops.lingc.moe_experts.default
         if blocks:
             trace = MoETrace(graph, [(r.x, ids, w) for r, ids, w, _ in blocks])
@@ -367,9 +374,10 @@ class FusedMoE(LingcPass):
                 if isinstance(done, str):
                     self.notes.append(f"%{r.x.name}: experts left as ATen ops: {done}")
                 else:
-                    n_experts, n_shared = n_experts + 1, n_shared + done
+                    n_experts, n_shared, n_gated = n_experts + 1, n_shared + (done > 0), n_gated + (done > 1)
         if n_routers or n_experts:
-            self.notes.insert(0, f"{n_routers} routers, {n_experts} expert blocks ({n_shared} with shared expert)")
+            gated = f", {n_gated} of them gated" if n_gated else ""
+            self.notes.insert(0, f"{n_routers} routers, {n_experts} expert blocks ({n_shared} with shared expert{gated})")
         return n_routers + n_experts
 
     def _router(self, graph: fx.Graph, r: _Router):
@@ -379,9 +387,6 @@ class FusedMoE(LingcPass):
         with graph.inserting_before(r.ids.next):
             if rx.meta["val"].dim() != 2:
                 rx = emit(graph, aten.view.default, rx, [-1, H])
-            if bias is None:
-                bias = emit(graph, aten.new_zeros.default, gate_w, [gate_w.meta["val"].shape[0]],
-                            dtype=torch.float32)
             pair = emit(graph, torch.ops.lingc.moe_router.default, rx, gate_w, bias, *consts,
                         **({"softmax": True} if r.softmax else {}))
             ids, w = emit(graph, operator.getitem, pair, 0), emit(graph, operator.getitem, pair, 1)
@@ -395,8 +400,9 @@ class FusedMoE(LingcPass):
 
     def _experts(self, graph: fx.Graph, trace: MoETrace, b: int, x: fx.Node, ids: fx.Node, w: fx.Node,
                  new: tuple | None, op) -> int | str:
-        """Replace block b's output by one moe_experts call: 1 with the shared expert in, 0 without,
-        or why not. `new` holds moe_router's (ids, weights) when the router was rewritten."""
+        """Replace block b's output by one moe_experts call: 1 with the shared expert in (2 with a
+        gated one), 0 without, or why not. `new` holds moe_router's (ids, weights) when the router
+        was rewritten."""
         final, best, kinds = None, 0, set()
         for n, v in trace.v.items():
             if v.block != b:
@@ -414,8 +420,9 @@ class FusedMoE(LingcPass):
             return "the block's output is not laid out [T, H]"
         why = _weights_layout_why(routed, shared)
         mlps = [routed] + ([shared] if shared is not None else [])
+        gate_w = [shared.sigmoid_w] if shared is not None and shared.sigmoid_w is not None else []
         if why is None and any(p.meta["val"].dtype != x.meta["val"].dtype
-                               for d in mlps for p in (d.act.gate.param, d.act.up.param, d.param)):
+                               for d in mlps for p in (d.act.gate.param, d.act.up.param, d.param, *gate_w)):
             why = "expert weights and x have different dtypes"
         if why:
             return why
@@ -432,14 +439,14 @@ class FusedMoE(LingcPass):
             for d in mlps:
                 args += [_row_view(graph, d.act.gate), _row_view(graph, d.act.up), d.param]
             args += [None] * (9 - len(args)) + [float(routed.act.limit), float(shared.act.limit if shared else 0.0)]
-            out = emit(graph, op, *args)
+            out = emit(graph, op, *args, **({"shared_sigmoid": gate_w[0]} if gate_w else {}))
             want = final.meta["val"]
             if want.dtype != out.meta["val"].dtype:
                 out = emit(graph, prims.convert_element_type.default, out, want.dtype)
             if list(want.shape) != list(out.meta["val"].shape):
                 out = emit(graph, aten.view.default, out, list(want.shape))
         final.replace_all_uses_with(out)
-        return int(shared is not None)
+        return int(shared is not None) + bool(gate_w)
 
 
 def _row_view(graph: fx.Graph, p: Proj) -> fx.Node:

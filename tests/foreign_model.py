@@ -11,7 +11,8 @@ Where it differs from lingc.models (on purpose):
   (no slot dimension) written with ``cache[pos] = rows``, the softmax written out; with
   ``textbook_mla`` the keys and values expanded from the cache every step (HF DeepSeek's decode);
 - MoE: a router with one group (n_group = topk_group = 1), experts gathered by indexing a stacked
-  [E, 2I, H] gate-up tensor, the shared expert as a module;
+  [E, 2I, H] gate-up tensor, the shared expert as a module; in the Qwen3-Next forms Qwen3-Next's
+  block (a softmax router, the shared expert behind a sigmoid gate);
 - norms: nn.RMSNorm; caches and states passed as lists of tensors;
 - precision: the recurrence, the attention and the router in fp32 whatever the weights' dtype
   (the KDA state fp32, windows and the MLA cache in the model's dtype).
@@ -293,6 +294,31 @@ class KimiStyleMoE(nn.Module):
         return (y * w[..., None].to(y.dtype)).sum(1) + self.shared(x)
 
 
+class Qwen3NextStyleMoE(nn.Module):
+    """Qwen3-Next's sparse MoE block as Transformers writes it: a softmax router over all experts
+    (its logits in fp32, as every router of this file), the top-k probabilities renormalised
+    (norm_topk_prob), the experts gathered from a stacked w13, and the shared expert behind a
+    sigmoid gate, `shared_expert_gate` (a Linear(H, 1) without bias)."""
+
+    def __init__(self, g: torch.Generator):
+        super().__init__()
+        self.router = _w(g, E, HID, scale=4.0)
+        self.w13 = _w(g, E, 2 * INTER, HID)
+        self.w2 = _w(g, E, HID, INTER)
+        self.shared = SharedExpert()
+        self.shared_expert_gate = nn.Linear(HID, 1, bias=False)
+
+    def forward(self, x):
+        probs = F.softmax(F.linear(x.float(), self.router.float()), dim=-1)
+        w, ids = torch.topk(probs, TOPK, dim=-1)
+        w = (w / w.sum(-1, keepdim=True)).to(x.dtype)
+        gu = torch.einsum("th,tkih->tki", x, self.w13[ids])                  # [T, TOPK, 2I]
+        h = F.silu(gu[..., :INTER]) * gu[..., INTER:]
+        y = torch.einsum("tki,tkhi->tkh", h, self.w2[ids])
+        shared = F.sigmoid(self.shared_expert_gate(x)) * self.shared(x)
+        return (y * w[..., None]).sum(1) + shared
+
+
 class KimiStyleModel(nn.Module):
     """Layers: KDA + MoE, KDA + MoE, MLA + MoE. forward(ids [T], pos [T], states, windows, caches)
     -> logits [T, VOCAB]; the KDA states / windows and the MLA caches are written in place."""
@@ -309,7 +335,9 @@ class KimiStyleModel(nn.Module):
                   "qwen3-next": lambda g: Qwen3NextStyleGDN(g, fused_qkvz=True, width=4),
                   "qwen3.5": lambda g: Qwen3NextStyleGDN(g, fused_qkvz=False, width=3)}[gdn]
         self.attn = nn.ModuleList([linear(g), linear(g), KimiStyleMLA(g, textbook_mla)])
-        self.moe = nn.ModuleList([KimiStyleMoE(g) for _ in range(3)])
+        # Qwen3-Next's forms take its MoE block too (softmax router, gated shared expert).
+        moe = Qwen3NextStyleMoE if gdn in ("qwen3-next", "qwen3.5") else KimiStyleMoE
+        self.moe = nn.ModuleList([moe(g) for _ in range(3)])
         self.norms = nn.ModuleList([nn.RMSNorm(HID, eps=EPS) for _ in range(7)])
         self.lm_head = nn.Linear(HID, VOCAB, bias=False)
         torch.manual_seed(seed)

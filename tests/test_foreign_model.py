@@ -104,8 +104,11 @@ def test_gated_deltanet_model_on_lingc_kernels(T, tmp_path):
 
 
 # Qwen3-Next's layer: one fused projection a layer (qkvz and ba, or Qwen3.5's four), no low-rank
-# gate halves, the output gate z one of the fused projection's outputs.
-EXPECTED_QWEN3_NEXT = EXPECTED | {"lingc.gemm": EXPECTED["lingc.gemm"] - 4}
+# gate halves, the output gate z one of the fused projection's outputs. Its MoE block: a softmax
+# router, whose input norm stays a lingc.rmsnorm (rmsnorm_router selects by sigmoid), and the
+# gated shared expert inside moe_experts.
+EXPECTED_QWEN3_NEXT = {k: v for k, v in EXPECTED.items() if k != "lingc.rmsnorm_router"} | {
+    "lingc.gemm": EXPECTED["lingc.gemm"] - 4, "lingc.rmsnorm": EXPECTED["lingc.rmsnorm"] + 3, "lingc.moe_router": 3}
 
 
 @pytest.mark.parametrize("form", ["qwen3-next", "qwen3.5"])
@@ -127,12 +130,14 @@ def test_qwen3_next_model_on_lingc_kernels(form, T, tmp_path):
     assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
     summary = stat(report, "pdl_swap").notes[0]
     assert "(2 kda_chain over one fused convolution: Qwen3-Next's layout)" in summary, summary
-    assert "PDL coverage 25/25 kernel-launching ops (100%)" in stat(report, "pdl_swap").notes
+    assert "PDL coverage 28/28 kernel-launching ops (100%)" in stat(report, "pdl_swap").notes
     chains = [line for line in final_graph_text(report).splitlines() if "= lingc.kda_chain(" in line]
     assert len(chains) == 2 and all("aten.clone" not in c for c in chains)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     for got, want in zip(sum(groups, []), sum(ref_groups, [])):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        # The MLA latent cache holds values up to ~4: 2.4e-5 apart at T = 3 in Qwen3.5's form,
+        # with fused_moe on or off alike (fp32 summation order in the layers before it).
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=5e-5)
     assert not torch.equal(groups[1][0], KimiStyleModel.fresh_state(4, fused_conv=width)[1][0])   # window written
 
 

@@ -320,21 +320,60 @@ def test_unmatched_parts_are_left_with_a_note(module, matches, note):
 
 
 class GatedSharedMoE(EinsumMoE):
-    """Qwen3-Next's block: a softmax router and a shared expert behind a sigmoid gate."""
+    """Qwen3-Next's block: a softmax router and a shared expert behind a sigmoid gate
+    (`shared_expert_gate`, a Linear(H, 1)): written with F.linear on a parameter, or as
+    Transformers writes it (an nn.Linear module, F.sigmoid, the product the other way round);
+    with ``bias`` the gate's Linear has a bias, which moe_experts does not take."""
 
-    def __init__(self):
-        super().__init__(NormSoftmaxRouter())
-        self.shared_gate = _p(1, H, seed=30)
+    def __init__(self, dtype=torch.float32, hf=False, bias=False):
+        super().__init__(NormSoftmaxRouter(dtype), dtype)
+        self.hf = hf
+        self.shared_gate = _p(1, H, seed=30, dtype=dtype)
+        if hf or bias:
+            self.gate = nn.Linear(H, 1, bias=bias).to(dtype).requires_grad_(False)
+            self.gate.weight.copy_(self.shared_gate)
 
     def forward(self, x):
         ids, w = self.router(x)
+        if self.hf or hasattr(self, "gate"):
+            shared = self.shared(x)
+            return self.experts(x, ids, w) + shared * F.sigmoid(self.gate(x))
         return self.experts(x, ids, w) + torch.sigmoid(F.linear(x, self.shared_gate)) * self.shared(x)
 
 
-def test_a_gated_shared_expert_stays_beside_the_routed_experts():
-    """The routed experts and the router are matched; the gated shared expert is not moe_experts'
-    (it adds the shared expert unweighted) and stays as it is; the block equals eager."""
-    m = GatedSharedMoE()
+GATED = [(GatedSharedMoE(), 4), (GatedSharedMoE(), 1), (GatedSharedMoE(hf=True), 3),
+         (GatedSharedMoE(torch.bfloat16, hf=True), 2)]
+
+
+@pytest.mark.parametrize("module, T", GATED, ids=["fp32-T4", "fp32-T1", "hf-T3", "hf-bf16-T2"])
+def test_a_gated_shared_expert_is_in_the_experts_op(module, T, tmp_path):
+    """The shared expert behind a sigmoid gate of x goes into moe_experts with its gate weight
+    (shared_sigmoid=, computed in the combine): no sigmoid, no projection left on ATen; the block
+    equals eager and the block with fused_moe off."""
+    x = _x(T, module.shared_gate.dtype)
+    with torch.no_grad():
+        ref = module(x)
+    out, report = run_and_report(module, x, dump_dir=str(tmp_path))
+    off, _ = run_and_report(module, x, disable_passes=["fused_moe"])
+    s = stat(report, "fused_moe")
+    assert (s.matches, s.notes) == (2, ["1 routers, 1 expert blocks (1 with shared expert, 1 of them gated)"])
+    rows = _rows(report)
+    assert rows["lingc.moe_router"] == rows["lingc.moe_experts"] == 1
+    for gone in ("aten.sigmoid", "aten.mm", "aten.addmm", "aten.index_select", "lingc.gemm", "lingc.swiglu_gemm_separate"):
+        assert rows[gone] == 0, (gone, report.kernels.format())
+    calls = [line for line in final_graph_text(report).splitlines() if "lingc.moe_experts(" in line]
+    assert len(calls) == 1 and "shared_sigmoid=%" in calls[0], calls
+    if x.dtype == torch.float32:
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out, off, rtol=1e-5, atol=1e-5)
+    else:                      # declared: the gate's logit and sigmoid in fp32, one rounding
+        assert_close(out, ref, 1e-2)
+
+
+def test_a_gated_shared_expert_with_a_biased_gate_stays_beside():
+    """A gate Linear with a bias is not moe_experts' gate: the routed experts and the router are
+    matched, the gated shared expert stays as it is, and the block equals eager."""
+    m = GatedSharedMoE(bias=True)
     x = _x(4)
     with torch.no_grad():
         ref = m(x)

@@ -80,8 +80,10 @@ def make_ids(t, e, k, routing, gen):
 
 
 def make_problem(t, dtype, seed, *, e=16, h=64, i=24, i_s=40, k=4, shared=True, routing="random",
-                 layout="stacked", limits=LIMITS, device=DEVICE):
+                 layout="stacked", limits=LIMITS, device=DEVICE, gated=False):
     """The op's arguments as a dict. Gate/up pre-activations ~ N(0, 16) so both clamps bite.
+    ``gated``: the shared expert behind a sigmoid gate (key shared_sigmoid, [1, H]; its logits
+    ~ N(0, 4), so the scales spread over (0, 1)).
 
     layout 'stacked': gate/up are w13[:, :I], w13[:, I:] of a [E, 2I, H] weight and w_down is a
     column window of a [E, H, I + 8] tensor (row stride I + 8); 'interleaved': w13[:, 0::2],
@@ -116,7 +118,8 @@ def make_problem(t, dtype, seed, *, e=16, h=64, i=24, i_s=40, k=4, shared=True, 
     limit, shared_limit = limits
     return dict(x=x, topk_ids=ids, topk_weights=weights, w_gate=w_gate, w_up=w_up, w_down=w_down,
                 shared_gate=shared_w[0], shared_up=shared_w[1], shared_down=shared_w[2],
-                limit=limit, shared_limit=shared_limit if shared else 0.0)
+                limit=limit, shared_limit=shared_limit if shared else 0.0,
+                shared_sigmoid=randn(1, h, scale=2 / h**0.5) if gated else None)
 
 
 def _strided(v):
@@ -134,7 +137,9 @@ def args_of(pb):
 def reference(pb):
     """naive.py's per-token reference on the CPU, returned on pb's device (the unmarked tests also
     run on a GPU when one is present)."""
-    out = moe_experts_reference(*(a.cpu() if torch.is_tensor(a) else a for a in args_of(pb)))
+    sig = pb.get("shared_sigmoid")
+    out = moe_experts_reference(*(a.cpu() if torch.is_tensor(a) else a for a in args_of(pb)),
+                                shared_sigmoid=None if sig is None else sig.cpu())
     return out.to(pb["x"].device)
 
 
@@ -156,7 +161,8 @@ def run_kernel(pb, config=None, **kw):
     align_out = (torch.zeros(slots, dtype=torch.int32, device=x.device),
                  torch.full((blocks,), e - 1, dtype=torch.int32, device=x.device),
                  torch.full((1,), -1, dtype=torch.int32, device=x.device))
-    return moe_experts_triton(*args_of(pb), out, config=config, buffers=buffers, align_out=align_out, **kw)
+    return moe_experts_triton(*args_of(pb), out, config=config, buffers=buffers, align_out=align_out,
+                              shared_sigmoid=pb.get("shared_sigmoid"), **kw)
 
 
 def eager_moe(pb):
@@ -176,7 +182,10 @@ def eager_moe(pb):
         out = out + y[:, j] * w[:, j:j + 1]
     if pb["shared_gate"] is not None:
         sg, su, sd = (pb[n].cpu() for n in ("shared_gate", "shared_up", "shared_down"))
-        out = out + (eager_swiglu(x @ sg.T, x @ su.T, pb["shared_limit"]) @ sd.T).float()
+        shared = (eager_swiglu(x @ sg.T, x @ su.T, pb["shared_limit"]) @ sd.T).float()
+        if pb.get("shared_sigmoid") is not None:        # Qwen3-Next's gate: sigmoid(Linear(H, 1)(x))
+            shared = torch.sigmoid(x.float() @ pb["shared_sigmoid"].cpu().float().T) * shared
+        out = out + shared
     return out.to(x.dtype)
 
 
@@ -189,6 +198,24 @@ def eager_moe(pb):
 def test_kernel_matches_reference(t, dtype):
     pb = make_problem(t, dtype, seed=10 + t)
     assert_close(run_kernel(pb), reference(pb), RTOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("t", [1, 2, 6, 16])
+def test_kernel_gated_shared_expert(t, dtype):
+    """A shared expert behind a sigmoid gate: the combine scales it by sigmoid(x . w) (the
+    one-token slot layout at T = 1, moe_align's at T > 1, its two-pass path at T = 16); the
+    gate changes the output (so ignoring it fails)."""
+    pb = make_problem(t, dtype, seed=30 + t, gated=True)
+    got, want = run_kernel(pb), reference(pb)
+    assert_close(got, want, RTOL[dtype])
+    assert not torch.allclose(want.float(), reference({**pb, "shared_sigmoid": None}).float(), rtol=0.1, atol=0.1)
+
+
+def test_kernel_gated_shared_expert_split_k_and_wide_h():
+    # H = 96 in the sigmoid's chunks of 128 (one masked chunk) with split-K up-GEMM chunks.
+    pb = make_problem(6, torch.float32, seed=37, h=96, gated=True)
+    assert_close(run_kernel(pb, SPLIT_CONFIGS[0]), reference(pb), RTOL[torch.float32])
 
 
 def test_kernel_float16():
@@ -394,6 +421,11 @@ def test_kernel_batch_invariant_up_loop_design():
     _batch_invariance(lambda p: run_kernel(p, LOOP_CONFIGS[0]), pb)
 
 
+def test_kernel_batch_invariant_gated_shared_expert():
+    # Each token's sigmoid(x . w) is its own row's reduction: the same bits at any T.
+    _batch_invariance(run_kernel, make_problem(8, torch.bfloat16, seed=83, routing="pool", gated=True))
+
+
 def test_reference_batch_invariant():
     _batch_invariance(reference, make_problem(8, torch.bfloat16, seed=82, routing="pool", device="cpu"))
 
@@ -402,13 +434,14 @@ def test_reference_batch_invariant():
 # The reference against the eager formulation (so the kernel is never checked against itself).
 
 
-@pytest.mark.parametrize("shared", [True, False])
-def test_reference_matches_eager_formulation(shared):
-    pb = make_problem(6, torch.float32, seed=90, shared=shared, device="cpu")
+@pytest.mark.parametrize("shared, gated", [(True, False), (False, False), (True, True)],
+                         ids=["shared", "no-shared", "gated-shared"])
+def test_reference_matches_eager_formulation(shared, gated):
+    pb = make_problem(6, torch.float32, seed=90, shared=shared, device="cpu", gated=gated)
     assert_close(reference(pb), eager_moe(pb), 1e-6)
     # bf16: the eager path rounds every expert output to bf16 first (declared numerics): close,
     # not equal.
-    pb = make_problem(6, torch.bfloat16, seed=90, shared=shared, device="cpu")
+    pb = make_problem(6, torch.bfloat16, seed=90, shared=shared, device="cpu", gated=gated)
     ref, eager = reference(pb), eager_moe(pb)
     assert_close(ref, eager, 1e-2)
     assert not torch.equal(ref, eager)
@@ -485,7 +518,7 @@ def test_op_schema_fake_and_opcheck():
     assert str(torch.ops.lingc.moe_experts.default._schema) == (
         "lingc::moe_experts(Tensor x, Tensor topk_ids, Tensor topk_weights, Tensor w_gate, Tensor w_up, "
         "Tensor w_down, Tensor? shared_gate, Tensor? shared_up, Tensor? shared_down, float limit, "
-        "float shared_limit) -> Tensor"
+        "float shared_limit, Tensor? shared_sigmoid=None) -> Tensor"
     )
     pb = make_problem(3, torch.bfloat16, seed=112, device="cpu")
     with FakeTensorMode() as mode:
@@ -494,6 +527,10 @@ def test_op_schema_fake_and_opcheck():
     torch.library.opcheck(torch.ops.lingc.moe_experts, args_of(pb))
     torch.library.opcheck(torch.ops.lingc.moe_experts, args_of(make_problem(2, torch.float32, seed=113, shared=False,
                                                                             device="cpu")))
+    gated = make_problem(2, torch.float32, seed=114, gated=True, device="cpu")
+    torch.library.opcheck(torch.ops.lingc.moe_experts, args_of(gated), {"shared_sigmoid": gated["shared_sigmoid"]})
+    assert torch.equal(torch.ops.lingc.moe_experts(*args_of(gated), shared_sigmoid=gated["shared_sigmoid"]),
+                       reference(gated))
 
 
 def test_op_registration_is_idempotent():
@@ -505,6 +542,7 @@ def test_op_registration_is_idempotent():
 
 def _bad_cases():
     pb = make_problem(2, torch.float32, seed=120, device="cpu")
+    sig = torch.randn(1, pb["x"].shape[1])
     e, i, h = pb["w_gate"].shape
     w13_t = torch.zeros(e, h, 2 * i).transpose(1, 2)  # [E, 2I, H] with stride 2I along H
     return [
@@ -530,18 +568,27 @@ def _bad_cases():
         ("shared_down", dict(shared_down=pb["shared_down"][:, :8]), r"shared_down must be \[H, Is\] = \(64, 40\)"),
         ("limit", dict(limit=-1.0), r"limit must be a finite number >= 0 \(0 = no clamp\), got -1.0"),
         ("shared_limit", dict(shared_limit=float("nan")), "shared_limit must be a finite number >= 0"),
+        ("gate without shared", dict(shared_gate=None, shared_up=None, shared_down=None, shared_sigmoid=sig),
+         "shared_sigmoid scales the shared expert, but no shared expert was given"),
+        ("gate shape", dict(shared_sigmoid=sig[0]), r"shared_sigmoid must be \[1, H=64\] \(a Linear\(H, 1\) weight\), "
+                                                     r"got shape \(64,\)"),
+        ("gate dtype", dict(shared_sigmoid=sig.double()), "x is torch.float32 but shared_sigmoid is torch.float64"),
+        ("gate stride", dict(shared_sigmoid=torch.zeros(64, 2)[:, :1].T), "shared_sigmoid must have unit stride along H"),
     ], pb
 
 
-@pytest.mark.parametrize("case", range(18))
+@pytest.mark.parametrize("case", range(22))
 def test_op_rejects_bad_arguments(case):
     cases, pb = _bad_cases()
     _, change, message = cases[case]
-    args = args_of({**pb, **change})
+    p = {**pb, **change}
+    args = args_of(p)
+    kw = {"shared_sigmoid": p["shared_sigmoid"]} if p.get("shared_sigmoid") is not None else {}
     with pytest.raises(ValueError, match=message):
-        torch.ops.lingc.moe_experts(*args)
+        torch.ops.lingc.moe_experts(*args, **kw)
     with FakeTensorMode() as mode, pytest.raises(ValueError, match=message):
-        torch.ops.lingc.moe_experts(*(mode.from_tensor(a) if torch.is_tensor(a) else a for a in args))
+        torch.ops.lingc.moe_experts(*(mode.from_tensor(a) if torch.is_tensor(a) else a for a in args),
+                                    **{k: mode.from_tensor(v) for k, v in kw.items()})
 
 
 def test_config_is_a_function_of_shape_only():
@@ -605,21 +652,25 @@ _COMPILE_CHECK = textwrap.dedent("""
         assert len(re.findall(V4, ptx)) >= 2 * tile_loads, ptx[-3000:]
         print("up", n_max, slot, [l for l in info.splitlines() if "registers" in l])
         ptrs = dict(act_ptr=b, sorted_ptr="*i32", block_expert_ptr="*i32", total_ptr="*i32", ids_ptr="*i32",
-                    wd_ptr=b, sd_ptr=b, y_ptr="*fp32", topk_w_ptr="*fp32", out_ptr=b, ticket_ptr="*i32")
+                    wd_ptr=b, sd_ptr=b, y_ptr="*fp32", topk_w_ptr="*fp32", out_ptr=b, ticket_ptr="*i32",
+                    x_ptr=b, ssig_ptr=b)
         ints = ["T", "P", "H", "I", "IS", "stride_act", "stride_de", "stride_dh", "stride_sdh", "stride_y",
-                "stride_wt", "stride_ot"]
-        const = dict(stride_wk=1, stride_oh=1, stride_ik=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9,
-                     HAS_SHARED=True, BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=triton.next_power_of_2(n_max),
-                     COMBINE_T=COMBINE_T, SLOT_BLOCKS=slot, DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
-        down_warps = (cfg.down_warps_one_token or cfg.down_warps) if slot else cfg.down_warps
-        ptx, info = build(_moe_down_kernel, ptrs, ints, [], const, down_warps, cfg.down_maxnreg)
-        tile_loads = cfg.block_h * triton.next_power_of_2(n_max) * 2 // 16 // (32 * down_warps)
-        assert max_loads_before_a_wait(ptx) >= tile_loads, ptx[-3000:]
-        # moe_align's outputs from L2 before the wait: total_padded and the block's expert id,
-        # and in the align layout its pairs too (more than those two scalar loads).
-        align_reads = len(re.findall(r"ld\\.global\\.cg\\.b32", ptx.split("griddepcontrol.wait")[0]))
-        assert align_reads > 2 if not slot else align_reads >= 1, (slot, align_reads)
-        print("down", n_max, slot, [l for l in info.splitlines() if "registers" in l])
+                "stride_wt", "stride_ot", "stride_xt"]
+        # gated: a shared expert behind a sigmoid gate (Qwen3-Next's), reduced in the combine.
+        for gated in (False, True):
+            const = dict(stride_wk=1, stride_oh=1, stride_ik=1, stride_xh=1, NUM_EXPERTS=512, TOP_K=8,
+                         PAIRS_PER_TOKEN=9, HAS_SHARED=True, BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h,
+                         KPAD=triton.next_power_of_2(n_max), COMBINE_T=COMBINE_T, SLOT_BLOCKS=slot,
+                         SHARED_SIGMOID=gated, SIG_CHUNK=512, DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
+            down_warps = (cfg.down_warps_one_token or cfg.down_warps) if slot else cfg.down_warps
+            ptx, info = build(_moe_down_kernel, ptrs, ints, [], const, down_warps, cfg.down_maxnreg)
+            tile_loads = cfg.block_h * triton.next_power_of_2(n_max) * 2 // 16 // (32 * down_warps)
+            assert max_loads_before_a_wait(ptx) >= tile_loads, ptx[-3000:]
+            # moe_align's outputs from L2 before the wait: total_padded and the block's expert id,
+            # and in the align layout its pairs too (more than those two scalar loads).
+            align_reads = len(re.findall(r"ld\\.global\\.cg\\.b32", ptx.split("griddepcontrol.wait")[0]))
+            assert align_reads > 2 if not slot else align_reads >= 1, (slot, align_reads)
+            print("down", n_max, slot, gated, [l for l in info.splitlines() if "registers" in l])
 
     # The loop design (block_k 128, 4 stages; chunk 1280 = 10 tiles): the tile loop is pipelined
     # (cp.async into shared memory), both paths wait then release, no spills.
@@ -701,6 +752,26 @@ def test_gpu_flash_tp4_rank_matches_reference(t, limits):
     assert torch.equal(torch.ops.lingc.moe_experts(*args_of(pb)), out)
     # The interleaved layout of the same values reads the same bits.
     assert torch.equal(run_kernel(_gpu_problem(t, seed=200 + t, limits=limits, layout="interleaved")), out)
+
+
+# Qwen3-Next-80B's MoE on one GPU of four: 512 experts, top-10, H = 2048, I = Is = 512 / 4, the
+# shared expert behind its sigmoid gate.
+QWEN3_NEXT_TP4 = dict(e=512, h=2048, i=128, i_s=128, k=10)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("t", [1, 2, 6, 8])
+def test_gpu_qwen3_next_gated_shared_expert(t):
+    pb = _gpu_problem(t, seed=220 + t, gated=True, **QWEN3_NEXT_TP4)
+    out = run_kernel(pb)
+    sig = pb["shared_sigmoid"]
+    assert_close(out, moe_experts_reference(*args_of(pb), shared_sigmoid=sig), RTOL_GPU_BF16)
+    assert torch.equal(torch.ops.lingc.moe_experts(*args_of(pb), shared_sigmoid=sig), out)
+
+
+@pytest.mark.gpu
+def test_gpu_qwen3_next_gated_batch_invariant():
+    _batch_invariance(run_kernel, _gpu_problem(8, seed=230, gated=True, routing="same", **QWEN3_NEXT_TP4))
 
 
 @pytest.mark.gpu

@@ -591,7 +591,7 @@ def test_router_op_cpu_path_is_the_reference(dtype):
 
 def test_router_op_schema_fake_and_opcheck():
     assert str(torch.ops.lingc.moe_router.default._schema) == (
-        "lingc::moe_router(Tensor x, Tensor gate_w, Tensor expert_bias, int n_group, int topk_group, "
+        "lingc::moe_router(Tensor x, Tensor gate_w, Tensor? expert_bias, int n_group, int topk_group, "
         "int top_k, float routed_scaling, bool renormalize, bool softmax=False) -> (Tensor, Tensor)"
     )
     with FakeTensorMode():
@@ -603,6 +603,23 @@ def test_router_op_schema_fake_and_opcheck():
     torch.library.opcheck(torch.ops.lingc.moe_router, (x, w, bias, 4, 2, 4, 2.5, True))
     torch.library.opcheck(torch.ops.lingc.moe_router, (x, w, torch.zeros(16), 1, 1, 4, 2.5, True),
                           {"softmax": True})
+
+
+@pytest.mark.parametrize("softmax", [False, True])
+def test_router_op_without_a_bias_reads_a_persistent_zero_bias(softmax):
+    """expert_bias None (a router without one, as Qwen's): the same ids and weights as a zero
+    bias, from one persistent zero buffer (no zeros() a call, so no fill kernel a step)."""
+    from lingc.runtime.kernels.gemm_common import persistent_buffer
+
+    x, w, _ = make_router_inputs(3, 16, 40, torch.float32, seed=83, device=DEVICE)
+    groups = (1, 1) if softmax else (4, 2)
+    kw = {"softmax": True} if softmax else {}
+    got = torch.ops.lingc.moe_router(x, w, None, *groups, 4, 2.5, True, **kw)
+    want = torch.ops.lingc.moe_router(x, w, torch.zeros(16, device=DEVICE), *groups, 4, 2.5, True, **kw)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    zeros = persistent_buffer("zero_expert_bias_16", x.device, 16, torch.float32, 0)
+    assert zeros.abs().sum() == 0
+    torch.library.opcheck(torch.ops.lingc.moe_router, (x, w, None, *groups, 4, 2.5, True), kw)
 
 
 def _bad_router_cases():

@@ -128,6 +128,17 @@ def test_op_cpu_path_is_the_reference_and_the_norm():
     torch.testing.assert_close(out[3], wts, atol=2e-6, rtol=0)
 
 
+def test_op_without_a_bias_equals_a_zero_bias():
+    # A bias-less sigmoid router folded with its norm (fused_moe passes None): the persistent
+    # zero bias, the same outputs as zeros.
+    x, res, nw, gate, _ = make_inputs(3, 64, 96, torch.float32, seed=42, device=DEVICE)
+    got = rmsnorm_router(x, nw, res, EPS, gate, None, N_GROUP, TOPK_GROUP, TOP_K, SCALING, True)
+    want = rmsnorm_router(x, nw, res, EPS, gate, torch.zeros(64, device=DEVICE), N_GROUP, TOPK_GROUP, TOP_K,
+                          SCALING, True)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+
+
 def test_op_fake_shapes_and_errors():
     x, res, nw, gate, bias = make_inputs(3, 64, 96, torch.bfloat16, seed=1, device="cpu")
     with FakeTensorMode() as mode:

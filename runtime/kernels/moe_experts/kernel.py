@@ -65,6 +65,8 @@ __all__ = [
 
 # Tokens the combine handles per step (a [COMBINE_T, BLOCK_H] fp32 accumulator).
 COMBINE_T = 8
+# H columns per step of a gated shared expert's sigmoid(x . w) in the combine ([COMBINE_T, 512]).
+SIG_CHUNK = 512
 
 
 @dataclass(frozen=True)
@@ -327,12 +329,13 @@ def _moe_up_kernel(
 @triton.jit(do_not_specialize=["T", "P"])
 def _moe_down_kernel(
     act_ptr, sorted_ptr, block_expert_ptr, total_ptr, ids_ptr,
-    wd_ptr, sd_ptr, y_ptr, topk_w_ptr, out_ptr, ticket_ptr,
+    wd_ptr, sd_ptr, y_ptr, topk_w_ptr, out_ptr, ticket_ptr, x_ptr, ssig_ptr,
     T, P, H, I, IS,
     stride_act, stride_de, stride_dh, stride_sdh, stride_y, stride_wt, stride_wk, stride_ot, stride_oh, stride_ik,
+    stride_xt, stride_xh,
     NUM_EXPERTS: tl.constexpr, TOP_K: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr, HAS_SHARED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr, KPAD: tl.constexpr, COMBINE_T: tl.constexpr,
-    SLOT_BLOCKS: tl.constexpr,
+    SLOT_BLOCKS: tl.constexpr, SHARED_SIGMOID: tl.constexpr, SIG_CHUNK: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     pid_h = tl.program_id(0)
@@ -402,12 +405,36 @@ def _moe_down_kernel(
                 wj = tl.load(topk_w_ptr + t * stride_wt + j * stride_wk, mask=mask_t, other=0.0)
                 yj = tl.load(y_rows + j * stride_y, mask=mask_y, other=0.0, cache_modifier=".cg")
                 comb += wj[:, None] * yj
-            if HAS_SHARED:  # the shared expert is slot TOP_K, unscaled, added last
-                comb += tl.load(y_rows + TOP_K * stride_y, mask=mask_y, other=0.0, cache_modifier=".cg")
+            if HAS_SHARED:  # the shared expert is slot TOP_K, added last
+                ys = tl.load(y_rows + TOP_K * stride_y, mask=mask_y, other=0.0, cache_modifier=".cg")
+                if SHARED_SIGMOID:
+                    ys = ys * _shared_scale(x_ptr, ssig_ptr, t, mask_t, H, stride_xt, stride_xh, COMBINE_T,
+                                            SIG_CHUNK)[:, None]
+                comb += ys
             tl.store(out_ptr + t[:, None] * stride_ot + offs_h[None, :] * stride_oh,
                      comb.to(out_ptr.dtype.element_ty), mask=mask_y)
             t0 += COMBINE_T
         tl.atomic_xchg(ticket_ptr + pid_h, 0, sem="relaxed", scope="gpu")  # ready for the next call
+
+
+@triton.jit
+def _shared_scale(x_ptr, ssig_ptr, t, mask_t, H, stride_xt, stride_xh, COMBINE_T: tl.constexpr,
+                  SIG_CHUNK: tl.constexpr):
+    """sigmoid(x[t] . shared_sigmoid) in fp32 for the combine's COMBINE_T token rows: H in
+    SIG_CHUNK-wide chunks in order, each row reduced on its own (a token's bits do not depend on
+    the other rows, so not on T). Only the combining CTAs compute it, after every expert: x and
+    the [1, H] weight come from L2."""
+    z = tl.zeros((COMBINE_T,), dtype=tl.float32)
+    h0 = 0
+    while h0 < H:       # a while loop: the interpreter cannot iterate range() over a runtime H
+        offs = h0 + tl.arange(0, SIG_CHUNK)
+        mask_c = offs < H
+        xv = tl.load(x_ptr + t[:, None] * stride_xt + offs[None, :] * stride_xh,
+                     mask=mask_t[:, None] & mask_c[None, :], other=0.0)
+        gv = tl.load(ssig_ptr + offs, mask=mask_c, other=0.0)
+        z += tl.sum(xv.to(tl.float32) * gv.to(tl.float32)[None, :], axis=1)
+        h0 += SIG_CHUNK
+    return tl.sigmoid(z)
 
 
 @dataclass
@@ -451,6 +478,7 @@ def moe_experts_triton(
     align_out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     max_single_launch: int = SINGLE_LAUNCH_MAX_PAIRS,
     align_one_token: bool = False,
+    shared_sigmoid: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """out [T, H] (naive.moe_experts_reference) in three launches: moe_align, up-GEMM, down-GEMM;
     for one token in two (the slot layout: block j holds the token's slot j, read straight from
@@ -458,8 +486,9 @@ def moe_experts_triton(
 
     ``out`` may be any strided [T, H] tensor of x.dtype; ``config`` overrides the table;
     ``buffers`` (``alloc_buffers``) and ``align_out`` (moe_align's three outputs) let tests pass
-    poisoned workspaces; ``max_single_launch`` is moe_align's. Arguments are assumed validated by
-    the op (weights with unit stride along H for gate/up and along I for down).
+    poisoned workspaces; ``max_single_launch`` is moe_align's; ``shared_sigmoid`` [1, H] gates the
+    shared expert (the op's). Arguments are assumed validated by the op (weights with unit stride
+    along H for gate/up and along I for down).
     """
     t, h = x.shape
     k = topk_ids.shape[1]
@@ -548,15 +577,17 @@ def moe_experts_triton(
             num_warps=cfg.up_warps, num_stages=cfg.up_stages if cfg.block_k else 1, **launch,
             **register_cap(cfg.up_maxnreg),
         )
+    gated = has_shared and shared_sigmoid is not None
     _moe_down_kernel[(n_htiles, n_blocks)](
         act, sorted_ids, block_experts, total, topk_ids,
-        w_down, sd, y, topk_weights, out, tickets,
+        w_down, sd, y, topk_weights, out, tickets, x, shared_sigmoid if gated else x,
         t, p, h, inter, inter_s,
         act.stride(0), w_down.stride(0), w_down.stride(1), sd.stride(-2), y.stride(0),
         topk_weights.stride(0), topk_weights.stride(1), out.stride(0), out.stride(1), topk_ids.stride(1),
+        x.stride(0), x.stride(1),
         NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp, HAS_SHARED=has_shared,
         BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=max(16, triton.next_power_of_2(n_max)), COMBINE_T=COMBINE_T,
-        SLOT_BLOCKS=slot_blocks,
+        SLOT_BLOCKS=slot_blocks, SHARED_SIGMOID=gated, SIG_CHUNK=min(SIG_CHUNK, triton.next_power_of_2(h)),
         **dot,
         num_warps=(cfg.down_warps_one_token or cfg.down_warps) if slot_blocks else cfg.down_warps,
         num_stages=1, **launch, **register_cap(cfg.down_maxnreg),

@@ -7,6 +7,7 @@ Per token t (row of x), with k routed slots and an optional shared expert:
         a = swiglu(g, u, limit) rounded to x.dtype             (as the eager model rounds it)
         y_j = a @ w_down[e].T                                  fp32 accumulation, NOT rounded
     y_s = the same with (shared_gate, shared_up, shared_down, shared_limit)
+          [* sigmoid(x[t] . shared_sigmoid)   with a gated shared expert (Qwen3-Next's), fp32]
     out[t] = ((w_0 * y_0 + w_1 * y_1) + ... + w_{k-1} * y_{k-1}) + y_s     in fp32, slot order
     out[t] rounded to x.dtype once
 
@@ -51,8 +52,10 @@ def moe_experts_reference(
     shared_down: torch.Tensor | None,
     limit: float,
     shared_limit: float,
+    shared_sigmoid: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """out [T, H] in x.dtype (module docstring). Expert ids must lie in [0, E)."""
+    """out [T, H] in x.dtype (module docstring). Expert ids must lie in [0, E). shared_sigmoid
+    [1, H]: the shared expert's output is scaled by sigmoid(x[t] . shared_sigmoid), in fp32."""
     t_count, h = x.shape
     out = torch.empty((t_count, h), dtype=x.dtype, device=x.device)
     ids = topk_ids.tolist()
@@ -65,6 +68,8 @@ def moe_experts_reference(
             acc = y if acc is None else acc + y
         if shared_gate is not None:
             y = expert_mlp_row(row, shared_gate, shared_up, shared_down, shared_limit)
+            if shared_sigmoid is not None:
+                y = torch.sigmoid(F.linear(row.float(), shared_sigmoid.float())) * y
             acc = y if acc is None else acc + y
         out[t] = acc[0].to(x.dtype)
     return out

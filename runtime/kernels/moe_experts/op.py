@@ -2,7 +2,7 @@
 
 ``torch.ops.lingc.moe_experts(Tensor x, Tensor topk_ids, Tensor topk_weights, Tensor w_gate,
 Tensor w_up, Tensor w_down, Tensor? shared_gate, Tensor? shared_up, Tensor? shared_down,
-float limit, float shared_limit) -> Tensor``
+float limit, float shared_limit, Tensor? shared_sigmoid=None) -> Tensor``
 
 - x [T, H] bf16, fp16 or fp32 (any strides); topk_ids int32 [T, k] (lingc::moe_router's ids,
   each in [0, E): not checked, that would need a host sync); topk_weights fp32 [T, k].
@@ -11,8 +11,11 @@ float limit, float shared_limit) -> Tensor``
   weight, or ``w13[:, 0::2]`` / ``w13[:, 1::2]`` of an interleaved one, are read in place (expert
   weights are never copied or re-laid).
 - shared_gate, shared_up [Is, H] and shared_down [H, Is]: the optional shared expert (all three
-  or none), with its own intermediate size and clamp; added unscaled.
+  or none), with its own intermediate size and clamp; added unscaled (see shared_sigmoid).
 - limit / shared_limit: SwiGLU clamp, 0 = none.
+- shared_sigmoid [1, H] of x's dtype (needs the shared expert): a gated shared expert, its
+  output scaled by ``sigmoid(x[t] . shared_sigmoid)`` (Qwen3-Next's ``shared_expert_gate``), the
+  dot product and the sigmoid in fp32.
 
 Returns out [T, H] in x.dtype: ``sum_j topk_weights[t, j] * expert_j(x[t]) + shared(x[t])``
 summed in fp32 in slot order (shared last) and rounded once. **Declared numerics**: the eager
@@ -42,7 +45,7 @@ def _unit_last_stride(w: torch.Tensor) -> bool:
 
 
 def check_moe_experts_args(x, topk_ids, topk_weights, w_gate, w_up, w_down, shared_gate, shared_up, shared_down,
-                           limit, shared_limit) -> None:
+                           limit, shared_limit, shared_sigmoid=None) -> None:
     """Raise ValueError naming the bad argument of ``moe_experts``."""
     op = "moe_experts"
     if x.dim() != 2:
@@ -89,6 +92,14 @@ def check_moe_experts_args(x, topk_ids, topk_weights, w_gate, w_up, w_down, shar
             raise ValueError(f"{op}: shared_down must be [H, Is] = {(h, i_s)}, got {tuple(shared_down.shape)}")
         weights += [("shared_gate", shared_gate, "H"), ("shared_up", shared_up, "H"),
                     ("shared_down", shared_down, "Is")]
+    if shared_sigmoid is not None:
+        if not all(given):
+            raise ValueError(f"{op}: shared_sigmoid scales the shared expert, but no shared expert was given "
+                             f"(shared_gate, shared_up, shared_down are None)")
+        if tuple(shared_sigmoid.shape) != (1, h):
+            raise ValueError(f"{op}: shared_sigmoid must be [1, H={h}] (a Linear(H, 1) weight), got shape "
+                             f"{tuple(shared_sigmoid.shape)}")
+        weights.append(("shared_sigmoid", shared_sigmoid, "H"))
     for name, w, last in weights:
         if w.dtype != x.dtype:
             raise ValueError(f"{op}: dtype mismatch, x is {x.dtype} but {name} is {w.dtype}")
@@ -104,26 +115,27 @@ def check_moe_experts_args(x, topk_ids, topk_weights, w_gate, w_up, w_down, shar
 
 
 def _moe_experts(x, topk_ids, topk_weights, w_gate, w_up, w_down, shared_gate, shared_up, shared_down,
-                 limit, shared_limit):
+                 limit, shared_limit, shared_sigmoid=None):
     args = (x, topk_ids, topk_weights, w_gate, w_up, w_down, shared_gate, shared_up, shared_down, limit, shared_limit)
-    check_moe_experts_args(*args)
+    check_moe_experts_args(*args, shared_sigmoid)
     if not x.is_cuda:
-        return moe_experts_reference(*args)
+        return moe_experts_reference(*args, shared_sigmoid)
     # Imported here so the CPU path needs no triton.
     from .kernel import moe_experts_triton
 
-    return moe_experts_triton(*args)
+    return moe_experts_triton(*args, shared_sigmoid=shared_sigmoid)
 
 
 def _moe_experts_fake(x, topk_ids, topk_weights, w_gate, w_up, w_down, shared_gate, shared_up, shared_down,
-                      limit, shared_limit):
+                      limit, shared_limit, shared_sigmoid=None):
     check_moe_experts_args(x, topk_ids, topk_weights, w_gate, w_up, w_down, shared_gate, shared_up, shared_down,
-                           limit, shared_limit)
+                           limit, shared_limit, shared_sigmoid)
     return x.new_empty(x.shape)
 
 
 _SCHEMA = ("(Tensor x, Tensor topk_ids, Tensor topk_weights, Tensor w_gate, Tensor w_up, Tensor w_down, "
-           "Tensor? shared_gate, Tensor? shared_up, Tensor? shared_down, float limit, float shared_limit) -> Tensor")
+           "Tensor? shared_gate, Tensor? shared_up, Tensor? shared_down, float limit, float shared_limit, "
+           "Tensor? shared_sigmoid=None) -> Tensor")
 
 
 moe_experts = register_op("moe_experts", _moe_experts, _moe_experts_fake, schema=_SCHEMA)

@@ -1,9 +1,9 @@
 """The Ling-3 MoE router as an opaque custom op.
 
-``torch.ops.lingc.moe_router(Tensor x, Tensor gate_w, Tensor expert_bias, int n_group,
+``torch.ops.lingc.moe_router(Tensor x, Tensor gate_w, Tensor? expert_bias, int n_group,
 int topk_group, int top_k, float routed_scaling, bool renormalize) -> (Tensor, Tensor)``:
 x [T, H] (bf16 or fp32), gate_w [E, H] of x's dtype (unit stride along H, any row stride),
-expert_bias fp32 [E]; returns (topk_ids int32 [T, top_k], topk_weights fp32 [T, top_k]).
+expert_bias fp32 [E] or None (no bias: the kernels read a persistent zero bias); returns (topk_ids int32 [T, top_k], topk_weights fp32 [T, top_k]).
 naive.py gives the exact math and the tie rule (lowest index wins). ``softmax=True`` (a trailing
 ``bool softmax=False`` in the schema): a softmax router instead (Qwen's MoE blocks: the top_k by
 logit, softmax probabilities as weights; one group, the bias unused; naive.softmax_topk_reference).
@@ -13,7 +13,7 @@ on CUDA (the two Triton kernels, PDL-launched on Hopper). A ``custom_op`` rather
 ``triton_op`` for the reason given in gemm/op.py: an opaque op keeps our own PDL launch.
 
 ``torch.ops.lingc.rmsnorm_router(Tensor x, Tensor norm_weight, Tensor? residual, float eps,
-Tensor gate_w, Tensor expert_bias, int n_group, int topk_group, int top_k, float routed_scaling,
+Tensor gate_w, Tensor? expert_bias, int n_group, int topk_group, int top_k, float routed_scaling,
 bool renormalize, bool round_before_weight=False) -> (Tensor y, Tensor h, Tensor ids, Tensor
 weights)``: ``lingc.rmsnorm`` (the residual add and the MoE block's input norm: y, h) followed by
 the router, as one op. On CUDA
@@ -75,14 +75,15 @@ def _check_gate(op, x, gate_w) -> None:
 
 def _check_selection(op, x, e, expert_bias, n_group, topk_group, top_k, x_name="x") -> None:
     """The checks of the selection's arguments; x (named x_name) is the input whose device the
-    others share."""
-    if tuple(expert_bias.shape) != (e,):
-        raise ValueError(f"{op}: expert_bias must have shape ({e},), got {tuple(expert_bias.shape)}")
-    if expert_bias.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-        raise ValueError(f"{op}: expert_bias.dtype must be float32 (or bfloat16 / float16, read as fp32), "
-                         f"got {expert_bias.dtype}")
-    if expert_bias.device != x.device:
-        raise ValueError(f"{op}: device mismatch, {x_name} on {x.device} but expert_bias on {expert_bias.device}")
+    others share. expert_bias None: no bias (moe_router, rmsnorm_router)."""
+    if expert_bias is not None:
+        if tuple(expert_bias.shape) != (e,):
+            raise ValueError(f"{op}: expert_bias must have shape ({e},), got {tuple(expert_bias.shape)}")
+        if expert_bias.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise ValueError(f"{op}: expert_bias.dtype must be float32 (or bfloat16 / float16, read as fp32), "
+                             f"got {expert_bias.dtype}")
+        if expert_bias.device != x.device:
+            raise ValueError(f"{op}: device mismatch, {x_name} on {x.device} but expert_bias on {expert_bias.device}")
     if n_group < 1 or e % n_group != 0:
         raise ValueError(f"{op}: n_group={n_group} must be >= 1 and divide the expert count E={e}")
     if e // n_group < 2:
@@ -95,8 +96,20 @@ def _check_selection(op, x, e, expert_bias, n_group, topk_group, top_k, x_name="
                          f"{topk_group * (e // n_group)}]")
 
 
+def _zero_bias(expert_bias, gate_w):
+    """expert_bias, or for None the device's zero bias of E entries: one persistent read-only
+    buffer per size (a fill kernel once, not one a step as a zeros() in the graph would be)."""
+    if expert_bias is not None:
+        return expert_bias
+    from lingc.runtime.kernels.gemm_common import persistent_buffer
+
+    e = gate_w.shape[0]
+    return persistent_buffer(f"zero_expert_bias_{e}", gate_w.device, e, torch.float32, 0)
+
+
 def _moe_router(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize, softmax=False):
     check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize, softmax)
+    expert_bias = _zero_bias(expert_bias, gate_w)
     if not x.is_cuda:
         return moe_router_reference(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize,
                                     softmax)
@@ -113,7 +126,7 @@ def _moe_router_fake(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_
     return x.new_empty((t, top_k), dtype=torch.int32), x.new_empty((t, top_k), dtype=torch.float32)
 
 
-_SCHEMA = ("(Tensor x, Tensor gate_w, Tensor expert_bias, int n_group, int topk_group, int top_k, "
+_SCHEMA = ("(Tensor x, Tensor gate_w, Tensor? expert_bias, int n_group, int topk_group, int top_k, "
            "float routed_scaling, bool renormalize, bool softmax=False) -> (Tensor, Tensor)")
 
 
@@ -173,6 +186,7 @@ def _rmsnorm_router(x, norm_weight, residual, eps, gate_w, expert_bias, n_group,
     args = (x, norm_weight, residual, eps, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling,
             renormalize, round_before_weight)
     check_rmsnorm_router_args(*args)
+    args = args[:5] + (_zero_bias(expert_bias, gate_w),) + args[6:]
     if not x.is_cuda:
         return rmsnorm_router_reference(*args)
     from .kernel import rmsnorm_router_triton
@@ -192,6 +206,6 @@ def _rmsnorm_router_fake(x, norm_weight, residual, eps, gate_w, expert_bias, n_g
 
 rmsnorm_router = register_op(
     "rmsnorm_router", _rmsnorm_router, _rmsnorm_router_fake,
-    schema=("(Tensor x, Tensor norm_weight, Tensor? residual, float eps, Tensor gate_w, Tensor expert_bias, "
+    schema=("(Tensor x, Tensor norm_weight, Tensor? residual, float eps, Tensor gate_w, Tensor? expert_bias, "
             "int n_group, int topk_group, int top_k, float routed_scaling, bool renormalize, "
             "bool round_before_weight=False) -> (Tensor, Tensor, Tensor, Tensor)"))
