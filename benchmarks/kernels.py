@@ -1,7 +1,7 @@
 """Run every kernel micro-benchmark into one output folder (method.md: cold weights, CUDA graphs,
 medians, the copy-bandwidth floor in the same run).
 
-    python -m benchmarks.kernels --out OUT [--only swiglu,gemm,kda,gdn,moe,attn] [--inductor]
+    python -m benchmarks.kernels --out OUT [--only swiglu,gemm,kda,gdn,moe,qwen3_moe,attn] [--inductor]
     python -m benchmarks.kernels --out OUT --smoke     # CPU: the benchmarks with a smoke mode
 
 Each benchmark writes its own JSON and prints its markdown table; this runner runs them in one
@@ -27,12 +27,13 @@ BENCHES = {
     "kda": ("kernels_kda", []),
     "gdn": ("kernels_gdn", []),
     "moe": ("kernels_moe", []),
+    "qwen3_moe": ("kernels_qwen3_moe", []),
     "attn": ("kernels_attn", []),
 }
 NO_INDUCTOR = {"gemm": [], "moe": ["--inductor"], "attn": ["--no-inductor"]}
 # Benchmarks with a CPU smoke mode (tiny preset, kernels under the Triton interpreter, wall-clock
 # timing) and its arguments; the others time CUDA graphs and need a GPU.
-SMOKE = {"moe": ["--smoke"]}
+SMOKE = {"moe": ["--smoke"], "qwen3_moe": ["--smoke"]}
 WITH_INDUCTOR = {"gemm": ["--inductor"], "kda": ["--inductor"]}
 
 

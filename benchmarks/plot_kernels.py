@@ -27,7 +27,7 @@ COLORS = {"lingc": "#3b6ea8", "eager": "#999999", "inductor": "#d9822b", "induct
           "fla-core (recurrence only)": "#8e6bb8"}
 TITLES = {"kernels_swiglu": "SwiGLU GEMM", "kernels_gemm": "skinny GEMMs", "kernels_kda": "KDA chain",
           "kernels_gdn": "Gated DeltaNet chain (Qwen3-Next)", "kernels_moe": "MoE layer",
-          "kernels_attn": "attention and norms"}
+          "kernels_qwen3_moe": "MoE block (Qwen3-Next)", "kernels_attn": "attention and norms"}
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def bars(data: dict) -> list[Bar]:
     kind, out = data.get("benchmark"), []
     for r in data.get("rows", []):
         v = _variant(r["variant"])
-        if v is None:
+        if v is None or r.get("us") is None:       # an ablation row, or a smoke run's untimed one
             continue
         if kind == "kernels_swiglu":
             out.append(Bar(f"{r['shape']}, M={r['M']}", v, r["us"], _floor_from_fraction(r)))
@@ -68,7 +68,7 @@ def bars(data: dict) -> list[Bar]:
                 continue
             label = "fla-core (recurrence only)" if v == "fla" else v
             out.append(Bar(f"T={r['T']}" + (" (lingc staged)" if r["T"] > 1 else ""), label, r["us"], None))
-        elif kind == "kernels_moe":
+        elif kind in ("kernels_moe", "kernels_qwen3_moe"):
             out.append(Bar(f"T={r['T']}", v, r["us"], r.get("floor_us")))
         elif kind == "kernels_attn":
             out.append(Bar(f"{r['kernel']} {r['shape']}, T={r['T']}", v, r["us"], r.get("floor_us")))

@@ -81,11 +81,14 @@ def test_kernels_runner_smoke(tmp_path):
     out = run(["benchmarks.kernels", "--smoke"], tmp_path, timeout=180)
     summary = {n: s for n, s in json.loads((tmp_path / "kernels_summary.json").read_text()).items()
                if n != "environment"}
-    assert summary["moe"]["status"] == "ok"
+    assert summary["moe"]["status"] == summary["qwen3_moe"]["status"] == "ok"
     assert {n for n, s in summary.items() if s["status"] == "GPU only: no CPU smoke mode"} == \
         {"swiglu", "gemm", "kda", "gdn", "attn"}
     moe = json.loads((tmp_path / "kernels_moe_tiny.json").read_text())
     assert moe["all_correct"] and {r["variant"] for r in moe["rows"]} >= {"lingc", "eager"}
+    qwen3 = json.loads((tmp_path / "kernels_qwen3_moe.json").read_text())
+    assert qwen3["all_correct"] and {(r["T"], r["variant"]) for r in qwen3["rows"]} == \
+        {(t, v) for t in (1, 6) for v in ("lingc", "eager")}
     assert "| T | variant | us/layer |" in out
     try:
         import matplotlib  # noqa: F401
