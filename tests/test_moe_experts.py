@@ -626,18 +626,20 @@ _COMPILE_CHECK = textwrap.dedent("""
         assert "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx
         return ptx, info
 
-    for n_max, slot in ((192, False), (768, False), (192, True)):
-        # slot: one token's slot layout (no moe_align launch; ids read from the router's output)
-        cfg = config_for(n_max, 2560)
+    for n_max, h, slot in ((192, 2560, False), (768, 2560, False), (192, 2560, True), (128, 2048, False),
+                           (128, 2048, True)):
+        # slot: one token's slot layout (no moe_align launch; ids read from the router's output);
+        # (128, 2048): Qwen3-Next-80B on one GPU of four
+        cfg = config_for(n_max, h)
         # (the values of T, P and NB are not specialised: do_not_specialize)
-        chunk = triton.next_power_of_2(triton.cdiv(2560, cfg.split_k))
+        chunk = triton.next_power_of_2(triton.cdiv(h, cfg.split_k))
         b = "*bf16"
         ptrs = dict(x_ptr=b, sorted_ptr="*i32", block_expert_ptr="*i32", ids_ptr="*i32", wg_ptr=b, wu_ptr=b,
                     sg_ptr=b, su_ptr=b, act_ptr=b, ws_ptr="*fp32", ticket_ptr="*i32")
         ints = ["T", "P", "NB", "NSB", "H", "I", "IS", "stride_xt", "stride_ge", "stride_gn", "stride_ue", "stride_un",
                 "stride_sgn", "stride_sun", "stride_act", "stride_ws_s", "stride_ws_p"]
         const = dict(stride_xh=1, stride_ik=1, NUM_EXPERTS=512, TOP_K=8, PAIRS_PER_TOKEN=9, BLOCK_M=BLOCK_M,
-                     BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=triton.cdiv(2560, chunk),
+                     BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=triton.cdiv(h, chunk),
                      N_TILES=triton.cdiv(n_max, cfg.block_n), HAS_LIMIT=True, SLOT_BLOCKS=slot, K_TILE=cfg.block_k,
                      DOT_PRECISION="tf32", DOT_UPCAST=False, USE_GDC=True)
         ptx, info = build(_moe_up_kernel, ptrs, ints, ["limit", "shared_limit"], const, cfg.up_warps, cfg.up_maxnreg)

@@ -136,6 +136,13 @@ CONFIGS: dict[tuple[int, int], MoeExpertsConfig] = {
     (192, 2560): MoeExpertsConfig(block_n=32, split_k=10, up_warps=4, block_h=128, down_warps=4,
                                   up_maxnreg=96, down_warps_one_token=8),
     (768, 2560): MoeExpertsConfig(block_n=32, split_k=10, up_warps=4, block_h=32, down_warps=8),
+    # Qwen3-Next-80B on one GPU of four (I = Is = 512 / 4, H = 2048), measured on an H100
+    # (`benchmarks.kernels_qwen3_moe`, 40 cold layers, one call, 2026-12-05, session 49): 16
+    # columns x 8 chunks of 256, Ling-3's down tile and caps: 19.17 / 54.25 us at T = 1 / 6 against
+    # 20.62 / 54.94 for the rule's config (16 x 4 chunks of 512, 64-column down tile), 20.34 / 53.71
+    # for 32 columns and 24.79 / 90.89 for 32 columns x 4 chunks.
+    (128, 2048): MoeExpertsConfig(block_n=16, split_k=8, up_warps=4, block_h=128, down_warps=4,
+                                  up_maxnreg=96, down_warps_one_token=8),
 }
 
 
