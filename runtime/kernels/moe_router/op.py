@@ -3,7 +3,8 @@
 ``torch.ops.lingc.moe_router(Tensor x, Tensor gate_w, Tensor? expert_bias, int n_group,
 int topk_group, int top_k, float routed_scaling, bool renormalize) -> (Tensor, Tensor)``:
 x [T, H] (bf16 or fp32), gate_w [E, H] of x's dtype (unit stride along H, any row stride),
-expert_bias fp32 [E] or None (no bias: the kernels read a persistent zero bias); returns (topk_ids int32 [T, top_k], topk_weights fp32 [T, top_k]).
+expert_bias fp32 [E] or None (no bias: the kernels read a persistent zero bias); returns
+(topk_ids int32 [T, top_k], topk_weights fp32 [T, top_k]).
 naive.py gives the exact math and the tie rule (lowest index wins). ``softmax=True`` (a trailing
 ``bool softmax=False`` in the schema): a softmax router instead (Qwen's MoE blocks: the top_k by
 logit, softmax probabilities as weights; one group, the bias unused; naive.softmax_topk_reference).
