@@ -7,7 +7,7 @@
                    [the shared term times sigmoid(x @ Wsg.T), Wsg [1, H]: a gated shared expert]
     after:   ids, w = lingc.moe_router(x, Wr, bias, n_group, topk_group, top_k, scale, renorm)
                       (no bias: None; a softmax router: lingc.moe_router(x, Wr, None, 1, 1, top_k, scale, renorm,
-                      softmax=True))
+                      softmax=True); dropped groups filled with 0.0: zero_fill=True)
              out = lingc.moe_experts(x, ids, w, W13[:, :I], W13[:, I:], W2, Wg, Wu, Wd, L, Ls
                                      [, shared_sigmoid=Wsg])
 
@@ -17,8 +17,10 @@ Matched on the ATen graph by what it computes, never by module names:
   experts (group scores, masks, fills) is written in many ways, so the subgraph from the scores
   (and the bias) to (ids, weights) is cut out and run on random scores against
   `grouped_topk_reference`, with n_group / topk_group read from its top-k shapes, top_k from the
-  ids, renormalisation and scale from the weight chain. A different selection (e.g. masking with
-  0 instead of -inf) fails the check and the router stays as it is.
+  ids, renormalisation and scale from the weight chain, and the dropped groups masked with -inf or
+  filled with 0.0 (DeepSeek-V3's and Kimi's Hugging Face routers: `moe_router(..., zero_fill=True)`;
+  where a fill of 0.0 ties, any of the tied experts is accepted, since torch.topk's choice among
+  equal values is unspecified). A different selection fails the check and the router stays as it is.
 - Softmax routers (Qwen's MoE blocks): a `topk` over the experts whose input is computed from a
   gate projection through an exp (softmax, decomposed or not) and no sigmoid anchors one; the
   subgraph from the logits to (ids, weights) is run on random logits against
@@ -75,6 +77,7 @@ class _Router:
     call: tuple | None = None       # moe_router's arguments (x and bias may still need a node)
     why: str = ""
     softmax: bool = False           # a softmax router (moe_router's softmax=True)
+    zero_fill: bool = False         # dropped groups filled with 0.0 (moe_router's zero_fill=True)
 
 
 def _values(n: fx.Node) -> fx.Node:
@@ -160,7 +163,8 @@ def _cut_module(graph: fx.Graph, inputs: list[fx.Node], needed: set, outs: list[
 def _check_selection(graph: fx.Graph, scores: fx.Node, ids: fx.Node, weights: fx.Node,
                      renorm: bool, scale: float):
     """Cut out (ids, weights) as a function of the scores (and a bias) and run it on random scores
-    against the reference grouped top-k: (bias node or None, n_group, topk_group), or why not."""
+    against the reference grouped top-k: (bias node or None, n_group, topk_group, zero_fill), or why
+    not."""
     from lingc.runtime.kernels.moe_router.naive import grouped_topk_reference
 
     T, E = scores.meta["val"].shape
@@ -201,20 +205,45 @@ def _check_selection(graph: fx.Graph, scores: fx.Node, ids: fx.Node, weights: fx
                 return f"the expert selection does not run on its own ({type(e).__name__})"
             trials.append((s, b, got))
         for g, tg in candidates:
-            if all(_same_routing(got, grouped_topk_reference(s.float(), b.float(), g, tg, K, scale, renorm))
-                   for s, b, got in trials):
-                return bias, g, tg
+            for zero_fill in (False, True):
+                if all(_same_routing(got, grouped_topk_reference(s.float(), b.float(), g, tg, K, scale, renorm,
+                                                                 zero_fill), _keys(s, b, g, tg, zero_fill), s,
+                                     renorm, scale)
+                       for s, b, got in trials):
+                    return bias, g, tg, zero_fill
     return "the expert selection is not the sigmoid grouped top-k (checked on random scores)"
 
 
-def _same_routing(got, ref) -> bool:
-    """Same experts per token with the same weights, in any slot order."""
+def _keys(s: torch.Tensor, b: torch.Tensor, n_group: int, topk_group: int, zero_fill: bool) -> torch.Tensor:
+    """The selection's keys [T, E]: the biased scores, the dropped groups' at -inf or 0.0."""
+    c = s.float() + b.float()
+    t, e = c.shape
+    groups = c.view(t, n_group, e // n_group)
+    top2 = groups.sort(dim=-1, descending=True, stable=True).values[..., :2].sum(-1)
+    keep = top2.sort(dim=-1, descending=True, stable=True).indices[:, :topk_group]
+    mask = torch.zeros(t, n_group, dtype=torch.bool, device=c.device).scatter_(1, keep, True)
+    return groups.masked_fill(~mask[..., None], 0.0 if zero_fill else float("-inf")).view(t, e) + 0.0
+
+
+def _same_routing(got, ref, keys=None, scores=None, renorm=False, scale=1.0) -> bool:
+    """Same experts per token with the same weights, in any slot order. With ``keys`` (the
+    selection's, [T, E]) and the ``scores``: where keys tie at the selection's edge (a fill of 0.0),
+    other experts of the same keys are accepted too (torch.topk picks among equal values in an
+    unspecified order), with their own scores as weights (renormalised, scaled)."""
     (gi, gw), (ri, rw) = got, ref
     if gi.shape != ri.shape or gw.shape != rw.shape:
         return False
     go, ro = gi.long().sort(-1), ri.long().sort(-1)
-    return torch.equal(go.values, ro.values) and torch.allclose(
-        gw.float().gather(1, go.indices), rw.float().gather(1, ro.indices), rtol=1e-4, atol=1e-6)
+    if torch.equal(go.values, ro.values):
+        return torch.allclose(gw.float().gather(1, go.indices), rw.float().gather(1, ro.indices), rtol=1e-4, atol=1e-6)
+    ids = go.values
+    if keys is None or (ids[:, 1:] == ids[:, :-1]).any() or ids.min() < 0 or ids.max() >= keys.shape[1]:
+        return False
+    if not torch.equal(keys.gather(1, ids).sort(-1).values, keys.gather(1, ro.values).sort(-1).values):
+        return False
+    w = scores.float().gather(1, ids)
+    w = (w / w.sum(-1, keepdim=True) if renorm else w) * scale
+    return torch.allclose(gw.float().gather(1, go.indices), w, rtol=1e-4, atol=1e-6)
 
 
 def _softmax_router(graph: fx.Graph, tk: fx.Node, order: dict) -> _Router | None:
@@ -316,7 +345,7 @@ def _find_routers(graph: fx.Graph) -> list[_Router]:
         elif why := unsupported_dtype("moe_router", gate_w.meta["val"].dtype, ROUTER_DTYPES):
             r.why = why
         else:
-            bias, n_group, topk_group = checked
+            bias, n_group, topk_group, r.zero_fill = checked
             rx = r.x if r.x.meta["val"].dtype == gate_w.meta["val"].dtype else a
             r.call = (rx, gate_w, bias, n_group, topk_group, ids.meta["val"].shape[-1], float(scale), renorm)
         routers.append(r)
@@ -388,7 +417,7 @@ class FusedMoE(LingcPass):
             if rx.meta["val"].dim() != 2:
                 rx = emit(graph, aten.view.default, rx, [-1, H])
             pair = emit(graph, torch.ops.lingc.moe_router.default, rx, gate_w, bias, *consts,
-                        **({"softmax": True} if r.softmax else {}))
+                        **({"softmax": True} if r.softmax else {}), **({"zero_fill": True} if r.zero_fill else {}))
             ids, w = emit(graph, operator.getitem, pair, 0), emit(graph, operator.getitem, pair, 1)
             old_ids = emit(graph, prims.convert_element_type.default, ids, r.ids.meta["val"].dtype)
             old_w = w

@@ -186,7 +186,7 @@ def norms_into_routers(g: fx.Graph) -> int:
             continue
         with g.inserting_before(rms):
             new = emit(g, lingc_ops.rmsnorm_router.default, x, w, residual, eps, *router.args[1:],
-                       **_norm_form(rms))
+                       **_norm_form(rms), **({"zero_fill": True} if router.kwargs.get("zero_fill") else {}))
         for u in list(rms.users):                       # y, h: outputs 0 and 1
             u.args = (new, u.args[1])
         for u in list(router.users):                    # ids, weights: outputs 2 and 3

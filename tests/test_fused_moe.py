@@ -260,10 +260,10 @@ MATCHED = [
     (_with_router(PairIndexMoE(), NormSoftmaxRouter()), 4, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
     (_with_router(PairIndexMoE(), NormSoftmaxRouter()).to(torch.bfloat16), 4, 2,
      ["1 routers, 1 expert blocks (1 with shared expert)"]),
+    (EinsumMoE(ForeignRouter(fill=0.0)), 4, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
+    (_with_router(PairIndexMoE(), ForeignRouter(fill=0.0, fp32=True)), 1, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
 ]
 UNMATCHED = [
-    (EinsumMoE(ForeignRouter(fill=0.0)), 1, "router left as ATen ops: the expert selection is not the "
-                                            "sigmoid grouped top-k (checked on random scores)"),
     (TransposedExperts(), 1, "experts left as ATen ops: expert gate/up weights are not stored [E, I, H]"),
     (ReluExperts(), 1, "experts left as ATen ops: the expert projections do not form a SwiGLU"),
     (MissingSlot(), 1, "experts left as ATen ops: the expert outputs are not summed over all slots"),
@@ -411,6 +411,20 @@ def test_softmax_router_kernel_call(tmp_path):
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
 
+def test_norm_folds_into_a_zero_fill_router_with_its_rule(tmp_path):
+    """The block's input norm folds into a 0-fill router's logits kernel as into any sigmoid
+    router's, and the fused op keeps the rule (rmsnorm_router(..., zero_fill=True))."""
+    m = NormedMoE(EinsumMoE(ForeignRouter(fill=0.0)))
+    x = _x(3)
+    with torch.no_grad():
+        ref = m(x)
+    out, report = run_and_report(m, x, dump_dir=str(tmp_path))
+    calls = [line for line in final_graph_text(report).splitlines() if "lingc.rmsnorm_router(" in line]
+    assert len(calls) == 1 and "zero_fill=True" in calls[0], calls
+    assert _rows(report)["lingc.moe_router"] == 0
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("softmax", [False, True])
 def test_norm_folds_into_a_sigmoid_router_only(softmax):
     """pdl_norm_folds.norms_into_routers on rmsnorm -> moe_router with every operand ready before
@@ -487,13 +501,30 @@ def test_an_expert_loop_over_data_dependent_rows_compiles_and_equals_eager():
     assert "data-dependent rows (e.g. tokens picked by torch.where): left to ATen" in report.kernels.format()
 
 
-def test_zero_fill_changes_routing():
-    """The unmatched 0-fill router above really computes something else (negative biased scores)."""
+def test_zero_fill_changes_routing(tmp_path):
+    """A 0-fill router (DeepSeek-V3's Hugging Face code) computes something else than a -inf mask
+    when biased scores go negative: the pass tells them apart and runs each on its own rule."""
+    from lingc.runtime.kernels.moe_router.naive import grouped_topk_reference
+
     a, b = ForeignRouter(), ForeignRouter(fill=0.0)
     b.bias.data -= 3.0
     a.bias.data -= 3.0
     x = _x(16)
     assert not torch.equal(a(x)[0].sort(-1).values, b(x)[0].sort(-1).values)
+    for router, zero_fill in ((a, False), (b, True)):
+        (ids, w), report = run_and_report(router, x, dump_dir=str(tmp_path / str(zero_fill)))
+        text = final_graph_text(report)
+        assert text.count("lingc.moe_router") == 1 and ("zero_fill=True" in text) == zero_fill, text
+        with torch.no_grad():
+            ref_ids = router(x)[0]
+        # All-negative keys: the 0-fill picks are the dropped groups' lowest ids (eager's torch.topk
+        # may pick others among the tied zeros, so compare the rule, not eager's tie order).
+        want = grouped_topk_reference(torch.sigmoid(x @ router.weight.t()), router.bias, G, TG, K, SCALE, True,
+                                      zero_fill)
+        assert torch.equal(ids.int().sort(-1).values, want[0].sort(-1).values)
+        torch.testing.assert_close(w.sort(-1).values, want[1].sort(-1).values, rtol=1e-5, atol=1e-6)
+        if not zero_fill:
+            assert torch.equal(ids.sort(-1).values, ref_ids.sort(-1).values)
 
 
 # ----------------------------------------------------------------------------------- tiny model

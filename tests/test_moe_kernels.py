@@ -47,10 +47,12 @@ TOPK_GROUP, TOP_K, SCALING = 2, 4, 2.5
 # Router: references and helpers.
 
 
-def py_router(logits, bias, n_group, topk_group, top_k, scaling, renormalize):
+def py_router(logits, bias, n_group, topk_group, top_k, scaling, renormalize, zero_fill=False):
     """Per-token Python reference from the formulas (float32 throughout); ties: lowest index.
 
-    logits fp32 [T, E] (computed by the caller), bias fp32 [E]. Returns (ids [T][k], weights)."""
+    logits fp32 [T, E] (computed by the caller), bias fp32 [E]. Returns (ids [T][k], weights).
+    ``zero_fill``: every expert is a candidate, those of the dropped groups with the key 0.0
+    (DeepSeek-V3's Hugging Face router)."""
     f32 = np.float32
     lg = logits.detach().cpu().float().numpy()
     b = bias.detach().cpu().float().numpy()
@@ -66,7 +68,11 @@ def py_router(logits, bias, n_group, topk_group, top_k, scaling, renormalize):
             gscore.append(f32(c[members[0]] + c[members[1]]))
         kept = sorted(range(n_group), key=lambda g: (-gscore[g], g))[:topk_group]
         cands = [i for g in kept for i in range(g * gs, (g + 1) * gs)]
-        ids = sorted(cands, key=lambda i: (-c[i], i))[:top_k]
+        if zero_fill:
+            key = {i: (float(c[i]) if i in cands else 0.0) for i in range(e)}
+            ids = sorted(range(e), key=lambda i: (-key[i], i))[:top_k]
+        else:
+            ids = sorted(cands, key=lambda i: (-c[i], i))[:top_k]
         w = [f32(s[i]) for i in ids]
         if renormalize:
             tot = f32(sum(w, f32(0)))
@@ -358,13 +364,13 @@ def test_router_logits_workspace():
 # moe_select: the selection kernel alone on given logits (prompt chunks).
 
 
-def run_select(logits, bias, n_group, topk_group=TOPK_GROUP, top_k=TOP_K, scaling=SCALING, renormalize=True):
+def run_select(logits, bias, n_group, topk_group=TOPK_GROUP, top_k=TOP_K, scaling=SCALING, renormalize=True, **kw):
     """moe_select_triton into poisoned outputs (ids -1, weights NaN)."""
     t = logits.shape[0]
     ids = torch.full((t, top_k), -1, dtype=torch.int32, device=logits.device)
     wts = torch.full((t, top_k), float("nan"), dtype=torch.float32, device=logits.device)
     out = moe_select_triton(logits, bias, n_group, topk_group, top_k, scaling, renormalize,
-                            ids_out=ids, weights_out=wts)
+                            ids_out=ids, weights_out=wts, **kw)
     assert out[0] is ids and out[1] is wts
     return ids, wts
 
@@ -424,6 +430,83 @@ def test_select_bad_arguments_are_named(case, match):
     logits, bias = torch.randn(5, 64), torch.zeros(64)
     with pytest.raises(ValueError, match=f"moe_select: .*({match})"):
         torch.ops.lingc.moe_select(*case(logits, bias), 8, TOPK_GROUP, TOP_K, SCALING, True)
+
+
+# Zero fill (DeepSeek-V3's Hugging Face router): shifted biases put kept experts' keys at or below
+# the fill, where dropped experts enter the picks.
+ZERO_FILL_SHIFTS = [0.0, -0.55, -3.0]
+
+
+@pytest.mark.parametrize("shift", ZERO_FILL_SHIFTS)
+@pytest.mark.parametrize("t", [1, 2, 6, 16])
+@pytest.mark.parametrize("e, n_group, topk_group, top_k", [(16, 4, 2, 4), (64, 8, 4, 8)])
+def test_zero_fill_router_matches_python_reference(e, n_group, topk_group, top_k, t, shift):
+    x, w, bias = make_router_inputs(t, e, 40, torch.float32, seed=11 * e + t)
+    bias = 3 * bias + shift
+    ids, wts = run_router(x, w, bias, n_group, topk_group, top_k, zero_fill=True)
+    ref = py_router(exact_logits(x, w), bias, n_group, topk_group, top_k, SCALING, True, zero_fill=True)
+    assert_router_matches(ids, wts, *ref)
+    assert_router_matches(*moe_router_reference(x.cpu(), w.cpu(), bias.cpu(), n_group, topk_group, top_k,
+                                                SCALING, True, zero_fill=True), *ref)
+    plain = py_router(exact_logits(x, w), bias, n_group, topk_group, top_k, SCALING, True)
+    if shift == -3.0:        # every biased score negative: the fill's zeros win, the rules differ
+        assert all(sorted(a) != sorted(b) for a, b in zip(ref[0], plain[0]))
+    elif shift == 0.0:       # every kept key above 0: the same picks as the -inf mask
+        assert ref[0] == plain[0]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_zero_fill_router_ties_lowest_index_wins(seed):
+    """Integer logits and biases shifted to put many keys at exactly 0.0 and below: the picks
+    among the fill's zeros and the kept experts' equal keys go to the lowest index."""
+    t, e, h = 8, 64, 40
+    x, w, bias = make_tied_inputs(t, e, h, torch.float32, seed=300 + seed)
+    logits = exact_logits(x, w)
+    s = torch.sigmoid(logits)
+    bias = (bias - 1.0).to(bias.device)                          # c in (-1, 0.5): some at or below 0
+    bias[: e // 2] = (-s[0, : e // 2]).to(bias.device)           # row 0: half the keys exactly 0.0
+    ids, wts = run_router(x, w, bias, 8, zero_fill=True)
+    ref = py_router(logits, bias, 8, TOPK_GROUP, TOP_K, SCALING, True, zero_fill=True)
+    assert_router_matches(ids, wts, *ref)
+    assert_router_matches(*run_select(logits.to(DEVICE), bias, 8, zero_fill=True), *ref)
+
+
+@pytest.mark.parametrize("t", [1, 6])
+def test_zero_fill_rmsnorm_router(t):
+    """The norm folded into a zero-fill router: the fused kernel's ids and weights are the
+    reference's on its logits, and the unfused pair's y and h."""
+    x, w, bias = make_router_inputs(t, 64, 96, torch.float32, seed=90 + t)
+    bias = bias - 0.8
+    gen = torch.Generator().manual_seed(91)
+    res = torch.randn(t, 96, generator=gen).to(DEVICE)
+    nw = (1 + 0.1 * torch.randn(96, generator=gen)).to(DEVICE)
+    y, h, ids, wts = rmsnorm_router_triton(x, nw, res, 1e-6, w, bias, 8, 4, 8, SCALING, True, zero_fill=True)
+    ry, rh, r_ids, r_w = rmsnorm_router_reference(x.cpu(), nw.cpu(), res.cpu(), 1e-6, w.cpu(), bias.cpu(), 8, 4, 8,
+                                                  SCALING, True, zero_fill=True)
+    assert torch.equal(ids.cpu(), r_ids)
+    torch.testing.assert_close(wts.cpu(), r_w, atol=WEIGHT_ATOL, rtol=0)
+    torch.testing.assert_close(y.cpu(), ry, atol=1e-6, rtol=1e-6)
+    assert torch.equal(h.cpu(), rh)
+    op = torch.ops.lingc.rmsnorm_router(x.cpu(), nw.cpu(), res.cpu(), 1e-6, w.cpu(), bias.cpu(), 8, 4, 8, SCALING,
+                                        True, zero_fill=True)
+    assert torch.equal(op[2], r_ids)
+    plain = rmsnorm_router_reference(x.cpu(), nw.cpu(), res.cpu(), 1e-6, w.cpu(), bias.cpu(), 8, 4, 8, SCALING, True)
+    assert not torch.equal(plain[2], r_ids)        # the shift makes the rules differ somewhere
+
+
+def test_zero_fill_op_cpu_fake_opcheck_and_refusal():
+    x, w, bias = make_router_inputs(3, 16, 40, torch.float32, seed=92, device="cpu")
+    bias = bias - 3.0
+    ids, wts = torch.ops.lingc.moe_router(x, w, bias, 4, 2, 4, 2.5, True, zero_fill=True)
+    ref = moe_router_reference(x, w, bias, 4, 2, 4, 2.5, True, zero_fill=True)
+    assert torch.equal(ids, ref[0]) and torch.equal(wts, ref[1])
+    assert not torch.equal(ids, torch.ops.lingc.moe_router(x, w, bias, 4, 2, 4, 2.5, True)[0])
+    torch.library.opcheck(torch.ops.lingc.moe_router, (x, w, bias, 4, 2, 4, 2.5, True), {"zero_fill": True})
+    lg = exact_logits(x, w)
+    torch.library.opcheck(torch.ops.lingc.moe_select.default, (lg, bias, 4, 2, 4, 2.5, True), {"zero_fill": True})
+    assert torch.equal(torch.ops.lingc.moe_select(lg, bias, 4, 2, 4, 2.5, True, zero_fill=True)[0], ids)
+    with pytest.raises(ValueError, match="moe_router: zero_fill is a fill of the dropped groups .* pass zero_fill=False"):
+        torch.ops.lingc.moe_router(x, w, None, 1, 1, 4, 2.5, True, softmax=True, zero_fill=True)
 
 
 # A broken kernel or reference must fail the comparisons above.
@@ -556,6 +639,15 @@ _ROUTER_COMPILE_CHECK = textwrap.dedent("""
     assert ptx.count("redux.sync.max.s32") == 9, ptx.count("redux.sync.max.s32")
     assert "ld.global" in ptx.split("griddepcontrol.wait")[0]   # the bias, before the wait
     print("select", re.findall(r"Used \\d+ registers", info))
+    # The zero-fill rule (DeepSeek-V3's router): the same fast picks, its all-expert exact picks
+    # behind a branch; still one warp, no spills.
+    ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, ["routed_scaling"]), dict(const, ZERO_FILL=True),
+                             divisible_by_16(fn, list(ptrs) + ints), num_warps=SELECT_WARPS,
+                             maxnreg=SELECT_MAXNREG)
+    assert " 0 bytes spill stores" in info, info
+    assert "bar.sync" not in ptx and "st.shared" not in ptx
+    assert ptx.count("redux.sync.max.s32") == 9, ptx.count("redux.sync.max.s32")
+    print("zero-fill select", re.findall(r"Used \\d+ registers", info))
     # A softmax router's selection (Qwen3-MoE's shape: 128 experts, top 8): one warp, no spills.
     from lingc.runtime.kernels.moe_router.kernel import select_fast
     const = dict(N_GROUP=1, GROUP_SIZE=128, TOPK_GROUP=1, TOP_K=8, RENORMALIZE=True, G_PAD=1, GS_PAD=128,
@@ -592,7 +684,7 @@ def test_router_op_cpu_path_is_the_reference(dtype):
 def test_router_op_schema_fake_and_opcheck():
     assert str(torch.ops.lingc.moe_router.default._schema) == (
         "lingc::moe_router(Tensor x, Tensor gate_w, Tensor? expert_bias, int n_group, int topk_group, "
-        "int top_k, float routed_scaling, bool renormalize, bool softmax=False) -> (Tensor, Tensor)"
+        "int top_k, float routed_scaling, bool renormalize, bool softmax=False, bool zero_fill=False) -> (Tensor, Tensor)"
     )
     with FakeTensorMode():
         ids, wts = torch.ops.lingc.moe_router(torch.empty(6, 2560, dtype=torch.bfloat16),
@@ -938,6 +1030,40 @@ def test_gpu_router_ling3(t, dtype):
     # And the op on CUDA is the kernel.
     op_ids, op_w = torch.ops.lingc.moe_router(x, w, bias, g["n_group"], g["topk_group"], g["top_k"], g["scaling"], True)
     assert torch.equal(op_ids, ids) and torch.equal(op_w, wts)
+
+
+def zero_fill_keys(c, n_group, topk_group):
+    """The zero-fill rule's keys: c in the kept groups (ties: lowest group), 0.0 elsewhere."""
+    t, e = c.shape
+    groups = c.view(t, n_group, e // n_group)
+    top2 = groups.sort(dim=-1, descending=True, stable=True).values[..., :2].sum(-1)
+    keep = top2.sort(dim=-1, descending=True, stable=True).indices[:, :topk_group]
+    mask = torch.zeros(t, n_group, dtype=torch.bool, device=c.device).scatter_(1, keep, True)
+    return groups.masked_fill(~mask[..., None], 0.0).view(t, e)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shift", ZERO_FILL_SHIFTS + [-0.45])
+@pytest.mark.parametrize("t", [1, 6, 16])
+def test_gpu_zero_fill_router_ling3(t, shift):
+    """DeepSeek-V3's zero-fill rule at Ling-3's shape, with biases that put kept keys around and
+    below the fill: the kernel's picks are the reference's on its own logits (up to near-ties),
+    every output written, and the rule's all-expert branch ran where it must."""
+    g = LING3
+    x, w, bias = make_router_inputs(t, g["e"], g["h"], torch.bfloat16, seed=500 + t)
+    bias = 3 * bias + shift
+    logits = torch.full((t, g["e"]), float("nan"), device=DEVICE)
+    args = (g["n_group"], g["topk_group"], g["top_k"], g["scaling"])
+    ids, wts = run_router(x, w, bias, *args[:2], args[2], args[3], logits_out=logits, zero_fill=True)
+    s = torch.sigmoid(logits)
+    ref_ids, ref_w = grouped_topk_reference(s, bias, *args, True, zero_fill=True)
+    assert_equivalent_selection(ids, ref_ids, zero_fill_keys(s + bias, g["n_group"], g["topk_group"]))
+    torch.testing.assert_close(wts, ref_w, atol=1e-5, rtol=0)
+    if shift == -3.0:
+        plain = grouped_topk_reference(s, bias, *args, True)[0]
+        assert all(set(a) != set(b) for a, b in zip(ids.tolist(), plain.tolist()))
+    s_ids, s_w = run_select(logits, bias, *args, zero_fill=True)
+    assert torch.equal(s_ids, ids) and torch.equal(s_w, wts)
 
 
 @pytest.mark.gpu

@@ -241,8 +241,14 @@ def _moe_router_select_kernel(
     RENORMALIZE: tl.constexpr, G_PAD: tl.constexpr, GS_PAD: tl.constexpr,
     KG_PAD: tl.constexpr, USE_GDC: tl.constexpr, G_BITS: tl.constexpr = 0, E_BITS: tl.constexpr = 0,
     PACK: tl.constexpr = 0, CHECK_TIES: tl.constexpr = True, SOFTMAX: tl.constexpr = False,
+    ZERO_FILL: tl.constexpr = False,
 ):
     """Grouped top-k of row program_id(0) on a [G_PAD, GS_PAD] view of its logits.
+
+    ZERO_FILL (naive.grouped_topk_reference's zero_fill): the dropped groups' experts compete with
+    key 0.0. The kept tile's picks are that rule's picks whenever the last of them has a key > 0
+    (every dropped expert ranks below it); otherwise (rare: biased scores <= 0) the row runs the
+    exact int64 picks again over all E experts with the dropped ones at 0.0, and stores those.
 
     SOFTMAX (one group; naive.softmax_topk_reference): the keys are the logits themselves and
     the weights the softmax probabilities, over the row's max and sum of exp (computed here from
@@ -333,6 +339,7 @@ def _moe_router_select_kernel(
         exact = True
         kidx = tl.zeros([KG_PAD, GS_PAD], dtype=tl.int32)
         ks = tl.zeros([KG_PAD, GS_PAD], dtype=tl.float32)
+        kc = ks
         wsel = ks
         total = tl.sum(tl.sum(ks, axis=1), axis=0)
     if exact:
@@ -350,11 +357,38 @@ def _moe_router_select_kernel(
             rank = tl.where(key == best, i, rank)
             key = tl.where(key == best, lowest, key)
         wsel, total = _picked_weights(rank, ks)
+    if ZERO_FILL:
+        # The last pick's key (the smallest picked): above 0.0, no dropped expert could enter.
+        last = tl.min(tl.min(tl.where(rank >= 0, kc, float("inf")), axis=1), axis=0)
+        if last > 0.0:
+            _store_picks(ids_ptr, wts_ptr, t, stride_it, stride_wt, rank, kidx, wsel, total, routed_scaling,
+                         RENORMALIZE)
+        else:
+            member = tl.sum(((kept[None, :] == gar[:, None]) & (kg < TOPK_GROUP)[None, :]).to(tl.int32), axis=1)
+            zkey = tl.where(member[:, None] > 0, c, 0.0) + 0.0      # + 0.0: -0.0 ranks equal to the fill
+            key = tl.where(valid, (_order_key(zkey).to(tl.int64) << 32) | (E - 1 - eidx).to(tl.int64), lowest)
+            zrank = tl.full([G_PAD, GS_PAD], -1, dtype=tl.int32)
+            for i in tl.static_range(TOP_K):
+                best = tl.max(tl.max(key, axis=1), axis=0)
+                zrank = tl.where(key == best, i, zrank)
+                key = tl.where(key == best, lowest, key)
+            zw, ztotal = _picked_weights(zrank, tl.sigmoid(lg))
+            _store_picks(ids_ptr, wts_ptr, t, stride_it, stride_wt, zrank, eidx, zw, ztotal, routed_scaling,
+                         RENORMALIZE)
+    else:
+        _store_picks(ids_ptr, wts_ptr, t, stride_it, stride_wt, rank, kidx, wsel, total, routed_scaling, RENORMALIZE)
+
+
+@triton.jit
+def _store_picks(ids_ptr, wts_ptr, t, stride_it, stride_wt, rank, idx, wsel, total, routed_scaling,
+                 RENORMALIZE: tl.constexpr):
+    """Store the picks (rank >= 0 at a candidate: its slot) of row t: ids, and the weights
+    renormalised by their sum ``total`` if asked, times routed_scaling."""
     picked = rank >= 0
     if RENORMALIZE:
         wsel = wsel / total
     wsel = wsel * routed_scaling
-    tl.store(ids_ptr + t * stride_it + rank, kidx, mask=picked)
+    tl.store(ids_ptr + t * stride_it + rank, idx, mask=picked)
     tl.store(wts_ptr + t * stride_wt + rank, wsel, mask=picked)
 
 
@@ -432,9 +466,11 @@ def moe_router_triton(
     y_out: torch.Tensor | None = None,
     h_out: torch.Tensor | None = None,
     round_before_weight: bool = False,
+    zero_fill: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch on x [T, H], gate_w [E, H] (unit H stride), expert_bias fp32 [E]; returns
-    (ids int32 [T, top_k], weights fp32 [T, top_k]) (naive.moe_router_reference).
+    (ids int32 [T, top_k], weights fp32 [T, top_k]) (naive.moe_router_reference; ``zero_fill``:
+    its rule for the dropped groups).
 
     ``ids_out`` / ``weights_out`` may be given (tests pass poisoned buffers); ``logits_out``, an
     fp32 [T, E] contiguous buffer, is the workspace and exposes the logits to tests. ``block_e``
@@ -480,12 +516,12 @@ def moe_router_triton(
         num_warps=warps, **pdl,
     )
     _launch_select(logits_out, expert_bias, ids_out, weights_out, n_group, topk_group, top_k, routed_scaling,
-                   renormalize, use_pdl, softmax)
+                   renormalize, use_pdl, softmax, zero_fill)
     return ids_out, weights_out
 
 
 def _launch_select(logits, expert_bias, ids_out, weights_out, n_group, topk_group, top_k, routed_scaling,
-                   renormalize, use_pdl, softmax=False) -> None:
+                   renormalize, use_pdl, softmax=False, zero_fill=False) -> None:
     """The selection kernel over fp32 logits [T, E] (unit stride along E): one one-warp CTA a row."""
     group_size = logits.shape[1] // n_group
     _moe_router_select_kernel[(logits.shape[0],)](
@@ -495,7 +531,7 @@ def _launch_select(logits, expert_bias, ids_out, weights_out, n_group, topk_grou
         RENORMALIZE=bool(renormalize), G_PAD=triton.next_power_of_2(n_group),
         GS_PAD=triton.next_power_of_2(group_size),
         KG_PAD=triton.next_power_of_2(topk_group), **select_fast(n_group, topk_group, group_size),
-        USE_GDC=use_pdl, SOFTMAX=bool(softmax), num_warps=SELECT_WARPS, **({"launch_pdl": True} if use_pdl else {}),
+        USE_GDC=use_pdl, SOFTMAX=bool(softmax), ZERO_FILL=bool(zero_fill), num_warps=SELECT_WARPS, **({"launch_pdl": True} if use_pdl else {}),
         **register_cap(SELECT_MAXNREG),
     )
 
@@ -512,6 +548,7 @@ def moe_select_triton(
     ids_out: torch.Tensor | None = None,
     weights_out: torch.Tensor | None = None,
     use_pdl: bool | None = None,
+    zero_fill: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The router's selection alone on given fp32 logits [T, E] (unit stride along E): (ids int32
     [T, top_k], weights fp32 [T, top_k]) = grouped_topk_reference(sigmoid(logits), ...) with the
@@ -522,7 +559,7 @@ def moe_select_triton(
     if t == 0:
         return ids_out, weights_out
     _launch_select(logits, expert_bias, ids_out, weights_out, n_group, topk_group, top_k, routed_scaling,
-                   renormalize, pdl_supported(logits.device) if use_pdl is None else use_pdl)
+                   renormalize, pdl_supported(logits.device) if use_pdl is None else use_pdl, zero_fill=zero_fill)
     return ids_out, weights_out
 
 
@@ -539,6 +576,7 @@ def rmsnorm_router_triton(
     routed_scaling: float,
     renormalize: bool,
     round_before_weight: bool = False,
+    zero_fill: bool = False,
     *,
     y_out: torch.Tensor | None = None,
     h_out: torch.Tensor | None = None,
@@ -553,5 +591,6 @@ def rmsnorm_router_triton(
         h_out = torch.empty_like(x, memory_format=torch.contiguous_format)
     ids, weights = moe_router_triton(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling,
                                      renormalize, norm_weight=norm_weight, residual=residual, eps=eps,
-                                     y_out=y_out, h_out=h_out, round_before_weight=round_before_weight, **launch)
+                                     y_out=y_out, h_out=h_out, round_before_weight=round_before_weight,
+                                     zero_fill=zero_fill, **launch)
     return y_out, h_out, ids, weights

@@ -9,6 +9,8 @@ Per token (row of x), with ``s`` the unbiased and ``c`` the biased scores:
     group g (n_group groups of E / n_group consecutive experts) scores top1(c_g) + top2(c_g)
     keep the topk_group best groups
     ids = the top_k experts of the kept groups by c, in decreasing c
+          (zero_fill: the top_k of all experts by c with the dropped groups' c set to 0.0,
+          DeepSeek-V3's Hugging Face code; it differs only when a kept c is <= 0)
     w = s[ids]; w = w / sum(w) if renormalize; w = w * routed_scaling
 
 Tie rule (the kernel implements the same one): among equal values the LOWEST index wins, for
@@ -49,8 +51,14 @@ def grouped_topk_reference(
     top_k: int,
     routed_scaling: float,
     renormalize: bool,
+    zero_fill: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids int32 [T, top_k], weights fp32 [T, top_k]) from sigmoid scores [T, E] (fp32)."""
+    """(ids int32 [T, top_k], weights fp32 [T, top_k]) from sigmoid scores [T, E] (fp32).
+
+    ``zero_fill``: the dropped groups' experts compete with the biased score 0.0 instead of being
+    excluded (DeepSeek-V3's, Kimi's Hugging Face routers: ``masked_fill(~mask, 0.0)``), so when a
+    kept expert's biased score is <= 0 a dropped one may be picked (its weight is its unbiased
+    score, like any pick); equal keys go to the lowest index, as everywhere here."""
     t, e = scores.shape
     s = scores.float()
     c = s + expert_bias.float()
@@ -59,8 +67,9 @@ def grouped_topk_reference(
     group_score = top2[..., 0] + top2[..., 1]                                       # [T, n_group]
     keep = torch.sort(group_score, dim=-1, descending=True, stable=True).indices[:, :topk_group]
     group_mask = torch.zeros(t, n_group, dtype=torch.bool, device=c.device).scatter_(1, keep, True)
-    masked = groups.masked_fill(~group_mask[..., None], float("-inf")).view(t, e)
-    ids = torch.sort(masked, dim=-1, descending=True, stable=True).indices[:, :top_k]
+    masked = groups.masked_fill(~group_mask[..., None], 0.0 if zero_fill else float("-inf")).view(t, e)
+    # + 0.0: a -0.0 key (sigmoid underflow plus a -0.0 bias) ranks equal to the fill's +0.0
+    ids = torch.sort(masked + 0.0, dim=-1, descending=True, stable=True).indices[:, :top_k]
     w = s.gather(1, ids)
     if renormalize:
         w = w / w.sum(-1, keepdim=True)
@@ -93,20 +102,23 @@ def moe_router_reference(
     routed_scaling: float,
     renormalize: bool,
     softmax: bool = False,
+    zero_fill: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The whole router (module docstring): (topk_ids int32 [T, top_k], topk_weights fp32);
-    ``softmax``: softmax_topk_reference's selection instead (no bias, one group).
+    ``softmax``: softmax_topk_reference's selection instead (no bias, one group); ``zero_fill``:
+    grouped_topk_reference's.
 
     Row by row: a [T, top_k] sum (the renormalisation) is vectorised across rows on the CPU in a
     T-dependent order, and a row's bits must not depend on T (batch invariance)."""
     if x.shape[0] > 1:
         rows = [moe_router_reference(x[t:t + 1].clone(), gate_w, expert_bias, n_group, topk_group, top_k,
-                                     routed_scaling, renormalize, softmax) for t in range(x.shape[0])]
+                                     routed_scaling, renormalize, softmax, zero_fill) for t in range(x.shape[0])]
         return torch.cat([r[0] for r in rows]), torch.cat([r[1] for r in rows])
     if softmax:
         return softmax_topk_reference(router_logits(x, gate_w), top_k, routed_scaling, renormalize)
     scores = torch.sigmoid(router_logits(x, gate_w))
-    return grouped_topk_reference(scores, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
+    return grouped_topk_reference(scores, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize,
+                                  zero_fill)
 
 
 def rmsnorm_router_reference(
@@ -122,6 +134,7 @@ def rmsnorm_router_reference(
     routed_scaling: float,
     renormalize: bool,
     round_before_weight: bool = False,
+    zero_fill: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(y, h, ids, weights) of ``lingc.rmsnorm_router``: ``y, h = rmsnorm(x, norm_weight,
     residual, eps)`` (the norms' reference: h = residual + x in x.dtype, y = h * r * norm_weight
@@ -133,20 +146,20 @@ def rmsnorm_router_reference(
 
     ``round_before_weight``: y in the Hugging Face Llama form (rmsnorm_reference's flag), routed
     as it is, ``moe_router_reference(y, ...)``: the scale cannot follow the products once the
-    normed row is rounded before the weight."""
+    normed row is rounded before the weight. ``zero_fill``: grouped_topk_reference's."""
     from lingc.runtime.kernels.norms.naive import rmsnorm_reference
 
     y, h = rmsnorm_reference(x, norm_weight, residual, eps, round_before_weight)
     if round_before_weight:
         return (y, h, *moe_router_reference(y, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling,
-                                            renormalize))
+                                            renormalize, zero_fill=zero_fill))
     hf = h.float()
     r = torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)                  # [T, 1]
     logits = router_logits(hf * norm_weight.float(), gate_w) * r
     ids, weights = [], []
     for t in range(x.shape[0]):
         i, w = grouped_topk_reference(torch.sigmoid(logits[t:t + 1]), expert_bias, n_group, topk_group, top_k,
-                                      routed_scaling, renormalize)
+                                      routed_scaling, renormalize, zero_fill)
         ids.append(i)
         weights.append(w)
     if not ids:

@@ -8,6 +8,9 @@ expert_bias fp32 [E] or None (no bias: the kernels read a persistent zero bias);
 naive.py gives the exact math and the tie rule (lowest index wins). ``softmax=True`` (a trailing
 ``bool softmax=False`` in the schema): a softmax router instead (Qwen's MoE blocks: the top_k by
 logit, softmax probabilities as weights; one group, the bias unused; naive.softmax_topk_reference).
+``zero_fill=True`` (a trailing ``bool zero_fill=False``): the dropped groups' experts compete with
+the biased score 0.0 instead of being excluded (DeepSeek-V3's and Kimi's Hugging Face routers,
+``masked_fill(~group_mask, 0.0)``; naive.grouped_topk_reference); not with ``softmax``.
 
 The fused_moe pass emits it, so it must trace (fake impl), run on the CPU (the reference) and
 on CUDA (the two Triton kernels, PDL-launched on Hopper). A ``custom_op`` rather than a
@@ -15,8 +18,8 @@ on CUDA (the two Triton kernels, PDL-launched on Hopper). A ``custom_op`` rather
 
 ``torch.ops.lingc.rmsnorm_router(Tensor x, Tensor norm_weight, Tensor? residual, float eps,
 Tensor gate_w, Tensor? expert_bias, int n_group, int topk_group, int top_k, float routed_scaling,
-bool renormalize, bool round_before_weight=False) -> (Tensor y, Tensor h, Tensor ids, Tensor
-weights)``: ``lingc.rmsnorm`` (the residual add and the MoE block's input norm: y, h) followed by
+bool renormalize, bool round_before_weight=False, bool zero_fill=False) -> (Tensor y, Tensor h,
+Tensor ids, Tensor weights)``: ``lingc.rmsnorm`` (the residual add and the MoE block's input norm: y, h) followed by
 the router, as one op. On CUDA
 the router's logits kernel does the norm on the rows it already holds for the matvec and writes
 y and h (kernel.py), so the norm is not a launch of its own. Declared numerics: the logits are
@@ -27,7 +30,7 @@ the same selection as the unfused ``rmsnorm`` + ``moe_router``. pdl_norm_folds.n
 emits it.
 
 ``torch.ops.lingc.moe_select(Tensor logits, Tensor expert_bias, int n_group, int topk_group,
-int top_k, float routed_scaling, bool renormalize) -> (Tensor, Tensor)``: the router's selection
+int top_k, float routed_scaling, bool renormalize, bool zero_fill=False) -> (Tensor, Tensor)``: the router's selection
 alone on given fp32 logits [T, E]: ``grouped_topk_reference(sigmoid(logits), ...)`` on the CPU,
 the selection kernel (one one-warp CTA a row) on CUDA. For prompt chunks (the eager MoE's
 grouped form), whose logits a library GEMM computes: thousands of rows, where torch.topk's three
@@ -46,7 +49,7 @@ DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize,
-                          softmax=False) -> None:
+                          softmax=False, zero_fill=False) -> None:
     """Raise ValueError naming the bad argument of ``moe_router``."""
     op = "moe_router"
     _check_gate(op, x, gate_w)
@@ -54,6 +57,9 @@ def check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, ro
     if softmax and (n_group, topk_group) != (1, 1):
         raise ValueError(f"{op}: a softmax router has one group: n_group = topk_group = 1, got "
                          f"n_group={n_group}, topk_group={topk_group}")
+    if softmax and zero_fill:
+        raise ValueError(f"{op}: zero_fill is a fill of the dropped groups of the sigmoid grouped top-k; a "
+                         f"softmax router drops no group: pass zero_fill=False")
 
 
 def _check_gate(op, x, gate_w) -> None:
@@ -108,33 +114,38 @@ def _zero_bias(expert_bias, gate_w):
     return persistent_buffer(f"zero_expert_bias_{e}", gate_w.device, e, torch.float32, 0)
 
 
-def _moe_router(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize, softmax=False):
-    check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize, softmax)
+def _moe_router(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize, softmax=False,
+                zero_fill=False):
+    check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize, softmax,
+                          zero_fill)
     expert_bias = _zero_bias(expert_bias, gate_w)
     if not x.is_cuda:
         return moe_router_reference(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize,
-                                    softmax)
+                                    softmax, zero_fill)
     # Imported here so the CPU path needs no triton.
     from .kernel import moe_router_triton
 
     return moe_router_triton(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize,
-                             softmax=softmax)
+                             softmax=softmax, zero_fill=zero_fill)
 
 
-def _moe_router_fake(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize, softmax=False):
-    check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize, softmax)
+def _moe_router_fake(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize, softmax=False,
+                     zero_fill=False):
+    check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize, softmax,
+                          zero_fill)
     t = x.shape[0]
     return x.new_empty((t, top_k), dtype=torch.int32), x.new_empty((t, top_k), dtype=torch.float32)
 
 
 _SCHEMA = ("(Tensor x, Tensor gate_w, Tensor? expert_bias, int n_group, int topk_group, int top_k, "
-           "float routed_scaling, bool renormalize, bool softmax=False) -> (Tensor, Tensor)")
+           "float routed_scaling, bool renormalize, bool softmax=False, bool zero_fill=False) -> (Tensor, Tensor)")
 
 
 moe_router = register_op("moe_router", _moe_router, _moe_router_fake, schema=_SCHEMA)
 
 
-def check_moe_select_args(logits, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize) -> None:
+def check_moe_select_args(logits, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize,
+                          zero_fill=False) -> None:
     """Raise ValueError naming the bad argument of ``moe_select``."""
     op = "moe_select"
     if logits.dim() != 2:
@@ -147,17 +158,18 @@ def check_moe_select_args(logits, expert_bias, n_group, topk_group, top_k, route
     _check_selection(op, logits, logits.shape[1], expert_bias, n_group, topk_group, top_k, "logits")
 
 
-def _moe_select(logits, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize):
+def _moe_select(logits, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize, zero_fill=False):
     check_moe_select_args(logits, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
     if not logits.is_cuda:
         return grouped_topk_reference(torch.sigmoid(logits), expert_bias, n_group, topk_group, top_k,
-                                      routed_scaling, renormalize)
+                                      routed_scaling, renormalize, zero_fill)
     from .kernel import moe_select_triton
 
-    return moe_select_triton(logits, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
+    return moe_select_triton(logits, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize,
+                             zero_fill=zero_fill)
 
 
-def _moe_select_fake(logits, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize):
+def _moe_select_fake(logits, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize, zero_fill=False):
     check_moe_select_args(logits, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
     t = logits.shape[0]
     return logits.new_empty((t, top_k), dtype=torch.int32), logits.new_empty((t, top_k), dtype=torch.float32)
@@ -166,26 +178,27 @@ def _moe_select_fake(logits, expert_bias, n_group, topk_group, top_k, routed_sca
 moe_select = register_op(
     "moe_select", _moe_select, _moe_select_fake,
     schema=("(Tensor logits, Tensor expert_bias, int n_group, int topk_group, int top_k, float routed_scaling, "
-            "bool renormalize) -> (Tensor, Tensor)"))
+            "bool renormalize, bool zero_fill=False) -> (Tensor, Tensor)"))
 
 
 def check_rmsnorm_router_args(x, norm_weight, residual, eps, gate_w, expert_bias, n_group, topk_group, top_k,
-                              routed_scaling, renormalize, round_before_weight=False) -> None:
+                              routed_scaling, renormalize, round_before_weight=False, zero_fill=False) -> None:
     """Raise ValueError naming the bad argument of ``rmsnorm_router`` (the norm's checks, then
     the router's, each message prefixed with the op's name)."""
     from lingc.runtime.kernels.norms.op import check_rmsnorm_args
 
     try:
         check_rmsnorm_args(x, norm_weight, residual, eps, round_before_weight)
-        check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize)
+        check_moe_router_args(x, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling, renormalize,
+                              zero_fill=zero_fill)
     except ValueError as err:
         raise ValueError(f"rmsnorm_router: {err}") from None
 
 
 def _rmsnorm_router(x, norm_weight, residual, eps, gate_w, expert_bias, n_group, topk_group, top_k,
-                    routed_scaling, renormalize, round_before_weight=False):
+                    routed_scaling, renormalize, round_before_weight=False, zero_fill=False):
     args = (x, norm_weight, residual, eps, gate_w, expert_bias, n_group, topk_group, top_k, routed_scaling,
-            renormalize, round_before_weight)
+            renormalize, round_before_weight, zero_fill)
     check_rmsnorm_router_args(*args)
     args = args[:5] + (_zero_bias(expert_bias, gate_w),) + args[6:]
     if not x.is_cuda:
@@ -196,9 +209,9 @@ def _rmsnorm_router(x, norm_weight, residual, eps, gate_w, expert_bias, n_group,
 
 
 def _rmsnorm_router_fake(x, norm_weight, residual, eps, gate_w, expert_bias, n_group, topk_group, top_k,
-                         routed_scaling, renormalize, round_before_weight=False):
+                         routed_scaling, renormalize, round_before_weight=False, zero_fill=False):
     check_rmsnorm_router_args(x, norm_weight, residual, eps, gate_w, expert_bias, n_group, topk_group, top_k,
-                              routed_scaling, renormalize, round_before_weight)
+                              routed_scaling, renormalize, round_before_weight, zero_fill)
     t = x.shape[0]
     return (torch.empty_like(x, memory_format=torch.contiguous_format),
             torch.empty_like(x, memory_format=torch.contiguous_format),
@@ -209,4 +222,4 @@ rmsnorm_router = register_op(
     "rmsnorm_router", _rmsnorm_router, _rmsnorm_router_fake,
     schema=("(Tensor x, Tensor norm_weight, Tensor? residual, float eps, Tensor gate_w, Tensor? expert_bias, "
             "int n_group, int topk_group, int top_k, float routed_scaling, bool renormalize, "
-            "bool round_before_weight=False) -> (Tensor, Tensor, Tensor, Tensor)"))
+            "bool round_before_weight=False, bool zero_fill=False) -> (Tensor, Tensor, Tensor, Tensor)"))
