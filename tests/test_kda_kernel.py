@@ -512,6 +512,92 @@ def test_state_vk_layout_matches_the_reference(H, K, T, staged):
     assert_close(ss2 if staged else state2, ss if staged else state, RTOL)
 
 
+
+def v_wide_inputs(T, H, HK, K, V, win, dtype, seed, device=DEVICE):
+    """Inputs with V != K (flash-linear-attention's expand_v): HK q/k heads of K, H value heads
+    of V, one flat [2*HK*K + H*V, win] window (win = 3 columns, or 4 as Hugging Face's cache)."""
+    gen = torch.Generator().manual_seed(seed)
+    r = lambda *shape, scale=1.0: torch.randn(*shape, generator=gen) * scale  # noqa: E731
+    x = dict(q_raw=r(T, HK * K).to(dtype), k_raw=r(T, HK * K).to(dtype), v_raw=r(T, H * V).to(dtype),
+             f_raw=r(T, H * K).to(dtype), b_raw=r(T, H).to(dtype),
+             conv_w=[r(HK * K, W, scale=0.5), r(HK * K, W, scale=0.5), r(H * V, W, scale=0.5)],
+             conv_window=r(2 * HK * K + H * V, win).to(dtype), a_log=r(H, scale=0.5), dt_bias=r(H * K, scale=0.5),
+             state=r(H, K, V, scale=0.3))
+    return {n: ([t.to(device) for t in v] if isinstance(v, list) else v.to(device)) for n, v in x.items()}
+
+
+def v_wide_math(x, H, HK, K, V):
+    """The chain from kda_math, written here for V != K (o [T, H, V], state, window)."""
+    T = x["q_raw"].shape[0]
+    blocks = [HK * K, HK * K, H * V]
+    win = x["conv_window"]
+    parts, new = win.split(blocks, 0), []
+    ys = []
+    for i, name in enumerate(("q_raw", "k_raw", "v_raw")):
+        y, live = short_conv(x[name], parts[i][:, -(W - 1):], x["conv_w"][i])
+        ys.append(y)
+        new.append(live if win.shape[1] == W - 1 else torch.cat([parts[i], x[name].T.to(win.dtype)], 1)[:, -W:])
+    G = H // HK
+    q = (l2norm(ys[0].view(T, HK, K)) * K ** -0.5).repeat_interleave(G, 1)
+    k = l2norm(ys[1].view(T, HK, K)).repeat_interleave(G, 1)
+    g = kda_gate(x["f_raw"].view(T, H, K), x["a_log"], x["dt_bias"], LOWER_BOUND)
+    o, S = kda_recurrent(q, k, ys[2].view(T, H, V), g, torch.sigmoid(x["b_raw"].float()), x["state"])
+    return o, S, torch.cat(new, 0)
+
+
+@pytest.mark.parametrize("state_vk", [False, True], ids=["kv", "vk"])
+@pytest.mark.parametrize("H,HK,K,V,win", [(2, 2, 16, 32, 3), (4, 2, 16, 32, 4), (2, 2, 32, 16, 3), (2, 1, 16, 48, 4)])
+@pytest.mark.parametrize("T", [1, 6])
+def test_v_unequal_k_matches_model_math(T, H, HK, K, V, win, state_vk):
+    """V != K (expand_v): the kernel in both modes against the chain written from kda_math, the
+    state in either layout, outputs and stages NaN-poisoned (every element written); the op's
+    CPU path agrees."""
+    x = v_wide_inputs(T, H, HK, K, V, win, torch.float32, seed=T * 100 + V + win)
+    o_ref, S_ref, w_ref = v_wide_math(x, H, HK, K, V)
+    lay = (lambda s: s.transpose(-1, -2).contiguous()) if state_vk else (lambda s: s.clone())
+    args = lambda state, window: (x["q_raw"], x["k_raw"], x["v_raw"], x["f_raw"], x["b_raw"], x["conv_w"],  # noqa: E731
+                                  window, x["a_log"], x["dt_bias"], state, LOWER_BOUND)
+    state, window = lay(x["state"]), x["conv_window"].clone()
+    out = torch.full((T, H, V), float("nan"), device=state.device)
+    kda_chain_triton(*args(state, window), None, None, out, state_vk=state_vk, config=SWEEP_CONFIG)
+    assert_close(out, o_ref, RTOL)
+    assert_close(state.transpose(-1, -2) if state_vk else state, S_ref, RTOL)
+    assert torch.equal(window, w_ref)
+    state, window = lay(x["state"]), x["conv_window"].clone()
+    ss = torch.full((T, *state.shape), float("nan"), device=state.device)
+    sw = torch.full((T, *window.shape), float("nan"), device=state.device).to(window.dtype)
+    kda_chain_triton(*args(state, window), ss, sw, state_vk=state_vk, config=SWEEP_CONFIG)
+    assert torch.equal(state, lay(x["state"])) and torch.equal(window, x["conv_window"])
+    for j in range(T):
+        p = {**x, **{n: x[n][:j + 1] for n in ("q_raw", "k_raw", "v_raw", "f_raw", "b_raw")}}
+        _, S_j, w_j = v_wide_math(p, H, HK, K, V)
+        assert_close(ss[j].transpose(-1, -2) if state_vk else ss[j], S_j, RTOL)
+        assert torch.equal(sw[j], w_j), f"stage window {j}"
+    cpu = {n: ([t.cpu() for t in v] if isinstance(v, list) else v.cpu()) for n, v in x.items()}
+    st = lay(cpu["state"])
+    o_op = kda_chain(cpu["q_raw"], cpu["k_raw"], cpu["v_raw"], cpu["f_raw"], cpu["b_raw"], cpu["conv_w"],
+                     cpu["conv_window"].clone(), cpu["a_log"], cpu["dt_bias"], st, LOWER_BOUND, None, None,
+                     state_vk=state_vk)
+    assert_close(o_op, o_ref.cpu(), 2e-5)
+    st = lay(cpu["state"])
+    with FakeTensorMode() as mode:
+        f = lambda t: [mode.from_tensor(a) for a in t] if isinstance(t, list) else mode.from_tensor(t)  # noqa: E731
+        fo = kda_chain(*[f(cpu[n]) for n in ("q_raw", "k_raw", "v_raw", "f_raw", "b_raw", "conv_w", "conv_window",
+                                              "a_log", "dt_bias")], f(st), LOWER_BOUND, None, None,
+                       state_vk=state_vk)
+    assert fo.shape == (T, H, V)
+
+
+def test_v_unequal_k_needs_the_flat_window():
+    """The stacked [3, H*K, W-1] window holds equal blocks: V != K is refused there, naming it."""
+    x = v_wide_inputs(2, 2, 2, 16, 32, 3, torch.float32, seed=5, device="cpu")
+    with pytest.raises(ValueError, match=r"conv_window must be .*\(128, 3\).*got \(3, 32, 3\)"):
+        kda_chain(x["q_raw"], x["k_raw"], x["v_raw"], x["f_raw"], x["b_raw"], x["conv_w"], torch.zeros(3, 32, 3),
+                  x["a_log"], x["dt_bias"], x["state"], LOWER_BOUND, None, None)
+    with pytest.raises(ValueError, match=r"v_raw must be \[T, H\*V\] = \(2, 32\), got \(2, 64\)"):
+        kda_chain(x["q_raw"], x["k_raw"], x["v_raw"], x["f_raw"], x["b_raw"], x["conv_w"], x["conv_window"],
+                  x["a_log"], x["dt_bias"], x["state"].transpose(-1, -2).contiguous(), LOWER_BOUND, None, None)
+
 def test_op_schema_declares_mutations():
     schema = str(torch.ops.lingc.kda_chain.default._schema)
     for name in ("conv_window", "state", "stage_states", "stage_windows"):
@@ -577,7 +663,7 @@ def _bad(name, value):
     ("conv_w", list(torch.zeros(3, 32, 3).unbind(0)), "W = 3"),
     ("conv_w", [torch.zeros(32, 4), torch.zeros(32, 4), torch.zeros(16, 4)], r"conv_w\[2\]"),
     ("conv_window", torch.zeros(3, 32, 3, dtype=torch.bfloat16), "conv_window.dtype torch.bfloat16"),
-    ("state", torch.zeros(2, 16, 8), "K != V"),
+    ("state", torch.zeros(2, 16, 8), r"v_raw must be \[T, H\*V\] = \(3, 16\), got \(3, 32\)"),
     ("state", torch.zeros(2, 16, 16, dtype=torch.bfloat16), "torch.bfloat16"),
     ("a_log", torch.zeros(3), r"a_log must be \[H\] = \(2,\), got \(3,\)"),
     ("lower_bound", 0.5, "lower_bound .* got 0.5"),

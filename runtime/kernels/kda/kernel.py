@@ -412,9 +412,11 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
     state and conv_window are only read. Arguments are as checked by op.check_kda_chain_args
     (the op validates them; here only what the kernel's addressing relies on is asserted).
     """
+    from .op import head_dims
+
     T = q_raw.shape[0]
-    H, K, V = state.shape
-    assert K == V and len(conv_w) == 3 and all(w.shape[-1] == CONV_WIDTH for w in conv_w), state.shape
+    H, K, V = head_dims(state, state_vk)
+    assert len(conv_w) == 3 and all(w.shape[-1] == CONV_WIDTH for w in conv_w), state.shape
     win = conv_window.shape[-1]
     assert win in (CONV_WIDTH - 1, CONV_WIDTH) and conv_window.numel() == (2 * q_raw.shape[1] + H * V) * win, \
         conv_window.shape

@@ -50,7 +50,8 @@ def kda_chain_reference(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.T
 
     q_raw, k_raw, v_raw, f_raw [T, H*K]; b_raw [T, H]; conv_w: the q, k, v depthwise weights,
     3 x [H*K, W] (a list, or stacked [3, H*K, W]); conv_window [3, H*K, W-1] (oldest first); a_log [H]; dt_bias [H*K];
-    state [H, K, V] fp32 (K == V: the conv window layout holds v in H*K channels). f_raw [T, H]
+    state [H, K, V] fp32 (V may differ from K with the flat window below: v_raw [T, H*V], the v
+    conv weight [H*V, W]; the stacked [3, H*K, W-1] window needs K == V). f_raw [T, H]
     with dt_bias [H] is Gated DeltaNet's gate, one per head: the same decay for all K channels.
 
     Grouped heads (Qwen3-Next's Gated DeltaNet): q_raw and k_raw [T, HK*K] with HK dividing H,

@@ -24,7 +24,9 @@
   were last written before this graph, so on CUDA they are read before the PDL wait
   (kernel.py, "PDL"); no effect on the values. ``state_vk``: state and stage_states hold each
   head's state transposed, [H, V, K] (a model that stores it so: read and written in place, no
-  transposed copy); the same shape, since K == V.
+  transposed copy). V may differ from K (flash-linear-attention's expand_v: V = 2K) with a flat
+  window [2*HK*K + H*V, W-1 or W]: v_raw [T, H*V], conv_w[2] [H*V, W], o [T, H, V]; the
+  [3, H*K, W-1] window stacks equal blocks, so it needs HK == H and K == V.
 - ``torch.ops.lingc.kda_commit(state, conv_window, stage_states, stage_windows, index) -> None``
   Copies stage position ``index`` (a 0-d or [1] integer tensor on the state's device, e.g. the
   in-graph verdict's accept count) into state and conv_window, in place, without a host sync.
@@ -61,19 +63,24 @@ def _shape(t: torch.Tensor) -> tuple:
     return tuple(t.shape)
 
 
+def head_dims(state: torch.Tensor, state_vk: bool = False) -> tuple[int, int, int]:
+    """(H, K, V) of a state stored [H, K, V], or [H, V, K] with ``state_vk``."""
+    H, a, b = state.shape
+    return (H, b, a) if state_vk else (H, a, b)
+
+
 def check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias,
-                         state, lower_bound, stage_states, stage_windows) -> None:
+                         state, lower_bound, stage_states, stage_windows, state_vk=False) -> None:
     """Raise ValueError naming the bad argument of ``kda_chain``."""
     op = "kda_chain"
+    layout = "[H, V, K]" if state_vk else "[H, K, V]"
     if state.dim() != 3 or state.dtype != torch.float32:
-        raise ValueError(f"{op}: state must be [H, K, V] float32, got {_shape(state)} {state.dtype}")
-    H, K, V = state.shape
-    if K != V:
-        raise ValueError(f"{op}: state is [H, K, V] = {_shape(state)} but K != V; the conv window "
-                         f"layout [3, H*K, W-1] holds v in H*K channels")
+        raise ValueError(f"{op}: state must be {layout} float32, got {_shape(state)} {state.dtype}")
+    H, K, V = head_dims(state, state_vk)
     if not state.is_contiguous():
         raise ValueError(f"{op}: state must be contiguous (it is updated in place), got strides {state.stride()}")
     D = H * K
+    DV = H * V
     if q_raw.dim() != 2:
         raise ValueError(f"{op}: q_raw must be [T, H*K], got {_shape(q_raw)}")
     T = q_raw.shape[0]
@@ -86,7 +93,7 @@ def check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window,
     if dqk % K or not dqk or H % (dqk // K):
         raise ValueError(f"{op}: q_raw must be [T, HK*K] with HK dividing H = {H} (K = {K}: q/k heads "
                          f"serving H / HK value heads each), got {_shape(q_raw)}")
-    for name, x, want in (("q_raw", q_raw, (T, dqk)), ("k_raw", k_raw, (T, dqk)), ("v_raw", v_raw, (T, D))):
+    for name, x, want in (("q_raw", q_raw, (T, dqk)), ("k_raw", k_raw, (T, dqk)), ("v_raw", v_raw, (T, DV))):
         if _shape(x) != want:
             raise ValueError(f"{op}: {name} must be [T, {'HK*K' if name != 'v_raw' else 'H*V'}] = {want}, "
                              f"got {_shape(x)}")
@@ -104,7 +111,7 @@ def check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window,
     if not isinstance(conv_w, (list, tuple)) or len(conv_w) != 3:
         raise ValueError(f"{op}: conv_w must be a list of the 3 (q, k, v) conv weights [H*K, W], got "
                          f"{type(conv_w).__name__} {_shape(conv_w) if torch.is_tensor(conv_w) else len(conv_w)}")
-    for i, (w, rows) in enumerate(zip(conv_w, (dqk, dqk, D))):
+    for i, (w, rows) in enumerate(zip(conv_w, (dqk, dqk, DV))):
         if w.dim() != 2 or w.shape[0] != rows or w.shape[1] != conv_w[0].shape[-1]:
             raise ValueError(f"{op}: conv_w[{i}] must be [{('HK*K', 'HK*K', 'H*V')[i]}, W] = [{rows}, W] "
                              f"with conv_w[0]'s W, got {_shape(w)}")
@@ -114,7 +121,7 @@ def check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window,
     W = conv_w[0].shape[1]
     if W != CONV_WIDTH:
         raise ValueError(f"{op}: conv kernel width W = {W}, the kernel supports W = {CONV_WIDTH}")
-    windows = ((2 * dqk + D, W - 1), (2 * dqk + D, W)) + (((3, D, W - 1),) if dqk == D else ())
+    windows = ((2 * dqk + DV, W - 1), (2 * dqk + DV, W)) + (((3, D, W - 1),) if dqk == D == DV else ())
     if _shape(conv_window) not in windows:
         raise ValueError(f"{op}: conv_window must be "
                          f"{' or '.join(map(str, windows[::-1]))} (the q, k and v channels' last W-1 inputs, "
@@ -139,7 +146,8 @@ def check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window,
     if stage_states is not None:
         if (stage_states.dim() != 4 or stage_states.shape[1:] != state.shape
                 or stage_states.shape[0] < T or stage_states.dtype != torch.float32):
-            raise ValueError(f"{op}: stage_states must be [>= T, H, K, V] = [>= {T}, {H}, {K}, {V}] float32, "
+            raise ValueError(f"{op}: stage_states must be [>= T, *state.shape] = "
+                             f"[>= {T}, {', '.join(map(str, state.shape))}] float32, "
                              f"got {_shape(stage_states)} {stage_states.dtype}")
         if (stage_windows.dim() != conv_window.dim() + 1 or stage_windows.shape[1:] != conv_window.shape
                 or stage_windows.shape[0] < T or stage_windows.dtype != conv_window.dtype):
@@ -208,7 +216,7 @@ def _kda_chain(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.Tensor, f_
                state_ready: bool = False, state_vk: bool = False) -> torch.Tensor:
     args = (q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state, lower_bound,
             stage_states, stage_windows)
-    check_kda_chain_args(*args)
+    check_kda_chain_args(*args, state_vk)
     if state.is_cuda:
         from .kernel import kda_chain_triton  # imported here so the CPU path needs no triton
 
@@ -228,8 +236,8 @@ def _kda_chain(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.Tensor, f_
 def _kda_chain_fake(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state,
                     lower_bound, stage_states, stage_windows, state_ready=False, state_vk=False):
     check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state,
-                         lower_bound, stage_states, stage_windows)
-    H, _, V = state.shape
+                         lower_bound, stage_states, stage_windows, state_vk)
+    H, _, V = head_dims(state, state_vk)
     return state.new_empty((q_raw.shape[0], H, V), dtype=torch.float32)
 
 
