@@ -22,7 +22,7 @@ convolution's input (a projection, or the concatenation of the q, k and v projec
 and v are its three channel blocks in that order and the weight's three row blocks are passed as
 kda_chain's conv weights (views, read in place), onto the kernel's grouped heads.
 
-How it is found: the KDA core is everything between a recurrent-state write (a fp32 [H, A, A]
+How it is found: the KDA core is everything between a recurrent-state write (a fp32 [H, K, V]
 slot written back from its own old value), the conv-window write that feeds it and the state's
 read-out o (the first value every other use of the state goes through) on one side, and
 projection outputs and parameters on the other. The cut-out region is run on random inputs and
@@ -30,7 +30,10 @@ compared with kda_chain's reference under every candidate role assignment (q/k/v
 layout [K, V] or [V, K], the gate's lower bound among the region's constants or the unbounded
 softplus gate). A state stored [V, K] is read and written in place in that layout (the op's
 state_vk; in a verify graph its stages too). A state [1, H, K, V] and a window [1, 3, D, 3] (a Hugging Face batch
-dim of 1) are the [H, K, V] state and [3, D, 3] window below it. The best candidate within the
+dim of 1) are the [H, K, V] state and [3, D, 3] window below it. V may differ from K
+(flash-linear-attention's expand_v) under a fused convolution's window: the state's two dims are
+read as K and V, or as V and K (stored transposed), whichever fits the window, q/k and v taking
+their own widths. The best candidate within the
 probe's tolerance is kept, not the first (a bf16 region's tolerance is loose).
 
 A state handed back as a new tensor (a cache object re-bound in Python, Hugging Face's
@@ -226,7 +229,9 @@ class KdaCores:
             lead3, lead2 = unit_lead(shape(x), 3), unit_lead(shape(x), 2)
             if lead3 is not None:
                 s = shape(x)[lead3:]
-                if val(x).dtype == torch.float32 and s[1] == s[2]:
+                # A state is fp32 [H, K, V] (or [H, V, K]); K and V may differ (expand_v), but both
+                # exceed a window's 3 or 4 columns.
+                if val(x).dtype == torch.float32 and (s[1] == s[2] or min(s[1], s[2]) > 4):
                     kind, rank, lead = "state", 3, lead3
                 elif s[0] == 3:
                     kind, rank, lead = "window", 3, lead3
@@ -268,17 +273,40 @@ class KdaCores:
     def _kda_one(self, g: fx.Graph, st: dict, win: dict) -> str | None:
         if st["staged"] != win["staged"] or st["slot"] != win["slot"]:
             return "state and window written differently"
-        H, A, _ = shape(st["value"])[-3:]
-        D = H * A
+        H, d1, d2 = shape(st["value"])[-3:]
         fused = win["rank"] == 2
+        if d1 == d2:
+            heads = [(d1, d1, None)]          # K == V: the probe tells a [V, K] state from [K, V]
+        elif not fused:
+            return f"state {shape(st['value'])} has K != V: the stacked [3, H*K, 3] window needs K == V"
+        else:
+            # K != V (expand_v): [H, K, V], or [H, V, K] stored transposed (the op's state_vk);
+            # each reading must fit the window.
+            C = shape(win["value"])[-2]
+            heads = [(k, v, tr) for k, v, tr in ((d1, d2, False), (d2, d1, True))
+                     if C > H * v and (C - H * v) % (2 * k) == 0 and H % ((C - H * v) // (2 * k)) == 0]
+            if not heads:
+                return f"conv window {shape(win['value'])} is not [2 * HK * K + H * V, 3 or 4] for state {shape(st['value'])}"
+        whys = []
+        for K, V, tr in heads:
+            why = self._kda_heads(g, st, win, H, K, V, tr, fused)
+            if why is None:
+                return None
+            whys.append(why)
+        return "; ".join(dict.fromkeys(whys))
+
+    def _kda_heads(self, g: fx.Graph, st: dict, win: dict, H: int, K: int, V: int, tr, fused: bool) -> str | None:
+        """The chain read with K and V (``tr``: the state is stored [H, V, K]; None: either,
+        K == V, for the probe to tell)."""
+        D, DV = H * K, H * V
         if not fused and shape(win["value"])[-2:] != (D, 3):
             return f"conv window {shape(win['value'])} is not [3, H*K, 3]"
         # A fused convolution's [C, 3 or 4] window holds the q, k (HK heads each) and v channels:
         # C = 2 * HK * K + H * V (Qwen3-Next's grouped heads).
         C = shape(win["value"])[-2] if fused else 3 * D
-        dqk = (C - D) // 2
-        if fused and (C <= D or (C - D) % (2 * A) or H % (dqk // A)):
-            return f"conv window {shape(win['value'])} is not [2 * HK * K + H * V, 3 or 4] for H = {H}, K = V = {A}"
+        dqk = (C - DV) // 2
+        if fused and (C <= DV or (C - DV) % (2 * K) or H % (dqk // K)):
+            return f"conv window {shape(win['value'])} is not [2 * HK * K + H * V, 3 or 4] for H = {H}, K = {K}, V = {V}"
         if fused:
             T, mixed = self._conv_input(win, C)
             if mixed is None:
@@ -294,12 +322,12 @@ class KdaCores:
             return "staged over a different chain length"
         if T > MAX_T:
             return f"T = {T} > {MAX_T} (chunked prefill form)"
-        o = self._readout(st, T, H, A)
+        o = self._readout(st, T, H, V)
         if o is None:
             return "no single read-out of the state"
         outs = [o, st["value"], win["value"]]
         nodes, leaves = region(outs, lambda n: is_heavy(view_base(n)))
-        want = {T * D: (T, D), T * H: (T, H), T * dqk: (T, dqk), T * C: (T, C)}
+        want = {T * DV: (T, DV), T * D: (T, D), T * H: (T, H), T * dqk: (T, dqk), T * C: (T, C)}
         widened = []
         for leaf in leaves:
             if not graph_input(leaf) and numel(leaf) in want:
@@ -320,18 +348,19 @@ class KdaCores:
             # (The graph handing the input itself back is no read: rebound_states_in_place.)
             if not {n for n in descendants([ph], views) if n.op != "output"} <= allowed:
                 return f"{ph.name} is read outside the chain"
-        roles = self._kda_roles(leaves, nodes, st["ph"], win["ph"], T, H, A, mixed, C)
+        roles = self._kda_roles(leaves, nodes, st["ph"], win["ph"], T, H, K, V, mixed, C)
         if isinstance(roles, str):
             return roles
         with real_tensor_mode():
-            found = self._kda_probe(nodes, leaves, outs, roles, st, win, T, H, A)
+            found = self._kda_probe(nodes, leaves, outs, roles, st, win, T, H, K, V, tr)
         if isinstance(found, str):
             return found
         try:
-            self._kda_rewrite(g, st, win, o, found, T, H, A)
+            self._kda_rewrite(g, st, win, o, found, T, H, K, V)
         except ValueError as e:          # the op refused an argument: nothing was replaced yet
             return f"kda_chain refused the inputs ({e})"
-        self.per_head_gates += numel(found["f"]) == T * H and A > 1      # Gated DeltaNet's form
+        self.per_head_gates += numel(found["f"]) == T * H and K > 1      # Gated DeltaNet's form
+        self.wide_values += K != V
         self.fused_convs += fused
         return None
 
@@ -397,10 +426,10 @@ class KdaCores:
             merged += 1
         return merged
 
-    def _kda_roles(self, leaves, nodes, state_ph, win_ph, T, H, A, mixed=None, C=None):
-        D = H * A
+    def _kda_roles(self, leaves, nodes, state_ph, win_ph, T, H, K, V, mixed=None, C=None):
+        D = H * K
         if mixed is not None:
-            return self._fused_conv_roles(leaves, state_ph, win_ph, T, H, A, mixed, C)
+            return self._fused_conv_roles(leaves, state_ph, win_ph, T, H, K, V, mixed, C)
         raws, braw, params, a_log, dt_bias = _gate_inputs(leaves, {state_ph, win_ph}, T, H, D)
         conv = [p for p in params if numel(p) == 4 * D and shape(p)[0] == D]
         # KDA: a gate per channel (f [T, H*K], dt_bias [H*K]); Gated DeltaNet: one per head (f and
@@ -432,22 +461,22 @@ class KdaCores:
         fb, ad = _gate_roles(f, braw, a_log, dt_bias)
         return dict(qkv=[r for r in raws if r in pair], pair=pair, fb=fb, ad=ad, fused=False)
 
-    def _fused_conv_roles(self, leaves, state_ph, win_ph, T, H, A, mixed, C):
+    def _fused_conv_roles(self, leaves, state_ph, win_ph, T, H, K, V, mixed, C):
         """Roles under one convolution over [q ; k ; v] (Qwen3-Next's layout): q, k and v are
         the convolution input's three channel blocks, in that order (the kernel's window layout;
         a model concatenating them in another order does not match), read as the concatenation's
         parts when the input is one, else as slices of the input. The gate's candidates as in
         the three-convolution form."""
-        D = H * A
-        dqk = (C - D) // 2
+        D, DV = H * K, H * V
+        dqk = (C - DV) // 2
         if mixed in leaves:
             qkv = [mixed]
         elif is_call(mixed, aten.cat.default) and len(mixed.args[0]) == 3:
             qkv = []
-            for part, w in zip(mixed.args[0], (dqk, dqk, D)):
+            for part, w in zip(mixed.args[0], (dqk, dqk, DV)):
                 part, _ = widen_leaf(part, lambda n, w=w: shape(n) == (T, w))
                 qkv.append(part)
-            if any(p not in leaves or shape(p) != (T, w) for p, w in zip(qkv, (dqk, dqk, D))):
+            if any(p not in leaves or shape(p) != (T, w) for p, w in zip(qkv, (dqk, dqk, DV))):
                 return "the fused convolution's input is a concatenation of other than q, k, v projections"
         else:
             return "the fused convolution's input is neither a projection nor a concatenation of q, k, v"
@@ -461,9 +490,9 @@ class KdaCores:
         if len(leaves) != len(qkv) + 7:               # the conv, state, window, f, b, A_log, dt_bias
             return f"{len(leaves)} inputs, expected {len(qkv) + 7}"
         fb, ad = _gate_roles(fD[0] if kda else None, braw, a_log, dt_bias)
-        return dict(qkv=qkv, pair={}, conv=conv[0], fb=fb, ad=ad, fused=True, C=C, dqk=dqk)
+        return dict(qkv=qkv, pair={}, conv=conv[0], fb=fb, ad=ad, fused=True, C=C, dqk=dqk, dv=DV)
 
-    def _kda_probe(self, nodes, leaves, outs, roles, st, win, T, H, A):
+    def _kda_probe(self, nodes, leaves, outs, roles, st, win, T, H, K, V, tr):
         """The probe, once per form of the region: a layer whose region, roles and hint equal an
         earlier one's (region_key) would draw the same inputs and run the same candidates, so it
         takes that probe's outcome, mapped onto its own leaves."""
@@ -475,10 +504,10 @@ class KdaCores:
                ix(roles["conv"]) if roles["fused"] else None,
                tuple(tuple(map(ix, p)) for p in roles["fb"]), tuple(tuple(map(ix, p)) for p in roles["ad"]),
                ix(st["ph"]), ix(win["ph"]),
-               st["staged"], st["slot"], T, H, A, hint)
+               st["staged"], st["slot"], T, H, K, V, tr, hint)
         memo = self._probes.get(key) if self.reuse_probes else None
         if memo is None:
-            found = self._kda_probe_run(nodes, leaves, outs, roles, st, win, T, H, A)
+            found = self._kda_probe_run(nodes, leaves, outs, roles, st, win, T, H, K, V, tr)
             memo = found if isinstance(found, str) else (
                 {k: (tuple(map(ix, v)) if isinstance(v, (list, tuple)) else ix(v)) if k in NODE_KEYS else v
                  for k, v in found.items()}, self._kda_hint)
@@ -491,7 +520,7 @@ class KdaCores:
         return {k: ([leaves[i] for i in v] if isinstance(v, tuple) else leaves[v]) if k in NODE_KEYS else v
                 for k, v in found.items()}
 
-    def _kda_probe_run(self, nodes, leaves, outs, roles, st, win, T, H, A):
+    def _kda_probe_run(self, nodes, leaves, outs, roles, st, win, T, H, K, V, tr):
         gen = torch.Generator().manual_seed(0)
         scale = {**{a_log: 0.5 for a_log, _ in roles["ad"]}, st["ph"]: 0.3}     # (every A_log candidate)
         inputs = [random_like(n, gen, scale.get(n, 1.0)) for n in leaves]
@@ -510,12 +539,12 @@ class KdaCores:
 
         def run(qkv, lb, transposed, fb, ad, rows):
             if roles["fused"]:        # channel blocks q, k, v of the convolution and its input
-                blocks = [roles["dqk"], roles["dqk"], H * A]
+                blocks = [roles["dqk"], roles["dqk"], roles["dv"]]
                 conv_w = list(x[roles["conv"]].reshape(roles["C"], 4).float().split(blocks))
                 raw = (x[qkv[0]].reshape(T, -1).split(blocks, -1) if len(qkv) == 1
                        else [x[n].reshape(T, -1) for n in qkv])
             else:
-                conv_w = torch.stack([x[roles["pair"][r]].reshape(H * A, 4).float() for r in qkv])
+                conv_w = torch.stack([x[roles["pair"][r]].reshape(H * K, 4).float() for r in qkv])
                 raw = [x[n].reshape(T, -1) for n in qkv]
             s0 = state_in.transpose(-1, -2) if transposed else state_in
             (f, b), (a_log, dt_bias) = roles["fb"][fb], roles["ad"][ad]
@@ -533,7 +562,9 @@ class KdaCores:
         screen = T > 1 and got[0].dim() > 0 and got[0].shape[0] == T      # o laid out [T, ...]
         # A fused convolution fixes the order (its channel blocks are q, k, v).
         perms = [tuple(range(len(roles["qkv"])))] if roles["fused"] else list(itertools.permutations(range(3)))
-        cands = [(p, lb, tr, fb, ad) for p in perms for lb in bounds for tr in (False, True)
+        # The state's layout: either with K == V (tr None), else the one its K and V imply.
+        layouts = (False, True) if tr is None else (tr,)
+        cands = [(p, lb, t, fb, ad) for p in perms for lb in bounds for t in layouts
                  for fb in range(len(roles["fb"])) for ad in range(len(roles["ad"]))]
         hint = getattr(self, "_kda_hint", None)
         if hint in cands:
@@ -585,8 +616,8 @@ class KdaCores:
                     lb=None if lb is None else float(lb), fused=roles["fused"], o_ht=o_ht,
                     transposed=transposed, b=b, a_log=a_log, dt_bias=dt_bias)
 
-    def _kda_rewrite(self, g, st, win, o, m, T, H, A):
-        D = H * A
+    def _kda_rewrite(self, g, st, win, o, m, T, H, K, V):
+        D = H * K
         order = {n: i for i, n in enumerate(g.nodes)}
         anchor = min([o] + [u for u in st["value"].users if u in st["path"]], key=order.__getitem__)
         with g.inserting_before(anchor):
@@ -597,7 +628,8 @@ class KdaCores:
             wshape = list(shape(window))
             if m["fused"]:     # q, k, v: the convolution's channel blocks (its input's, its weight's rows)
                 C = wshape[0]
-                cuts = [(0, (C - D) // 2), ((C - D) // 2, C - D), (C - D, C)]
+                dqk = (C - H * V) // 2
+                cuts = [(0, dqk), (dqk, 2 * dqk), (2 * dqk, C)]
                 if len(m["qkv"]) == 1:
                     x2 = m["qkv"][0] if shape(m["qkv"][0]) == (T, C) else emit(g, aten.reshape.default, m["qkv"][0], [T, C])
                     args = [emit(g, aten.slice.Tensor, x2, 1, a, b) for a, b in cuts]
@@ -613,7 +645,7 @@ class KdaCores:
             f = m["f"] if shape(m["f"]) == (T, fw) else emit(g, aten.reshape.default, m["f"], [T, fw])
             stages = (None, None)
             if st["staged"]:
-                stages = (emit(g, aten.new_empty.default, state, [T, H, A, A]),
+                stages = (emit(g, aten.new_empty.default, state, [T, *shape(state)]),
                           emit(g, aten.new_empty.default, window, [T, *wshape]))
             # A state stored [V, K] is read and written in place in that layout (state_vk; its
             # stages take the same layout, so kda_commit's flat copy serves both).

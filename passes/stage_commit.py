@@ -19,7 +19,8 @@ V_0..V_{T-1}, the value after chain position j, from the graph itself:
   tensor is position i, as is ``rows[:, i]`` of one with a batch dim of 1 before the tokens, or
   ``rows[:, :, i]`` where the tokens are the only dim of size T, Hugging Face's [B, H, T, K]);
   the post-state of position j is the one state-sized node of position j that position j+1
-  consumes;
+  consumes (the written value's last carries and transpositions stepped back over, so a state
+  stored [V, K] and written as a transpose is staged through the same transposition);
 - a sliding window (the short-conv caches): the written value is a slice ending at the end of
   ``cat([old window, new rows])`` (possibly through a dtype cast); position j's window is the same slice shifted back by
   T-1-j rows.
@@ -310,8 +311,12 @@ def _crossings(cone: set, dep: set, value: fx.Node, T: int, tok: dict):
         n = ends[0]
         while True:
             live = [a for a in _args(n) if tok.get(a, -1) >= 0 or a in dep]
+            # A carry keeps the shape; a transposition too is stepped over (a state stored
+            # [V, K] with V != K is written back as the transpose of the recurrence's [K, V]
+            # state; the clone re-emits it on each position's state).
+            relayout = is_call(n, aten.permute.default, aten.transpose.int, aten.t.default)
             if len(live) == 1 and live[0] in spine_set and tok.get(live[0], -1) == j \
-                    and _shape(live[0]) == _shape(n):
+                    and (_shape(live[0]) == _shape(n) or relayout):
                 n = live[0]
                 continue
             break

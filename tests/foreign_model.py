@@ -132,12 +132,14 @@ class Qwen3NextStyleGDN(nn.Module):
     head (``fix_query_key_value_ordering``) and b, a from another, as Qwen3-Next; otherwise
     Qwen3.5's separate projections, mixed_qkv the convolution's input straight from its own.
     ``width``: the cache's columns a channel, 4 as Hugging Face's (the conv's whole width: the
-    convolution over [cache ; new] yields T + 1 outputs, the last T kept) or 3 as vLLM's."""
+    convolution over [cache ; new] yields T + 1 outputs, the last T kept) or 3 as vLLM's.
+    ``vd``: the value head dim (KD; 2 * KD is flash-linear-attention's expand_v = 2): the state
+    is [KH, KD, vd], the output norm over vd."""
 
-    def __init__(self, g: torch.Generator, fused_qkvz: bool = True, width: int = 4):
+    def __init__(self, g: torch.Generator, fused_qkvz: bool = True, width: int = 4, vd: int = KD):
         super().__init__()
-        self.fused_qkvz, self.width = fused_qkvz, width
-        self.dqk, self.dv = QK_HEADS * KD, KH * KD
+        self.fused_qkvz, self.width, self.vd = fused_qkvz, width, vd
+        self.dqk, self.dv = QK_HEADS * KD, KH * vd
         self.C = 2 * self.dqk + self.dv
         if fused_qkvz:
             self.in_proj_qkvz = nn.Linear(HID, 2 * self.dqk + 2 * self.dv, bias=False)
@@ -149,23 +151,23 @@ class Qwen3NextStyleGDN(nn.Module):
         self.conv = _w(g, self.C, 1, 4, scale=2.0)
         self.A_log = nn.Parameter(torch.randn(KH, generator=g) * 0.5, requires_grad=False)
         self.dt_bias = nn.Parameter(torch.randn(KH, generator=g) * 0.5, requires_grad=False)
-        self.o_norm = HFRMSNormGated(KD, eps=1e-5)
+        self.o_norm = HFRMSNormGated(vd, eps=1e-5)
         self.o = nn.Linear(self.dv, HID, bias=False)
 
     def projections(self, x):
-        """(mixed_qkv [T, C], z [T, KH, KD], b [T, KH], a [T, KH])."""
-        T, G = x.shape[0], KH // QK_HEADS
+        """(mixed_qkv [T, C], z [T, KH, vd], b [T, KH], a [T, KH])."""
+        T, G, vd = x.shape[0], KH // QK_HEADS, self.vd
         if not self.fused_qkvz:
-            return (self.in_proj_qkv(x), self.in_proj_z(x).view(T, KH, KD), self.in_proj_b(x),
+            return (self.in_proj_qkv(x), self.in_proj_z(x).view(T, KH, vd), self.in_proj_b(x),
                     self.in_proj_a(x))
-        qkvz = self.in_proj_qkvz(x).view(T, QK_HEADS, 2 * KD + 2 * G * KD)
-        q, k, v, z = torch.split(qkvz, [KD, KD, G * KD, G * KD], dim=2)
+        qkvz = self.in_proj_qkvz(x).view(T, QK_HEADS, 2 * KD + 2 * G * vd)
+        q, k, v, z = torch.split(qkvz, [KD, KD, G * vd, G * vd], dim=2)
         b, a = torch.split(self.in_proj_ba(x).view(T, QK_HEADS, 2 * G), [G, G], dim=2)
         mixed = torch.cat([q.reshape(T, -1), k.reshape(T, -1), v.reshape(T, -1)], dim=-1)
-        return mixed, z.reshape(T, KH, KD), b.reshape(T, KH), a.reshape(T, KH)
+        return mixed, z.reshape(T, KH, vd), b.reshape(T, KH), a.reshape(T, KH)
 
     def forward(self, x, state, window):
-        """x [T, HID]; state [KH, KD, KD] fp32 and window [C, width] updated in place."""
+        """x [T, HID]; state [KH, KD, vd] fp32 and window [C, width] updated in place."""
         T, G = x.shape[0], KH // QK_HEADS
         mixed, z, b, a = self.projections(x)
         seq = torch.cat([window, mixed.T], dim=-1)                               # [C, width + T]
@@ -174,7 +176,7 @@ class Qwen3NextStyleGDN(nn.Module):
         q, k, v = torch.split(mixed, [self.dqk, self.dqk, self.dv], dim=-1)
         q = q.reshape(1, T, QK_HEADS, KD).repeat_interleave(G, dim=2)
         k = k.reshape(1, T, QK_HEADS, KD).repeat_interleave(G, dim=2)
-        v = v.reshape(1, T, KH, KD)
+        v = v.reshape(1, T, KH, self.vd)
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())       # [T, KH]
         o = self.recurrent_gated_delta_rule(q, k, v, g[None], b.float().sigmoid()[None], state)
         o = self.o_norm(o[0].to(x.dtype), z)

@@ -563,3 +563,89 @@ def test_gpu_decode_step(model, dtype):
     assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
     rel = (out.float() - ref.float()).norm() / ref.float().norm()
     assert rel < (1e-4 if dtype == torch.float32 else 3e-2), f"{dtype} relative error {rel:.3g}"
+
+
+# V != K: flash-linear-attention's expand_v (value heads twice the key heads' width) under
+# Qwen3-Next's fused convolution. The state is [H, K, 2K], or stored [H, 2K, K] (``vk``).
+class _WideValueGDN(torch.nn.Module):
+    def __init__(self, vk: bool = False, verify: bool = False):
+        super().__init__()
+        self.layer = fm.Qwen3NextStyleGDN(torch.Generator().manual_seed(3), vd=2 * fm.KD)
+        self.vk, self.verify = vk, verify
+
+    def step(self, x, state, window):
+        # A [V, K]-stored state is handed to the layer as a transposed view: its copy_ writes it in place.
+        return self.layer(x, state.transpose(-1, -2) if self.vk else state, window)
+
+    def forward(self, x, state, window):
+        if not self.verify:
+            return self.step(x, state, window)
+        # x: the chain's tokens [T]; the layer reads them one-hot (so its rows are per position).
+        from lingc.runtime.relay import ops
+        y = self.step(torch.nn.functional.one_hot(x, fm.HID).float(), state, window)
+        return ops.state_commit(ops.greedy_verdict(x, y.argmax(-1) % fm.HID)), y
+
+    def inputs(self, T, dtype, seed=1):
+        g = torch.Generator().manual_seed(seed)
+        s = torch.randn(fm.KH, fm.KD, 2 * fm.KD, generator=g) * 0.3
+        return (torch.randn(T, fm.HID, generator=g).to(dtype), s.transpose(-1, -2).contiguous() if self.vk else s,
+                torch.randn(self.layer.C, 4, generator=g).to(dtype))
+
+
+@pytest.mark.parametrize("vk", [False, True], ids=["kv", "vk"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("T", [1, 3])
+def test_wide_values_on_lingc_kernels(T, dtype, vk, tmp_path):
+    """V = 2K: one kda_chain (its state read as [H, K, V], or [H, V, K] with state_vk), every
+    kernel lingc's; the output, state and window equal eager's."""
+    torch._dynamo.reset()
+    m = _WideValueGDN(vk).to(dtype)
+    x, state, window = m.inputs(T, dtype)
+    ref_state, ref_window = state.clone(), window.clone()
+    with torch.no_grad():
+        ref = m(x, ref_state, ref_window)
+    out, report = run_and_report(m, x, state, window, dump_dir=str(tmp_path))
+    assert {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}.get("lingc.kda_chain") == 1, \
+        stat(report, "pdl_swap").notes
+    assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
+    assert "(1 kda_chain with V != K)" in stat(report, "pdl_swap").notes[0]
+    assert final_graph_text(report).count("state_vk=True") == int(vk)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out, ref, rtol=tol, atol=tol)
+    torch.testing.assert_close(state, ref_state, rtol=tol, atol=tol)
+    # The window holds the projection's rows: lingc's GEMM sums in another order than ATen's.
+    torch.testing.assert_close(window, ref_window, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("vk", [False, True], ids=["kv", "vk"])
+def test_wide_values_verify_commits_the_accepted_prefix(vk):
+    """The staged form with V = 2K: a 5-token verify chain with a rejection forced at each
+    position (and none) leaves the state and window eager leaves on the accepted prefix (the
+    stages are [T, H, K, V], or [T, H, V, K] with the state stored so)."""
+    from backend_helpers import compile_lingc
+    from lingc.backend import compile_reports
+
+    torch._dynamo.reset()
+    m = _WideValueGDN(vk, verify=True)
+    _, state0, window0 = m.inputs(5, torch.float32, seed=4)
+    one_hot = lambda t: torch.nn.functional.one_hot(torch.tensor(t), fm.HID).float()  # noqa: E731
+    with torch.no_grad():
+        chain = [3]
+        for _ in range(4):                        # the chain greedy decoding makes
+            s, w = state0.clone(), window0.clone()
+            chain.append(int(m.step(one_hot(chain), s, w)[-1].argmax()) % fm.HID)
+        n = len(compile_reports)
+        step = compile_lingc(m, role="verify")
+        for reject in range(1, 6):                # 5: the whole chain accepted
+            c = list(chain)
+            if reject < 5:
+                c[reject] = (c[reject] + 1) % fm.HID
+            st, win = state0.clone(), window0.clone()
+            accept, _ = step(torch.tensor(c), st, win)
+            assert int(accept) == reject - 1
+            ref_s, ref_w = state0.clone(), window0.clone()
+            m.step(one_hot(c[:reject]), ref_s, ref_w)
+            torch.testing.assert_close(st, ref_s, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(win, ref_w, rtol=1e-5, atol=1e-5)
+    lingc = {op: k for cat, op, k, _ in compile_reports[n].kernels.rows if cat == "lingc"}
+    assert lingc.get("lingc.kda_chain") == 1 and lingc.get("lingc.kda_commit") == 1, lingc

@@ -731,6 +731,17 @@ _COMPILE_CHECK = textwrap.dedent("""
     for staged in (False, True):
         assert barriers[staged, True, False] == barriers[staged, False, False] - 6, barriers
     assert barriers[True, True, True] == barriers[True, True, False], barriers   # the gate is elementwise
+    # V != K (expand_v, V = 2K: the rule's config), both modes and both state layouts, Gated
+    # DeltaNet's gate on a flat 4-column window: no spills.
+    vcfg = config_for(8, 128, 256)
+    for staged in (False, True):
+        for vk in (False, True):
+            const = dict(H=8, K=128, V=256, BK=128, BV=vcfg.bv, NVB=256 // vcfg.bv, STAGED=staged,
+                         STATE_BEFORE_WAIT=True, FUSED_RED=vcfg.fused_reductions, USE_GDC=True, SOFTPLUS_GATE=True,
+                         STATE_VK=vk, GATE_PER_HEAD=True, GROUP=1, WIN=4)
+            ptx, info = compile_sm90(_kda_chain_kernel, sig, const, num_warps=vcfg.num_warps)
+            print("V = 2K", staged, vk, ptx.count("bar.sync"), info)
+            assert " 0 bytes spill stores" in info, ("V = 2K", staged, vk, info)
 """)
 
 
@@ -898,6 +909,39 @@ def test_op_takes_the_conv_weights_as_a_list():
     with pytest.raises(RuntimeError, match=r"List\[Tensor\]"):
         kda_chain(**args)
 
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("state_vk", [False, True], ids=["kv", "vk"])
+def test_gpu_v_unequal_k_at_a_model_shape(state_vk):
+    """V = 2K at a Gated DeltaNet model's per-GPU shape (8 heads, K = 128, V = 256, bf16, the
+    4-column window, the rule's config) on the GPU: against the chain written from kda_math, and
+    position j of the staged chain equal to the (j + 1)-token persistent chain bit for bit."""
+    T, H, K, V = 6, 8, 128, 256
+    x = v_wide_inputs(T, H, H, K, V, 4, torch.bfloat16, seed=71)
+    cpu = {n: ([t.cpu() for t in v] if isinstance(v, list) else v.cpu()) for n, v in x.items()}
+    o_ref, S_ref, w_ref = v_wide_math(cpu, H, H, K, V)
+    lay = (lambda s: s.transpose(-1, -2).contiguous()) if state_vk else (lambda s: s.clone())  # noqa: E731
+    unlay = (lambda s: s.transpose(-1, -2)) if state_vk else (lambda s: s)  # noqa: E731
+
+    def run(n, staged):
+        p = {**x, **{k: x[k][:n] for k in ("q_raw", "k_raw", "v_raw", "f_raw", "b_raw")}}
+        state, window = lay(x["state"]), x["conv_window"].clone()
+        ss = torch.full((n, *state.shape), float("nan"), device="cuda") if staged else None
+        sw = torch.full((n, *window.shape), float("nan"), device="cuda").to(window.dtype) if staged else None
+        o = kda_chain_triton(p["q_raw"], p["k_raw"], p["v_raw"], p["f_raw"], p["b_raw"], p["conv_w"], window,
+                             p["a_log"], p["dt_bias"], state, LOWER_BOUND, ss, sw, state_vk=state_vk)
+        return o, state, window, ss, sw
+
+    o, state, window, _, _ = run(T, False)
+    assert_close(o, o_ref, 1e-4)
+    assert_close(unlay(state), S_ref, 1e-4)
+    assert torch.equal(window.cpu(), w_ref)
+    o6, _, _, ss6, sw6 = run(T, True)
+    assert torch.equal(o6, o)
+    for n in range(1, T + 1):
+        o_n, state_n, window_n, _, _ = run(n, False)
+        assert torch.equal(o_n, o6[:n]) and torch.equal(state_n, ss6[n - 1]) and torch.equal(window_n, sw6[n - 1]), n
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fused", [False, True], ids=["unfused", "fused"])
