@@ -226,7 +226,10 @@ def test_bad_grouped_arguments_raise(what, value, match):
 
 
 _CARRY_CHECK = r"""
-import re
+import os, re, tempfile
+# A cache of its own: an entry carried in from another run (the device scripts carry Triton's
+# cache without its IRs) would hand back a binary without the ttir read below.
+os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
 import triton
 from triton.backends.compiler import GPUTarget
 from lingc.runtime.kernels.kda.kernel import _kda_chain_kernel as fn
