@@ -14,6 +14,9 @@ norm into the lingc op beside it are pdl_norm_folds.py's.
 
     before:  y = convert(convert(x_bf16, f32), bf16)             after: y = x_bf16
 
+    before:  y = cat([x[.., a:b], x[.., b:c], ...], d)            (x's whole dim d, in order)
+    after:   y = x
+
     before:  copy_(buf, copy(x, v))                              (functionalisation's epilogue)
     after:   copy_(buf, v)
     before:  copy_(buf, slice_scatter(buf, copy(s, v), d, a, b))
@@ -39,6 +42,10 @@ Why each is exact:
 - a clone is dropped only when its input is contiguous (so the clone has the same layout), its
   storage is a lingc op's output (custom ops return fresh tensors, never an alias of an input)
   and nothing in the graph writes the input or the clone in place (read from the op schemas);
+- a cat of slices that rejoin their tensor x in order along the sliced dim is x's values; it is
+  replaced by x only when x is contiguous (so the cat's layout) and no op writes x's storage or
+  the cat in place (an MLA whose rope dims are not rotated concatenates its query's two slices
+  back: one copy kernel and a full edge a layer);
 - a cast moves into the op that produced its input only through view ops (which commute with an
   elementwise cast) and only into an op that computes in fp32 and rounds once to ``out_dtype``;
 - the bmm's operands are rebuilt by replaying their view chain on the pre-cast tensors (a cast
@@ -84,7 +91,7 @@ from lingc.graph_region import shape, val
 from lingc.pass_manager import VIEW_OPS, write_counts, written_bases
 
 __all__ = ["absorbed_products", "concat_cols", "concat_into_inputs", "direct_epilogue_writes", "direct_lingc_writes",
-           "drop_fresh_clones", "drop_round_trips", "fold_casts", "positions_into_readers"]
+           "drop_fresh_clones", "drop_round_trips", "fold_casts", "positions_into_readers", "rejoined_slices"]
 
 lingc_ops = torch.ops.lingc
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -116,6 +123,46 @@ def drop_fresh_clones(g: fx.Graph) -> int:
         if _is_lingc(root):
             refresh_vals(chain)               # the views' strides as the lingc op lays its output out
         if not (_is_lingc(root) and val(x).is_contiguous() and root not in written and n not in written):
+            continue
+        n.replace_all_uses_with(x)
+        g.erase_node(n)
+        count += 1
+    return count
+
+
+def _slice_span(n: fx.Node, rank: int) -> tuple | None:
+    """(dim, start, end) of a step-1 ``aten.slice.Tensor`` with plain arguments, normalised to its
+    input's size; None otherwise."""
+    if not is_call(n, aten.slice.Tensor):
+        return None
+    args = list(n.args[1:]) + [None] * 4
+    dim, start, end, step = (n.kwargs.get(k, a) for k, a in zip(("dim", "start", "end", "step"), args))
+    dim, step = 0 if dim is None else dim, 1 if step is None else step
+    if any(isinstance(v, fx.Node) for v in (dim, start, end, step)) or step != 1:
+        return None
+    size = shape(n.args[0])[dim]
+    start = 0 if start is None else (start + size if start < 0 else start)
+    end = size if end is None else (end + size if end < 0 else end)
+    return dim % rank, max(0, min(start, size)), max(0, min(end, size))
+
+
+def rejoined_slices(g: fx.Graph) -> int:
+    """cat of step-1 slices of one contiguous x along the cat's dim, adjacent and covering the
+    whole dim in order -> x (the module docstring says when that is exact)."""
+    count = 0
+    written = written_bases(g)
+    for n in list(g.nodes):
+        if not is_call(n, aten.cat.default) or len(n.args[0]) < 2:
+            continue
+        parts, rank = n.args[0], len(shape(n))
+        dim = (n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)) % rank
+        spans = [_slice_span(p, rank) for p in parts]
+        if any(s is None or s[0] != dim for s in spans) or len({p.args[0] for p in parts}) != 1:
+            continue
+        x = parts[0].args[0]
+        if spans[0][1] != 0 or spans[-1][2] != shape(x)[dim] or any(a[2] != b[1] for a, b in zip(spans, spans[1:])):
+            continue
+        if not val(x).is_contiguous() or _view_root(x)[0] in written or n in written or val(x).dtype != val(n).dtype:
             continue
         n.replace_all_uses_with(x)
         g.erase_node(n)

@@ -101,6 +101,7 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
         clones += pdl_glue.drop_fresh_clones(g)
         fills = pdl_glue.slice_fills(g)
         casts = pdl_glue.fold_casts(g) + pdl_glue.drop_round_trips(g)
+        clones += pdl_glue.rejoined_slices(g)
         eliminate_dead_code(g)
         epilogue = pdl_glue.direct_epilogue_writes(g)
         eliminate_dead_code(g)                    # (the snapshots it dropped still read the inputs)

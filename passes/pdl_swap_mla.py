@@ -25,8 +25,9 @@ and rewrites it onto the same kernels.
 
 The cache write is matched from the functional write itself (an index_put of rows into
 select(cache input, 0, slot), scattered back and copied to the input at the epilogue), its rows
-checked by running them on random inputs against [c ; interleaved rope(k)]; it is rewritten only
-when nothing reads the old cache after the write. A cache [1, L, R + P] written with
+checked by running them on random inputs against [c ; interleaved rope(k)], or [c ; k] when no
+inv_freq enters them (rope dims never rotated, Kimi Linear's mla_use_nope: mla_kv_write with
+inv_freq None); it is rewritten only when nothing reads the old cache after the write. A cache [1, L, R + P] written with
 ``cache[:, pos] = rows`` (a Hugging Face batch dim of 1) is the [L, R + P] cache below it, for
 the write and the attention alike.
 
@@ -397,8 +398,10 @@ class MlaCores:
         c, k = sorted(mats, key=lambda m: -shape(m)[-1])                  # R (512) > P (64)
         P = shape(k)[-1]
         freq = [n for n in leaves if graph_input(n) and shape(n) == (P // 2,) and val(n).is_floating_point()]
-        if len(freq) != 1 or set(leaves) != {c, k, pos, freq[0]} or shape(c)[-1] == P:
-            return "the rows' inputs are not (latent, key, positions, inv_freq)"
+        # Without inv_freq the key is written as it is (Kimi Linear's never-rotated rope dims).
+        if len(freq) > 1 or set(leaves) - {c, k, pos} != set(freq) or shape(c)[-1] == P:
+            return "the rows' inputs are not (latent, key, positions, inv_freq) or (latent, key)"
+        inv = freq[0] if freq else None
         order2 = {n: i for i, n in enumerate(g.nodes)}
         nodes = sorted(set(nodes) - set(leaves), key=order2.__getitem__)
         from lingc.runtime.kernels.mla_kv_write.naive import mla_kv_rows_reference
@@ -406,17 +409,18 @@ class MlaCores:
         with real_tensor_mode():
             x = {n: random_like(n, gen) for n in (c, k)}
             x[pos] = torch.randint(0, 4096, (T,), generator=gen).to(val(pos).dtype)
-            x[freq[0]] = torch.rand(P // 2, generator=gen).to(val(freq[0]).dtype)
+            if inv is not None:
+                x[inv] = torch.rand(P // 2, generator=gen).to(val(inv).dtype)
             got = run_region(region_module(nodes, leaves, [rows]), [x[n] for n in leaves])
-            ref = mla_kv_rows_reference(x[c].reshape(T, -1), x[k].reshape(T, -1), x[pos], x[freq[0]],
-                                        val(rows).dtype)
+            ref = mla_kv_rows_reference(x[c].reshape(T, -1), x[k].reshape(T, -1), x[pos],
+                                        None if inv is None else x[inv], val(rows).dtype)
             ok = got is not None and got[0].numel() == ref.numel()
             err = rel_err(got[0].reshape(ref.shape), ref) if ok else float("inf")
         if err > PROBE_TOL.get(val(rows).dtype, 3e-2):
-            return "the rows are not [c ; interleaved rope(k)]"
+            return "the rows are not [c ; interleaved rope(k)]" if inv is not None else "the rows are not [c ; k]"
         with g.inserting_before(ip):
             c, k = (m if len(shape(m)) == 2 else emit(g, aten.reshape.default, m, [T, shape(m)[-1]]) for m in (c, k))
-            emit(g, lingc_ops.mla_kv_write.default, c, k, pos, freq[0], below_lead(g, base, 2))
+            emit(g, lingc_ops.mla_kv_write.default, c, k, pos, inv, below_lead(g, base, 2))
         scat.replace_all_uses_with(ph)
         g.erase_node(scat)
         if ip is not scat:

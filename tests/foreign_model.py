@@ -220,9 +220,12 @@ class HFCacheGDN(Qwen3NextStyleGDN):
 
 
 class KimiStyleMLA(nn.Module):
-    def __init__(self, g: torch.Generator, textbook: bool = False):
+    """``rotate=False``: the rope dims are never rotated (Kimi Linear's ``mla_use_nope``: NoPE
+    attention with the 64 rope dims kept, q_pe and k_pe used as they are)."""
+
+    def __init__(self, g: torch.Generator, textbook: bool = False, rotate: bool = True):
         super().__init__()
-        self.textbook = textbook
+        self.textbook, self.rotate = textbook, rotate
         self.q = nn.Linear(HID, MH * (NOPE + ROPE), bias=False)
         self.kv_a = nn.Linear(HID, RANK + ROPE, bias=False)
         self.kv_norm = nn.RMSNorm(RANK, eps=EPS)
@@ -231,6 +234,8 @@ class KimiStyleMLA(nn.Module):
         self.register_buffer("freq", 1.0 / (1000.0 ** (torch.arange(0, ROPE, 2).float() / ROPE)), persistent=False)
 
     def rope(self, x, pos):
+        if not self.rotate:
+            return x.float()
         ang = pos.float()[:, None] * self.freq[None]
         rot = torch.polar(torch.ones_like(ang), ang)
         xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2).contiguous())

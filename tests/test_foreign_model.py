@@ -649,3 +649,28 @@ def test_wide_values_verify_commits_the_accepted_prefix(vk):
             torch.testing.assert_close(win, ref_w, rtol=1e-5, atol=1e-5)
     lingc = {op: k for cat, op, k, _ in compile_reports[n].kernels.rows if cat == "lingc"}
     assert lingc.get("lingc.kda_chain") == 1 and lingc.get("lingc.kda_commit") == 1, lingc
+
+
+
+@pytest.mark.parametrize("textbook", [False, True], ids=["absorbed", "textbook"])
+@pytest.mark.parametrize("T", [1, 3])
+def test_unrotated_mla_on_lingc_kernels(T, textbook, tmp_path):
+    """Kimi Linear's MLA (mla_use_nope: the rope dims kept but never rotated): the cache write on
+    mla_kv_write without a rotation (its norm folded in), the attention on mla_decode without
+    RoPE, and in the textbook form the query's two slices concatenated back dropped as a copy:
+    every kernel lingc's; the output and the cache rows equal eager's."""
+    torch._dynamo.reset()
+    m = fm.KimiStyleMLA(torch.Generator().manual_seed(0), textbook, rotate=False).eval()
+    g = torch.Generator().manual_seed(T)
+    x, pos, cache = torch.randn(T, fm.HID, generator=g), torch.arange(9, 9 + T), torch.randn(20, fm.RANK + fm.ROPE, generator=g)
+    ref_cache = cache.clone()
+    with torch.no_grad():
+        ref = m(x, pos, ref_cache)
+    out, report = run_and_report(m, x, pos, cache, dump_dir=str(tmp_path))
+    lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
+    assert lingc.get("lingc.mla_kv_write") == 1 and lingc.get("lingc.mla_decode") == 1, report.kernels.format()
+    assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
+    text = final_graph_text(report)
+    assert "lingc.mla_kv_write(" in text and ", None, %" in text.split("lingc.mla_kv_write(")[1].split("\n")[0]
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(cache, ref_cache, rtol=1e-5, atol=1e-5)

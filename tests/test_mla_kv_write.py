@@ -46,6 +46,39 @@ def test_kernel_matches_reference_and_touches_only_its_rows(T, R, P, L, dtype):
     assert (got[pos][:, R:].float() - want[pos][:, R:].float()).abs().max() <= tol * 4
 
 
+@pytest.mark.parametrize("T,R,P,L", [(1, 40, 8, 64), (6, 40, 8, 64), (3, 512, 64, 300), (2, 24, 5, 17)])
+@pytest.mark.parametrize("dtype,cache_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
+                                               (torch.float32, torch.bfloat16)])
+@pytest.mark.parametrize("norm", [False, True], ids=["no-norm", "norm"])
+def test_unrotated_key(T, R, P, L, dtype, cache_dtype, norm):
+    """inv_freq None (an MLA whose rope dims are never rotated, Kimi Linear's mla_use_nope): the
+    key is cast and copied as it is, any width P (odd too); only the target rows change, every
+    element of them written; the op's CPU path is the reference."""
+    c, k, pos, _, cache = _case(T, R, P, L, dtype, cache_dtype, seed=T * 10 + P)
+    nw = (1 + 0.1 * torch.randn(R, generator=torch.Generator().manual_seed(3))).to(DEV) if norm else None
+    want = cache.clone()
+    mla_kv_write_reference(c, k, pos, None, want, nw, 1e-6)
+    assert torch.equal(want[pos][:, R:], k.to(cache_dtype))
+    got = cache.clone()
+    got[pos] = float("nan")
+    mla_kv_write_triton(c, k, pos, None, got, nw, 1e-6)
+    assert not got.isnan().any()
+    keep = torch.ones(L, dtype=torch.bool, device=cache.device)
+    keep[pos] = False
+    assert torch.equal(got[keep], cache[keep])
+    if DEV == "cpu" and dtype != cache_dtype:    # the interpreter's fp32 -> bf16 cast truncates
+        torch.testing.assert_close(got[pos][:, R:].float(), want[pos][:, R:].float(), rtol=8e-3, atol=0)
+    else:
+        assert torch.equal(got[pos][:, R:], want[pos][:, R:])          # the key: a cast copy
+    if norm or (DEV == "cpu" and dtype != cache_dtype):
+        torch.testing.assert_close(got[pos][:, :R].float(), want[pos][:, :R].float(), rtol=2e-2, atol=2e-2)
+    else:
+        assert torch.equal(got[pos][:, :R], want[pos][:, :R])
+    op = cache.clone().cpu()
+    torch.ops.lingc.mla_kv_write(c.cpu(), k.cpu(), pos.cpu(), None, op, None if nw is None else nw.cpu(), 1e-6)
+    assert torch.equal(op, want.cpu())
+
+
 def test_kernel_reads_a_bf16_inv_freq_as_fp32():
     """inv_freq cast to bf16 with the model (nn.Module.to): the rotation uses its exact fp32
     upcast, as the reference's fp32 arithmetic does."""
@@ -182,7 +215,8 @@ def test_op_is_the_model_write_and_traces():
 
 
 @pytest.mark.parametrize("bad,match", [
-    (lambda a: a.update(k=a["k"][:, :7]), "even"),
+    (lambda a: a.update(k=a["k"][:, :7]), "even to be rotated"),
+    (lambda a: a.update(k=a["k"][:, :0]), "must be > 0"),
     (lambda a: a.update(freq=a["freq"].double()), "inv_freq"),
     (lambda a: a.update(pos=a["pos"].float()), "positions"),
     (lambda a: a.update(cache=a["cache"][:, :40]), "R \\+ P"),
@@ -209,14 +243,14 @@ _COMPILE_CHECK = textwrap.dedent("""
     sig = dict(c_ptr="*bf16", k_ptr="*bf16", pos_ptr="*i64", freq_ptr="*fp32", cache_ptr="*bf16", w_ptr="*bf16",
                stride_c="i32", stride_k="i32", stride_l="i32", pos_stride="i32", pos_add="i32", pos_step="i32",
                R="i32", HALF="i32", eps="fp32")
-    for norm, llama in ((False, False), (True, False), (True, True)):
-        const = dict(BR=512, BH=32, NORM=norm, USE_GDC=True, ROUND_BEFORE_WEIGHT=llama)
+    for norm, llama, rope in ((False, False, True), (True, False, True), (True, True, True), (True, False, False)):
+        const = dict(BR=512, BH=32, NORM=norm, USE_GDC=True, ROUND_BEFORE_WEIGHT=llama, ROPE=rope)
         src = triton.compiler.ASTSource(_mla_kv_write_kernel, {**sig, **{k: "constexpr" for k in const}}, const)
         ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4)).asm["ptx"]
         assert "griddepcontrol.wait" in ptx
         # The norm weight, a parameter, is requested before the wait (with inv_freq).
         head = ptx.split("griddepcontrol.wait")[0]
-        assert head.count("ld.global") >= (2 if norm else 1), norm
+        assert head.count("ld.global") >= (1 if norm else 0) + rope, (norm, rope)
 """)
 
 

@@ -152,6 +152,37 @@ def test_cast_pairs_that_are_not_round_trips_stay():
     assert torch.equal(out, Widening()(x))
 
 
+
+class Rejoined(nn.Module):
+    """A value cut in two along its last dim and concatenated back (an MLA query whose rope
+    dims are not rotated: cat([q_nope, q_pe])), in order or (``swap``) not, of a contiguous
+    value or (``strided``) of a transposed view."""
+
+    def __init__(self, swap=False, strided=False):
+        super().__init__()
+        self.swap, self.strided = swap, strided
+        self.w = nn.Parameter(torch.randn(12, 8), requires_grad=False)
+
+    def forward(self, x):
+        q = (x @ self.w.T).view(-1, 3, 4)
+        if self.strided:
+            q = q.transpose(0, 1)
+        parts = [q[..., :3], q[..., 3:]]
+        return torch.cat(parts[::-1] if self.swap else parts, -1).sum(-1) * 2
+
+
+@pytest.mark.parametrize("swap, strided, kept", [(False, False, 0), (True, False, 1), (False, True, 1)],
+                         ids=["rejoined", "out-of-order", "strided"])
+def test_a_cat_of_slices_that_rejoin_their_value_is_the_value(swap, strided, kept):
+    """cat([x[.., :a], x[.., a:]], -1) of a contiguous x is x: no copy kernel; out of order or of
+    a non-contiguous x the cat stays. The output is eager's either way."""
+    m = Rejoined(swap, strided)
+    x = torch.randn(5, 8)
+    out, report = run_and_report(m, x, role="forward")
+    counts = {op: n for _, op, n, _ in report.kernels.rows}
+    assert counts.get("aten.cat", 0) == kept, counts
+    torch.testing.assert_close(out, m(x), rtol=1e-5, atol=1e-5)
+
 class EpilogueWrites(nn.Module):
     """The relay decode step's tail, written foreign: a fresh token into a slice of one buffer and
     into another, and a counter advanced."""

@@ -9,9 +9,12 @@ from lingc.models.layers import apply_rope_interleaved
 
 
 def mla_kv_rows_reference(c: torch.Tensor, k_rope: torch.Tensor, positions: torch.Tensor,
-                          inv_freq: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """[T, R + P] cache rows: the normed latent c, then the interleaved-RoPE'd shared key."""
-    return torch.cat([c, apply_rope_interleaved(k_rope, positions, inv_freq)], dim=-1).to(dtype)
+                          inv_freq: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """[T, R + P] cache rows: the normed latent c, then the interleaved-RoPE'd shared key (with
+    ``inv_freq`` None the key as it is: an MLA whose rope dims are never rotated, Kimi Linear's
+    mla_use_nope)."""
+    k = k_rope if inv_freq is None else apply_rope_interleaved(k_rope, positions, inv_freq)
+    return torch.cat([c, k], dim=-1).to(dtype)
 
 
 def mla_kv_write_reference(c, k_rope, positions, inv_freq, cache, norm_weight=None, eps=0.0,

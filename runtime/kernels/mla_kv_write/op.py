@@ -1,11 +1,12 @@
-"""``torch.ops.lingc.mla_kv_write(Tensor c, Tensor k_rope, Tensor positions, Tensor inv_freq,
+"""``torch.ops.lingc.mla_kv_write(Tensor c, Tensor k_rope, Tensor positions, Tensor? inv_freq,
 Tensor(a!) cache, Tensor? norm_weight=None, float eps=0.0, int? pos_offset=None,
 bool round_before_weight=False) -> ()``: write T new rows of an MLA latent cache in place.
 
 Row t of ``cache`` [L, R + P] at ``positions[t]`` becomes [c[t] ; rope(k_rope[t], positions[t])]
 in the cache dtype: c [T, R] is the normed latent (kv_a_layernorm's output), k_rope [T, P] the
 raw shared key, RoPE interleaved in fp32 with ``inv_freq`` [P / 2] (naive.py is the exact math:
-the model's own ops). With ``norm_weight`` [R] c is the raw latent and the op runs the
+the model's own ops); with ``inv_freq`` None the key is written as it is (an MLA whose rope dims
+are never rotated: Kimi Linear's ``mla_use_nope``). With ``norm_weight`` [R] c is the raw latent and the op runs the
 kv_a_layernorm itself (lingc.rmsnorm's arithmetic without a residual, ``eps`` its epsilon): the
 kernel holds the whole latent row anyway, so the norm's launch goes (pdl_norm_folds.norms_into_kv_writes);
 ``round_before_weight`` makes that norm the Hugging Face Llama form (lingc.rmsnorm's flag: the
@@ -46,12 +47,12 @@ def check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight=N
     if k_rope.shape[0] != T:
         raise ValueError(f"{op}: c has T={T} rows but k_rope has {k_rope.shape[0]}")
     check_positions(op, positions, T, pos_offset)
-    if P % 2 or P == 0:
-        raise ValueError(f"{op}: the rope width P={P} must be even and > 0 (interleaved pairs)")
+    if P == 0 or (inv_freq is not None and P % 2):
+        raise ValueError(f"{op}: the rope width P={P} must be > 0, and even to be rotated (interleaved pairs)")
     if cache.shape[1] != R + P:
         raise ValueError(f"{op}: cache rows hold {cache.shape[1]} values, expected R + P = {R} + {P}")
-    if inv_freq.shape != (P // 2,) or inv_freq.dtype not in (torch.float32, torch.bfloat16, torch.float16) \
-            or not inv_freq.is_contiguous():
+    if inv_freq is not None and (inv_freq.shape != (P // 2,) or inv_freq.dtype not in (
+            torch.float32, torch.bfloat16, torch.float16) or not inv_freq.is_contiguous()):
         raise ValueError(f"{op}: inv_freq must be contiguous fp32 (or bf16 / fp16) [P/2] = [{P // 2}], got "
                          f"{inv_freq.dtype} {tuple(inv_freq.shape)}")
     if c.dtype != k_rope.dtype or not c.is_floating_point() or not cache.is_floating_point():
@@ -80,7 +81,7 @@ def check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight=N
 
 
 def _mla_kv_write(c: torch.Tensor, k_rope: torch.Tensor, positions: torch.Tensor,
-                  inv_freq: torch.Tensor, cache: torch.Tensor, norm_weight: torch.Tensor | None = None,
+                  inv_freq: torch.Tensor | None, cache: torch.Tensor, norm_weight: torch.Tensor | None = None,
                   eps: float = 0.0, pos_offset: int | None = None, round_before_weight: bool = False) -> None:
     check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight, eps, pos_offset, round_before_weight)
     if not c.is_cuda:
@@ -99,5 +100,5 @@ def _mla_kv_write_fake(c, k_rope, positions, inv_freq, cache, norm_weight=None, 
 
 mla_kv_write = register_op(
     "mla_kv_write", _mla_kv_write, _mla_kv_write_fake, mutates_args=("cache",),
-    schema="(Tensor c, Tensor k_rope, Tensor positions, Tensor inv_freq, Tensor(a!) cache, "
+    schema="(Tensor c, Tensor k_rope, Tensor positions, Tensor? inv_freq, Tensor(a!) cache, "
            "Tensor? norm_weight=None, float eps=0.0, int? pos_offset=None, bool round_before_weight=False) -> ()")
