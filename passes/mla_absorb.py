@@ -50,7 +50,8 @@ lingc_ops = torch.ops.lingc
 def expansion(other: fx.Node, L: int):
     """(M, W_b, cache, R) when the attention's value operand ``other`` is a view of
     M = rows @ W_b^T with rows the first R columns of a 2-d [L, R + P] value ``cache`` (or a
-    [1, L, R + P] one: a batch dim of 1); None otherwise."""
+    [1, L, R + P] one: a batch dim of 1), or the whole [L, R] cache of an MLA without rope dims;
+    None otherwise."""
     n = other
     while is_call(n, *VIEW_OPS, *CASTS):
         n = n.args[0]
@@ -67,7 +68,12 @@ def expansion(other: fx.Node, L: int):
     while is_call(c, *VIEW_OPS, *CASTS) and not cache_like(c):
         c = c.args[0]
     if not cache_like(c) or shape(c)[-2] != L or shape(c)[-1] <= R + 1:
-        return None
+        # No rope dims (NoPE): the rows are the whole cache, [L, R] (or [1, L, R]).
+        c = rows
+        while is_call(c, *VIEW_OPS, *CASTS):
+            c = c.args[0]
+        if unit_lead(shape(c), 2) is None or tuple(shape(c)[-2:]) != (L, R):
+            return None
     return n, wb, c, R
 
 
@@ -125,8 +131,9 @@ def absorb(g: fx.Graph, htl: int, pc: fx.Node, found: tuple, pos_cands: list, pl
         nodes = sorted(set(nodes) - set(leaves), key=order.__getitem__)
         freq = [n for n in leaves if placeholder(n) and shape(n) == (P // 2,) and val(n).is_floating_point()]
         qs = [n for n in leaves if n not in stops and head_layouts(n, T, H, *widths)]
+        # The cache is read beside M for its rope keys (without rope dims only through M).
         if len(freq) > 1 or set(leaves) - set(qs) - set(freq) - stops or M not in leaves \
-                or not twins & set(leaves):
+                or (P and not twins & set(leaves)):
             continue
         q_full = [n for n in qs if head_layouts(n, T, H, nope + P)]
         q_parts = ([n for n in qs if head_layouts(n, T, H, nope)], [n for n in qs if head_layouts(n, T, H, P)])

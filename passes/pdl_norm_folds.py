@@ -60,7 +60,7 @@ import torch.fx as fx
 
 from lingc.graph_build import emit
 from lingc.graph_match import aten, is_call
-from lingc.graph_region import val
+from lingc.graph_region import shape, val
 from lingc.pass_manager import written_bases
 
 from .pdl_glue import _view_root
@@ -208,10 +208,15 @@ def norms_into_kv_writes(g: fx.Graph) -> int:
         if kv.kwargs.get("norm_weight") is not None or (len(kv.args) > 5 and kv.args[5] is not None):
             continue                                    # already with its norm
         chain, c = [], kv.args[0]
-        while isinstance(c, fx.Node) and c is not _through_identity_views(c) and len(c.users) == 1:
+        # An MLA without rope dims passes a zero-width slice of c as its key (pdl_swap_mla).
+        k = kv.args[1]
+        empty_k = is_call(k, aten.slice.Tensor) and k.args[0] is c and shape(k)[-1] == 0 and len(k.users) == 1
+        extra = int(empty_k)                            # c's one more reader: that slice
+        while isinstance(c, fx.Node) and c is not _through_identity_views(c) and len(c.users) == 1 + extra:
             chain.append(c)
             c = c.args[0]
-        if not (is_call(c, operator.getitem) and c.args[1] == 0 and len(c.users) == 1
+            extra = 0
+        if not (is_call(c, operator.getitem) and c.args[1] == 0 and len(c.users) == 1 + extra
                 and _weighted_rmsnorm(c.args[0])):
             continue
         rms = c.args[0]
@@ -222,10 +227,11 @@ def norms_into_kv_writes(g: fx.Graph) -> int:
         if _view_root(x)[0] in written:
             continue                  # the norm moves to the write: x must hold the same values there
         with g.inserting_before(kv):
-            emit(g, lingc_ops.mla_kv_write.default, x, *kv.args[1:5], w, eps,
-                 **{k: v for k, v in kv.kwargs.items() if k not in ("norm_weight", "eps")}, **_norm_form(rms))
+            key = emit(g, aten.slice.Tensor, x, 1, 0, 0) if empty_k else kv.args[1]
+            emit(g, lingc_ops.mla_kv_write.default, x, key, *kv.args[2:5], w, eps,
+                 **{n: v for n, v in kv.kwargs.items() if n not in ("norm_weight", "eps")}, **_norm_form(rms))
         g.erase_node(kv)
-        for v in [*chain, c, *[u for u in rms.users if u is not c], rms]:
+        for v in [*([k] if empty_k else []), *chain, c, *[u for u in rms.users if u is not c], rms]:
             g.erase_node(v)
         count += 1
     return count

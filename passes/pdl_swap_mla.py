@@ -27,7 +27,10 @@ The cache write is matched from the functional write itself (an index_put of row
 select(cache input, 0, slot), scattered back and copied to the input at the epilogue), its rows
 checked by running them on random inputs against [c ; interleaved rope(k)], or [c ; k] when no
 inv_freq enters them (rope dims never rotated, Kimi Linear's mla_use_nope: mla_kv_write with
-inv_freq None); it is rewritten only when nothing reads the old cache after the write. A cache [1, L, R + P] written with
+inv_freq None), or c alone for an MLA without rope dims (P = 0, the key a zero-width view; only
+for a cache a lingc.mla_decode reads, since any row write has that form); it is rewritten only
+when nothing reads the old cache after the write. The attention of an MLA without rope dims
+runs mla_decode with a zero-width view of q_lat as its q_rope. A cache [1, L, R + P] written with
 ``cache[:, pos] = rows`` (a Hugging Face batch dim of 1) is the [L, R + P] cache below it, for
 the write and the attention alike.
 
@@ -202,8 +205,8 @@ class MlaCores:
             T = shape(pos)[0]
             H = htl // (L * T)
             R = numel(pc) // (T * H)
-            P = shape(kv)[-1] - R
-            if T > MAX_T or P < 2:
+            P = shape(kv)[-1] - R             # 0: no rope dims (NoPE), the cache the latent alone
+            if T > MAX_T or P < 0 or P % 2:
                 continue
             o_lat = [u for u in descendants([pc], views) | {pc} if head_layouts(u, T, H, R)]
             if not o_lat:
@@ -223,28 +226,31 @@ class MlaCores:
             order = {n: i for i, n in enumerate(g.nodes)}
             nodes = sorted(set(nodes) - set(leaves), key=order.__getitem__)
             q_lat = [n for n in leaves if head_layouts(n, T, H, R) and n not in stops]
-            q_rope = [n for n in leaves if head_layouts(n, T, H, P) and n not in stops]
-            freq = [n for n in leaves if graph_input(n) and shape(n) == (P // 2,) and val(n).is_floating_point()]
+            q_rope = [n for n in leaves if P and head_layouts(n, T, H, P) and n not in stops]
+            freq = [n for n in leaves if P and graph_input(n) and shape(n) == (P // 2,) and val(n).is_floating_point()]
             known = set(q_lat[:1] + q_rope[:1] + freq[:1] + [cache, pos])
-            if len(q_lat) != 1 or len(q_rope) != 1 or len(freq) > 1 or set(leaves) - known or cache not in leaves:
+            if len(q_lat) != 1 or len(q_rope) != (1 if P else 0) or len(freq) > 1 or set(leaves) - known \
+                    or cache not in leaves:
                 continue
-            layouts = (head_layouts(q_lat[0], T, H, R), head_layouts(q_rope[0], T, H, P),
+            qr = q_rope[0] if P else None
+            layouts = (head_layouts(q_lat[0], T, H, R), head_layouts(qr, T, H, P) if P else [None],
                        head_layouts(o_lat, T, H, R))
             with real_tensor_mode():
-                found = self._mla_probe(nodes, leaves, o_lat, (cache, kv_chain), pos, q_lat[0], q_rope[0],
+                found = self._mla_probe(nodes, leaves, o_lat, (cache, kv_chain), pos, q_lat[0], qr,
                                         freq[0] if freq else None, T, L, layouts)
             if found is None:
                 continue
             scale, rope, (lat_at, rope_at, o_at) = found
-            qr = q_rope[0]
-            if rope and is_call(qr, *CASTS) and val(qr.args[0]).dtype in (torch.bfloat16, torch.float16):
+            if qr is not None and rope and is_call(qr, *CASTS) and val(qr.args[0]).dtype in (torch.bfloat16, torch.float16):
                 # The region upcasts the raw q_rope, rotates in fp32 and rounds back to its dtype:
                 # the kernel does exactly that when handed the raw tensor (and the upcast kernel goes).
                 qr = qr.args[0]
             with g.inserting_before(o_lat):
                 try:
-                    out = emit(g, lingc_ops.mla_decode.default, emit_token_major(g, q_lat[0], lat_at),
-                               emit_token_major(g, qr, rope_at), below_lead(g, kv, 2), pos, scale, None,
+                    ql = emit_token_major(g, q_lat[0], lat_at)
+                    # No rope dims: a zero-width view of q_lat stands for q_rope (no kernel).
+                    qr = emit_token_major(g, qr, rope_at) if P else emit(g, aten.slice.Tensor, ql, 2, 0, 0)
+                    out = emit(g, lingc_ops.mla_decode.default, ql, qr, below_lead(g, kv, 2), pos, scale, None,
                                freq[0] if rope else None)
                 except ValueError as e:
                     return str(e)
@@ -292,7 +298,7 @@ class MlaCores:
         at = {leaf: i for i, leaf in enumerate(leaves)}
         cache, kv_chain = kv
         key = ("mla", region_key(nodes, leaves, [o_lat]), region_key(kv_chain, [cache], kv_chain[-1:]),
-               at[cache], at[pos], at[q_lat], at[q_rope], at.get(freq), T, L, tuple(map(tuple, layouts)))
+               at[cache], at[pos], at[q_lat], at.get(q_rope), at.get(freq), T, L, tuple(map(tuple, layouts)))
         if key in self._probes and self.reuse_probes:
             self.probes_reused += 1
         else:
@@ -334,14 +340,27 @@ class MlaCores:
         for lat_at, rope_at, o_at in itertools.product(*layouts):
             for scale in scales:
                 for rope in ((True, False) if freq is not None else (False,)):
-                    ref = mla_decode_reference(token_major(x[q_lat], lat_at), token_major(x[q_rope], rope_at),
-                                               x[kv], x[pos], scale, None, x[freq] if rope else None)
+                    ql = token_major(x[q_lat], lat_at)
+                    qr = ql[..., :0] if q_rope is None else token_major(x[q_rope], rope_at)
+                    ref = mla_decode_reference(ql, qr, x[kv], x[pos], scale, None, x[freq] if rope else None)
                     err = rel_err(token_major(got[0], o_at), ref)
                     if err <= tol and (best is None or err < best_err):     # the first of equals
                         best, best_err = (scale, rope, (lat_at, rope_at, o_at)), err
         return best
 
     # -- MLA cache write ----------------------------------------------------------------------
+
+    @staticmethod
+    def _read_by_mla(g: fx.Graph, cache_values: set) -> bool:
+        """Whether some lingc.mla_decode reads its cache through views of one of ``cache_values``."""
+        for n in g.nodes:
+            if is_call(n, lingc_ops.mla_decode.default):
+                kv = n.args[2]
+                while is_call(kv, *VIEW_OPS):
+                    kv = kv.args[0]
+                if kv in cache_values:
+                    return True
+        return False
 
     def _kv_writes(self, g: fx.Graph) -> int:
         """Functional row writes of a [slots, L, R + P] cache input (or of a one-sequence [L, R + P]
@@ -392,12 +411,30 @@ class MlaCores:
             nodes += chain
         leaves = list(dict.fromkeys(widened))
         mats = [n for n in leaves if n is not pos and unit_lead(shape(n), 2) is not None and shape(n)[-2] == T]
-        if len(mats) != 2 or sum(shape(m)[-1] for m in mats) != W:
+        whole = [n for n in leaves if n is not pos and numel(n) == T * W]
+        if not mats and len(whole) == 1 and len(leaves) <= 2:
+            # The rows whole, as a view (e.g. [W] at T = 1): the [T, W] value it views, if any.
+            n, passed = whole[0], []
+            while shape(n) != (T, W) and is_call(n, *VIEW_OPS) and numel(n.args[0]) == T * W:
+                passed.append(n)
+                n = n.args[0]
+            if shape(n) == (T, W):
+                leaves = [n if x is whole[0] else x for x in leaves]
+                nodes = list(nodes) + passed
+            mats = [n if shape(n) == (T, W) else whole[0]]
+        if len(mats) == 1 and numel(mats[0]) == T * W:
+            # An MLA without rope dims: the rows are the latent alone. Any cache row write has
+            # that form, so only a cache that a lingc.mla_decode reads is taken.
+            if not self._read_by_mla(g, {ph, base, ip, scat}):
+                return "rows written whole into a cache no mla_decode reads"
+            c, k, P = mats[0], None, 0
+        elif len(mats) != 2 or sum(shape(m)[-1] for m in mats) != W:
             return (f"the rows are not built from one [T, R] and one [T, P] value (inputs "
                     f"{[(n.name, shape(n)) for n in leaves]})")
-        c, k = sorted(mats, key=lambda m: -shape(m)[-1])                  # R (512) > P (64)
-        P = shape(k)[-1]
-        freq = [n for n in leaves if graph_input(n) and shape(n) == (P // 2,) and val(n).is_floating_point()]
+        else:
+            c, k = sorted(mats, key=lambda m: -shape(m)[-1])              # R (512) > P (64)
+            P = shape(k)[-1]
+        freq = [n for n in leaves if P and graph_input(n) and shape(n) == (P // 2,) and val(n).is_floating_point()]
         # Without inv_freq the key is written as it is (Kimi Linear's never-rotated rope dims).
         if len(freq) > 1 or set(leaves) - {c, k, pos} != set(freq) or shape(c)[-1] == P:
             return "the rows' inputs are not (latent, key, positions, inv_freq) or (latent, key)"
@@ -407,19 +444,24 @@ class MlaCores:
         from lingc.runtime.kernels.mla_kv_write.naive import mla_kv_rows_reference
         gen = torch.Generator().manual_seed(0)
         with real_tensor_mode():
-            x = {n: random_like(n, gen) for n in (c, k)}
+            x = {n: random_like(n, gen) for n in (c, k) if n is not None}
             x[pos] = torch.randint(0, 4096, (T,), generator=gen).to(val(pos).dtype)
             if inv is not None:
                 x[inv] = torch.rand(P // 2, generator=gen).to(val(inv).dtype)
             got = run_region(region_module(nodes, leaves, [rows]), [x[n] for n in leaves])
-            ref = mla_kv_rows_reference(x[c].reshape(T, -1), x[k].reshape(T, -1), x[pos],
+            xc = x[c].reshape(T, -1)
+            ref = mla_kv_rows_reference(xc, xc[:, :0] if k is None else x[k].reshape(T, -1), x[pos],
                                         None if inv is None else x[inv], val(rows).dtype)
             ok = got is not None and got[0].numel() == ref.numel()
             err = rel_err(got[0].reshape(ref.shape), ref) if ok else float("inf")
         if err > PROBE_TOL.get(val(rows).dtype, 3e-2):
             return "the rows are not [c ; interleaved rope(k)]" if inv is not None else "the rows are not [c ; k]"
         with g.inserting_before(ip):
-            c, k = (m if len(shape(m)) == 2 else emit(g, aten.reshape.default, m, [T, shape(m)[-1]]) for m in (c, k))
+            c = c if len(shape(c)) == 2 else emit(g, aten.reshape.default, c, [T, shape(c)[-1]])
+            if k is None:
+                k = emit(g, aten.slice.Tensor, c, 1, 0, 0)                 # no rope dims: [T, 0], a view
+            elif len(shape(k)) != 2:
+                k = emit(g, aten.reshape.default, k, [T, shape(k)[-1]])
             emit(g, lingc_ops.mla_kv_write.default, c, k, pos, inv, below_lead(g, base, 2))
         scat.replace_all_uses_with(ph)
         g.erase_node(scat)

@@ -270,6 +270,38 @@ class KimiStyleMLA(nn.Module):
         return torch.einsum("thl,lhv->thv", s.softmax(-1), kvb[..., NOPE:])
 
 
+
+class NoPEStyleMLA(nn.Module):
+    """An MLA without rope dims (qk_rope_head_dim = 0: NoPE attention, as the DeepSeek-sparse-style
+    MLA of newer hybrids): the latent cache [L, R] alone, absorbed or (``textbook``) with keys and
+    values expanded from it every step."""
+
+    def __init__(self, g: torch.Generator, textbook: bool = False):
+        super().__init__()
+        self.textbook = textbook
+        self.q = nn.Linear(HID, MH * NOPE, bias=False)
+        self.kv_a = nn.Linear(HID, RANK, bias=False)
+        self.kv_norm = nn.RMSNorm(RANK, eps=EPS)
+        self.kv_b = _w(g, MH, NOPE + VD, RANK)
+        self.o = nn.Linear(MH * VD, HID, bias=False)
+
+    def forward(self, x, pos, cache):
+        T, L = x.shape[0], cache.shape[0]
+        q = self.q(x).view(T, MH, NOPE).float()
+        cache[pos] = self.kv_norm(self.kv_a(x)).to(cache.dtype)
+        c = cache.float()
+        hidden = torch.arange(L, device=x.device)[None, None, :] > pos[:, None, None]
+        if self.textbook:
+            kvb = (c @ self.kv_b.float().reshape(-1, RANK).T).view(L, MH, NOPE + VD)
+            s = torch.einsum("thd,lhd->thl", q, kvb[..., :NOPE]) * NOPE ** -0.5
+            o = torch.einsum("thl,lhv->thv", s.masked_fill(hidden, float("-inf")).softmax(-1), kvb[..., NOPE:])
+        else:
+            q_lat = torch.einsum("thn,hnr->thr", q, self.kv_b[:, :NOPE].float())
+            s = torch.einsum("thr,lr->thl", q_lat, c) * NOPE ** -0.5
+            o = torch.einsum("thr,hvr->thv", s.masked_fill(hidden, float("-inf")).softmax(-1) @ c,
+                             self.kv_b[:, NOPE:].float())
+        return self.o(o.reshape(T, MH * VD).to(x.dtype))
+
 class SharedExpert(nn.Module):
     def __init__(self):
         super().__init__()

@@ -674,3 +674,50 @@ def test_unrotated_mla_on_lingc_kernels(T, textbook, tmp_path):
     assert "lingc.mla_kv_write(" in text and ", None, %" in text.split("lingc.mla_kv_write(")[1].split("\n")[0]
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(cache, ref_cache, rtol=1e-5, atol=1e-5)
+
+
+
+@pytest.mark.parametrize("textbook", [False, True], ids=["absorbed", "textbook"])
+@pytest.mark.parametrize("T", [1, 3])
+def test_mla_without_rope_dims_on_lingc_kernels(T, textbook, tmp_path):
+    """An MLA without rope dims (NoPE, the cache [L, R] the latent alone): mla_decode with a
+    zero-width q_rope (a view of q_lat), the row write on mla_kv_write with a zero-width key and
+    the latent norm folded in, the textbook form absorbed: every kernel lingc's, six a layer; the
+    output and the cache equal eager's."""
+    torch._dynamo.reset()
+    m = fm.NoPEStyleMLA(torch.Generator().manual_seed(0), textbook).eval()
+    g = torch.Generator().manual_seed(T)
+    x, pos, cache = torch.randn(T, fm.HID, generator=g), torch.arange(9, 9 + T), torch.randn(20, fm.RANK, generator=g)
+    ref_cache = cache.clone()
+    with torch.no_grad():
+        ref = m(x, pos, ref_cache)
+    out, report = run_and_report(m, x, pos, cache, dump_dir=str(tmp_path))
+    lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
+    assert lingc == {"lingc.gemm": 2, "lingc.head_matmul": 2, "lingc.mla_decode": 1, "lingc.mla_kv_write": 1}, lingc
+    assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(cache, ref_cache, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("form", ["unrotated", "no-rope-dims"])
+@pytest.mark.parametrize("T", [1, 3])
+def test_gpu_mla_forms_without_rotation(T, form):
+    """The two forms above on CUDA, compiled: mla_kv_write's no-rotation kernel (a zero-width key
+    for P = 0) and mla_decode's split kernel with P = 0 run for real; the output and the cache
+    rows equal eager's."""
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(0)
+    m = (fm.KimiStyleMLA(g, rotate=False) if form == "unrotated" else fm.NoPEStyleMLA(g)).eval().cuda()
+    width = fm.RANK + (fm.ROPE if form == "unrotated" else 0)
+    gen = torch.Generator().manual_seed(T)
+    x, cache = torch.randn(T, fm.HID, generator=gen).cuda(), torch.randn(20, width, generator=gen).cuda()
+    pos = torch.arange(9, 9 + T).cuda()
+    ref_cache = cache.clone()
+    with torch.no_grad():
+        ref = m(x, pos, ref_cache)
+    out, report = run_and_report(m, x, pos, cache)
+    lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
+    assert lingc.get("lingc.mla_kv_write") == 1 and lingc.get("lingc.mla_decode") == 1, report.kernels.format()
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(cache, ref_cache, rtol=1e-5, atol=1e-5)

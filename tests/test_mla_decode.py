@@ -128,6 +128,19 @@ def test_kernel_matches_reference_other_head_shapes(heads, rank, rope, T, p0):
     assert_close(got, mla_decode_reference(*cpu(args(x, gate=True, rope=True))), RTOL[torch.bfloat16])
 
 
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("T,L,p0,config", [(1, 100, 63, SPLIT32), (6, 100, 27, SPLIT32), (8, 300, 200, None)])
+def test_kernel_without_rope_dims(T, L, p0, config, kv_dtype):
+    """P = 0 (an MLA without rope dims, NoPE; q_rope a zero-width slice of q_lat, the cache the
+    latent alone): the kernel against the reference, gate on, every output written (poisoned)."""
+    x = make_inputs(T, L, chain(p0, T), kv_dtype, seed=T * 7 + L, rope=0)
+    x["q_rope"] = x["q_lat"][..., :0].to(kv_dtype)
+    got = run_kernel(args(x, gate=True), config)
+    assert_close(got, mla_decode_reference(*cpu(args(x, gate=True))), RTOL[kv_dtype])
+    with pytest.raises(ValueError, match=r"rope_inv_freq given but q_rope has no rope dims \(P = 0\)"):
+        torch.ops.lingc.mla_decode(*cpu(args(x))[:6], torch.ones(4))
+
+
 @pytest.mark.parametrize("kv_dtype,q_rope_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
                                                    (torch.bfloat16, torch.float32), (torch.float16, torch.float16)],
                          ids=["fp32", "bf16", "bf16-q32", "fp16"])
@@ -449,6 +462,8 @@ _COMPILE_CHECK = textwrap.dedent("""
                      ROPE=True, ROPE_RNE=False, SPLIT_Q=True, SPLIT_QR=False, SPLIT_P=True, DOT_PRECISION="ieee",
                      DOT_UPCAST=False, USE_GDC=True)
         check(_mla_split_kernel, sig, const, cfg.num_warps, cfg.num_stages)
+    # An MLA without rope dims (NoPE): the cache rows the latent alone.
+    check(_mla_split_kernel, sig, dict(const, P=0, BP=16, ROPE=False, SPLIT_Q=True), cfg.num_warps, cfg.num_stages)
     sig = dict(m_ptr="*fp32", l_ptr="*fp32", acc_ptr="*fp32", pos_ptr="*i64", gate_ptr="*bf16", out_ptr="*fp32",
                stride_gt="i32", stride_gh="i32", pos_stride="i32", pos_add="i32", pos_step="i32", L="i32")
     const = dict(H=8, R=512, NS=ns, SPLIT_LEN=cfg.split_len, BS=ns, BSC=32, BRC=cfg.combine_block_r,

@@ -46,7 +46,7 @@ def test_kernel_matches_reference_and_touches_only_its_rows(T, R, P, L, dtype):
     assert (got[pos][:, R:].float() - want[pos][:, R:].float()).abs().max() <= tol * 4
 
 
-@pytest.mark.parametrize("T,R,P,L", [(1, 40, 8, 64), (6, 40, 8, 64), (3, 512, 64, 300), (2, 24, 5, 17)])
+@pytest.mark.parametrize("T,R,P,L", [(1, 40, 8, 64), (6, 40, 8, 64), (3, 512, 64, 300), (2, 24, 5, 17), (2, 24, 0, 17)])
 @pytest.mark.parametrize("dtype,cache_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
                                                (torch.float32, torch.bfloat16)])
 @pytest.mark.parametrize("norm", [False, True], ids=["no-norm", "norm"])

@@ -197,7 +197,8 @@ def _mla_split_kernel(
             ml = offs_l < end_any
             kv_rows = kv_ptr + offs_l.to(tl.int64)[:, None] * stride_kv
             c = tl.load(kv_rows + offs_r[None, :], mask=ml[:, None] & mr[None, :], other=0.0)
-            kr = tl.load(kv_rows + R + offs_p[None, :], mask=ml[:, None] & mp[None, :], other=0.0)
+            if P > 0:       # P = 0: an MLA without rope dims (NoPE), scores from the latent alone
+                kr = tl.load(kv_rows + R + offs_p[None, :], mask=ml[:, None] & mp[None, :], other=0.0)
             # Independent accumulators, summed at the end: each dot is a chain of MMAs on one
             # accumulator, and one chain over hi, lo and the rope part (68 dependent MMAs a tile
             # at R = 512) is the tile's critical path at T = 1; as three chains they overlap.
@@ -207,12 +208,14 @@ def _mla_split_kernel(
             sc = dot_acc(ql_hi, c, zero, DOT_PRECISION, DOT_UPCAST)
             if SPLIT_Q:
                 sc_lo = dot_acc(ql_lo, c, zero, DOT_PRECISION, DOT_UPCAST)
-            sc_r = dot_acc(qr_hi, kr, zero, DOT_PRECISION, DOT_UPCAST)
-            if SPLIT_QR:
-                sc_r = dot_acc(qr_lo, kr, sc_r, DOT_PRECISION, DOT_UPCAST)
+            if P > 0:
+                sc_r = dot_acc(qr_hi, kr, zero, DOT_PRECISION, DOT_UPCAST)
+                if SPLIT_QR:
+                    sc_r = dot_acc(qr_lo, kr, sc_r, DOT_PRECISION, DOT_UPCAST)
             if SPLIT_Q:
                 sc = sc + sc_lo
-            sc = sc + sc_r
+            if P > 0:
+                sc = sc + sc_r
             sc = tl.where(offs_l[None, :] < end[:, None], sc * scale, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(sc, axis=1))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)

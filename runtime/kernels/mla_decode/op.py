@@ -6,7 +6,8 @@ float scale, Tensor? gate=None, Tensor? rope_inv_freq=None, int? pos_offset=None
 - q_lat [T, H, R]: the absorbed query q_nope @ W_uk (fp32 in the model; bf16 / fp16 accepted);
 - q_rope [T, H, P]: the rope part of q_proj's output, already roped, or raw when
   rope_inv_freq [P/2] (fp32) is given, in which case the op applies interleaved RoPE at
-  positions[t] and rounds to q_rope.dtype as the model does;
+  positions[t] and rounds to q_rope.dtype as the model does; P = 0 (a [T, H, 0] tensor, e.g. a
+  zero-width slice of q_lat) for an MLA without rope dims (NoPE);
 - kv_cache [L, R + P]: one slot's latent cache [c ; roped k_rope] (bf16, fp16 or fp32, unit inner
   stride), read AFTER this step's rows were written (the op does not write the cache);
 - positions [T] int32/int64 device tensor: query t sees cache rows 0..positions[t] (the causal
@@ -65,8 +66,10 @@ def check_mla_decode_args(q_lat, q_rope, kv_cache, positions, scale, gate=None, 
     if q_rope.dim() != 3 or q_rope.shape[:2] != (T, H):
         raise ValueError(f"{op}: q_rope must be [T, H, rope_dim] = [{T}, {H}, P], got {_shape(q_rope)}")
     P = q_rope.shape[2]
-    if not (2 <= P <= MAX_ROPE and P % 2 == 0):
-        raise ValueError(f"{op}: rope dim P = {P} must be even and in 2..{MAX_ROPE}")
+    if not (0 <= P <= MAX_ROPE and P % 2 == 0):
+        raise ValueError(f"{op}: rope dim P = {P} must be even and in 0..{MAX_ROPE} (0: no rope dims)")
+    if P == 0 and rope_inv_freq is not None:
+        raise ValueError(f"{op}: rope_inv_freq given but q_rope has no rope dims (P = 0)")
     for name, t in (("q_lat", q_lat), ("q_rope", q_rope)):
         if t.dtype not in Q_DTYPES:
             raise ValueError(f"{op}: {name}.dtype must be float32, bfloat16 or float16, got {t.dtype}")

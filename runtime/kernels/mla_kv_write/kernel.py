@@ -83,6 +83,6 @@ def mla_kv_write_triton(c: torch.Tensor, k_rope: torch.Tensor, positions: torch.
     _mla_kv_write_kernel[(T,)](
         c, k_rope, positions, inv_freq if rope else c, cache, c if norm_weight is None else norm_weight,
         c.stride(0), k_rope.stride(0), cache.stride(0), *position_terms(pos_offset), R, half, float(eps),
-        BR=triton.next_power_of_2(R), BH=triton.next_power_of_2(half), NORM=norm_weight is not None,
+        BR=triton.next_power_of_2(R), BH=max(1, triton.next_power_of_2(half)), NORM=norm_weight is not None,
         ROUND_BEFORE_WEIGHT=bool(round_before_weight), USE_GDC=use, ROPE=rope, num_warps=4,
         **launch_kwargs(c.device))

@@ -6,7 +6,8 @@ Row t of ``cache`` [L, R + P] at ``positions[t]`` becomes [c[t] ; rope(k_rope[t]
 in the cache dtype: c [T, R] is the normed latent (kv_a_layernorm's output), k_rope [T, P] the
 raw shared key, RoPE interleaved in fp32 with ``inv_freq`` [P / 2] (naive.py is the exact math:
 the model's own ops); with ``inv_freq`` None the key is written as it is (an MLA whose rope dims
-are never rotated: Kimi Linear's ``mla_use_nope``). With ``norm_weight`` [R] c is the raw latent and the op runs the
+are never rotated: Kimi Linear's ``mla_use_nope``), and k_rope may be [T, 0] (an MLA without rope
+dims: the rows are c alone). With ``norm_weight`` [R] c is the raw latent and the op runs the
 kv_a_layernorm itself (lingc.rmsnorm's arithmetic without a residual, ``eps`` its epsilon): the
 kernel holds the whole latent row anyway, so the norm's launch goes (pdl_norm_folds.norms_into_kv_writes);
 ``round_before_weight`` makes that norm the Hugging Face Llama form (lingc.rmsnorm's flag: the
@@ -47,8 +48,8 @@ def check_mla_kv_write_args(c, k_rope, positions, inv_freq, cache, norm_weight=N
     if k_rope.shape[0] != T:
         raise ValueError(f"{op}: c has T={T} rows but k_rope has {k_rope.shape[0]}")
     check_positions(op, positions, T, pos_offset)
-    if P == 0 or (inv_freq is not None and P % 2):
-        raise ValueError(f"{op}: the rope width P={P} must be > 0, and even to be rotated (interleaved pairs)")
+    if inv_freq is not None and (P == 0 or P % 2):
+        raise ValueError(f"{op}: the rope width P={P} must be > 0 and even to be rotated (interleaved pairs)")
     if cache.shape[1] != R + P:
         raise ValueError(f"{op}: cache rows hold {cache.shape[1]} values, expected R + P = {R} + {P}")
     if inv_freq is not None and (inv_freq.shape != (P // 2,) or inv_freq.dtype not in (
