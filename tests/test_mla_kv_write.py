@@ -74,9 +74,12 @@ def test_unrotated_key(T, R, P, L, dtype, cache_dtype, norm):
         torch.testing.assert_close(got[pos][:, :R].float(), want[pos][:, :R].float(), rtol=2e-2, atol=2e-2)
     else:
         assert torch.equal(got[pos][:, :R], want[pos][:, :R])
-    op = cache.clone().cpu()
-    torch.ops.lingc.mla_kv_write(c.cpu(), k.cpu(), pos.cpu(), None, op, None if nw is None else nw.cpu(), 1e-6)
-    assert torch.equal(op, want.cpu())
+    # The op's CPU path is the reference on the CPU (a GPU run's reference normed on the GPU).
+    op, want_cpu = cache.cpu().clone(), cache.cpu().clone()
+    nw_cpu = None if nw is None else nw.cpu()
+    torch.ops.lingc.mla_kv_write(c.cpu(), k.cpu(), pos.cpu(), None, op, nw_cpu, 1e-6)
+    mla_kv_write_reference(c.cpu(), k.cpu(), pos.cpu(), None, want_cpu, nw_cpu, 1e-6)
+    assert torch.equal(op, want_cpu)
 
 
 def test_kernel_reads_a_bf16_inv_freq_as_fp32():
