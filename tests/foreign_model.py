@@ -333,6 +333,32 @@ class KimiStyleMoE(nn.Module):
         return (y * w[..., None].to(y.dtype)).sum(1) + self.shared(x)
 
 
+class KimiLinearStyleMoE(KimiStyleMoE):
+    """Kimi Linear's (and DeepSeek-V3's) MoE gate as their Hugging Face code writes it: sigmoid
+    scores plus the correction bias, the group score the sum of a group's top two, the best
+    groups kept and the others filled with 0.0 (not -inf) before an unsorted top-k, the unbiased
+    scores renormalised with an epsilon and scaled."""
+
+    GROUPS, KEEP, SCALE = 4, 2, 2.446
+
+    def forward(self, x):
+        T = x.shape[0]
+        scores = F.linear(x.float(), self.router.float()).sigmoid()
+        choice = scores + self.bias.unsqueeze(0)
+        group_scores = choice.view(T, self.GROUPS, -1).topk(2, dim=-1)[0].sum(dim=-1)
+        group_idx = torch.topk(group_scores, k=self.KEEP, dim=-1, sorted=False)[1]
+        group_mask = torch.zeros_like(group_scores)
+        group_mask.scatter_(1, group_idx, 1)
+        score_mask = group_mask.unsqueeze(-1).expand(T, self.GROUPS, E // self.GROUPS).reshape(T, -1)
+        ids = torch.topk(choice.masked_fill(~score_mask.bool(), 0.0), k=TOPK, dim=-1, sorted=False)[1]
+        w = scores.gather(1, ids)
+        w = w / (w.sum(dim=-1, keepdim=True) + 1e-20) * self.SCALE
+        gu = torch.einsum("th,tkih->tki", x, self.w13[ids])                  # [T, TOPK, 2I]
+        h = F.silu(gu[..., :INTER]) * gu[..., INTER:]
+        y = torch.einsum("tki,tkhi->tkh", h, self.w2[ids])
+        return (y * w[..., None].to(y.dtype)).sum(1) + self.shared(x)
+
+
 class Qwen3NextStyleMoE(nn.Module):
     """Qwen3-Next's sparse MoE block as Transformers writes it: a softmax router over all experts
     (its logits in fp32, as every router of this file), the top-k probabilities renormalised
@@ -362,7 +388,8 @@ class KimiStyleModel(nn.Module):
     """Layers: KDA + MoE, KDA + MoE, MLA + MoE. forward(ids [T], pos [T], states, windows, caches)
     -> logits [T, VOCAB]; the KDA states / windows and the MLA caches are written in place."""
 
-    def __init__(self, seed: int = 0, textbook_mla: bool = False, gdn: bool | str = False):
+    def __init__(self, seed: int = 0, textbook_mla: bool = False, gdn: bool | str = False,
+                 kimi_linear: bool = False):
         super().__init__()
         g = torch.Generator().manual_seed(seed)
         self.embed = nn.Embedding(VOCAB, HID)
@@ -373,9 +400,11 @@ class KimiStyleModel(nn.Module):
         linear = {False: KimiStyleKDA, True: GatedDeltaNetStyle,
                   "qwen3-next": lambda g: Qwen3NextStyleGDN(g, fused_qkvz=True, width=4),
                   "qwen3.5": lambda g: Qwen3NextStyleGDN(g, fused_qkvz=False, width=3)}[gdn]
-        self.attn = nn.ModuleList([linear(g), linear(g), KimiStyleMLA(g, textbook_mla)])
+        # kimi_linear: Kimi Linear's MLA (rope dims never rotated) and MoE gate (grouped, 0-filled).
+        self.attn = nn.ModuleList([linear(g), linear(g), KimiStyleMLA(g, textbook_mla, rotate=not kimi_linear)])
         # Qwen3-Next's forms take its MoE block too (softmax router, gated shared expert).
-        moe = Qwen3NextStyleMoE if gdn in ("qwen3-next", "qwen3.5") else KimiStyleMoE
+        moe = Qwen3NextStyleMoE if gdn in ("qwen3-next", "qwen3.5") else KimiLinearStyleMoE if kimi_linear \
+            else KimiStyleMoE
         self.moe = nn.ModuleList([moe(g) for _ in range(3)])
         self.norms = nn.ModuleList([nn.RMSNorm(HID, eps=EPS) for _ in range(7)])
         self.lm_head = nn.Linear(HID, VOCAB, bias=False)

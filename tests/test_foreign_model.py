@@ -103,6 +103,27 @@ def test_gated_deltanet_model_on_lingc_kernels(T, tmp_path):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+
+@pytest.mark.parametrize("T", [1, 3])
+def test_kimi_linear_model_on_lingc_kernels(T, tmp_path):
+    """Kimi Linear's math end to end: its MLA with the rope dims never rotated (mla_use_nope) and
+    its MoE gate as Hugging Face writes it (DeepSeek-V3's: grouped, the dropped groups filled with
+    0.0, an unsorted top-k, an epsilon in the renormalisation): the same 29 lingc launches as the
+    model with RoPE and a one-group router, each router a zero-fill one with its norm folded in;
+    outputs and every state written equal eager's."""
+    m = KimiStyleModel(kimi_linear=True)
+    ids, pos, groups = _step_inputs(T)
+    out, ref, report, ref_groups = _eager_then_lingc(m, ids, pos, list(groups), dump_dir=str(tmp_path))
+    lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
+    assert lingc == EXPECTED, stat(report, "pdl_swap").notes
+    assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
+    text = final_graph_text(report)
+    assert text.count("lingc.rmsnorm_router(") == text.count("zero_fill=True") == 3
+    assert "lingc.mla_kv_write(" in text and ", None, %" in text.split("lingc.mla_kv_write(")[1].split("\n")[0]
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for got, want in zip(sum(groups, []), sum(ref_groups, [])):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
 # Qwen3-Next's layer: one fused projection a layer (qkvz and ba, or Qwen3.5's four), no low-rank
 # gate halves, the output gate z one of the fused projection's outputs. Its MoE block: a softmax
 # router, whose input norm stays a lingc.rmsnorm (rmsnorm_router selects by sigmoid), and the
@@ -365,7 +386,7 @@ def test_through_inductor(model):
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("form", ["absorbed", "textbook", "batched", "gdn", "qwen3-next"])
+@pytest.mark.parametrize("form", ["absorbed", "textbook", "batched", "gdn", "qwen3-next", "kimi-linear"])
 def test_verify_step_stages_and_commits_the_accepted_prefix(model, textbook_model, form):
     """The model's own verify step (logits over a 6-token chain, the in-graph greedy verdict,
     lingc.state_commit): stage_commit stages both KDA states and conv windows, pdl_swap runs them
@@ -380,7 +401,8 @@ def test_verify_step_stages_and_commits_the_accepted_prefix(model, textbook_mode
     batched = form == "batched"
     kind = BatchedKimiStyleModel if batched else KimiStyleModel
     model = {"absorbed": model, "textbook": textbook_model, "batched": BatchedKimiStyleModel(),
-             "gdn": KimiStyleModel(gdn=True), "qwen3-next": KimiStyleModel(gdn="qwen3-next")}[form]
+             "gdn": KimiStyleModel(gdn=True), "qwen3-next": KimiStyleModel(gdn="qwen3-next"),
+             "kimi-linear": KimiStyleModel(kimi_linear=True)}[form]
     run = (lambda ids, *a: model(ids[None], *a)[0]) if batched else model  # noqa: E731  (ids [T] -> [1, T])
 
     def verify(chain, pos, states, windows, caches):
@@ -564,6 +586,24 @@ def test_gpu_decode_step(model, dtype):
     rel = (out.float() - ref.float()).norm() / ref.float().norm()
     assert rel < (1e-4 if dtype == torch.float32 else 3e-2), f"{dtype} relative error {rel:.3g}"
 
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("T", [1, 6])
+def test_gpu_kimi_linear_decode_step(T, dtype):
+    """Kimi Linear's math on CUDA (MLA rope dims never rotated, the zero-fill grouped router with
+    its norm folded): every kernel lingc's, against eager on the GPU."""
+    m = KimiStyleModel(kimi_linear=True).to(device="cuda", dtype=dtype)
+    ids, pos = torch.arange(11, 11 + T, device="cuda"), torch.arange(10, 10 + T, device="cuda")
+    groups = [[t.cuda() for t in g] for g in KimiStyleModel.fresh_state(8, dtype=dtype)]
+    out, ref, report, ref_groups = _eager_then_lingc(m, ids, pos, groups)
+    assert {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"} == EXPECTED
+    assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
+    rel = (out.float() - ref.float()).norm() / ref.float().norm()
+    assert rel < (1e-4 if dtype == torch.float32 else 3e-2), f"{dtype} relative error {rel:.3g}"
+    for got, want in zip(sum(groups, []), sum(ref_groups, [])):
+        assert (got.float() - want.float()).norm() / want.float().norm() < (1e-4 if dtype == torch.float32 else 3e-2)
 
 # V != K: flash-linear-attention's expand_v (value heads twice the key heads' width) under
 # Qwen3-Next's fused convolution. The state is [H, K, 2K], or stored [H, 2K, K] (``vk``).
