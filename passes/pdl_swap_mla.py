@@ -59,6 +59,7 @@ from lingc.pass_manager import VIEW_OPS
 from lingc.sdpa import sdpa_call
 
 from . import mla_absorb
+from .pdl_glue import _replay
 from .pdl_swap_common import MAX_T, PROBE_TOL, below_lead, graph_input, unit_lead
 
 lingc_ops = torch.ops.lingc
@@ -241,11 +242,24 @@ class MlaCores:
             if found is None:
                 continue
             scale, rope, (lat_at, rope_at, o_at) = found
-            if qr is not None and rope and is_call(qr, *CASTS) and val(qr.args[0]).dtype in (torch.bfloat16, torch.float16):
-                # The region upcasts the raw q_rope, rotates in fp32 and rounds back to its dtype:
-                # the kernel does exactly that when handed the raw tensor (and the upcast kernel goes).
-                qr = qr.args[0]
+            # The region upcasts the raw q_rope, rotates in fp32 and rounds back to its dtype: the
+            # kernel does exactly that when handed the raw tensor (and the upcast kernel goes).
+            # Unrotated, the upcast to fp32 is exact and the kernel reads either dtype. The cast
+            # may sit behind views (T = 1): they are replayed on the raw tensor where they apply.
+            src, chain = qr, []
+            while is_call(src, *VIEW_OPS):
+                chain.append(src)
+                src = src.args[0]
+            raw = None
+            if qr is not None and is_call(src, *CASTS) and val(src.args[0]).dtype in (torch.bfloat16, torch.float16) \
+                    and (rope or val(src).dtype == torch.float32):
+                raw = src.args[0]
             with g.inserting_before(o_lat):
+                if raw is not None:
+                    try:
+                        qr = _replay(g, raw, chain[::-1])
+                    except (RuntimeError, ValueError):
+                        pass                      # a view that does not replay on the raw strides
                 try:
                     ql = emit_token_major(g, q_lat[0], lat_at)
                     # No rope dims: a zero-width view of q_lat stands for q_rope (no kernel).
