@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 50 call 6 (carry .whl, .triton_cache.tar.gz; timeout_s ~240): the foreign model with
+# Session 50 call 6 (carry .whl, .triton_cache.tar.gz; timeout_s ~240; run again as call 7 after the bf16 fix): the foreign model with
 # Kimi Linear's math (MLA rope dims never rotated, the zero-fill grouped gate) decoding on CUDA.
 set -u
 DURATIONS=8 source "$(dirname "$0")/device_env.sh"
