@@ -226,6 +226,19 @@ def _kept_tile(kept, j, kvalid, logits_ptr, bias_ptr, row, GROUP_SIZE: tl.conste
 
 
 @triton.jit
+def _exact_picks(key, TOP_K: tl.constexpr):
+    """The slot (0..TOP_K-1) of each of the TOP_K largest int64 keys of a 2-d tile, -1 elsewhere:
+    repeated maxima, each winner removed by an equality test (the keys are distinct)."""
+    lowest = -9223372036854775808
+    rank = (key * 0 - 1).to(tl.int32)
+    for i in tl.static_range(TOP_K):
+        best = tl.max(tl.max(key, axis=1), axis=0)
+        rank = tl.where(key == best, i, rank)
+        key = tl.where(key == best, lowest, key)
+    return rank
+
+
+@triton.jit
 def _picked_weights(rank, ks):
     """(the unbiased scores at the picked experts, 0 elsewhere; their sum in a fixed tree over the
     tile, the same for every row and every T)."""
@@ -351,11 +364,7 @@ def _moe_router_select_kernel(
         kidx, ks, kc = _kept_tile(kept, j, kvalid, logits_ptr, bias_ptr, t * stride_lt, GROUP_SIZE, SOFTMAX,
                                    row_max, row_sum)
         key = tl.where(kvalid, (_order_key(kc).to(tl.int64) << 32) | (E - 1 - kidx).to(tl.int64), lowest)
-        rank = tl.full([KG_PAD, GS_PAD], -1, dtype=tl.int32)
-        for i in tl.static_range(TOP_K):
-            best = tl.max(tl.max(key, axis=1), axis=0)
-            rank = tl.where(key == best, i, rank)
-            key = tl.where(key == best, lowest, key)
+        rank = _exact_picks(key, TOP_K)
         wsel, total = _picked_weights(rank, ks)
     if ZERO_FILL:
         # The last pick's key (the smallest picked): above 0.0, no dropped expert could enter.
@@ -367,11 +376,7 @@ def _moe_router_select_kernel(
             member = tl.sum(((kept[None, :] == gar[:, None]) & (kg < TOPK_GROUP)[None, :]).to(tl.int32), axis=1)
             zkey = tl.where(member[:, None] > 0, c, 0.0) + 0.0      # + 0.0: -0.0 ranks equal to the fill
             key = tl.where(valid, (_order_key(zkey).to(tl.int64) << 32) | (E - 1 - eidx).to(tl.int64), lowest)
-            zrank = tl.full([G_PAD, GS_PAD], -1, dtype=tl.int32)
-            for i in tl.static_range(TOP_K):
-                best = tl.max(tl.max(key, axis=1), axis=0)
-                zrank = tl.where(key == best, i, zrank)
-                key = tl.where(key == best, lowest, key)
+            zrank = _exact_picks(key, TOP_K)
             zw, ztotal = _picked_weights(zrank, tl.sigmoid(lg))
             _store_picks(ids_ptr, wts_ptr, t, stride_it, stride_wt, zrank, eidx, zw, ztotal, routed_scaling,
                          RENORMALIZE)
