@@ -83,7 +83,7 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
 
         g = gm.graph
         self.gates_folded = self.absorbed = self.per_head_gates = self.silu_gates = self.fused_convs = 0
-        self.wide_values = 0
+        self.wide_values = self.split_windows = 0
         self._probes, self.probes_reused = {}, 0
         counts = {"kda_chain": self._kda(g), "mla_decode": self._mla(g)}
         eliminate_dead_code(g)
@@ -122,6 +122,8 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
             summary += f" ({self.fused_convs} kda_chain over one fused convolution: Qwen3-Next's layout)"
         if self.wide_values:
             summary += f" ({self.wide_values} kda_chain with V != K)"
+        if self.split_windows:
+            summary += f" ({self.split_windows} kda_chain over three conv caches)"
         if self.silu_gates:
             summary += f" ({self.silu_gates} gated_head_rmsnorm with a silu gate)"
         if self.gates_folded:

@@ -33,7 +33,10 @@ state_vk; in a verify graph its stages too). A state [1, H, K, V] and a window [
 dim of 1) are the [H, K, V] state and [3, D, 3] window below it. V may differ from K
 (flash-linear-attention's expand_v) under a fused convolution's window: the state's two dims are
 read as K and V, or as V and K (stored transposed), whichever fits the window, q/k and v taking
-their own widths. The best candidate within the
+their own widths. Three conv caches (flash-linear-attention's layers: q, k and v convolved into
+caches of their own, [H*K, 3 or 4] each) are one window of three parts: the state reads the k and
+v caches, q's is the free cache its read-out meets first; each pairs with the projection it is
+concatenated with, and kda_chain reads and writes them in place (k_window / v_window). The best candidate within the
 probe's tolerance is kept, not the first (a bf16 region's tolerance is loose).
 
 A state handed back as a new tensor (a cache object re-bound in Python, Hugging Face's
@@ -65,7 +68,13 @@ from .pdl_swap_common import MAX_T, PROBE_TOL, below_lead, graph_input, unit_lea
 lingc_ops = torch.ops.lingc
 
 SLOT_WRITES = {aten.select_scatter.default}
-NODE_KEYS = {"qkv", "f", "conv", "b", "a_log", "dt_bias"}    # the KDA probe's result fields that are leaves
+NODE_KEYS = {"qkv", "f", "conv", "b", "a_log", "dt_bias", "wins"}    # the KDA probe's result fields that are leaves
+
+
+def _windows(win: dict) -> list[dict]:
+    """A window record's parts: the three caches of a split window (flash-linear-attention's
+    layers: q, k and v convolved into caches of their own), else the window itself."""
+    return win.get("split", [win])
 
 
 def _gate_inputs(leaves, skip, T, H, D):
@@ -101,13 +110,25 @@ class KdaCores:
         states = [w for w in writes if w["kind"] == "state"]
         windows = {w["ph"]: w for w in writes if w["kind"] == "window"}
         matches = 0
+        regions = {id(st): region([st["value"]], lambda n: is_heavy(view_base(n)))[1] for st in states}
+        claimed = {ph for leaves in regions.values() for ph in leaves}
         for st in states:
-            _, leaves = region([st["value"]], lambda n: is_heavy(view_base(n)))
+            leaves = regions[id(st)]
             wins = [w for ph, w in windows.items() if ph in leaves]
-            if len(wins) != 1:
-                self.notes.append(f"{st['ph'].name}: recurrent state without one conv window feeding it, left")
+            if len(wins) == 2 and all(w["rank"] == 2 for w in wins):
+                # Three caches: the state reads the k and v windows only; q's is the unclaimed
+                # window its read-out meets first.
+                q = self._q_cache(g, st, [w for ph, w in windows.items() if ph not in claimed], wins[0])
+                wins = wins + [q] if q is not None else wins
+            if len(wins) == 3 and all(w["rank"] == 2 for w in wins):
+                # Three caches, one a convolution (fla's layers): one window record of three parts.
+                win = dict(wins[0], split=wins, rank="split")
+            elif len(wins) == 1:
+                win = wins[0]
+            else:
+                self.notes.append(f"{st['ph'].name}: recurrent state without one conv window (or three) feeding it, left")
                 continue
-            why = self._kda_one(g, st, wins[0])
+            why = self._kda_one(g, st, win)
             if why:
                 self.notes.append(f"{st['ph'].name}: KDA chain left ({why})")
             else:
@@ -117,6 +138,21 @@ class KdaCores:
         if not write_back:               # (written back, none is left to name)
             self._note_returned_states(g)
         return matches
+
+    @staticmethod
+    def _q_cache(g: fx.Graph, st: dict, free: list[dict], like: dict) -> dict | None:
+        """Of the windows no state reads (``free``), of ``like``'s shape, the one whose descendants
+        meet the state's first (q's cache meets it at the read-out o; a later layer's, later)."""
+        order = {n: i for i, n in enumerate(g.nodes)}
+        after = descendants([st["value"]])
+        best, first = None, None
+        for w in free:
+            if shape(w["value"]) != shape(like["value"]) or w["staged"] != like["staged"]:
+                continue
+            meet = min((order[n] for n in descendants([w["ph"]]) & after), default=None)
+            if meet is not None and (first is None or meet < first):
+                best, first = w, meet
+        return best
 
     @staticmethod
     def _returned_states(g: fx.Graph) -> list[tuple[fx.Node, fx.Node]]:
@@ -271,10 +307,12 @@ class KdaCores:
         return None
 
     def _kda_one(self, g: fx.Graph, st: dict, win: dict) -> str | None:
-        if st["staged"] != win["staged"] or st["slot"] != win["slot"]:
+        if any(st["staged"] != w["staged"] or st["slot"] != w["slot"] for w in _windows(win)):
             return "state and window written differently"
         H, d1, d2 = shape(st["value"])[-3:]
         fused = win["rank"] == 2
+        if win["rank"] == "split" and d1 != d2:
+            return f"state {shape(st['value'])} has K != V: three separate caches are taken with K == V"
         if d1 == d2:
             heads = [(d1, d1, None)]          # K == V: the probe tells a [V, K] state from [K, V]
         elif not fused:
@@ -299,7 +337,11 @@ class KdaCores:
         """The chain read with K and V (``tr``: the state is stored [H, V, K]; None: either,
         K == V, for the probe to tell)."""
         D, DV = H * K, H * V
-        if not fused and shape(win["value"])[-2:] != (D, 3):
+        split = win["rank"] == "split"
+        if split and any(shape(w["value"])[-2:] != shape(win["value"])[-2:] or shape(w["value"])[-2] != D
+                         or shape(w["value"])[-1] not in (3, 4) for w in win["split"]):
+            return f"three conv caches {[shape(w['value']) for w in win['split']]} are not each [H*K, 3 or 4]"
+        if not fused and not split and shape(win["value"])[-2:] != (D, 3):
             return f"conv window {shape(win['value'])} is not [3, H*K, 3]"
         # A fused convolution's [C, 3 or 4] window holds the q, k (HK heads each) and v channels:
         # C = 2 * HK * K + H * V (Qwen3-Next's grouped heads).
@@ -313,7 +355,7 @@ class KdaCores:
                 return "the fused convolution's input not found"
         else:
             # T from the window's inputs (the region of the two writes alone holds every projection).
-            _, leaves = region([st["value"], win["value"]], lambda n: is_heavy(view_base(n)))
+            _, leaves = region([st["value"], *(w["value"] for w in _windows(win))], lambda n: is_heavy(view_base(n)))
             raw_t = [numel(n) // D for n in leaves if not graph_input(n) and numel(n) % D == 0]
             if not raw_t:
                 return "projection inputs not found"
@@ -325,7 +367,7 @@ class KdaCores:
         o = self._readout(st, T, H, V)
         if o is None:
             return "no single read-out of the state"
-        outs = [o, st["value"], win["value"]]
+        outs = [o, st["value"], *(w["value"] for w in _windows(win))]
         nodes, leaves = region(outs, lambda n: is_heavy(view_base(n)))
         want = {T * DV: (T, DV), T * D: (T, D), T * H: (T, H), T * dqk: (T, dqk), T * C: (T, C)}
         widened = []
@@ -340,15 +382,15 @@ class KdaCores:
         order = {n: i for i, n in enumerate(g.nodes)}
         nodes = sorted(set(nodes) - set(leaves), key=order.__getitem__)
         inner = set(nodes) - set(outs)
-        allowed = set(nodes) | set(st["path"]) | set(win["path"])
+        allowed = set(nodes) | set(st["path"]) | {n for w in _windows(win) for n in w["path"]}
         if any(u not in allowed for n in inner for u in n.users):
             return "an intermediate value is used outside the chain"
         views = lambda n: n.op == "call_function" and n.target in VIEW_OPS  # noqa: E731
-        for ph in (st["ph"], win["ph"]):
+        for ph in (st["ph"], *(w["ph"] for w in _windows(win))):
             # (The graph handing the input itself back is no read: rebound_states_in_place.)
             if not {n for n in descendants([ph], views) if n.op != "output"} <= allowed:
                 return f"{ph.name} is read outside the chain"
-        roles = self._kda_roles(leaves, nodes, st["ph"], win["ph"], T, H, K, V, mixed, C)
+        roles = self._kda_roles(leaves, nodes, st["ph"], [w["ph"] for w in _windows(win)], T, H, K, V, mixed, C)
         if isinstance(roles, str):
             return roles
         with real_tensor_mode():
@@ -361,6 +403,7 @@ class KdaCores:
             return f"kda_chain refused the inputs ({e})"
         self.per_head_gates += numel(found["f"]) == T * H and K > 1      # Gated DeltaNet's form
         self.wide_values += K != V
+        self.split_windows += split
         self.fused_convs += fused
         return None
 
@@ -404,7 +447,7 @@ class KdaCores:
         last one's place, so nothing between them may touch their states or windows."""
         groups: dict[tuple, list[fx.Node]] = {}
         for n in g.nodes:
-            if is_call(n, lingc_ops.kda_commit.default):
+            if is_call(n, lingc_ops.kda_commit.default) and n.kwargs.get("k_window") is None:
                 state, window, ss, sw, idx = n.args
                 key = (idx, *((shape(a), val(a).dtype) for a in (state, window, ss, sw)))
                 groups.setdefault(key, []).append(n)
@@ -426,11 +469,11 @@ class KdaCores:
             merged += 1
         return merged
 
-    def _kda_roles(self, leaves, nodes, state_ph, win_ph, T, H, K, V, mixed=None, C=None):
+    def _kda_roles(self, leaves, nodes, state_ph, win_phs, T, H, K, V, mixed=None, C=None):
         D = H * K
         if mixed is not None:
-            return self._fused_conv_roles(leaves, state_ph, win_ph, T, H, K, V, mixed, C)
-        raws, braw, params, a_log, dt_bias = _gate_inputs(leaves, {state_ph, win_ph}, T, H, D)
+            return self._fused_conv_roles(leaves, state_ph, win_phs[0], T, H, K, V, mixed, C)
+        raws, braw, params, a_log, dt_bias = _gate_inputs(leaves, {state_ph, *win_phs}, T, H, D)
         conv = [p for p in params if numel(p) == 4 * D and shape(p)[0] == D]
         # KDA: a gate per channel (f [T, H*K], dt_bias [H*K]); Gated DeltaNet: one per head (f and
         # b both [T, H], A_log and dt_bias both [H]: which is which, the probe decides).
@@ -439,8 +482,8 @@ class KdaCores:
         if not (kda or gdn) or len(conv) != 3:
             return (f"inputs not recognised: {len(raws)} [T, H*K] projections, {len(braw)} [T, H], "
                     f"{len(a_log)} [H], {len(dt_bias)} [H*K], {len(conv)} conv weights")
-        if len(leaves) != 12:                      # 3 convs, state, window and 7 more either way
-            return f"{len(leaves)} inputs, expected 12"
+        if len(leaves) != 11 + len(win_phs):       # 3 convs, state, the window(s) and 7 more either way
+            return f"{len(leaves)} inputs, expected {11 + len(win_phs)}"
         # Each conv weight pairs with the projection it first meets (the conv taps); the
         # projection no conv weight claims is f.
         inside = set(nodes)
@@ -457,9 +500,17 @@ class KdaCores:
             pair[min(raws, key=meet.__getitem__)] = c
         if len(pair) != 3:
             return "conv weights do not pair with three projections"
+        wpair = {}
+        if len(win_phs) == 3:          # three caches: each pairs with the projection it meets first
+            for w in win_phs:
+                dw = descendants([w], local.__contains__) & inside
+                meet = {r: min((order[u] for u in desc[r] & dw), default=len(order)) for r in pair}
+                wpair[min(pair, key=meet.__getitem__)] = w
+            if len(wpair) != 3:
+                return "the three conv caches do not pair with the three projections"
         f = next(r for r in raws if r not in pair) if kda else None
         fb, ad = _gate_roles(f, braw, a_log, dt_bias)
-        return dict(qkv=[r for r in raws if r in pair], pair=pair, fb=fb, ad=ad, fused=False)
+        return dict(qkv=[r for r in raws if r in pair], pair=pair, wpair=wpair, fb=fb, ad=ad, fused=False)
 
     def _fused_conv_roles(self, leaves, state_ph, win_ph, T, H, K, V, mixed, C):
         """Roles under one convolution over [q ; k ; v] (Qwen3-Next's layout): q, k and v are
@@ -490,7 +541,7 @@ class KdaCores:
         if len(leaves) != len(qkv) + 7:               # the conv, state, window, f, b, A_log, dt_bias
             return f"{len(leaves)} inputs, expected {len(qkv) + 7}"
         fb, ad = _gate_roles(fD[0] if kda else None, braw, a_log, dt_bias)
-        return dict(qkv=qkv, pair={}, conv=conv[0], fb=fb, ad=ad, fused=True, C=C, dqk=dqk, dv=DV)
+        return dict(qkv=qkv, pair={}, wpair={}, conv=conv[0], fb=fb, ad=ad, fused=True, C=C, dqk=dqk, dv=DV)
 
     def _kda_probe(self, nodes, leaves, outs, roles, st, win, T, H, K, V, tr):
         """The probe, once per form of the region: a layer whose region, roles and hint equal an
@@ -503,7 +554,8 @@ class KdaCores:
                tuple((ix(r), ix(c)) for r, c in roles["pair"].items()),
                ix(roles["conv"]) if roles["fused"] else None,
                tuple(tuple(map(ix, p)) for p in roles["fb"]), tuple(tuple(map(ix, p)) for p in roles["ad"]),
-               ix(st["ph"]), ix(win["ph"]),
+               ix(st["ph"]), tuple(ix(w["ph"]) for w in _windows(win)),
+               tuple((ix(r), ix(w)) for r, w in roles["wpair"].items()),
                st["staged"], st["slot"], T, H, K, V, tr, hint)
         memo = self._probes.get(key) if self.reuse_probes else None
         if memo is None:
@@ -531,7 +583,9 @@ class KdaCores:
         def sl(t, w):              # the slot, then below the leading unit dims
             t = t if w["slot"] is None else t[w["slot"]]
             return t[(0,) * w["lead"]]
-        state_in, win_in = sl(x[st["ph"]], st), sl(x[win["ph"]], win)
+        state_in = sl(x[st["ph"]], st)
+        parts = {w["ph"]: sl(x[w["ph"]], w) for w in _windows(win)}
+        win_in = parts[win["ph"]]
         tol = PROBE_TOL.get(val(roles["fb"][0][0]).dtype, 3e-2)
         # The gate: bounded by one of the region's negative constants, or unbounded (softplus, None).
         bounds = sorted({a for n in nodes for a in n.args if isinstance(a, float) and a < 0}) + [None]
@@ -548,9 +602,11 @@ class KdaCores:
                 raw = [x[n].reshape(T, -1) for n in qkv]
             s0 = state_in.transpose(-1, -2) if transposed else state_in
             (f, b), (a_log, dt_bias) = roles["fb"][fb], roles["ad"][ad]
+            # Three caches: stacked in this candidate's q, k, v order (the reference's one window).
+            w_in = torch.cat([parts[roles["wpair"][r]] for r in qkv]) if roles["wpair"] else win_in
             return kda_chain_reference(*(r[:rows] for r in raw),
                                        x[f].reshape(T, -1)[:rows], x[b].reshape(T, H)[:rows],
-                                       conv_w, win_in, x[a_log], x[dt_bias], s0.contiguous(),
+                                       conv_w, w_in, x[a_log], x[dt_bias], s0.contiguous(),
                                        None if lb is None else float(lb))
 
         # Candidates as (permutation of the q/k/v order, lower bound, state transposed, the f / b
@@ -598,7 +654,13 @@ class KdaCores:
             ref_w = r.stage_windows if st["staged"] else r.window
             if transposed:
                 ref_s = ref_s.transpose(-1, -2)
-            err = max(err_o, rel_err(got[1], ref_s), rel_err(got[2], ref_w))
+            if roles["wpair"]:         # each cache against its block of the stacked window
+                order_w = [w["ph"] for w in _windows(win)]
+                blocks = ref_w.split([parts[roles["wpair"][r]].shape[0] for r in qkv], dim=-2)
+                err_w = max(rel_err(got[2 + order_w.index(roles["wpair"][r])], blk) for r, blk in zip(qkv, blocks))
+            else:
+                err_w = rel_err(got[2], ref_w)
+            err = max(err_o, rel_err(got[1], ref_s), err_w)
             if err > tol:
                 continue
             if best is None or err < best[0]:
@@ -614,7 +676,8 @@ class KdaCores:
         qkv = tuple(roles["qkv"][i] for i in perm)
         return dict(qkv=qkv, f=f, conv=[roles["conv"]] if roles["fused"] else [roles["pair"][r] for r in qkv],
                     lb=None if lb is None else float(lb), fused=roles["fused"], o_ht=o_ht,
-                    transposed=transposed, b=b, a_log=a_log, dt_bias=dt_bias)
+                    transposed=transposed, b=b, a_log=a_log, dt_bias=dt_bias,
+                    wins=tuple(roles["wpair"][r] for r in qkv) if roles["wpair"] else ())
 
     def _kda_rewrite(self, g, st, win, o, m, T, H, K, V):
         D = H * K
@@ -624,8 +687,16 @@ class KdaCores:
             def slot_view(w):
                 v = w["ph"] if w["slot"] is None else emit(g, aten.select.int, w["ph"], 0, w["slot"])
                 return below_lead(g, v, w["rank"])
-            state, window = slot_view(st), slot_view(win)
+            state, extra = slot_view(st), {}
+            if m["wins"]:              # three caches, in q, k, v order: q's is conv_window
+                by_ph = {w["ph"]: w for w in _windows(win)}
+                window, kw, vw = (slot_view(by_ph[ph]) for ph in m["wins"])
+                extra = {"k_window": kw, "v_window": vw}
+            else:
+                window = slot_view(win)
             wshape = list(shape(window))
+            if extra:                  # the stages stay one flat block of the three
+                wshape[0] *= 3
             if m["fused"]:     # q, k, v: the convolution's channel blocks (its input's, its weight's rows)
                 C = wshape[0]
                 dqk = (C - H * V) // 2
@@ -650,7 +721,8 @@ class KdaCores:
             # A state stored [V, K] is read and written in place in that layout (state_vk; its
             # stages take the same layout, so kda_commit's flat copy serves both).
             out = emit(g, lingc_ops.kda_chain.default, *args, f, m["b"], conv_w, window, m["a_log"],
-                       m["dt_bias"], state, m["lb"], *stages, **({"state_vk": True} if m["transposed"] else {}))
+                       m["dt_bias"], state, m["lb"], *stages, **({"state_vk": True} if m["transposed"] else {}),
+                       **extra)
             if m["o_ht"]:                 # [T, H, V] -> the read-out's [.., H, T, V] (views)
                 out = emit(g, aten.permute.default, out, [1, 0, 2])
                 while len(shape(out)) < len(shape(o)):
@@ -659,9 +731,11 @@ class KdaCores:
         o.replace_all_uses_with(o_new)
         if st["staged"]:
             with g.inserting_before(st["epilogue"]):
-                emit(g, lingc_ops.kda_commit.default, state, window, *stages, st["accept"])
+                emit(g, lingc_ops.kda_commit.default, state, window, *stages, st["accept"], **extra)
             g.erase_node(st["epilogue"])
-            g.erase_node(win["epilogue"])
+            for w in _windows(win):
+                g.erase_node(w["epilogue"])
             return
-        g.erase_node(win["epilogue"])
+        for w in _windows(win):
+            g.erase_node(w["epilogue"])
         g.erase_node(st["epilogue"])

@@ -64,6 +64,11 @@ class KimiStyleKDA(nn.Module):
             seq = torch.cat([window[i], proj(x).T], dim=1)                      # [D, 3 + T]
             window[i].copy_(seq[:, -3:])
             acts.append(F.silu(F.conv1d(seq[None].float(), self.convs[i].float(), groups=D)[0].T))   # [T, D]
+        return self.recur(x, state, acts)
+
+    def recur(self, x, state, acts):
+        """The chain after the convolutions: norms, gate, the delta rule, the gated output norm."""
+        T, D = x.shape[0], KH * KD
         q, k, v = (a.reshape(T, KH, KD) for a in acts)
         q = q / torch.sqrt(q.pow(2).sum(-1, keepdim=True) + EPS) * KD ** -0.5
         k = k / torch.sqrt(k.pow(2).sum(-1, keepdim=True) + EPS)
@@ -87,6 +92,26 @@ class KimiStyleKDA(nn.Module):
     @staticmethod
     def out_gate(g):
         return torch.sigmoid(g)
+
+
+class SplitCacheKDA(KimiStyleKDA):
+    """KimiStyleKDA with flash-linear-attention's caches: q, k and v convolved into three caches
+    of their own, [D, width] each (width 4: the conv's whole width, as fla's ShortConvolution
+    keeps it; 3: the last W-1 inputs)."""
+
+    def __init__(self, g: torch.Generator, width: int = 4):
+        super().__init__(g)
+        self.width = width
+
+    def forward(self, x, state, windows):
+        """x [T, HID]; state [KH, KD, KD] fp32 and the three windows [D, width] updated in place."""
+        T, D = x.shape[0], KH * KD
+        acts = []
+        for i, proj in enumerate((self.q, self.k, self.v)):
+            seq = torch.cat([windows[i], proj(x).T], dim=1)                   # [D, width + T]
+            windows[i].copy_(seq[:, -self.width:])
+            acts.append(F.silu(F.conv1d(seq[None].float(), self.convs[i].float(), groups=D)[0, :, -T:].T))
+        return self.recur(x, state, acts)
 
 
 class GatedDeltaNetStyle(KimiStyleKDA):

@@ -761,3 +761,111 @@ def test_gpu_mla_forms_without_rotation(T, form):
     assert lingc.get("lingc.mla_kv_write") == 1 and lingc.get("lingc.mla_decode") == 1, report.kernels.format()
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(cache, ref_cache, rtol=1e-5, atol=1e-5)
+
+
+class _SplitCacheLayer(torch.nn.Module):
+    """SplitCacheKDA (three conv caches, flash-linear-attention's layers) as a decode step, or
+    (``verify``) as a verify step: tokens in one-hot, the greedy verdict over its outputs committed."""
+
+    def __init__(self, width: int = 4, verify: bool = False):
+        super().__init__()
+        self.layer, self.verify = fm.SplitCacheKDA(torch.Generator().manual_seed(0), width), verify
+
+    def forward(self, x, state, windows):
+        if not self.verify:
+            return self.layer(x, state, windows)
+        from lingc.runtime.relay import ops
+        y = self.layer(torch.nn.functional.one_hot(x, fm.HID).float(), state, windows)
+        return ops.state_commit(ops.greedy_verdict(x, y.argmax(-1) % fm.HID)), y
+
+    def caches(self, seed: int = 1):
+        g = torch.Generator().manual_seed(seed)
+        return (torch.randn(fm.KH, fm.KD, fm.KD, generator=g) * 0.3,
+                [torch.randn(fm.KH * fm.KD, self.layer.width, generator=g) for _ in range(3)])
+
+
+@pytest.mark.parametrize("width", [4, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("T", [1, 3])
+def test_three_conv_caches_on_lingc_kernels(T, dtype, width):
+    """q, k and v convolved into three caches of their own (fla's layers; 4 columns as its
+    ShortConvolution keeps, or 3): one kda_chain reading and writing the three in place, every
+    kernel lingc's; output, state and caches equal eager's."""
+    torch._dynamo.reset()
+    m = _SplitCacheLayer(width).to(dtype)
+    state, windows = m.caches()
+    windows = [w.to(dtype) for w in windows]
+    x = torch.randn(T, fm.HID, generator=torch.Generator().manual_seed(T)).to(dtype)
+    ref_state, ref_windows = state.clone(), [w.clone() for w in windows]
+    with torch.no_grad():
+        ref = m(x, ref_state, ref_windows)
+    out, report = run_and_report(m, x, state, windows)
+    lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
+    assert lingc.get("lingc.kda_chain") == 1, stat(report, "pdl_swap").notes
+    assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
+    assert "(1 kda_chain over three conv caches)" in stat(report, "pdl_swap").notes[0]
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out, ref, rtol=tol, atol=tol)
+    torch.testing.assert_close(state, ref_state, rtol=tol, atol=tol)
+    for got, want in zip(windows, ref_windows):
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("width", [4, 3])
+def test_three_conv_caches_verify_commits_the_accepted_prefix(width):
+    """The staged form over three caches: the stages one flat block, kda_commit writing its
+    blocks back into the three; a rejection forced at each position of a 5-token chain (and none)
+    leaves the state and the three caches eager leaves on the accepted prefix."""
+    from backend_helpers import compile_lingc
+    from lingc.backend import compile_reports
+
+    torch._dynamo.reset()
+    m = _SplitCacheLayer(width, verify=True)
+    state0, windows0 = m.caches(seed=5)
+    one_hot = lambda t: torch.nn.functional.one_hot(torch.tensor(t), fm.HID).float()  # noqa: E731
+    fresh = lambda: (state0.clone(), [w.clone() for w in windows0])  # noqa: E731
+    with torch.no_grad():
+        chain = [3]
+        for _ in range(4):                        # the chain greedy decoding makes
+            s, ws = fresh()
+            chain.append(int(m.layer(one_hot(chain), s, ws)[-1].argmax()) % fm.HID)
+        n = len(compile_reports)
+        step = compile_lingc(m, role="verify")
+        for reject in range(1, 6):                # 5: the whole chain accepted
+            c = list(chain)
+            if reject < 5:
+                c[reject] = (c[reject] + 1) % fm.HID
+            st, ws = fresh()
+            accept, _ = step(torch.tensor(c), st, ws)
+            assert int(accept) == reject - 1
+            ref_s, ref_ws = fresh()
+            m.layer(one_hot(c[:reject]), ref_s, ref_ws)
+            torch.testing.assert_close(st, ref_s, rtol=1e-5, atol=1e-5)
+            for got, want in zip(ws, ref_ws):
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    lingc = {op: k for cat, op, k, _ in compile_reports[n].kernels.rows if cat == "lingc"}
+    assert lingc.get("lingc.kda_chain") == 1 and lingc.get("lingc.kda_commit") == 1, lingc
+
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("T", [1, 6])
+def test_gpu_three_conv_caches(T, dtype):
+    """The three-cache layer on CUDA, compiled: kda_chain's SPLIT_WIN binary reads and writes the
+    three caches; output, state and caches against eager on the GPU."""
+    torch._dynamo.reset()
+    m = _SplitCacheLayer(4).to(device="cuda", dtype=dtype)
+    state, windows = m.caches()
+    state, windows = state.cuda(), [w.to(device="cuda", dtype=dtype) for w in windows]
+    x = torch.randn(T, fm.HID, generator=torch.Generator().manual_seed(T)).to(device="cuda", dtype=dtype)
+    ref_state, ref_windows = state.clone(), [w.clone() for w in windows]
+    with torch.no_grad():
+        ref = m(x, ref_state, ref_windows)
+    out, report = run_and_report(m, x, state, windows)
+    assert {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}.get("lingc.kda_chain") == 1
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out, ref, rtol=tol, atol=tol)
+    torch.testing.assert_close(state, ref_state, rtol=tol, atol=tol)
+    for got, want in zip(windows, ref_windows):
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol)

@@ -598,6 +598,52 @@ def test_v_unequal_k_needs_the_flat_window():
         kda_chain(x["q_raw"], x["k_raw"], x["v_raw"], x["f_raw"], x["b_raw"], x["conv_w"], x["conv_window"],
                   x["a_log"], x["dt_bias"], x["state"].transpose(-1, -2).contiguous(), LOWER_BOUND, None, None)
 
+
+@pytest.mark.parametrize("staged", [False, True], ids=["persistent", "staged"])
+@pytest.mark.parametrize("H,HK,K,V,win", [(2, 2, 16, 16, 4), (2, 2, 24, 24, 3), (4, 2, 16, 32, 4)])
+@pytest.mark.parametrize("T", [1, 6])
+def test_three_caches_are_the_flat_windows_blocks(T, H, HK, K, V, win, staged):
+    """k_window / v_window (q, k and v convolved into caches of their own, fla's layers): the
+    same outputs and states as the one flat window whose blocks they are, the caches written as
+    its blocks (persistent) or left alone with the stages one flat block (staged); kda_commit
+    writes a stage's blocks back into the three; the op's CPU path is the same."""
+    x = v_wide_inputs(T, H, HK, K, V, win, torch.float32, seed=T * 13 + V + win)
+    rows = [HK * K, HK * K, H * V]
+    args = lambda w: (x["q_raw"], x["k_raw"], x["v_raw"], x["f_raw"], x["b_raw"], x["conv_w"], w,  # noqa: E731
+                      x["a_log"], x["dt_bias"])
+    stage = lambda: ((torch.full((T, *x["state"].shape), float("nan"), device=DEVICE),  # noqa: E731
+                      torch.full((T, sum(rows), win), float("nan"), device=DEVICE)) if staged else (None, None))
+    s1, w1, (ss1, sw1) = x["state"].clone(), x["conv_window"].clone(), stage()
+    o1 = kda_chain_triton(*args(w1), s1, LOWER_BOUND, ss1, sw1, config=SWEEP_CONFIG)
+    s2, (q, k, v), (ss2, sw2) = x["state"].clone(), [t.clone() for t in x["conv_window"].split(rows)], stage()
+    o2 = kda_chain_triton(*args(q), s2, LOWER_BOUND, ss2, sw2, config=SWEEP_CONFIG, k_window=k, v_window=v)
+    assert torch.equal(o1, o2) and torch.equal(s1, s2)
+    assert torch.equal(torch.cat([q, k, v]), w1)
+    if staged:
+        assert torch.equal(ss1, ss2) and torch.equal(sw1, sw2)
+        st = x["state"].clone()
+        kda_commit_triton(st, q, ss2, sw2, torch.tensor([T - 1], device=DEVICE), k_window=k, v_window=v)
+        assert torch.equal(st, ss2[T - 1]) and torch.equal(torch.cat([q, k, v]), sw2[T - 1])
+    cpu = {n: ([t.cpu() for t in a] if isinstance(a, list) else a.cpu()) for n, a in x.items()}
+    q, k, v = [t.clone() for t in cpu["conv_window"].split(rows)]
+    st = cpu["state"].clone()
+    o = kda_chain(cpu["q_raw"], cpu["k_raw"], cpu["v_raw"], cpu["f_raw"], cpu["b_raw"], cpu["conv_w"], q,
+                  cpu["a_log"], cpu["dt_bias"], st, LOWER_BOUND, None, None, k_window=k, v_window=v)
+    r = kda_chain_reference(cpu["q_raw"], cpu["k_raw"], cpu["v_raw"], cpu["f_raw"], cpu["b_raw"], cpu["conv_w"],
+                            cpu["conv_window"], cpu["a_log"], cpu["dt_bias"], cpu["state"], LOWER_BOUND)
+    assert torch.equal(o, r.o) and torch.equal(st, r.state) and torch.equal(torch.cat([q, k, v]), r.window)
+
+
+def test_three_caches_bad_arguments_are_named():
+    x = v_wide_inputs(2, 2, 2, 16, 16, 4, torch.float32, seed=9, device="cpu")
+    q, k, v = x["conv_window"].split([32, 32, 32])
+    base = (x["q_raw"], x["k_raw"], x["v_raw"], x["f_raw"], x["b_raw"], x["conv_w"])
+    rest = (x["a_log"], x["dt_bias"], x["state"], LOWER_BOUND, None, None)
+    with pytest.raises(ValueError, match="k_window and v_window go together"):
+        kda_chain(*base, q.clone(), *rest, k_window=k.clone())
+    with pytest.raises(ValueError, match=r"v_window must be \[32, W-1 or W\].*got \(32, 3\)"):
+        kda_chain(*base, q.clone(), *rest, k_window=k.clone(), v_window=v[:, :3].clone())
+
 def test_op_schema_declares_mutations():
     schema = str(torch.ops.lingc.kda_chain.default._schema)
     for name in ("conv_window", "state", "stage_states", "stage_windows"):
@@ -742,6 +788,14 @@ _COMPILE_CHECK = textwrap.dedent("""
             ptx, info = compile_sm90(_kda_chain_kernel, sig, const, num_warps=vcfg.num_warps)
             print("V = 2K", staged, vk, ptx.count("bar.sync"), info)
             assert " 0 bytes spill stores" in info, ("V = 2K", staged, vk, info)
+    # Three conv caches (fla's layers: SPLIT_WIN, the k and v caches through their own pointers).
+    for staged in (False, True):
+        const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv, STAGED=staged, STATE_BEFORE_WAIT=True,
+                     FUSED_RED=True, USE_GDC=True, SOFTPLUS_GATE=True, WIN=4, SPLIT_WIN=True)
+        ptx, info = compile_sm90(_kda_chain_kernel, dict(sig, wink_ptr="*bf16", winv_ptr="*bf16"), const,
+                                 num_warps=cfg.num_warps)
+        print("three caches", staged, ptx.count("bar.sync"), info)
+        assert " 0 bytes spill stores" in info, ("three caches", staged, info)
 """)
 
 

@@ -176,7 +176,7 @@ def _kda_chain_kernel(
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     NVB: tl.constexpr, STATE_BEFORE_WAIT: tl.constexpr, FUSED_RED: tl.constexpr, USE_GDC: tl.constexpr,
     SOFTPLUS_GATE: tl.constexpr = False, STATE_VK: tl.constexpr = False, GATE_PER_HEAD: tl.constexpr = False,
-    GROUP: tl.constexpr = 1, WIN: tl.constexpr = 3,
+    GROUP: tl.constexpr = 1, WIN: tl.constexpr = 3, wink_ptr=None, winv_ptr=None, SPLIT_WIN: tl.constexpr = False,
 ):
     h = tl.program_id(0)
     vb = tl.program_id(1)
@@ -186,6 +186,14 @@ def _kda_chain_kernel(
     # WIN: the window's columns per channel, CONV_WIDTH - 1 = 3 past inputs, or CONV_WIDTH = 4
     # (Hugging Face's and fla's cache: one more column, shifted out before any output reads it).
     L0: tl.constexpr = WIN - 3        # the first live column
+    # The k and v windows: blocks of the one window, or (SPLIT_WIN: three caches, fla's layers)
+    # tensors of their own; q's is win_ptr's first block either way. Stages stay one flat block.
+    if SPLIT_WIN:
+        wk_base = wink_ptr
+        wv_base = winv_ptr
+    else:
+        wk_base = win_ptr + DQK * WIN
+        wv_base = win_ptr + 2 * DQK * WIN
     offs_k = tl.arange(0, BK)
     mk = offs_k < K
     offs_v = vb * BV + tl.arange(0, BV)
@@ -212,12 +220,12 @@ def _kda_chain_kernel(
     xq0 = tl.load(win_ptr + cqk * WIN + (L0 + 0), mask=mk, other=0.0).to(tl.float32)
     xq1 = tl.load(win_ptr + cqk * WIN + (L0 + 1), mask=mk, other=0.0).to(tl.float32)
     xq2 = tl.load(win_ptr + cqk * WIN + (L0 + 2), mask=mk, other=0.0).to(tl.float32)
-    xk0 = tl.load(win_ptr + (DQK + cqk) * WIN + (L0 + 0), mask=mk, other=0.0).to(tl.float32)
-    xk1 = tl.load(win_ptr + (DQK + cqk) * WIN + (L0 + 1), mask=mk, other=0.0).to(tl.float32)
-    xk2 = tl.load(win_ptr + (DQK + cqk) * WIN + (L0 + 2), mask=mk, other=0.0).to(tl.float32)
-    xv0 = tl.load(win_ptr + (2 * DQK + cv) * WIN + (L0 + 0), mask=mv, other=0.0).to(tl.float32)
-    xv1 = tl.load(win_ptr + (2 * DQK + cv) * WIN + (L0 + 1), mask=mv, other=0.0).to(tl.float32)
-    xv2 = tl.load(win_ptr + (2 * DQK + cv) * WIN + (L0 + 2), mask=mv, other=0.0).to(tl.float32)
+    xk0 = tl.load(wk_base + cqk * WIN + (L0 + 0), mask=mk, other=0.0).to(tl.float32)
+    xk1 = tl.load(wk_base + cqk * WIN + (L0 + 1), mask=mk, other=0.0).to(tl.float32)
+    xk2 = tl.load(wk_base + cqk * WIN + (L0 + 2), mask=mk, other=0.0).to(tl.float32)
+    xv0 = tl.load(wv_base + cv * WIN + (L0 + 0), mask=mv, other=0.0).to(tl.float32)
+    xv1 = tl.load(wv_base + cv * WIN + (L0 + 1), mask=mv, other=0.0).to(tl.float32)
+    xv2 = tl.load(wv_base + cv * WIN + (L0 + 2), mask=mv, other=0.0).to(tl.float32)
     if STATE_VK:    # the state (and its stages) stored [H, V, K]: the same [K, BV] tile, read in place
         s_offs = h * K * V + offs_v[None, :] * K + offs_k[:, None]
     else:
@@ -238,8 +246,8 @@ def _kda_chain_kernel(
         # other than the one they entered with, and x*0 is what the body binds p* to, so an alias
         # left p* uncarried and the last token's shifted-out column never reached the store.
         pq = tl.load(win_ptr + cqk * WIN, mask=mk, other=0.0).to(tl.float32)
-        pk = tl.load(win_ptr + (DQK + cqk) * WIN, mask=mk, other=0.0).to(tl.float32)
-        pv = tl.load(win_ptr + (2 * DQK + cv) * WIN, mask=mv, other=0.0).to(tl.float32)
+        pk = tl.load(wk_base + cqk * WIN, mask=mk, other=0.0).to(tl.float32)
+        pv = tl.load(wv_base + cv * WIN, mask=mv, other=0.0).to(tl.float32)
     else:
         pq, pk, pv = xq0, xk0, xv0    # unused: a 3-column cache keeps no shifted-out column
     nq, nk, nv, nf, nb = _token_inputs(q_ptr, k_ptr, v_ptr, f_ptr, b_ptr, stride_q, stride_k, stride_v, stride_f,
@@ -297,7 +305,7 @@ def _kda_chain_kernel(
 
     if STAGED == 0:
         tl.store(state_ptr + s_offs, S, mask=m2)
-        _store_window(win_ptr, 2 * DQK + cv, pv, xv0, xv1, xv2, mv, WIN)
+        _store_window(wv_base, cv, pv, xv0, xv1, xv2, mv, WIN)
         last = True
         if NVB * GROUP > 1:
             # Every thread's window loads were consumed by the chain; the barrier and the acq_rel
@@ -308,16 +316,18 @@ def _kda_chain_kernel(
             last = ticket == NVB * GROUP - 1
         if last:
             _store_window(win_ptr, cqk, pq, xq0, xq1, xq2, mk, WIN)
-            _store_window(win_ptr, DQK + cqk, pk, xk0, xk1, xk2, mk, WIN)
+            _store_window(wk_base, cqk, pk, xk0, xk1, xk2, mk, WIN)
             if NVB * GROUP > 1:
                 tl.atomic_xchg(ticket_ptr + h // GROUP, 0, sem="relaxed", scope="gpu")  # ready for the next call
 
 
 @triton.jit
 def _commit_block(pid, state_ptr, win_ptr, sstate_ptr, swin_ptr, index_ptr, N_STATE, N_WIN,
-                  BLOCK: tl.constexpr, USE_GDC: tl.constexpr):
+                  BLOCK: tl.constexpr, USE_GDC: tl.constexpr, wink_ptr=None, winv_ptr=None, N1=0, N2=0,
+                  SPLIT_WIN: tl.constexpr = False):
     """Block pid of the copy stage[index] -> (state, window): the state's blocks, then the
-    window's."""
+    window's (SPLIT_WIN: the flat stage's elements [0, N1) to win_ptr, [N1, N2) to wink_ptr, the
+    rest to winv_ptr)."""
     state_blocks = tl.cdiv(N_STATE, BLOCK)
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
@@ -329,16 +339,22 @@ def _commit_block(pid, state_ptr, win_ptr, sstate_ptr, swin_ptr, index_ptr, N_ST
     else:
         offs = (pid - state_blocks) * BLOCK + tl.arange(0, BLOCK)
         m = offs < N_WIN
-        tl.store(win_ptr + offs, tl.load(swin_ptr + idx * N_WIN + offs, mask=m), mask=m)
+        src = tl.load(swin_ptr + idx * N_WIN + offs, mask=m)
+        if SPLIT_WIN:
+            dst = tl.where(offs < N1, win_ptr + offs, tl.where(offs < N2, wink_ptr + (offs - N1), winv_ptr + (offs - N2)))
+        else:
+            dst = win_ptr + offs
+        tl.store(dst, src, mask=m)
 
 
 @triton.jit
 def _kda_commit_kernel(state_ptr, win_ptr, sstate_ptr, swin_ptr, index_ptr, N_STATE, N_WIN,
-                       BLOCK: tl.constexpr, USE_GDC: tl.constexpr):
+                       BLOCK: tl.constexpr, USE_GDC: tl.constexpr, wink_ptr=None, winv_ptr=None, N1=0, N2=0,
+                       SPLIT_WIN: tl.constexpr = False):
     """state <- stage_states[index], window <- stage_windows[index]; the index is read on the
     device (after the wait: the verdict kernel wrote it)."""
     _commit_block(tl.program_id(0), state_ptr, win_ptr, sstate_ptr, swin_ptr, index_ptr, N_STATE, N_WIN,
-                  BLOCK, USE_GDC)
+                  BLOCK, USE_GDC, wink_ptr, winv_ptr, N1, N2, SPLIT_WIN)
 
 
 # Layers one kda_commit_many launch copies: its pointer arguments are spelled out (Triton takes no
@@ -401,11 +417,12 @@ def state_before_wait(state_ready: bool, use_pdl: bool) -> bool:
 def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state,
                      lower_bound: float | None, stage_states=None, stage_windows=None, out=None, *,
                      state_ready: bool = False, state_vk: bool = False, config: KdaConfig | None = None,
-                     use_pdl: bool | None = None) -> torch.Tensor:
+                     use_pdl: bool | None = None, k_window=None, v_window=None) -> torch.Tensor:
     """Launch the chain over T = q_raw.shape[0] tokens; returns o [T, H, V] fp32 (``out`` if given).
     ``state_ready``: the state and window may be read before the PDL wait (module docstring).
     ``state_vk``: state and stage_states are stored [H, V, K] (each head's state transposed);
-    the kernel reads and writes them in that layout.
+    the kernel reads and writes them in that layout. ``k_window`` / ``v_window``: the k and v
+    windows as caches of their own (conv_window then q's alone); stages stay one flat block.
 
     Persistent mode (stage_states is None): state and conv_window are updated in place.
     Staged mode: stage_states[t] / stage_windows[t] get position t's post-state / post-window;
@@ -418,9 +435,10 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
     H, K, V = head_dims(state, state_vk)
     assert len(conv_w) == 3 and all(w.shape[-1] == CONV_WIDTH for w in conv_w), state.shape
     win = conv_window.shape[-1]
-    assert win in (CONV_WIDTH - 1, CONV_WIDTH) and conv_window.numel() == (2 * q_raw.shape[1] + H * V) * win, \
-        conv_window.shape
-    for t in (*conv_w, conv_window, state, a_log, dt_bias):
+    split = k_window is not None
+    n_win = conv_window.numel() + (k_window.numel() + v_window.numel() if split else 0)
+    assert win in (CONV_WIDTH - 1, CONV_WIDTH) and n_win == (2 * q_raw.shape[1] + H * V) * win, conv_window.shape
+    for t in (*conv_w, conv_window, state, a_log, dt_bias, *((k_window, v_window) if split else ())):
         assert t.is_contiguous(), "weights, window and state must be contiguous"
     staged = stage_states is not None
     if staged:
@@ -446,24 +464,31 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
         H=H, K=K, V=V, BK=triton.next_power_of_2(K), BV=cfg.bv, NVB=nvb, SOFTPLUS_GATE=lower_bound is None,
         STATE_VK=bool(state_vk), GATE_PER_HEAD=f_raw.shape[1] != H * K, GROUP=group, WIN=win,
         FUSED_RED=cfg.fused_reductions, STATE_BEFORE_WAIT=state_before_wait(state_ready, use_pdl), USE_GDC=use_pdl,
+        **({"wink_ptr": k_window, "winv_ptr": v_window, "SPLIT_WIN": True} if split else {}),
         num_warps=cfg.num_warps, num_stages=1, **launch,
     )
     return out
 
 
 def kda_commit_triton(state, conv_window, stage_states, stage_windows, index, *,
-                      block: int = 4096, use_pdl: bool | None = None) -> None:
+                      block: int = 4096, use_pdl: bool | None = None, k_window=None, v_window=None) -> None:
     """Copy stage position ``index`` (0-d or [1] integer device tensor) into state and
-    conv_window, in one launch and without a host sync."""
-    for t in (state, conv_window, stage_states, stage_windows):
+    conv_window (and with ``k_window`` / ``v_window`` the flat stage's k and v blocks into those),
+    in one launch and without a host sync."""
+    split = k_window is not None
+    for t in (state, conv_window, stage_states, stage_windows, *((k_window, v_window) if split else ())):
         assert t.is_contiguous(), "commit buffers must be contiguous"
-    n_state, n_win = state.numel(), conv_window.numel()
+    n1 = conv_window.numel()
+    n2 = n1 + (k_window.numel() if split else 0)
+    n_state, n_win = state.numel(), n2 + (v_window.numel() if split else 0)
     if use_pdl is None:
         use_pdl = pdl_supported(state.device)
     launch = {"launch_pdl": True} if use_pdl else {}
     grid = (triton.cdiv(n_state, block) + triton.cdiv(n_win, block),)
     _kda_commit_kernel[grid](state, conv_window, stage_states, stage_windows, index, n_state, n_win,
-                             BLOCK=block, USE_GDC=use_pdl, num_warps=4, **launch)
+                             BLOCK=block, USE_GDC=use_pdl, num_warps=4,
+                             **({"wink_ptr": k_window, "winv_ptr": v_window, "N1": n1, "N2": n2, "SPLIT_WIN": True}
+                                if split else {}), **launch)
 
 
 def kda_commit_many_triton(states, conv_windows, stage_states, stage_windows, index, *,

@@ -27,6 +27,11 @@
   transposed copy). V may differ from K (flash-linear-attention's expand_v: V = 2K) with a flat
   window [2*HK*K + H*V, W-1 or W]: v_raw [T, H*V], conv_w[2] [H*V, W], o [T, H, V]; the
   [3, H*K, W-1] window stacks equal blocks, so it needs HK == H and K == V.
+  ``k_window`` / ``v_window`` (flash-linear-attention's layers: q, k and v convolved into caches
+  of their own): conv_window is q's cache [HK*K, W-1 or W], k_window [HK*K, .] and v_window
+  [H*V, .] the others, each read and written in place; stage_windows stay one flat
+  [>= T, 2*HK*K + H*V, .] block, and ``kda_commit(..., k_window=, v_window=)`` writes a stage's
+  blocks back into the three.
 - ``torch.ops.lingc.kda_commit(state, conv_window, stage_states, stage_windows, index) -> None``
   Copies stage position ``index`` (a 0-d or [1] integer tensor on the state's device, e.g. the
   in-graph verdict's accept count) into state and conv_window, in place, without a host sync.
@@ -69,8 +74,31 @@ def head_dims(state: torch.Tensor, state_vk: bool = False) -> tuple[int, int, in
     return (H, b, a) if state_vk else (H, a, b)
 
 
+def _flat_window(conv_window, k_window, v_window):
+    """The window as one [C, W'] block: conv_window itself, or q's, k's and v's caches stacked."""
+    return conv_window if k_window is None else torch.cat([conv_window, k_window, v_window], 0)
+
+
+def _check_split_windows(op, conv_window, k_window, v_window, dqk, DV, q_raw) -> None:
+    """Three caches of their own (flash-linear-attention's layers): conv_window q's [HK*K, W'],
+    k_window [HK*K, W'] and v_window [H*V, W'], W' = W-1 or W."""
+    if (k_window is None) != (v_window is None):
+        raise ValueError(f"{op}: k_window and v_window go together (the k and v caches of a layer with three); "
+                         f"got k_window={'None' if k_window is None else 'tensor'}, "
+                         f"v_window={'None' if v_window is None else 'tensor'}")
+    cols = conv_window.shape[-1] if conv_window.dim() == 2 else -1
+    for name, x, rows in (("conv_window", conv_window, dqk), ("k_window", k_window, dqk), ("v_window", v_window, DV)):
+        if _shape(x) != (rows, cols) or cols not in (CONV_WIDTH - 1, CONV_WIDTH):
+            raise ValueError(f"{op}: with k_window and v_window, {name} must be [{rows}, W-1 or W] "
+                             f"(conv_window q's cache) with conv_window's columns, got {_shape(x)}")
+        if x.dtype != q_raw.dtype or not x.is_contiguous() or x.device != q_raw.device:
+            raise ValueError(f"{op}: {name} must be contiguous, of q_raw's dtype and device, got {x.dtype} "
+                             f"strides {x.stride()} on {x.device}")
+
+
 def check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias,
-                         state, lower_bound, stage_states, stage_windows, state_vk=False) -> None:
+                         state, lower_bound, stage_states, stage_windows, state_vk=False,
+                         k_window=None, v_window=None) -> None:
     """Raise ValueError naming the bad argument of ``kda_chain``."""
     op = "kda_chain"
     layout = "[H, V, K]" if state_vk else "[H, K, V]"
@@ -121,6 +149,9 @@ def check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window,
     W = conv_w[0].shape[1]
     if W != CONV_WIDTH:
         raise ValueError(f"{op}: conv kernel width W = {W}, the kernel supports W = {CONV_WIDTH}")
+    if k_window is not None or v_window is not None:
+        _check_split_windows(op, conv_window, k_window, v_window, dqk, DV, q_raw)
+        conv_window = conv_window.new_empty((2 * dqk + DV, conv_window.shape[-1]))   # the flat block's shape
     windows = ((2 * dqk + DV, W - 1), (2 * dqk + DV, W)) + (((3, D, W - 1),) if dqk == D == DV else ())
     if _shape(conv_window) not in windows:
         raise ValueError(f"{op}: conv_window must be "
@@ -166,9 +197,19 @@ def check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window,
             raise ValueError(f"{op}: {name} is on {x.device} but state is on {state.device}")
 
 
-def check_kda_commit_args(state, conv_window, stage_states, stage_windows, index) -> None:
+def check_kda_commit_args(state, conv_window, stage_states, stage_windows, index, k_window=None,
+                          v_window=None) -> None:
     """Raise ValueError naming the bad argument of ``kda_commit``."""
     op = "kda_commit"
+    if (k_window is None) != (v_window is None):
+        raise ValueError(f"{op}: k_window and v_window go together")
+    if k_window is not None:
+        if any(w.dim() != 2 or w.shape[1] != conv_window.shape[-1] or w.dtype != conv_window.dtype
+               for w in (conv_window, k_window, v_window)):
+            raise ValueError(f"{op}: conv_window, k_window and v_window must be 2-d caches of one width and dtype, "
+                             f"got {_shape(conv_window)}, {_shape(k_window)}, {_shape(v_window)}")
+        conv_window = conv_window.new_empty((conv_window.shape[0] + k_window.shape[0] + v_window.shape[0],
+                                             conv_window.shape[1]))        # the flat stage's row
     if stage_states.dim() != state.dim() + 1 or stage_states.shape[1:] != state.shape:
         raise ValueError(f"{op}: stage_states must be [P, *state.shape] = [P, {', '.join(map(str, state.shape))}], "
                          f"got {_shape(stage_states)}")
@@ -213,20 +254,28 @@ def _kda_chain(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.Tensor, f_
                b_raw: torch.Tensor, conv_w: list[torch.Tensor], conv_window: torch.Tensor, a_log: torch.Tensor,
                dt_bias: torch.Tensor, state: torch.Tensor, lower_bound: Optional[float],
                stage_states: Optional[torch.Tensor], stage_windows: Optional[torch.Tensor],
-               state_ready: bool = False, state_vk: bool = False) -> torch.Tensor:
+               state_ready: bool = False, state_vk: bool = False, k_window: Optional[torch.Tensor] = None,
+               v_window: Optional[torch.Tensor] = None) -> torch.Tensor:
     args = (q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state, lower_bound,
             stage_states, stage_windows)
-    check_kda_chain_args(*args, state_vk)
+    check_kda_chain_args(*args, state_vk, k_window, v_window)
     if state.is_cuda:
         from .kernel import kda_chain_triton  # imported here so the CPU path needs no triton
 
-        return kda_chain_triton(*args, state_ready=state_ready, state_vk=state_vk)
+        return kda_chain_triton(*args, state_ready=state_ready, state_vk=state_vk, k_window=k_window,
+                                v_window=v_window)
     T = q_raw.shape[0]
     kv = (lambda x: x.transpose(-1, -2)) if state_vk else (lambda x: x)    # [.., V, K] <-> [.., K, V]
-    r = kda_chain_reference(*args[:9], kv(state), lower_bound)
+    r = kda_chain_reference(*args[:6], _flat_window(conv_window, k_window, v_window), *args[7:9], kv(state),
+                            lower_bound)
     if stage_states is None:
         state.copy_(kv(r.state))
-        conv_window.copy_(r.window)
+        if k_window is None:
+            conv_window.copy_(r.window)
+        else:
+            for w, new in zip((conv_window, k_window, v_window),
+                              r.window.split([conv_window.shape[0], k_window.shape[0], v_window.shape[0]])):
+                w.copy_(new)
     else:
         stage_states[:T].copy_(kv(r.stage_states))
         stage_windows[:T].copy_(r.stage_windows)
@@ -234,26 +283,36 @@ def _kda_chain(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.Tensor, f_
 
 
 def _kda_chain_fake(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state,
-                    lower_bound, stage_states, stage_windows, state_ready=False, state_vk=False):
+                    lower_bound, stage_states, stage_windows, state_ready=False, state_vk=False, k_window=None,
+                    v_window=None):
     check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_log, dt_bias, state,
-                         lower_bound, stage_states, stage_windows, state_vk)
+                         lower_bound, stage_states, stage_windows, state_vk, k_window, v_window)
     H, _, V = head_dims(state, state_vk)
     return state.new_empty((q_raw.shape[0], H, V), dtype=torch.float32)
 
 
 def _kda_commit(state: torch.Tensor, conv_window: torch.Tensor, stage_states: torch.Tensor,
-                stage_windows: torch.Tensor, index: torch.Tensor) -> None:
-    check_kda_commit_args(state, conv_window, stage_states, stage_windows, index)
-    if state.is_cuda and all(t.is_contiguous() for t in (state, conv_window, stage_states, stage_windows)):
+                stage_windows: torch.Tensor, index: torch.Tensor, k_window: Optional[torch.Tensor] = None,
+                v_window: Optional[torch.Tensor] = None) -> None:
+    check_kda_commit_args(state, conv_window, stage_states, stage_windows, index, k_window, v_window)
+    windows = (conv_window,) if k_window is None else (conv_window, k_window, v_window)
+    if state.is_cuda and all(t.is_contiguous() for t in (state, *windows, stage_states, stage_windows)):
         from .kernel import kda_commit_triton
 
-        kda_commit_triton(state, conv_window, stage_states, stage_windows, index)
+        kda_commit_triton(state, conv_window, stage_states, stage_windows, index, k_window=k_window,
+                          v_window=v_window)
         return
-    kda_commit_reference(state, conv_window, stage_states, stage_windows, index)
+    if k_window is None:
+        kda_commit_reference(state, conv_window, stage_states, stage_windows, index)
+        return
+    flat = _flat_window(conv_window, k_window, v_window)
+    kda_commit_reference(state, flat, stage_states, stage_windows, index)
+    for w, new in zip(windows, flat.split([w.shape[0] for w in windows])):
+        w.copy_(new)
 
 
-def _kda_commit_fake(state, conv_window, stage_states, stage_windows, index) -> None:
-    check_kda_commit_args(state, conv_window, stage_states, stage_windows, index)
+def _kda_commit_fake(state, conv_window, stage_states, stage_windows, index, k_window=None, v_window=None) -> None:
+    check_kda_commit_args(state, conv_window, stage_states, stage_windows, index, k_window, v_window)
 
 
 def _kda_commit_many(states: list[torch.Tensor], conv_windows: list[torch.Tensor],
@@ -275,7 +334,7 @@ def _kda_commit_many_fake(states, conv_windows, stage_states, stage_windows, ind
 
 
 kda_chain = register_op("kda_chain", _kda_chain, _kda_chain_fake,
-                        ("conv_window", "state", "stage_states", "stage_windows"))
-kda_commit = register_op("kda_commit", _kda_commit, _kda_commit_fake, ("state", "conv_window"))
+                        ("conv_window", "state", "stage_states", "stage_windows", "k_window", "v_window"))
+kda_commit = register_op("kda_commit", _kda_commit, _kda_commit_fake, ("state", "conv_window", "k_window", "v_window"))
 kda_commit_many = register_op("kda_commit_many", _kda_commit_many, _kda_commit_many_fake,
                               ("states", "conv_windows"))
