@@ -605,6 +605,37 @@ def test_gpu_kimi_linear_decode_step(T, dtype):
     for got, want in zip(sum(groups, []), sum(ref_groups, [])):
         assert (got.float() - want.float()).norm() / want.float().norm() < (1e-4 if dtype == torch.float32 else 3e-2)
 
+
+def _check_forced_rejections(m, eager_step, fresh, length: int = 5):
+    """m: a verify step over a token chain (one-hot tokens into one layer, the greedy verdict
+    committed), eager_step(x, *caches) its layer. Builds the chain greedy decoding makes, compiles
+    m for the verify role and forces a rejection at each position (and none): the accept count
+    and every cache fresh() builds must end as eager_step leaves them on the accepted prefix.
+    Returns the compile report."""
+    from backend_helpers import compile_lingc
+    from lingc.backend import compile_reports
+
+    one_hot = lambda t: torch.nn.functional.one_hot(torch.tensor(t), fm.HID).float()  # noqa: E731
+    flat = lambda caches: [t for c in caches for t in (c if isinstance(c, list) else [c])]  # noqa: E731
+    with torch.no_grad():
+        chain = [3]
+        for _ in range(length - 1):
+            chain.append(int(eager_step(one_hot(chain), *fresh())[-1].argmax()) % fm.HID)
+        n = len(compile_reports)
+        step = compile_lingc(m, role="verify")
+        for reject in range(1, length + 1):
+            c = list(chain)
+            if reject < length:
+                c[reject] = (c[reject] + 1) % fm.HID
+            got = fresh()
+            accept, _ = step(torch.tensor(c), *got)
+            assert int(accept) == reject - 1
+            want = fresh()
+            eager_step(one_hot(c[:reject]), *want)
+            for g, w in zip(flat(got), flat(want)):
+                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+    return compile_reports[n]
+
 # V != K: flash-linear-attention's expand_v (value heads twice the key heads' width) under
 # Qwen3-Next's fused convolution. The state is [H, K, 2K], or stored [H, 2K, K] (``vk``).
 class _WideValueGDN(torch.nn.Module):
@@ -662,32 +693,11 @@ def test_wide_values_verify_commits_the_accepted_prefix(vk):
     """The staged form with V = 2K: a 5-token verify chain with a rejection forced at each
     position (and none) leaves the state and window eager leaves on the accepted prefix (the
     stages are [T, H, K, V], or [T, H, V, K] with the state stored so)."""
-    from backend_helpers import compile_lingc
-    from lingc.backend import compile_reports
-
     torch._dynamo.reset()
     m = _WideValueGDN(vk, verify=True)
     _, state0, window0 = m.inputs(5, torch.float32, seed=4)
-    one_hot = lambda t: torch.nn.functional.one_hot(torch.tensor(t), fm.HID).float()  # noqa: E731
-    with torch.no_grad():
-        chain = [3]
-        for _ in range(4):                        # the chain greedy decoding makes
-            s, w = state0.clone(), window0.clone()
-            chain.append(int(m.step(one_hot(chain), s, w)[-1].argmax()) % fm.HID)
-        n = len(compile_reports)
-        step = compile_lingc(m, role="verify")
-        for reject in range(1, 6):                # 5: the whole chain accepted
-            c = list(chain)
-            if reject < 5:
-                c[reject] = (c[reject] + 1) % fm.HID
-            st, win = state0.clone(), window0.clone()
-            accept, _ = step(torch.tensor(c), st, win)
-            assert int(accept) == reject - 1
-            ref_s, ref_w = state0.clone(), window0.clone()
-            m.step(one_hot(c[:reject]), ref_s, ref_w)
-            torch.testing.assert_close(st, ref_s, rtol=1e-5, atol=1e-5)
-            torch.testing.assert_close(win, ref_w, rtol=1e-5, atol=1e-5)
-    lingc = {op: k for cat, op, k, _ in compile_reports[n].kernels.rows if cat == "lingc"}
+    report = _check_forced_rejections(m, m.step, lambda: (state0.clone(), window0.clone()))
+    lingc = {op: k for cat, op, k, _ in report.kernels.rows if cat == "lingc"}
     assert lingc.get("lingc.kda_chain") == 1 and lingc.get("lingc.kda_commit") == 1, lingc
 
 
@@ -816,34 +826,11 @@ def test_three_conv_caches_verify_commits_the_accepted_prefix(width):
     """The staged form over three caches: the stages one flat block, kda_commit writing its
     blocks back into the three; a rejection forced at each position of a 5-token chain (and none)
     leaves the state and the three caches eager leaves on the accepted prefix."""
-    from backend_helpers import compile_lingc
-    from lingc.backend import compile_reports
-
     torch._dynamo.reset()
     m = _SplitCacheLayer(width, verify=True)
     state0, windows0 = m.caches(seed=5)
-    one_hot = lambda t: torch.nn.functional.one_hot(torch.tensor(t), fm.HID).float()  # noqa: E731
-    fresh = lambda: (state0.clone(), [w.clone() for w in windows0])  # noqa: E731
-    with torch.no_grad():
-        chain = [3]
-        for _ in range(4):                        # the chain greedy decoding makes
-            s, ws = fresh()
-            chain.append(int(m.layer(one_hot(chain), s, ws)[-1].argmax()) % fm.HID)
-        n = len(compile_reports)
-        step = compile_lingc(m, role="verify")
-        for reject in range(1, 6):                # 5: the whole chain accepted
-            c = list(chain)
-            if reject < 5:
-                c[reject] = (c[reject] + 1) % fm.HID
-            st, ws = fresh()
-            accept, _ = step(torch.tensor(c), st, ws)
-            assert int(accept) == reject - 1
-            ref_s, ref_ws = fresh()
-            m.layer(one_hot(c[:reject]), ref_s, ref_ws)
-            torch.testing.assert_close(st, ref_s, rtol=1e-5, atol=1e-5)
-            for got, want in zip(ws, ref_ws):
-                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    lingc = {op: k for cat, op, k, _ in compile_reports[n].kernels.rows if cat == "lingc"}
+    report = _check_forced_rejections(m, m.layer, lambda: (state0.clone(), [w.clone() for w in windows0]))
+    lingc = {op: k for cat, op, k, _ in report.kernels.rows if cat == "lingc"}
     assert lingc.get("lingc.kda_chain") == 1 and lingc.get("lingc.kda_commit") == 1, lingc
 
 
