@@ -188,18 +188,20 @@ def _kda_chain_kernel(
     L0: tl.constexpr = WIN - 3        # the first live column
     # The k and v windows: blocks of the one window, or (SPLIT_WIN: three caches, fla's layers)
     # tensors of their own; q's is win_ptr's first block either way. Stages stay one flat block.
-    if SPLIT_WIN:
-        wk_base = wink_ptr
-        wv_base = winv_ptr
-    else:
-        wk_base = win_ptr + DQK * WIN
-        wv_base = win_ptr + 2 * DQK * WIN
     offs_k = tl.arange(0, BK)
     mk = offs_k < K
     offs_v = vb * BV + tl.arange(0, BV)
     mv = offs_v < V
     cqk = (h // GROUP) * K + offs_k   # this head's q/k channels
     cv = h * V + offs_v               # this program's v channels
+    # (base pointer, row) of this program's k and v window channels: the one window's k and v
+    # blocks, or with SPLIT_WIN the rows of caches of their own.
+    if SPLIT_WIN:
+        wk_base, ck = wink_ptr, cqk
+        wv_base, cvw = winv_ptr, cv
+    else:
+        wk_base, ck = win_ptr, DQK + cqk
+        wv_base, cvw = win_ptr, 2 * DQK + cv
     m2 = mk[:, None] & mv[None, :]
 
     # Producer-independent loads (weights), issued before the wait.
@@ -220,12 +222,12 @@ def _kda_chain_kernel(
     xq0 = tl.load(win_ptr + cqk * WIN + (L0 + 0), mask=mk, other=0.0).to(tl.float32)
     xq1 = tl.load(win_ptr + cqk * WIN + (L0 + 1), mask=mk, other=0.0).to(tl.float32)
     xq2 = tl.load(win_ptr + cqk * WIN + (L0 + 2), mask=mk, other=0.0).to(tl.float32)
-    xk0 = tl.load(wk_base + cqk * WIN + (L0 + 0), mask=mk, other=0.0).to(tl.float32)
-    xk1 = tl.load(wk_base + cqk * WIN + (L0 + 1), mask=mk, other=0.0).to(tl.float32)
-    xk2 = tl.load(wk_base + cqk * WIN + (L0 + 2), mask=mk, other=0.0).to(tl.float32)
-    xv0 = tl.load(wv_base + cv * WIN + (L0 + 0), mask=mv, other=0.0).to(tl.float32)
-    xv1 = tl.load(wv_base + cv * WIN + (L0 + 1), mask=mv, other=0.0).to(tl.float32)
-    xv2 = tl.load(wv_base + cv * WIN + (L0 + 2), mask=mv, other=0.0).to(tl.float32)
+    xk0 = tl.load(wk_base + ck * WIN + (L0 + 0), mask=mk, other=0.0).to(tl.float32)
+    xk1 = tl.load(wk_base + ck * WIN + (L0 + 1), mask=mk, other=0.0).to(tl.float32)
+    xk2 = tl.load(wk_base + ck * WIN + (L0 + 2), mask=mk, other=0.0).to(tl.float32)
+    xv0 = tl.load(wv_base + cvw * WIN + (L0 + 0), mask=mv, other=0.0).to(tl.float32)
+    xv1 = tl.load(wv_base + cvw * WIN + (L0 + 1), mask=mv, other=0.0).to(tl.float32)
+    xv2 = tl.load(wv_base + cvw * WIN + (L0 + 2), mask=mv, other=0.0).to(tl.float32)
     if STATE_VK:    # the state (and its stages) stored [H, V, K]: the same [K, BV] tile, read in place
         s_offs = h * K * V + offs_v[None, :] * K + offs_k[:, None]
     else:
@@ -246,8 +248,8 @@ def _kda_chain_kernel(
         # other than the one they entered with, and x*0 is what the body binds p* to, so an alias
         # left p* uncarried and the last token's shifted-out column never reached the store.
         pq = tl.load(win_ptr + cqk * WIN, mask=mk, other=0.0).to(tl.float32)
-        pk = tl.load(wk_base + cqk * WIN, mask=mk, other=0.0).to(tl.float32)
-        pv = tl.load(wv_base + cv * WIN, mask=mv, other=0.0).to(tl.float32)
+        pk = tl.load(wk_base + ck * WIN, mask=mk, other=0.0).to(tl.float32)
+        pv = tl.load(wv_base + cvw * WIN, mask=mv, other=0.0).to(tl.float32)
     else:
         pq, pk, pv = xq0, xk0, xv0    # unused: a 3-column cache keeps no shifted-out column
     nq, nk, nv, nf, nb = _token_inputs(q_ptr, k_ptr, v_ptr, f_ptr, b_ptr, stride_q, stride_k, stride_v, stride_f,
@@ -305,7 +307,7 @@ def _kda_chain_kernel(
 
     if STAGED == 0:
         tl.store(state_ptr + s_offs, S, mask=m2)
-        _store_window(wv_base, cv, pv, xv0, xv1, xv2, mv, WIN)
+        _store_window(wv_base, cvw, pv, xv0, xv1, xv2, mv, WIN)
         last = True
         if NVB * GROUP > 1:
             # Every thread's window loads were consumed by the chain; the barrier and the acq_rel
@@ -316,7 +318,7 @@ def _kda_chain_kernel(
             last = ticket == NVB * GROUP - 1
         if last:
             _store_window(win_ptr, cqk, pq, xq0, xq1, xq2, mk, WIN)
-            _store_window(wk_base, cqk, pk, xk0, xk1, xk2, mk, WIN)
+            _store_window(wk_base, ck, pk, xk0, xk1, xk2, mk, WIN)
             if NVB * GROUP > 1:
                 tl.atomic_xchg(ticket_ptr + h // GROUP, 0, sem="relaxed", scope="gpu")  # ready for the next call
 
