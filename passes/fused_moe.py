@@ -165,7 +165,7 @@ def _check_selection(graph: fx.Graph, scores: fx.Node, ids: fx.Node, weights: fx
     """Cut out (ids, weights) as a function of the scores (and a bias) and run it on random scores
     against the reference grouped top-k: (bias node or None, n_group, topk_group, zero_fill), or why
     not."""
-    from lingc.runtime.kernels.moe_router.naive import grouped_topk_reference
+    from lingc.runtime.kernels.moe_router.naive import grouped_keys, grouped_topk_reference
 
     T, E = scores.meta["val"].shape
     K = ids.meta["val"].shape[-1]
@@ -207,22 +207,11 @@ def _check_selection(graph: fx.Graph, scores: fx.Node, ids: fx.Node, weights: fx
         for g, tg in candidates:
             for zero_fill in (False, True):
                 if all(_same_routing(got, grouped_topk_reference(s.float(), b.float(), g, tg, K, scale, renorm,
-                                                                 zero_fill), _keys(s, b, g, tg, zero_fill), s,
+                                                                 zero_fill), grouped_keys(s, b, g, tg, zero_fill), s,
                                      renorm, scale)
                        for s, b, got in trials):
                     return bias, g, tg, zero_fill
     return "the expert selection is not the sigmoid grouped top-k (checked on random scores)"
-
-
-def _keys(s: torch.Tensor, b: torch.Tensor, n_group: int, topk_group: int, zero_fill: bool) -> torch.Tensor:
-    """The selection's keys [T, E]: the biased scores, the dropped groups' at -inf or 0.0."""
-    c = s.float() + b.float()
-    t, e = c.shape
-    groups = c.view(t, n_group, e // n_group)
-    top2 = groups.sort(dim=-1, descending=True, stable=True).values[..., :2].sum(-1)
-    keep = top2.sort(dim=-1, descending=True, stable=True).indices[:, :topk_group]
-    mask = torch.zeros(t, n_group, dtype=torch.bool, device=c.device).scatter_(1, keep, True)
-    return groups.masked_fill(~mask[..., None], 0.0 if zero_fill else float("-inf")).view(t, e) + 0.0
 
 
 def _same_routing(got, ref, keys=None, scores=None, renorm=False, scale=1.0) -> bool:

@@ -130,16 +130,24 @@ def drop_fresh_clones(g: fx.Graph) -> int:
     return count
 
 
+def _slice_args(n: fx.Node, first: int = 2) -> tuple | None:
+    """(dim, start, end, step) of a slice node whose args[first:] hold them (a slice_scatter's from
+    2, a slice's from 1), or None when they are not plain values."""
+    names = ("dim", "start", "end", "step")
+    defaults = {"dim": 0, "start": None, "end": None, "step": 1}
+    vals = dict(zip(names, n.args[first:]))
+    vals.update({k: v for k, v in n.kwargs.items() if k in names})
+    out = tuple(vals.get(k, defaults[k]) for k in names)
+    return None if any(isinstance(v, fx.Node) for v in out) else out
+
+
 def _slice_span(n: fx.Node, rank: int) -> tuple | None:
     """(dim, start, end) of a step-1 ``aten.slice.Tensor`` with plain arguments, normalised to its
     input's size; None otherwise."""
-    if not is_call(n, aten.slice.Tensor):
+    args = _slice_args(n, 1) if is_call(n, aten.slice.Tensor) else None
+    if args is None or args[3] not in (1, None):
         return None
-    args = list(n.args[1:]) + [None] * 4
-    dim, start, end, step = (n.kwargs.get(k, a) for k, a in zip(("dim", "start", "end", "step"), args))
-    dim, step = 0 if dim is None else dim, 1 if step is None else step
-    if any(isinstance(v, fx.Node) for v in (dim, start, end, step)) or step != 1:
-        return None
+    dim, start, end = 0 if args[0] is None else args[0], args[1], args[2]
     size = shape(n.args[0])[dim]
     start = 0 if start is None else (start + size if start < 0 else start)
     end = size if end is None else (end + size if end < 0 else end)
@@ -283,16 +291,6 @@ def _unsnapshot(v, written: set) -> object:
         return v
     a, b = val(src), val(v)
     return src if a.shape == b.shape and a.dtype == b.dtype else v
-
-
-def _slice_args(n: fx.Node) -> tuple | None:
-    """(dim, start, end, step) of a slice_scatter node, or None when they are not plain values."""
-    names = ("dim", "start", "end", "step")
-    defaults = {"dim": 0, "start": None, "end": None, "step": 1}
-    vals = dict(zip(names, n.args[2:]))
-    vals.update({k: v for k, v in n.kwargs.items() if k in names})
-    out = tuple(vals.get(k, defaults[k]) for k in names)
-    return None if any(isinstance(v, fx.Node) for v in out) else out
 
 
 def direct_epilogue_writes(g: fx.Graph) -> int:
@@ -509,6 +507,15 @@ def _replay(g: fx.Graph, src: fx.Node, chain: list[fx.Node]) -> fx.Node:
     for v in chain:
         y = emit(g, v.target, y, *v.args[1:], **v.kwargs)
     return y
+
+
+def _replay_or(g: fx.Graph, src: fx.Node, chain: list[fx.Node], fallback: fx.Node) -> fx.Node:
+    """The view chain replayed on src, or ``fallback`` where a view does not replay on src's
+    strides (emit's fake-tensor run refuses it; the nodes it made go dead)."""
+    try:
+        return _replay(g, src, chain)
+    except (RuntimeError, ValueError):
+        return fallback
 
 
 def absorbed_products(g: fx.Graph) -> tuple[int, int]:

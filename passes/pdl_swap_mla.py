@@ -59,7 +59,7 @@ from lingc.pass_manager import VIEW_OPS
 from lingc.sdpa import sdpa_call
 
 from . import mla_absorb
-from .pdl_glue import _replay
+from .pdl_glue import _replay_or
 from .pdl_swap_common import MAX_T, PROBE_TOL, below_lead, graph_input, unit_lead
 
 lingc_ops = torch.ops.lingc
@@ -256,10 +256,7 @@ class MlaCores:
                 raw = src.args[0]
             with g.inserting_before(o_lat):
                 if raw is not None:
-                    try:
-                        qr = _replay(g, raw, chain[::-1])
-                    except (RuntimeError, ValueError):
-                        pass                      # a view that does not replay on the raw strides
+                    qr = _replay_or(g, raw, chain[::-1], qr)
                 try:
                     ql = emit_token_major(g, q_lat[0], lat_at)
                     # No rope dims: a zero-width view of q_lat stands for q_rope (no kernel).

@@ -30,7 +30,7 @@ row's result does not depend on how many rows come with it (design.md).
 import torch
 import torch.nn.functional as F
 
-__all__ = ["router_logits", "grouped_topk_reference", "softmax_topk_reference", "moe_router_reference",
+__all__ = ["router_logits", "grouped_keys", "grouped_topk_reference", "softmax_topk_reference", "moe_router_reference",
            "rmsnorm_router_reference"]
 
 
@@ -41,6 +41,22 @@ def router_logits(x: torch.Tensor, gate_w: torch.Tensor) -> torch.Tensor:
     xf, wf = x.float(), gate_w.float()
     rows = [F.linear(xf[t : t + 1].clone(), wf) for t in range(xf.shape[0])]
     return torch.cat(rows) if rows else xf.new_empty(0, wf.shape[0])
+
+
+def grouped_keys(scores: torch.Tensor, expert_bias: torch.Tensor, n_group: int, topk_group: int,
+                 zero_fill: bool = False) -> torch.Tensor:
+    """The selection's keys [T, E] fp32: the biased scores c of the kept groups (the topk_group
+    best by top1 + top2 of c, lowest group first among ties), the dropped groups' -inf, or 0.0
+    with ``zero_fill``. + 0.0: a -0.0 key (sigmoid underflow plus a -0.0 bias) ranks equal to the
+    fill's +0.0."""
+    t, e = scores.shape
+    c = scores.float() + expert_bias.float()
+    groups = c.view(t, n_group, e // n_group)
+    top2 = torch.sort(groups, dim=-1, descending=True, stable=True).values[..., :2]
+    group_score = top2[..., 0] + top2[..., 1]                                       # [T, n_group]
+    keep = torch.sort(group_score, dim=-1, descending=True, stable=True).indices[:, :topk_group]
+    group_mask = torch.zeros(t, n_group, dtype=torch.bool, device=c.device).scatter_(1, keep, True)
+    return groups.masked_fill(~group_mask[..., None], 0.0 if zero_fill else float("-inf")).view(t, e) + 0.0
 
 
 def grouped_topk_reference(
@@ -59,17 +75,9 @@ def grouped_topk_reference(
     excluded (DeepSeek-V3's, Kimi's Hugging Face routers: ``masked_fill(~mask, 0.0)``), so when a
     kept expert's biased score is <= 0 a dropped one may be picked (its weight is its unbiased
     score, like any pick); equal keys go to the lowest index, as everywhere here."""
-    t, e = scores.shape
     s = scores.float()
-    c = s + expert_bias.float()
-    groups = c.view(t, n_group, e // n_group)
-    top2 = torch.sort(groups, dim=-1, descending=True, stable=True).values[..., :2]
-    group_score = top2[..., 0] + top2[..., 1]                                       # [T, n_group]
-    keep = torch.sort(group_score, dim=-1, descending=True, stable=True).indices[:, :topk_group]
-    group_mask = torch.zeros(t, n_group, dtype=torch.bool, device=c.device).scatter_(1, keep, True)
-    masked = groups.masked_fill(~group_mask[..., None], 0.0 if zero_fill else float("-inf")).view(t, e)
-    # + 0.0: a -0.0 key (sigmoid underflow plus a -0.0 bias) ranks equal to the fill's +0.0
-    ids = torch.sort(masked + 0.0, dim=-1, descending=True, stable=True).indices[:, :top_k]
+    keys = grouped_keys(s, expert_bias, n_group, topk_group, zero_fill)
+    ids = torch.sort(keys, dim=-1, descending=True, stable=True).indices[:, :top_k]
     w = s.gather(1, ids)
     if renormalize:
         w = w / w.sum(-1, keepdim=True)
