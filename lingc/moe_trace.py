@@ -17,6 +17,15 @@ the experts for the dense form (weights scattered or one-hot into [T, E]); the r
 a plain SwiGLU MLP of x (optionally times sigmoid(x @ w.T) with w [1, H]: a gated shared expert)
 is the whole block ("moe"). Each value carries its block, so two blocks
 never mix, and `fixed` pins an axis to one index (one slot of a per-slot loop).
+
+Transformers' grouped_mm experts sort the flattened (token, slot) pairs by expert (an ascending
+sort of the ids, kind perm), gather x's rows and the weights in that order (a pair axis
+('p', n, perm node): pairs in the sorted order of that one sort), project each run of rows by its
+expert with `torch._grouped_mm(rows, W.transpose(-2, -1), offs=ends)` and put the rows back with
+the inverse permutation (a sort of the perm, kind iperm) or add them by their sorted token index.
+A grouped product is a per-pair projection only if `ends` are the cumulative row counts of the
+block's experts: the trace records every `ends` node per block (`group_ends`) and fused_moe
+checks each on random ids before it rewrites the block.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ ELEMENTWISE = {aten.neg.default, aten.exp.default, aten.sigmoid.default, aten.si
                aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default, aten.minimum.default,
                aten.maximum.default, aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor,
                aten.reciprocal.default}
+SORTS = {aten.sort.default, aten.sort.stable, aten.argsort.default, aten.argsort.stable}
 
 
 def _size(a) -> int:
@@ -145,7 +155,9 @@ class V:
     the router weights, slot axis kept), routed (info: (Down, slots summed)), moe (info:
     (routed Down, shared Down)), onehot, onehot_w, dense_w ([T, E] router weights), tuple (split),
     glogit (x times a [1, H] weight, info: the weight; gprod: one token's terms of it, before
-    their sum) and gsig (its sigmoid: a shared expert's gate, as Qwen3-Next's shared_expert_gate)."""
+    their sum), gsig (its sigmoid: a shared expert's gate, as Qwen3-Next's shared_expert_gate),
+    perm (the pairs' order sorted by expert, info: (the pair atoms, the sort node)) and iperm (its
+    inverse, the same info)."""
     kind: str
     dims: tuple
     block: int | None = None
@@ -160,6 +172,8 @@ class MoETrace:
     def __init__(self, graph: fx.Graph, seeds: list[tuple[fx.Node, fx.Node, fx.Node]]):
         self.v: dict[fx.Node, V] = {}
         self.H, self.K = {}, {}
+        self.group_ends: dict[int, set[fx.Node]] = {}     # block -> the offs of its grouped products
+        self.perm_block: dict[fx.Node, int] = {}          # a pair sort -> the block whose ids it sorts
         for b, (x, ids, w) in enumerate(seeds):
             H, (T, K) = x.meta["val"].shape[-1], ids.meta["val"].shape
             self.H[b], self.K[b] = H, K
@@ -206,6 +220,10 @@ class MoETrace:
             return src.info[n.args[1]] if src is not None and src.kind == "tuple" else None
         if t in (aten.mm.default, aten.bmm.default):
             return self._contract(n)
+        if t is aten._grouped_mm.default:
+            return self._grouped(n)
+        if t in SORTS:
+            return self._sort(n)
         if t in (aten.index.Tensor, aten.index_select.default):
             return self._gather(n)
         if t is prims.iota.default:
@@ -334,6 +352,16 @@ class MoETrace:
                 return None
             index = indices[0]
         iv, wv = self.get(index), self.get(values)
+        if iv is not None and wv is not None and iv.kind == "tidx" and wv.kind == "weighted" and not wv.fixed \
+                and iv.dims[0] and iv.dims[0][0][0] == "p":       # added by the sorted pairs' token index
+            zeros = is_call(base, aten.full.default) and scalar(base.args[1]) == 0
+            b, p = wv.block, iv.dims[0][0]
+            slots = [a for a in iv.info if a[0] != "t"]
+            if not zeros or len(iv.dims) != 1 or wv.dims[0] != (p,) or wv.info[1] != p \
+                    or slots not in ([("k", self.K[b])], [("*", self.K[b])]):
+                return None
+            dims = _regroup([a for a in iv.info if a[0] == "t"] + list(atoms(wv.dims[1:])), base.meta["val"].shape)
+            return None if dims is None else V("routed", dims, b, frozenset(), (wv.info[0], frozenset(range(self.K[b]))))
         if iv is None or wv is None or iv.kind != "tidx" or wv.kind != "weighted" or wv.fixed \
                 or len(iv.dims) != 1 or not wv.dims or wv.info[1][0] != "k":
             return None
@@ -362,6 +390,13 @@ class MoETrace:
         else:
             src_node, dim, idx = n.args
         src, iv = self.get(src_node), self.get(idx)
+        if src is not None and iv is not None and iv.kind in ("perm", "iperm") and dim == 0 and src.dims:
+            return self._reorder(src, iv)
+        if src is not None and iv is not None and src.kind == "x" and iv.kind == "tidx" and dim == 0 and src.dims \
+                and iv.dims[0] and iv.dims[0][0][0] == "p":          # x[token_index[perm]]: x over sorted pairs
+            ok = self.perm_block.get(iv.dims[0][0][2]) == src.block \
+                and src.dims[0] == tuple(a for a in iv.info if a[0] == "t")
+            return replace(src, dims=iv.dims + src.dims[1:]) if ok else None
         if src is not None and iv is not None and src.kind == "x" and iv.kind == "tidx" and dim == 0 \
                 and src.dims and len(iv.dims[0]) >= 1 and src.dims[0] == tuple(a for a in iv.dims[0] if a[0] == "t"):
             return replace(src, dims=iv.dims + src.dims[1:])      # x[arange(T) per pair]: x over the pairs
@@ -370,6 +405,72 @@ class MoETrace:
         if len(src.dims[0]) != 1 or src.dims[0][0][0] != "e":
             return None
         return V("gw", iv.dims + src.dims[1:], iv.block, iv.fixed)
+
+    def _sort(self, n: fx.Node) -> V | None:
+        """An ascending sort (or argsort) of the flattened ids: the pairs' order by expert (perm);
+        of such a perm: its inverse (iperm). Any sort that puts each expert's pairs together
+        serves (stable or not): the rows are only ever gathered and put back by the same one."""
+        src = self.get(n.args[0])
+        if src is None or src.fixed or src.kind not in ("ids", "perm") or len(src.dims) != 1 or not src.dims[0]:
+            return None
+        opts = dict(zip(("dim", "descending"), n.args[1:])) if n.target in (aten.sort.default,
+                                                                               aten.argsort.default) else {}
+        opts.update(n.kwargs)
+        if opts.get("dim", -1) not in (0, -1) or opts.get("descending", False):
+            return None
+        if src.kind == "ids":
+            self.perm_block[n] = src.block
+            out = V("perm", src.dims, src.block, info=(src.dims[0], n))
+        else:
+            out = V("iperm", src.dims, src.block, info=src.info)
+        if n.target in (aten.argsort.default, aten.argsort.stable):
+            return out
+        return V("tuple", (), src.block, info=[None, out])
+
+    def _reorder(self, src: V, iv: V) -> V | None:
+        """A pair-axis value's rows in one sort's order (gathered by its perm: the pair dim becomes
+        ('p', n, sort)) or back in (token, slot) order (gathered by that sort's iperm)."""
+        pair, sort = iv.info
+        p = ("p", _dsize(pair), sort)
+        if src.fixed or src.kind == "tuple":
+            return None
+        if iv.kind == "perm":
+            if src.kind not in ("x", "w", "tidx") or _unify(src.dims[0], pair) is None:
+                return None
+            if src.kind == "tidx":               # keeps its (token, slot) atoms to gather x by later
+                return V("tidx", ((p,),) + src.dims[1:], None, info=src.dims[0])
+            return replace(src, dims=((p,),) + src.dims[1:]) if src.block == iv.block else None
+        if src.dims[0] != (p,):
+            return None
+        info = src.info
+        if src.kind == "weighted":
+            k = ("k", self.K[src.block])
+            if k not in pair:
+                return None
+            info = (src.info[0], k)
+        return replace(src, dims=(pair,) + src.dims[1:], info=info)
+
+    def _grouped(self, n: fx.Node) -> V | None:
+        """torch._grouped_mm(rows [N, c], W [E, c, n], offs): each run of rows times its expert's
+        weight. With the rows in one sort's pair order and W a 3-D weight used whole, this is the
+        per-pair projection (or down projection) by the selected experts, provided offs are the
+        cumulative row counts of the block's experts: recorded in group_ends for fused_moe's check."""
+        args = list(n.args) + [None] * (5 - len(n.args))
+        offs, bias, out_dtype = (n.kwargs.get(k, args[i]) for i, k in ((2, "offs"), (3, "bias"), (4, "out_dtype")))
+        a, b = self.get(n.args[0]), self.get(n.args[1])
+        if offs is None or bias is not None or out_dtype not in (None, n.args[0].meta["val"].dtype) \
+                or a is None or b is None or b.kind != "param" or len(a.dims) != 2 or len(b.dims) != 3:
+            return None
+        if len(a.dims[0]) != 1 or a.dims[0][0][0] != "p" or self.perm_block.get(a.dims[0][0][2]) != a.block \
+                or len(b.dims[0]) != 1 or b.dims[0][0][0] != "e" or len(a.dims[1]) != 1 or len(b.dims[1]) != 1:
+            return None
+        gw = V("gw", (a.dims[0],) + b.dims[1:], a.block, a.fixed)
+        made = self._product(a, a.dims[1][0], gw, b.dims[1][0])
+        if made is None or made[0] not in ("proj", "down"):
+            return None
+        kind, info, relabel, block = made
+        self.group_ends.setdefault(block, set()).add(offs)
+        return V(kind, (a.dims[0], tuple(relabel.get(x, x) for x in b.dims[2])), block, a.fixed, info)
 
     def _contract(self, n: fx.Node) -> V | None:
         a, b = self.get(n.args[0]), self.get(n.args[1])
@@ -445,8 +546,8 @@ class MoETrace:
             keep = len(n.args) > 2 and n.args[2]
             return V("glogit", ((),) if keep else (), src.block, src.fixed, src.info)
         if src is None or src.kind not in ("weighted", "onehot_w") or not isinstance(n.args[1], (list, tuple)) \
-                or len(n.args[1]) != 1:
-            return None
+                or len(n.args[1]) != 1 or (src.kind == "weighted" and src.info[1][0] == "p"):
+            return None                          # (a sum over sorted pairs would mix the tokens)
         dim = n.args[1][0] % len(src.dims)
         keep = len(n.args) > 2 and n.args[2]
         label = ("k", self.K[src.block])
@@ -538,6 +639,9 @@ class MoETrace:
         if a.kind == "down" and b.kind == "w" and a.info.act.gate.mode == "ids":
             if "k" in labels and all("k" in {x[0] for x in atoms(v.dims)} for v in (a, b)):
                 return V("weighted", dims, block, fixed, (a.info, ("k", self.K[block])))
+            p = [x for x in atoms(dims) if x[0] == "p"]
+            if len(p) == 1 and all(p[0] in atoms(v.dims) for v in (a, b)):      # both in one sort's order
+                return V("weighted", dims, block, fixed, (a.info, p[0]))
             slot = dict(a.fixed).get("k")
             if self.K[block] == 1 or (slot is not None and dict(b.fixed).get("k") == slot):
                 rest = frozenset(f for f in fixed if f[0] != "k")

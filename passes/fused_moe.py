@@ -34,7 +34,10 @@ Matched on the ATen graph by what it computes, never by module names:
   selects added in order, a weighted `sum`, a contraction over k (einsum), an `index_add_` of
   the flattened (token, slot) pairs into zeros by a token index (`arange(T)` expanded over the
   slots, which also gathers x's rows: Transformers' batched_mm experts), or the dense form (all
-  experts, combined by a one-hot or `scatter` of the weights). A SwiGLU MLP of x with 2-D
+  experts, combined by a one-hot or `scatter` of the weights), and Transformers' grouped_mm experts
+  (the pairs sorted by expert, `torch._grouped_mm` over the sorted rows with offsets that are
+  checked on random ids to be the experts' cumulative row counts, the rows put back by the
+  inverse permutation or added by their sorted token index). A SwiGLU MLP of x with 2-D
   weights added to the sum is the shared expert, also behind a sigmoid gate of x (times
   sigmoid(x @ Wsg.T), Wsg [1, H]: Qwen3-Next's shared_expert_gate), which the op then computes in
   its combine. The node that yields the block's output is
@@ -212,6 +215,34 @@ def _check_selection(graph: fx.Graph, scores: fx.Node, ids: fx.Node, weights: fx
                        for s, b, got in trials):
                     return bias, g, tg, zero_fill
     return "the expert selection is not the sigmoid grouped top-k (checked on random scores)"
+
+
+def _check_group_ends(graph: fx.Graph, ids: fx.Node, ends: fx.Node, E: int) -> str | None:
+    """None when ``ends`` (a grouped_mm's offs) computed from the block's ids alone equals the
+    cumulative row counts of the E experts, checked on random ids (many pairs on one expert, the
+    first and last expert taken); else why not."""
+    why = "the grouped_mm offsets are not the cumulative row counts of the selected experts (checked on random ids)"
+    cut = _cut(graph, ids, [ends])
+    if isinstance(cut, str) or cut[1] or ends.meta["val"].shape != (E,):
+        return why
+    fn = _cut_module(graph, [ids], cut[0], [ends])
+    iv = ids.meta["val"]
+    with real_tensor_mode(), torch.no_grad():
+        gen = torch.Generator().manual_seed(0)
+        for trial in range(3):
+            r = torch.randint(0, E, tuple(iv.shape), generator=gen)
+            if trial == 1:
+                r[..., :] = r.flatten()[0]
+            elif trial == 2:
+                r.view(-1)[0], r.view(-1)[-1] = 0, E - 1
+            try:
+                got = fn(r.to(iv.device, iv.dtype))[0]
+            except RuntimeError:
+                return why
+            want = torch.cumsum(torch.bincount(r.flatten(), minlength=E), 0)
+            if got.shape != want.shape or not torch.equal(got.cpu().long(), want):
+                return why
+    return None
 
 
 def _same_routing(got, ref, keys=None, scores=None, renorm=False, scale=1.0) -> bool:
@@ -442,6 +473,9 @@ class FusedMoE(LingcPass):
         if why is None and any(p.meta["val"].dtype != x.meta["val"].dtype
                                for d in mlps for p in (d.act.gate.param, d.act.up.param, d.param, *gate_w)):
             why = "expert weights and x have different dtypes"
+        E = routed.param.meta["val"].shape[0]
+        for ends in sorted(trace.group_ends.get(b, ()), key=lambda n: n.name):
+            why = why or _check_group_ends(graph, ids, ends, E)
         if why:
             return why
         with graph.inserting_before(final):

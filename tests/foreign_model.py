@@ -388,25 +388,43 @@ class Qwen3NextStyleMoE(nn.Module):
     """Qwen3-Next's sparse MoE block as Transformers writes it: a softmax router over all experts
     (its logits in fp32, as every router of this file), the top-k probabilities renormalised
     (norm_topk_prob), the experts gathered from a stacked w13, and the shared expert behind a
-    sigmoid gate, `shared_expert_gate` (a Linear(H, 1) without bias)."""
+    sigmoid gate, `shared_expert_gate` (a Linear(H, 1) without bias). ``grouped_mm``: the experts
+    as Transformers' grouped_mm experts backend runs them (bf16 only under torch.compile): the
+    (token, slot) pairs sorted by expert, torch._grouped_mm over the sorted rows with offsets from
+    a histc, the rows put back and index_add_-ed into zeros."""
 
-    def __init__(self, g: torch.Generator):
+    def __init__(self, g: torch.Generator, grouped_mm: bool = False):
         super().__init__()
         self.router = _w(g, E, HID, scale=4.0)
         self.w13 = _w(g, E, 2 * INTER, HID)
         self.w2 = _w(g, E, HID, INTER)
         self.shared = SharedExpert()
         self.shared_expert_gate = nn.Linear(HID, 1, bias=False)
+        self.grouped_mm = grouped_mm
 
     def forward(self, x):
         probs = F.softmax(F.linear(x.float(), self.router.float()), dim=-1)
         w, ids = torch.topk(probs, TOPK, dim=-1)
         w = (w / w.sum(-1, keepdim=True)).to(x.dtype)
+        shared = F.sigmoid(self.shared_expert_gate(x)) * self.shared(x)
+        if self.grouped_mm:
+            return self.grouped_experts(x, ids, w) + shared
         gu = torch.einsum("th,tkih->tki", x, self.w13[ids])                  # [T, TOPK, 2I]
         h = F.silu(gu[..., :INTER]) * gu[..., INTER:]
         y = torch.einsum("tki,tkhi->tkh", h, self.w2[ids])
-        shared = F.sigmoid(self.shared_expert_gate(x)) * self.shared(x)
         return (y * w[..., None]).sum(1) + shared
+
+    def grouped_experts(self, x, ids, w):
+        pair_expert = ids.reshape(-1)
+        pair_token = torch.arange(x.shape[0], device=x.device).unsqueeze(1).expand(-1, TOPK).reshape(-1)
+        perm = torch.argsort(pair_expert, stable=True)
+        counts = torch.histc(pair_expert[perm].float(), bins=E, min=0, max=E - 1)
+        ends = torch.cumsum(counts, dim=0, dtype=torch.int32)
+        gu = torch._grouped_mm(x[pair_token][perm], self.w13.transpose(-2, -1), offs=ends)
+        g, u = gu.chunk(2, dim=-1)
+        y = torch._grouped_mm(F.silu(g) * u, self.w2.transpose(-2, -1), offs=ends)
+        y = (y * w.reshape(-1)[perm].unsqueeze(-1))[torch.argsort(perm, stable=True)]
+        return torch.zeros_like(x).index_add_(0, pair_token, y.to(x.dtype))
 
 
 class KimiStyleModel(nn.Module):
@@ -414,7 +432,7 @@ class KimiStyleModel(nn.Module):
     -> logits [T, VOCAB]; the KDA states / windows and the MLA caches are written in place."""
 
     def __init__(self, seed: int = 0, textbook_mla: bool = False, gdn: bool | str = False,
-                 kimi_linear: bool = False):
+                 kimi_linear: bool = False, grouped_mm: bool = False):
         super().__init__()
         g = torch.Generator().manual_seed(seed)
         self.embed = nn.Embedding(VOCAB, HID)
@@ -427,10 +445,15 @@ class KimiStyleModel(nn.Module):
                   "qwen3.5": lambda g: Qwen3NextStyleGDN(g, fused_qkvz=False, width=3)}[gdn]
         # kimi_linear: Kimi Linear's MLA (rope dims never rotated) and MoE gate (grouped, 0-filled).
         self.attn = nn.ModuleList([linear(g), linear(g), KimiStyleMLA(g, textbook_mla, rotate=not kimi_linear)])
-        # Qwen3-Next's forms take its MoE block too (softmax router, gated shared expert).
-        moe = Qwen3NextStyleMoE if gdn in ("qwen3-next", "qwen3.5") else KimiLinearStyleMoE if kimi_linear \
-            else KimiStyleMoE
-        self.moe = nn.ModuleList([moe(g) for _ in range(3)])
+        # Qwen3-Next's forms take its MoE block too (softmax router, gated shared expert), its
+        # experts as Transformers' grouped_mm backend runs them with grouped_mm (bf16 only).
+        if gdn in ("qwen3-next", "qwen3.5"):
+            self.moe = nn.ModuleList([Qwen3NextStyleMoE(g, grouped_mm) for _ in range(3)])
+        elif grouped_mm:
+            raise ValueError("grouped_mm experts are written for gdn='qwen3-next' or 'qwen3.5' only")
+        else:
+            moe = KimiLinearStyleMoE if kimi_linear else KimiStyleMoE
+            self.moe = nn.ModuleList([moe(g) for _ in range(3)])
         self.norms = nn.ModuleList([nn.RMSNorm(HID, eps=EPS) for _ in range(7)])
         self.lm_head = nn.Linear(HID, VOCAB, bias=False)
         torch.manual_seed(seed)

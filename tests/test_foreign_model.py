@@ -326,12 +326,14 @@ def test_rebound_states_are_not_written_back_in_a_verify_graph():
     torch.testing.assert_close(states[0], ref_states[0], rtol=1e-5, atol=1e-5)
 
 
-def test_bf16_qwen3_next_model(tmp_path):
+@pytest.mark.parametrize("grouped_mm", [False, True], ids=["einsum-experts", "grouped_mm-experts"])
+def test_bf16_qwen3_next_model(grouped_mm, tmp_path):
     """Qwen3-Next's layer in bfloat16 (the fused convolution's cache in bf16, its taps read as
     fp32 by the kernel as by the model): the same kernels as in fp32; its gated norm, Hugging
     Face's Qwen3NextRMSNormGated, on gated_head_rmsnorm's gate_fp32 form (the Llama-form norm
-    rounded, its product with the fp32 silu rounded once)."""
-    m = KimiStyleModel(gdn="qwen3-next").to(torch.bfloat16)
+    rounded, its product with the fp32 silu rounded once). With its experts as Transformers'
+    grouped_mm backend runs them (sorted pairs, torch._grouped_mm): the same kernels."""
+    m = KimiStyleModel(gdn="qwen3-next", grouped_mm=grouped_mm).to(torch.bfloat16)
     ids, pos = torch.tensor([5, 17, 40]), torch.arange(10, 13)
     groups = list(KimiStyleModel.fresh_state(9, dtype=torch.bfloat16, fused_conv=4))
     out, ref, report, ref_groups = _eager_then_lingc(m, ids, pos, groups, dump_dir=str(tmp_path))
@@ -553,12 +555,14 @@ def test_gpu_batched_decode_step(T):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype, grouped_mm", [(torch.float32, False), (torch.bfloat16, False),
+                                               (torch.bfloat16, True)])
 @pytest.mark.parametrize("T", [1, 6])
-def test_gpu_qwen3_next_decode_step(T, dtype):
+def test_gpu_qwen3_next_decode_step(T, dtype, grouped_mm):
     """Qwen3-Next's layer on CUDA: kda_chain's grouped-head binary reading the fused convolution's
-    cache (one q/k head for two value heads), every kernel lingc's, against eager on the GPU."""
-    m = KimiStyleModel(gdn="qwen3-next").to(device="cuda", dtype=dtype)
+    cache (one q/k head for two value heads), every kernel lingc's, against eager on the GPU (in
+    bf16 also with the experts as Transformers' grouped_mm backend runs them)."""
+    m = KimiStyleModel(gdn="qwen3-next", grouped_mm=grouped_mm).to(device="cuda", dtype=dtype)
     ids, pos = torch.arange(11, 11 + T, device="cuda"), torch.arange(10, 10 + T, device="cuda")
     groups = [[t.cuda() for t in g] for g in KimiStyleModel.fresh_state(8, dtype=dtype, fused_conv=4)]
     out, ref, report, ref_groups = _eager_then_lingc(m, ids, pos, groups)

@@ -212,6 +212,48 @@ class PairIndexIntoX(PairIndexMoE):
         return x.clone().index_add_(0, pair_token, y * w.reshape(-1, 1)) - x
 
 
+GI = 16      # torch._grouped_mm's bf16 operands need 16-byte rows: I a multiple of 8
+
+
+class GroupedMmMoE(PairIndexMoE):
+    """Transformers' grouped_mm experts form (bf16: torch.compile's grouped_mm takes no other):
+    the pairs sorted by expert (argsort), x's rows and the weights gathered in that order, the
+    offsets a cumsum of the sorted ids' histc, torch._grouped_mm up and down, the rows put back by
+    the inverse permutation and index_add_-ed into zeros. Variants: ``sorted_index`` adds the
+    sorted rows by their sorted token index (no inverse), x gathered by it; ``ends="onehot"``
+    counts the rows with a one-hot; ``ends="rolled"`` shifts the counts by one expert (wrong
+    groups: not the experts' projection); ``descending`` sorts the experts the other way (the
+    offsets then no longer describe the rows)."""
+
+    def __init__(self, sorted_index=False, ends="histc", descending=False):
+        super().__init__()
+        self.gate_up, self.down = _p(E, 2 * GI, H, seed=15), _p(E, H, GI, seed=16)
+        self.sorted_index, self.ends, self.descending = sorted_index, ends, descending
+        self.to(torch.bfloat16)
+
+    def experts(self, x, ids, w):
+        T, k = x.shape[0], ids.shape[-1]
+        pair_expert = ids.reshape(-1)
+        pair_token = torch.arange(T, device=x.device).unsqueeze(1).expand(-1, k).reshape(-1)
+        perm = torch.argsort(pair_expert, stable=True, descending=self.descending)
+        if self.ends == "onehot":
+            counts = F.one_hot(pair_expert, E).sum(0)
+        else:
+            counts = torch.histc(pair_expert[perm].float(), bins=E, min=0, max=E - 1)
+            if self.ends == "rolled":
+                counts = counts.roll(1)
+        ends = torch.cumsum(counts, dim=0, dtype=torch.int32)
+        rows = x[pair_token[perm]] if self.sorted_index else x[pair_token][perm]
+        gu = torch._grouped_mm(rows, self.gate_up.transpose(-2, -1), offs=ends)
+        g, u = gu.chunk(2, dim=-1)
+        y = torch._grouped_mm(F.silu(g) * u, self.down.transpose(-2, -1), offs=ends)
+        y = y * w.reshape(-1)[perm].unsqueeze(-1)
+        if self.sorted_index:
+            return torch.zeros_like(x).index_add_(0, pair_token[perm], y.to(x.dtype))
+        inverse = torch.argsort(perm, stable=True)
+        return torch.zeros_like(x).index_add_(0, pair_token, y[inverse].to(x.dtype))
+
+
 class TransposedExperts(EinsumMoE):
     """Gate/up stored [E, H, I]: moe_experts would need a copy, so the experts are left alone."""
 
@@ -262,6 +304,9 @@ MATCHED = [
      ["1 routers, 1 expert blocks (1 with shared expert)"]),
     (EinsumMoE(ForeignRouter(fill=0.0)), 4, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
     (_with_router(PairIndexMoE(), ForeignRouter(fill=0.0, fp32=True)), 1, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
+    (GroupedMmMoE(), 1, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
+    (GroupedMmMoE(), 5, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
+    (GroupedMmMoE(sorted_index=True, ends="onehot"), 4, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
 ]
 UNMATCHED = [
     (TransposedExperts(), 1, "experts left as ATen ops: expert gate/up weights are not stored [E, I, H]"),
@@ -293,7 +338,8 @@ def test_foreign_formulations(module, T, matches, notes):
     assert (s.matches, s.notes) == (matches, notes)
     rows = _rows(report)
     assert rows["lingc.moe_router"] == rows["lingc.moe_experts"] == 1
-    for gone in ("aten.topk", "aten.bmm", "aten.index", "aten.index_select", "aten.sigmoid"):
+    for gone in ("aten.topk", "aten.bmm", "aten.index", "aten.index_select", "aten.sigmoid", "aten._grouped_mm",
+                 "aten.sort", "aten.histc"):
         assert rows[gone] == 0, gone
     assert s.ops_after < s.ops_before and rows["lingc.swiglu_gemm_separate"] == 0   # shared expert is ours
     if x.dtype == torch.float32:
@@ -317,6 +363,43 @@ def test_unmatched_parts_are_left_with_a_note(module, matches, note):
     assert rows["lingc.moe_router"] == (1 if "router left" not in note else 0)
     assert rows["lingc.moe_experts"] == (1 if "experts left" not in note else 0)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("module, note", [
+    (GroupedMmMoE(ends="rolled"), "experts left as ATen ops: the grouped_mm offsets are not the cumulative row "
+                                  "counts of the selected experts (checked on random ids)"),
+    (GroupedMmMoE(descending=True), "experts left as ATen ops: no projection of x by the selected experts' weights"),
+], ids=["rolled-ends", "descending"])
+def test_grouped_mm_experts_that_are_not_the_experts_projection_are_left(module, note):
+    """Offsets that do not follow the sorted experts, or a sort the offsets do not describe, run
+    some other computation: the router is still rewritten, the experts stay as they are."""
+    x = _x(4, torch.bfloat16)
+    with torch.no_grad():
+        ref = module(x)
+    out, report = run_and_report(module, x)
+    s = stat(report, "fused_moe")
+    assert s.matches == 1 and any(note in n for n in s.notes), s.notes
+    rows = _rows(report)
+    assert (rows["lingc.moe_router"], rows["lingc.moe_experts"], rows["aten._grouped_mm"]) == (1, 0, 2)
+    off, _ = run_and_report(module, x, disable_passes=["fused_moe"])
+    assert_close(out, ref, 1e-2)
+    assert_close(out, off, 1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("T", [1, 6])
+def test_gpu_grouped_mm_experts(T):
+    """Transformers' grouped_mm form on the GPU (where torch._grouped_mm runs its sm_90 kernel in
+    eager): the compiled block on lingc's two MoE ops equals eager within bf16's declared rounding."""
+    module = GroupedMmMoE().cuda()
+    x = _x(T, torch.bfloat16).cuda()
+    with torch.no_grad():
+        ref = module(x)
+    out, report = run_and_report(module, x)
+    rows = _rows(report)
+    assert (rows["lingc.moe_router"], rows["lingc.moe_experts"], rows["aten._grouped_mm"]) == (1, 1, 0)
+    assert_close(out, ref, 1e-2)
 
 
 class GatedSharedMoE(EinsumMoE):
