@@ -31,10 +31,11 @@ layout [K, V] or [V, K], the gate's lower bound among the region's constants or 
 softplus gate). A state stored [V, K] is read and written in place in that layout (the op's
 state_vk; in a verify graph its stages too). A state [1, H, K, V] and a window [1, 3, D, 3] (a Hugging Face batch
 dim of 1) are the [H, K, V] state and [3, D, 3] window below it. V may differ from K
-(flash-linear-attention's expand_v) under a fused convolution's window: the state's two dims are
-read as K and V, or as V and K (stored transposed), whichever fits the window, q/k and v taking
-their own widths. Three conv caches (flash-linear-attention's layers: q, k and v convolved into
-caches of their own, [H*K, 3 or 4] each) are one window of three parts: the state reads the k and
+(flash-linear-attention's expand_v) under a fused convolution's window or three caches: the
+state's two dims are read as K and V, or as V and K (stored transposed), whichever fits the
+window(s), q/k and v taking their own widths. Three conv caches (flash-linear-attention's layers:
+q, k and v convolved into caches of their own, [H*K, 3 or 4] for q and k, [H*V, 3 or 4] for v)
+are one window of three parts: the state reads the k and
 v caches, q's is the free cache its read-out meets first; each pairs with the projection it is
 concatenated with, and kda_chain reads and writes them in place (k_window / v_window). The best candidate within the
 probe's tolerance is kept, not the first (a bf16 region's tolerance is loose).
@@ -77,12 +78,12 @@ def _windows(win: dict) -> list[dict]:
     return win.get("split", [win])
 
 
-def _gate_inputs(leaves, skip, T, H, D):
+def _gate_inputs(leaves, skip, T, H, D, DV=None):
     """The region's inputs besides ``skip`` (state, window, the fused form's q/k/v): the [T, H*K]
-    and [T, H] projections, the parameters and, among them, the [H] and [H*K] ones."""
+    (and [T, H*V]) and [T, H] projections, the parameters and, among them, the [H] and [H*K] ones."""
     proj = [n for n in leaves if not graph_input(n) and n not in skip]
     params = [n for n in leaves if graph_input(n) and n not in skip]
-    return ([n for n in proj if shape(n) == (T, D)], [n for n in proj if shape(n) == (T, H)], params,
+    return ([n for n in proj if shape(n) in ((T, D), (T, DV or D))], [n for n in proj if shape(n) == (T, H)], params,
             [p for p in params if shape(p) == (H,)], [p for p in params if shape(p) == (D,)])
 
 
@@ -311,10 +312,15 @@ class KdaCores:
             return "state and window written differently"
         H, d1, d2 = shape(st["value"])[-3:]
         fused = win["rank"] == 2
-        if win["rank"] == "split" and d1 != d2:
-            return f"state {shape(st['value'])} has K != V: three separate caches are taken with K == V"
         if d1 == d2:
             heads = [(d1, d1, None)]          # K == V: the probe tells a [V, K] state from [K, V]
+        elif win["rank"] == "split":
+            # K != V (expand_v) over three caches: q's and k's [H*K, .], v's [H*V, .].
+            rows = sorted(shape(w["value"])[-2] for w in win["split"])
+            heads = [(k, v, tr) for k, v, tr in ((d1, d2, False), (d2, d1, True)) if rows == sorted([H * k, H * k, H * v])]
+            if not heads:
+                return (f"three conv caches {[shape(w['value']) for w in win['split']]} are not two [H*K, .] and "
+                        f"one [H*V, .] for state {shape(st['value'])}")
         elif not fused:
             return f"state {shape(st['value'])} has K != V: the stacked [3, H*K, 3] window needs K == V"
         else:
@@ -338,9 +344,11 @@ class KdaCores:
         K == V, for the probe to tell)."""
         D, DV = H * K, H * V
         split = win["rank"] == "split"
-        if split and any(shape(w["value"])[-2:] != shape(win["value"])[-2:] or shape(w["value"])[-2] != D
-                         or shape(w["value"])[-1] not in (3, 4) for w in win["split"]):
-            return f"three conv caches {[shape(w['value']) for w in win['split']]} are not each [H*K, 3 or 4]"
+        if split and (sorted(shape(w["value"])[-2] for w in win["split"]) != sorted([D, D, DV])
+                      or any(shape(w["value"])[-1] != shape(win["value"])[-1] or shape(w["value"])[-1] not in (3, 4)
+                             for w in win["split"])):
+            return (f"three conv caches {[shape(w['value']) for w in win['split']]} are not [H*K, 3 or 4] "
+                    f"(q, k) and [H*V, 3 or 4] (v)")
         if not fused and not split and shape(win["value"])[-2:] != (D, 3):
             return f"conv window {shape(win['value'])} is not [3, H*K, 3]"
         # A fused convolution's [C, 3 or 4] window holds the q, k (HK heads each) and v channels:
@@ -359,7 +367,8 @@ class KdaCores:
             raw_t = [numel(n) // D for n in leaves if not graph_input(n) and numel(n) % D == 0]
             if not raw_t:
                 return "projection inputs not found"
-            T, mixed = max(raw_t), None
+            # The most common (q, k and the gate: T; a V = 2K value projection reads as 2T).
+            T, mixed = max(set(raw_t), key=lambda t: (raw_t.count(t), t)), None
         if st["staged"] and shape(st["value"])[0] != T:
             return "staged over a different chain length"
         if T > MAX_T:
@@ -473,8 +482,8 @@ class KdaCores:
         D = H * K
         if mixed is not None:
             return self._fused_conv_roles(leaves, state_ph, win_phs[0], T, H, K, V, mixed, C)
-        raws, braw, params, a_log, dt_bias = _gate_inputs(leaves, {state_ph, *win_phs}, T, H, D)
-        conv = [p for p in params if numel(p) == 4 * D and shape(p)[0] == D]
+        raws, braw, params, a_log, dt_bias = _gate_inputs(leaves, {state_ph, *win_phs}, T, H, D, H * V)
+        conv = [p for p in params if shape(p)[0] in (D, H * V) and numel(p) == 4 * shape(p)[0]]
         # KDA: a gate per channel (f [T, H*K], dt_bias [H*K]); Gated DeltaNet: one per head (f and
         # b both [T, H], A_log and dt_bias both [H]: which is which, the probe decides).
         kda = len(raws) == 4 and len(braw) == 1 and len(a_log) == 1 and len(dt_bias) == 1
@@ -597,8 +606,9 @@ class KdaCores:
                 conv_w = list(x[roles["conv"]].reshape(roles["C"], 4).float().split(blocks))
                 raw = (x[qkv[0]].reshape(T, -1).split(blocks, -1) if len(qkv) == 1
                        else [x[n].reshape(T, -1) for n in qkv])
-            else:
-                conv_w = torch.stack([x[roles["pair"][r]].reshape(H * K, 4).float() for r in qkv])
+            else:              # (V != K: v's taps are [H*V, 4], so a list rather than a stack)
+                conv_w = [x[roles["pair"][r]].reshape(-1, 4).float() for r in qkv]
+                conv_w = torch.stack(conv_w) if K == V else conv_w
                 raw = [x[n].reshape(T, -1) for n in qkv]
             s0 = state_in.transpose(-1, -2) if transposed else state_in
             (f, b), (a_log, dt_bias) = roles["fb"][fb], roles["ad"][ad]
@@ -695,8 +705,8 @@ class KdaCores:
             else:
                 window = slot_view(win)
             wshape = list(shape(window))
-            if extra:                  # the stages stay one flat block of the three
-                wshape[0] *= 3
+            if extra:                  # the stages stay one flat block of the three (q, k, v rows)
+                wshape[0] = 2 * wshape[0] + H * V
             if m["fused"]:     # q, k, v: the convolution's channel blocks (its input's, its weight's rows)
                 C = wshape[0]
                 dqk = (C - H * V) // 2
@@ -709,9 +719,10 @@ class KdaCores:
                             for n, (a, b) in zip(m["qkv"], cuts)]
                 cw = emit(g, aten.reshape.default, m["conv"][0], [C, 4])
                 conv_w = [emit(g, aten.slice.Tensor, cw, 0, a, b) for a, b in cuts]   # row blocks, in place
-            else:
-                args = [emit(g, aten.reshape.default, n, [T, D]) if shape(n) != (T, D) else n for n in m["qkv"]]
-                conv_w = [emit(g, aten.reshape.default, c, [D, 4]) for c in m["conv"]]   # read in place
+            else:              # q, k: H*K channels; v: H*V
+                args = [emit(g, aten.reshape.default, n, [T, c]) if shape(n) != (T, c) else n
+                        for n, c in zip(m["qkv"], (D, D, H * V))]
+                conv_w = [emit(g, aten.reshape.default, c, [n, 4]) for c, n in zip(m["conv"], (D, D, H * V))]
             fw = D if numel(m["f"]) == T * D else H                       # a gate per channel, or per head
             f = m["f"] if shape(m["f"]) == (T, fw) else emit(g, aten.reshape.default, m["f"], [T, fw])
             stages = (None, None)

@@ -68,8 +68,9 @@ class KimiStyleKDA(nn.Module):
 
     def recur(self, x, state, acts):
         """The chain after the convolutions: norms, gate, the delta rule, the gated output norm."""
-        T, D = x.shape[0], KH * KD
-        q, k, v = (a.reshape(T, KH, KD) for a in acts)
+        T = x.shape[0]
+        q, k = (a.reshape(T, KH, KD) for a in acts[:2])
+        v = acts[2].reshape(T, KH, -1)                   # (V = K here; wider in WideSplitCacheGDN)
         q = q / torch.sqrt(q.pow(2).sum(-1, keepdim=True) + EPS) * KD ** -0.5
         k = k / torch.sqrt(k.pow(2).sum(-1, keepdim=True) + EPS)
         decay = self.decay(x)
@@ -81,8 +82,8 @@ class KimiStyleKDA(nn.Module):
             S = S + torch.einsum("hk,hv->hkv", k[t], (v[t] - kv) * beta[t][:, None])
             outs.append(torch.einsum("hkv,hk->hv", S, q[t]))
         state.copy_(S)
-        o = self.o_norm(torch.stack(outs).to(x.dtype)) * self.out_gate(self.g_b(self.g_a(x)).view(T, KH, KD))
-        return self.o(o.reshape(T, D))
+        o = self.o_norm(torch.stack(outs).to(x.dtype)) * self.out_gate(self.g_b(self.g_a(x)).view(T, KH, -1))
+        return self.o(o.reshape(T, -1))
 
     def decay(self, x):
         """exp(g) [T, KH, KD]: Kimi Linear's gate, one per channel."""
@@ -133,6 +134,31 @@ class GatedDeltaNetStyle(KimiStyleKDA):
     @staticmethod
     def out_gate(g):
         return F.silu(g)
+
+
+class WideSplitCacheGDN(GatedDeltaNetStyle):
+    """flash-linear-attention's GatedDeltaNet layer at its default expand_v = 2: q, k and v
+    convolved into three caches of their own, v's twice as wide ([KH*vd, width], vd = 2 KD), one
+    decay per head, the state [KH, KD, vd], the output norm over vd gated by silu."""
+
+    def __init__(self, g: torch.Generator, width: int = 4, vd: int = 2 * KD):
+        super().__init__(g)
+        self.width, self.vd, DV = width, vd, KH * vd
+        self.v = nn.Linear(HID, DV, bias=False)
+        self.convs[2] = _w(g, DV, 1, 4, scale=2.0)
+        self.g_b = nn.Linear(KD, DV, bias=False)
+        self.o_norm = nn.RMSNorm(vd, eps=1e-5)
+        self.o = nn.Linear(DV, HID, bias=False)
+
+    def forward(self, x, state, windows):
+        """x [T, HID]; state [KH, KD, vd] fp32, windows [D, width], [D, width], [KH*vd, width],
+        all updated in place."""
+        T, acts = x.shape[0], []
+        for i, proj in enumerate((self.q, self.k, self.v)):
+            seq = torch.cat([windows[i], proj(x).T], dim=1)                   # [C, width + T]
+            windows[i].copy_(seq[:, -self.width:])
+            acts.append(F.silu(F.conv1d(seq[None].float(), self.convs[i].float(), groups=seq.shape[0])[0, :, -T:].T))
+        return self.recur(x, state, acts)
 
 
 QK_HEADS = 1                     # Qwen3NextStyleGDN's q/k heads, each serving KH // QK_HEADS value heads

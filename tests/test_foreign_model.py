@@ -779,11 +779,15 @@ def test_gpu_mla_forms_without_rotation(T, form):
 
 class _SplitCacheLayer(torch.nn.Module):
     """SplitCacheKDA (three conv caches, flash-linear-attention's layers) as a decode step, or
-    (``verify``) as a verify step: tokens in one-hot, the greedy verdict over its outputs committed."""
+    (``verify``) as a verify step: tokens in one-hot, the greedy verdict over its outputs committed.
+    ``wide``: WideSplitCacheGDN instead (fla's GatedDeltaNet at expand_v = 2: V = 2K, v's cache
+    twice as wide)."""
 
-    def __init__(self, width: int = 4, verify: bool = False):
+    def __init__(self, width: int = 4, verify: bool = False, wide: bool = False):
         super().__init__()
-        self.layer, self.verify = fm.SplitCacheKDA(torch.Generator().manual_seed(0), width), verify
+        layer = fm.WideSplitCacheGDN if wide else fm.SplitCacheKDA
+        self.layer, self.verify = layer(torch.Generator().manual_seed(0), width), verify
+        self.vd = self.layer.vd if wide else fm.KD
 
     def forward(self, x, state, windows):
         if not self.verify:
@@ -794,19 +798,20 @@ class _SplitCacheLayer(torch.nn.Module):
 
     def caches(self, seed: int = 1):
         g = torch.Generator().manual_seed(seed)
-        return (torch.randn(fm.KH, fm.KD, fm.KD, generator=g) * 0.3,
-                [torch.randn(fm.KH * fm.KD, self.layer.width, generator=g) for _ in range(3)])
+        return (torch.randn(fm.KH, fm.KD, self.vd, generator=g) * 0.3,
+                [torch.randn(fm.KH * d, self.layer.width, generator=g) for d in (fm.KD, fm.KD, self.vd)])
 
 
-@pytest.mark.parametrize("width", [4, 3])
+@pytest.mark.parametrize("width, wide", [(4, False), (3, False), (4, True)], ids=["w4", "w3", "w4-wide"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("T", [1, 3])
-def test_three_conv_caches_on_lingc_kernels(T, dtype, width):
+def test_three_conv_caches_on_lingc_kernels(T, dtype, width, wide):
     """q, k and v convolved into three caches of their own (fla's layers; 4 columns as its
-    ShortConvolution keeps, or 3): one kda_chain reading and writing the three in place, every
-    kernel lingc's; output, state and caches equal eager's."""
+    ShortConvolution keeps, or 3; ``wide``: its GatedDeltaNet at expand_v = 2, V = 2K): one
+    kda_chain reading and writing the three in place, every kernel lingc's; output, state and
+    caches equal eager's."""
     torch._dynamo.reset()
-    m = _SplitCacheLayer(width).to(dtype)
+    m = _SplitCacheLayer(width, wide=wide).to(dtype)
     state, windows = m.caches()
     windows = [w.to(dtype) for w in windows]
     x = torch.randn(T, fm.HID, generator=torch.Generator().manual_seed(T)).to(dtype)
@@ -818,6 +823,7 @@ def test_three_conv_caches_on_lingc_kernels(T, dtype, width):
     assert lingc.get("lingc.kda_chain") == 1, stat(report, "pdl_swap").notes
     assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
     assert "(1 kda_chain over three conv caches)" in stat(report, "pdl_swap").notes[0]
+    assert ("(1 kda_chain with V != K)" in stat(report, "pdl_swap").notes[0]) == wide
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(out, ref, rtol=tol, atol=tol)
     torch.testing.assert_close(state, ref_state, rtol=tol, atol=tol)
@@ -825,13 +831,13 @@ def test_three_conv_caches_on_lingc_kernels(T, dtype, width):
         torch.testing.assert_close(got, want, rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("width", [4, 3])
-def test_three_conv_caches_verify_commits_the_accepted_prefix(width):
+@pytest.mark.parametrize("width, wide", [(4, False), (3, False), (4, True)], ids=["w4", "w3", "w4-wide"])
+def test_three_conv_caches_verify_commits_the_accepted_prefix(width, wide):
     """The staged form over three caches: the stages one flat block, kda_commit writing its
     blocks back into the three; a rejection forced at each position of a 5-token chain (and none)
-    leaves the state and the three caches eager leaves on the accepted prefix."""
+    leaves the state and the three caches eager leaves on the accepted prefix (also with V = 2K)."""
     torch._dynamo.reset()
-    m = _SplitCacheLayer(width, verify=True)
+    m = _SplitCacheLayer(width, verify=True, wide=wide)
     state0, windows0 = m.caches(seed=5)
     report = _check_forced_rejections(m, m.layer, lambda: (state0.clone(), [w.clone() for w in windows0]))
     lingc = {op: k for cat, op, k, _ in report.kernels.rows if cat == "lingc"}
@@ -842,11 +848,12 @@ def test_three_conv_caches_verify_commits_the_accepted_prefix(width):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("T", [1, 6])
-def test_gpu_three_conv_caches(T, dtype):
+@pytest.mark.parametrize("wide", [False, True], ids=["v=k", "v=2k"])
+def test_gpu_three_conv_caches(T, dtype, wide):
     """The three-cache layer on CUDA, compiled: kda_chain's SPLIT_WIN binary reads and writes the
-    three caches; output, state and caches against eager on the GPU."""
+    three caches (v's twice as wide with ``wide``); output, state and caches against eager on the GPU."""
     torch._dynamo.reset()
-    m = _SplitCacheLayer(4).to(device="cuda", dtype=dtype)
+    m = _SplitCacheLayer(4, wide=wide).to(device="cuda", dtype=dtype)
     state, windows = m.caches()
     state, windows = state.cuda(), [w.to(device="cuda", dtype=dtype) for w in windows]
     x = torch.randn(T, fm.HID, generator=torch.Generator().manual_seed(T)).to(device="cuda", dtype=dtype)
