@@ -22,7 +22,9 @@ Matched on the ATen graph by what it computes, never by module names:
   where a fill of 0.0 ties, any of the tied experts is accepted, since torch.topk's choice among
   equal values is unspecified). A different selection fails the check and the router stays as it is.
 - Softmax routers (Qwen's MoE blocks): a `topk` over the experts whose input is computed from a
-  gate projection through an exp (softmax, decomposed or not) and no sigmoid anchors one; the
+  gate projection through an exp (softmax, decomposed or not), or whose values go through a
+  softmax after it (Mistral's reference MoE: the top-k logits softmaxed, which is the renormalised
+  top-k of the softmax over all experts), and no sigmoid anchors one; the
   subgraph from the logits to (ids, weights) is run on random logits against
   `softmax_topk_reference` (renormalisation and scale from the weight chain) and becomes
   `lingc.moe_router(..., softmax=True)` with one group.
@@ -304,8 +306,19 @@ def _softmax_router(graph: fx.Graph, tk: fx.Node, order: dict) -> _Router | None
     if isinstance(cut, str):
         return None
     needed, leaves = cut
-    if not any(is_call(n, aten.exp.default, aten._softmax.default) for n in needed) \
-            or any(is_call(n, aten.sigmoid.default) for n in needed):
+    if not any(is_call(n, aten.exp.default, aten._softmax.default) for n in needed):
+        # The top-k of the logits, then a softmax over the k values (Mistral's reference MoE):
+        # the renormalised top-k of the softmax over all experts, the same selection and weights.
+        soft = _softmax_of(vals)
+        if soft is None:
+            return None
+        weights, _, scale = _weight_chain(soft)
+        renorm = True
+        cut = _cut(graph, logits, [ids, weights])
+        if isinstance(cut, str):
+            return None
+        needed, leaves = cut
+    if any(is_call(n, aten.sigmoid.default) for n in needed):
         return None
     r = _Router(tk, strip_upcasts(a), ids, weights, softmax=True)
     if leaves:
@@ -333,6 +346,28 @@ def _softmax_router(graph: fx.Graph, tk: fx.Node, order: dict) -> _Router | None
         rx = r.x if r.x.meta["val"].dtype == gate_w.meta["val"].dtype else a
         r.call = (rx, gate_w, None, 1, 1, K, float(scale), renorm)
     return r
+
+
+def _softmax_of(vals: fx.Node) -> fx.Node | None:
+    """The softmax over the last dim of ``vals`` (through casts): aten._softmax, or its
+    decomposition exp(v - amax(v)) / sum(exp(v - amax(v))) (the max subtracted or not), of v
+    itself or of v times a constant; None when ``vals`` feeds none. The probe then checks what it
+    computes (a temperature other than 1 changes the weights and fails it)."""
+    stack, seen = [vals], set()
+    while stack:
+        for u in stack.pop().users:
+            if u in seen:
+                continue
+            seen.add(u)
+            if is_call(u, aten._softmax.default) and u.args[1] in (-1, 1):
+                return u
+            if is_call(u, aten.div.Tensor) and is_call(u.args[0], aten.exp.default) \
+                    and is_call(u.args[1], aten.sum.dim_IntList) and u.args[1].args[0] is u.args[0]:
+                return u
+            scaled = is_call(u, aten.mul.Tensor, aten.div.Tensor) and any(scalar(a) is not None for a in u.args[:2])
+            if scaled or is_call(u, *CASTS, aten.sub.Tensor, aten.exp.default, aten.amax.default):
+                stack.append(u)
+    return None
 
 
 def _find_routers(graph: fx.Graph) -> list[_Router]:

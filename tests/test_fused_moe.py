@@ -88,6 +88,20 @@ class TemperedSoftmaxRouter(ForeignRouter):
         return ids, w
 
 
+class TopkSoftmaxRouter(ForeignRouter):
+    """Mistral's reference MoE router: the top-k of the logits, then a softmax over the k values
+    (in fp32, cast back), optionally scaled; ``temperature`` divides the k values first (other
+    weights, the same experts)."""
+
+    def __init__(self, dtype=torch.float32, scale=1.0, temperature=1.0):
+        super().__init__(dtype)
+        self.scale, self.temperature = scale, temperature
+
+    def forward(self, x):
+        v, ids = torch.topk(F.linear(x, self.weight), K, dim=-1)
+        return ids, (F.softmax(v / self.temperature, dim=1, dtype=torch.float) * self.scale).to(x.dtype)
+
+
 class EinsumMoE(nn.Module):
     """index_select + einsum, separate gate/up/down tensors, x * sigmoid(x), an einsum combine,
     a shared expert written with F.linear."""
@@ -304,6 +318,10 @@ MATCHED = [
      ["1 routers, 1 expert blocks (1 with shared expert)"]),
     (EinsumMoE(ForeignRouter(fill=0.0)), 4, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
     (_with_router(PairIndexMoE(), ForeignRouter(fill=0.0, fp32=True)), 1, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
+    (EinsumMoE(TopkSoftmaxRouter()), 4, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
+    (EinsumMoE(TopkSoftmaxRouter(scale=2.5)), 1, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
+    (_with_router(PairIndexMoE(), TopkSoftmaxRouter()).to(torch.bfloat16), 4, 2,
+     ["1 routers, 1 expert blocks (1 with shared expert)"]),
     (GroupedMmMoE(), 1, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
     (GroupedMmMoE(), 5, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
     (GroupedMmMoE(sorted_index=True, ends="onehot"), 4, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
@@ -315,6 +333,8 @@ UNMATCHED = [
     (PairIndexIntoX(), 1, "experts left as ATen ops: the expert outputs are not summed over all slots"),
     (EinsumMoE(TemperedSoftmaxRouter()), 1, "router left as ATen ops: the expert selection is not the top-k "
                                             "of a softmax (checked on random logits)"),
+    (EinsumMoE(TopkSoftmaxRouter(temperature=2.0)), 1, "router left as ATen ops: the expert selection is not the "
+                                                       "top-k of a softmax (checked on random logits)"),
 ]
 
 
