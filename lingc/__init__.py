@@ -8,7 +8,7 @@ from .toolchain import pin_triton_ptxas as _pin_triton_ptxas
 # Triton's cache key names (toolchain.py says why).
 _pin_triton_ptxas()
 
-__all__ = ["generate", "Engine"]
+__all__ = ["generate", "Engine", "DecodeRunner"]
 
 
 def __getattr__(name):
@@ -19,4 +19,7 @@ def __getattr__(name):
     if name == "Engine":
         from .runtime.relay.engine import Engine
         return Engine
+    if name == "DecodeRunner":
+        from .runtime.relay.runner import DecodeRunner
+        return DecodeRunner
     raise AttributeError(f"module 'lingc' has no attribute {name!r}")

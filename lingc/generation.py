@@ -27,6 +27,11 @@ _ATTR = "_lingc_engines"
 def engine_for(model, context: int, steps: int = 5, options: dict | None = None) -> Engine:
     """The cached Engine of `model` for at least `context` cache rows (built on first use)."""
     base = getattr(model, "_orig_mod", model)
+    from .models.decoder import Ling3ForCausalLM
+    if not isinstance(base, Ling3ForCausalLM):
+        raise TypeError(f"lingc.generate drives Ling3ForCausalLM (its caches and NEXTN relay), got a "
+                        f"{type(base).__name__}; for another model written as model(ids, positions, *state) "
+                        f"use lingc.DecodeRunner(model, state, max_len).generate(prompt_ids, max_new_tokens)")
     engines = base.__dict__.setdefault(_ATTR, {})
     key = (steps, tuple(sorted((options or {}).items(), key=lambda kv: kv[0])).__repr__())
     eng = engines.get(key)

@@ -6,6 +6,8 @@
 - steps.py   the step functions, one per role (design.md "Roles");
 - graphs.py  CUDA-graph capture of the compiled steps, with the loud fallback;
 - prefill_graphs.py  a fresh prompt's prefill as one replay of a graph captured per padded size;
-- engine.py  the engine: compile, capture, prefill, then steps with host run-ahead.
+- engine.py  the engine: compile, capture, prefill, then steps with host run-ahead;
+- runner.py  DecodeRunner: the same plain decoding for any model written as a step over static
+             state (no relay).
 """
 from . import ops  # noqa: F401  (registers torch.ops.lingc.* relay ops)

@@ -1,0 +1,316 @@
+"""DecodeRunner: batch-1 decoding of any model written as a step over static state, compiled by
+lingc and (on the GPU) captured once as a CUDA graph.
+
+    runner = lingc.DecodeRunner(model, state, max_len=4096)
+    tokens = runner.generate(prompt_ids, 256, stop=[eos_id])
+    for t in runner.stream(prompt_ids, 256, temperature=0.8, seed=1): print(t)
+
+The model is called as ``model(ids [T], positions [T], *state) -> logits [T, V]`` and updates its
+state in place: recurrent states, conv windows, attention caches written at ``positions`` (a
+decoder over static caches, as tests/foreign_model.py writes Kimi Linear's and Qwen3-Next's
+layers). ``state`` is the tuple of those arguments (tensors, or lists of tensors), allocated by
+the caller for ``max_len`` positions.
+
+Per request: every state tensor is zeroed (a fresh recurrent state, an empty cache), the prompt
+runs through the eager model (in one forward, or chunks of ``prefill_chunk`` tokens), then one
+decode step per token. The step is the model call compiled with backend="lingc" (role "decode",
+fullgraph) together with the greedy argmax and the bookkeeping: the next token, its position and
+a device token ring are written inside the graph, so on CUDA the captured step is replayed with
+nothing read back before the next launch. The host launches step k + 1 before it reads step k's
+token (copied from the ring on a side stream, its event read one step late) and trims what it
+ran past (stop ids, max_new_tokens). Sampling (temperature > 0) compiles a step that returns the
+last position's logits; each token is drawn on the device with the request's generator and read
+back before the next step (one host read a token).
+
+Speculative decoding needs a draft layer and design.md's roles: the NEXTN relay (Engine) drives
+Ling3ForCausalLM; this runner decodes without speculation.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+import torch
+
+from lingc.backend import compile_reports
+from lingc.decoding.reference import pick_token
+from lingc.progress import Progress
+
+from .graphs import CapturedStep, capture_step, describe
+
+RING = 4      # device -> host token ring slots (the host reads one step late)
+
+
+@dataclass
+class RunnerStats:
+    """What the last request did (tests read it)."""
+    steps: int = 0             # decode steps whose token reached the host
+    launched: int = 0          # steps launched (the last may be run-ahead past the end)
+    ahead: int = 0             # launches that found the previous step still running (CUDA)
+    host_s: list[float] = field(default_factory=list)   # host time to launch each step
+    prefill_s: float = 0.0     # wall time to the first token
+
+
+def _leaves(state, where: str = "state") -> list[torch.Tensor]:
+    out = []
+    for i, s in enumerate(state):
+        if isinstance(s, (list, tuple)):
+            out += _leaves(s, f"{where}[{i}]")
+        elif torch.is_tensor(s):
+            out.append(s)
+        else:
+            raise ValueError(f"{where}[{i}] is a {type(s).__name__}: the state must hold tensors (or lists "
+                             f"of tensors), the model's arguments after ids and positions")
+    return out
+
+
+def _greedy_step(model: Callable, x, pos, ring, k, state) -> None:
+    """One token: the model at (x, pos), its argmax written to x and ring[k % RING]; pos, k += 1."""
+    tok = model(x, pos, *state)[-1].argmax(-1).view(1)
+    ring.index_copy_(0, k.remainder(RING), tok)
+    x.copy_(tok)
+    pos.add_(1)
+    k.add_(1)
+
+
+def _logits_step(model: Callable, x, pos, state) -> torch.Tensor:
+    """The last position's logits at (x, pos), in fp32 (the sampler draws from them)."""
+    return model(x, pos, *state)[-1].float()
+
+
+class DecodeRunner:
+    """Compiled, captured batch-1 decoding of one model over its static state (module docstring)."""
+
+    def __init__(self, model, state: Sequence, max_len: int, options: dict | None = None,
+                 cudagraphs: bool | None = None, prefill_chunk: int | None = None,
+                 eos_token_id: int | None = None, vocab_size: int | None = None, progress: bool = True):
+        """model: a callable (an nn.Module, or its torch.compile wrapper: unwrapped); state: its
+        arguments after ids and positions; max_len: the positions the state holds (the cache
+        rows); options: lingc backend options for the step graph (not "role"); cudagraphs:
+        capture the step on CUDA (default: options' "cudagraphs", True); prefill_chunk: the
+        prompt's tokens per eager forward (None: all at once); eos_token_id: ends a request like
+        a stop id (default: model.config.eos_token_id where there is one); vocab_size: checks the
+        prompt ids (default: model.config.vocab_size where there is one)."""
+        self.model = getattr(model, "_orig_mod", model)
+        if not callable(self.model):
+            raise TypeError(f"model must be callable as model(ids, positions, *state), got {type(model).__name__}")
+        if torch.is_tensor(state) or not isinstance(state, (list, tuple)):
+            raise ValueError("state must be a tuple (or list) of the model's arguments after ids and positions, "
+                             f"got a {type(state).__name__}")
+        self.state = tuple(state)
+        leaves = _leaves(self.state)
+        if not leaves:
+            raise ValueError("state holds no tensor: the runner decodes a model whose state (recurrent states, "
+                             "caches) it passes after ids and positions")
+        devices = sorted({str(t.device) for t in leaves})
+        if len(devices) != 1:
+            raise ValueError(f"state tensors are on {devices}: put the whole state on one device")
+        self.device = leaves[0].device
+        self._leaves = leaves
+        if not isinstance(max_len, numbers.Integral) or isinstance(max_len, bool) or max_len < 2:
+            raise ValueError(f"max_len={max_len!r}: want the number of positions the state holds (an int >= 2)")
+        self.max_len = int(max_len)
+        if prefill_chunk is not None and (not isinstance(prefill_chunk, numbers.Integral) or prefill_chunk < 1):
+            raise ValueError(f"prefill_chunk={prefill_chunk!r}: want a positive int, or None for the whole prompt")
+        self.prefill_chunk = prefill_chunk
+        self.options = dict(options or {})
+        if "role" in self.options:
+            raise ValueError("DecodeRunner options must not set 'role': the step is compiled as the decode role")
+        want = self.options.get("cudagraphs", True) if cudagraphs is None else cudagraphs
+        self.cudagraphs = bool(want) and self.device.type == "cuda"
+        config = getattr(self.model, "config", None)
+        self.eos_token_id = eos_token_id if eos_token_id is not None else getattr(config, "eos_token_id", None)
+        self.vocab_size = vocab_size if vocab_size is not None else getattr(config, "vocab_size", None)
+        self.progress = progress
+        z = dict(dtype=torch.int64, device=self.device)
+        self.x, self.pos, self.k = torch.zeros(1, **z), torch.zeros(1, **z), torch.zeros(1, **z)
+        self.ring = torch.zeros(RING, **z)
+        self._steps: dict[str, CapturedStep] = {}
+        self.reports: dict[str, list] = {}       # kind -> the step's compile reports
+        self.stats = RunnerStats()
+        self._host_ring = None
+        self._copy_stream = None
+
+    # -- compile and capture ------------------------------------------------------------------
+
+    def _compile(self, kind: str) -> Callable[[], object]:
+        opts = dict(self.options, role="decode")
+        model = self.model
+        if kind == "greedy":
+            def fn(x, pos, ring, k, state):
+                _greedy_step(model, x, pos, ring, k, state)
+            compiled = torch.compile(fn, backend="lingc", fullgraph=True, dynamic=False, options=opts)
+
+            def call():
+                return compiled(self.x, self.pos, self.ring, self.k, self.state)
+        else:
+            def fn(x, pos, state):
+                return _logits_step(model, x, pos, state)
+            compiled = torch.compile(fn, backend="lingc", fullgraph=True, dynamic=False, options=opts)
+
+            def call():
+                return compiled(self.x, self.pos, self.state)
+        n = len(compile_reports)
+        with torch.no_grad():
+            call()                                              # compiles (Dynamo + lingc)
+        self.reports[kind] = compile_reports[n:]
+        return call
+
+    def prepare(self, kinds: Sequence[str] = ("greedy",)) -> None:
+        """Compile (and on CUDA capture) the greedy and/or sampling ("logits") step once."""
+        bad = [k for k in kinds if k not in ("greedy", "logits")]
+        if bad:
+            raise ValueError(f"prepare({list(kinds)}): the steps are 'greedy' and 'logits'")
+        todo = [k for k in kinds if k not in self._steps]
+        if not todo:
+            return
+        bar = Progress(len(todo), "lingc compile + capture", enabled=self.progress)
+        pool = torch.cuda.graph_pool_handle() if self.cudagraphs else None
+        self._reset()
+        for kind in todo:
+            call = self._compile(kind)
+            self._reset()                     # the capture's warm-up runs from position 0 again
+            with torch.no_grad():
+                self._steps[kind] = capture_step(kind, call, pool) if self.cudagraphs else CapturedStep(kind, call, None)
+            bar.update()
+        bar.close()
+        self._reset()
+
+    def graph_infos(self) -> list:
+        """Kernel nodes and PDL edges of each captured step graph."""
+        return [info for s in self._steps.values() if (info := describe(s)) is not None]
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def _reset(self) -> None:
+        for t in self._leaves:
+            t.zero_()
+        for t in (self.x, self.pos, self.k, self.ring):
+            t.zero_()
+
+    def _prompt_ids(self, prompt) -> torch.Tensor:
+        if torch.is_tensor(prompt) and (prompt.is_floating_point() or prompt.is_complex()):
+            raise ValueError(f"prompt must hold integer token ids, got a {prompt.dtype} tensor")
+        if not torch.is_tensor(prompt) and any(
+                not isinstance(t, numbers.Integral) and not (torch.is_tensor(t) and t.dim() == 0) for t in prompt):
+            raise ValueError(f"prompt must hold integer token ids, got {list(prompt)[:8]}")
+        ids = torch.as_tensor(prompt if torch.is_tensor(prompt) else list(prompt), dtype=torch.int64)
+        if ids.dim() != 1 or ids.numel() == 0:
+            raise ValueError(f"prompt must be a non-empty 1-d list of token ids, got shape {tuple(ids.shape)}")
+        bad = ids[(ids < 0) | (ids >= self.vocab_size)] if self.vocab_size else ids[ids < 0]
+        if bad.numel():
+            raise ValueError(f"prompt ids {bad[:8].tolist()} are outside the vocabulary "
+                             f"[0, {self.vocab_size if self.vocab_size else 'V'})")
+        return ids.to(self.device)
+
+    @torch.no_grad()
+    def _prefill(self, ids: torch.Tensor) -> torch.Tensor:
+        """The eager model over the prompt (in chunks): the last position's logits."""
+        n = ids.numel()
+        chunk = self.prefill_chunk or n
+        for s in range(0, n, chunk):
+            e = min(n, s + chunk)
+            logits = self.model(ids[s:e], torch.arange(s, e, device=self.device), *self.state)
+        return logits[-1]
+
+    def stream(self, prompt, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
+               seed: int = 0, stop: Sequence[int] = ()) -> Iterator[int]:
+        """Generated token ids as they reach the host: up to max_new_tokens, ending at EOS or a
+        stop id (included)."""
+        if not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={max_new_tokens!r}: generation needs at least 1 new token")
+        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
+            raise ValueError(f"temperature={temperature!r}: want a finite number >= 0 (0 = greedy)")
+        if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+            raise ValueError(f"top_p={top_p!r}: want 0 < top_p <= 1 (1 = the whole distribution)")
+        ids = self._prompt_ids(prompt)
+        n = ids.numel()
+        # Step j feeds position n + j; the host launches one step past the last token it reads.
+        if n + max_new_tokens > self.max_len:
+            raise ValueError(f"context overflow: a {n}-token prompt + {max_new_tokens} new tokens need "
+                             f"{n + max_new_tokens} positions, the state holds max_len={self.max_len}; "
+                             f"allocate the state for more positions and pass that max_len")
+        stop_ids = set(stop) | ({self.eos_token_id} if self.eos_token_id is not None else set())
+        sampling = temperature > 0
+        self.prepare(("logits",) if sampling else ("greedy",))
+        self._reset()
+        self.stats = RunnerStats()
+        t0 = time.perf_counter()
+        last = self._prefill(ids)
+        gen = torch.Generator(device=self.device).manual_seed(seed) if sampling else None
+        first = int(pick_token(last.float(), temperature, top_p, gen))    # one host read a request
+        self.stats.prefill_s = time.perf_counter() - t0
+        yield first
+        if max_new_tokens == 1 or first in stop_ids:
+            return
+        self.x.fill_(first)
+        self.pos.fill_(n)
+        loop = self._sample_loop(temperature, top_p, gen) if sampling else self._greedy_loop()
+        produced = 0
+        for tok in loop:
+            yield tok
+            produced += 1
+            if produced >= max_new_tokens - 1 or tok in stop_ids:
+                return
+
+    def generate(self, prompt, max_new_tokens: int, **kwargs) -> list[int]:
+        return list(self.stream(prompt, max_new_tokens, **kwargs))
+
+    def _greedy_loop(self) -> Iterator[int]:
+        step = self._steps["greedy"]
+        cuda = self.device.type == "cuda"
+        if cuda and self._host_ring is None:
+            self._host_ring = torch.zeros(RING, dtype=torch.int64, pin_memory=True)
+            self._copy_stream = torch.cuda.Stream()
+        done: list = []
+        copied: list = []
+
+        def launch(k: int) -> None:
+            if cuda and done:
+                self.stats.ahead += int(not done[-1].query())
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                step()
+            self.stats.host_s.append(time.perf_counter() - t0)
+            self.stats.launched += 1
+            if not cuda:
+                copied.append(int(self.ring[k % RING]))
+                return
+            ev = torch.cuda.Event()
+            ev.record()
+            done.append(ev)
+            with torch.cuda.stream(self._copy_stream):
+                self._copy_stream.wait_event(ev)
+                self._host_ring[k % RING].copy_(self.ring[k % RING], non_blocking=True)
+                cev = torch.cuda.Event()
+                cev.record(self._copy_stream)
+            copied.append(cev)
+
+        launch(0)
+        k = 0
+        while True:
+            launch(k + 1)                                       # run ahead: step k may still run
+            if cuda:
+                copied[k].synchronize()
+                tok = int(self._host_ring[k % RING])
+            else:
+                tok = copied[k]
+            self.stats.steps += 1
+            yield tok
+            k += 1
+
+    def _sample_loop(self, temperature: float, top_p: float, gen: torch.Generator) -> Iterator[int]:
+        step = self._steps["logits"]
+        while True:
+            with torch.no_grad():
+                logits = step()
+                tok = pick_token(logits, temperature, top_p, gen)
+                self.x.copy_(tok.view(1))
+                self.pos.add_(1)
+            self.stats.launched += 1
+            self.stats.steps += 1
+            yield int(tok)

@@ -1,0 +1,138 @@
+"""lingc.DecodeRunner: plain decoding of a model that is not Ling-3 (tests/foreign_model.py's Kimi
+Linear-style and Qwen3-Next-style hybrids), compiled by lingc: greedy tokens equal the eager
+model's, the model's kernels are lingc's, stop ids and max_new_tokens trim, a request starts from
+a fresh state, chunked prefill and the sampling step agree with greedy where they must, and bad
+input is refused with the reason."""
+
+import pytest
+import torch
+
+import lingc
+from foreign_model import KimiStyleModel
+
+CACHE = 32
+PROMPT = [5, 17, 40, 3, 9]
+
+
+def _state(model_kw: dict, device="cpu"):
+    fused = {"fused_conv": 4} if model_kw.get("gdn") == "qwen3-next" else {}
+    return [[t.to(device) for t in g] for g in KimiStyleModel.fresh_state(1, cache_len=CACHE, **fused)]
+
+
+def _eager_greedy(model, state, prompt, n):
+    """The eager model's greedy tokens from a zeroed state: the prompt in one forward, then one
+    token a step."""
+    for t in [t for g in state for t in g]:
+        t.zero_()
+    dev = state[0][0].device
+    with torch.no_grad():
+        logits = model(torch.tensor(prompt, device=dev), torch.arange(len(prompt), device=dev), *state)
+        out = [int(logits[-1].argmax())]
+        for i in range(n - 1):
+            logits = model(torch.tensor([out[-1]], device=dev), torch.tensor([len(prompt) + i], device=dev), *state)
+            out.append(int(logits[-1].argmax()))
+    return out
+
+
+@pytest.fixture(scope="module", params=[{}, {"gdn": "qwen3-next"}], ids=["kimi-style", "qwen3-next-style"])
+def runner(request):
+    torch._dynamo.reset()
+    model = KimiStyleModel(**request.param)
+    r = lingc.DecodeRunner(model, _state(request.param), max_len=CACHE, options={"inductor": False},
+                           progress=False)
+    r.model_kw = request.param
+    return r
+
+
+def test_greedy_tokens_equal_eager(runner):
+    got = runner.generate(PROMPT, 14)
+    want = _eager_greedy(runner.model, _state(runner.model_kw), PROMPT, 14)
+    assert got == want
+    assert (runner.stats.steps, runner.stats.launched) == (13, 14)      # one step run ahead, trimmed
+    report = runner.reports["greedy"][0]
+    rows = {op: n for cat, op, n, _ in report.kernels.rows if cat == "aten"}
+    # The model's every kernel is lingc's; ATen keeps the step's own bookkeeping (position and
+    # ring counters, the ring write).
+    assert set(rows) <= {"aten.add.Tensor", "aten.index_put", "aten.remainder.Scalar"}, report.kernels.format()
+    assert report.kernels.counts()["lingc"] >= 25
+
+
+def test_stop_ids_and_max_new_tokens_trim(runner):
+    want = runner.generate(PROMPT, 12)
+    i = next(i for i in range(1, len(want)) if want[i] not in want[:i])
+    assert runner.generate(PROMPT, 12, stop=[want[i]]) == want[:i + 1]
+    assert runner.generate(PROMPT, 3) == want[:3]
+    assert runner.generate(PROMPT, 1) == want[:1]
+
+
+def test_a_request_starts_from_a_fresh_state(runner):
+    a = runner.generate(PROMPT, 8)
+    runner.generate([1, 2, 3, 4, 5, 6, 7], 9)
+    assert runner.generate(PROMPT, 8) == a
+
+
+def test_near_greedy_sampling_is_greedy(runner):
+    """top_p below every token's probability keeps the most likely token only: the sampling step
+    (the logits graph, the device draw, the host advancing x and the position) gives the greedy
+    tokens; a seed gives the same draws twice."""
+    want = runner.generate(PROMPT, 10)
+    assert runner.generate(PROMPT, 10, temperature=0.7, top_p=1e-6, seed=3) == want
+    assert runner.generate(PROMPT, 10, temperature=1.5, seed=11) == runner.generate(PROMPT, 10, temperature=1.5,
+                                                                                    seed=11)
+
+
+def test_chunked_prefill_gives_the_same_tokens():
+    torch._dynamo.reset()
+    model = KimiStyleModel()
+    whole = lingc.DecodeRunner(model, _state({}), max_len=CACHE, options={"inductor": False}, progress=False)
+    chunked = lingc.DecodeRunner(model, _state({}), max_len=CACHE, options={"inductor": False}, progress=False,
+                                 prefill_chunk=2)
+    assert chunked.generate(PROMPT, 6) == whole.generate(PROMPT, 6)
+
+
+def test_bad_input_is_refused_with_the_reason():
+    model = KimiStyleModel()
+    state = _state({})
+    r = lingc.DecodeRunner(model, state, max_len=CACHE, options={"inductor": False}, progress=False,
+                           vocab_size=64)
+    cases = [
+        (lambda: r.generate(PROMPT, CACHE), "context overflow: a 5-token prompt + 32 new tokens need 37 positions"),
+        (lambda: r.generate([], 4), "non-empty 1-d"),
+        (lambda: r.generate(torch.tensor([1.0, 2.0]), 4), "integer token ids"),
+        (lambda: r.generate([3, 64], 4), "prompt ids [64] are outside the vocabulary [0, 64)"),
+        (lambda: r.generate(PROMPT, 0), "at least 1 new token"),
+        (lambda: r.generate(PROMPT, 4, temperature=-1.0), "temperature=-1.0"),
+        (lambda: r.generate(PROMPT, 4, top_p=0.0), "top_p=0.0"),
+        (lambda: lingc.DecodeRunner(model, state, max_len=1), "max_len=1"),
+        (lambda: lingc.DecodeRunner(model, [state[0], 3], max_len=CACHE), "state[1] is a int"),
+        (lambda: lingc.DecodeRunner(model, state[0][0], max_len=CACHE), "state must be a tuple"),
+        (lambda: lingc.DecodeRunner(model, [], max_len=CACHE), "state holds no tensor"),
+        (lambda: lingc.DecodeRunner(model, state, max_len=CACHE, options={"role": "verify"}), "must not set 'role'"),
+        (lambda: lingc.DecodeRunner(model, state, max_len=CACHE, prefill_chunk=0), "prefill_chunk=0"),
+        (lambda: r.prepare(("verify",)), "the steps are 'greedy' and 'logits'"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=None) as e:
+            call()
+        assert message in str(e.value), (message, str(e.value))
+
+
+def test_lingc_generate_names_the_runner_for_another_model():
+    with pytest.raises(TypeError, match="lingc.DecodeRunner"):
+        lingc.generate(KimiStyleModel(), PROMPT, 4)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("model_kw", [{}, {"gdn": "qwen3-next"}], ids=["kimi-style", "qwen3-next-style"])
+def test_gpu_captured_greedy_equals_eager(model_kw):
+    """On CUDA: the step captured as one CUDA graph (its kernels PDL-chained), replayed with the
+    host running one step ahead; tokens equal the eager model's on the GPU."""
+    torch._dynamo.reset()
+    model = KimiStyleModel(**model_kw).cuda()
+    r = lingc.DecodeRunner(model, _state(model_kw, "cuda"), max_len=CACHE, progress=False)
+    got = r.generate(PROMPT, 20)
+    assert got == _eager_greedy(model, _state(model_kw, "cuda"), PROMPT, 20)
+    (info,) = r.graph_infos()
+    assert info.kernel_nodes > 20 and info.pdl_edges > 0, info.format()
+    assert (r.stats.steps, r.stats.launched) == (19, 20)
