@@ -22,7 +22,8 @@ Transformers' grouped_mm experts sort the flattened (token, slot) pairs by exper
 sort of the ids, kind perm), gather x's rows and the weights in that order (a pair axis
 ('p', n, perm node): pairs in the sorted order of that one sort), project each run of rows by its
 expert with `torch._grouped_mm(rows, W.transpose(-2, -1), offs=ends)` and put the rows back with
-the inverse permutation (a sort of the perm, kind iperm) or add them by their sorted token index.
+the inverse permutation (a sort of the perm, kind iperm) or add them by their sorted token index
+(the token index gathered by the perm, or perm // K).
 A grouped product is a per-pair projection only if `ends` are the cumulative row counts of the
 block's experts: the trace records every `ends` node per block (`group_ends`) and fused_moe
 checks each on random ids before it rewrites the block.
@@ -224,6 +225,8 @@ class MoETrace:
             return self._grouped(n)
         if t in SORTS:
             return self._sort(n)
+        if t is aten.div.Tensor_mode:
+            return self._pair_token(n)
         if t in (aten.index.Tensor, aten.index_select.default):
             return self._gather(n)
         if t is prims.iota.default:
@@ -426,6 +429,18 @@ class MoETrace:
         if n.target in (aten.argsort.default, aten.argsort.stable):
             return out
         return V("tuple", (), src.block, info=[None, out])
+
+    def _pair_token(self, n: fx.Node) -> V | None:
+        """perm // K (floor): each sorted pair's token, the (token, slot) pairs being token-major
+        with K slots a token (lingc.models.moe's library form gathers x's rows by it)."""
+        src, K = self.get(n.args[0]), scalar(n.args[1])
+        if n.kwargs.get("rounding_mode") != "floor" or src is None or src.kind != "perm" or K is None:
+            return None
+        pair, sort = src.info
+        k = ("k", self.K[src.block])
+        if K != k[1] or pair[-1] != k or any(a[0] != "t" for a in pair[:-1]):
+            return None
+        return V("tidx", ((("p", _dsize(pair), sort),),), None, info=pair)
 
     def _reorder(self, src: V, iv: V) -> V | None:
         """A pair-axis value's rows in one sort's order (gathered by its perm: the pair dim becomes

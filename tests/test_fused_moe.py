@@ -234,15 +234,17 @@ class GroupedMmMoE(PairIndexMoE):
     the pairs sorted by expert (argsort), x's rows and the weights gathered in that order, the
     offsets a cumsum of the sorted ids' histc, torch._grouped_mm up and down, the rows put back by
     the inverse permutation and index_add_-ed into zeros. Variants: ``sorted_index`` adds the
-    sorted rows by their sorted token index (no inverse), x gathered by it; ``ends="onehot"``
+    sorted rows by their sorted token index (no inverse), x gathered by it (``pair_token``: that
+    index as perm // k); ``ends="onehot"``
     counts the rows with a one-hot; ``ends="rolled"`` shifts the counts by one expert (wrong
     groups: not the experts' projection); ``descending`` sorts the experts the other way (the
     offsets then no longer describe the rows)."""
 
-    def __init__(self, sorted_index=False, ends="histc", descending=False):
+    def __init__(self, sorted_index=False, ends="histc", descending=False, pair_token=False):
         super().__init__()
         self.gate_up, self.down = _p(E, 2 * GI, H, seed=15), _p(E, H, GI, seed=16)
         self.sorted_index, self.ends, self.descending = sorted_index, ends, descending
+        self.pair_token = pair_token
         self.to(torch.bfloat16)
 
     def experts(self, x, ids, w):
@@ -257,13 +259,15 @@ class GroupedMmMoE(PairIndexMoE):
             if self.ends == "rolled":
                 counts = counts.roll(1)
         ends = torch.cumsum(counts, dim=0, dtype=torch.int32)
-        rows = x[pair_token[perm]] if self.sorted_index else x[pair_token][perm]
+        # A sorted pair's token: gathered by perm, or perm // k (lingc.models.moe's library form).
+        sorted_token = perm // k if self.pair_token else pair_token[perm]
+        rows = x[sorted_token] if self.sorted_index else x[pair_token][perm]
         gu = torch._grouped_mm(rows, self.gate_up.transpose(-2, -1), offs=ends)
         g, u = gu.chunk(2, dim=-1)
         y = torch._grouped_mm(F.silu(g) * u, self.down.transpose(-2, -1), offs=ends)
         y = y * w.reshape(-1)[perm].unsqueeze(-1)
         if self.sorted_index:
-            return torch.zeros_like(x).index_add_(0, pair_token[perm], y.to(x.dtype))
+            return torch.zeros_like(x).index_add_(0, sorted_token, y.to(x.dtype))
         inverse = torch.argsort(perm, stable=True)
         return torch.zeros_like(x).index_add_(0, pair_token, y[inverse].to(x.dtype))
 
@@ -325,6 +329,7 @@ MATCHED = [
     (GroupedMmMoE(), 1, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
     (GroupedMmMoE(), 5, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
     (GroupedMmMoE(sorted_index=True, ends="onehot"), 4, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
+    (GroupedMmMoE(sorted_index=True, pair_token=True), 3, 2, ["1 routers, 1 expert blocks (1 with shared expert)"]),
 ]
 UNMATCHED = [
     (TransposedExperts(), 1, "experts left as ATen ops: expert gate/up weights are not stored [E, I, H]"),
