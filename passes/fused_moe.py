@@ -65,6 +65,7 @@ import torch.fx as fx
 
 from lingc.compat import real_tensor_mode
 from lingc.graph_build import emit
+from lingc.graph_region import descendants
 from lingc.graph_match import CASTS, aten, is_call, prims, scalar, strip, strip_upcasts, unsupported_dtype
 from lingc.moe_trace import Down, MoETrace, Proj, atoms, mode
 from lingc.pass_manager import LingcPass
@@ -497,6 +498,11 @@ class FusedMoE(LingcPass):
             if rank and rank >= best:             # the latest node of the highest rank: casts, views
                 final, best = n, rank
         if final is None:
+            if any(is_call(n, aten.nonzero.default) for n in descendants([ids])):
+                return ("the experts run on data-dependent rows (a loop over the experts on the rows "
+                        "torch.where / nonzero picks, as Hugging Face's eager experts do): left to ATen; "
+                        "gather stacked experts by the ids instead (Transformers: "
+                        "experts_implementation='batched_mm' or 'grouped_mm')")
             return _missing(kinds)
         v = trace.v[final]
         routed, shared = v.info if v.kind == "moe" else (v.info[0], None)

@@ -607,6 +607,10 @@ def test_an_expert_loop_over_data_dependent_rows_compiles_and_equals_eager():
     out, report = run_and_report(m, x)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     assert "data-dependent rows (e.g. tokens picked by torch.where): left to ATen" in report.kernels.format()
+    notes = stat(report, "fused_moe").notes     # the router is lingc's; the note says how to get the experts
+    assert notes[0] == "1 routers, 0 expert blocks (0 with shared expert)"
+    assert "experts left as ATen ops: the experts run on data-dependent rows" in notes[1] \
+        and "experts_implementation='batched_mm' or 'grouped_mm'" in notes[1], notes
 
 
 def test_zero_fill_changes_routing(tmp_path):
