@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import lingc
-from foreign_model import KimiStyleModel
+from foreign_model import BatchedKimiStyleModel, KimiStyleModel
 
 CACHE = 32
 PROMPT = [5, 17, 40, 3, 9]
@@ -88,6 +88,21 @@ def test_chunked_prefill_gives_the_same_tokens():
     chunked = lingc.DecodeRunner(model, _state({}), max_len=CACHE, options={"inductor": False}, progress=False,
                                  prefill_chunk=2)
     assert chunked.generate(PROMPT, 6) == whole.generate(PROMPT, 6)
+
+
+def test_a_model_with_a_batch_dim_through_a_wrapper():
+    """A model laid out the Hugging Face way (ids [1, T] in, logits [1, T, V] out, a batch dim of
+    1 on its state) runs through a one-line wrapper; its tokens are its eager tokens."""
+    torch._dynamo.reset()
+    model = BatchedKimiStyleModel()
+    state = BatchedKimiStyleModel.fresh_state(1, cache_len=CACHE)
+
+    def step(ids, pos, *s):
+        return model(ids[None], pos, *s)[0]
+
+    r = lingc.DecodeRunner(step, state, max_len=CACHE, options={"inductor": False}, progress=False)
+    assert r.generate(PROMPT, 10) == _eager_greedy(step, BatchedKimiStyleModel.fresh_state(1, cache_len=CACHE), PROMPT, 10)
+    assert r.reports["greedy"][0].kernels.counts()["lingc"] >= 25
 
 
 def test_bad_input_is_refused_with_the_reason():

@@ -9,7 +9,8 @@ The model is called as ``model(ids [T], positions [T], *state) -> logits [T, V]`
 state in place: recurrent states, conv windows, attention caches written at ``positions`` (a
 decoder over static caches, as tests/foreign_model.py writes Kimi Linear's and Qwen3-Next's
 layers). ``state`` is the tuple of those arguments (tensors, or lists of tensors), allocated by
-the caller for ``max_len`` positions.
+the caller for ``max_len`` positions. A model laid out with a batch dim of 1 (ids [1, T] in,
+logits [1, T, V] out) runs through a wrapper: ``lambda ids, pos, *s: model(ids[None], pos, *s)[0]``.
 
 Per request: every state tensor is zeroed (a fresh recurrent state, an empty cache), the prompt
 runs through the eager model (in one forward, or chunks of ``prefill_chunk`` tokens), then one
