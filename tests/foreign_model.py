@@ -27,6 +27,10 @@ normed.to(dtype)``, the same math in fp32, one more rounding in bf16 / fp16).
 
 from __future__ import annotations
 
+import importlib.util
+import itertools
+import sys
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -36,6 +40,25 @@ KH, KD = 2, 8                    # KDA heads, head dim (K = V)
 MH, NOPE, ROPE, RANK, VD = 2, 8, 4, 16, 8
 E, TOPK, INTER, SHARED = 8, 2, 16, 24
 EPS = 1e-6
+DIMS = ("HID", "VOCAB", "KH", "KD", "MH", "NOPE", "ROPE", "RANK", "VD", "E", "TOPK", "INTER", "SHARED")
+_copies = itertools.count()
+
+
+def with_dims(**dims: int):
+    """A copy of this module with its sizes set (any of DIMS): every class of the copy builds
+    and runs at those sizes, as its code reads them from its own module (benchmarks.foreign_decode
+    runs the model at real per-GPU widths this way)."""
+    unknown = sorted(set(dims) - set(DIMS))
+    if unknown:
+        raise ValueError(f"with_dims: unknown size(s) {unknown}; the sizes are {list(DIMS)}")
+    name = f"foreign_model_{next(_copies)}"
+    spec = importlib.util.spec_from_file_location(name, __file__)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module          # Dynamo finds a traced function's globals by module name
+    spec.loader.exec_module(module)
+    for name, value in dims.items():
+        setattr(module, name, int(value))
+    return module
 
 
 def _w(g: torch.Generator, *shape: int, scale: float = 1.0) -> nn.Parameter:

@@ -1,6 +1,7 @@
-"""CPU smoke runs of the two benchmark entry points, as a user would start them: benchmarks.decode
-(eager, the eager relay, lingc plain and the lingc relay at two depths, with --profile) and the
-kernel runner benchmarks.kernels. They check the outputs' shape and the relay's sanity check, not
+"""CPU smoke runs of the benchmark entry points, as a user would start them: benchmarks.decode
+(eager, the eager relay, lingc plain and the lingc relay at two depths, with --profile), the
+kernel runner benchmarks.kernels and benchmarks.foreign_decode (a model lingc did not write, on
+lingc.DecodeRunner). They check the outputs' shape and the relay's sanity check, not
 the times (wall clock of a tiny model on 2 cores). CUDA is hidden so they stay CPU tests."""
 import json
 import os
@@ -845,3 +846,24 @@ def test_gpu_kernels_gdn_runs_and_checks(tmp_path):
     rows = json.loads((tmp_path / "kernels_gdn.json").read_text())["rows"]
     lingc = [r for r in rows if r["variant"] == "lingc"]
     assert [r["mode"] for r in lingc] == ["persistent", "staged"] and all(r["correct"] for r in lingc)
+
+
+def test_foreign_decode_smoke(tmp_path):
+    out = run(["benchmarks.foreign_decode", "--preset", "tiny", "--tokens", "5", "--warmup", "2"], tmp_path,
+              timeout=240)
+    assert "CPU SMOKE RUN" in out and "| mode | step ms |" in out
+    data = json.loads((tmp_path / "foreign_decode.json").read_text())
+    assert [r["mode"] for r in data["results"]] == ["eager", "lingc"]
+    assert all(r["step_ms"] > 0 for r in data["results"]) and data["results"][1]["compile_s"] > 0
+    # fp32 on the CPU: lingc's step picks eager's tokens over all 7 steps.
+    assert data["tokens_agree"] == 7 == len(data["token_ids"]["lingc"])
+    assert "lingc and eager agree on the first 7 of 7 steps" in out
+    # The floor counts the chosen experts, not all: between the dense weights and every weight.
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fm_smoke", REPO / "tests" / "foreign_model.py")
+    fm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fm)
+    m = fm.KimiStyleModel()
+    every = sum(p.numel() * 4 for p in m.parameters())
+    experts = sum(p.numel() * 4 for moe in m.moe for p in (moe.w13, moe.w2))
+    assert every - experts - m.embed.weight.numel() * 4 < data["floor_bytes"] < every

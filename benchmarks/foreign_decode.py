@@ -1,0 +1,192 @@
+"""Batch-1 decode of a model lingc did not write: tests/foreign_model.py's Kimi Linear-style hybrid
+(two KDA layers and an MLA layer, each with a MoE; written in plain PyTorch in Kimi Linear's
+spelling) at real per-GPU widths, eager against lingc.DecodeRunner, with the floor beside each.
+
+    python -m benchmarks.foreign_decode --preset kimi-linear-tp4-rank --context 8192 --out DIR
+    python -m benchmarks.foreign_decode --preset tiny --out DIR          # CPU smoke run
+
+Presets: ``kimi-linear-tp4-rank`` is one GPU's shard of Kimi-Linear-48B-A3B under 4-way tensor
+parallelism (hidden 2304, 8 of its 32 KDA and MLA heads of 128, the latent 512 + 64 rope dims, 256
+experts top-8 with their intermediate 1024 / 4 = 256, one shared expert, the vocabulary's quarter),
+with three layers instead of 27 (the model's structure is tests/foreign_model.py's); ``tiny`` the
+tests' sizes. ``--kimi-linear`` takes Kimi Linear's own MLA (rope dims unrotated) and router
+(grouped, zero-filled top-k). Weights are random, bf16 on the GPU.
+
+Method (docs/method.md): the state starts from random values at position ``--context`` (the MLA
+cache filled, no prefill); each mode runs the step ``--tokens`` times after warm-up, each step
+timed by CUDA events (wall clock on the CPU), medians reported. ``eager``: the model called per
+token, its argmax fed back on the device. ``lingc``: DecodeRunner's captured step (the model
+compiled by lingc, one CUDA-graph replay a token). The floor is the bytes one step must read (every
+weight but the routed experts, the router's 8 chosen experts and the shared expert per layer, the
+KDA states and windows, the MLA cache rows up to the position, the embedding row) over the copy
+bandwidth measured in the same run. Both modes start from the same state; the tokens each picks
+over the timed steps are compared and the agreement reported (bf16: lingc's kernels round
+differently, so greedy paths may part).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import copy_bandwidth_gbps, environment, markdown_table, write_json
+
+PRESETS = {
+    "tiny": {},
+    "kimi-linear-tp4-rank": dict(HID=2304, VOCAB=163840 // 4, KH=8, KD=128, MH=8, NOPE=128, ROPE=64, RANK=512,
+                                 VD=128, E=256, TOPK=8, INTER=256, SHARED=256),
+}
+MODES = ("eager", "lingc")
+
+
+def foreign_module(dims: dict):
+    """tests/foreign_model.py at these sizes (its with_dims copy)."""
+    path = Path(__file__).resolve().parents[1] / "tests" / "foreign_model.py"
+    spec = importlib.util.spec_from_file_location("foreign_model_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.with_dims(**dims)
+
+
+def floor_bytes(model, fm, state, position: int) -> int:
+    """What one decode step must read (module docstring)."""
+    routed = {id(p) for moe in model.moe for p in (moe.w13, moe.w2)}
+    total = sum(p.numel() * p.element_size() for p in model.parameters() if id(p) not in routed)
+    total -= model.embed.weight.numel() * model.embed.weight.element_size()
+    total += model.embed.weight[0].numel() * model.embed.weight.element_size()
+    for moe in model.moe:               # the chosen experts' rows (distinct at one token)
+        total += fm.TOPK * (moe.w13[0].numel() * moe.w13.element_size() + moe.w2[0].numel() * moe.w2.element_size())
+    states, windows, caches = state
+    total += sum(t.numel() * t.element_size() for t in states + windows)
+    total += sum((position + 1) * c[0].numel() * c.element_size() for c in caches)
+    return total
+
+
+def step_times_ms(fn, reps: int, warmup: int, cuda: bool) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def main(argv=None) -> dict:
+    import lingc
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="kimi-linear-tp4-rank")
+    ap.add_argument("--kimi-linear", action="store_true", help="Kimi Linear's own MLA and router")
+    ap.add_argument("--context", type=int, default=8192, help="the position decode starts at")
+    ap.add_argument("--tokens", type=int, default=64, help="timed steps per mode")
+    ap.add_argument("--warmup", type=int, default=8)
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    bad = sorted(set(modes) - set(MODES))
+    if bad:
+        raise SystemExit(f"--modes: unknown {bad}; choose from {list(MODES)}")
+    cuda = torch.cuda.is_available()
+    if args.preset != "tiny" and not cuda:
+        raise SystemExit(f"--preset {args.preset} needs a GPU (use --preset tiny on the CPU)")
+    device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
+    fm = foreign_module(PRESETS[args.preset])
+    context = min(args.context, 16) if args.preset == "tiny" else args.context
+    max_len = context + args.warmup + args.tokens + 8
+
+    t0 = time.perf_counter()
+    model = fm.KimiStyleModel(kimi_linear=args.kimi_linear).to(device=device, dtype=dtype)
+    build_s = time.perf_counter() - t0
+    start = [[t.to(device) for t in group] for group in fm.KimiStyleModel.fresh_state(2, cache_len=max_len, dtype=dtype)]
+    bw = copy_bandwidth_gbps() if cuda else None
+    nbytes = floor_bytes(model, fm, start, context)
+    floor_ms = nbytes / (bw * 1e9) * 1e3 if bw else None
+
+    def fresh():
+        return [[t.clone() for t in group] for group in start]
+
+    rows, tokens = [], {}
+    for mode in modes:
+        state = fresh()
+        steps = args.warmup + args.tokens
+        picked = []
+        if mode == "eager":
+            x = torch.ones(1, dtype=torch.int64, device=device)
+            pos = torch.full((1,), context, dtype=torch.int64, device=device)
+
+            @torch.no_grad()
+            def step():
+                x.copy_(model(x, pos, *state)[-1].argmax(-1).view(1))
+                pos.add_(1)
+                picked.append(x.clone())
+            compile_s = 0.0
+        else:
+            t0 = time.perf_counter()
+            runner = lingc.DecodeRunner(model, state, max_len=max_len, progress=False)
+            runner.prepare(("greedy",))
+            compile_s = time.perf_counter() - t0
+            for dst, src in zip([t for g in state for t in g], [t for g in fresh() for t in g]):
+                dst.copy_(src)                     # prepare zeroed the state
+            runner.x.fill_(1)
+            runner.pos.fill_(context)
+            replay = runner._steps["greedy"]
+
+            def step():
+                replay()
+                picked.append(runner.x.clone())
+        with torch.no_grad():
+            times = step_times_ms(step, args.tokens, args.warmup, cuda)
+        tokens[mode] = [int(t) for t in torch.cat(picked[:steps])]
+        ms = statistics.median(times)
+        rows.append(dict(mode=mode, step_ms=ms, tok_s=1e3 / ms, floor_ms=floor_ms,
+                         x_floor=ms / floor_ms if floor_ms else None, compile_s=compile_s,
+                         kernels=(None if mode == "eager" else runner.graph_infos()[0].kernel_nodes
+                                  if runner.graph_infos() else None)))
+        del state
+    agree = None
+    if set(tokens) == set(MODES):
+        e, g = tokens["eager"], tokens["lingc"]
+        agree = next((i for i, (a, b) in enumerate(zip(e, g)) if a != b), len(e))
+    if len(rows) == 2 and rows[0]["mode"] == "eager":
+        rows[0]["lingc_faster_by"] = rows[0]["step_ms"] / rows[1]["step_ms"]
+
+    table = markdown_table(rows, [("mode", "mode", "s"), ("step_ms", "step ms", ".3f"), ("tok_s", "tok/s", ".0f"),
+                                  ("floor_ms", "floor ms", ".3f"), ("x_floor", "x floor", ".2f"),
+                                  ("lingc_faster_by", "lingc faster by", ".1f"), ("kernels", "graph kernels", "d"),
+                                  ("compile_s", "compile+capture s", ".1f")])
+    head = (f"foreign_decode: {args.preset}{' (Kimi Linear MLA + router)' if args.kimi_linear else ''}, "
+            f"3 layers, position {context}, {args.tokens} timed steps, "
+            f"{'bf16 on ' + torch.cuda.get_device_name() if cuda else 'fp32 CPU SMOKE RUN (wall clock)'}")
+    lines = [head, "", table, ""]
+    if bw:
+        lines.append(f"copy bandwidth {bw:.0f} GB/s; floor {floor_ms:.3f} ms a step; model built in {build_s:.1f} s")
+    if agree is not None:
+        lines.append(f"greedy tokens: lingc and eager agree on the first {agree} of {len(tokens['eager'])} steps")
+    print("\n".join(lines))
+    payload = dict(preset=args.preset, dims=PRESETS[args.preset], kimi_linear=args.kimi_linear, context=context,
+                   tokens=args.tokens, copy_bandwidth_gbps=bw, floor_bytes=nbytes, floor_ms=floor_ms, results=rows,
+                   tokens_agree=agree, token_ids=tokens, env=environment())
+    write_json(Path(args.out) / "foreign_decode.json", payload)
+    (Path(args.out) / "foreign_decode.md").write_text("\n".join(lines) + "\n")
+    return payload
+
+
+if __name__ == "__main__":
+    main()
