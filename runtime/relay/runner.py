@@ -16,7 +16,8 @@ Per request: every state tensor is zeroed (a fresh recurrent state, an empty cac
 runs through the eager model (in one forward, or chunks of ``prefill_chunk`` tokens), then one
 decode step per token. The step is the model call compiled with backend="lingc" (role "decode",
 fullgraph) together with the greedy argmax and the bookkeeping: the next token, its position and
-a device token ring are written inside the graph, so on CUDA the captured step is replayed with
+a device token ring are written inside the graph (one lingc.relay_advance: the relay's decode
+tail), so on CUDA the captured step is replayed with
 nothing read back before the next launch. The host launches step k + 1 before it reads step k's
 token (copied from the ring on a side stream, its event read one step late) and trims what it
 ran past (stop ids, max_new_tokens). Sampling (temperature > 0) compiles a step that returns the
@@ -69,12 +70,15 @@ def _leaves(state, where: str = "state") -> list[torch.Tensor]:
     return out
 
 
-def _greedy_step(model: Callable, x, pos, ring, k, state) -> None:
-    """One token: the model at (x, pos), its argmax written to x and ring[k % RING]; pos, k += 1."""
-    tok = model(x, pos, *state)[-1].argmax(-1).view(1)
-    ring.index_copy_(0, k.remainder(RING), tok)
-    x.copy_(tok)
-    pos.add_(1)
+def _greedy_step(model: Callable, x, pos, emitted, accept, ring, k, state) -> None:
+    """One token: the model at (x, pos), its argmax y written to x and to the ring's row k % RING
+    ([y, accept = 0]); pos, k += 1. Written as the relay's decode tail (runtime/relay/steps.py), so
+    pdl_swap folds it into one lingc.relay_advance instead of a handful of ATen kernels."""
+    y = model(x, pos, *state).argmax(-1)               # logits [1, V] at one token: y [1]
+    emitted.copy_(y)
+    x.copy_(y)
+    pos.copy_(pos + 1)
+    ring.index_copy_(0, k % ring.shape[0], torch.cat([emitted, accept]).unsqueeze(0))
     k.add_(1)
 
 
@@ -129,7 +133,8 @@ class DecodeRunner:
         self.progress = progress
         z = dict(dtype=torch.int64, device=self.device)
         self.x, self.pos, self.k = torch.zeros(1, **z), torch.zeros(1, **z), torch.zeros(1, **z)
-        self.ring = torch.zeros(RING, **z)
+        self.emitted, self.accept = torch.zeros(1, **z), torch.zeros(1, **z)    # accept stays 0
+        self.ring = torch.zeros(RING, 2, **z)      # row k % RING: [step k's token, 0]
         self._steps: dict[str, CapturedStep] = {}
         self.reports: dict[str, list] = {}       # kind -> the step's compile reports
         self.stats = RunnerStats()
@@ -142,12 +147,12 @@ class DecodeRunner:
         opts = dict(self.options, role="decode")
         model = self.model
         if kind == "greedy":
-            def fn(x, pos, ring, k, state):
-                _greedy_step(model, x, pos, ring, k, state)
+            def fn(x, pos, emitted, accept, ring, k, state):
+                _greedy_step(model, x, pos, emitted, accept, ring, k, state)
             compiled = torch.compile(fn, backend="lingc", fullgraph=True, dynamic=False, options=opts)
 
             def call():
-                return compiled(self.x, self.pos, self.ring, self.k, self.state)
+                return compiled(self.x, self.pos, self.emitted, self.accept, self.ring, self.k, self.state)
         else:
             def fn(x, pos, state):
                 return _logits_step(model, x, pos, state)
@@ -190,7 +195,7 @@ class DecodeRunner:
     def _reset(self) -> None:
         for t in self._leaves:
             t.zero_()
-        for t in (self.x, self.pos, self.k, self.ring):
+        for t in (self.x, self.pos, self.k, self.emitted, self.accept, self.ring):
             t.zero_()
 
     def _prompt_ids(self, prompt) -> torch.Tensor:
@@ -265,7 +270,7 @@ class DecodeRunner:
         step = self._steps["greedy"]
         cuda = self.device.type == "cuda"
         if cuda and self._host_ring is None:
-            self._host_ring = torch.zeros(RING, dtype=torch.int64, pin_memory=True)
+            self._host_ring = torch.zeros(RING, 2, dtype=torch.int64, pin_memory=True)
             self._copy_stream = torch.cuda.Stream()
         done: list = []
         copied: list = []
@@ -279,7 +284,7 @@ class DecodeRunner:
             self.stats.host_s.append(time.perf_counter() - t0)
             self.stats.launched += 1
             if not cuda:
-                copied.append(int(self.ring[k % RING]))
+                copied.append(int(self.ring[k % RING, 0]))
                 return
             ev = torch.cuda.Event()
             ev.record()
@@ -297,7 +302,7 @@ class DecodeRunner:
             launch(k + 1)                                       # run ahead: step k may still run
             if cuda:
                 copied[k].synchronize()
-                tok = int(self._host_ring[k % RING])
+                tok = int(self._host_ring[k % RING, 0])
             else:
                 tok = copied[k]
             self.stats.steps += 1
