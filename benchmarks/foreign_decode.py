@@ -8,8 +8,12 @@ spelling) at real per-GPU widths, eager against lingc.DecodeRunner, with the flo
 Presets: ``kimi-linear-tp4-rank`` is one GPU's shard of Kimi-Linear-48B-A3B under 4-way tensor
 parallelism (hidden 2304, 8 of its 32 KDA and MLA heads of 128, the latent 512 + 64 rope dims, 256
 experts top-8 with their intermediate 1024 / 4 = 256, one shared expert, the vocabulary's quarter),
-with three layers instead of 27 (the model's structure is tests/foreign_model.py's); ``tiny`` the
-tests' sizes. ``--kimi-linear`` takes Kimi Linear's own MLA (rope dims unrotated) and router
+with three layers instead of 27 (the model's structure is tests/foreign_model.py's);
+``qwen3-next-tp4-rank`` the same structure with Qwen3-Next's linear layers and MoE block at
+Qwen3-Next-80B's per-GPU widths (hidden 2048, 8 value heads and 4 q/k heads of 128, one fused
+convolution with a 4-column cache, 512 experts top-10 of intermediate 512 / 4 = 128, the shared
+expert behind its sigmoid gate; its MLA layer stands where Qwen3-Next has gated attention);
+``tiny`` the tests' sizes. ``--kimi-linear`` takes Kimi Linear's own MLA (rope dims unrotated) and router
 (grouped, zero-filled top-k). Weights are random, bf16 on the GPU.
 
 Method (docs/method.md): the state starts from random values at position ``--context`` (the MLA
@@ -36,10 +40,14 @@ import torch
 
 from benchmarks.common import copy_bandwidth_gbps, environment, markdown_table, write_json
 
+_MLA = dict(MH=8, NOPE=128, ROPE=64, RANK=512, VD=128)
+# name -> (tests/foreign_model.py's sizes, KimiStyleModel's arguments)
 PRESETS = {
-    "tiny": {},
-    "kimi-linear-tp4-rank": dict(HID=2304, VOCAB=163840 // 4, KH=8, KD=128, MH=8, NOPE=128, ROPE=64, RANK=512,
-                                 VD=128, E=256, TOPK=8, INTER=256, SHARED=256),
+    "tiny": ({}, {}),
+    "kimi-linear-tp4-rank": (dict(HID=2304, VOCAB=163840 // 4, KH=8, KD=128, E=256, TOPK=8, INTER=256, SHARED=256,
+                                  **_MLA), {}),
+    "qwen3-next-tp4-rank": (dict(HID=2048, VOCAB=151936 // 4, KH=8, QK_HEADS=4, KD=128, E=512, TOPK=10, INTER=128,
+                                 SHARED=128, **_MLA), {"gdn": "qwen3-next"}),
 }
 MODES = ("eager", "lingc")
 
@@ -107,14 +115,19 @@ def main(argv=None) -> dict:
     if args.preset != "tiny" and not cuda:
         raise SystemExit(f"--preset {args.preset} needs a GPU (use --preset tiny on the CPU)")
     device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
-    fm = foreign_module(PRESETS[args.preset])
+    dims, model_kw = PRESETS[args.preset]
+    fm = foreign_module(dims)
     context = min(args.context, 16) if args.preset == "tiny" else args.context
     max_len = context + args.warmup + args.tokens + 8
 
     t0 = time.perf_counter()
-    model = fm.KimiStyleModel(kimi_linear=args.kimi_linear).to(device=device, dtype=dtype)
+    if args.kimi_linear and model_kw:
+        raise SystemExit(f"--kimi-linear takes Kimi Linear's MLA and router; --preset {args.preset} has its own")
+    model = fm.KimiStyleModel(kimi_linear=args.kimi_linear, **model_kw).to(device=device, dtype=dtype)
     build_s = time.perf_counter() - t0
-    start = [[t.to(device) for t in group] for group in fm.KimiStyleModel.fresh_state(2, cache_len=max_len, dtype=dtype)]
+    fused = {"fused_conv": 4} if model_kw.get("gdn") else {}
+    start = [[t.to(device) for t in group]
+             for group in fm.KimiStyleModel.fresh_state(2, cache_len=max_len, dtype=dtype, **fused)]
     bw = copy_bandwidth_gbps() if cuda else None
     nbytes = floor_bytes(model, fm, start, context)
     floor_ms = nbytes / (bw * 1e9) * 1e3 if bw else None
@@ -180,7 +193,7 @@ def main(argv=None) -> dict:
     if agree is not None:
         lines.append(f"greedy tokens: lingc and eager agree on the first {agree} of {len(tokens['eager'])} steps")
     print("\n".join(lines))
-    payload = dict(preset=args.preset, dims=PRESETS[args.preset], kimi_linear=args.kimi_linear, context=context,
+    payload = dict(preset=args.preset, dims=dims, kimi_linear=args.kimi_linear, context=context,
                    tokens=args.tokens, copy_bandwidth_gbps=bw, floor_bytes=nbytes, floor_ms=floor_ms, results=rows,
                    tokens_agree=agree, token_ids=tokens, env=environment())
     write_json(Path(args.out) / "foreign_decode.json", payload)

@@ -78,6 +78,18 @@ def _windows(win: dict) -> list[dict]:
     return win.get("split", [win])
 
 
+def _chain_input(n: fx.Node) -> bool:
+    """Where a chain's region stops: a projection (a heavy op) seen through views, or a contiguous
+    copy of such a view seen through views. Qwen3-Next's projections are grouped per q/k head
+    ([T, HK, q | k | v | z] and [T, HK, b | a]); with more than one q/k head its q, k, v, b and a
+    are gathered out of the head groups by copies, which then stay before the chain as its inputs."""
+    if is_heavy(view_base(n)):
+        return True
+    while is_call(n, *VIEW_OPS):
+        n = n.args[0]
+    return is_call(n, aten.clone.default) and is_heavy(view_base(n.args[0]))
+
+
 def _gate_inputs(leaves, skip, T, H, D, DV=None):
     """The region's inputs besides ``skip`` (state, window, the fused form's q/k/v): the [T, H*K]
     (and [T, H*V]) and [T, H] projections, the parameters and, among them, the [H] and [H*K] ones."""
@@ -377,7 +389,7 @@ class KdaCores:
         if o is None:
             return "no single read-out of the state"
         outs = [o, st["value"], *(w["value"] for w in _windows(win))]
-        nodes, leaves = region(outs, lambda n: is_heavy(view_base(n)))
+        nodes, leaves = region(outs, _chain_input)
         want = {T * DV: (T, DV), T * D: (T, D), T * H: (T, H), T * dqk: (T, dqk), T * C: (T, C)}
         widened = []
         for leaf in leaves:

@@ -40,7 +40,7 @@ KH, KD = 2, 8                    # KDA heads, head dim (K = V)
 MH, NOPE, ROPE, RANK, VD = 2, 8, 4, 16, 8
 E, TOPK, INTER, SHARED = 8, 2, 16, 24
 EPS = 1e-6
-DIMS = ("HID", "VOCAB", "KH", "KD", "MH", "NOPE", "ROPE", "RANK", "VD", "E", "TOPK", "INTER", "SHARED")
+DIMS = ("HID", "VOCAB", "KH", "KD", "MH", "NOPE", "ROPE", "RANK", "VD", "E", "TOPK", "INTER", "SHARED", "QK_HEADS")
 _copies = itertools.count()
 
 
@@ -164,8 +164,9 @@ class WideSplitCacheGDN(GatedDeltaNetStyle):
     convolved into three caches of their own, v's twice as wide ([KH*vd, width], vd = 2 KD), one
     decay per head, the state [KH, KD, vd], the output norm over vd gated by silu."""
 
-    def __init__(self, g: torch.Generator, width: int = 4, vd: int = 2 * KD):
+    def __init__(self, g: torch.Generator, width: int = 4, vd: int | None = None):
         super().__init__(g)
+        vd = 2 * KD if vd is None else vd          # (read at call time: with_dims copies change KD)
         self.width, self.vd, DV = width, vd, KH * vd
         self.v = nn.Linear(HID, DV, bias=False)
         self.convs[2] = _w(g, DV, 1, 4, scale=2.0)
@@ -210,8 +211,9 @@ class Qwen3NextStyleGDN(nn.Module):
     ``vd``: the value head dim (KD; 2 * KD is flash-linear-attention's expand_v = 2): the state
     is [KH, KD, vd], the output norm over vd."""
 
-    def __init__(self, g: torch.Generator, fused_qkvz: bool = True, width: int = 4, vd: int = KD):
+    def __init__(self, g: torch.Generator, fused_qkvz: bool = True, width: int = 4, vd: int | None = None):
         super().__init__()
+        vd = KD if vd is None else vd              # (read at call time: with_dims copies change KD)
         self.fused_qkvz, self.width, self.vd = fused_qkvz, width, vd
         self.dqk, self.dv = QK_HEADS * KD, KH * vd
         self.C = 2 * self.dqk + self.dv

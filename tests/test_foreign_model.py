@@ -162,6 +162,71 @@ def test_qwen3_next_model_on_lingc_kernels(form, T, tmp_path):
     assert not torch.equal(groups[1][0], KimiStyleModel.fresh_state(4, fused_conv=width)[1][0])   # window written
 
 
+@pytest.mark.parametrize("T", [1, 3])
+def test_qwen3_next_with_several_qk_heads(T):
+    """Qwen3-Next's fused qkvz / ba projections grouped per q/k head, with two q/k heads (each
+    serving two value heads, as a Qwen3-Next-80B rank's 4 serve 8): q, k, v, b and a are gathered
+    out of the head groups by copies, which stay before the chain as its inputs (ATen clones);
+    every other computation on lingc kernels, each recurrence one kda_chain; output, states and
+    windows equal eager's. Before, the chain was left (its inputs were copies, not projections)."""
+    torch._dynamo.reset()
+    fm2 = fm.with_dims(KH=4, QK_HEADS=2)
+    m = fm2.KimiStyleModel(gdn="qwen3-next")
+    g = torch.Generator().manual_seed(T)
+    ids, pos = torch.randint(0, 64, (T,), generator=g), torch.arange(10, 10 + T)
+    groups = list(fm2.KimiStyleModel.fresh_state(4, fused_conv=4))
+    out, ref, report, ref_groups = _eager_then_lingc(m, ids, pos, groups)
+    lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
+    assert lingc["lingc.kda_chain"] == 2, stat(report, "pdl_swap").notes
+    aten_ops = {op for cat, op, n, _ in report.kernels.rows if cat == "aten"}
+    assert aten_ops == {"aten.clone"}, report.kernels.format()      # q, k, v, b, a and z, each layer
+    # Logits up to ~4: fp32 summation order alone moves them ~2e-5 (the same with pdl_swap off).
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=5e-5)
+    for got, want in zip(sum(groups, []), sum(ref_groups, [])):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=5e-5)
+
+
+def test_qwen3_next_with_several_qk_heads_verify_commits_the_accepted_prefix():
+    """The same layout's verify step (a 6-token chain, the greedy verdict, state_commit): staged
+    kda_chains over the gathered inputs; a rejection forced at each position (and none) leaves
+    the states and windows eager leaves on the accepted prefix."""
+    from lingc.runtime.relay import ops
+
+    from backend_helpers import compile_lingc
+    from lingc.backend import compile_reports
+
+    torch._dynamo.reset()
+    fm2 = fm.with_dims(KH=4, QK_HEADS=2)
+    model = fm2.KimiStyleModel(gdn="qwen3-next")
+
+    def verify(chain, pos, states, windows, caches):
+        target = model(chain, pos, states, windows, caches).argmax(-1)
+        return ops.state_commit(ops.greedy_verdict(chain, target)), target
+
+    T, start = 6, 10
+    pos = torch.arange(start, start + T)
+    fresh = lambda: [[t.clone() for t in group] for group in fm2.KimiStyleModel.fresh_state(3, fused_conv=4)]  # noqa: E731
+    with torch.no_grad():
+        state, chain = fresh(), [5]
+        for i in range(T - 1):
+            chain.append(int(model(torch.tensor(chain[-1:]), torch.tensor([start + i]), *state).argmax(-1)))
+        n = len(compile_reports)
+        step = compile_lingc(verify, role="verify")
+        for reject in range(1, T + 1):
+            c = list(chain)
+            if reject < T:
+                c[reject] = (c[reject] + 1) % 64
+            got = fresh()
+            accept, _ = step(torch.tensor(c), pos, *got)
+            assert int(accept) == reject - 1
+            want = fresh()
+            model(torch.tensor(c[:reject]), pos[:reject], *want)
+            for g, w in zip(got[0] + got[1], want[0] + want[1]):
+                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+    lingc = {op: k for cat, op, k, _ in compile_reports[n].kernels.rows if cat == "lingc"}
+    assert lingc["lingc.kda_chain"] == 2 and lingc["lingc.kda_commit_many"] == 1, lingc
+
+
 class _GDNLayer(torch.nn.Module):
     """One Qwen3NextStyleGDN layer (Hugging Face's 4-column cache) on its own; ``argmax``: the
     forward also hands back a Python int computed from the output (a graph returning a scalar)."""
