@@ -172,7 +172,6 @@ def main(argv=None) -> dict:
                          x_floor=ms / floor_ms if floor_ms else None, compile_s=compile_s,
                          kernels=(None if mode == "eager" else runner.graph_infos()[0].kernel_nodes
                                   if runner.graph_infos() else None)))
-        del state
     agree = None
     if set(tokens) == set(MODES):
         e, g = tokens["eager"], tokens["lingc"]
