@@ -509,16 +509,18 @@ def test_verify_step_stages_and_commits_the_accepted_prefix(model, textbook_mode
     assert notes.count("sliding window staged over 6 positions") == 2, notes
 
 
+@pytest.mark.parametrize("form", ["absorbed", "textbook"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_half_precision_model(model, dtype):
+def test_half_precision_model(model, textbook_model, dtype, form):
     """The same model cast to bfloat16 or float16 (nn.Module.to: weights, conv taps, the router
     bias and the RoPE frequencies; the KDA state stays fp32): the kernels read those low-precision
     operands as fp32, so the same cores match, and KDA's output norm, which this model rounds to
     its dtype before the gate, runs on lingc.gated_head_rmsnorm's round_steps form: every kernel
-    is lingc's, as in fp32."""
+    is lingc's, as in fp32. In the textbook MLA form the query's upcasts go too (mla_absorb hands
+    head_matmul and mla_decode the 16-bit query)."""
     import copy
 
-    m = copy.deepcopy(model).to(dtype)
+    m = copy.deepcopy(model if form == "absorbed" else textbook_model).to(dtype)
     # Seed 8: with 6 (fp16) or 7 (bf16) one token row's expert choice is a near-tie that the two
     # roundings break differently (a discrete flip, 0.11-0.14 on that row), not the rounding
     # error bounded here.
