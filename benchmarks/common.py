@@ -106,6 +106,20 @@ def event_times_ms(fn: Callable[[], Any], reps: int, warmup: int = 0) -> list[fl
     return times
 
 
+def call_times_ms(fn: Callable[[], Any], reps: int, warmup: int = 0, cuda: bool = True) -> list[float]:
+    """Each call's time in ms: CUDA events on the GPU (event_times_ms), wall clock in a CPU smoke run."""
+    if cuda:
+        return event_times_ms(fn, reps, warmup)
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
 def copy_bandwidth_gbps(nbytes: int = 2 * 1024**3, reps: int = 20) -> float:
     """Device-to-device copy bandwidth in GB/s (1e9 B/s), counting read + write bytes.
 

@@ -64,7 +64,7 @@ from lingc.models.moe import MoE
 from lingc.models.parallel import init_from_env
 from lingc.runtime.relay.engine import MAX_STEPS
 
-from .common import copy_bandwidth_gbps, environment, event_times_ms, markdown_table, require_cuda, write_json
+from .common import call_times_ms, copy_bandwidth_gbps, environment, markdown_table, require_cuda, write_json
 from .layer_chains import summary_line
 from .method_figures import count_aten_ops, sanity_lines
 from .sequence import by_kind
@@ -86,16 +86,7 @@ def _sync() -> None:
 
 def _events_ms(fn, reps, warmup=2):
     """Median ms per call: CUDA events on the GPU, wall clock in a CPU smoke run."""
-    if DEV == "cuda":
-        return statistics.median(event_times_ms(fn, reps, warmup))
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return statistics.median(call_times_ms(fn, reps, warmup, DEV == "cuda"))
 
 
 def cpu_copy_bandwidth_gbps(nbytes: int = 256 * 1024**2, reps: int = 5) -> float:

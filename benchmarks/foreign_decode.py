@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import copy_bandwidth_gbps, environment, markdown_table, write_json
+from benchmarks.common import call_times_ms, copy_bandwidth_gbps, environment, markdown_table, write_json
 
 _MLA = dict(MH=8, NOPE=128, ROPE=64, RANK=512, VD=128)
 # name -> (tests/foreign_model.py's sizes, KimiStyleModel's arguments)
@@ -74,25 +74,6 @@ def floor_bytes(model, fm, state, position: int) -> int:
     total += sum(t.numel() * t.element_size() for t in states + windows)
     total += sum((position + 1) * c[0].numel() * c.element_size() for c in caches)
     return total
-
-
-def step_times_ms(fn, reps: int, warmup: int, cuda: bool) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return times
 
 
 def main(argv=None) -> dict:
@@ -165,7 +146,7 @@ def main(argv=None) -> dict:
                 replay()
                 picked.append(runner.x.clone())
         with torch.no_grad():
-            times = step_times_ms(step, args.tokens, args.warmup, cuda)
+            times = call_times_ms(step, args.tokens, args.warmup, cuda)
         tokens[mode] = [int(t) for t in torch.cat(picked[:steps])]
         ms = statistics.median(times)
         rows.append(dict(mode=mode, step_ms=ms, tok_s=1e3 / ms, floor_ms=floor_ms,

@@ -186,47 +186,6 @@ def test_qwen3_next_with_several_qk_heads(T):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=5e-5)
 
 
-def test_qwen3_next_with_several_qk_heads_verify_commits_the_accepted_prefix():
-    """The same layout's verify step (a 6-token chain, the greedy verdict, state_commit): staged
-    kda_chains over the gathered inputs; a rejection forced at each position (and none) leaves
-    the states and windows eager leaves on the accepted prefix."""
-    from lingc.runtime.relay import ops
-
-    from backend_helpers import compile_lingc
-    from lingc.backend import compile_reports
-
-    torch._dynamo.reset()
-    fm2 = fm.with_dims(KH=4, QK_HEADS=2)
-    model = fm2.KimiStyleModel(gdn="qwen3-next")
-
-    def verify(chain, pos, states, windows, caches):
-        target = model(chain, pos, states, windows, caches).argmax(-1)
-        return ops.state_commit(ops.greedy_verdict(chain, target)), target
-
-    T, start = 6, 10
-    pos = torch.arange(start, start + T)
-    fresh = lambda: [[t.clone() for t in group] for group in fm2.KimiStyleModel.fresh_state(3, fused_conv=4)]  # noqa: E731
-    with torch.no_grad():
-        state, chain = fresh(), [5]
-        for i in range(T - 1):
-            chain.append(int(model(torch.tensor(chain[-1:]), torch.tensor([start + i]), *state).argmax(-1)))
-        n = len(compile_reports)
-        step = compile_lingc(verify, role="verify")
-        for reject in range(1, T + 1):
-            c = list(chain)
-            if reject < T:
-                c[reject] = (c[reject] + 1) % 64
-            got = fresh()
-            accept, _ = step(torch.tensor(c), pos, *got)
-            assert int(accept) == reject - 1
-            want = fresh()
-            model(torch.tensor(c[:reject]), pos[:reject], *want)
-            for g, w in zip(got[0] + got[1], want[0] + want[1]):
-                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
-    lingc = {op: k for cat, op, k, _ in compile_reports[n].kernels.rows if cat == "lingc"}
-    assert lingc["lingc.kda_chain"] == 2 and lingc["lingc.kda_commit_many"] == 1, lingc
-
-
 class _GDNLayer(torch.nn.Module):
     """One Qwen3NextStyleGDN layer (Hugging Face's 4-column cache) on its own; ``argmax``: the
     forward also hands back a Python int computed from the output (a graph returning a scalar)."""
@@ -453,7 +412,8 @@ def test_through_inductor(model):
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("form", ["absorbed", "textbook", "batched", "gdn", "qwen3-next", "kimi-linear"])
+@pytest.mark.parametrize("form", ["absorbed", "textbook", "batched", "gdn", "qwen3-next", "qwen3-next-2qk",
+                                  "kimi-linear"])
 def test_verify_step_stages_and_commits_the_accepted_prefix(model, textbook_model, form):
     """The model's own verify step (logits over a 6-token chain, the in-graph greedy verdict,
     lingc.state_commit): stage_commit stages both KDA states and conv windows, pdl_swap runs them
@@ -466,9 +426,12 @@ def test_verify_step_stages_and_commits_the_accepted_prefix(model, textbook_mode
     from lingc.backend import compile_reports
 
     batched = form == "batched"
-    kind = BatchedKimiStyleModel if batched else KimiStyleModel
+    # qwen3-next-2qk: two q/k heads, so q, k, v, b and a are gathered out of the head groups by copies.
+    two_qk = fm.with_dims(KH=4, QK_HEADS=2).KimiStyleModel if form == "qwen3-next-2qk" else None
+    kind = two_qk or (BatchedKimiStyleModel if batched else KimiStyleModel)
     model = {"absorbed": model, "textbook": textbook_model, "batched": BatchedKimiStyleModel(),
              "gdn": KimiStyleModel(gdn=True), "qwen3-next": KimiStyleModel(gdn="qwen3-next"),
+             "qwen3-next-2qk": two_qk and two_qk(gdn="qwen3-next"),
              "kimi-linear": KimiStyleModel(kimi_linear=True)}[form]
     run = (lambda ids, *a: model(ids[None], *a)[0]) if batched else model  # noqa: E731  (ids [T] -> [1, T])
 
@@ -478,7 +441,7 @@ def test_verify_step_stages_and_commits_the_accepted_prefix(model, textbook_mode
 
     T, start = 6, 10
     pos = torch.arange(start, start + T)
-    fused_conv = {"fused_conv": 4} if form == "qwen3-next" else {}
+    fused_conv = {"fused_conv": 4} if form.startswith("qwen3-next") else {}
     fresh = lambda: [[t.clone() for t in group] for group in kind.fresh_state(3, **fused_conv)]  # noqa: E731
     with torch.no_grad():
         state, chain = fresh(), [5]
@@ -503,7 +466,8 @@ def test_verify_step_stages_and_commits_the_accepted_prefix(model, textbook_mode
     report = compile_reports[n]
     lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
     assert lingc["lingc.kda_chain"] == 2 and lingc["lingc.kda_commit_many"] == 1, lingc
-    assert set(report.kernels.counts()) == {"lingc", "glue"}, report.kernels.format()
+    aten_ops = {op for cat, op, n, _ in report.kernels.rows if cat == "aten"}
+    assert aten_ops == ({"aten.clone"} if two_qk else set()), report.kernels.format()   # the gathers
     notes = " ".join(stat(report, "stage_commit").notes)
     assert notes.count("recurrence staged over 6 positions") == 2, notes
     assert notes.count("sliding window staged over 6 positions") == 2, notes

@@ -8,6 +8,7 @@
 - prefill_graphs.py  a fresh prompt's prefill as one replay of a graph captured per padded size;
 - engine.py  the engine: compile, capture, prefill, then steps with host run-ahead;
 - runner.py  DecodeRunner: the same plain decoding for any model written as a step over static
-             state (no relay).
+             state (no relay);
+- prompts.py the prompt check both run on a request.
 """
 from . import ops  # noqa: F401  (registers torch.ops.lingc.* relay ops)

@@ -25,7 +25,6 @@ design.md; speculative rejection sampling is not implemented).
 from __future__ import annotations
 
 import math
-import numbers
 import time
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
@@ -40,6 +39,7 @@ from lingc.progress import Progress
 from .buffers import RING, RelayBuffers
 from .graphs import CapturedStep, capture_step, describe
 from .prefill_graphs import PrefillGraphs
+from .prompts import prompt_ids
 from .steps import make_steps
 
 
@@ -295,21 +295,7 @@ class Engine:
         yield from self._until(self._relay_loop(roles), max_new_tokens - 1, stop_ids)
 
     def _prompt_ids(self, prompt: Sequence[int] | torch.Tensor) -> torch.Tensor:
-        """The prompt as int64 ids on the engine's device, checked: 1-d, not empty, integers, each
-        inside the vocabulary (an id outside it would index past the embedding)."""
-        if torch.is_tensor(prompt) and (prompt.is_floating_point() or prompt.is_complex()):
-            raise ValueError(f"prompt must hold integer token ids, got a {prompt.dtype} tensor")
-        if not torch.is_tensor(prompt) and any(
-                not isinstance(t, numbers.Integral) and not (torch.is_tensor(t) and t.dim() == 0) for t in prompt):
-            raise ValueError(f"prompt must hold integer token ids, got {list(prompt)[:8]}")
-        ids = torch.as_tensor(prompt if torch.is_tensor(prompt) else list(prompt), dtype=torch.int64)
-        if ids.dim() != 1 or ids.numel() == 0:
-            raise ValueError(f"prompt must be a non-empty 1-d list of token ids, got shape {tuple(ids.shape)}")
-        vocab = self.model.config.vocab_size
-        bad = ids[(ids < 0) | (ids >= vocab)]
-        if bad.numel():
-            raise ValueError(f"prompt ids {bad[:8].tolist()} are outside the vocabulary [0, {vocab})")
-        return ids.to(self.device)
+        return prompt_ids(prompt, self.model.config.vocab_size, self.device)
 
     def resume(self, max_new_tokens: int, speculative: str | None = "nextn",
                stop: Sequence[int] = ()) -> Iterator[int]:

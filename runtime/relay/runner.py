@@ -43,6 +43,7 @@ from lingc.decoding.reference import pick_token
 from lingc.progress import Progress
 
 from .graphs import CapturedStep, capture_step, describe
+from .prompts import prompt_ids
 
 RING = 4      # device -> host token ring slots (the host reads one step late)
 
@@ -198,21 +199,6 @@ class DecodeRunner:
         for t in (self.x, self.pos, self.k, self.emitted, self.accept, self.ring):
             t.zero_()
 
-    def _prompt_ids(self, prompt) -> torch.Tensor:
-        if torch.is_tensor(prompt) and (prompt.is_floating_point() or prompt.is_complex()):
-            raise ValueError(f"prompt must hold integer token ids, got a {prompt.dtype} tensor")
-        if not torch.is_tensor(prompt) and any(
-                not isinstance(t, numbers.Integral) and not (torch.is_tensor(t) and t.dim() == 0) for t in prompt):
-            raise ValueError(f"prompt must hold integer token ids, got {list(prompt)[:8]}")
-        ids = torch.as_tensor(prompt if torch.is_tensor(prompt) else list(prompt), dtype=torch.int64)
-        if ids.dim() != 1 or ids.numel() == 0:
-            raise ValueError(f"prompt must be a non-empty 1-d list of token ids, got shape {tuple(ids.shape)}")
-        bad = ids[(ids < 0) | (ids >= self.vocab_size)] if self.vocab_size else ids[ids < 0]
-        if bad.numel():
-            raise ValueError(f"prompt ids {bad[:8].tolist()} are outside the vocabulary "
-                             f"[0, {self.vocab_size if self.vocab_size else 'V'})")
-        return ids.to(self.device)
-
     @torch.no_grad()
     def _prefill(self, ids: torch.Tensor) -> torch.Tensor:
         """The eager model over the prompt (in chunks): the last position's logits."""
@@ -233,7 +219,7 @@ class DecodeRunner:
             raise ValueError(f"temperature={temperature!r}: want a finite number >= 0 (0 = greedy)")
         if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
             raise ValueError(f"top_p={top_p!r}: want 0 < top_p <= 1 (1 = the whole distribution)")
-        ids = self._prompt_ids(prompt)
+        ids = prompt_ids(prompt, self.vocab_size, self.device)
         n = ids.numel()
         # Step j feeds position n + j; the host launches one step past the last token it reads.
         if n + max_new_tokens > self.max_len:
