@@ -59,3 +59,18 @@ class RelayBuffers:
         for t in self.tensors():
             t.zero_()
         return self
+
+
+def copy_row_to_host(ring: torch.Tensor, host_ring: torch.Tensor, slot: int,
+                     stream: torch.cuda.Stream) -> tuple[torch.cuda.Event, torch.cuda.Event]:
+    """After a step launched on the current stream: (its completion event, the event of the copy
+    of ring[slot] into the pinned host_ring[slot] on ``stream``, which waits for the step). The
+    host reads the row once the second has completed, one step later (engine.py, runner.py)."""
+    done = torch.cuda.Event()
+    done.record()
+    with torch.cuda.stream(stream):
+        stream.wait_event(done)
+        host_ring[slot].copy_(ring[slot], non_blocking=True)
+        copied = torch.cuda.Event()
+        copied.record(stream)
+    return done, copied

@@ -36,7 +36,7 @@ from lingc.decoding.reference import greedy_prompt_prefill, pick_token
 from lingc.models.cache import Ling3Cache
 from lingc.progress import Progress
 
-from .buffers import RING, RelayBuffers
+from .buffers import RING, RelayBuffers, copy_row_to_host
 from .graphs import CapturedStep, capture_step, describe
 from .prefill_graphs import PrefillGraphs
 from .prompts import prompt_ids
@@ -347,14 +347,8 @@ class Engine:
                 done_events.append(None)
                 copied.append(self.ring[k % RING].clone())
                 return
-            ev = torch.cuda.Event()
-            ev.record()
+            ev, cev = copy_row_to_host(self.ring, self._host_ring, k % RING, self._copy_stream)
             done_events.append(ev)
-            with torch.cuda.stream(self._copy_stream):
-                self._copy_stream.wait_event(ev)
-                self._host_ring[k % RING].copy_(self.ring[k % RING], non_blocking=True)
-                cev = torch.cuda.Event()
-                cev.record(self._copy_stream)
             copied.append(cev)
 
         if cuda and self.check_syncs:

@@ -42,6 +42,7 @@ from lingc.backend import compile_reports
 from lingc.decoding.reference import pick_token
 from lingc.progress import Progress
 
+from .buffers import copy_row_to_host
 from .graphs import CapturedStep, capture_step, describe
 from .prompts import prompt_ids
 
@@ -272,14 +273,8 @@ class DecodeRunner:
             if not cuda:
                 copied.append(int(self.ring[k % RING, 0]))
                 return
-            ev = torch.cuda.Event()
-            ev.record()
+            ev, cev = copy_row_to_host(self.ring, self._host_ring, k % RING, self._copy_stream)
             done.append(ev)
-            with torch.cuda.stream(self._copy_stream):
-                self._copy_stream.wait_event(ev)
-                self._host_ring[k % RING].copy_(self.ring[k % RING], non_blocking=True)
-                cev = torch.cuda.Event()
-                cev.record(self._copy_stream)
             copied.append(cev)
 
         launch(0)
