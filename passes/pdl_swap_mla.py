@@ -192,6 +192,11 @@ class MlaCores:
         if rows_of_l(n) and (kv is None or shape(n)[-1] > shape(kv)[-1]):
             kv = n                                      # the cache holds one sequence: no slot view
         if kv is None:
+            if len(shape(n) or ()) >= 3 and shape(n)[-3] == L:
+                # Values with heads of their own: MHA / GQA over key and value caches [L, heads, D].
+                return ("softmax attention over per-head key and value caches (MHA / GQA, e.g. "
+                        "Qwen3-Next's gated attention): lingc's decode attention is MLA's latent form; "
+                        "left to Inductor")
             return "the value operand is not a slice of an [L, R + P] cache"
         cache = n                                       # the cache value kv is a view of
         kv_chain = []
