@@ -149,10 +149,10 @@ def main(argv=None) -> dict:
             times = call_times_ms(step, args.tokens, args.warmup, cuda)
         tokens[mode] = [int(t) for t in torch.cat(picked[:steps])]
         ms = statistics.median(times)
+        infos = [] if mode == "eager" else runner.graph_infos()
         rows.append(dict(mode=mode, step_ms=ms, tok_s=1e3 / ms, floor_ms=floor_ms,
                          x_floor=ms / floor_ms if floor_ms else None, compile_s=compile_s,
-                         kernels=(None if mode == "eager" else runner.graph_infos()[0].kernel_nodes
-                                  if runner.graph_infos() else None)))
+                         kernels=infos[0].kernel_nodes if infos else None))
     agree = None
     if set(tokens) == set(MODES):
         e, g = tokens["eager"], tokens["lingc"]

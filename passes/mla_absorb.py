@@ -42,7 +42,7 @@ from lingc.graph_region import (descendants, is_heavy, random_like, region, regi
 from lingc.head_layout import emit_layout, emit_token_major, head_layouts, token_major, width
 from lingc.pass_manager import VIEW_OPS
 
-from .pdl_glue import _replay_or
+from .pdl_glue import narrowed
 from .pdl_swap_common import below_lead, unit_lead
 
 lingc_ops = torch.ops.lingc
@@ -151,7 +151,7 @@ def absorb(g: fx.Graph, htl: int, pc: fx.Node, found: tuple, pos_cands: list, pl
             # A query upcast from bf16 / fp16 (behind views) is read as the raw tensor: head_matmul
             # and mla_decode upcast in registers (exact; a rotated q_rope is rounded to its dtype
             # after the rotation, as the absorbed form's match does), and the upcast kernel goes.
-            qt = [emit_token_major(g, _narrowed(g, n), a) for n, a in zip(q_nodes, at)]
+            qt = [emit_token_major(g, narrowed(g, n), a) for n, a in zip(q_nodes, at)]
             if q_full:
                 q_nope = emit(g, aten.slice.Tensor, qt[0], 2, 0, nope)
                 q_rope = emit(g, aten.slice.Tensor, qt[0], 2, nope, nope + P)
@@ -178,19 +178,6 @@ def absorb(g: fx.Graph, htl: int, pc: fx.Node, found: tuple, pos_cands: list, pl
         o.replace_all_uses_with(out)
         return o_lat
     return "expanded MLA: no assignment of the inputs reproduces the absorbed reference"
-
-
-def _narrowed(g: fx.Graph, n: fx.Node) -> fx.Node:
-    """n, or where n is (views of) an upcast to fp32 of a bf16 / fp16 tensor, those views
-    replayed on that tensor (n itself where they do not replay on its strides)."""
-    src, chain = n, []
-    while is_call(src, *VIEW_OPS):
-        chain.append(src)
-        src = src.args[0]
-    if not (is_call(src, *CASTS) and val(src).dtype == torch.float32
-            and val(src.args[0]).dtype in (torch.bfloat16, torch.float16)):
-        return n
-    return _replay_or(g, src.args[0], chain[::-1], n)
 
 
 def _probe(nodes, leaves, o, M, wb, cache, twins, pos, freq, q_nodes, layouts, dims, tol):

@@ -518,6 +518,18 @@ def _replay_or(g: fx.Graph, src: fx.Node, chain: list[fx.Node], fallback: fx.Nod
         return fallback
 
 
+def narrowed(g: fx.Graph, n: fx.Node, to_fp32_only: bool = True) -> fx.Node:
+    """n, or where n is views of a cast of a bf16 / fp16 tensor (a cast to fp32; with
+    ``to_fp32_only`` False any cast), those views replayed on that tensor: for a lingc op that
+    upcasts its operand in registers, which then drops the cast kernel (n itself where the views
+    do not replay on the narrower tensor's strides)."""
+    root, chain = _view_root(n)
+    if is_call(root, *CASTS) and val(root.args[0]).dtype in (torch.bfloat16, torch.float16) \
+            and (not to_fp32_only or val(root).dtype == torch.float32):
+        return _replay_or(g, root.args[0], chain, n)
+    return n
+
+
 def absorbed_products(g: fx.Graph) -> tuple[int, int]:
     """fp32 bmm of few rows -> lingc.head_matmul (see the module docstring): (products
     rewritten, transposing copies saved by the heads_inner layout)."""

@@ -327,12 +327,9 @@ class KdaCores:
         if d1 == d2:
             heads = [(d1, d1, None)]          # K == V: the probe tells a [V, K] state from [K, V]
         elif win["rank"] == "split":
-            # K != V (expand_v) over three caches: q's and k's [H*K, .], v's [H*V, .].
-            rows = sorted(shape(w["value"])[-2] for w in win["split"])
-            heads = [(k, v, tr) for k, v, tr in ((d1, d2, False), (d2, d1, True)) if rows == sorted([H * k, H * k, H * v])]
-            if not heads:
-                return (f"three conv caches {[shape(w['value']) for w in win['split']]} are not two [H*K, .] and "
-                        f"one [H*V, .] for state {shape(st['value'])}")
+            # K != V (expand_v) over three caches: q's and k's [H*K, .], v's [H*V, .]; _kda_heads
+            # refuses the reading the caches' rows do not fit.
+            heads = [(d1, d2, False), (d2, d1, True)]
         elif not fused:
             return f"state {shape(st['value'])} has K != V: the stacked [3, H*K, 3] window needs K == V"
         else:

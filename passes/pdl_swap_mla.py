@@ -59,7 +59,7 @@ from lingc.pass_manager import VIEW_OPS
 from lingc.sdpa import sdpa_call
 
 from . import mla_absorb
-from .pdl_glue import _replay_or
+from .pdl_glue import narrowed
 from .pdl_swap_common import MAX_T, PROBE_TOL, below_lead, graph_input, unit_lead
 
 lingc_ops = torch.ops.lingc
@@ -251,17 +251,9 @@ class MlaCores:
             # kernel does exactly that when handed the raw tensor (and the upcast kernel goes).
             # Unrotated, the upcast to fp32 is exact and the kernel reads either dtype. The cast
             # may sit behind views (T = 1): they are replayed on the raw tensor where they apply.
-            src, chain = qr, []
-            while is_call(src, *VIEW_OPS):
-                chain.append(src)
-                src = src.args[0]
-            raw = None
-            if qr is not None and is_call(src, *CASTS) and val(src.args[0]).dtype in (torch.bfloat16, torch.float16) \
-                    and (rope or val(src).dtype == torch.float32):
-                raw = src.args[0]
             with g.inserting_before(o_lat):
-                if raw is not None:
-                    qr = _replay_or(g, raw, chain[::-1], qr)
+                if qr is not None:
+                    qr = narrowed(g, qr, to_fp32_only=not rope)
                 try:
                     ql = emit_token_major(g, q_lat[0], lat_at)
                     # No rope dims: a zero-width view of q_lat stands for q_rope (no kernel).

@@ -9,6 +9,7 @@
 - engine.py  the engine: compile, capture, prefill, then steps with host run-ahead;
 - runner.py  DecodeRunner: the same plain decoding for any model written as a step over static
              state (no relay);
-- prompts.py the prompt check both run on a request.
+- requests.py what both do with a request on the host: the prompt and sampling checks, the
+             stop rule.
 """
 from . import ops  # noqa: F401  (registers torch.ops.lingc.* relay ops)

@@ -24,7 +24,6 @@ design.md; speculative rejection sampling is not implemented).
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
@@ -39,7 +38,7 @@ from lingc.progress import Progress
 from .buffers import RING, RelayBuffers, copy_row_to_host
 from .graphs import CapturedStep, capture_step, describe
 from .prefill_graphs import PrefillGraphs
-from .prompts import prompt_ids
+from .requests import check_sampling, prompt_ids, until
 from .steps import make_steps
 
 
@@ -269,10 +268,7 @@ class Engine:
         if speculative and self.model.nextn is None:
             raise ValueError("speculative='nextn' needs a model with a NEXTN layer "
                              "(num_nextn_predict_layers >= 1); pass speculative=None")
-        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
-            raise ValueError(f"temperature={temperature!r}: want a finite number >= 0 (0 = greedy)")
-        if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
-            raise ValueError(f"top_p={top_p!r}: want 0 < top_p <= 1 (1 = the whole distribution)")
+        check_sampling(temperature, top_p)
         sampling = temperature > 0
         speculative = speculative if not sampling else None   # documented fallback
         ids = self._prompt_ids(prompt)
@@ -292,7 +288,7 @@ class Engine:
         if sampling:
             yield from self._sample_loop(max_new_tokens - 1, temperature, top_p, seed, stop_ids)
             return
-        yield from self._until(self._relay_loop(roles), max_new_tokens - 1, stop_ids)
+        yield from until(self._relay_loop(roles), max_new_tokens - 1, stop_ids)
 
     def _prompt_ids(self, prompt: Sequence[int] | torch.Tensor) -> torch.Tensor:
         return prompt_ids(prompt, self.model.config.vocab_size, self.device)
@@ -314,16 +310,7 @@ class Engine:
         # ring_k % RING. Steps run outside this loop (a previous resume's run-ahead, direct
         # replays of the graphs) have moved ring_k on: restart it (stream-ordered, after them).
         self.ring_k.zero_()
-        yield from self._until(self._relay_loop(roles), max_new_tokens, set(stop))
-
-    @staticmethod
-    def _until(tokens: Iterator[int], count: int, stop_ids: set) -> Iterator[int]:
-        produced = 0
-        for tok in tokens:
-            yield tok
-            produced += 1
-            if produced >= count or tok in stop_ids:
-                return
+        yield from until(self._relay_loop(roles), max_new_tokens, set(stop))
 
     def generate(self, prompt, max_new_tokens: int, **kwargs) -> list[int]:
         return list(self.stream(prompt, max_new_tokens, **kwargs))

@@ -30,7 +30,6 @@ Ling3ForCausalLM; this runner decodes without speculation.
 
 from __future__ import annotations
 
-import math
 import numbers
 import time
 from dataclasses import dataclass, field
@@ -44,7 +43,7 @@ from lingc.progress import Progress
 
 from .buffers import copy_row_to_host
 from .graphs import CapturedStep, capture_step, describe
-from .prompts import prompt_ids
+from .requests import check_sampling, prompt_ids, until
 
 RING = 4      # device -> host token ring slots (the host reads one step late)
 
@@ -216,10 +215,7 @@ class DecodeRunner:
         stop id (included)."""
         if not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens!r}: generation needs at least 1 new token")
-        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
-            raise ValueError(f"temperature={temperature!r}: want a finite number >= 0 (0 = greedy)")
-        if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
-            raise ValueError(f"top_p={top_p!r}: want 0 < top_p <= 1 (1 = the whole distribution)")
+        check_sampling(temperature, top_p)
         ids = prompt_ids(prompt, self.vocab_size, self.device)
         n = ids.numel()
         # Step j feeds position n + j; the host launches one step past the last token it reads.
@@ -243,12 +239,7 @@ class DecodeRunner:
         self.x.fill_(first)
         self.pos.fill_(n)
         loop = self._sample_loop(temperature, top_p, gen) if sampling else self._greedy_loop()
-        produced = 0
-        for tok in loop:
-            yield tok
-            produced += 1
-            if produced >= max_new_tokens - 1 or tok in stop_ids:
-                return
+        yield from until(loop, max_new_tokens - 1, stop_ids)
 
     def generate(self, prompt, max_new_tokens: int, **kwargs) -> list[int]:
         return list(self.stream(prompt, max_new_tokens, **kwargs))
