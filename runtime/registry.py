@@ -18,6 +18,8 @@ from typing import Callable, Sequence
 
 import torch
 
+from lingc import compat
+
 __all__ = ["EagerOp", "register_op"]
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -78,4 +80,6 @@ def register_op(name: str, impl: Callable, fake: Callable, mutates_args: Sequenc
     else:
         op = torch.library.custom_op(f"lingc::{name}", impl, mutates_args=tuple(mutates_args), schema=schema)
         op.register_fake(fake)
+        if op._opoverload._schema.is_mutable:
+            compat.register_version_bump(op)
     return op if mutates_args else EagerOp(op, impl)

@@ -4,6 +4,8 @@ CPU machine `_plain_cuda` is patched to accept CPU tensors, so the decision itse
 
 from __future__ import annotations
 
+from typing import Optional
+
 import pytest
 import torch
 
@@ -111,3 +113,40 @@ def test_gpu_plain_cuda_calls_skip_the_dispatcher(monkeypatch):
     monkeypatch.setattr(registry, "DIRECT_CALLS", False)
     norm_op.rmsnorm(x, w, None, 1e-6)
     assert used == [1]
+
+
+def _add_into(out: torch.Tensor, x: torch.Tensor, extra: Optional[torch.Tensor] = None, scale: float = 1.0) -> None:
+    out.add_(x * scale)
+    if extra is not None:
+        extra.add_(x)
+
+
+ADD_INTO = registry.register_op("test_registry_add_into", _add_into, lambda out, x, extra=None, scale=1.0: None,
+                                mutates_args=("out", "extra"))
+
+
+def test_written_optional_argument_left_at_its_default():
+    """A written `Optional[Tensor] = None` argument left out: torch 2.11's own version-bump kernel
+    indexed the stripped argument list and raised IndexError (kda_chain's k_window on the GPU
+    machine, session 52); lingc's kernel fills the defaults first. The kernel is also called as
+    2.11's dispatcher calls it, with the trailing defaults stripped."""
+    out, x, extra = torch.randn(5), torch.randn(5), torch.randn(5)
+    want, v0 = out + x, out._version
+    ADD_INTO(out, x)
+    torch.testing.assert_close(out, want)
+    assert out._version > v0
+    e0, o0 = extra.clone(), out.clone()
+    ADD_INTO(out, x, extra, scale=2.0)
+    torch.testing.assert_close(out, o0 + 2 * x)
+    torch.testing.assert_close(extra, e0 + x)
+
+    from lingc import compat
+
+    kernel = compat.version_bump_kernel(ADD_INTO)
+    keyset = torch._C._dispatch_keys(out)
+    o1, v1, ev = out.clone(), out._version, extra._version
+    kernel(keyset, out, x)                                  # extra and scale stripped
+    torch.testing.assert_close(out, o1 + x)
+    assert out._version > v1 and extra._version == ev
+    kernel(keyset, out, x, extra)
+    assert extra._version > ev
