@@ -1,0 +1,203 @@
+"""Triton split kernel for GQA decode attention; the combine is mla_decode's.
+
+Math: naive.py; custom op: op.py; design: README.md.
+
+Split kernel (``_gqa_split_kernel``), grid (cdiv(T, TQ), NS, HKV). Program (q, s, j) owns key/value
+head j, cache rows [s * SPLIT_LEN, (s + 1) * SPLIT_LEN) and a query tile of BH = max(16, GP) rows
+(GP = next_pow2(G)): TQ = BH / GP queries, each with the G query heads that share head j, so one
+load of a key or value tile serves all of them (MQA-style within a group). Each tile row is
+masked to the rows its query sees (<= positions[t]); the online softmax walks the split in tiles of
+BLOCK_L rows and stores each (query, head)'s partial (running max m, sum l, unnormalised acc [DV])
+in mla_decode's workspace layout [T, HQ, NS(, DV)], so ``_mla_combine_kernel`` (H = HQ, R = DV,
+no gate) finishes the job. A query whose positions end before the split writes nothing (split 0
+always writes), and the combine reads only the splits a query's position reaches.
+
+Dots as mla_decode's: a 16-bit cache is an exact tensor-core operand; an fp32 query against it is
+split into hi + lo halves of the cache dtype (~16 bits kept in bf16), and so are the
+probabilities; an fp32 cache uses fp32 (ieee) dots. Rows read past a query's end but before the
+tile's last valid row are rows of this sequence already written (finite); rows past every query's
+end are masked at the load, so junk there (NaN included) never enters a product.
+
+Batch invariance in T: T is only a grid size; every constexpr comes from (L, HQ, HKV, D, DV)
+(config_for), a query's rows enter only their own rows of each product, and its running max and
+sum are per row: a decode (T = 1) of a position equals that position's row of a verify chain.
+No float atomics.
+
+PDL: the queries, positions and this step's cache rows are produced upstream, so both kernels wait
+at entry.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from lingc.runtime.kernels.gemm_common import dot_acc
+from lingc.runtime.kernels.mla_decode.kernel import _mla_combine_kernel, workspace
+from lingc.runtime.kernels.positions import position_terms
+from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait
+
+__all__ = ["GqaDecodeConfig", "config_for", "num_splits", "gqa_decode_triton", "workspace"]
+
+# Programs per context the rule aims for at T = 1 (splits x key/value heads): about one wave on
+# 132 SMs. A constant, not a device query, so the split layout (and the bits) depend on the shape.
+TARGET_PROGRAMS = 128
+MIN_SPLIT_LEN = 64
+
+
+@dataclass(frozen=True)
+class GqaDecodeConfig:
+    split_len: int            # cache rows per split (a multiple of block_l)
+    block_l: int = 64         # cache rows per tile (>= 16: tl.dot's smallest K/N)
+    num_warps: int = 4
+    num_stages: int = 3
+    combine_block_r: int = 64     # value columns per combine program
+    combine_block_s: int = 32     # splits per combine chunk
+    block_h: int = 0              # query-tile rows (queries x padded group); 0 = max(16, next_pow2(G))
+
+    def __post_init__(self):
+        if not (self.block_l >= 16 and self.block_l & (self.block_l - 1) == 0):
+            raise ValueError(f"GqaDecodeConfig: block_l = {self.block_l} must be a power of two >= 16")
+        if self.split_len < self.block_l or self.split_len % self.block_l:
+            raise ValueError(f"GqaDecodeConfig: split_len = {self.split_len} must be a multiple of "
+                             f"block_l = {self.block_l}")
+        if self.block_h and (self.block_h < 16 or self.block_h & (self.block_h - 1)):
+            raise ValueError(f"GqaDecodeConfig: block_h = {self.block_h} must be 0 or a power of two >= 16")
+
+
+def config_for(L: int, HQ: int, HKV: int, D: int, DV: int) -> GqaDecodeConfig:
+    """The launch config for a cache capacity L and head shape, never of T or the positions:
+    about TARGET_PROGRAMS (splits x key/value heads) at T = 1, splits of at least 64 rows in whole
+    64-row tiles; wide heads (D or DV > 128) take 8 warps (at 4 a thread holds 206 registers of
+    the 256-column tiles, at 8 128; 8 warps with 2 stages spilled 12 bytes, with 3 none:
+    tests/test_gqa_decode.py's compile check). Not yet tuned on a GPU."""
+    block_l = GqaDecodeConfig.block_l
+    splits = max(1, TARGET_PROGRAMS // HKV)
+    split = max(MIN_SPLIT_LEN, triton.cdiv(triton.cdiv(L, splits), block_l) * block_l)
+    wide = max(D, DV) > 128
+    return GqaDecodeConfig(split_len=split, num_warps=8 if wide else 4)
+
+
+def num_splits(L: int, config: GqaDecodeConfig) -> int:
+    return triton.cdiv(L, config.split_len)
+
+
+@triton.jit(do_not_specialize=["T", "pos_stride", "pos_add", "pos_step"])
+def _gqa_split_kernel(
+    q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr,
+    stride_qt, stride_qh, stride_kl, stride_kh, stride_vl, stride_vh, pos_stride, pos_add, pos_step, L, scale,
+    T, HQ: tl.constexpr, G: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, NS: tl.constexpr,
+    GP: tl.constexpr, BH: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr, BL: tl.constexpr,
+    SPLIT_LEN: tl.constexpr, SPLIT_Q: tl.constexpr, SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
+):
+    TQ: tl.constexpr = BH // GP       # queries per program
+    s = tl.program_id(1)
+    j = tl.program_id(2)              # the key/value head
+    KV_DT: tl.constexpr = k_ptr.dtype.element_ty
+    rows = tl.arange(0, BH)
+    t = tl.program_id(0) * TQ + rows // GP        # each tile row's query and head of the group
+    gi = rows % GP
+    h = j * G + gi
+    mh = (gi < G) & (t < T)
+    offs_d = tl.arange(0, BD)
+    md = offs_d < D
+    offs_v = tl.arange(0, BDV)
+    mv = offs_v < DV
+
+    pdl_wait(USE_GDC)
+    pdl_launch_dependents(USE_GDC)
+
+    pos = tl.load(pos_ptr + t * pos_stride, mask=t < T, other=0).to(tl.int32) + pos_add + t * pos_step
+    last = tl.minimum(pos, L - 1)
+    start = s * SPLIT_LEN
+    active = mh & ((start <= last) | (s == 0))
+    if tl.max(active.to(tl.int32), axis=0) > 0:
+        end = tl.where(active, tl.minimum(start + SPLIT_LEN, last + 1), start)
+        end_any = tl.max(end, axis=0)
+        q = tl.load(q_ptr + t[:, None] * stride_qt + h[:, None] * stride_qh + offs_d[None, :],
+                    mask=mh[:, None] & md[None, :], other=0.0).to(tl.float32)
+        q_hi = q.to(KV_DT)
+        if SPLIT_Q:
+            q_lo = (q - q_hi.to(tl.float32)).to(KV_DT)
+        m_i = tl.full([BH], float("-inf"), tl.float32)
+        l_i = tl.zeros([BH], tl.float32)
+        acc = tl.zeros([BH, BDV], tl.float32)
+        k_head = k_ptr + j * stride_kh
+        v_head = v_ptr + j * stride_vh
+        for i in range(SPLIT_LEN // BL):
+            offs_l = start + i * BL + tl.arange(0, BL)
+            ml = offs_l < end_any
+            rows_l = offs_l.to(tl.int64)[:, None]
+            k = tl.load(k_head + rows_l * stride_kl + offs_d[None, :], mask=ml[:, None] & md[None, :], other=0.0)
+            v = tl.load(v_head + rows_l * stride_vl + offs_v[None, :], mask=ml[:, None] & mv[None, :], other=0.0)
+            # Two accumulators summed after (a runtime zero: triton would fold `dot(a, b, 0) + x`
+            # into one chain), as mla_decode's.
+            zero = tl.zeros([BH, BL], tl.float32) * scale
+            sc = dot_acc(q_hi, k, zero, DOT_PRECISION, DOT_UPCAST)
+            if SPLIT_Q:
+                sc = sc + dot_acc(q_lo, k, zero, DOT_PRECISION, DOT_UPCAST)
+            sc = tl.where(offs_l[None, :] < end[:, None], sc * scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(sc, axis=1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp(m_i - m_safe)
+            p = tl.exp(sc - m_safe[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            acc = acc * alpha[:, None]
+            p_hi = p.to(KV_DT)
+            acc = dot_acc(p_hi, tl.trans(v), acc, DOT_PRECISION, DOT_UPCAST)
+            if SPLIT_P:
+                acc = dot_acc((p - p_hi.to(tl.float32)).to(KV_DT), tl.trans(v), acc, DOT_PRECISION, DOT_UPCAST)
+            m_i = m_new
+
+        part = (t * HQ + h) * NS + s
+        tl.store(m_ptr + part, m_i, mask=active)
+        tl.store(l_ptr + part, l_i, mask=active)
+        tl.store(acc_ptr + part.to(tl.int64)[:, None] * DV + offs_v[None, :], acc, mask=active[:, None] & mv[None, :])
+
+
+def gqa_decode_triton(q, k_cache, v_cache, positions, scale: float, out=None, *,
+                      config: GqaDecodeConfig | None = None, use_pdl: bool | None = None, partials=None,
+                      pos_offset: int | None = None) -> torch.Tensor:
+    """Launch split + combine; returns o [T, HQ, DV] fp32 (``out`` if given). Arguments as
+    op.check_gqa_decode_args accepts them; ``partials`` (from ``workspace(T, HQ, DV, ns)``) lets a
+    caller own or poison the split workspace."""
+    T, HQ, D = q.shape
+    L, HKV, DV = v_cache.shape
+    G = HQ // HKV
+    cfg = config or config_for(L, HQ, HKV, D, DV)
+    ns = num_splits(L, cfg)
+    if out is None:
+        out = torch.empty((T, HQ, DV), device=q.device, dtype=torch.float32)
+    assert out.shape == (T, HQ, DV) and out.dtype == torch.float32 and out.is_contiguous()
+    if T == 0:
+        return out
+    m, l, acc = partials if partials is not None else workspace(T, HQ, DV, ns, q.device)
+    assert m.shape == l.shape == (T, HQ, ns) and acc.shape == (T, HQ, ns, DV)
+    if use_pdl is None:
+        use_pdl = pdl_supported(q.device)
+    assert not use_pdl or pdl_supported(q.device), "PDL requested on a device without PDL support"
+    sixteen = k_cache.dtype != torch.float32          # bf16 or fp16: 16-bit tensor-core dots
+    gp = triton.next_power_of_2(G)
+    bh = max(16, gp, cfg.block_h)
+    pos_terms = position_terms(pos_offset)
+    pdl = {"launch_pdl": True} if use_pdl else {}
+    _gqa_split_kernel[(triton.cdiv(T, bh // gp), ns, HKV)](
+        q, k_cache, v_cache, positions, m, l, acc,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
+        *pos_terms, L, float(scale),
+        T, HQ=HQ, G=G, D=D, DV=DV, NS=ns, GP=gp, BH=bh, BD=max(16, triton.next_power_of_2(D)),
+        BDV=max(16, triton.next_power_of_2(DV)), BL=cfg.block_l, SPLIT_LEN=cfg.split_len,
+        SPLIT_Q=sixteen and q.dtype != k_cache.dtype, SPLIT_P=sixteen, DOT_PRECISION="ieee",
+        DOT_UPCAST=interpreting() and sixteen, USE_GDC=use_pdl,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl,
+    )
+    _mla_combine_kernel[(T, HQ, triton.cdiv(DV, cfg.combine_block_r))](
+        m, l, acc, positions, positions, out, 0, 0, *pos_terms, L,
+        H=HQ, R=DV, NS=ns, SPLIT_LEN=cfg.split_len, BS=triton.next_power_of_2(ns),
+        BSC=min(cfg.combine_block_s, triton.next_power_of_2(ns)), BRC=cfg.combine_block_r,
+        HAS_GATE=False, USE_GDC=use_pdl, num_warps=4, num_stages=1, **pdl,
+    )
+    return out

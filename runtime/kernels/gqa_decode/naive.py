@@ -1,0 +1,37 @@
+"""Plain-PyTorch reference for lingc's GQA decode attention: the op's CPU path and the oracle.
+
+For T query positions over one sequence's caches (read after this step's rows were written),
+with G = HQ / HKV query heads sharing each key/value head (G = 1: MHA; HKV = 1: MQA):
+
+    scores[t, h, l] = (q[t, h] . k_cache[l, h // G]) * scale
+    scores[t, h, l > positions[t]] = -inf                   causal, also inside a verify chain
+    o[t, h]         = softmax(scores[t, h]) @ v_cache[:, h // G]        [T, HQ, DV], fp32
+
+Evaluated in fp32 one query row at a time over the whole cache (full L, masked), so the result
+for a position does not depend on how many queries the chain has (batch invariance in T, as
+mla_decode's reference).
+"""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["gqa_decode_reference"]
+
+
+def gqa_decode_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                         positions: torch.Tensor, scale: float) -> torch.Tensor:
+    """o [T, HQ, DV] fp32. q [T, HQ, D]; k_cache [L, HKV, D]; v_cache [L, HKV, DV]; positions [T]
+    integer (query t sees rows 0..positions[t])."""
+    T, HQ, _ = q.shape
+    L, HKV, DV = v_cache.shape
+    G = HQ // HKV
+    kf = k_cache.float().repeat_interleave(G, dim=1)
+    vf = v_cache.float().repeat_interleave(G, dim=1)
+    rows = torch.arange(L, device=q.device)
+    out = []
+    for t in range(T):
+        scores = torch.einsum("thd,lhd->thl", q[t:t + 1].float(), kf) * scale
+        hidden = rows[None, None, :] > positions[t:t + 1, None, None]
+        p = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
+        out.append(torch.einsum("thl,lhv->thv", p, vf))
+    return torch.cat(out, 0) if out else q.new_empty((0, HQ, DV), dtype=torch.float32)

@@ -1,0 +1,106 @@
+"""GQA decode attention as an opaque, functional custom op.
+
+``torch.ops.lingc.gqa_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor positions,
+float scale, int? pos_offset=None) -> Tensor``
+
+- q [T, HQ, D]: the queries after their norm and rotary embedding (fp32, bf16 or fp16; unit
+  inner stride, any T / head strides);
+- k_cache [L, HKV, D], v_cache [L, HKV, DV]: one sequence's caches (bf16, fp16 or fp32, one dtype,
+  unit inner stride), read AFTER this step's rows were written (the op does not write them);
+  HQ is a multiple of HKV (G = HQ / HKV query heads per key/value head);
+- positions [T] int32/int64 device tensor: query t sees rows 0..positions[t]; with ``pos_offset``
+  o a [1] base n, query t at n + o + t (runtime/kernels/positions.py);
+- scale: the softmax scale (D^-0.5 in most models).
+
+Returns o [T, HQ, DV] fp32 = softmax(q k^T * scale, causal) @ v. T is 1..16 (decode and verify
+chains; prefill keeps the model's path). naive.py holds the exact math, kernel.py the split-K
+Triton kernel (PDL-launched on Hopper; mla_decode's combine), README.md the design.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from lingc.runtime.kernels.positions import check_positions, expand_positions
+from lingc.runtime.registry import register_op
+
+from .naive import gqa_decode_reference
+
+__all__ = ["MAX_T", "MAX_HEAD_DIM", "gqa_decode", "check_gqa_decode_args"]
+
+MAX_T = 16              # decode and verify chains; prefill keeps the model's path
+MAX_GROUP = 64          # the query heads of one key/value head are one tile (with the chain's queries)
+MAX_HEAD_DIM = 256      # a head's keys and values are one tile wide
+Q_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+KV_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def check_gqa_decode_args(q, k_cache, v_cache, positions, scale, pos_offset=None) -> None:
+    """Raise ValueError naming the bad argument of ``gqa_decode``."""
+    op = "gqa_decode"
+    if q.dim() != 3:
+        raise ValueError(f"{op}: q must be [T, heads, head_dim] (3-d), got shape {tuple(q.shape)}")
+    T, HQ, D = q.shape
+    if not 1 <= T <= MAX_T:
+        raise ValueError(f"{op}: T = {T} query positions, must be in 1..{MAX_T} (decode or a verify chain; "
+                         f"prefill keeps the model's attention)")
+    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if c.dim() != 3:
+            raise ValueError(f"{op}: {name} must be one sequence's [L, kv_heads, head_dim] (3-d), got shape "
+                             f"{tuple(c.shape)}")
+        if c.dtype not in KV_DTYPES:
+            raise ValueError(f"{op}: {name}.dtype must be bfloat16, float16 or float32, got {c.dtype}")
+        if c.stride(2) != 1 and c.shape[2] > 1:
+            raise ValueError(f"{op}: {name} must have unit stride along its last dim, got strides {c.stride()}")
+        if c.device != q.device:
+            raise ValueError(f"{op}: {name} is on {c.device} but q is on {q.device}")
+    L, HKV, Dk = k_cache.shape
+    if tuple(v_cache.shape[:2]) != (L, HKV):
+        raise ValueError(f"{op}: v_cache must be [L, kv_heads, DV] = [{L}, {HKV}, DV] like k_cache "
+                         f"{tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
+    if v_cache.dtype != k_cache.dtype:
+        raise ValueError(f"{op}: k_cache and v_cache must share a dtype, got {k_cache.dtype} and {v_cache.dtype}")
+    if L < 1:
+        raise ValueError(f"{op}: the caches have no rows (L = 0)")
+    if Dk != D:
+        raise ValueError(f"{op}: q's head_dim {D} differs from k_cache's {Dk}")
+    DV = v_cache.shape[2]
+    for name, d in (("head_dim", D), ("v_cache's head_dim", DV)):
+        if not 1 <= d <= MAX_HEAD_DIM:
+            raise ValueError(f"{op}: {name} = {d} must be in 1..{MAX_HEAD_DIM}")
+    if HKV < 1 or HQ % HKV:
+        raise ValueError(f"{op}: q's {HQ} heads must be a multiple of the caches' {HKV} key/value heads")
+    if HQ // HKV > MAX_GROUP:
+        raise ValueError(f"{op}: {HQ // HKV} query heads per key/value head, at most {MAX_GROUP}")
+    if q.dtype not in Q_DTYPES:
+        raise ValueError(f"{op}: q.dtype must be float32, bfloat16 or float16, got {q.dtype}")
+    if q.stride(2) != 1 and D > 1:
+        raise ValueError(f"{op}: q must have unit stride along its last dim (any T / head strides), got "
+                         f"strides {q.stride()}")
+    if positions.device != q.device:
+        raise ValueError(f"{op}: positions is on {positions.device} but q is on {q.device}")
+    check_positions(op, positions, T, pos_offset)
+    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"{op}: scale must be a finite number > 0 (most models use head_dim^-0.5), got {scale}")
+
+
+def _gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor,
+                scale: float, pos_offset: int | None = None) -> torch.Tensor:
+    check_gqa_decode_args(q, k_cache, v_cache, positions, scale, pos_offset)
+    if not q.is_cuda:
+        return gqa_decode_reference(q, k_cache, v_cache, expand_positions(positions, q.shape[0], pos_offset), scale)
+    from .kernel import gqa_decode_triton  # imported here so the CPU path needs no triton
+
+    return gqa_decode_triton(q, k_cache, v_cache, positions, scale, pos_offset=pos_offset)
+
+
+def _gqa_decode_fake(q, k_cache, v_cache, positions, scale, pos_offset=None):
+    check_gqa_decode_args(q, k_cache, v_cache, positions, scale, pos_offset)
+    return q.new_empty((*q.shape[:2], v_cache.shape[2]), dtype=torch.float32)
+
+
+_SCHEMA = "(Tensor q, Tensor k_cache, Tensor v_cache, Tensor positions, float scale, int? pos_offset=None) -> Tensor"
+
+
+gqa_decode = register_op("gqa_decode", _gqa_decode, _gqa_decode_fake, schema=_SCHEMA)
