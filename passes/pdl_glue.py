@@ -401,7 +401,9 @@ def concat_into_inputs(g: fx.Graph) -> int:
 
 def _position_readers() -> dict:
     """{op: index of its positions argument} of the ops that take ``pos_offset``."""
-    return {lingc_ops.mla_kv_write.default: 2, lingc_ops.mla_decode.default: 3}
+    import lingc.runtime.kernels.gqa_decode  # noqa: F401  (registers lingc::gqa_decode)
+
+    return {lingc_ops.mla_kv_write.default: 2, lingc_ops.mla_decode.default: 3, lingc_ops.gqa_decode.default: 3}
 
 
 def _iota_from_zero(n) -> bool:

@@ -50,6 +50,7 @@ from lingc.pass_manager import LingcPass
 
 from . import pdl_glue, pdl_norm_folds
 from .pdl_swap_common import param_operand, unit_lead
+from .pdl_swap_gqa import GqaCores
 from .pdl_swap_kda import KdaCores
 from .pdl_swap_mla import MlaCores
 from .relay_tail import relay_tail
@@ -63,7 +64,7 @@ lingc_ops = torch.ops.lingc
 
 
 
-class PdlSwap(KdaCores, MlaCores, LingcPass):
+class PdlSwap(KdaCores, MlaCores, GqaCores, LingcPass):
     name = "pdl_swap"
     tolerance = (1e-4, 1e-4)
     reuse_probes = True          # off: every layer's region is probed (tests compare the two)
@@ -75,6 +76,7 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
     fold_positions = True        # off: the relay's chain positions stay n + arange(T) ATen kernels
 
     def apply(self, gm: fx.GraphModule) -> int:
+        import lingc.runtime.kernels.gqa_decode  # noqa: F401
         import lingc.runtime.kernels.head_matmul  # noqa: F401
         import lingc.runtime.kernels.kda  # noqa: F401  (registers lingc::kda_chain, kda_commit(_many))
         import lingc.runtime.kernels.mla_decode  # noqa: F401
@@ -83,9 +85,11 @@ class PdlSwap(KdaCores, MlaCores, LingcPass):
 
         g = gm.graph
         self.gates_folded = self.absorbed = self.per_head_gates = self.silu_gates = self.fused_convs = 0
-        self.wide_values = self.split_windows = 0
+        self.wide_values = self.split_windows = self.gqa_matched = 0
         self._probes, self.probes_reused = {}, 0
         counts = {"kda_chain": self._kda(g), "mla_decode": self._mla(g)}
+        counts["mla_decode"] -= self.gqa_matched          # the attention search finds both forms
+        counts["gqa_decode"] = self.gqa_matched
         eliminate_dead_code(g)
         counts["kda_commit_many"] = self._merge_commits(g)
         counts["gated_head_rmsnorm"] = self._norms(g, gated=True)

@@ -60,6 +60,7 @@ from lingc.sdpa import sdpa_call
 
 from . import mla_absorb
 from .pdl_glue import narrowed
+from .pdl_swap_gqa import per_head_cache, probe_positions
 from .pdl_swap_common import MAX_T, PROBE_TOL, below_lead, graph_input, unit_lead
 
 lingc_ops = torch.ops.lingc
@@ -181,6 +182,15 @@ class MlaCores:
             self.absorbed += 1
             self.gates_folded += self._fold_head_gate(g, done, *shape(done)[:2])
             return None
+        per_head, n = None, other
+        while True:                       # values with heads of their own (MQA's one head too)
+            if per_head_cache(n, L):
+                per_head = n
+            if not is_call(n, *VIEW_OPS, *CASTS, aten.clone.default):
+                break
+            n = n.args[0]
+        if per_head is not None:          # MHA / GQA / MQA over key and value caches [L, heads, D]
+            return self._gqa_one(g, L, htl, pc, p, per_head, pos_cands)
         kv, n = None, other
         # Through copies too: SDPA's math form repeats one key/value head for every query head
         # (enable_gqa) as expand + clone.
@@ -193,10 +203,8 @@ class MlaCores:
             kv = n                                      # the cache holds one sequence: no slot view
         if kv is None:
             if len(shape(n) or ()) >= 3 and shape(n)[-3] == L:
-                # Values with heads of their own: MHA / GQA over key and value caches [L, heads, D].
-                return ("softmax attention over per-head key and value caches (MHA / GQA, e.g. "
-                        "Qwen3-Next's gated attention): lingc's decode attention is MLA's latent form; "
-                        "left to Inductor")
+                return ("softmax attention over per-head key and value caches with a batch of more than "
+                        "one sequence: gqa_decode reads one sequence's caches")
             return "the value operand is not a slice of an [L, R + P] cache"
         cache = n                                       # the cache value kv is a view of
         kv_chain = []
@@ -318,13 +326,9 @@ class MlaCores:
         inputs = []
         for n in leaves:
             if n is pos:
-                # Distinct positions in the cache's upper half: every query attends to at least
-                # L / 2 keys, so the candidate scales give different outputs (a query at position
-                # 0 has one key, and its output is the same under every scale: session 44 found
-                # the T = 1 graph of flash-tp4-rank taking the square of its scale that way).
-                n_upper = max(T, L - L // 2)
-                upper = L - n_upper + torch.randperm(n_upper, generator=gen)[:T]
-                inputs.append(torch.sort(upper).values.to(val(pos).dtype))
+                # (Session 44 found the T = 1 graph of flash-tp4-rank taking the square of its
+                # scale with positions at 0: probe_positions says why they sit high.)
+                inputs.append(probe_positions(T, L, val(pos).dtype, gen))
             elif n is freq:
                 inputs.append(torch.rand(shape(n), generator=gen).to(val(n).dtype))
             else:

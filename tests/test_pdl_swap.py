@@ -734,45 +734,6 @@ def test_fused_attention_of_other_math_is_left():
     assert any(x.startswith("fused attention at") and "MLA decode left (no assignment" in x for x in notes), notes
 
 
-class GQAttention(torch.nn.Module):
-    """Grouped-query softmax attention over key and value caches [L, heads, D] (Llama's, or
-    Qwen3-Next's full-attention layers without their gate): not MLA's latent form."""
-
-    def __init__(self):
-        super().__init__()
-        g = torch.Generator().manual_seed(3)
-        self.q, self.k, self.v, self.o = (torch.nn.Parameter(torch.randn(o, i, generator=g) / i ** 0.5, requires_grad=False)
-                                          for o, i in ((32, HID), (16, HID), (16, HID), (HID, 32)))
-
-    def forward(self, x, pos, kc, vc):
-        T, L = x.shape[0], kc.shape[0]
-        q = (x @ self.q.T).view(T, 4, 8).transpose(0, 1)
-        kc[pos] = (x @ self.k.T).view(T, 2, 8)
-        vc[pos] = (x @ self.v.T).view(T, 2, 8)
-        mask = torch.arange(L)[None, :] <= pos[:, None]
-        o = F.scaled_dot_product_attention(q[None], kc.permute(1, 0, 2)[None], vc.permute(1, 0, 2)[None],
-                                           attn_mask=mask[None, None], enable_gqa=True)
-        return o[0].transpose(0, 1).reshape(T, 32) @ self.o.T
-
-
-def test_gqa_attention_is_left_with_the_reason():
-    """MHA / GQA over per-head caches has no lingc decode kernel: the attention stays as it is,
-    the note says why (not the MLA matcher's own reasons), and the step equals eager."""
-    m = GQAttention()
-    x, pos = torch.randn(2, HID, generator=torch.Generator().manual_seed(1)), torch.tensor([5, 6])
-    kc, vc = torch.randn(16, 2, 8), torch.randn(16, 2, 8)
-    ref_k, ref_v = kc.clone(), vc.clone()
-    with torch.no_grad():
-        ref = m(x, pos, ref_k, ref_v)
-    out, report = run_and_report(m, x, pos, kc, vc)
-    notes = stat(report, "pdl_swap").notes
-    assert any("softmax attention over per-head key and value caches (MHA / GQA" in x for x in notes), notes
-    assert "lingc.mla_decode" not in rows(report)
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(kc, ref_k)
-    torch.testing.assert_close(vc, ref_v)
-
-
 def test_the_models_own_textbook_form_is_absorbed():
     """lingc.models' MLAAttention.forward_expanded (the test oracle that expands the cache) compiles
     to the kernels of the absorbed forward (the head gate folded into mla_decode too), and to its

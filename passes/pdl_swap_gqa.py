@@ -1,0 +1,164 @@
+"""pdl_swap's GQA matcher: softmax attention over per-head key and value caches becomes
+lingc.gqa_decode.
+
+    before:  scores = q k^T * scale (k, v cache rows [L, kv_heads, D], repeated for each group of
+             query heads) ; causal mask from positions ; softmax ; p @ v         (T <= 16)
+             (or one fused attention op, lingc/sdpa.py, with enable_gqa or repeated heads)
+    after:   o = lingc.gqa_decode(q, k_cache, v_cache, positions, scale)       [T, HQ, DV] fp32
+
+How it is found: pdl_swap_mla's attention search hands over every attention whose values are a
+[L, kv_heads, DV] cache (after this step's row write; a batch dim of 1 above it is dropped). The
+key cache is the latest [L, kv_heads, D] value the scores read that the values do not; the query
+is the furthest [T, HQ, D] (or head-major, lingc/head_layout.py) value on the scores' other side
+through views, casts and copies (before it: its norm and rotary embedding, left as they are). The
+region between those, the positions and the output is run on random inputs against gqa_decode's
+reference under every candidate scale (pdl_swap_mla's rule) and every layout; the best one within
+the tolerance is rewritten, the output cast back to the region's dtype. Key caches in the layout
+[kv_heads, L, D] (Hugging Face's) are not matched yet.
+
+Numerics (declared): the kernel computes in fp32 with split 16-bit operands (runtime/kernels/
+gqa_decode/README.md); a bf16 model's SDPA rounds scores and probabilities to bf16, so the
+compiled attention is closer to fp32 than the eager one.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+import torch.fx as fx
+
+from lingc.compat import real_tensor_mode
+from lingc.graph_build import emit
+from lingc.graph_match import CASTS, aten, is_call
+from lingc.graph_region import (ancestors, descendants, is_heavy, random_like, region, region_key, region_module,
+                                rel_err, run_region, shape, softmax_scales, val)
+from lingc.head_layout import emit_layout, emit_token_major, head_layouts, token_major
+from lingc.pass_manager import VIEW_OPS
+from lingc.sdpa import sdpa_call
+
+from .pdl_swap_common import MAX_T, PROBE_TOL, below_lead, graph_input, unit_lead
+
+lingc_ops = torch.ops.lingc
+
+
+def probe_positions(T: int, L: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    """Distinct sorted positions in the cache's upper half for a probe: every query attends to at
+    least L / 2 keys, so candidate scales give different outputs (a query at position 0 has one
+    key and the same output under every scale)."""
+    n_upper = max(T, L - L // 2)
+    upper = L - n_upper + torch.randperm(n_upper, generator=gen)[:T]
+    return torch.sort(upper).values.to(dtype)
+
+
+def per_head_cache(n: fx.Node, L: int, heads: int | None = None) -> bool:
+    s = shape(n) or ()
+    return (unit_lead(s, 3) is not None and s[-3] == L and (heads is None or s[-2] == heads)
+            and isinstance(val(n), torch.Tensor) and val(n).is_floating_point())
+
+
+class GqaCores:
+    """pdl_swap's GQA matcher (a mixin of PdlSwap: its notes, probe cache and flags)."""
+
+    def _gqa_one(self, g: fx.Graph, L: int, htl: int, pc: fx.Node, p: fx.Node, v_cache: fx.Node,
+                 pos_cands: list[fx.Node]) -> str | None:
+        """Rewrite the attention whose probabilities (HQ * T * L of them) are p's (or inside p, a
+        fused op) applied at pc to the values of v_cache [L, kv_heads, DV], or say why not."""
+        HKV, DV = shape(v_cache)[-2:]
+        v_side = ancestors([v_cache]) | {v_cache}
+        order = {n: i for i, n in enumerate(g.nodes)}
+        keys = [a for a in ancestors([p]) if a not in v_side and per_head_cache(a, L, HKV)]
+        if not keys:
+            return "no [L, kv_heads, D] key cache found beside the value cache"
+        k_cache = max(keys, key=order.__getitem__)
+        D = shape(k_cache)[-1]
+        views = lambda n: n.op == "call_function" and n.target in VIEW_OPS  # noqa: E731
+        for pos in pos_cands:
+            T = shape(pos)[0]
+            HQ = htl // (L * T)
+            if T > MAX_T or HQ % HKV or HQ * T * L != htl:
+                continue
+            outs = [u for u in descendants([pc], views) | {pc} if head_layouts(u, T, HQ, DV)]
+            q = self._gqa_query(p, T, HQ, D, {k_cache, v_cache})
+            if not outs or q is None:
+                continue
+            o = min(outs, key=lambda u: ("th" not in head_layouts(u, T, HQ, DV), order[u]))
+            stops = {q, k_cache, v_cache, *pos_cands}
+            nodes, leaves = region([o], lambda n: n in stops or is_heavy(n) or graph_input(n))
+            if set(leaves) - stops or not {pos, q, k_cache, v_cache} <= set(leaves):
+                continue                  # the region reads something else: not this attention alone
+            nodes = sorted(set(nodes) - set(leaves), key=order.__getitem__)
+            layouts = (head_layouts(q, T, HQ, D), head_layouts(o, T, HQ, DV))
+            with real_tensor_mode():
+                found = self._gqa_probe(nodes, leaves, o, q, k_cache, v_cache, pos, T, L, layouts)
+            if found is None:
+                continue
+            scale, (q_at, o_at) = found
+            with g.inserting_before(o):
+                try:
+                    out = emit(g, lingc_ops.gqa_decode.default, emit_token_major(g, q, q_at),
+                               below_lead(g, k_cache, 3), below_lead(g, v_cache, 3), pos, scale)
+                except ValueError as e:
+                    return str(e)
+                o_new = emit_layout(g, out, o_at)
+                if val(o).dtype != torch.float32:
+                    o_new = emit(g, torch.ops.prims.convert_element_type.default, o_new, val(o).dtype)
+            o.replace_all_uses_with(o_new)
+            self.gqa_matched += 1
+            return None
+        return "no assignment of the inputs reproduces the gqa_decode reference"
+
+    @staticmethod
+    def _gqa_query(p: fx.Node, T: int, HQ: int, D: int, caches: set) -> fx.Node | None:
+        """The query of the scores behind p: a fused op's q operand, or the operand of the scores'
+        product that is not computed from a cache; walked back through views, casts and copies
+        to the furthest value held as [T, HQ, D] rows."""
+        c = sdpa_call(p)
+        if c is not None:
+            n = c.q
+        else:
+            from_cache = lambda x: bool((ancestors([x]) | {x}) & caches)  # noqa: E731
+            prods = [a for a in ancestors([p]) if is_call(a, aten.bmm.default, aten.mm.default)
+                     and sum(map(from_cache, a.args[:2])) == 1]
+            if len(prods) != 1:
+                return None
+            n = next(x for x in prods[0].args[:2] if not from_cache(x))
+        best = None
+        while True:
+            if head_layouts(n, T, HQ, D):
+                best = n
+            if not is_call(n, *VIEW_OPS, *CASTS, aten.clone.default, aten.expand.default):
+                return best
+            n = n.args[0]
+
+    def _gqa_probe(self, nodes, leaves, o, q, k_cache, v_cache, pos, T, L, layouts):
+        """Once per form of the region (as _mla_probe): (scale, (q layout, o layout)) or None."""
+        at = {leaf: i for i, leaf in enumerate(leaves)}
+        key = ("gqa", region_key(nodes, leaves, [o]), at[q], at[k_cache], at[v_cache], at[pos], T, L,
+               tuple(map(tuple, layouts)))
+        if key in self._probes and self.reuse_probes:
+            self.probes_reused += 1
+        else:
+            self._probes[key] = self._gqa_probe_run(nodes, leaves, o, q, k_cache, v_cache, pos, T, L, layouts)
+        return self._probes[key]
+
+    @staticmethod
+    def _gqa_probe_run(nodes, leaves, o, q, k_cache, v_cache, pos, T, L, layouts):
+        from lingc.runtime.kernels.gqa_decode.naive import gqa_decode_reference
+
+        gen = torch.Generator().manual_seed(0)
+        inputs = [probe_positions(T, L, val(n).dtype, gen) if n is pos else random_like(n, gen) for n in leaves]
+        got = run_region(region_module(nodes, leaves, [o]), inputs)
+        if got is None:
+            return None
+        x = dict(zip(leaves, inputs))
+        k, v = (x[c].reshape(x[c].shape[-3:]) for c in (k_cache, v_cache))
+        tol = PROBE_TOL.get(val(o).dtype, 3e-2)
+        best, best_err = None, None
+        for q_at, o_at in itertools.product(*layouts):
+            for scale in sorted(softmax_scales(nodes)):
+                ref = gqa_decode_reference(token_major(x[q], q_at), k, v, x[pos], scale)
+                err = rel_err(token_major(got[0], o_at).float(), ref)
+                if err <= tol and (best is None or err < best_err):
+                    best, best_err = (scale, (q_at, o_at)), err
+        return best

@@ -1,0 +1,127 @@
+"""pdl_swap's GQA matcher (passes/pdl_swap_gqa.py): softmax attention of a decode or verify chain
+over per-head key and value caches [L, kv_heads, D] becomes one lingc.gqa_decode, whether it is
+written as one fused attention op (enable_gqa, or as many key/value heads as query heads) or by
+hand (keys repeated per group, scores scaled, masked, softmax, p @ v); numbers against eager, the
+caches' row writes kept; attentions it must leave (a sliding window, a batch of two) keep their
+graph and say why."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from backend_helpers import run_and_report, stat
+
+HID, L = 32, 16
+
+
+def rows(report):
+    return {op: n for _, op, n, _ in report.kernels.rows}
+
+
+class GQAttention(torch.nn.Module):
+    """Grouped-query softmax attention over key and value caches [L, kv_heads, D] (Llama's, or
+    Qwen3-Next's full-attention layers without their gate). ``form``: "sdpa-gqa" (SDPA with
+    enable_gqa), "sdpa" (SDPA, kv_heads = heads), "hand" (repeat_interleave, scale, mask,
+    softmax), "window" (hand-written with a 4-row sliding window: not gqa_decode's mask)."""
+
+    def __init__(self, form: str, heads: int = 4, kv_heads: int = 2, d: int = 8, dtype=torch.float32):
+        super().__init__()
+        g = torch.Generator().manual_seed(3)
+        self.form, self.heads, self.kv_heads, self.d = form, heads, kv_heads, d
+        self.q, self.k, self.v, self.o = (
+            torch.nn.Parameter((torch.randn(o, i, generator=g) / i ** 0.5).to(dtype), requires_grad=False)
+            for o, i in ((heads * d, HID), (kv_heads * d, HID), (kv_heads * d, HID), (HID, heads * d)))
+
+    def forward(self, x, pos, kc, vc):
+        T, n = x.shape[0], kc.shape[0]
+        kc[pos] = (x @ self.k.T).view(T, self.kv_heads, self.d)
+        vc[pos] = (x @ self.v.T).view(T, self.kv_heads, self.d)
+        q = (x @ self.q.T).view(T, self.heads, self.d)
+        visible = torch.arange(n)[None, :] <= pos[:, None]
+        if self.form.startswith("sdpa"):
+            o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], kc.permute(1, 0, 2)[None],
+                                               vc.permute(1, 0, 2)[None], attn_mask=visible[None, None],
+                                               enable_gqa=self.form == "sdpa-gqa")[0].transpose(0, 1)
+        else:
+            group = self.heads // self.kv_heads
+            k, v = kc.repeat_interleave(group, 1), vc.repeat_interleave(group, 1)       # [L, heads, d]
+            s = torch.einsum("thd,lhd->htl", q.float(), k.float()) * self.d ** -0.5
+            if self.form == "window":
+                visible = visible & (torch.arange(n)[None, :] > pos[:, None] - 4)
+            p = s.masked_fill(~visible[None], float("-inf")).softmax(-1)
+            o = torch.einsum("htl,lhd->thd", p, v.float()).to(x.dtype)
+        return o.reshape(T, self.heads * self.d) @ self.o.T
+
+
+def _run(m, T, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(T)
+    x = torch.randn(T, HID, generator=gen).to(dtype)
+    pos = torch.arange(L - T - 2, L - 2)
+    kc = torch.randn(L, m.kv_heads, m.d, generator=gen).to(dtype)
+    vc = torch.randn(L, m.kv_heads, m.d, generator=gen).to(dtype)
+    ref_k, ref_v = kc.clone(), vc.clone()
+    with torch.no_grad():
+        ref = m(x, pos, ref_k, ref_v)
+    out, report = run_and_report(m, x, pos, kc, vc)
+    torch.testing.assert_close(kc, ref_k)
+    torch.testing.assert_close(vc, ref_v)
+    return out, ref, report
+
+
+@pytest.mark.parametrize("T", [1, 2, 6])
+@pytest.mark.parametrize("form,heads,kv_heads", [("sdpa-gqa", 4, 2), ("sdpa-gqa", 4, 1), ("sdpa", 4, 4),
+                                                 ("hand", 4, 2), ("hand", 6, 3)],
+                         ids=["sdpa-gqa", "sdpa-mqa", "sdpa-mha", "hand-gqa", "hand-group2of6"])
+def test_gqa_attention_becomes_gqa_decode(form, heads, kv_heads, T):
+    out, ref, report = _run(GQAttention(form, heads, kv_heads), T)
+    notes = stat(report, "pdl_swap").notes
+    ops = rows(report)
+    assert ops.get("lingc.gqa_decode") == 1 and "1 gqa_decode" in notes[0], notes
+    assert "lingc.mla_decode" not in ops and not any(op.startswith(("aten.amax", "aten._softmax", "aten.exp"))
+                                                     for op in ops), ops
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_bf16_attention_becomes_gqa_decode():
+    """A bf16 model's SDPA: gqa_decode computes in fp32 (split bf16 operands) and the output is
+    cast back to bf16; eager rounds scores and probabilities to bf16 on the way, hence the bound."""
+    out, ref, report = _run(GQAttention("sdpa-gqa", dtype=torch.bfloat16), 6, torch.bfloat16)
+    assert rows(report).get("lingc.gqa_decode") == 1, stat(report, "pdl_swap").notes
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_sliding_window_attention_is_left_with_the_reason():
+    out, ref, report = _run(GQAttention("window"), 2)
+    notes = stat(report, "pdl_swap").notes
+    assert "lingc.gqa_decode" not in rows(report)
+    assert any("no assignment of the inputs reproduces the gqa_decode reference" in n for n in notes), notes
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+class TwoSequences(GQAttention):
+    def forward(self, x, pos, kc, vc):            # x [2, T, HID], caches [2, L, kv_heads, d]
+        T = x.shape[1]
+        kc[:, pos] = (x @ self.k.T).view(2, T, self.kv_heads, self.d)
+        vc[:, pos] = (x @ self.v.T).view(2, T, self.kv_heads, self.d)
+        q = (x @ self.q.T).view(2, T, self.heads, self.d)
+        visible = torch.arange(kc.shape[1])[None, :] <= pos[:, None]
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2),
+                                           attn_mask=visible[None, None], enable_gqa=True)
+        return o.transpose(1, 2).reshape(2, T, self.heads * self.d) @ self.o.T
+
+
+def test_a_batch_of_two_sequences_is_left_with_the_reason():
+    m = TwoSequences("sdpa-gqa")
+    gen = torch.Generator().manual_seed(4)
+    x, pos = torch.randn(2, 2, HID, generator=gen), torch.tensor([9, 10])
+    kc, vc = torch.randn(2, L, 2, 8, generator=gen), torch.randn(2, L, 2, 8, generator=gen)
+    ref_k, ref_v = kc.clone(), vc.clone()
+    with torch.no_grad():
+        ref = m(x, pos, ref_k, ref_v)
+    out, report = run_and_report(m, x, pos, kc, vc)
+    notes = stat(report, "pdl_swap").notes
+    assert "lingc.gqa_decode" not in rows(report)
+    assert any("a batch of more than one sequence" in n for n in notes), notes
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
