@@ -52,8 +52,10 @@ def probe_positions(T: int, L: int, dtype: torch.dtype, gen: torch.Generator) ->
 
 
 def per_head_cache(n: fx.Node, L: int, heads: int | None = None) -> bool:
+    """Whether n holds [L, heads, D] rows (below a batch dim of 1) with D > 1: an MLA's latent
+    rows unsqueezed for a product ([L, R, 1]) are not heads."""
     s = shape(n) or ()
-    return (unit_lead(s, 3) is not None and s[-3] == L and (heads is None or s[-2] == heads)
+    return (unit_lead(s, 3) is not None and s[-3] == L and s[-1] > 1 and (heads is None or s[-2] == heads)
             and isinstance(val(n), torch.Tensor) and val(n).is_floating_point())
 
 

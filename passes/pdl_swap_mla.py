@@ -102,7 +102,10 @@ class MlaCores:
                 att, what = self._sdpa_attention(n), "fused attention"
             else:
                 continue
+            self._gqa_why = None
             why = att if isinstance(att, str) else self._mla_one(g, *att)
+            if why and self._gqa_why:     # values in per-head caches: the GQA matcher's reason
+                why = self._gqa_why
             if why:
                 self.notes.append(f"{what} at {n.name}: MLA decode left ({why})")
             else:
@@ -190,7 +193,9 @@ class MlaCores:
                 break
             n = n.args[0]
         if per_head is not None:          # MHA / GQA / MQA over key and value caches [L, heads, D]
-            return self._gqa_one(g, L, htl, pc, p, per_head, pos_cands)
+            self._gqa_why = self._gqa_one(g, L, htl, pc, p, per_head, pos_cands)
+            if self._gqa_why is None:
+                return None
         kv, n = None, other
         # Through copies too: SDPA's math form repeats one key/value head for every query head
         # (enable_gqa) as expand + clone.
