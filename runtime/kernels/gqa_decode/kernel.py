@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from lingc.runtime.kernels.gemm_common import dot_acc
-from lingc.runtime.kernels.mla_decode.kernel import _mla_combine_kernel, workspace
+from lingc.runtime.kernels.mla_decode.kernel import _mla_combine_kernel, softmax_tile, workspace
 from lingc.runtime.kernels.positions import position_terms
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait
 
@@ -140,17 +140,7 @@ def _gqa_split_kernel(
             if SPLIT_Q:
                 sc = sc + dot_acc(q_lo, k, zero, DOT_PRECISION, DOT_UPCAST)
             sc = tl.where(offs_l[None, :] < end[:, None], sc * scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(sc, axis=1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp(m_i - m_safe)
-            p = tl.exp(sc - m_safe[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-            acc = acc * alpha[:, None]
-            p_hi = p.to(KV_DT)
-            acc = dot_acc(p_hi, tl.trans(v), acc, DOT_PRECISION, DOT_UPCAST)
-            if SPLIT_P:
-                acc = dot_acc((p - p_hi.to(tl.float32)).to(KV_DT), tl.trans(v), acc, DOT_PRECISION, DOT_UPCAST)
-            m_i = m_new
+            m_i, l_i, acc = softmax_tile(sc, v, m_i, l_i, acc, SPLIT_P, DOT_PRECISION, DOT_UPCAST)
 
         part = (t * HQ + h) * NS + s
         tl.store(m_ptr + part, m_i, mask=active)

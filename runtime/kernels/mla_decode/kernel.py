@@ -132,6 +132,26 @@ def _round_through(x, DT: tl.constexpr, EMULATE_RNE: tl.constexpr):
     return x.to(DT).to(tl.float32)
 
 
+@triton.jit
+def softmax_tile(sc, vals, m_i, l_i, acc, SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                 DOT_UPCAST: tl.constexpr):
+    """One tile of the online softmax: the scaled, masked scores sc [BH, BL] of the tile's rows
+    vals [BL, W] folded into the running max m_i, sum l_i and accumulator acc [BH, W]; returns
+    them. The probabilities enter the product in vals' dtype, as hi + lo halves with SPLIT_P.
+    A row with nothing unmasked yet keeps m = -inf (the safe max keeps it free of NaN)."""
+    m_new = tl.maximum(m_i, tl.max(sc, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp(m_i - m_safe)
+    p = tl.exp(sc - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    acc = acc * alpha[:, None]
+    p_hi = p.to(vals.dtype)
+    acc = dot_acc(p_hi, tl.trans(vals), acc, DOT_PRECISION, DOT_UPCAST)
+    if SPLIT_P:
+        acc = dot_acc((p - p_hi.to(tl.float32)).to(vals.dtype), tl.trans(vals), acc, DOT_PRECISION, DOT_UPCAST)
+    return m_new, l_i, acc
+
+
 @triton.jit(do_not_specialize=["T", "pos_stride", "pos_add", "pos_step"])
 def _mla_split_kernel(
     ql_ptr, qr_ptr, kv_ptr, pos_ptr, freq_ptr, m_ptr, l_ptr, acc_ptr,
@@ -217,17 +237,7 @@ def _mla_split_kernel(
             if P > 0:
                 sc = sc + sc_r
             sc = tl.where(offs_l[None, :] < end[:, None], sc * scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(sc, axis=1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp(m_i - m_safe)
-            p = tl.exp(sc - m_safe[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-            acc = acc * alpha[:, None]
-            p_hi = p.to(KV_DT)
-            acc = dot_acc(p_hi, tl.trans(c), acc, DOT_PRECISION, DOT_UPCAST)
-            if SPLIT_P:
-                acc = dot_acc((p - p_hi.to(tl.float32)).to(KV_DT), tl.trans(c), acc, DOT_PRECISION, DOT_UPCAST)
-            m_i = m_new
+            m_i, l_i, acc = softmax_tile(sc, c, m_i, l_i, acc, SPLIT_P, DOT_PRECISION, DOT_UPCAST)
 
         part = (t * H + h) * NS + s
         tl.store(m_ptr + part, m_i, mask=active)
