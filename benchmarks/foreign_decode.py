@@ -12,7 +12,8 @@ with three layers instead of 27 (the model's structure is tests/foreign_model.py
 ``qwen3-next-tp4-rank`` the same structure with Qwen3-Next's linear layers and MoE block at
 Qwen3-Next-80B's per-GPU widths (hidden 2048, 8 value heads and 4 q/k heads of 128, one fused
 convolution with a 4-column cache, 512 experts top-10 of intermediate 512 / 4 = 128, the shared
-expert behind its sigmoid gate; its MLA layer stands where Qwen3-Next has gated attention);
+expert behind its sigmoid gate) and its gated full attention in the third layer (4 of its 16 query
+heads over one of its 2 key/value heads, replicated, of 256 dims, 64 of them roped);
 ``tiny`` the tests' sizes. ``--kimi-linear`` takes Kimi Linear's own MLA (rope dims unrotated) and router
 (grouped, zero-filled top-k). Weights are random, bf16 on the GPU.
 
@@ -22,7 +23,7 @@ timed by CUDA events (wall clock on the CPU), medians reported. ``eager``: the m
 token, its argmax fed back on the device. ``lingc``: DecodeRunner's captured step (the model
 compiled by lingc, one CUDA-graph replay a token). The floor is the bytes one step must read (every
 weight but the routed experts, the router's 8 chosen experts and the shared expert per layer, the
-KDA states and windows, the MLA cache rows up to the position, the embedding row) over the copy
+KDA states and windows, the attention cache's rows up to the position, the embedding row) over the copy
 bandwidth measured in the same run. Both modes start from the same state; the tokens each picks
 over the timed steps are compared and the agreement reported (bf16: lingc's kernels round
 differently, so greedy paths may part).
@@ -46,8 +47,11 @@ PRESETS = {
     "tiny": ({}, {}),
     "kimi-linear-tp4-rank": (dict(HID=2304, VOCAB=163840 // 4, KH=8, KD=128, E=256, TOPK=8, INTER=256, SHARED=256,
                                   **_MLA), {}),
+    # Its full-attention layer as Qwen3-Next's: gated GQA, 16 query heads over 2 key/value heads
+    # of 256 dims (64 roped): 4 over 1 (replicated) a rank.
     "qwen3-next-tp4-rank": (dict(HID=2048, VOCAB=151936 // 4, KH=8, QK_HEADS=4, KD=128, E=512, TOPK=10, INTER=128,
-                                 SHARED=128, **_MLA), {"gdn": "qwen3-next"}),
+                                 SHARED=128, MH=4, NOPE=192, ROPE=64, KVH=1),
+                            {"gdn": "qwen3-next", "gated_attention": True}),
 }
 MODES = ("eager", "lingc")
 
@@ -107,8 +111,9 @@ def main(argv=None) -> dict:
     model = fm.KimiStyleModel(kimi_linear=args.kimi_linear, **model_kw).to(device=device, dtype=dtype)
     build_s = time.perf_counter() - t0
     fused = {"fused_conv": 4} if model_kw.get("gdn") else {}
+    gated = {"gated_attention": True} if model_kw.get("gated_attention") else {}
     start = [[t.to(device) for t in group]
-             for group in fm.KimiStyleModel.fresh_state(2, cache_len=max_len, dtype=dtype, **fused)]
+             for group in fm.KimiStyleModel.fresh_state(2, cache_len=max_len, dtype=dtype, **fused, **gated)]
     bw = copy_bandwidth_gbps() if cuda else None
     nbytes = floor_bytes(model, fm, start, context)
     floor_ms = nbytes / (bw * 1e9) * 1e3 if bw else None

@@ -38,9 +38,11 @@ import torch.nn.functional as F
 HID, VOCAB = 32, 64
 KH, KD = 2, 8                    # KDA heads, head dim (K = V)
 MH, NOPE, ROPE, RANK, VD = 2, 8, 4, 16, 8
+KVH = 1                          # Qwen3NextStyleAttention's key/value heads (its head dim NOPE + ROPE)
 E, TOPK, INTER, SHARED = 8, 2, 16, 24
 EPS = 1e-6
-DIMS = ("HID", "VOCAB", "KH", "KD", "MH", "NOPE", "ROPE", "RANK", "VD", "E", "TOPK", "INTER", "SHARED", "QK_HEADS")
+DIMS = ("HID", "VOCAB", "KH", "KD", "MH", "NOPE", "ROPE", "RANK", "VD", "E", "TOPK", "INTER", "SHARED", "QK_HEADS",
+        "KVH")
 _copies = itertools.count()
 
 
@@ -378,6 +380,43 @@ class NoPEStyleMLA(nn.Module):
                              self.kv_b[:, NOPE:].float())
         return self.o(o.reshape(T, MH * VD).to(x.dtype))
 
+class Qwen3NextStyleAttention(nn.Module):
+    """Qwen3-Next's gated full attention (Hugging Face's Qwen3NextAttention at batch 1): q_proj
+    gives each of MH heads its query and an output gate ([T, MH, 2 * HD], HD = NOPE + ROPE),
+    zero-centred RMSNorms on each head's query and key, the rotary embedding (rotate_half) on the
+    first ROPE dims of each head, GQA over KVH key/value heads (SDPA with enable_gqa) on one cache
+    [L, 2, KVH, HD] holding keys and values, the output times sigmoid(gate), o_proj."""
+
+    def __init__(self, g: torch.Generator):
+        super().__init__()
+        hd = NOPE + ROPE
+        self.q = nn.Linear(HID, MH * 2 * hd, bias=False)
+        self.k, self.v = nn.Linear(HID, KVH * hd, bias=False), nn.Linear(HID, KVH * hd, bias=False)
+        self.q_norm, self.k_norm = ZeroCenteredRMSNorm(hd, eps=EPS), ZeroCenteredRMSNorm(hd, eps=EPS)
+        self.o = nn.Linear(MH * hd, HID, bias=False)
+        self.register_buffer("freq", 1.0 / (10000.0 ** (torch.arange(0, ROPE, 2).float() / ROPE)), persistent=False)
+
+    def rope(self, x, pos):
+        """x [T, heads, HD]: rotate_half on the first ROPE dims, the rest passed through."""
+        ang = pos.float()[:, None] * self.freq[None]
+        cos, sin = torch.cat([ang.cos()] * 2, -1)[:, None].to(x.dtype), torch.cat([ang.sin()] * 2, -1)[:, None].to(x.dtype)
+        r, rest = x[..., :ROPE], x[..., ROPE:]
+        half = torch.cat([-r[..., ROPE // 2:], r[..., :ROPE // 2]], -1)
+        return torch.cat([r * cos + half * sin, rest], -1)
+
+    def forward(self, x, pos, cache):
+        T, L, hd = x.shape[0], cache.shape[0], NOPE + ROPE
+        q, gate = self.q(x).view(T, MH, 2 * hd).chunk(2, -1)
+        q = self.rope(self.q_norm(q), pos)
+        k = self.rope(self.k_norm(self.k(x).view(T, KVH, hd)), pos)
+        cache[pos] = torch.stack([k, self.v(x).view(T, KVH, hd)], 1).to(cache.dtype)
+        visible = torch.arange(L, device=x.device)[None, :] <= pos[:, None]
+        o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], cache[:, 0].transpose(0, 1)[None],
+                                           cache[:, 1].transpose(0, 1)[None], attn_mask=visible[None, None],
+                                           enable_gqa=True)[0].transpose(0, 1)
+        return self.o((o * torch.sigmoid(gate)).reshape(T, MH * hd))
+
+
 class SharedExpert(nn.Module):
     def __init__(self):
         super().__init__()
@@ -483,7 +522,7 @@ class KimiStyleModel(nn.Module):
     -> logits [T, VOCAB]; the KDA states / windows and the MLA caches are written in place."""
 
     def __init__(self, seed: int = 0, textbook_mla: bool = False, gdn: bool | str = False,
-                 kimi_linear: bool = False, grouped_mm: bool = False):
+                 kimi_linear: bool = False, grouped_mm: bool = False, gated_attention: bool = False):
         super().__init__()
         g = torch.Generator().manual_seed(seed)
         self.embed = nn.Embedding(VOCAB, HID)
@@ -495,7 +534,12 @@ class KimiStyleModel(nn.Module):
                   "qwen3-next": lambda g: Qwen3NextStyleGDN(g, fused_qkvz=True, width=4),
                   "qwen3.5": lambda g: Qwen3NextStyleGDN(g, fused_qkvz=False, width=3)}[gdn]
         # kimi_linear: Kimi Linear's MLA (rope dims never rotated) and MoE gate (grouped, 0-filled).
-        self.attn = nn.ModuleList([linear(g), linear(g), KimiStyleMLA(g, textbook_mla, rotate=not kimi_linear)])
+        # gated_attention: Qwen3-Next's gated GQA full attention in the third layer instead of MLA
+        # (its cache [L, 2, KVH, NOPE + ROPE]: fresh_state's gated_attention).
+        layers = [linear(g), linear(g)]           # first: the generator's draws keep their order
+        layers.append(Qwen3NextStyleAttention(g) if gated_attention
+                      else KimiStyleMLA(g, textbook_mla, rotate=not kimi_linear))
+        self.attn = nn.ModuleList(layers)
         # Qwen3-Next's forms take its MoE block too (softmax router, gated shared expert), its
         # experts as Transformers' grouped_mm backend runs them with grouped_mm (bf16 only).
         if gdn in ("qwen3-next", "qwen3.5"):
@@ -525,14 +569,17 @@ class KimiStyleModel(nn.Module):
         return self.lm_head(self.norms[6](x))
 
     @staticmethod
-    def fresh_state(seed: int = 1, cache_len: int = 24, dtype: torch.dtype = torch.float32, fused_conv: int = 0):
+    def fresh_state(seed: int = 1, cache_len: int = 24, dtype: torch.dtype = torch.float32, fused_conv: int = 0,
+                    gated_attention: bool = False):
         """States, conv windows ([3, D, 3], or with ``fused_conv`` = 3 or 4 Qwen3NextStyleGDN's
-        one [C, fused_conv] block) and MLA caches, random."""
+        one [C, fused_conv] block) and the MLA cache (with ``gated_attention`` the gated
+        attention's [L, 2, KVH, NOPE + ROPE] keys and values), random."""
         g = torch.Generator().manual_seed(seed)
         states = [torch.randn(KH, KD, KD, generator=g) * 0.3 for _ in range(2)]
         win = (2 * QK_HEADS * KD + KH * KD, fused_conv) if fused_conv else (3, KH * KD, 3)
         windows = [torch.randn(*win, generator=g).to(dtype) for _ in range(2)]
-        caches = [torch.randn(cache_len, RANK + ROPE, generator=g).to(dtype)]
+        row = (2, KVH, NOPE + ROPE) if gated_attention else (RANK + ROPE,)
+        caches = [torch.randn(cache_len, *row, generator=g).to(dtype)]
         return states, windows, caches
 
 

@@ -898,3 +898,85 @@ def test_gpu_three_conv_caches(T, dtype, wide):
     torch.testing.assert_close(state, ref_state, rtol=tol, atol=tol)
     for got, want in zip(windows, ref_windows):
         torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+
+
+# Qwen3-Next's gated full attention (foreign_model.Qwen3NextStyleAttention) in place of the MLA
+# layer: q_norm / k_norm, rotate_half RoPE on a quarter of each head, GQA by SDPA's enable_gqa over
+# one [L, 2, kv_heads, D] cache, the output gated by sigmoid. The attention core becomes
+# lingc.gqa_decode; the norms lingc.rmsnorm; the RoPE, the cache's row write and the gate stay ATen
+# (Inductor's in a real compile).
+GATED_ATEN = {"aten.cat", "aten.mul.Tensor", "aten.add.Tensor", "aten.neg", "aten.cos", "aten.sin",
+              "prims.convert_element_type", "aten.index_put", "aten.sigmoid", "aten.clone"}
+
+
+def _gated(dtype=torch.float32, device="cpu"):
+    m = KimiStyleModel(gdn="qwen3-next", gated_attention=True).to(device=device, dtype=dtype)
+    groups = [[t.to(device) for t in g]
+              for g in KimiStyleModel.fresh_state(8, dtype=dtype, fused_conv=4, gated_attention=True)]
+    return m, groups
+
+
+@pytest.mark.parametrize("T", [1, 6])
+def test_qwen3_next_gated_attention_on_gqa_decode(T):
+    m, groups = _gated()
+    ids, pos = torch.arange(11, 11 + T), torch.arange(10, 10 + T)
+    out, ref, report, ref_groups = _eager_then_lingc(m, ids, pos, groups)
+    lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
+    assert lingc.get("lingc.gqa_decode") == 1 and "lingc.mla_decode" not in lingc, lingc
+    assert lingc["lingc.kda_chain"] == 2 and lingc["lingc.moe_experts"] == 3, lingc
+    assert {op for cat, op, n, _ in report.kernels.rows if cat == "aten"} <= GATED_ATEN, report.kernels.format()
+    assert (out - ref).norm() / ref.norm() < 1e-5
+    for got, want in zip(sum(groups, []), sum(ref_groups, [])):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_qwen3_next_gated_attention_verify_with_rejections():
+    """The verify step of the gated-attention model: a rejection forced at each position of a
+    6-token chain leaves the KDA states and the attention cache's rows up to the accepted prefix
+    as eager decoding over that prefix leaves them."""
+    from backend_helpers import compile_lingc
+    from lingc.backend import compile_reports
+    from lingc.runtime.relay import ops
+
+    m, _ = _gated()
+
+    def verify(chain, pos, states, windows, caches):
+        target = m(chain, pos, states, windows, caches).argmax(-1)
+        return ops.state_commit(ops.greedy_verdict(chain, target)), target
+
+    T, start = 6, 10
+    pos = torch.arange(start, start + T)
+    fresh = lambda: [[t.clone() for t in g] for g in _gated()[1]]  # noqa: E731
+    with torch.no_grad():
+        state, chain = fresh(), [5]
+        for i in range(T - 1):
+            chain.append(int(m(torch.tensor(chain[-1:]), torch.tensor([start + i]), *state).argmax(-1)))
+        n = len(compile_reports)
+        step = compile_lingc(verify, role="verify")
+        for reject in range(1, T + 1):
+            c = list(chain)
+            if reject < T:
+                c[reject] = (c[reject] + 1) % 64
+            got = fresh()
+            accept, _ = step(torch.tensor(c), pos, *got)
+            assert int(accept) == reject - 1
+            want = fresh()
+            m(torch.tensor(c[:reject]), pos[:reject], *want)
+            for g, w in zip(got[0] + got[1], want[0] + want[1]):
+                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(got[2][0][:start + reject], want[2][0][:start + reject], rtol=1e-5, atol=1e-5)
+    lingc = {op: k for cat, op, k, _ in compile_reports[n].kernels.rows if cat == "lingc"}
+    assert lingc.get("lingc.gqa_decode") == 1 and lingc["lingc.kda_commit_many"] == 1, lingc
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("T", [1, 6])
+def test_gpu_qwen3_next_gated_attention(T, dtype):
+    """The gated-attention model on CUDA: gqa_decode's Triton kernel against eager SDPA."""
+    m, groups = _gated(dtype, "cuda")
+    ids, pos = torch.arange(11, 11 + T, device="cuda"), torch.arange(10, 10 + T, device="cuda")
+    out, ref, report, ref_groups = _eager_then_lingc(m, ids, pos, groups)
+    assert {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}.get("lingc.gqa_decode") == 1
+    rel = (out.float() - ref.float()).norm() / ref.float().norm()
+    assert rel < (1e-4 if dtype == torch.float32 else 3e-2), f"{dtype} relative error {rel:.3g}"
