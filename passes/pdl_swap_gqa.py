@@ -7,14 +7,17 @@ lingc.gqa_decode.
     after:   o = lingc.gqa_decode(q, k_cache, v_cache, positions, scale)       [T, HQ, DV] fp32
 
 How it is found: pdl_swap_mla's attention search hands over every attention whose values are a
-[L, kv_heads, DV] cache (after this step's row write; a batch dim of 1 above it is dropped). The
-key cache is the latest [L, kv_heads, D] value the scores read that the values do not; the query
+per-head cache, [L, kv_heads, DV] or Hugging Face's [kv_heads, L, DV] (after this step's row write;
+a batch dim of 1 above it is dropped; a head-major cache is read through a permuted view). The
+key cache is the latest [L, kv_heads, D] value the scores read that is not the values' cache, an
+input of it or a view of it; the query
 is the furthest [T, HQ, D] (or head-major, lingc/head_layout.py) value on the scores' other side
 through views, casts and copies (before it: its norm and rotary embedding, left as they are). The
 region between those, the positions and the output is run on random inputs against gqa_decode's
 reference under every candidate scale (pdl_swap_mla's rule) and every layout; the best one within
-the tolerance is rewritten, the output cast back to the region's dtype. Key caches in the layout
-[kv_heads, L, D] (Hugging Face's) are not matched yet.
+the tolerance is rewritten, the output cast back to the region's dtype. If the probe fails the
+attention goes on to the MLA matcher (an MLA's latent rows can look like one head's), and the
+GQA matcher's reason is reported when that fails too.
 
 Numerics (declared): the kernel computes in fp32 with split 16-bit operands (runtime/kernels/
 gqa_decode/README.md); a bf16 model's SDPA rounds scores and probabilities to bf16, so the
@@ -51,12 +54,32 @@ def probe_positions(T: int, L: int, dtype: torch.dtype, gen: torch.Generator) ->
     return torch.sort(upper).values.to(dtype)
 
 
-def per_head_cache(n: fx.Node, L: int, heads: int | None = None) -> bool:
-    """Whether n holds [L, heads, D] rows (below a batch dim of 1) with D > 1: an MLA's latent
-    rows unsqueezed for a product ([L, R, 1]) are not heads."""
+def cache_layout(n: fx.Node, L: int, heads: int | None = None) -> str | None:
+    """How n holds per-head cache rows (below a batch dim of 1): "lh" [L, heads, D], "hl"
+    [heads, L, D] (Hugging Face's caches), or None. D > 1: an MLA's latent rows unsqueezed for a
+    product ([L, R, 1]) are not heads."""
     s = shape(n) or ()
-    return (unit_lead(s, 3) is not None and s[-3] == L and s[-1] > 1 and (heads is None or s[-2] == heads)
-            and isinstance(val(n), torch.Tensor) and val(n).is_floating_point())
+    if unit_lead(s, 3) is None or s[-1] < 2 or not (isinstance(val(n), torch.Tensor) and val(n).is_floating_point()):
+        return None
+    if s[-3] == L and heads in (None, s[-2]):
+        return "lh"
+    if s[-2] == L and heads in (None, s[-3]):
+        return "hl"
+    return None
+
+
+def per_head_cache(n: fx.Node, L: int) -> bool:
+    return cache_layout(n, L) is not None
+
+
+def _heads_dim(n: fx.Node, layout: str) -> tuple[int, int]:
+    s = shape(n)
+    return (s[-2] if layout == "lh" else s[-3]), s[-1]
+
+
+def _rows_first(g: fx.Graph, n: fx.Node, layout: str) -> fx.Node:
+    """A [heads, L, D] cache as the [L, heads, D] view gqa_decode reads (strides, no copy)."""
+    return emit(g, aten.permute.default, n, [1, 0, 2]) if layout == "hl" else n
 
 
 class GqaCores:
@@ -66,14 +89,17 @@ class GqaCores:
                  pos_cands: list[fx.Node]) -> str | None:
         """Rewrite the attention whose probabilities (HQ * T * L of them) are p's (or inside p, a
         fused op) applied at pc to the values of v_cache [L, kv_heads, DV], or say why not."""
-        HKV, DV = shape(v_cache)[-2:]
-        v_side = ancestors([v_cache]) | {v_cache}
+        v_at = cache_layout(v_cache, L)
+        HKV, DV = _heads_dim(v_cache, v_at)
+        # The values' own cache, what it is computed from and its views (the key is none of them).
+        v_side = ancestors([v_cache]) | {v_cache} | descendants([v_cache], lambda n: n.target in VIEW_OPS)
         order = {n: i for i, n in enumerate(g.nodes)}
-        keys = [a for a in ancestors([p]) if a not in v_side and per_head_cache(a, L, HKV)]
+        keys = [a for a in ancestors([p]) if a not in v_side and cache_layout(a, L, HKV)]
         if not keys:
             return "no [L, kv_heads, D] key cache found beside the value cache"
         k_cache = max(keys, key=order.__getitem__)
-        D = shape(k_cache)[-1]
+        k_at = cache_layout(k_cache, L, HKV)
+        D = _heads_dim(k_cache, k_at)[1]
         views = lambda n: n.op == "call_function" and n.target in VIEW_OPS  # noqa: E731
         for pos in pos_cands:
             T = shape(pos)[0]
@@ -92,14 +118,14 @@ class GqaCores:
             nodes = sorted(set(nodes) - set(leaves), key=order.__getitem__)
             layouts = (head_layouts(q, T, HQ, D), head_layouts(o, T, HQ, DV))
             with real_tensor_mode():
-                found = self._gqa_probe(nodes, leaves, o, q, k_cache, v_cache, pos, T, L, layouts)
+                found = self._gqa_probe(nodes, leaves, o, q, (k_cache, k_at), (v_cache, v_at), pos, T, L, layouts)
             if found is None:
                 continue
             scale, (q_at, o_at) = found
             with g.inserting_before(o):
                 try:
-                    out = emit(g, lingc_ops.gqa_decode.default, emit_token_major(g, q, q_at),
-                               below_lead(g, k_cache, 3), below_lead(g, v_cache, 3), pos, scale)
+                    k, v = (_rows_first(g, below_lead(g, c, 3), at) for c, at in ((k_cache, k_at), (v_cache, v_at)))
+                    out = emit(g, lingc_ops.gqa_decode.default, emit_token_major(g, q, q_at), k, v, pos, scale)
                 except ValueError as e:
                     return str(e)
                 o_new = emit_layout(g, out, o_at)
@@ -134,10 +160,11 @@ class GqaCores:
             n = n.args[0]
 
     def _gqa_probe(self, nodes, leaves, o, q, k_cache, v_cache, pos, T, L, layouts):
-        """Once per form of the region (as _mla_probe): (scale, (q layout, o layout)) or None."""
+        """Once per form of the region (as _mla_probe): (scale, (q layout, o layout)) or None.
+        k_cache, v_cache: (node, "lh" or "hl")."""
         at = {leaf: i for i, leaf in enumerate(leaves)}
-        key = ("gqa", region_key(nodes, leaves, [o]), at[q], at[k_cache], at[v_cache], at[pos], T, L,
-               tuple(map(tuple, layouts)))
+        key = ("gqa", region_key(nodes, leaves, [o]), at[q], at[k_cache[0]], k_cache[1], at[v_cache[0]], v_cache[1],
+               at[pos], T, L, tuple(map(tuple, layouts)))
         if key in self._probes and self.reuse_probes:
             self.probes_reused += 1
         else:
@@ -154,7 +181,8 @@ class GqaCores:
         if got is None:
             return None
         x = dict(zip(leaves, inputs))
-        k, v = (x[c].reshape(x[c].shape[-3:]) for c in (k_cache, v_cache))
+        k, v = (x[c].reshape(x[c].shape[-3:]) for c, _ in (k_cache, v_cache))
+        k, v = (t.transpose(0, 1) if at == "hl" else t for t, (_, at) in zip((k, v), (k_cache, v_cache)))
         tol = PROBE_TOL.get(val(o).dtype, 3e-2)
         best, best_err = None, None
         for q_at, o_at in itertools.product(*layouts):

@@ -100,6 +100,46 @@ def test_sliding_window_attention_is_left_with_the_reason():
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
 
+class HFStyleAttention(GQAttention):
+    """Hugging Face's Llama attention at batch 1 over a StaticCache: caches [1, kv_heads, L, D]
+    written by index_copy_ along the sequence dim, repeat_kv (expand + reshape), SDPA with an
+    additive mask (0 where visible, the dtype's minimum elsewhere)."""
+
+    def forward(self, x, pos, kc, vc):
+        T, n = x.shape[0], kc.shape[2]
+        q = (x @ self.q.T).view(1, T, self.heads, self.d).transpose(1, 2)
+        kc.index_copy_(2, pos, (x @ self.k.T).view(1, T, self.kv_heads, self.d).transpose(1, 2))
+        vc.index_copy_(2, pos, (x @ self.v.T).view(1, T, self.kv_heads, self.d).transpose(1, 2))
+        group = self.heads // self.kv_heads
+
+        def repeat_kv(c):
+            return c[:, :, None].expand(1, self.kv_heads, group, n, self.d).reshape(1, self.heads, n, self.d)
+
+        visible = torch.arange(n)[None, :] <= pos[:, None]
+        mask = torch.zeros(T, n, dtype=x.dtype).masked_fill(~visible, torch.finfo(x.dtype).min)
+        o = F.scaled_dot_product_attention(q, repeat_kv(kc), repeat_kv(vc), attn_mask=mask[None, None])
+        return o.transpose(1, 2).reshape(T, self.heads * self.d) @ self.o.T
+
+
+@pytest.mark.parametrize("T", [1, 6])
+@pytest.mark.parametrize("heads,kv_heads", [(4, 2), (4, 1)], ids=["gqa", "mqa"])
+def test_hugging_face_head_major_caches(heads, kv_heads, T):
+    """Caches [1, kv_heads, L, D] (Hugging Face's StaticCache): gqa_decode reads them through a
+    permuted view (its strides), nothing copied."""
+    m = HFStyleAttention("hf", heads, kv_heads)
+    gen = torch.Generator().manual_seed(T)
+    x, pos = torch.randn(T, HID, generator=gen), torch.arange(L - T - 2, L - 2)
+    kc, vc = torch.randn(1, kv_heads, L, 8, generator=gen), torch.randn(1, kv_heads, L, 8, generator=gen)
+    ref_k, ref_v = kc.clone(), vc.clone()
+    with torch.no_grad():
+        ref = m(x, pos, ref_k, ref_v)
+    out, report = run_and_report(m, x, pos, kc, vc)
+    assert rows(report).get("lingc.gqa_decode") == 1, stat(report, "pdl_swap").notes
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(kc, ref_k)
+    torch.testing.assert_close(vc, ref_v)
+
+
 class TwoSequences(GQAttention):
     def forward(self, x, pos, kc, vc):            # x [2, T, HID], caches [2, L, kv_heads, d]
         T = x.shape[1]
