@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from backend_helpers import run_and_report, stat
+from backend_helpers import dump_op_changes, pinned_graph_text, run_and_report, stat
+from expecttest import assert_expected_inline
 
 HID, L = 32, 16
 
@@ -165,3 +166,34 @@ def test_a_batch_of_two_sequences_is_left_with_the_reason():
     assert "lingc.gqa_decode" not in rows(report)
     assert any("a batch of more than one sequence" in n for n in notes), notes
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+@pinned_graph_text
+def test_expect_gqa_dump(tmp_path):
+    """The ops pdl_swap adds and drops for the hand-written GQA attention at T = 2 (its dump)."""
+    m = GQAttention("hand")
+    gen = torch.Generator().manual_seed(2)
+    x, pos = torch.randn(2, HID, generator=gen), torch.tensor([12, 13])
+    kc, vc = torch.randn(L, 2, 8, generator=gen), torch.randn(L, 2, 8, generator=gen)
+    _, report = run_and_report(m, x, pos, kc, vc, dump_dir=str(tmp_path))
+    assert_expected_inline(dump_op_changes(tmp_path, report, "pdl_swap"), """\
+-aten.amax 1
+-aten.bitwise_not 1
+-aten.bmm 2
+-aten.clone 3
+-aten.div.Tensor 1
+-aten.exp 1
+-aten.expand 2
+-aten.le.Tensor 1
+-aten.mul.Tensor 1
+-aten.permute 10
+-aten.scalar_tensor 1
+-aten.sub.Tensor 1
+-aten.sum.dim_IntList 1
+-aten.unsqueeze 9
++aten.view 1
+-aten.view 11
+-aten.where.self 1
++lingc.gqa_decode 1
+-prims.iota 1
+""")
