@@ -90,10 +90,6 @@ def relay_tail(g: fx.Graph) -> int:
         return 0
     last = lingc_at[-1]
     tail = nodes[last + 1:]
-    writes = [n for n in tail if n.op == "call_function" and _writes_in_place(n)]
-    if not writes or not all(is_call(w, aten.copy_.default) and not w.users and _root(w.args[0]).op == "placeholder"
-                             for w in writes):
-        return 0
     pos = {n: i for i, n in enumerate(nodes)}
 
     def is_leaf(n: fx.Node) -> bool:
@@ -101,6 +97,14 @@ def relay_tail(g: fx.Graph) -> int:
             return True
         return pos[n] <= last and not is_call(n, *VIEW_OPS)
 
+    writes = [n for n in tail if n.op == "call_function" and _writes_in_place(n)]
+    # A model's own state written back (a float cache's new rows, computed before the last lingc
+    # op: a DecodeRunner model's attention cache) is not bookkeeping: its copy stays as it is.
+    writes = [w for w in writes if not (is_call(w, aten.copy_.default) and _klass(w.args[0]) == "float"
+                                        and is_leaf(_root(w.args[1])))]
+    if not writes or not all(is_call(w, aten.copy_.default) and not w.users and _root(w.args[0]).op == "placeholder"
+                             for w in writes):
+        return 0
     inside, leaves = region(writes, is_leaf)
     if any(_writes_in_place(n) and n not in writes for n in inside):
         return 0
