@@ -72,7 +72,7 @@ Why each is exact:
   one dtype with unit column stride, along the last dim. ATen's cat is a full edge in the captured
   graph; NEXTN's eh_proj (26 MB) behind it could not stream its weights until the copy ended.
 - the relay's chain positions (metadata_capture's ``n + arange(T)``) reach the ops that read
-  positions (``mla_kv_write``, ``mla_decode``) as the base n and a static offset, and each
+  positions (``mla_kv_write``, ``mla_decode``, ``gqa_decode``) as the base n and a static offset, and each
   kernel forms n + offset + t where it loaded positions[t] (runtime/kernels/positions.py): the
   same integers. Only for an add of a [1] integer tensor and an iota from 0 by 1, read by those
   ops in their positions slot directly or through a slice along dim 0 by step 1. The iota and the

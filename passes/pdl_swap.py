@@ -505,7 +505,7 @@ def _chains(lingc: list[fx.Node]) -> list[tuple[str, list[str]]]:
     out, layer = [], 0
     for ch in chains:
         kind = ("KDA" if "kda_chain" in ch else "MLA" if "mla_decode" in ch
-                else None)
+                else "GQA" if "gqa_decode" in ch else None)
         if kind:
             out.append((f"L{layer} {kind}", ch))
             layer += 1

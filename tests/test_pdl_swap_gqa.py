@@ -197,3 +197,9 @@ def test_expect_gqa_dump(tmp_path):
 +lingc.gqa_decode 1
 -prims.iota 1
 """)
+
+
+def test_layer_chain_names_the_gqa_layer():
+    _, _, report = _run(GQAttention("sdpa-gqa"), 1)
+    notes = stat(report, "pdl_swap").notes
+    assert any(n.startswith("chain L0 GQA: gemm > gqa_decode > gemm") for n in notes), notes
