@@ -1,11 +1,13 @@
-"""Attention-side micro-benchmark: lingc's norm kernels and MLA decode vs eager and Inductor.
+"""Attention-side micro-benchmark: lingc's norm kernels, MLA decode and GQA decode vs eager and Inductor.
 
     python -m benchmarks.kernels_attn --out benchmarks/results/attn [--split-len 128 256 ...]
 
 Shapes (flash-tp4-rank, bf16): RMSNorm + residual over hidden 2560 and KDA's gated head norm over
 8 heads x 128, at T = 1 and 6 tokens; MLA decode with 8 heads, kv_lora_rank 512, rope 64 over a
 cache of context 8192 and 65536, T = 1 (decode) and T = 6 (a verify chain at the end of the
-context: positions L-6 .. L-1), q RoPE and the head gate fused. Variants:
+context: positions L-6 .. L-1), q RoPE and the head gate fused; GQA decode (``gqa_decode``) at a
+Qwen3-Next-80B TP4 rank's full-attention shape (4 query heads over 1 key/value head of 256, bf16
+caches [L, 1, 256]) over the same contexts and T, eager being SDPA with enable_gqa. Variants:
 
 - ``lingc``         the op's Triton launcher, PDL-launched where supported
 - ``lingc-no-pdl``  the same launch without PDL
@@ -25,7 +27,8 @@ the weights, activations and, for MLA, the layer's cache; the copies span L2 fou
 least 7 for MLA: Ling-3-flash's MLA layers), every call inside one CUDA graph of many calls timed
 with CUDA events, median over replays. The floor is the bytes a call must move (norms: the
 activations read and written plus the weight; MLA: the cache rows 0..max(positions) and the
-queries) over the device-to-device copy bandwidth measured in the same run. Correctness is
+queries; GQA: the key and value rows and the queries) over the device-to-device copy bandwidth
+measured in the same run. Correctness is
 checked first against the fp32 references; if a variant fails, no speedup is printed and the exit
 status is 1. Written for the H200; not yet run.
 """
@@ -244,6 +247,64 @@ def bench_mla(L, T, copy_gbps, replays, inductor, split_lens, configs=()):
     return rows
 
 
+# GQA decode: a Qwen3-Next-80B TP4 rank's full-attention layer (4 of 16 query heads over one of the
+# 2 key/value heads, replicated, head dim 256), bf16 caches [L, kv_heads, D].
+GQA_HQ, GQA_HKV, GQA_D = 4, 1, 256
+GQA_LAYERS = 12                     # Qwen3-Next-80B's full-attention layers
+
+
+def _eager_gqa(q, k_cache, v_cache, positions):
+    """The attention core as Hugging Face's SDPA path runs it: bf16 SDPA with enable_gqa over the
+    caches read head-major, a boolean causal mask from the positions; fp32 out like the op."""
+    L = k_cache.shape[0]
+    visible = torch.arange(L, device=q.device)[None, :] <= positions[:, None]
+    o = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(0, 1)[None], k_cache.transpose(0, 1)[None], v_cache.transpose(0, 1)[None],
+        attn_mask=visible[None, None], scale=GQA_D ** -0.5, enable_gqa=True)
+    return o[0].transpose(0, 1).float()
+
+
+def bench_gqa(L, T, copy_gbps, replays, inductor):
+    from lingc.runtime.kernels.gqa_decode import gqa_decode_reference
+    from lingc.runtime.kernels.gqa_decode.kernel import config_for as gqa_config_for, gqa_decode_triton
+
+    gen = torch.Generator(device="cuda").manual_seed(L + T + 1)
+    cache_bytes = 2 * L * GQA_HKV * GQA_D * 2
+    floor_bytes = cache_bytes + T * GQA_HQ * GQA_D * (2 + 4)          # the caches, q (bf16) in, o (fp32) out
+    copies = max(GQA_LAYERS, cold_copies(cache_bytes, minimum=GQA_LAYERS))
+    positions = torch.arange(L - T, L, device="cuda")
+    layers = [dict(q=torch.randn(T, GQA_HQ, GQA_D, generator=gen, device="cuda").to(BF16),
+                   k=torch.randn(L, GQA_HKV, GQA_D, generator=gen, device="cuda").to(BF16),
+                   v=torch.randn(L, GQA_HKV, GQA_D, generator=gen, device="cuda").to(BF16),
+                   out=torch.empty(T, GQA_HQ, GQA_D, device="cuda")) for _ in range(copies)]
+    x0 = layers[0]
+    ref = gqa_decode_reference(x0["q"].cpu(), x0["k"].cpu(), x0["v"].cpu(), positions.cpu(), GQA_D ** -0.5)
+    cfg = gqa_config_for(L, GQA_HQ, GQA_HKV, GQA_D, GQA_D)
+
+    def lingc(pdl):
+        return lambda x: gqa_decode_triton(x["q"], x["k"], x["v"], positions, GQA_D ** -0.5, out=x["out"],
+                                           config=cfg, use_pdl=None if pdl else False)
+
+    variants = {"lingc": lingc(True), "lingc-no-pdl": lingc(False),
+                "eager": lambda x: _eager_gqa(x["q"], x["k"], x["v"], positions)}
+    if inductor:
+        compiled = torch.compile(_eager_gqa, dynamic=False)
+        variants["inductor"] = lambda x: compiled(x["q"], x["k"], x["v"], positions)
+    rows = []
+    shape = f"L={L} H={GQA_HQ}/{GQA_HKV} D={GQA_D}"
+    for variant, fn in variants.items():
+        err = rel_rms(fn(x0), ref)
+        t = time_in_graph(fn, [(x,) for x in layers], replays=replays)
+        # eager and Inductor run bf16 SDPA (scores and probabilities rounded to bf16)
+        tol = RTOL["mla"] if variant.startswith("lingc") else RTOL["norm"]
+        row = _row("gqa_decode", shape, T, variant, t, floor_bytes, copy_gbps, err, tol, copies)
+        row["split_len"] = cfg.split_len if variant.startswith("lingc") else None
+        rows.append(row)
+    del layers
+    torch.cuda.empty_cache()
+    return rows
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for kernels_attn.json and .md")
@@ -259,6 +320,7 @@ def main(argv=None):
     parser.add_argument("--no-inductor", action="store_true", help="skip the torch.compile columns")
     parser.add_argument("--no-norms", action="store_true")
     parser.add_argument("--no-mla", action="store_true")
+    parser.add_argument("--no-gqa", action="store_true", help="skip gqa_decode (a Qwen3-Next rank's attention)")
     args = parser.parse_args(argv)
     mla_configs = [parse_mla_config(c) for c in args.mla_config]
     require_cuda()
@@ -271,6 +333,9 @@ def main(argv=None):
         if not args.no_mla:
             for L in args.context:
                 rows += bench_mla(L, T, copy_gbps, args.replays, not args.no_inductor, args.split_len, mla_configs)
+        if not args.no_gqa:
+            for L in args.context:
+                rows += bench_gqa(L, T, copy_gbps, args.replays, not args.no_inductor)
     all_correct = all(r["correct"] for r in rows)
     if all_correct:
         _speedups(rows)
