@@ -69,6 +69,7 @@ def cache_layout(n: fx.Node, L: int, heads: int | None = None) -> str | None:
 
 
 def per_head_cache(n: fx.Node, L: int) -> bool:
+    """Whether n holds per-head cache rows in either layout (cache_layout)."""
     return cache_layout(n, L) is not None
 
 
@@ -88,7 +89,8 @@ class GqaCores:
     def _gqa_one(self, g: fx.Graph, L: int, htl: int, pc: fx.Node, p: fx.Node, v_cache: fx.Node,
                  pos_cands: list[fx.Node]) -> str | None:
         """Rewrite the attention whose probabilities (HQ * T * L of them) are p's (or inside p, a
-        fused op) applied at pc to the values of v_cache [L, kv_heads, DV], or say why not."""
+        fused op) applied at pc to the values of v_cache ([L, kv_heads, DV] or [kv_heads, L, DV]),
+        or say why not."""
         v_at = cache_layout(v_cache, L)
         HKV, DV = _heads_dim(v_cache, v_at)
         # The values' own cache, what it is computed from and its views (the key is none of them).
