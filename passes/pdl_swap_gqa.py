@@ -2,9 +2,10 @@
 lingc.gqa_decode.
 
     before:  scores = q k^T * scale (k, v cache rows [L, kv_heads, D], repeated for each group of
-             query heads) ; causal mask from positions ; softmax ; p @ v         (T <= 16)
+             query heads) ; causal mask from positions (or a sliding window) ; softmax ; p @ v
+             (T <= 16)
              (or one fused attention op, lingc/sdpa.py, with enable_gqa or repeated heads)
-    after:   o = lingc.gqa_decode(q, k_cache, v_cache, positions, scale)       [T, HQ, DV] fp32
+    after:   o = lingc.gqa_decode(q, k_cache, v_cache, positions, scale, window)      [T, HQ, DV] fp32
 
 How it is found: pdl_swap_mla's attention search hands over every attention whose values are a
 per-head cache, [L, kv_heads, DV] or Hugging Face's [kv_heads, L, DV] (after this step's row write;
@@ -14,7 +15,8 @@ input of it or a view of it; the query
 is the furthest [T, HQ, D] (or head-major, lingc/head_layout.py) value on the scores' other side
 through views, casts and copies (before it: its norm and rotary embedding, left as they are). The
 region between those, the positions and the output is run on random inputs against gqa_decode's
-reference under every candidate scale (pdl_swap_mla's rule) and every layout; the best one within
+reference under every candidate scale (pdl_swap_mla's rule), every sliding window its integer
+constants could spell (none first) and every layout; the best one within
 the tolerance is rewritten, the output cast back to the region's dtype. If the probe fails the
 attention goes on to the MLA matcher (an MLA's latent rows can look like one head's), and the
 GQA matcher's reason is reported when that fails too.
@@ -66,6 +68,14 @@ def cache_layout(n: fx.Node, L: int, heads: int | None = None) -> str | None:
     if s[-2] == L and heads in (None, s[-3]):
         return "hl"
     return None
+
+
+def window_candidates(nodes: list[fx.Node], L: int) -> list[int]:
+    """0 (no sliding window) and the windows a region's integer constants could spell: a mask
+    `l > pos - w` or `l >= pos - w + 1` (or `pos - l < w`) names w, w - 1 or w + 1."""
+    consts = {abs(a) for n in nodes if n.op == "call_function" for a in n.args
+              if isinstance(a, int) and not isinstance(a, bool) and 1 <= abs(a) <= L}
+    return [0] + sorted({w for c in consts for w in (c - 1, c, c + 1) if 1 <= w <= L})
 
 
 def per_head_cache(n: fx.Node, L: int) -> bool:
@@ -123,11 +133,12 @@ class GqaCores:
                 found = self._gqa_probe(nodes, leaves, o, q, (k_cache, k_at), (v_cache, v_at), pos, T, L, layouts)
             if found is None:
                 continue
-            scale, (q_at, o_at) = found
+            scale, window, (q_at, o_at) = found
             with g.inserting_before(o):
                 try:
                     k, v = (_rows_first(g, below_lead(g, c, 3), at) for c, at in ((k_cache, k_at), (v_cache, v_at)))
-                    out = emit(g, lingc_ops.gqa_decode.default, emit_token_major(g, q, q_at), k, v, pos, scale)
+                    out = emit(g, lingc_ops.gqa_decode.default, emit_token_major(g, q, q_at), k, v, pos, scale,
+                               window)
                 except ValueError as e:
                     return str(e)
                 o_new = emit_layout(g, out, o_at)
@@ -162,7 +173,7 @@ class GqaCores:
             n = n.args[0]
 
     def _gqa_probe(self, nodes, leaves, o, q, k_cache, v_cache, pos, T, L, layouts):
-        """Once per form of the region (as _mla_probe): (scale, (q layout, o layout)) or None.
+        """Once per form of the region (as _mla_probe): (scale, window, (q layout, o layout)) or None.
         k_cache, v_cache: (node, "lh" or "hl")."""
         at = {leaf: i for i, leaf in enumerate(leaves)}
         key = ("gqa", region_key(nodes, leaves, [o]), at[q], at[k_cache[0]], k_cache[1], at[v_cache[0]], v_cache[1],
@@ -188,9 +199,9 @@ class GqaCores:
         tol = PROBE_TOL.get(val(o).dtype, 3e-2)
         best, best_err = None, None
         for q_at, o_at in itertools.product(*layouts):
-            for scale in sorted(softmax_scales(nodes)):
-                ref = gqa_decode_reference(token_major(x[q], q_at), k, v, x[pos], scale)
+            for scale, window in itertools.product(sorted(softmax_scales(nodes)), window_candidates(nodes, L)):
+                ref = gqa_decode_reference(token_major(x[q], q_at), k, v, x[pos], scale, window)
                 err = rel_err(token_major(got[0], o_at).float(), ref)
                 if err <= tol and (best is None or err < best_err):
-                    best, best_err = (scale, (q_at, o_at)), err
+                    best, best_err = (scale, window, (q_at, o_at)), err
         return best

@@ -110,6 +110,24 @@ def test_kernel_group_sizes_and_head_widths(heads, dims, q_dtype, T, p0):
     assert_close(run_kernel(args(x)), gqa_decode_reference(*cpu(args(x))), RTOL[torch.bfloat16])
 
 
+@pytest.mark.parametrize("window", [1, 5, 20, 200])
+@pytest.mark.parametrize("T,L,p0,config", [(1, 100, 63, SPLIT32), (6, 100, 40, SPLIT16), (8, 300, 200, None)])
+def test_kernel_sliding_window(T, L, p0, config, window):
+    """A sliding window (query t sees positions[t] - window + 1 .. positions[t]): one row, a window
+    inside one split, across splits (splits before a query's window store an empty partial), and
+    wider than the context (the causal mask alone); rows before the window hold NaN."""
+    x = make_inputs(T, L, chain(p0, T), torch.bfloat16, seed=window * 7 + T, heads=(4, 2))
+    q, k, v, pos, scale = args(x)
+    want = gqa_decode_reference(*cpu(args(x)), window=window)
+    lo = max(0, p0 - window + 1)
+    k[:lo], v[:lo] = float("nan"), float("nan")
+    out = torch.full((T, 4, 32), float("nan"), device=DEVICE)
+    cfg = config or config_for(L, 4, 2, 32, 32)
+    parts = tuple(t.fill_(float("nan")) for t in workspace(T, 4, 32, num_splits(L, cfg), DEVICE))
+    got = gqa_decode_triton(q, k, v, pos, scale, out=out, config=cfg, partials=parts, window=window)
+    assert_close(got, want, RTOL[torch.bfloat16])
+
+
 def test_kernel_never_reads_rows_past_the_chain():
     """NaN in every cache row past the chain's last position (the rows of later steps): the output
     is finite and the same bits as with finite junk there."""
@@ -187,7 +205,7 @@ def test_op_dispatch_fake_and_compile():
 
 def _bad(**kw):
     x = make_inputs(2, 20, [10, 11], torch.bfloat16, seed=50, device="cpu")
-    a = dict(zip(["q", "k_cache", "v_cache", "positions", "scale"], args(x)))
+    a = dict(zip(["q", "k_cache", "v_cache", "positions", "scale"], args(x)), window=0)
     a.update(kw)
     return a
 
@@ -202,6 +220,7 @@ def _bad(**kw):
     (dict(positions=torch.tensor([1.0, 2.0])), "positions must be int32 or int64"),
     (dict(positions=torch.tensor([1, 2, 3])), r"positions must be a \[T\] = \[2\] tensor"),
     (dict(scale=0.0), "scale must be a finite number > 0"),
+    (dict(window=-1), "window must be an int >= 0"),
     (dict(k_cache=torch.zeros(20, 2, 300), v_cache=torch.zeros(20, 2, 300), q=torch.zeros(2, 4, 300)),
      "head_dim = 300 must be in 1..256"),
 ])
@@ -220,7 +239,7 @@ _COMPILE_CHECK = textwrap.dedent("""
         sig = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", pos_ptr="*i64", m_ptr="*fp32", l_ptr="*fp32",
                    acc_ptr="*fp32", stride_qt="i32", stride_qh="i32", stride_kl="i32", stride_kh="i32",
                    stride_vl="i32", stride_vh="i32", pos_stride="i32", pos_add="i32", pos_step="i32", L="i32",
-                   scale="fp32", T="i32")
+                   scale="fp32", window="i32", T="i32")
         g = hq // hkv
         const = dict(HQ=hq, G=g, D=d, DV=d, NS=num_splits(L, cfg), GP=g, BH=16, BD=d, BDV=d, BL=cfg.block_l,
                      SPLIT_LEN=cfg.split_len, SPLIT_Q=False, SPLIT_P=True, DOT_PRECISION="ieee", DOT_UPCAST=False,

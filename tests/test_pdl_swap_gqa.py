@@ -2,15 +2,15 @@
 over per-head key and value caches [L, kv_heads, D] becomes one lingc.gqa_decode, whether it is
 written as one fused attention op (enable_gqa, or as many key/value heads as query heads) or by
 hand (keys repeated per group, scores scaled, masked, softmax, p @ v); numbers against eager, the
-caches' row writes kept; attentions it must leave (a sliding window, a batch of two) keep their
-graph and say why."""
+caches' row writes kept; a sliding window found and carried; attentions it must leave (a mask of
+another rule, a batch of two) keep their graph and say why."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
-from backend_helpers import dump_op_changes, pinned_graph_text, run_and_report, stat
+from backend_helpers import dump_op_changes, final_graph_text, pinned_graph_text, run_and_report, stat
 from expecttest import assert_expected_inline
 
 HID, L = 32, 16
@@ -24,7 +24,8 @@ class GQAttention(torch.nn.Module):
     """Grouped-query softmax attention over key and value caches [L, kv_heads, D] (Llama's, or
     Qwen3-Next's full-attention layers without their gate). ``form``: "sdpa-gqa" (SDPA with
     enable_gqa), "sdpa" (SDPA, kv_heads = heads), "hand" (repeat_interleave, scale, mask,
-    softmax), "window" (hand-written with a 4-row sliding window: not gqa_decode's mask)."""
+    softmax), "window" (hand-written with a 4-row sliding window), "strided" (hand-written, every
+    other key hidden: a mask gqa_decode does not have)."""
 
     def __init__(self, form: str, heads: int = 4, kv_heads: int = 2, d: int = 8, dtype=torch.float32):
         super().__init__()
@@ -50,12 +51,14 @@ class GQAttention(torch.nn.Module):
             s = torch.einsum("thd,lhd->htl", q.float(), k.float()) * self.d ** -0.5
             if self.form == "window":
                 visible = visible & (torch.arange(n)[None, :] > pos[:, None] - 4)
+            elif self.form == "strided":
+                visible = visible & (torch.arange(n)[None, :] % 2 == 0)
             p = s.masked_fill(~visible[None], float("-inf")).softmax(-1)
             o = torch.einsum("htl,lhd->thd", p, v.float()).to(x.dtype)
         return o.reshape(T, self.heads * self.d) @ self.o.T
 
 
-def _run(m, T, dtype=torch.float32):
+def _run(m, T, dtype=torch.float32, **options):
     gen = torch.Generator().manual_seed(T)
     x = torch.randn(T, HID, generator=gen).to(dtype)
     pos = torch.arange(L - T - 2, L - 2)
@@ -64,7 +67,7 @@ def _run(m, T, dtype=torch.float32):
     ref_k, ref_v = kc.clone(), vc.clone()
     with torch.no_grad():
         ref = m(x, pos, ref_k, ref_v)
-    out, report = run_and_report(m, x, pos, kc, vc)
+    out, report = run_and_report(m, x, pos, kc, vc, **options)
     torch.testing.assert_close(kc, ref_k)
     torch.testing.assert_close(vc, ref_v)
     return out, ref, report
@@ -93,8 +96,21 @@ def test_bf16_attention_becomes_gqa_decode():
     torch.testing.assert_close(out.float(), ref.float(), rtol=2e-2, atol=2e-2)
 
 
-def test_sliding_window_attention_is_left_with_the_reason():
-    out, ref, report = _run(GQAttention("window"), 2)
+@pytest.mark.parametrize("T", [1, 6])
+def test_sliding_window_attention_becomes_gqa_decode_with_its_window(T, tmp_path):
+    """A 4-row sliding window (`l > pos - 4`): the probe finds window 4 among the region's
+    integer constants; the op carries it."""
+    out, ref, report = _run(GQAttention("window"), T, dump_dir=str(tmp_path))
+    assert rows(report).get("lingc.gqa_decode") == 1, stat(report, "pdl_swap").notes
+    (call,) = [line for line in final_graph_text(report).splitlines() if "lingc.gqa_decode(" in line]
+    assert ", 0.353553, 4)" in call, call              # scale 8^-0.5, window 4
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_an_unknown_mask_is_left_with_the_reason():
+    """Keys hidden on a rule the op does not have (every other row): the probe fails for every
+    candidate; the attention stays as it is, the note says why."""
+    out, ref, report = _run(GQAttention("strided"), 2)
     notes = stat(report, "pdl_swap").notes
     assert "lingc.gqa_decode" not in rows(report)
     assert any("no assignment of the inputs reproduces the gqa_decode reference" in n for n in notes), notes

@@ -6,7 +6,8 @@ Split kernel (``_gqa_split_kernel``), grid (cdiv(T, TQ), NS, HKV). Program (q, s
 head j, cache rows [s * SPLIT_LEN, (s + 1) * SPLIT_LEN) and a query tile of BH = max(16, GP) rows
 (GP = next_pow2(G)): TQ = BH / GP queries, each with the G query heads that share head j, so one
 load of a key or value tile serves all of them (MQA-style within a group). Each tile row is
-masked to the rows its query sees (<= positions[t]); the online softmax walks the split in tiles of
+masked to the rows its query sees (<= positions[t], and with a sliding window > positions[t] -
+window); the online softmax walks the split in tiles of
 BLOCK_L rows and stores each (query, head)'s partial (running max m, sum l, unnormalised acc [DV])
 in mla_decode's workspace layout [T, HQ, NS(, DV)], so ``_mla_combine_kernel`` (H = HQ, R = DV,
 no gate) finishes the job. A query whose positions end before the split writes nothing (split 0
@@ -84,11 +85,11 @@ def num_splits(L: int, config: GqaDecodeConfig) -> int:
     return triton.cdiv(L, config.split_len)
 
 
-@triton.jit(do_not_specialize=["T", "pos_stride", "pos_add", "pos_step"])
+@triton.jit(do_not_specialize=["T", "pos_stride", "pos_add", "pos_step", "window"])
 def _gqa_split_kernel(
     q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr,
     stride_qt, stride_qh, stride_kl, stride_kh, stride_vl, stride_vh, pos_stride, pos_add, pos_step, L, scale,
-    T, HQ: tl.constexpr, G: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, NS: tl.constexpr,
+    window, T, HQ: tl.constexpr, G: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, NS: tl.constexpr,
     GP: tl.constexpr, BH: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr, BL: tl.constexpr,
     SPLIT_LEN: tl.constexpr, SPLIT_Q: tl.constexpr, SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr,
     DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
@@ -117,6 +118,11 @@ def _gqa_split_kernel(
     if tl.max(active.to(tl.int32), axis=0) > 0:
         end = tl.where(active, tl.minimum(start + SPLIT_LEN, last + 1), start)
         end_any = tl.max(end, axis=0)
+        # A sliding window: each row sees from pos - window + 1 on; rows before every live row's
+        # first are never loaded (a split wholly before a query's window stores m = -inf, l = 0,
+        # which the combine weighs by exp(-inf) = 0).
+        first = tl.where(window > 0, pos - window + 1, 0)
+        first_any = tl.min(tl.where(active, first, end_any), axis=0)
         q = tl.load(q_ptr + t[:, None] * stride_qt + h[:, None] * stride_qh + offs_d[None, :],
                     mask=mh[:, None] & md[None, :], other=0.0).to(tl.float32)
         q_hi = q.to(KV_DT)
@@ -129,7 +135,7 @@ def _gqa_split_kernel(
         v_head = v_ptr + j * stride_vh
         for i in range(SPLIT_LEN // BL):
             offs_l = start + i * BL + tl.arange(0, BL)
-            ml = offs_l < end_any
+            ml = (offs_l < end_any) & (offs_l >= first_any)
             rows_l = offs_l.to(tl.int64)[:, None]
             k = tl.load(k_head + rows_l * stride_kl + offs_d[None, :], mask=ml[:, None] & md[None, :], other=0.0)
             v = tl.load(v_head + rows_l * stride_vl + offs_v[None, :], mask=ml[:, None] & mv[None, :], other=0.0)
@@ -139,7 +145,8 @@ def _gqa_split_kernel(
             sc = dot_acc(q_hi, k, zero, DOT_PRECISION, DOT_UPCAST)
             if SPLIT_Q:
                 sc = sc + dot_acc(q_lo, k, zero, DOT_PRECISION, DOT_UPCAST)
-            sc = tl.where(offs_l[None, :] < end[:, None], sc * scale, float("-inf"))
+            seen = (offs_l[None, :] < end[:, None]) & (offs_l[None, :] >= first[:, None])
+            sc = tl.where(seen, sc * scale, float("-inf"))
             m_i, l_i, acc = softmax_tile(sc, v, m_i, l_i, acc, SPLIT_P, DOT_PRECISION, DOT_UPCAST)
 
         part = (t * HQ + h) * NS + s
@@ -150,7 +157,7 @@ def _gqa_split_kernel(
 
 def gqa_decode_triton(q, k_cache, v_cache, positions, scale: float, out=None, *,
                       config: GqaDecodeConfig | None = None, use_pdl: bool | None = None, partials=None,
-                      pos_offset: int | None = None) -> torch.Tensor:
+                      pos_offset: int | None = None, window: int = 0) -> torch.Tensor:
     """Launch split + combine; returns o [T, HQ, DV] fp32 (``out`` if given). Arguments as
     op.check_gqa_decode_args accepts them; ``partials`` (from ``workspace(T, HQ, DV, ns)``) lets a
     caller own or poison the split workspace."""
@@ -177,7 +184,7 @@ def gqa_decode_triton(q, k_cache, v_cache, positions, scale: float, out=None, *,
     _gqa_split_kernel[(triton.cdiv(T, bh // gp), ns, HKV)](
         q, k_cache, v_cache, positions, m, l, acc,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
-        *pos_terms, L, float(scale),
+        *pos_terms, L, float(scale), int(window),
         T, HQ=HQ, G=G, D=D, DV=DV, NS=ns, GP=gp, BH=bh, BD=max(16, triton.next_power_of_2(D)),
         BDV=max(16, triton.next_power_of_2(DV)), BL=cfg.block_l, SPLIT_LEN=cfg.split_len,
         SPLIT_Q=sixteen and q.dtype != k_cache.dtype, SPLIT_P=sixteen, DOT_PRECISION="ieee",

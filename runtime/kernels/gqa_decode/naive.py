@@ -5,6 +5,7 @@ with G = HQ / HKV query heads sharing each key/value head (G = 1: MHA; HKV = 1: 
 
     scores[t, h, l] = (q[t, h] . k_cache[l, h // G]) * scale
     scores[t, h, l > positions[t]] = -inf                   causal, also inside a verify chain
+    scores[t, h, l <= positions[t] - window] = -inf         only with a sliding window (window > 0)
     o[t, h]         = softmax(scores[t, h]) @ v_cache[:, h // G]        [T, HQ, DV], fp32
 
 Evaluated in fp32 one query row at a time over the whole cache (full L, masked), so the result
@@ -19,9 +20,10 @@ __all__ = ["gqa_decode_reference"]
 
 
 def gqa_decode_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                         positions: torch.Tensor, scale: float) -> torch.Tensor:
+                         positions: torch.Tensor, scale: float, window: int = 0) -> torch.Tensor:
     """o [T, HQ, DV] fp32. q [T, HQ, D]; k_cache [L, HKV, D]; v_cache [L, HKV, DV]; positions [T]
-    integer (query t sees rows 0..positions[t])."""
+    integer (query t sees rows 0..positions[t], with ``window`` > 0 only the last ``window`` of
+    them)."""
     T, HQ, _ = q.shape
     L, HKV, DV = v_cache.shape
     G = HQ // HKV
@@ -32,6 +34,8 @@ def gqa_decode_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
     for t in range(T):
         scores = torch.einsum("thd,lhd->thl", q[t:t + 1].float(), kf) * scale
         hidden = rows[None, None, :] > positions[t:t + 1, None, None]
+        if window > 0:
+            hidden = hidden | (rows[None, None, :] <= positions[t:t + 1, None, None] - window)
         p = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
         out.append(torch.einsum("thl,lhv->thv", p, vf))
     return torch.cat(out, 0) if out else q.new_empty((0, HQ, DV), dtype=torch.float32)

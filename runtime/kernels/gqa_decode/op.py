@@ -1,7 +1,7 @@
 """GQA decode attention as an opaque, functional custom op.
 
 ``torch.ops.lingc.gqa_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor positions,
-float scale, int? pos_offset=None) -> Tensor``
+float scale, int window=0, int? pos_offset=None) -> Tensor``
 
 - q [T, HQ, D]: the queries after their norm and rotary embedding (fp32, bf16 or fp16; unit
   inner stride, any T / head strides);
@@ -10,7 +10,9 @@ float scale, int? pos_offset=None) -> Tensor``
   HQ is a multiple of HKV (G = HQ / HKV query heads per key/value head);
 - positions [T] int32/int64 device tensor: query t sees rows 0..positions[t]; with ``pos_offset``
   o a [1] base n, query t at n + o + t (runtime/kernels/positions.py);
-- scale: the softmax scale (D^-0.5 in most models).
+- scale: the softmax scale (D^-0.5 in most models);
+- window: 0, or a sliding window: query t sees only rows positions[t] - window + 1 .. positions[t]
+  (Mistral's, Gemma's and GPT-OSS's local layers).
 
 Returns o [T, HQ, DV] fp32 = softmax(q k^T * scale, causal) @ v. T is 1..16 (decode and verify
 chains; prefill keeps the model's path). naive.py holds the exact math, kernel.py the split-K
@@ -36,7 +38,7 @@ Q_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 KV_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
-def check_gqa_decode_args(q, k_cache, v_cache, positions, scale, pos_offset=None) -> None:
+def check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window=0, pos_offset=None) -> None:
     """Raise ValueError naming the bad argument of ``gqa_decode``."""
     op = "gqa_decode"
     if q.dim() != 3:
@@ -83,24 +85,28 @@ def check_gqa_decode_args(q, k_cache, v_cache, positions, scale, pos_offset=None
     check_positions(op, positions, T, pos_offset)
     if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
         raise ValueError(f"{op}: scale must be a finite number > 0 (most models use head_dim^-0.5), got {scale}")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+        raise ValueError(f"{op}: window must be an int >= 0 (0: no sliding window), got {window!r}")
 
 
 def _gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor,
-                scale: float, pos_offset: int | None = None) -> torch.Tensor:
-    check_gqa_decode_args(q, k_cache, v_cache, positions, scale, pos_offset)
+                scale: float, window: int = 0, pos_offset: int | None = None) -> torch.Tensor:
+    check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window, pos_offset)
     if not q.is_cuda:
-        return gqa_decode_reference(q, k_cache, v_cache, expand_positions(positions, q.shape[0], pos_offset), scale)
+        return gqa_decode_reference(q, k_cache, v_cache, expand_positions(positions, q.shape[0], pos_offset), scale,
+                                    window)
     from .kernel import gqa_decode_triton  # imported here so the CPU path needs no triton
 
-    return gqa_decode_triton(q, k_cache, v_cache, positions, scale, pos_offset=pos_offset)
+    return gqa_decode_triton(q, k_cache, v_cache, positions, scale, window=window, pos_offset=pos_offset)
 
 
-def _gqa_decode_fake(q, k_cache, v_cache, positions, scale, pos_offset=None):
-    check_gqa_decode_args(q, k_cache, v_cache, positions, scale, pos_offset)
+def _gqa_decode_fake(q, k_cache, v_cache, positions, scale, window=0, pos_offset=None):
+    check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window, pos_offset)
     return q.new_empty((*q.shape[:2], v_cache.shape[2]), dtype=torch.float32)
 
 
-_SCHEMA = "(Tensor q, Tensor k_cache, Tensor v_cache, Tensor positions, float scale, int? pos_offset=None) -> Tensor"
+_SCHEMA = ("(Tensor q, Tensor k_cache, Tensor v_cache, Tensor positions, float scale, int window=0, "
+           "int? pos_offset=None) -> Tensor")
 
 
 gqa_decode = register_op("gqa_decode", _gqa_decode, _gqa_decode_fake, schema=_SCHEMA)
