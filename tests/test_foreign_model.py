@@ -412,37 +412,22 @@ def test_through_inductor(model):
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("form", ["absorbed", "textbook", "batched", "gdn", "qwen3-next", "qwen3-next-2qk",
-                                  "kimi-linear"])
-def test_verify_step_stages_and_commits_the_accepted_prefix(model, textbook_model, form):
-    """The model's own verify step (logits over a 6-token chain, the in-graph greedy verdict,
-    lingc.state_commit): stage_commit stages both KDA states and conv windows, pdl_swap runs them
-    as staged kda_chains and one kda_commit_many, and a rejection forced at each chain position
-    leaves exactly the state of eager decoding over the accepted prefix; also written with a
-    batch dim of 1 (``batched``), and with Gated DeltaNet's layers in place of KDA's (``gdn``)."""
-    from lingc.runtime.relay import ops
-
+def _forced_rejections(run, fresh, cache_rows, T: int = 6, start: int = 10):
+    """Compile the verify step of ``run(ids, pos, states, windows, caches) -> logits`` (logits over
+    a T-token chain, the in-graph greedy verdict, lingc.state_commit) with lingc, force a rejection
+    at each chain position of the chain greedy decoding makes from ``fresh()``'s state at
+    ``start``, and check the states, windows and the attention cache's rows (``cache_rows(t, n)``:
+    its first n positions; later rows are rewritten before they are read) against eager decoding
+    over the accepted prefix. Returns the verify graph's compile report."""
     from backend_helpers import compile_lingc
     from lingc.backend import compile_reports
-
-    batched = form == "batched"
-    # qwen3-next-2qk: two q/k heads, so q, k, v, b and a are gathered out of the head groups by copies.
-    two_qk = fm.with_dims(KH=4, QK_HEADS=2).KimiStyleModel if form == "qwen3-next-2qk" else None
-    kind = two_qk or (BatchedKimiStyleModel if batched else KimiStyleModel)
-    model = {"absorbed": model, "textbook": textbook_model, "batched": BatchedKimiStyleModel(),
-             "gdn": KimiStyleModel(gdn=True), "qwen3-next": KimiStyleModel(gdn="qwen3-next"),
-             "qwen3-next-2qk": two_qk and two_qk(gdn="qwen3-next"),
-             "kimi-linear": KimiStyleModel(kimi_linear=True)}[form]
-    run = (lambda ids, *a: model(ids[None], *a)[0]) if batched else model  # noqa: E731  (ids [T] -> [1, T])
+    from lingc.runtime.relay import ops
 
     def verify(chain, pos, states, windows, caches):
         target = run(chain, pos, states, windows, caches).argmax(-1)
         return ops.state_commit(ops.greedy_verdict(chain, target)), target
 
-    T, start = 6, 10
     pos = torch.arange(start, start + T)
-    fused_conv = {"fused_conv": 4} if form.startswith("qwen3-next") else {}
-    fresh = lambda: [[t.clone() for t in group] for group in kind.fresh_state(3, **fused_conv)]  # noqa: E731
     with torch.no_grad():
         state, chain = fresh(), [5]
         for i in range(T - 1):                                    # the chain greedy decoding makes
@@ -460,10 +445,32 @@ def test_verify_step_stages_and_commits_the_accepted_prefix(model, textbook_mode
             run(torch.tensor(c[:reject]), pos[:reject], *want)
             for g, w in zip(got[0] + got[1], want[0] + want[1]):
                 torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
-            rows = slice(0, start + reject)                       # later rows: rewritten before read
-            cache_rows = lambda t: t.reshape(-1, t.shape[-1])[rows]  # noqa: E731
-            torch.testing.assert_close(cache_rows(got[2][0]), cache_rows(want[2][0]), rtol=1e-5, atol=1e-5)
-    report = compile_reports[n]
+            torch.testing.assert_close(cache_rows(got[2][0], start + reject), cache_rows(want[2][0], start + reject),
+                                       rtol=1e-5, atol=1e-5)
+    return compile_reports[n]
+
+
+@pytest.mark.parametrize("form", ["absorbed", "textbook", "batched", "gdn", "qwen3-next", "qwen3-next-2qk",
+                                  "kimi-linear"])
+def test_verify_step_stages_and_commits_the_accepted_prefix(model, textbook_model, form):
+    """The model's own verify step (logits over a 6-token chain, the in-graph greedy verdict,
+    lingc.state_commit): stage_commit stages both KDA states and conv windows, pdl_swap runs them
+    as staged kda_chains and one kda_commit_many, and a rejection forced at each chain position
+    leaves exactly the state of eager decoding over the accepted prefix; also written with a
+    batch dim of 1 (``batched``), and with Gated DeltaNet's layers in place of KDA's (``gdn``)."""
+    batched = form == "batched"
+    # qwen3-next-2qk: two q/k heads, so q, k, v, b and a are gathered out of the head groups by copies.
+    two_qk = fm.with_dims(KH=4, QK_HEADS=2).KimiStyleModel if form == "qwen3-next-2qk" else None
+    kind = two_qk or (BatchedKimiStyleModel if batched else KimiStyleModel)
+    model = {"absorbed": model, "textbook": textbook_model, "batched": BatchedKimiStyleModel(),
+             "gdn": KimiStyleModel(gdn=True), "qwen3-next": KimiStyleModel(gdn="qwen3-next"),
+             "qwen3-next-2qk": two_qk and two_qk(gdn="qwen3-next"),
+             "kimi-linear": KimiStyleModel(kimi_linear=True)}[form]
+    run = (lambda ids, *a: model(ids[None], *a)[0]) if batched else model  # noqa: E731  (ids [T] -> [1, T])
+    fused_conv = {"fused_conv": 4} if form.startswith("qwen3-next") else {}
+    fresh = lambda: [[t.clone() for t in group] for group in kind.fresh_state(3, **fused_conv)]  # noqa: E731
+    # A [1, L, R + P] cache's rows are the [L, R + P] ones below the batch dim.
+    report = _forced_rejections(run, fresh, lambda t, n: t.reshape(-1, t.shape[-1])[:n])
     lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
     assert lingc["lingc.kda_chain"] == 2 and lingc["lingc.kda_commit_many"] == 1, lingc
     aten_ops = {op for cat, op, n, _ in report.kernels.rows if cat == "aten"}
@@ -934,38 +941,9 @@ def test_qwen3_next_gated_attention_verify_with_rejections():
     """The verify step of the gated-attention model: a rejection forced at each position of a
     6-token chain leaves the KDA states and the attention cache's rows up to the accepted prefix
     as eager decoding over that prefix leaves them."""
-    from backend_helpers import compile_lingc
-    from lingc.backend import compile_reports
-    from lingc.runtime.relay import ops
-
     m, _ = _gated()
-
-    def verify(chain, pos, states, windows, caches):
-        target = m(chain, pos, states, windows, caches).argmax(-1)
-        return ops.state_commit(ops.greedy_verdict(chain, target)), target
-
-    T, start = 6, 10
-    pos = torch.arange(start, start + T)
-    fresh = lambda: [[t.clone() for t in g] for g in _gated()[1]]  # noqa: E731
-    with torch.no_grad():
-        state, chain = fresh(), [5]
-        for i in range(T - 1):
-            chain.append(int(m(torch.tensor(chain[-1:]), torch.tensor([start + i]), *state).argmax(-1)))
-        n = len(compile_reports)
-        step = compile_lingc(verify, role="verify")
-        for reject in range(1, T + 1):
-            c = list(chain)
-            if reject < T:
-                c[reject] = (c[reject] + 1) % 64
-            got = fresh()
-            accept, _ = step(torch.tensor(c), pos, *got)
-            assert int(accept) == reject - 1
-            want = fresh()
-            m(torch.tensor(c[:reject]), pos[:reject], *want)
-            for g, w in zip(got[0] + got[1], want[0] + want[1]):
-                torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
-            torch.testing.assert_close(got[2][0][:start + reject], want[2][0][:start + reject], rtol=1e-5, atol=1e-5)
-    lingc = {op: k for cat, op, k, _ in compile_reports[n].kernels.rows if cat == "lingc"}
+    report = _forced_rejections(m, lambda: [[t.clone() for t in g] for g in _gated()[1]], lambda t, n: t[:n])
+    lingc = {op: k for cat, op, k, _ in report.kernels.rows if cat == "lingc"}
     assert lingc.get("lingc.gqa_decode") == 1 and lingc["lingc.kda_commit_many"] == 1, lingc
 
 
