@@ -40,7 +40,7 @@ class GQAttention(torch.nn.Module):
         kc[pos] = (x @ self.k.T).view(T, self.kv_heads, self.d)
         vc[pos] = (x @ self.v.T).view(T, self.kv_heads, self.d)
         q = (x @ self.q.T).view(T, self.heads, self.d)
-        visible = torch.arange(n)[None, :] <= pos[:, None]
+        visible = torch.arange(n, device=x.device)[None, :] <= pos[:, None]
         if self.form.startswith("sdpa"):
             o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], kc.permute(1, 0, 2)[None],
                                                vc.permute(1, 0, 2)[None], attn_mask=visible[None, None],
@@ -50,9 +50,9 @@ class GQAttention(torch.nn.Module):
             k, v = kc.repeat_interleave(group, 1), vc.repeat_interleave(group, 1)       # [L, heads, d]
             s = torch.einsum("thd,lhd->htl", q.float(), k.float()) * self.d ** -0.5
             if self.form == "window":
-                visible = visible & (torch.arange(n)[None, :] > pos[:, None] - 4)
+                visible = visible & (torch.arange(n, device=x.device)[None, :] > pos[:, None] - 4)
             elif self.form == "strided":
-                visible = visible & (torch.arange(n)[None, :] % 2 == 0)
+                visible = visible & (torch.arange(n, device=x.device)[None, :] % 2 == 0)
             p = s.masked_fill(~visible[None], float("-inf")).softmax(-1)
             o = torch.einsum("htl,lhd->thd", p, v.float()).to(x.dtype)
         return o.reshape(T, self.heads * self.d) @ self.o.T
@@ -132,8 +132,8 @@ class HFStyleAttention(GQAttention):
         def repeat_kv(c):
             return c[:, :, None].expand(1, self.kv_heads, group, n, self.d).reshape(1, self.heads, n, self.d)
 
-        visible = torch.arange(n)[None, :] <= pos[:, None]
-        mask = torch.zeros(T, n, dtype=x.dtype).masked_fill(~visible, torch.finfo(x.dtype).min)
+        visible = torch.arange(n, device=x.device)[None, :] <= pos[:, None]
+        mask = torch.zeros(T, n, dtype=x.dtype, device=x.device).masked_fill(~visible, torch.finfo(x.dtype).min)
         o = F.scaled_dot_product_attention(q, repeat_kv(kc), repeat_kv(vc), attn_mask=mask[None, None])
         return o.transpose(1, 2).reshape(T, self.heads * self.d) @ self.o.T
 
@@ -163,7 +163,7 @@ class TwoSequences(GQAttention):
         kc[:, pos] = (x @ self.k.T).view(2, T, self.kv_heads, self.d)
         vc[:, pos] = (x @ self.v.T).view(2, T, self.kv_heads, self.d)
         q = (x @ self.q.T).view(2, T, self.heads, self.d)
-        visible = torch.arange(kc.shape[1])[None, :] <= pos[:, None]
+        visible = torch.arange(kc.shape[1], device=x.device)[None, :] <= pos[:, None]
         o = F.scaled_dot_product_attention(q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2),
                                            attn_mask=visible[None, None], enable_gqa=True)
         return o.transpose(1, 2).reshape(2, T, self.heads * self.d) @ self.o.T
@@ -219,3 +219,28 @@ def test_layer_chain_names_the_gqa_layer():
     _, _, report = _run(GQAttention("sdpa-gqa"), 1)
     notes = stat(report, "pdl_swap").notes
     assert any(n.startswith("chain L0 GQA: gemm > gqa_decode > gemm") for n in notes), notes
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("T", [1, 6])
+@pytest.mark.parametrize("form", ["sdpa-gqa", "sdpa", "hand", "window", "hf"])
+def test_gpu_forms_on_gqa_decode(form, T, dtype):
+    """On CUDA (whose trace keeps SDPA as a fused CUDA op or its math form): each form becomes one
+    gqa_decode, the Triton kernel, against eager on the GPU."""
+    kv_heads = 4 if form == "sdpa" else 2
+    m = (HFStyleAttention("hf") if form == "hf" else GQAttention(form, 4, kv_heads)).to(device="cuda", dtype=dtype)
+    gen = torch.Generator(device="cuda").manual_seed(T)
+    x, pos = torch.randn(T, HID, device="cuda", generator=gen).to(dtype), torch.arange(L - T - 2, L - 2, device="cuda")
+    shape = (1, kv_heads, L, 8) if form == "hf" else (L, kv_heads, 8)
+    kc, vc = (torch.randn(*shape, device="cuda", generator=gen).to(dtype) for _ in range(2))
+    ref_k, ref_v = kc.clone(), vc.clone()
+    with torch.no_grad():
+        ref = m(x, pos, ref_k, ref_v)
+    out, report = run_and_report(m, x, pos, kc, vc)
+    assert rows(report).get("lingc.gqa_decode") == 1, stat(report, "pdl_swap").notes
+    rel = (out.float() - ref.float()).norm() / ref.float().norm()
+    assert rel < (1e-4 if dtype == torch.float32 else 3e-2), f"{dtype} relative error {rel:.3g}"
+    torch.testing.assert_close(kc, ref_k)
+    torch.testing.assert_close(vc, ref_v)

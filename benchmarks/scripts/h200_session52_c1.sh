@@ -8,7 +8,7 @@ set -u
 DURATIONS=8 source "$(dirname "$0")/device_env.sh"
 LOG="$OUT/pytest_s52_c1.log"
 CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -q \
-    tests/test_gqa_decode.py tests/test_registry.py 2>&1 | stamp > "$LOG"
+    tests/test_gqa_decode.py tests/test_pdl_swap_gqa.py tests/test_registry.py 2>&1 | stamp > "$LOG"
 CUDA_VISIBLE_DEVICES=0 timeout 60 python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -q \
     tests/test_fused_moe.py tests/test_decode_runner.py 2>&1 | stamp >> "$LOG"
 CUDA_VISIBLE_DEVICES=0 timeout 150 python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -q \
