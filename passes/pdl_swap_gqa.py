@@ -10,16 +10,15 @@ lingc.gqa_decode.
 How it is found: pdl_swap_mla's attention search hands over every attention whose values are a
 per-head cache, [L, kv_heads, DV] or Hugging Face's [kv_heads, L, DV] (after this step's row write;
 a batch dim of 1 above it is dropped; a head-major cache is read through a permuted view). The
-key cache is the latest [L, kv_heads, D] value the scores read that is not the values' cache, an
-input of it or a view of it; the query
-is the furthest [T, HQ, D] (or head-major, lingc/head_layout.py) value on the scores' other side
-through views, casts and copies (before it: its norm and rotary embedding, left as they are). The
-region between those, the positions and the output is run on random inputs against gqa_decode's
-reference under every candidate scale (pdl_swap_mla's rule), every sliding window its integer
-constants could spell (none first) and every layout; the best one within
-the tolerance is rewritten, the output cast back to the region's dtype. If the probe fails the
-attention goes on to the MLA matcher (an MLA's latent rows can look like one head's), and the
-GQA matcher's reason is reported when that fails too.
+key cache is the latest per-head value the scores read that is not the values' cache, an input
+of it or a view of it; the query is the furthest [T, HQ, D] (or head-major, lingc/head_layout.py)
+value on the scores' other side through views, casts and copies (before it: its norm and rotary
+embedding, left as they are). The region between those, the positions and the output is run on
+random inputs against gqa_decode's reference under every candidate scale (pdl_swap_mla's rule),
+every sliding window its integer constants could spell (none first) and every layout; the best
+one within the tolerance is rewritten, the output cast back to the region's dtype. If the probe
+fails the attention goes on to the MLA matcher (an MLA's latent rows can look like one head's),
+and the GQA matcher's reason is reported when that fails too.
 
 Numerics (declared): the kernel computes in fp32 with split 16-bit operands (runtime/kernels/
 gqa_decode/README.md); a bf16 model's SDPA rounds scores and probabilities to bf16, so the
