@@ -111,9 +111,9 @@ def main(argv=None) -> dict:
     model = fm.KimiStyleModel(kimi_linear=args.kimi_linear, **model_kw).to(device=device, dtype=dtype)
     build_s = time.perf_counter() - t0
     fused = {"fused_conv": 4} if model_kw.get("gdn") else {}
-    gated = {"gated_attention": True} if model_kw.get("gated_attention") else {}
     start = [[t.to(device) for t in group]
-             for group in fm.KimiStyleModel.fresh_state(2, cache_len=max_len, dtype=dtype, **fused, **gated)]
+             for group in fm.KimiStyleModel.fresh_state(2, cache_len=max_len, dtype=dtype, **fused,
+                                                        gated_attention=model_kw.get("gated_attention", False))]
     bw = copy_bandwidth_gbps() if cuda else None
     nbytes = floor_bytes(model, fm, start, context)
     floor_ms = nbytes / (bw * 1e9) * 1e3 if bw else None

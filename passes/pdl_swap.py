@@ -86,7 +86,6 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, LingcPass):
         g = gm.graph
         self.gates_folded = self.absorbed = self.per_head_gates = self.silu_gates = self.fused_convs = 0
         self.wide_values = self.split_windows = self.gqa_matched = 0
-        self._gqa_why = None
         self._probes, self.probes_reused = {}, 0
         counts = {"kda_chain": self._kda(g), "mla_decode": self._mla(g)}
         counts["mla_decode"] -= self.gqa_matched          # the attention search finds both forms

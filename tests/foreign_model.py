@@ -380,6 +380,12 @@ class NoPEStyleMLA(nn.Module):
                              self.kv_b[:, NOPE:].float())
         return self.o(o.reshape(T, MH * VD).to(x.dtype))
 
+# The ops Qwen3NextStyleAttention leaves on ATen under lingc (its RoPE, the cache's row write, the
+# output gate; Inductor's in a real compile) beside lingc.gqa_decode and the norms.
+GATED_ATTENTION_ATEN_OPS = {"aten.cat", "aten.mul.Tensor", "aten.add.Tensor", "aten.neg", "aten.cos", "aten.sin",
+                            "prims.convert_element_type", "aten.index_put", "aten.sigmoid", "aten.clone"}
+
+
 class Qwen3NextStyleAttention(nn.Module):
     """Qwen3-Next's gated full attention (Hugging Face's Qwen3NextAttention at batch 1): q_proj
     gives each of MH heads its query and an output gate ([T, MH, 2 * HD], HD = NOPE + ROPE),
