@@ -72,7 +72,7 @@ Why each is exact:
   one dtype with unit column stride, along the last dim. ATen's cat is a full edge in the captured
   graph; NEXTN's eh_proj (26 MB) behind it could not stream its weights until the copy ended.
 - the relay's chain positions (metadata_capture's ``n + arange(T)``) reach the ops that read
-  positions (``mla_kv_write``, ``mla_decode``, ``gqa_decode``) as the base n and a static offset, and each
+  positions (``mla_kv_write``, ``mla_decode``, ``gqa_decode``, ``head_cache_write``) as the base n and a static offset, and each
   kernel forms n + offset + t where it loaded positions[t] (runtime/kernels/positions.py): the
   same integers. Only for an add of a [1] integer tensor and an iota from 0 by 1, read by those
   ops in their positions slot directly or through a slice along dim 0 by step 1. The iota and the
@@ -402,8 +402,10 @@ def concat_into_inputs(g: fx.Graph) -> int:
 def _position_readers() -> dict:
     """{op: index of its positions argument} of the ops that take ``pos_offset``."""
     import lingc.runtime.kernels.gqa_decode  # noqa: F401  (registers lingc::gqa_decode)
+    import lingc.runtime.kernels.head_cache_write  # noqa: F401  (registers lingc::head_cache_write)
 
-    return {lingc_ops.mla_kv_write.default: 2, lingc_ops.mla_decode.default: 3, lingc_ops.gqa_decode.default: 3}
+    return {lingc_ops.mla_kv_write.default: 2, lingc_ops.mla_decode.default: 3, lingc_ops.gqa_decode.default: 3,
+            lingc_ops.head_cache_write.default: 1}
 
 
 def _iota_from_zero(n) -> bool:

@@ -24,8 +24,13 @@ Batch invariance in T: T is only a grid size; every constexpr comes from (L, HQ,
 sum are per row: a decode (T = 1) of a position equals that position's row of a verify chain.
 No float atomics.
 
+Queries' RoPE (``inv_freq`` given: the first 2 * len(inv_freq) dims of each query head rotated by
+its position, rotate-half or interleaved pairs, runtime/kernels/rope.py): each program loads its
+query rows and their pair partners, rotates in fp32 and rounds once to the queries' dtype (as
+head_cache_write rounds the keys), so the model's separate RoPE kernels on q go.
+
 PDL: the queries, positions and this step's cache rows are produced upstream, so both kernels wait
-at entry.
+at entry (inv_freq, a few L2-resident bytes, is read after the wait with the rope's other inputs).
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ import triton.language as tl
 from lingc.runtime.kernels.gemm_common import dot_acc
 from lingc.runtime.kernels.mla_decode.kernel import _mla_combine_kernel, softmax_tile, workspace
 from lingc.runtime.kernels.positions import position_terms
+from lingc.runtime.kernels.rope import rope_cols, rope_rotate
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait
 
 __all__ = ["GqaDecodeConfig", "config_for", "num_splits", "gqa_decode_triton", "workspace"]
@@ -87,12 +93,12 @@ def num_splits(L: int, config: GqaDecodeConfig) -> int:
 
 @triton.jit(do_not_specialize=["T", "pos_stride", "pos_add", "pos_step", "window"])
 def _gqa_split_kernel(
-    q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr,
+    q_ptr, k_ptr, v_ptr, pos_ptr, freq_ptr, m_ptr, l_ptr, acc_ptr,
     stride_qt, stride_qh, stride_kl, stride_kh, stride_vl, stride_vh, pos_stride, pos_add, pos_step, L, scale,
     window, T, HQ: tl.constexpr, G: tl.constexpr, D: tl.constexpr, DV: tl.constexpr, NS: tl.constexpr,
     GP: tl.constexpr, BH: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr, BL: tl.constexpr,
     SPLIT_LEN: tl.constexpr, SPLIT_Q: tl.constexpr, SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
+    DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr, HALF: tl.constexpr = 0, INTERLEAVED: tl.constexpr = False,
 ):
     TQ: tl.constexpr = BH // GP       # queries per program
     s = tl.program_id(1)
@@ -123,8 +129,24 @@ def _gqa_split_kernel(
         # which the combine weighs by exp(-inf) = 0).
         first = tl.where(window > 0, pos - window + 1, 0)
         first_any = tl.min(tl.where(active, first, end_any), axis=0)
-        q = tl.load(q_ptr + t[:, None] * stride_qt + h[:, None] * stride_qh + offs_d[None, :],
-                    mask=mh[:, None] & md[None, :], other=0.0).to(tl.float32)
+        q_rows = q_ptr + t[:, None] * stride_qt + h[:, None] * stride_qh
+        q = tl.load(q_rows + offs_d[None, :], mask=mh[:, None] & md[None, :], other=0.0)
+        if HALF > 0:
+            # Rotated in fp32 and rounded once to the queries' dtype, as head_cache_write rounds keys.
+            # The angles depend on the query, not the head: cos / sin of TQ rows, broadcast to the
+            # group's heads (GP times fewer libdevice calls). At a Qwen3-Next rank's shapes this
+            # still spills 16 bytes, before the tile loop (the compile check bounds it).
+            partner, fidx, sign, rotated = rope_cols(offs_d, HALF, INTERLEAVED)
+            freq = tl.load(freq_ptr + fidx, mask=rotated & md, other=0.0).to(tl.float32)
+            tq = tl.program_id(0) * TQ + tl.arange(0, TQ)
+            pos_q = tl.load(pos_ptr + tq * pos_stride, mask=tq < T, other=0).to(tl.int32) + pos_add + tq * pos_step
+            ang = pos_q.to(tl.float32)[:, None] * freq[None, :]
+            cs = tl.reshape(tl.broadcast_to(tl.cos(ang)[:, None, :], [TQ, GP, BD]), [BH, BD])
+            sn = tl.reshape(tl.broadcast_to(tl.sin(ang)[:, None, :], [TQ, GP, BD]), [BH, BD])
+            qp = tl.load(q_rows + partner[None, :], mask=mh[:, None] & (rotated & md)[None, :], other=0.0)
+            q = rope_rotate(q.to(tl.float32), qp.to(tl.float32), cs, sn, sign[None, :], rotated[None, :])
+            q = q.to(q_ptr.dtype.element_ty)
+        q = q.to(tl.float32)
         q_hi = q.to(KV_DT)
         if SPLIT_Q:
             q_lo = (q - q_hi.to(tl.float32)).to(KV_DT)
@@ -157,7 +179,8 @@ def _gqa_split_kernel(
 
 def gqa_decode_triton(q, k_cache, v_cache, positions, scale: float, out=None, *,
                       config: GqaDecodeConfig | None = None, use_pdl: bool | None = None, partials=None,
-                      pos_offset: int | None = None, window: int = 0) -> torch.Tensor:
+                      pos_offset: int | None = None, window: int = 0, inv_freq: torch.Tensor | None = None,
+                      interleaved: bool = False) -> torch.Tensor:
     """Launch split + combine; returns o [T, HQ, DV] fp32 (``out`` if given). Arguments as
     op.check_gqa_decode_args accepts them; ``partials`` (from ``workspace(T, HQ, DV, ns)``) lets a
     caller own or poison the split workspace."""
@@ -182,13 +205,14 @@ def gqa_decode_triton(q, k_cache, v_cache, positions, scale: float, out=None, *,
     pos_terms = position_terms(pos_offset)
     pdl = {"launch_pdl": True} if use_pdl else {}
     _gqa_split_kernel[(triton.cdiv(T, bh // gp), ns, HKV)](
-        q, k_cache, v_cache, positions, m, l, acc,
+        q, k_cache, v_cache, positions, q if inv_freq is None else inv_freq, m, l, acc,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
         *pos_terms, L, float(scale), int(window),
         T, HQ=HQ, G=G, D=D, DV=DV, NS=ns, GP=gp, BH=bh, BD=max(16, triton.next_power_of_2(D)),
         BDV=max(16, triton.next_power_of_2(DV)), BL=cfg.block_l, SPLIT_LEN=cfg.split_len,
         SPLIT_Q=sixteen and q.dtype != k_cache.dtype, SPLIT_P=sixteen, DOT_PRECISION="ieee",
         DOT_UPCAST=interpreting() and sixteen, USE_GDC=use_pdl,
+        HALF=0 if inv_freq is None else inv_freq.shape[0], INTERLEAVED=bool(interleaved),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl,
     )
     _mla_combine_kernel[(T, HQ, triton.cdiv(DV, cfg.combine_block_r))](

@@ -8,6 +8,10 @@ with G = HQ / HKV query heads sharing each key/value head (G = 1: MHA; HKV = 1: 
     scores[t, h, l <= positions[t] - window] = -inf         only with a sliding window (window > 0)
     o[t, h]         = softmax(scores[t, h]) @ v_cache[:, h // G]        [T, HQ, DV], fp32
 
+With inv_freq, q is first rotated by its positions (RoPE of the queries folded into the attention:
+head_cache_write/naive.py's rope_heads_reference, the first 2 * len(inv_freq) dims of each head,
+rotate-half or interleaved pairs, fp32 rounded once to q's dtype).
+
 Evaluated in fp32 one query row at a time over the whole cache (full L, masked), so the result
 for a position does not depend on how many queries the chain has (batch invariance in T, as
 mla_decode's reference).
@@ -20,10 +24,16 @@ __all__ = ["gqa_decode_reference"]
 
 
 def gqa_decode_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                         positions: torch.Tensor, scale: float, window: int = 0) -> torch.Tensor:
+                         positions: torch.Tensor, scale: float, window: int = 0,
+                         inv_freq: torch.Tensor | None = None, interleaved: bool = False) -> torch.Tensor:
     """o [T, HQ, DV] fp32. q [T, HQ, D]; k_cache [L, HKV, D]; v_cache [L, HKV, DV]; positions [T]
     integer (query t sees rows 0..positions[t], with ``window`` > 0 only the last ``window`` of
-    them)."""
+    them); with ``inv_freq`` the queries are first rotated by their positions
+    (head_cache_write/naive.py's rope_heads_reference, rounded to q's dtype)."""
+    if inv_freq is not None:
+        from lingc.runtime.kernels.head_cache_write.naive import rope_heads_reference
+
+        q = rope_heads_reference(q, positions, inv_freq, interleaved)
     T, HQ, _ = q.shape
     L, HKV, DV = v_cache.shape
     G = HQ // HKV

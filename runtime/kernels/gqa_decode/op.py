@@ -1,10 +1,11 @@
 """GQA decode attention as an opaque, functional custom op.
 
 ``torch.ops.lingc.gqa_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor positions,
-float scale, int window=0, int? pos_offset=None) -> Tensor``
+float scale, int window=0, int? pos_offset=None, Tensor? inv_freq=None, bool interleaved=False)
+-> Tensor``
 
-- q [T, HQ, D]: the queries after their norm and rotary embedding (fp32, bf16 or fp16; unit
-  inner stride, any T / head strides);
+- q [T, HQ, D]: the queries after their norm (fp32, bf16 or fp16; unit inner stride, any T /
+  head strides), after their rotary embedding too unless ``inv_freq`` is given;
 - k_cache [L, HKV, D], v_cache [L, HKV, DV]: one sequence's caches (bf16, fp16 or fp32, one dtype,
   unit inner stride), read AFTER this step's rows were written (the op does not write them);
   HQ is a multiple of HKV (G = HQ / HKV query heads per key/value head);
@@ -12,7 +13,10 @@ float scale, int window=0, int? pos_offset=None) -> Tensor``
   o a [1] base n, query t at n + o + t (runtime/kernels/positions.py);
 - scale: the softmax scale (D^-0.5 in most models);
 - window: 0, or a sliding window: query t sees only rows positions[t] - window + 1 .. positions[t]
-  (Mistral's, Gemma's and GPT-OSS's local layers).
+  (Mistral's, Gemma's and GPT-OSS's local layers);
+- inv_freq [R / 2] (R <= D) or None: rotate the first R dims of each query head by its position
+  first (RoPE folded into the attention; rotate-half pairs, or ``interleaved`` ones), fp32 rounded
+  once to q's dtype; the keys are rotated by their cache write (lingc.head_cache_write).
 
 Returns o [T, HQ, DV] fp32 = softmax(q k^T * scale, causal) @ v. T is 1..16 (decode and verify
 chains; prefill keeps the model's path). naive.py holds the exact math, kernel.py the split-K
@@ -24,6 +28,7 @@ import math
 
 import torch
 
+from lingc.runtime.kernels.head_cache_write.op import check_inv_freq
 from lingc.runtime.kernels.positions import check_positions, expand_positions
 from lingc.runtime.registry import register_op
 
@@ -38,7 +43,8 @@ Q_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 KV_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
-def check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window=0, pos_offset=None) -> None:
+def check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window=0, pos_offset=None, inv_freq=None,
+                          interleaved=False) -> None:
     """Raise ValueError naming the bad argument of ``gqa_decode``."""
     op = "gqa_decode"
     if q.dim() != 3:
@@ -87,26 +93,32 @@ def check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window=0, pos_o
         raise ValueError(f"{op}: scale must be a finite number > 0 (most models use head_dim^-0.5), got {scale}")
     if isinstance(window, bool) or not isinstance(window, int) or window < 0:
         raise ValueError(f"{op}: window must be an int >= 0 (0: no sliding window), got {window!r}")
+    check_inv_freq(op, inv_freq, D, q.device)
+    if not isinstance(interleaved, bool):
+        raise ValueError(f"{op}: interleaved must be a bool, got {interleaved!r}")
 
 
 def _gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor,
-                scale: float, window: int = 0, pos_offset: int | None = None) -> torch.Tensor:
-    check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window, pos_offset)
+                scale: float, window: int = 0, pos_offset: int | None = None, inv_freq: torch.Tensor | None = None,
+                interleaved: bool = False) -> torch.Tensor:
+    check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window, pos_offset, inv_freq, interleaved)
     if not q.is_cuda:
         return gqa_decode_reference(q, k_cache, v_cache, expand_positions(positions, q.shape[0], pos_offset), scale,
-                                    window)
+                                    window, inv_freq, interleaved)
     from .kernel import gqa_decode_triton  # imported here so the CPU path needs no triton
 
-    return gqa_decode_triton(q, k_cache, v_cache, positions, scale, window=window, pos_offset=pos_offset)
+    return gqa_decode_triton(q, k_cache, v_cache, positions, scale, window=window, pos_offset=pos_offset,
+                             inv_freq=inv_freq, interleaved=interleaved)
 
 
-def _gqa_decode_fake(q, k_cache, v_cache, positions, scale, window=0, pos_offset=None):
-    check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window, pos_offset)
+def _gqa_decode_fake(q, k_cache, v_cache, positions, scale, window=0, pos_offset=None, inv_freq=None,
+                     interleaved=False):
+    check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window, pos_offset, inv_freq, interleaved)
     return q.new_empty((*q.shape[:2], v_cache.shape[2]), dtype=torch.float32)
 
 
 _SCHEMA = ("(Tensor q, Tensor k_cache, Tensor v_cache, Tensor positions, float scale, int window=0, "
-           "int? pos_offset=None) -> Tensor")
+           "int? pos_offset=None, Tensor? inv_freq=None, bool interleaved=False) -> Tensor")
 
 
 gqa_decode = register_op("gqa_decode", _gqa_decode, _gqa_decode_fake, schema=_SCHEMA)

@@ -1,0 +1,99 @@
+"""``torch.ops.lingc.head_cache_write(Tensor rows, Tensor positions, Tensor(a!) cache,
+Tensor? inv_freq=None, bool interleaved=False, int? pos_offset=None) -> ()``: write T new rows of
+a per-head key or value cache in place.
+
+- rows [T, H, D]: this step's keys (after their norm, before RoPE) or values, any T / head
+  strides, unit inner stride (fp32, bf16 or fp16);
+- cache [L, H, D]: one sequence's cache, any L / head strides (a Hugging Face [H, L, D] cache is
+  passed as its permuted view), unit inner stride, a float dtype;
+- positions [T] int32/int64 device tensor, or with ``pos_offset`` o a [1] base n (row t at
+  n + o + t: runtime/kernels/positions.py);
+- inv_freq [R / 2] (fp32, bf16 or fp16, R <= D): rotate the first R dims of each head by
+  position * inv_freq before the write (rotate-half pairs, or ``interleaved`` ones); None: the
+  rows are written as they are (values; keys of a layer without rotary embedding).
+
+cache[positions[t]] = rope(rows[t]) in the cache's dtype (naive.py is the exact math). The
+pdl_swap pass emits it for a per-head cache's functional row write (index_put of the rows and the
+epilogue copy back), which outside Inductor copies the whole cache twice per layer and step, and
+folds the key's rotary embedding into it.
+
+Positions are not bounds-checked on the device (that would need a host sync): the engine checks
+the capacity before it launches, and the CPU path (index_copy_) raises on a bad position.
+Declared mutation (``mutates_args``) so functionalisation and Inductor order the cache's readers
+after the write. CUDA: kernel.py (PDL-launched on Hopper); CPU: the reference.
+"""
+from __future__ import annotations
+
+import torch
+
+from lingc.runtime.kernels.positions import check_positions, expand_positions
+from lingc.runtime.registry import register_op
+
+from .naive import head_cache_write_reference
+
+__all__ = ["head_cache_write", "check_head_cache_write_args", "check_inv_freq"]
+
+MAX_HEAD_DIM = 1024     # one program holds a head's row
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def check_inv_freq(op: str, inv_freq, D: int, device) -> None:
+    """Raise ValueError unless inv_freq is None or a contiguous float [R / 2] with 0 < R <= D."""
+    if inv_freq is None:
+        return
+    if inv_freq.dim() != 1 or not 1 <= 2 * inv_freq.shape[0] <= D or inv_freq.dtype not in DTYPES \
+            or not inv_freq.is_contiguous():
+        raise ValueError(f"{op}: inv_freq must be a contiguous float [rope_dims / 2] with rope_dims <= the head dim "
+                         f"{D}, got {inv_freq.dtype} {tuple(inv_freq.shape)}")
+    if inv_freq.device != device:
+        raise ValueError(f"{op}: inv_freq is on {inv_freq.device} but the rows are on {device}")
+
+
+def check_head_cache_write_args(rows, positions, cache, inv_freq=None, interleaved=False, pos_offset=None) -> None:
+    """Raise ValueError naming the bad argument."""
+    op = "head_cache_write"
+    if rows.dim() != 3 or cache.dim() != 3:
+        raise ValueError(f"{op}: rows [T, heads, head_dim] and cache [L, heads, head_dim] must be 3-d, got "
+                         f"{tuple(rows.shape)} and {tuple(cache.shape)}")
+    T, H, D = rows.shape
+    if tuple(cache.shape[1:]) != (H, D):
+        raise ValueError(f"{op}: cache rows are [heads, head_dim] = {tuple(cache.shape[1:])}, the new rows "
+                         f"{(H, D)}")
+    if not 1 <= D <= MAX_HEAD_DIM:
+        raise ValueError(f"{op}: head_dim = {D} must be in 1..{MAX_HEAD_DIM}")
+    if rows.dtype not in DTYPES or cache.dtype not in DTYPES:
+        raise ValueError(f"{op}: rows and cache must be float32, bfloat16 or float16, got {rows.dtype} and "
+                         f"{cache.dtype}")
+    for name, t in (("rows", rows), ("cache", cache)):
+        if D > 1 and t.stride(2) != 1:
+            raise ValueError(f"{op}: {name} must have unit stride along its last dim, got strides {t.stride()}")
+    for name, t in (("positions", positions), ("cache", cache)):
+        if t.device != rows.device:
+            raise ValueError(f"{op}: {name} is on {t.device} but rows are on {rows.device}")
+    check_positions(op, positions, T, pos_offset)
+    check_inv_freq(op, inv_freq, D, rows.device)
+    if not isinstance(interleaved, bool):
+        raise ValueError(f"{op}: interleaved must be a bool, got {interleaved!r}")
+
+
+def _head_cache_write(rows, positions, cache, inv_freq=None, interleaved=False, pos_offset=None) -> None:
+    check_head_cache_write_args(rows, positions, cache, inv_freq, interleaved, pos_offset)
+    if not rows.is_cuda:
+        head_cache_write_reference(rows, expand_positions(positions, rows.shape[0], pos_offset), cache, inv_freq,
+                                   interleaved)
+        return
+    from .kernel import head_cache_write_triton  # imported here so the CPU path needs no triton
+
+    head_cache_write_triton(rows, positions.contiguous(), cache, inv_freq, interleaved, pos_offset)
+
+
+def _head_cache_write_fake(rows, positions, cache, inv_freq=None, interleaved=False, pos_offset=None) -> None:
+    check_head_cache_write_args(rows, positions, cache, inv_freq, interleaved, pos_offset)
+
+
+# The mutated cache precedes every argument with a default: torch 2.11 hands a Python kernel its
+# arguments without the trailing defaults (lingc/compat.py's version bump handles either way).
+head_cache_write = register_op(
+    "head_cache_write", _head_cache_write, _head_cache_write_fake, mutates_args=("cache",),
+    schema="(Tensor rows, Tensor positions, Tensor(a!) cache, Tensor? inv_freq=None, bool interleaved=False, "
+           "int? pos_offset=None) -> ()")
