@@ -17,6 +17,8 @@ the dump reports PDL coverage and each layer's chain of lingc ops.
     graph's staged commits -> lingc.kda_commit_many: pdl_swap_kda.py.
     MLA's attention core -> lingc.mla_decode, its cache write -> lingc.mla_kv_write: pdl_swap_mla.py
     (the textbook form, keys and values expanded from the cache, through mla_absorb.py).
+    Softmax attention over per-head caches -> lingc.gqa_decode: pdl_swap_gqa.py; their row writes
+    -> lingc.head_cache_write and the keys' and queries' RoPE into those two: pdl_swap_gqa_rope.py.
 
 How matches are found (computations, not names): norms are matched op by op, x * rsqrt(mean(x^2)
 + eps) * w in its spellings (pow or x*x, mean or sum / D, commuted multiplies, fp32 upcast of x
@@ -51,6 +53,7 @@ from lingc.pass_manager import LingcPass
 from . import pdl_glue, pdl_norm_folds
 from .pdl_swap_common import param_operand, unit_lead
 from .pdl_swap_gqa import GqaCores
+from .pdl_swap_gqa_rope import GqaRope
 from .pdl_swap_kda import KdaCores
 from .pdl_swap_mla import MlaCores
 from .relay_tail import relay_tail
@@ -64,7 +67,7 @@ lingc_ops = torch.ops.lingc
 
 
 
-class PdlSwap(KdaCores, MlaCores, GqaCores, LingcPass):
+class PdlSwap(KdaCores, MlaCores, GqaCores, GqaRope, LingcPass):
     name = "pdl_swap"
     tolerance = (1e-4, 1e-4)
     reuse_probes = True          # off: every layer's region is probed (tests compare the two)
@@ -77,6 +80,7 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, LingcPass):
 
     def apply(self, gm: fx.GraphModule) -> int:
         import lingc.runtime.kernels.gqa_decode  # noqa: F401
+        import lingc.runtime.kernels.head_cache_write  # noqa: F401
         import lingc.runtime.kernels.head_matmul  # noqa: F401
         import lingc.runtime.kernels.kda  # noqa: F401  (registers lingc::kda_chain, kda_commit(_many))
         import lingc.runtime.kernels.mla_decode  # noqa: F401
@@ -98,7 +102,11 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, LingcPass):
         eliminate_dead_code(g)
         counts["rmsnorm"] += self._weightless_norms(g)       # after the weighted ones are gone
         eliminate_dead_code(g)
+        counts["head_cache_write"] = self._head_cache_writes(g)
+        eliminate_dead_code(g)
         counts["mla_kv_write"] = self._kv_writes(g)
+        eliminate_dead_code(g)
+        query_ropes = self._rope_into_gqa(g)
         eliminate_dead_code(g)
         counts["head_matmul"], clones = pdl_glue.absorbed_products(g)
         eliminate_dead_code(g)
@@ -132,6 +140,8 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, LingcPass):
             summary += f" ({self.silu_gates} gated_head_rmsnorm with a silu gate)"
         if self.gates_folded:
             summary += f" (head gate folded into {self.gates_folded} mla_decode)"
+        if query_ropes:
+            summary += f" (the queries' RoPE folded into {query_ropes} gqa_decode)"
         if self.absorbed:
             summary += f" ({self.absorbed} written with expanded keys and values, absorbed)"
         if clones or casts or epilogue:

@@ -2,7 +2,8 @@
 over per-head key and value caches [L, kv_heads, D] becomes one lingc.gqa_decode, whether it is
 written as one fused attention op (enable_gqa, or as many key/value heads as query heads) or by
 hand (keys repeated per group, scores scaled, masked, softmax, p @ v); numbers against eager, the
-caches' row writes kept; a sliding window found and carried; attentions it must leave (a mask of
+caches' row writes on lingc.head_cache_write (tests/test_pdl_swap_gqa_rope.py has their RoPE forms);
+a sliding window found and carried; attentions it must leave (a mask of
 another rule, a batch of two) keep their graph and say why."""
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ def test_gqa_attention_becomes_gqa_decode(form, heads, kv_heads, T):
     notes = stat(report, "pdl_swap").notes
     ops = rows(report)
     assert ops.get("lingc.gqa_decode") == 1 and "1 gqa_decode" in notes[0], notes
+    assert ops.get("lingc.head_cache_write") == 2 and "aten.index_put" not in ops, ops
     assert "lingc.mla_decode" not in ops and not any(op.startswith(("aten.amax", "aten._softmax", "aten.exp"))
                                                      for op in ops), ops
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
@@ -142,7 +144,7 @@ class HFStyleAttention(GQAttention):
 @pytest.mark.parametrize("heads,kv_heads", [(4, 2), (4, 1)], ids=["gqa", "mqa"])
 def test_hugging_face_head_major_caches(heads, kv_heads, T):
     """Caches [1, kv_heads, L, D] (Hugging Face's StaticCache): gqa_decode reads them through a
-    permuted view (its strides), nothing copied."""
+    permuted view (its strides) and head_cache_write writes the rows through one, nothing copied."""
     m = HFStyleAttention("hf", heads, kv_heads)
     gen = torch.Generator().manual_seed(T)
     x, pos = torch.randn(T, HID, generator=gen), torch.arange(L - T - 2, L - 2)
@@ -151,7 +153,9 @@ def test_hugging_face_head_major_caches(heads, kv_heads, T):
     with torch.no_grad():
         ref = m(x, pos, ref_k, ref_v)
     out, report = run_and_report(m, x, pos, kc, vc)
-    assert rows(report).get("lingc.gqa_decode") == 1, stat(report, "pdl_swap").notes
+    ops = rows(report)
+    assert ops.get("lingc.gqa_decode") == 1 and ops.get("lingc.head_cache_write") == 2, stat(report, "pdl_swap").notes
+    assert not {op for cat, op, _, _ in report.kernels.rows if cat == "aten"}, report.kernels.format()
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(kc, ref_k)
     torch.testing.assert_close(vc, ref_v)
@@ -197,20 +201,24 @@ def test_expect_gqa_dump(tmp_path):
 -aten.bitwise_not 1
 -aten.bmm 2
 -aten.clone 3
+-aten.copy_ 2
 -aten.div.Tensor 1
 -aten.exp 1
 -aten.expand 2
+-aten.index_put 2
 -aten.le.Tensor 1
 -aten.mul.Tensor 1
 -aten.permute 10
++aten.reshape 2
 -aten.scalar_tensor 1
 -aten.sub.Tensor 1
 -aten.sum.dim_IntList 1
 -aten.unsqueeze 9
 +aten.view 1
--aten.view 11
+-aten.view 13
 -aten.where.self 1
 +lingc.gqa_decode 1
++lingc.head_cache_write 2
 -prims.iota 1
 """)
 

@@ -1,0 +1,250 @@
+"""pdl_swap's per-head cache writes and rotary embeddings: what is left around a lingc.gqa_decode
+once the attention itself is on it.
+
+    before:  k = rope(k_norm(...), positions) ; cache' = index_put(cache, [positions], k) ; ... ;
+             copy_(cache, cache')       (the RoPE's ~15 small ops, and outside Inductor two copies
+                                         of the whole cache a layer and step)
+    after:   lingc.head_cache_write(k, positions, cache, inv_freq)    (in place, one kernel)
+
+    before:  q = rope(q_norm(...), positions) ; o = lingc.gqa_decode(q, ...)
+    after:   o = lingc.gqa_decode(q_norm(...), ..., inv_freq=inv_freq)  (rotated in its query load)
+
+How it is found: a row write is an index_put of rows into a graph input at the positions along
+its row dim (``cache[pos] = rows``, Hugging Face's ``index_copy_`` along dim 2 of [1, H, L, D]),
+copied back at the epilogue, whose new cache a lingc.gqa_decode reads (through views). The cache
+below its unit leads is [L, H, D], [H, L, D], or [L, S, H, D] holding S parts per row (Qwen3-Next-
+style keys and values stacked in one cache: ``cache[pos] = stack([k, v], 1)``), one write per
+part. The rows' region (back to lingc kernels and projections, each leaf widened up its views to
+the [T, H, D] value it is part of) is run on random inputs: a part must equal one leaf as it is,
+or that leaf rotated by the positions with a 1-d float graph input as inv_freq (rotate-half or
+interleaved pairs, the first 2 * len(inv_freq) dims) whatever the other leaves hold. A query
+region of a gqa_decode is probed the same way against its positions and folded into the op's
+inv_freq. Anything else is left as it is, with a note.
+
+Numerics (declared): the kernels rotate in fp32 and round once to the rows' dtype; a 16-bit
+model's eager RoPE multiplies in its dtype (one rounding per product), within the probe tolerance.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+from lingc.compat import real_tensor_mode
+from lingc.graph_build import emit
+from lingc.graph_match import aten, is_call
+from lingc.graph_region import (is_heavy, numel, random_like, region, region_module, rel_err, run_region, shape, val,
+                                view_base)
+from lingc.head_layout import emit_token_major, head_layouts, token_major
+from lingc.pass_manager import VIEW_OPS
+
+from .pdl_swap_common import MAX_T, PROBE_TOL, below_lead, graph_input, unit_lead
+
+lingc_ops = torch.ops.lingc
+MAX_PARTS = 4                     # rows of a cache holding several values each (keys and values: 2)
+PASSES = (*VIEW_OPS, aten.clone.default, torch.ops.prims.convert_element_type.default)
+
+
+def _rows_layout(n: fx.Node, T: int, H: int, D: int) -> str | None:
+    """How n holds [T, H, D] rows: a head layout (lingc/head_layout.py), "flat" [T * H, D] or
+    [T, H * D] (reshaped to [T, H, D]), or None."""
+    lays = head_layouts(n, T, H, D)
+    if lays:
+        return lays[0]
+    return "flat" if shape(n) in ((T * H, D), (T, H * D)) and (T > 1 or H > 1) else None
+
+
+def _widest_rows(leaf: fx.Node, T: int, H: int, D: int) -> tuple[fx.Node, list[fx.Node]]:
+    """Walk a leaf up its views, clones and casts to the furthest value holding whole [T, H, D]
+    rows (a rotated slice's parent row): (that value, the nodes passed on the way)."""
+    best, chain, passed, n = leaf, [], [], leaf
+    while True:
+        if numel(n) == T * H * D and _rows_layout(n, T, H, D) is not None:
+            best, chain = n, list(passed)
+        if not is_call(n, *PASSES):
+            return best, chain
+        passed.append(n)
+        n = n.args[0]
+
+
+def _token_major_probe(x: torch.Tensor, layout: str, T: int, H: int, D: int) -> torch.Tensor:
+    return x.reshape(T, H, D) if layout == "flat" else token_major(x, layout)
+
+
+def _emit_rows(g: fx.Graph, n: fx.Node, layout: str, T: int, H: int, D: int) -> fx.Node:
+    return emit(g, aten.reshape.default, n, [T, H, D]) if layout == "flat" else emit_token_major(g, n, layout)
+
+
+def _freq_inputs(leaves: list[fx.Node], D: int) -> list[fx.Node]:
+    return [n for n in leaves if graph_input(n) and len(shape(n) or ()) == 1 and 1 <= 2 * shape(n)[0] <= D
+            and val(n).is_floating_point()]
+
+
+def _probe_positions(T: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    """Distinct positions spread over a long context, so each angle turns a different way."""
+    return torch.sort(torch.randperm(4096, generator=gen)[:T]).values.to(dtype)
+
+
+def _rows_probe(nodes, leaves, out, pos, T, H, D, part, target=None, head_major=False):
+    """Which leaf the rows' part ``part`` (None: the whole rows; else (dim, index)) is, as it is
+    or rotated: (leaf, its layout, inv_freq leaf or None, interleaved) or None. The rows are
+    [T, H, D] below unit leads ([H, T, D] with ``head_major``), in the shape ``target`` when
+    given (the written rows index_put broadcasts)."""
+    from lingc.runtime.kernels.head_cache_write.naive import rope_heads_reference
+
+    freqs = _freq_inputs(leaves, D)
+    data = [n for n in leaves if n is not pos and n not in freqs]
+    gen = torch.Generator().manual_seed(0)
+    x = {n: _probe_positions(T, val(n).dtype, gen) if n is pos else random_like(n, gen) for n in leaves}
+    for f in freqs:
+        x[f] = torch.rand(shape(f), generator=gen).to(val(f).dtype)
+    with real_tensor_mode():
+        got = run_region(region_module(nodes, leaves, [out]), [x[n] for n in leaves])
+        if got is None:
+            return None
+        o = got[0] if target is None else got[0].reshape(target)
+        o = o if part is None else o.select(*part)
+        o = o.reshape(o.shape[-3:]) if o.dim() > 3 and unit_lead(tuple(o.shape), 3) is not None else o
+        o = o.transpose(0, 1) if head_major else o
+        tol = PROBE_TOL.get(val(out).dtype, 3e-2)
+        for leaf in data:
+            lay = _rows_layout(leaf, T, H, D)
+            if lay is None:
+                continue
+            xt = _token_major_probe(x[leaf], lay, T, H, D)
+            for f, inter in [(None, False)] + [(f, i) for f in freqs for i in (False, True)]:
+                want = xt if f is None else rope_heads_reference(xt, x[pos], x[f], inter)
+                if o.shape == want.shape and rel_err(o.float(), want.float()) <= tol:
+                    return leaf, lay, f, inter
+    return None
+
+
+def _widened_region(outputs: list[fx.Node], stops: set, T: int, H: int, D: int):
+    """The region behind ``outputs`` back to lingc kernels, projections, graph inputs and
+    ``stops``, each leaf widened up its views to the rows it is part of: (nodes, leaves)."""
+    nodes, leaves = region(outputs, lambda n: n in stops or is_heavy(view_base(n)))
+    widened = []
+    for leaf in leaves:
+        w, chain = (leaf, []) if leaf in stops or graph_input(leaf) else _widest_rows(leaf, T, H, D)
+        widened.append(w)
+        nodes = list(nodes) + chain
+    leaves = list(dict.fromkeys(widened))
+    order = {n: i for i, n in enumerate(outputs[0].graph.nodes)}
+    return sorted(set(nodes) - set(leaves), key=order.__getitem__), leaves
+
+
+def _cache_readers(g: fx.Graph) -> set:
+    """The values whose views some lingc.gqa_decode reads as its key or value cache."""
+    bases = set()
+    for n in g.nodes:
+        if is_call(n, lingc_ops.gqa_decode.default):
+            for c in n.args[1:3]:
+                while True:
+                    bases.add(c)
+                    if not is_call(c, *VIEW_OPS):
+                        break
+                    c = c.args[0]
+    return bases
+
+
+class GqaRope:
+    """pdl_swap's per-head cache writes and query RoPE fold (a mixin of PdlSwap: its notes)."""
+
+    def _head_cache_writes(self, g: fx.Graph) -> int:
+        """Row writes of per-head caches a gqa_decode reads -> lingc.head_cache_write (module
+        docstring). Returns the writes emitted (one per part)."""
+        import lingc.runtime.kernels.head_cache_write  # noqa: F401  (registers lingc::head_cache_write)
+
+        read = _cache_readers(g)
+        order = {n: i for i, n in enumerate(g.nodes)}
+        readers = {ph: set(ph.users) for ph in g.nodes if graph_input(ph)}
+        count = 0
+        for ip in [n for n in g.nodes if is_call(n, aten.index_put.default) and n in read]:
+            done = self._head_cache_write_one(g, ip, order, readers)
+            if isinstance(done, str):
+                self.notes.append(f"per-head cache write {ip.name} left: {done}")
+            else:
+                count += done
+        return count
+
+    def _head_cache_write_one(self, g: fx.Graph, ip: fx.Node, order: dict, readers: dict) -> int | str:
+        ph, indices, rows = ip.args[:3]
+        if (len(ip.args) > 3 and ip.args[3]) or not graph_input(ph) or not val(ph).is_floating_point():
+            return "not a row write into a float cache input"
+        at = len(indices) - 1
+        pos = indices[-1]
+        s = shape(ph)
+        if (not isinstance(pos, fx.Node) or any(i is not None for i in indices[:-1]) or len(shape(pos) or ()) != 1
+                or val(pos).dtype not in (torch.int32, torch.int64)):
+            return "not a write at one integer positions tensor"
+        T, after = shape(pos)[0], s[at + 1:]
+        # The row dim at `at`, unit leads above the cache's own dims (a Hugging Face batch of 1).
+        if len(after) == 2 and unit_lead(s, 3) == at:
+            form, (H, D), parts = "lh", after, [None]
+        elif len(after) == 1 and at >= 1 and unit_lead(s, 3) == at - 1:
+            form, H, D, parts = "hl", s[at - 1], after[0], [None]
+        elif len(after) == 3 and unit_lead(s, 4) == at and after[0] <= MAX_PARTS:
+            form, (H, D) = "parts", after[1:]
+            parts = [(at + 1, i) for i in range(after[0])]
+        else:
+            return f"a cache {s} written along dim {at} is not [L, H, D], [H, L, D] or [L, parts, H, D]"
+        below = s[len(s) - (4 if form == "parts" else 3):]
+        target = tuple(s[:at]) + (T,) + tuple(s[at + 1:])
+        got = tuple(shape(rows) or ())
+        # index_put broadcasts: at T = 1 the rows may come without their unit leading dims.
+        if T > MAX_T or D < 2 or got != target[len(target) - len(got):] or numel(rows) != T * H * D * len(parts):
+            return f"rows {shape(rows)} are not T = {T} (<= {MAX_T}) whole rows of the cache {s}"
+        late = [u for u in readers.get(ph, ()) if u is not ip and order.get(u, -1) > order[ip]
+                and not (is_call(u, aten.copy_.default) and u.args[0] is ph)]
+        if late:
+            return "the old cache is read after the write"
+        nodes, leaves = _widened_region([rows], {pos}, T, H, D)
+        found = []
+        for part in parts:
+            hit = _rows_probe(nodes, leaves, rows, pos, T, H, D, part, target, head_major=form == "hl")
+            if hit is None:
+                what = "the rows" if part is None else f"part {part[1]} of the rows"
+                return f"{what} are not one [T, H, D] value as it is or rotated by the positions"
+            found.append(hit)
+        with g.inserting_before(ip):
+            try:
+                for part, (x, lay, freq, inter) in zip(parts, found):
+                    cache = below_lead(g, ph, len(below))
+                    if form == "hl":
+                        cache = emit(g, aten.permute.default, cache, [1, 0, 2])
+                    elif form == "parts":
+                        cache = emit(g, aten.select.int, cache, 1, part[1])
+                    emit(g, lingc_ops.head_cache_write.default, _emit_rows(g, x, lay, T, H, D), pos, cache, freq,
+                         inter)
+            except ValueError as e:
+                return str(e)
+        ip.replace_all_uses_with(ph)
+        g.erase_node(ip)
+        for u in list(ph.users):
+            if is_call(u, aten.copy_.default) and u.args[0] is ph and u.args[1] is ph:
+                g.erase_node(u)                                      # the epilogue write-back
+        return len(parts)
+
+    def _rope_into_gqa(self, g: fx.Graph) -> int:
+        """The queries' rotary embedding of each gqa_decode -> its inv_freq (module docstring).
+        Returns the attentions whose queries' RoPE was folded."""
+        count = 0
+        for op in [n for n in g.nodes if is_call(n, lingc_ops.gqa_decode.default)]:
+            if op.kwargs.get("inv_freq") is not None or len(op.args) > 7:
+                continue
+            q, pos = op.args[0], op.args[3]
+            T, HQ, D = shape(q)
+            nodes, leaves = _widened_region([q], {pos}, T, HQ, D)
+            if not any(n.op == "call_function" and n.target not in PASSES for n in nodes):
+                continue                                           # the queries as they are: nothing to fold
+            hit = _rows_probe(nodes, leaves, q, pos, T, HQ, D, None) if pos in leaves else None
+            if hit is None or hit[2] is None:
+                self.notes.append(f"{op.name}: the queries' computation is not a rotary embedding of one "
+                                  f"[T, H, D] value by the positions; left before gqa_decode")
+                continue
+            x, lay, freq, inter = hit
+            with g.inserting_before(op):
+                op.args = (_emit_rows(g, x, lay, T, HQ, D),) + tuple(op.args[1:])
+            op.kwargs = {**op.kwargs, "inv_freq": freq, "interleaved": inter}
+            count += 1
+        return count

@@ -1,0 +1,280 @@
+"""pdl_swap's per-head cache writes and rotary embeddings (passes/pdl_swap_gqa_rope.py): around a
+lingc.gqa_decode, each row write of a per-head cache becomes lingc.head_cache_write (the keys'
+RoPE inside it) and the queries' RoPE moves into gqa_decode's query load; written with rotate-half
+pairs (Llama, Qwen3-Next, partial or full), interleaved pairs (GPT-J), Hugging Face's head-major
+cache and keys and values stacked in one cache. Numbers and caches against eager; rows that are
+no RoPE of one value, and queries that are no RoPE, are left with the reason."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from backend_helpers import dump_op_changes, pinned_graph_text, run_and_report, stat
+from expecttest import assert_expected_inline
+
+HID, L = 32, 20
+
+
+def rows(report):
+    return {op: n for _, op, n, _ in report.kernels.rows}
+
+
+def aten_kernels(report):
+    """The ATen ops that launch kernels (views are not)."""
+    return {op for cat, op, _, _ in report.kernels.rows if cat == "aten"}
+
+
+def rotate_half(x, pos, freq):
+    """Hugging Face's apply_rotary_pos_emb on the first 2 * len(freq) dims, in x's dtype."""
+    R = 2 * freq.shape[0]
+    ang = pos.float()[:, None] * freq[None]
+    cos = torch.cat([ang.cos()] * 2, -1).to(x.dtype)
+    sin = torch.cat([ang.sin()] * 2, -1).to(x.dtype)
+    cos, sin = cos.view(cos.shape[0], *([1] * (x.dim() - 2)), R), sin.view(sin.shape[0], *([1] * (x.dim() - 2)), R)
+    r = x[..., :R]
+    half = torch.cat([-r[..., R // 2:], r[..., :R // 2]], -1)
+    return torch.cat([r * cos + half * sin, x[..., R:]], -1)
+
+
+def interleaved(x, pos, freq):
+    """GPT-J's RoPE on all dims: pairs (x[2i], x[2i + 1])."""
+    ang = pos.float()[:, None, None] * freq[None, None]
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    u, w = x[..., 0::2], x[..., 1::2]
+    return torch.stack([u * cos - w * sin, w * cos + u * sin], -1).flatten(-2)
+
+
+class RopeAttention(torch.nn.Module):
+    """GQA over per-head caches with RoPE on queries and keys. ``form``: "half" (rotate-half on
+    all dims), "partial" (on the first quarter: Qwen3-Next's), "interleaved" (GPT-J's), "stacked"
+    (partial, keys and values in one [L, 2, kv_heads, D] cache), "scaled-q" (the queries
+    multiplied by a learned per-dim weight, no RoPE: nothing to fold), "shifted-k" (the keys
+    shifted by their position before the write: no RoPE, the write stays)."""
+
+    def __init__(self, form: str, heads: int = 4, kv_heads: int = 2, d: int = 16, dtype=torch.float32):
+        super().__init__()
+        g = torch.Generator().manual_seed(3)
+        self.form, self.heads, self.kv_heads, self.d = form, heads, kv_heads, d
+        self.q, self.k, self.v, self.o = (
+            torch.nn.Parameter((torch.randn(o, i, generator=g) / i ** 0.5).to(dtype), requires_grad=False)
+            for o, i in ((heads * d, HID), (kv_heads * d, HID), (kv_heads * d, HID), (HID, heads * d)))
+        self.w = torch.nn.Parameter(torch.rand(d, generator=g).to(dtype) + 0.5, requires_grad=False)
+        R = d if form in ("half", "interleaved", "shifted-k", "hf") else d // 4
+        self.register_buffer("freq", 1.0 / (10000.0 ** (torch.arange(0, R, 2).float() / R)), persistent=False)
+
+    def rope(self, x, pos):
+        return interleaved(x, pos, self.freq) if self.form == "interleaved" else rotate_half(x, pos, self.freq)
+
+    def forward(self, x, pos, *caches):
+        T = x.shape[0]
+        q = (x @ self.q.T).view(T, self.heads, self.d)
+        k = (x @ self.k.T).view(T, self.kv_heads, self.d)
+        v = (x @ self.v.T).view(T, self.kv_heads, self.d)
+        q = q * self.w if self.form == "scaled-q" else self.rope(q, pos)
+        k = k + pos[:, None, None].to(k.dtype) if self.form == "shifted-k" else self.rope(k, pos)
+        if self.form == "stacked":
+            (cache,) = caches
+            cache[pos] = torch.stack([k, v], 1).to(cache.dtype)
+            kc, vc = cache[:, 0], cache[:, 1]
+        else:
+            kc, vc = caches
+            kc[pos], vc[pos] = k, v
+        visible = torch.arange(kc.shape[0], device=x.device)[None, :] <= pos[:, None]
+        o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], kc.transpose(0, 1)[None], vc.transpose(0, 1)[None],
+                                           attn_mask=visible[None, None], enable_gqa=True)[0].transpose(0, 1)
+        return o.reshape(T, self.heads * self.d) @ self.o.T
+
+
+class HFRopeAttention(RopeAttention):
+    """Hugging Face's Llama attention at batch 1: [1, H, T, D] queries and keys rotated after the
+    transpose, a StaticCache [1, kv_heads, L, D] written by index_copy_ along dim 2, repeat_kv,
+    SDPA with an additive mask."""
+
+    def forward(self, x, pos, kc, vc):
+        T, n = x.shape[0], kc.shape[2]
+        q = (x @ self.q.T).view(1, T, self.heads, self.d).transpose(1, 2)
+        k = (x @ self.k.T).view(1, T, self.kv_heads, self.d).transpose(1, 2)
+        v = (x @ self.v.T).view(1, T, self.kv_heads, self.d).transpose(1, 2)
+        ang = pos.float()[:, None] * self.freq[None]
+        emb = torch.cat([ang, ang], -1)
+        cos, sin = emb.cos()[None, None].to(x.dtype), emb.sin()[None, None].to(x.dtype)
+
+        def rot(t):
+            return t * cos + torch.cat([-t[..., self.d // 2:], t[..., :self.d // 2]], -1) * sin
+        q, k = rot(q), rot(k)
+        kc.index_copy_(2, pos, k)
+        vc.index_copy_(2, pos, v)
+        group = self.heads // self.kv_heads
+
+        def repeat_kv(c):
+            return c[:, :, None].expand(1, self.kv_heads, group, n, self.d).reshape(1, self.heads, n, self.d)
+
+        visible = torch.arange(n, device=x.device)[None, :] <= pos[:, None]
+        mask = torch.zeros(T, n, dtype=x.dtype, device=x.device).masked_fill(~visible, torch.finfo(x.dtype).min)
+        o = F.scaled_dot_product_attention(q, repeat_kv(kc), repeat_kv(vc), attn_mask=mask[None, None])
+        return o.transpose(1, 2).reshape(T, self.heads * self.d) @ self.o.T
+
+
+def _caches(m, gen, dtype):
+    if isinstance(m, HFRopeAttention):
+        return [torch.randn(1, m.kv_heads, L, m.d, generator=gen).to(dtype) for _ in range(2)]
+    if m.form == "stacked":
+        return [torch.randn(L, 2, m.kv_heads, m.d, generator=gen).to(dtype)]
+    return [torch.randn(L, m.kv_heads, m.d, generator=gen).to(dtype) for _ in range(2)]
+
+
+def _run(m, T, dtype=torch.float32, **options):
+    gen = torch.Generator().manual_seed(T)
+    x = torch.randn(T, HID, generator=gen).to(dtype)
+    pos = torch.arange(L - T - 2, L - 2)
+    caches = _caches(m, gen, dtype)
+    refs = [c.clone() for c in caches]
+    with torch.no_grad():
+        ref = m(x, pos, *refs)
+    out, report = run_and_report(m, x, pos, *caches, **options)
+    return out, ref, caches, refs, report
+
+
+FORMS = [("half", RopeAttention), ("partial", RopeAttention), ("interleaved", RopeAttention),
+         ("stacked", RopeAttention), ("hf", HFRopeAttention)]
+
+
+@pytest.mark.parametrize("T", [1, 2, 6])
+@pytest.mark.parametrize("form,cls", FORMS, ids=[f for f, _ in FORMS])
+def test_rope_and_row_writes_fold_into_lingc_ops(form, cls, T):
+    m = cls(form)
+    out, ref, caches, refs, report = _run(m, T)
+    ops = rows(report)
+    notes = stat(report, "pdl_swap").notes
+    assert ops.get("lingc.gqa_decode") == 1 and ops.get("lingc.head_cache_write") == 2, (ops, notes)
+    assert "the queries' RoPE folded into 1 gqa_decode" in notes[0], notes
+    assert not aten_kernels(report), report.kernels.format()    # RoPE, index_put, the epilogue copy_: all gone
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for got, want in zip(caches, refs):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_bf16_model():
+    """bf16: the kernels' references rotate in fp32 and round once (eager rounds each product)."""
+    m = RopeAttention("partial", dtype=torch.bfloat16)
+    out, ref, caches, refs, report = _run(m, 6, torch.bfloat16)
+    ops = rows(report)
+    assert ops.get("lingc.gqa_decode") == 1 and ops.get("lingc.head_cache_write") == 2, ops
+    torch.testing.assert_close(out.float(), ref.float(), rtol=3e-2, atol=3e-2)
+    for got, want in zip(caches, refs):
+        torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_queries_without_rope_keep_their_computation_with_the_reason():
+    out, ref, caches, refs, report = _run(RopeAttention("scaled-q"), 2)
+    ops, notes = rows(report), stat(report, "pdl_swap").notes
+    assert ops.get("lingc.gqa_decode") == 1 and ops.get("lingc.head_cache_write") == 2, ops
+    assert aten_kernels(report) == {"aten.mul.Tensor"}, report.kernels.format()     # q * w stays
+    assert any("the queries' computation is not a rotary embedding" in n for n in notes), notes
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_rows_that_are_no_rope_keep_their_write_with_the_reason():
+    """Keys shifted by their position: no RoPE of one value, so the key cache's write stays an
+    index_put (the value cache's becomes head_cache_write); caches and output as eager's."""
+    out, ref, caches, refs, report = _run(RopeAttention("shifted-k"), 2)
+    ops, notes = rows(report), stat(report, "pdl_swap").notes
+    assert ops.get("lingc.head_cache_write") == 1 and ops.get("aten.index_put") == 1, ops
+    assert any("per-head cache write" in n and "are not one [T, H, D] value as it is or rotated" in n
+               for n in notes), notes
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for got, want in zip(caches, refs):
+        torch.testing.assert_close(got, want)
+
+
+def test_relay_positions_reach_the_cache_write():
+    """A chain at n + arange(T) (the relay's metadata): head_cache_write and gqa_decode read the
+    base n with pos_offset (pdl_glue.positions_into_readers); numbers as eager's."""
+    m = RopeAttention("partial")
+
+    class Chain(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x, n, kc, vc):
+            return self.m(x, n + torch.arange(x.shape[0]), kc, vc)
+
+    gen = torch.Generator().manual_seed(5)
+    x, n = torch.randn(6, HID, generator=gen), torch.tensor([9])
+    kc, vc = _caches(m, gen, torch.float32)
+    rk, rv = kc.clone(), vc.clone()
+    with torch.no_grad():
+        ref = Chain()(x, n, rk, rv)
+    out, report = run_and_report(Chain(), x, n, kc, vc)
+    ops = rows(report)
+    assert ops.get("lingc.head_cache_write") == 2 and not aten_kernels(report), report.kernels.format()
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(kc, rk, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(vc, rv, rtol=1e-6, atol=1e-6)
+
+
+@pinned_graph_text
+def test_expect_rope_dump(tmp_path):
+    """The ops pdl_swap adds and drops for the partial-RoPE attention at T = 2 (its dump)."""
+    m = RopeAttention("partial")
+    gen = torch.Generator().manual_seed(2)
+    x, pos = torch.randn(2, HID, generator=gen), torch.tensor([12, 13])
+    kc, vc = _caches(m, gen, torch.float32)
+    _, report = run_and_report(m, x, pos, kc, vc, dump_dir=str(tmp_path))
+    assert_expected_inline(dump_op_changes(tmp_path, report, "pdl_swap"), """\
+-aten._scaled_dot_product_flash_attention_for_cpu 1
+-aten.add.Tensor 2
+-aten.cat 4
+-aten.clone 8
+-aten.copy_ 2
+-aten.cos 2
+-aten.expand 4
+-aten.index_put 2
+-aten.le.Tensor 1
+-aten.mul.Tensor 6
+-aten.neg 2
++aten.permute 2
+-aten.permute 4
++aten.reshape 3
+-aten.scalar_tensor 2
++aten.select.int 1
+-aten.select.int 1
+-aten.sin 2
+-aten.slice.Tensor 8
+-aten.unsqueeze 14
++aten.view 1
+-aten.view 12
+-aten.where.self 1
+-getitem 1
++lingc.gqa_decode 1
++lingc.head_cache_write 2
+-prims.convert_element_type 2
+-prims.iota 1
+""")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("T", [1, 6])
+@pytest.mark.parametrize("form,cls", FORMS, ids=[f for f, _ in FORMS])
+def test_gpu_forms(form, cls, T, dtype):
+    """On CUDA: the Triton kernels (head_cache_write's rotation and write, gqa_decode's query
+    rotation) against eager on the GPU."""
+    m = cls(form, dtype=dtype).to("cuda")
+    gen = torch.Generator().manual_seed(T)
+    x = torch.randn(T, HID, generator=gen).to(dtype).cuda()
+    pos = torch.arange(L - T - 2, L - 2, device="cuda")
+    caches = [c.cuda() for c in _caches(m, gen, dtype)]
+    refs = [c.clone() for c in caches]
+    with torch.no_grad():
+        ref = m(x, pos, *refs)
+    out, report = run_and_report(m, x, pos, *caches)
+    ops = rows(report)
+    assert ops.get("lingc.gqa_decode") == 1 and ops.get("lingc.head_cache_write") == 2, ops
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    assert (out.float() - ref.float()).norm() / ref.float().norm() < tol
+    for got, want in zip(caches, refs):
+        torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
