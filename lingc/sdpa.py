@@ -95,9 +95,13 @@ def _stand_in(target):
 
     def run(*args, **kwargs):
         a = bind(target, args, kwargs)
+        # cuDNN's op takes GQA's fewer key / value heads as they are (SDPA with enable_gqa on an
+        # H100 in bf16 traces to it): the CPU form must repeat them the same way.
+        gqa = a["key"].dim() >= 3 and a["query"].shape[-3] != a["key"].shape[-3]
         out = F.scaled_dot_product_attention(a["query"], a["key"], a["value"], attn_mask=_mask(a),
                                              dropout_p=float(a.get("dropout_p") or 0.0),
-                                             is_causal=bool(a.get("is_causal") or False), scale=a.get("scale"))
+                                             is_causal=bool(a.get("is_causal") or False), scale=a.get("scale"),
+                                             enable_gqa=gqa)
         return (out,) + (None,) * (n_out - 1)
 
     run.__name__ = f"cpu_{target.__name__.split('.')[0]}"

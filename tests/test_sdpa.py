@@ -47,6 +47,19 @@ def test_stand_in_is_the_cpu_sdpa(op, causal):
     torch.testing.assert_close(out[0], ref, rtol=0, atol=0)
 
 
+def test_cudnn_stand_in_takes_fewer_key_value_heads():
+    """SDPA with enable_gqa in bf16 on an H100 traces to cuDNN's op with the key / value heads as
+    they are (2 for 4 query heads): the stand-in repeats them as SDPA's enable_gqa does."""
+    op = aten._scaled_dot_product_cudnn_attention.default
+    gen = torch.Generator().manual_seed(4)
+    q, k, v, bias = _operands(gen, H=4)
+    k, v = k[:, :2], v[:, :2]
+    out = CPU_STAND_INS[op](q, k, v, bias, False, 0.0, False, scale=0.3)
+    ref = F.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), attn_mask=bias,
+                                         scale=0.3)
+    torch.testing.assert_close(out[0], ref, rtol=1e-6, atol=1e-6)
+
+
 def test_sdpa_call_names_the_operands():
     """sdpa_call binds positional and keyword arguments by the schema's names, finds the output
     (getitem 0) and the default scale 1 / sqrt(D); other nodes are not attention."""
