@@ -955,6 +955,8 @@ def test_gpu_qwen3_next_gated_attention(T, dtype):
     m, groups = _gated(dtype, "cuda")
     ids, pos = torch.arange(11, 11 + T, device="cuda"), torch.arange(10, 10 + T, device="cuda")
     out, ref, report, ref_groups = _eager_then_lingc(m, ids, pos, groups)
-    assert {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}.get("lingc.gqa_decode") == 1
+    lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
+    notes = [n for s in report.stats if s.name == "pdl_swap" for n in s.notes]
+    assert lingc.get("lingc.gqa_decode") == 1 and lingc.get("lingc.head_cache_write") == 2, (lingc, notes)
     rel = (out.float() - ref.float()).norm() / ref.float().norm()
     assert rel < (1e-4 if dtype == torch.float32 else 3e-2), f"{dtype} relative error {rel:.3g}"
