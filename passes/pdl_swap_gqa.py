@@ -11,7 +11,8 @@ How it is found: pdl_swap_mla's attention search hands over every attention whos
 per-head cache, [L, kv_heads, DV] or Hugging Face's [kv_heads, L, DV] (after this step's row write;
 a batch dim of 1 above it is dropped; a head-major cache is read through a permuted view). The
 key cache is the latest per-head value the scores read that is not the values' cache, an input
-of it or a view of it; the query is the furthest [T, HQ, D] (or head-major, lingc/head_layout.py)
+of it or a view of it (each cache taken below its casts: a bf16 SDPA's math form on CUDA upcasts
+both to fp32 before it repeats them); the query is the furthest [T, HQ, D] (or head-major, lingc/head_layout.py)
 value on the scores' other side through views, casts and copies (before it: its norm and rotary
 embedding, left as they are). The region between those, the positions and the output is run on
 random inputs against gqa_decode's reference under every candidate scale (pdl_swap_mla's rule),
@@ -82,6 +83,15 @@ def per_head_cache(n: fx.Node, L: int) -> bool:
     return cache_layout(n, L) is not None
 
 
+def _below_casts(n: fx.Node, L: int) -> fx.Node:
+    """The per-head cache a cast of it came from (a bf16 SDPA's math form on CUDA upcasts the
+    caches to fp32 before it repeats them per group): the op reads the stored dtype, and the
+    whole-cache cast goes."""
+    while is_call(n, *CASTS) and isinstance(n.args[0], fx.Node) and cache_layout(n.args[0], L) is not None:
+        n = n.args[0]
+    return n
+
+
 def _heads_dim(n: fx.Node, layout: str) -> tuple[int, int]:
     s = shape(n)
     return (s[-2] if layout == "lh" else s[-3]), s[-1]
@@ -100,6 +110,7 @@ class GqaCores:
         """Rewrite the attention whose probabilities (HQ * T * L of them) are p's (or inside p, a
         fused op) applied at pc to the values of v_cache ([L, kv_heads, DV] or [kv_heads, L, DV]),
         or say why not."""
+        v_cache = _below_casts(v_cache, L)
         v_at = cache_layout(v_cache, L)
         HKV, DV = _heads_dim(v_cache, v_at)
         # The values' own cache, what it is computed from and its views (the key is none of them).
@@ -108,7 +119,7 @@ class GqaCores:
         keys = [a for a in ancestors([p]) if a not in v_side and cache_layout(a, L, HKV)]
         if not keys:
             return "no [L, kv_heads, D] key cache found beside the value cache"
-        k_cache = max(keys, key=order.__getitem__)
+        k_cache = _below_casts(max(keys, key=order.__getitem__), L)
         k_at = cache_layout(k_cache, L, HKV)
         D = _heads_dim(k_cache, k_at)[1]
         views = lambda n: n.op == "call_function" and n.target in VIEW_OPS  # noqa: E731

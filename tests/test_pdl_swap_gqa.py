@@ -26,7 +26,8 @@ class GQAttention(torch.nn.Module):
     Qwen3-Next's full-attention layers without their gate). ``form``: "sdpa-gqa" (SDPA with
     enable_gqa), "sdpa" (SDPA, kv_heads = heads), "hand" (repeat_interleave, scale, mask,
     softmax), "window" (hand-written with a 4-row sliding window), "strided" (hand-written, every
-    other key hidden: a mask gqa_decode does not have)."""
+    other key hidden: a mask gqa_decode does not have), "upcast-first" (hand-written, the
+    caches upcast to fp32 before they are repeated: SDPA's math form on CUDA in bf16)."""
 
     def __init__(self, form: str, heads: int = 4, kv_heads: int = 2, d: int = 8, dtype=torch.float32):
         super().__init__()
@@ -48,7 +49,10 @@ class GQAttention(torch.nn.Module):
                                                enable_gqa=self.form == "sdpa-gqa")[0].transpose(0, 1)
         else:
             group = self.heads // self.kv_heads
-            k, v = kc.repeat_interleave(group, 1), vc.repeat_interleave(group, 1)       # [L, heads, d]
+            if self.form == "upcast-first":        # SDPA's math form on CUDA: fp32 caches, then repeated
+                k, v = kc.float().repeat_interleave(group, 1), vc.float().repeat_interleave(group, 1)
+            else:
+                k, v = kc.repeat_interleave(group, 1), vc.repeat_interleave(group, 1)   # [L, heads, d]
             s = torch.einsum("thd,lhd->htl", q.float(), k.float()) * self.d ** -0.5
             if self.form == "window":
                 visible = visible & (torch.arange(n, device=x.device)[None, :] > pos[:, None] - 4)
@@ -87,6 +91,17 @@ def test_gqa_attention_becomes_gqa_decode(form, heads, kv_heads, T):
     assert "lingc.mla_decode" not in ops and not any(op.startswith(("aten.amax", "aten._softmax", "aten.exp"))
                                                      for op in ops), ops
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("T", [1, 6])
+def test_bf16_caches_upcast_before_the_repeat(T):
+    """The caches upcast to fp32 before they are repeated per group (a bf16 SDPA's math form on
+    CUDA): the caches are found below their casts, so gqa_decode reads the bf16 [L, kv_heads, D]
+    caches and the whole-cache casts go."""
+    out, ref, report = _run(GQAttention("upcast-first", dtype=torch.bfloat16), T, torch.bfloat16)
+    assert rows(report).get("lingc.gqa_decode") == 1, stat(report, "pdl_swap").notes
+    assert rows(report).get("prims.convert_element_type") == 1, report.kernels.format()    # the output's only
+    torch.testing.assert_close(out.float(), ref.float(), rtol=3e-2, atol=3e-2)
 
 
 def test_bf16_attention_becomes_gqa_decode():
