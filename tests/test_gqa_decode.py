@@ -60,7 +60,7 @@ def cpu(a):
     return tuple(t.cpu() if torch.is_tensor(t) else t for t in a)
 
 
-def run_kernel(a, config=SPLIT32, pos_offset=None, inv_freq=None, interleaved=False):
+def run_kernel(a, config=SPLIT32, pos_offset=None, inv_freq=None, interleaved=False, gate=None):
     """The launcher with a NaN-poisoned output and split workspace."""
     q, v = a[0], a[2]
     T, HQ, _ = q.shape
@@ -69,7 +69,7 @@ def run_kernel(a, config=SPLIT32, pos_offset=None, inv_freq=None, interleaved=Fa
     out = torch.full((T, HQ, DV), float("nan"), device=q.device)
     parts = tuple(t.fill_(float("nan")) for t in workspace(T, HQ, DV, num_splits(L, cfg), q.device))
     return gqa_decode_triton(*a, out=out, config=cfg, partials=parts, pos_offset=pos_offset, inv_freq=inv_freq,
-                             interleaved=interleaved)
+                             interleaved=interleaved, gate=gate)
 
 
 def chain(p0, T):
@@ -202,6 +202,19 @@ def test_kernel_rope_on_queries(T, L, p0, R, heads, dims, q_dtype, kv_dtype, int
                                   interleaved=interleaved), got)
 
 
+@pytest.mark.parametrize("gate_dtype", [torch.bfloat16, torch.float32], ids=["gate-bf16", "gate-fp32"])
+@pytest.mark.parametrize("T,p0,heads,dims", [(1, 63, (4, 2), (32, 32)), (6, 44, (6, 1), (24, 40))])
+def test_kernel_output_gate(T, p0, heads, dims, gate_dtype):
+    """gate [T, HQ, DV] (Qwen3-Next's output gate, a strided view): every output element times
+    sigmoid(its gate), in the combine; the reference's gate is the ungated output times it."""
+    x = make_inputs(T, 100, chain(p0, T), torch.bfloat16, seed=T + p0, heads=heads, dims=dims)
+    g = (torch.randn(T, heads[0], dims[1] + 5, generator=torch.Generator().manual_seed(1)) * 3).to(gate_dtype)
+    gate = g.to(DEVICE)[..., 2:2 + dims[1]]
+    want = gqa_decode_reference(*cpu(args(x)), gate=gate.cpu())
+    assert torch.equal(want, gqa_decode_reference(*cpu(args(x))) * torch.sigmoid(gate.cpu().float()))
+    assert_close(run_kernel(args(x), gate=gate), want, RTOL[torch.bfloat16])
+
+
 def test_config_rule():
     # ~128 programs at T = 1 (splits x key/value heads), whole 64-row tiles, never below 64 rows.
     assert config_for(8192, 4, 1, 256, 256).split_len == 64
@@ -256,6 +269,8 @@ def _bad(**kw):
     (dict(inv_freq=torch.ones(17)), r"inv_freq must be a contiguous float \[rope_dims / 2\] with rope_dims <= the "
                                     r"head dim 32"),
     (dict(inv_freq=torch.ones(8, dtype=torch.float64)), "inv_freq must be a contiguous float"),
+    (dict(gate=torch.zeros(2, 4, 16)), r"gate must be a float \[T, heads, DV\] = \(2, 4, 32\)"),
+    (dict(gate=torch.zeros(2, 4, 32, dtype=torch.int32)), "gate must be a float"),
     (dict(k_cache=torch.zeros(20, 2, 300), v_cache=torch.zeros(20, 2, 300), q=torch.zeros(2, 4, 300)),
      "head_dim = 300 must be in 1..256"),
 ])

@@ -7,8 +7,9 @@
 set -u
 DURATIONS=8 source "$(dirname "$0")/device_env.sh"
 LOG="$OUT/pytest_s53_c5.log"
-CUDA_VISIBLE_DEVICES=0 timeout 150 python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -q \
-    tests/test_pdl_swap_gqa.py tests/test_pdl_swap_gqa_rope.py tests/test_foreign_model.py 2>&1 | stamp > "$LOG"
+CUDA_VISIBLE_DEVICES=0 timeout 200 python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -q \
+    tests/test_gqa_decode.py tests/test_pdl_swap_gqa.py tests/test_pdl_swap_gqa_rope.py tests/test_foreign_model.py \
+    tests/test_mla_decode.py 2>&1 | stamp > "$LOG"
 grep -E "passed|failed" "$LOG"; grep -E "FAILED|Error" "$LOG" | head -12
 name=foreign_decode_s53_c5_qwen3-next
 CUDA_VISIBLE_DEVICES=0 timeout 100 python3 -m benchmarks.foreign_decode --preset qwen3-next-tp4-rank \

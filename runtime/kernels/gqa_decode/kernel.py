@@ -29,6 +29,9 @@ its position, rotate-half or interleaved pairs, runtime/kernels/rope.py): each p
 query rows and their pair partners, rotates in fp32 and rounds once to the queries' dtype (as
 head_cache_write rounds the keys), so the model's separate RoPE kernels on q go.
 
+Output gate (``gate`` [T, HQ, DV] given: Qwen3-Next's gated attention, o * sigmoid(gate)): the
+combine multiplies each output element by the sigmoid of its gate in fp32 as it stores it.
+
 PDL: the queries, positions and this step's cache rows are produced upstream, so both kernels wait
 at entry (inv_freq, a few L2-resident bytes, is read after the wait with the rope's other inputs).
 """
@@ -180,7 +183,7 @@ def _gqa_split_kernel(
 def gqa_decode_triton(q, k_cache, v_cache, positions, scale: float, out=None, *,
                       config: GqaDecodeConfig | None = None, use_pdl: bool | None = None, partials=None,
                       pos_offset: int | None = None, window: int = 0, inv_freq: torch.Tensor | None = None,
-                      interleaved: bool = False) -> torch.Tensor:
+                      interleaved: bool = False, gate: torch.Tensor | None = None) -> torch.Tensor:
     """Launch split + combine; returns o [T, HQ, DV] fp32 (``out`` if given). Arguments as
     op.check_gqa_decode_args accepts them; ``partials`` (from ``workspace(T, HQ, DV, ns)``) lets a
     caller own or poison the split workspace."""
@@ -216,9 +219,10 @@ def gqa_decode_triton(q, k_cache, v_cache, positions, scale: float, out=None, *,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl,
     )
     _mla_combine_kernel[(T, HQ, triton.cdiv(DV, cfg.combine_block_r))](
-        m, l, acc, positions, positions, out, 0, 0, *pos_terms, L,
+        m, l, acc, positions, positions if gate is None else gate, out, 0 if gate is None else gate.stride(0),
+        0 if gate is None else gate.stride(1), *pos_terms, L,
         H=HQ, R=DV, NS=ns, SPLIT_LEN=cfg.split_len, BS=triton.next_power_of_2(ns),
         BSC=min(cfg.combine_block_s, triton.next_power_of_2(ns)), BRC=cfg.combine_block_r,
-        HAS_GATE=False, USE_GDC=use_pdl, num_warps=4, num_stages=1, **pdl,
+        HAS_GATE=gate is not None, GATE_PER_COL=True, USE_GDC=use_pdl, num_warps=4, num_stages=1, **pdl,
     )
     return out

@@ -10,7 +10,8 @@ with G = HQ / HKV query heads sharing each key/value head (G = 1: MHA; HKV = 1: 
 
 With inv_freq, q is first rotated by its positions (RoPE of the queries folded into the attention:
 head_cache_write/naive.py's rope_heads_reference, the first 2 * len(inv_freq) dims of each head,
-rotate-half or interleaved pairs, fp32 rounded once to q's dtype).
+rotate-half or interleaved pairs, fp32 rounded once to q's dtype). With gate [T, HQ, DV] (Qwen3-
+Next's output gate) o is multiplied by sigmoid(gate) in fp32.
 
 Evaluated in fp32 one query row at a time over the whole cache (full L, masked), so the result
 for a position does not depend on how many queries the chain has (batch invariance in T, as
@@ -25,11 +26,13 @@ __all__ = ["gqa_decode_reference"]
 
 def gqa_decode_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                          positions: torch.Tensor, scale: float, window: int = 0,
-                         inv_freq: torch.Tensor | None = None, interleaved: bool = False) -> torch.Tensor:
+                         inv_freq: torch.Tensor | None = None, interleaved: bool = False,
+                         gate: torch.Tensor | None = None) -> torch.Tensor:
     """o [T, HQ, DV] fp32. q [T, HQ, D]; k_cache [L, HKV, D]; v_cache [L, HKV, DV]; positions [T]
     integer (query t sees rows 0..positions[t], with ``window`` > 0 only the last ``window`` of
     them); with ``inv_freq`` the queries are first rotated by their positions
-    (head_cache_write/naive.py's rope_heads_reference, rounded to q's dtype)."""
+    (head_cache_write/naive.py's rope_heads_reference, rounded to q's dtype); with ``gate``
+    [T, HQ, DV] the output is multiplied by sigmoid(gate) in fp32."""
     if inv_freq is not None:
         from lingc.runtime.kernels.head_cache_write.naive import rope_heads_reference
 
@@ -48,4 +51,5 @@ def gqa_decode_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
             hidden = hidden | (rows[None, None, :] <= positions[t:t + 1, None, None] - window)
         p = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
         out.append(torch.einsum("thl,lhv->thv", p, vf))
-    return torch.cat(out, 0) if out else q.new_empty((0, HQ, DV), dtype=torch.float32)
+    o = torch.cat(out, 0) if out else q.new_empty((0, HQ, DV), dtype=torch.float32)
+    return o if gate is None else o * torch.sigmoid(gate.float())

@@ -1,8 +1,8 @@
 """GQA decode attention as an opaque, functional custom op.
 
 ``torch.ops.lingc.gqa_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor positions,
-float scale, int window=0, int? pos_offset=None, Tensor? inv_freq=None, bool interleaved=False)
--> Tensor``
+float scale, int window=0, int? pos_offset=None, Tensor? inv_freq=None, bool interleaved=False,
+Tensor? gate=None) -> Tensor``
 
 - q [T, HQ, D]: the queries after their norm (fp32, bf16 or fp16; unit inner stride, any T /
   head strides), after their rotary embedding too unless ``inv_freq`` is given;
@@ -16,7 +16,9 @@ float scale, int window=0, int? pos_offset=None, Tensor? inv_freq=None, bool int
   (Mistral's, Gemma's and GPT-OSS's local layers);
 - inv_freq [R / 2] (R <= D) or None: rotate the first R dims of each query head by its position
   first (RoPE folded into the attention; rotate-half pairs, or ``interleaved`` ones), fp32 rounded
-  once to q's dtype; the keys are rotated by their cache write (lingc.head_cache_write).
+  once to q's dtype; the keys are rotated by their cache write (lingc.head_cache_write);
+- gate [T, HQ, DV] (any float dtype, unit inner stride) or None: the output is multiplied by
+  sigmoid(gate) in fp32 (Qwen3-Next's gated attention), inside the combine kernel.
 
 Returns o [T, HQ, DV] fp32 = softmax(q k^T * scale, causal) @ v. T is 1..16 (decode and verify
 chains; prefill keeps the model's path). naive.py holds the exact math, kernel.py the split-K
@@ -44,7 +46,7 @@ KV_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window=0, pos_offset=None, inv_freq=None,
-                          interleaved=False) -> None:
+                          interleaved=False, gate=None) -> None:
     """Raise ValueError naming the bad argument of ``gqa_decode``."""
     op = "gqa_decode"
     if q.dim() != 3:
@@ -96,29 +98,35 @@ def check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window=0, pos_o
     check_inv_freq(op, inv_freq, D, q.device)
     if not isinstance(interleaved, bool):
         raise ValueError(f"{op}: interleaved must be a bool, got {interleaved!r}")
+    if gate is not None:
+        if tuple(gate.shape) != (T, HQ, DV) or gate.dtype not in Q_DTYPES or (DV > 1 and gate.stride(2) != 1):
+            raise ValueError(f"{op}: gate must be a float [T, heads, DV] = {(T, HQ, DV)} with unit stride along its "
+                             f"last dim, got {gate.dtype} {tuple(gate.shape)} strides {gate.stride()}")
+        if gate.device != q.device:
+            raise ValueError(f"{op}: gate is on {gate.device} but q is on {q.device}")
 
 
 def _gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor,
                 scale: float, window: int = 0, pos_offset: int | None = None, inv_freq: torch.Tensor | None = None,
-                interleaved: bool = False) -> torch.Tensor:
-    check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window, pos_offset, inv_freq, interleaved)
+                interleaved: bool = False, gate: torch.Tensor | None = None) -> torch.Tensor:
+    check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window, pos_offset, inv_freq, interleaved, gate)
     if not q.is_cuda:
         return gqa_decode_reference(q, k_cache, v_cache, expand_positions(positions, q.shape[0], pos_offset), scale,
-                                    window, inv_freq, interleaved)
+                                    window, inv_freq, interleaved, gate)
     from .kernel import gqa_decode_triton  # imported here so the CPU path needs no triton
 
     return gqa_decode_triton(q, k_cache, v_cache, positions, scale, window=window, pos_offset=pos_offset,
-                             inv_freq=inv_freq, interleaved=interleaved)
+                             inv_freq=inv_freq, interleaved=interleaved, gate=gate)
 
 
 def _gqa_decode_fake(q, k_cache, v_cache, positions, scale, window=0, pos_offset=None, inv_freq=None,
-                     interleaved=False):
-    check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window, pos_offset, inv_freq, interleaved)
+                     interleaved=False, gate=None):
+    check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window, pos_offset, inv_freq, interleaved, gate)
     return q.new_empty((*q.shape[:2], v_cache.shape[2]), dtype=torch.float32)
 
 
 _SCHEMA = ("(Tensor q, Tensor k_cache, Tensor v_cache, Tensor positions, float scale, int window=0, "
-           "int? pos_offset=None, Tensor? inv_freq=None, bool interleaved=False) -> Tensor")
+           "int? pos_offset=None, Tensor? inv_freq=None, bool interleaved=False, Tensor? gate=None) -> Tensor")
 
 
 gqa_decode = register_op("gqa_decode", _gqa_decode, _gqa_decode_fake, schema=_SCHEMA)

@@ -30,7 +30,8 @@ dtype, as lingc/models/layers.apply_rope_interleaved does before the model's ``.
 Combine kernel (``_mla_combine_kernel``), grid (T, H, cdiv(R, BLOCK_RC)). Program (t, h, rb)
 reads the partials of splits 0 .. last_split(t) only (so unwritten ones are never touched):
 M = max m_s, w_s = exp(m_s - M), o = sum_s w_s acc_s / sum_s w_s l_s, in split order in fixed
-chunks, then times sigmoid(gate[t, h]) when a gate is given.
+chunks, then times sigmoid(gate[t, h]) when a gate is given (with GATE_PER_COL, gqa_decode's
+sigmoid(gate[t, h, r]), one per output element).
 
 PDL. Nothing either kernel reads is a weight: the queries, positions, gate and the cache rows
 written by this step are all produced upstream, so both wait at entry; only rope_inv_freq (a
@@ -250,6 +251,7 @@ def _mla_combine_kernel(
     m_ptr, l_ptr, acc_ptr, pos_ptr, gate_ptr, out_ptr, stride_gt, stride_gh, pos_stride, pos_add, pos_step, L,
     H: tl.constexpr, R: tl.constexpr, NS: tl.constexpr, SPLIT_LEN: tl.constexpr,
     BS: tl.constexpr, BSC: tl.constexpr, BRC: tl.constexpr, HAS_GATE: tl.constexpr, USE_GDC: tl.constexpr,
+    GATE_PER_COL: tl.constexpr = False,
 ):
     t = tl.program_id(0)
     h = tl.program_id(1)
@@ -283,7 +285,10 @@ def _mla_combine_kernel(
         o += tl.sum(w[:, None] * a, axis=0)
     o = o / l_sum
     if HAS_GATE:
-        g = tl.load(gate_ptr + t * stride_gt + h * stride_gh).to(tl.float32)
+        if GATE_PER_COL:          # one gate per output element (Qwen3-Next's gated attention)
+            g = tl.load(gate_ptr + t * stride_gt + h * stride_gh + offs_r, mask=mr, other=0.0).to(tl.float32)
+        else:                     # one gate per head (MLA's)
+            g = tl.load(gate_ptr + t * stride_gt + h * stride_gh).to(tl.float32)
         o = o * tl.sigmoid(g)
     tl.store(out_ptr + (t * H + h) * R + offs_r, o, mask=mr)
 
