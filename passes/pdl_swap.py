@@ -18,7 +18,8 @@ the dump reports PDL coverage and each layer's chain of lingc ops.
     MLA's attention core -> lingc.mla_decode, its cache write -> lingc.mla_kv_write: pdl_swap_mla.py
     (the textbook form, keys and values expanded from the cache, through mla_absorb.py).
     Softmax attention over per-head caches -> lingc.gqa_decode: pdl_swap_gqa.py; their row writes
-    -> lingc.head_cache_write and the keys' and queries' RoPE into those two: pdl_swap_gqa_rope.py.
+    -> lingc.head_cache_write, the keys' and queries' RoPE into those two and an output gate into
+    gqa_decode: pdl_swap_gqa_rope.py.
 
 How matches are found (computations, not names): norms are matched op by op, x * rsqrt(mean(x^2)
 + eps) * w in its spellings (pow or x*x, mean or sum / D, commuted multiplies, fp32 upcast of x
@@ -107,6 +108,7 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, GqaRope, LingcPass):
         counts["mla_kv_write"] = self._kv_writes(g)
         eliminate_dead_code(g)
         query_ropes = self._rope_into_gqa(g)
+        gates = self._gates_into_gqa(g)
         eliminate_dead_code(g)
         counts["head_matmul"], clones = pdl_glue.absorbed_products(g)
         eliminate_dead_code(g)
@@ -142,6 +144,8 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, GqaRope, LingcPass):
             summary += f" (head gate folded into {self.gates_folded} mla_decode)"
         if query_ropes:
             summary += f" (the queries' RoPE folded into {query_ropes} gqa_decode)"
+        if gates:
+            summary += f" (output gate folded into {gates} gqa_decode)"
         if self.absorbed:
             summary += f" ({self.absorbed} written with expanded keys and values, absorbed)"
         if clones or casts or epilogue:

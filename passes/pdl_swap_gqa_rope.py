@@ -1,5 +1,5 @@
-"""pdl_swap's per-head cache writes and rotary embeddings: what is left around a lingc.gqa_decode
-once the attention itself is on it.
+"""pdl_swap's per-head cache writes, rotary embeddings and output gate: what is left around a
+lingc.gqa_decode once the attention itself is on it.
 
     before:  k = rope(k_norm(...), positions) ; cache' = index_put(cache, [positions], k) ; ... ;
              copy_(cache, cache')       (the RoPE's ~15 small ops, and outside Inductor two copies
@@ -8,6 +8,10 @@ once the attention itself is on it.
 
     before:  q = rope(q_norm(...), positions) ; o = lingc.gqa_decode(q, ...)
     after:   o = lingc.gqa_decode(q_norm(...), ..., inv_freq=inv_freq)  (rotated in its query load)
+
+    before:  y = view(lingc.gqa_decode(...)) * sigmoid(g)     (Qwen3-Next's gated attention)
+    after:   y = view(lingc.gqa_decode(..., gate=g'))           (g' the [T, H, D] view of g; the
+                                                                 sigmoid and product in its combine)
 
 How it is found: a row write is an index_put of rows into a graph input at the positions along
 its row dim (``cache[pos] = rows``, Hugging Face's ``index_copy_`` along dim 2 of [1, H, L, D]),
@@ -19,10 +23,15 @@ the [T, H, D] value it is part of) is run on random inputs: a part must equal on
 or that leaf rotated by the positions with a 1-d float graph input as inv_freq (rotate-half or
 interleaved pairs, the first 2 * len(inv_freq) dims) whatever the other leaves hold. A query
 region of a gqa_decode is probed the same way against its positions and folded into the op's
-inv_freq. Anything else is left as it is, with a note.
+inv_freq. An output gate is a product with sigmoid(g) of the only value computed from the
+op's output through views and casts, g of its shape: the views are run on an iota to check they
+are a head layout of the output (or its [T, H * D] flattening), and g is taken to the op's [T, H,
+D] through the inverse view. Anything else is left as it is, with a note.
 
 Numerics (declared): the kernels rotate in fp32 and round once to the rows' dtype; a 16-bit
 model's eager RoPE multiplies in its dtype (one rounding per product), within the probe tolerance.
+The gate multiplies the fp32 output before its cast (eager: the rounded output times the rounded
+sigmoid, rounded again).
 """
 
 from __future__ import annotations
@@ -147,8 +156,27 @@ def _cache_readers(g: fx.Graph) -> set:
     return bases
 
 
+def _output_layout(op: fx.Node, chain: list[fx.Node], T: int, H: int, D: int) -> str | None:
+    """The layout in which the view / cast chain from op's [T, H, D] output holds it ("flat":
+    [T, H * D]), checked by running the chain on an iota; None when it is no such layout."""
+    end = chain[-1] if chain else op
+    lays = head_layouts(end, T, H, D) or (["flat"] if shape(end) == (T, H * D) else [])
+    if not lays or not chain:
+        return lays[0] if lays else None
+    iota = torch.arange(T * H * D, dtype=torch.float32).reshape(T, H, D)
+    with real_tensor_mode():
+        got = run_region(region_module(chain, [op], [end]), [iota])
+    if got is None:
+        return None
+    for lay in lays:
+        if torch.equal(got[0].float().reshape(T, H, D) if lay == "flat" else token_major(got[0].float(), lay), iota):
+            return lay
+    return None
+
+
 class GqaRope:
-    """pdl_swap's per-head cache writes and query RoPE fold (a mixin of PdlSwap: its notes)."""
+    """pdl_swap's per-head cache writes, query RoPE and output gate folds (a mixin of PdlSwap:
+    its notes)."""
 
     def _head_cache_writes(self, g: fx.Graph) -> int:
         """Row writes of per-head caches a gqa_decode reads -> lingc.head_cache_write (module
@@ -246,5 +274,36 @@ class GqaRope:
             with g.inserting_before(op):
                 op.args = (_emit_rows(g, x, lay, T, HQ, D),) + tuple(op.args[1:])
             op.kwargs = {**op.kwargs, "inv_freq": freq, "interleaved": inter}
+            count += 1
+        return count
+
+    def _gates_into_gqa(self, g: fx.Graph) -> int:
+        """o * sigmoid(g) after a gqa_decode -> its gate (module docstring). Returns the gates
+        folded."""
+        order = {n: i for i, n in enumerate(g.nodes)}
+        count = 0
+        for op in [n for n in g.nodes if is_call(n, lingc_ops.gqa_decode.default)]:
+            if op.kwargs.get("gate") is not None or len(op.args) > 9:
+                continue
+            T, H, D = shape(op)
+            chain, n = [], op
+            while len(n.users) == 1 and is_call(next(iter(n.users)), *PASSES):
+                n = next(iter(n.users))
+                chain.append(n)
+            if len(n.users) != 1 or not is_call(mul := next(iter(n.users)), aten.mul.Tensor):
+                continue
+            sig = next((a for a in mul.args[:2] if a is not n), None)
+            if not is_call(sig, aten.sigmoid.default) or shape(sig) != shape(n) or len(sig.users) != 1:
+                continue
+            x = sig.args[0]
+            lay = _output_layout(op, chain, T, H, D)
+            if lay is None or order[x] > order[op] or val(x).dtype not in (torch.float32, torch.bfloat16, torch.float16):
+                self.notes.append(f"{op.name}: the gate at {mul.name} is not on a head layout of its output; left")
+                continue
+            with g.inserting_before(op):
+                gate = _emit_rows(g, x, lay, T, H, D)
+            op.kwargs = {**op.kwargs, "gate": gate}
+            mul.replace_all_uses_with(n)
+            g.erase_node(mul)
             count += 1
         return count

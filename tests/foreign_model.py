@@ -380,12 +380,6 @@ class NoPEStyleMLA(nn.Module):
                              self.kv_b[:, NOPE:].float())
         return self.o(o.reshape(T, MH * VD).to(x.dtype))
 
-# The ops Qwen3NextStyleAttention leaves on ATen under lingc (its output gate; Inductor's in a real
-# compile) beside lingc.gqa_decode (with the queries' RoPE), lingc.head_cache_write (the keys' RoPE
-# and both rows' writes) and the norms.
-GATED_ATTENTION_ATEN_OPS = {"aten.mul.Tensor", "aten.sigmoid"}
-
-
 class Qwen3NextStyleAttention(nn.Module):
     """Qwen3-Next's gated full attention (Hugging Face's Qwen3NextAttention at batch 1): q_proj
     gives each of MH heads its query and an output gate ([T, MH, 2 * HD], HD = NOPE + ROPE),

@@ -910,9 +910,8 @@ def test_gpu_three_conv_caches(T, dtype, wide):
 # Qwen3-Next's gated full attention (foreign_model.Qwen3NextStyleAttention) in place of the MLA
 # layer: q_norm / k_norm, rotate_half RoPE on a quarter of each head, GQA by SDPA's enable_gqa over
 # one [L, 2, kv_heads, D] cache, the output gated by sigmoid. The attention core becomes
-# lingc.gqa_decode (the queries' RoPE folded in), the keys' RoPE and the cache's two row writes
-# lingc.head_cache_write, the norms lingc.rmsnorm; the gate stays ATen (Inductor's in a real
-# compile: foreign_model.GATED_ATTENTION_ATEN_OPS).
+# lingc.gqa_decode (the queries' RoPE and the output gate folded in), the keys' RoPE and the
+# cache's two row writes lingc.head_cache_write, the norms lingc.rmsnorm: no ATen kernel is left.
 
 
 def _gated(dtype=torch.float32, device="cpu"):
@@ -931,7 +930,7 @@ def test_qwen3_next_gated_attention_on_gqa_decode(T):
     assert lingc.get("lingc.gqa_decode") == 1 and "lingc.mla_decode" not in lingc, lingc
     assert lingc["lingc.kda_chain"] == 2 and lingc["lingc.moe_experts"] == 3, lingc
     assert lingc["lingc.head_cache_write"] == 2, lingc
-    assert {op for cat, op, n, _ in report.kernels.rows if cat == "aten"} == fm.GATED_ATTENTION_ATEN_OPS, report.kernels.format()
+    assert not {op for cat, op, n, _ in report.kernels.rows if cat == "aten"}, report.kernels.format()
     assert (out - ref).norm() / ref.norm() < 1e-5
     for got, want in zip(sum(groups, []), sum(ref_groups, [])):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

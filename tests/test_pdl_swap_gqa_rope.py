@@ -2,8 +2,9 @@
 lingc.gqa_decode, each row write of a per-head cache becomes lingc.head_cache_write (the keys'
 RoPE inside it) and the queries' RoPE moves into gqa_decode's query load; written with rotate-half
 pairs (Llama, Qwen3-Next, partial or full), interleaved pairs (GPT-J), Hugging Face's head-major
-cache and keys and values stacked in one cache. Numbers and caches against eager; rows that are
-no RoPE of one value, and queries that are no RoPE, are left with the reason."""
+cache and keys and values stacked in one cache; Qwen3-Next's output gate, o * sigmoid(g), moves
+into gqa_decode's combine. Numbers and caches against eager; rows that are no RoPE of one value,
+queries that are no RoPE and a gate on a reordered output are left with the reason."""
 
 from __future__ import annotations
 
@@ -48,7 +49,10 @@ def interleaved(x, pos, freq):
 class RopeAttention(torch.nn.Module):
     """GQA over per-head caches with RoPE on queries and keys. ``form``: "half" (rotate-half on
     all dims), "partial" (on the first quarter: Qwen3-Next's), "interleaved" (GPT-J's), "stacked"
-    (partial, keys and values in one [L, 2, kv_heads, D] cache), "scaled-q" (the queries
+    (partial, keys and values in one [L, 2, kv_heads, D] cache), "gated" (stacked, the output
+    times sigmoid of a second query-projection half: Qwen3-Next's), "gated-scrambled" (the same, the
+    gate applied to the output's [D, H] transpose read back as [H, D]: a view chain that is no
+    layout of it), "scaled-q" (the queries
     multiplied by a learned per-dim weight, no RoPE: nothing to fold), "shifted-k" (the keys
     shifted by their position before the write: no RoPE, the write stays)."""
 
@@ -60,6 +64,8 @@ class RopeAttention(torch.nn.Module):
             torch.nn.Parameter((torch.randn(o, i, generator=g) / i ** 0.5).to(dtype), requires_grad=False)
             for o, i in ((heads * d, HID), (kv_heads * d, HID), (kv_heads * d, HID), (HID, heads * d)))
         self.w = torch.nn.Parameter(torch.rand(d, generator=g).to(dtype) + 0.5, requires_grad=False)
+        self.g = torch.nn.Parameter((torch.randn(heads * d, HID, generator=g) / HID ** 0.5).to(dtype),
+                                    requires_grad=False)
         R = d if form in ("half", "interleaved", "shifted-k", "hf") else d // 4
         self.register_buffer("freq", 1.0 / (10000.0 ** (torch.arange(0, R, 2).float() / R)), persistent=False)
 
@@ -69,11 +75,12 @@ class RopeAttention(torch.nn.Module):
     def forward(self, x, pos, *caches):
         T = x.shape[0]
         q = (x @ self.q.T).view(T, self.heads, self.d)
+        gate = torch.sigmoid((x @ self.g.T).view(T, self.heads, self.d))
         k = (x @ self.k.T).view(T, self.kv_heads, self.d)
         v = (x @ self.v.T).view(T, self.kv_heads, self.d)
         q = q * self.w if self.form == "scaled-q" else self.rope(q, pos)
         k = k + pos[:, None, None].to(k.dtype) if self.form == "shifted-k" else self.rope(k, pos)
-        if self.form == "stacked":
+        if self.form in ("stacked", "gated", "gated-scrambled"):
             (cache,) = caches
             cache[pos] = torch.stack([k, v], 1).to(cache.dtype)
             kc, vc = cache[:, 0], cache[:, 1]
@@ -83,6 +90,10 @@ class RopeAttention(torch.nn.Module):
         visible = torch.arange(kc.shape[0], device=x.device)[None, :] <= pos[:, None]
         o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], kc.transpose(0, 1)[None], vc.transpose(0, 1)[None],
                                            attn_mask=visible[None, None], enable_gqa=True)[0].transpose(0, 1)
+        if self.form == "gated":
+            o = o * gate
+        elif self.form == "gated-scrambled":
+            o = o.transpose(1, 2).reshape(o.shape) * gate
         return o.reshape(T, self.heads * self.d) @ self.o.T
 
 
@@ -119,7 +130,7 @@ class HFRopeAttention(RopeAttention):
 def _caches(m, gen, dtype):
     if isinstance(m, HFRopeAttention):
         return [torch.randn(1, m.kv_heads, L, m.d, generator=gen).to(dtype) for _ in range(2)]
-    if m.form == "stacked":
+    if m.form in ("stacked", "gated", "gated-scrambled"):
         return [torch.randn(L, 2, m.kv_heads, m.d, generator=gen).to(dtype)]
     return [torch.randn(L, m.kv_heads, m.d, generator=gen).to(dtype) for _ in range(2)]
 
@@ -137,7 +148,7 @@ def _run(m, T, dtype=torch.float32, **options):
 
 
 FORMS = [("half", RopeAttention), ("partial", RopeAttention), ("interleaved", RopeAttention),
-         ("stacked", RopeAttention), ("hf", HFRopeAttention)]
+         ("stacked", RopeAttention), ("gated", RopeAttention), ("hf", HFRopeAttention)]
 
 
 @pytest.mark.parametrize("T", [1, 2, 6])
@@ -149,6 +160,7 @@ def test_rope_and_row_writes_fold_into_lingc_ops(form, cls, T):
     notes = stat(report, "pdl_swap").notes
     assert ops.get("lingc.gqa_decode") == 1 and ops.get("lingc.head_cache_write") == 2, (ops, notes)
     assert "the queries' RoPE folded into 1 gqa_decode" in notes[0], notes
+    assert ("output gate folded into 1 gqa_decode" in notes[0]) == (form == "gated"), notes
     assert not aten_kernels(report), report.kernels.format()    # RoPE, index_put, the epilogue copy_: all gone
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     for got, want in zip(caches, refs):
@@ -186,6 +198,17 @@ def test_rows_that_are_no_rope_keep_their_write_with_the_reason():
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     for got, want in zip(caches, refs):
         torch.testing.assert_close(got, want)
+
+
+def test_a_gate_on_a_scrambled_output_is_left_with_the_reason():
+    """The gate multiplies the output's [D, H] transpose read back as [H, D] (views and a copy of
+    the right shape, but no head layout of the op's output: the iota check): left as ATen ops, the
+    note says why; numbers as eager's."""
+    out, ref, caches, refs, report = _run(RopeAttention("gated-scrambled"), 2)
+    ops, notes = rows(report), stat(report, "pdl_swap").notes
+    assert ops.get("lingc.gqa_decode") == 1 and "aten.sigmoid" in ops, ops
+    assert any("the gate at" in n and "is not on a head layout of its output" in n for n in notes), notes
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
 
 def test_relay_positions_reach_the_cache_write():
