@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from backend_helpers import dump_op_changes, pinned_graph_text, run_and_report, stat
 from expecttest import assert_expected_inline
+from test_pdl_swap_gqa import HFStyleAttention
 
 HID, L = 32, 20
 
@@ -66,7 +67,7 @@ class RopeAttention(torch.nn.Module):
         self.w = torch.nn.Parameter(torch.rand(d, generator=g).to(dtype) + 0.5, requires_grad=False)
         self.g = torch.nn.Parameter((torch.randn(heads * d, HID, generator=g) / HID ** 0.5).to(dtype),
                                     requires_grad=False)
-        R = d if form in ("half", "interleaved", "shifted-k", "hf") else d // 4
+        R = d if form in ("half", "interleaved", "shifted-k") else d // 4
         self.register_buffer("freq", 1.0 / (10000.0 ** (torch.arange(0, R, 2).float() / R)), persistent=False)
 
     def rope(self, x, pos):
@@ -97,34 +98,24 @@ class RopeAttention(torch.nn.Module):
         return o.reshape(T, self.heads * self.d) @ self.o.T
 
 
-class HFRopeAttention(RopeAttention):
-    """Hugging Face's Llama attention at batch 1: [1, H, T, D] queries and keys rotated after the
-    transpose, a StaticCache [1, kv_heads, L, D] written by index_copy_ along dim 2, repeat_kv,
-    SDPA with an additive mask."""
+class HFRopeAttention(HFStyleAttention):
+    """Hugging Face's Llama attention at batch 1 (test_pdl_swap_gqa.HFStyleAttention: a
+    StaticCache [1, kv_heads, L, D] written by index_copy_ along dim 2, repeat_kv, SDPA with an
+    additive mask) with its RoPE: [1, H, T, D] queries and keys rotated after the transpose, cos
+    and sin from inv_freq and the positions."""
 
-    def forward(self, x, pos, kc, vc):
-        T, n = x.shape[0], kc.shape[2]
-        q = (x @ self.q.T).view(1, T, self.heads, self.d).transpose(1, 2)
-        k = (x @ self.k.T).view(1, T, self.kv_heads, self.d).transpose(1, 2)
-        v = (x @ self.v.T).view(1, T, self.kv_heads, self.d).transpose(1, 2)
+    def __init__(self, form: str, dtype=torch.float32):
+        super().__init__(form, 4, 2, 16, dtype)
+        self.register_buffer("freq", 1.0 / (10000.0 ** (torch.arange(0, 16, 2).float() / 16)), persistent=False)
+
+    def rotate(self, q, k, pos):
         ang = pos.float()[:, None] * self.freq[None]
         emb = torch.cat([ang, ang], -1)
-        cos, sin = emb.cos()[None, None].to(x.dtype), emb.sin()[None, None].to(x.dtype)
+        cos, sin = emb.cos()[None, None].to(q.dtype), emb.sin()[None, None].to(q.dtype)
 
         def rot(t):
             return t * cos + torch.cat([-t[..., self.d // 2:], t[..., :self.d // 2]], -1) * sin
-        q, k = rot(q), rot(k)
-        kc.index_copy_(2, pos, k)
-        vc.index_copy_(2, pos, v)
-        group = self.heads // self.kv_heads
-
-        def repeat_kv(c):
-            return c[:, :, None].expand(1, self.kv_heads, group, n, self.d).reshape(1, self.heads, n, self.d)
-
-        visible = torch.arange(n, device=x.device)[None, :] <= pos[:, None]
-        mask = torch.zeros(T, n, dtype=x.dtype, device=x.device).masked_fill(~visible, torch.finfo(x.dtype).min)
-        o = F.scaled_dot_product_attention(q, repeat_kv(kc), repeat_kv(vc), attn_mask=mask[None, None])
-        return o.transpose(1, 2).reshape(T, self.heads * self.d) @ self.o.T
+        return rot(q), rot(k)
 
 
 def _caches(m, gen, dtype):
