@@ -39,7 +39,8 @@ KINDS = (
     ("MoE router + align", ("_moe_router", "_moe_align", "_moe_pair", "_block_table")),
     ("KDA chain + commit", ("_kda",)),   # _kda_prefill*: prefill only
     ("MLA", ("_mla", "_head_matmul")),
-    ("GQA attention", ("_gqa",)),        # its combine runs as _mla_combine_kernel: counted as MLA
+    # gqa_decode's combine runs as _mla_combine_kernel: counted as MLA
+    ("GQA attention + cache writes", ("_gqa", "_head_cache_write")),
     ("norms", ("_rmsnorm", "_gated_head_rmsnorm")),
     ("relay verdict + advance", ("_greedy_verdict", "_greedy_emit", "_relay_advance")),
     ("glue (concat)", ("_concat_cols", "_concat_into")),
