@@ -85,11 +85,16 @@ def per_head_cache(n: fx.Node, L: int) -> bool:
 
 def _below_casts(n: fx.Node, L: int) -> fx.Node:
     """The per-head cache a cast of it came from (a bf16 SDPA's math form on CUDA upcasts the
-    caches to fp32 before it repeats them per group): the op reads the stored dtype, and the
-    whole-cache cast goes."""
-    while is_call(n, *CASTS) and isinstance(n.args[0], fx.Node) and cache_layout(n.args[0], L) is not None:
+    caches to fp32, then views them for the per-group repeat): walked back through views, copies
+    and casts while the values stay per-head cache rows, the input of the earliest cast passed (n
+    itself when none is): the op reads the stored dtype, and the whole-cache cast goes."""
+    best = n
+    while (is_call(n, *CASTS, *VIEW_OPS, aten.clone.default, aten.expand.default) and isinstance(n.args[0], fx.Node)
+           and cache_layout(n.args[0], L) is not None):
+        cast = is_call(n, *CASTS)
         n = n.args[0]
-    return n
+        best = n if cast else best
+    return best
 
 
 def _heads_dim(n: fx.Node, layout: str) -> tuple[int, int]:

@@ -49,10 +49,14 @@ class GQAttention(torch.nn.Module):
                                                enable_gqa=self.form == "sdpa-gqa")[0].transpose(0, 1)
         else:
             group = self.heads // self.kv_heads
-            if self.form == "upcast-first":        # SDPA's math form on CUDA: fp32 caches, then repeated
-                k, v = kc.float().repeat_interleave(group, 1), vc.float().repeat_interleave(group, 1)
-            else:
-                k, v = kc.repeat_interleave(group, 1), vc.repeat_interleave(group, 1)   # [L, heads, d]
+            if self.form == "upcast-first":
+                # SDPA's math form on CUDA in bf16: head-major caches upcast to fp32, then repeated
+                # per group along dim -3 (an unsqueezed fp32 view of kv_heads rows on the way).
+                k, v = (c.transpose(0, 1)[None].float().repeat_interleave(group, -3) for c in (kc, vc))
+                s = (q.transpose(0, 1)[None].float() @ k.transpose(-2, -1)) * self.d ** -0.5
+                p = s.masked_fill(~visible[None, None], float("-inf")).softmax(-1)
+                return (p @ v)[0].transpose(0, 1).to(x.dtype).reshape(T, self.heads * self.d) @ self.o.T
+            k, v = kc.repeat_interleave(group, 1), vc.repeat_interleave(group, 1)       # [L, heads, d]
             s = torch.einsum("thd,lhd->htl", q.float(), k.float()) * self.d ** -0.5
             if self.form == "window":
                 visible = visible & (torch.arange(n, device=x.device)[None, :] > pos[:, None] - 4)
@@ -94,11 +98,12 @@ def test_gqa_attention_becomes_gqa_decode(form, heads, kv_heads, T):
 
 
 @pytest.mark.parametrize("T", [1, 6])
-def test_bf16_caches_upcast_before_the_repeat(T):
+@pytest.mark.parametrize("kv_heads", [1, 2], ids=["mqa", "gqa"])
+def test_bf16_caches_upcast_before_the_repeat(T, kv_heads):
     """The caches upcast to fp32 before they are repeated per group (a bf16 SDPA's math form on
     CUDA): the caches are found below their casts, so gqa_decode reads the bf16 [L, kv_heads, D]
     caches and the whole-cache casts go."""
-    out, ref, report = _run(GQAttention("upcast-first", dtype=torch.bfloat16), T, torch.bfloat16)
+    out, ref, report = _run(GQAttention("upcast-first", 4, kv_heads, dtype=torch.bfloat16), T, torch.bfloat16)
     assert rows(report).get("lingc.gqa_decode") == 1, stat(report, "pdl_swap").notes
     assert rows(report).get("prims.convert_element_type") == 1, report.kernels.format()    # the output's only
     torch.testing.assert_close(out.float(), ref.float(), rtol=3e-2, atol=3e-2)
