@@ -26,7 +26,10 @@ weight but the routed experts, the router's 8 chosen experts and the shared expe
 KDA states and windows, the attention cache's rows up to the position, the embedding row) over the copy
 bandwidth measured in the same run. Both modes start from the same state; the tokens each picks
 over the timed steps are compared and the agreement reported (bf16: lingc's kernels round
-differently, so greedy paths may part).
+differently, so greedy paths may part). The ops lingc's passes left to ATen (or Inductor, in a GPU
+compile) in the step's graph are listed: a matcher that stops matching shows there, not only as a
+slower time (session 53: the bf16 gated attention left to Inductor on the H100, unnoticed in the
+table).
 """
 from __future__ import annotations
 
@@ -121,7 +124,7 @@ def main(argv=None) -> dict:
     def fresh():
         return [[t.clone() for t in group] for group in start]
 
-    rows, tokens = [], {}
+    rows, tokens, left = [], {}, None
     for mode in modes:
         state = fresh()
         steps = args.warmup + args.tokens
@@ -141,6 +144,7 @@ def main(argv=None) -> dict:
             runner = lingc.DecodeRunner(model, state, max_len=max_len, progress=False)
             runner.prepare(("greedy",))
             compile_s = time.perf_counter() - t0
+            left = ops_left(runner.reports["greedy"])
             for dst, src in zip([t for g in state for t in g], [t for g in fresh() for t in g]):
                 dst.copy_(src)                     # prepare zeroed the state
             runner.x.fill_(1)
@@ -177,13 +181,28 @@ def main(argv=None) -> dict:
         lines.append(f"copy bandwidth {bw:.0f} GB/s; floor {floor_ms:.3f} ms a step; model built in {build_s:.1f} s")
     if agree is not None:
         lines.append(f"greedy tokens: lingc and eager agree on the first {agree} of {len(tokens['eager'])} steps")
+    if left is not None:
+        lines.append("ops lingc left to ATen / Inductor in the step: "
+                     + (", ".join(f"{op} x{n}" for op, n in left.items()) or "none"))
     print("\n".join(lines))
     payload = dict(preset=args.preset, dims=dims, kimi_linear=args.kimi_linear, context=context,
                    tokens=args.tokens, copy_bandwidth_gbps=bw, floor_bytes=nbytes, floor_ms=floor_ms, results=rows,
-                   tokens_agree=agree, token_ids=tokens, env=environment())
+                   ops_left=left, tokens_agree=agree, token_ids=tokens, env=environment())
     write_json(Path(args.out) / "foreign_decode.json", payload)
     (Path(args.out) / "foreign_decode.md").write_text("\n".join(lines) + "\n")
     return payload
+
+
+def ops_left(reports) -> dict[str, int]:
+    """{op: count} of the kernel-launching ops no lingc pass took in the compiled step's graphs
+    (ATen's, or Inductor's in a GPU compile): what a model's step still runs outside lingc's PDL
+    chains, so a matcher that stops matching shows here and not only as a slower time."""
+    left: dict[str, int] = {}
+    for r in reports:
+        for cat, op, n, _ in r.kernels.rows:
+            if cat in ("aten", "inductor"):
+                left[op] = left.get(op, 0) + n
+    return dict(sorted(left.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 if __name__ == "__main__":

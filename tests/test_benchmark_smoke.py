@@ -858,6 +858,8 @@ def test_foreign_decode_smoke(tmp_path):
     # fp32 on the CPU: lingc's step picks eager's tokens over all 7 steps.
     assert data["tokens_agree"] == 7 == len(data["token_ids"]["lingc"])
     assert "lingc and eager agree on the first 7 of 7 steps" in out
+    # Every op of the tiny model's step is on lingc's kernels: nothing left to ATen.
+    assert data["ops_left"] == {} and "ops lingc left to ATen / Inductor in the step: none" in out
     # The floor counts the chosen experts, not all: between the dense weights and every weight.
     import importlib.util
     spec = importlib.util.spec_from_file_location("fm_smoke", REPO / "tests" / "foreign_model.py")

@@ -15,4 +15,4 @@ name=foreign_decode_s53_c5_qwen3-next
 CUDA_VISIBLE_DEVICES=0 timeout 100 python3 -m benchmarks.foreign_decode --preset qwen3-next-tp4-rank \
     --context 8192 --tokens 64 --out "$OUT/$name" 2>&1 | stamp > "$OUT/$name.log"
 mv "$OUT/$name/foreign_decode.json" "$OUT/$name.json" 2>/dev/null; rm -rf "$OUT/$name"
-grep -E "^\S*\s*\|| agree|bandwidth|Error|left|PDL coverage" "$OUT/$name.log" | tail -12
+grep -E "^\S*\s*\|| agree|bandwidth|Error|ops lingc left" "$OUT/$name.log" | tail -8
