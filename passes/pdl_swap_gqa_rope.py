@@ -234,6 +234,7 @@ class GqaRope:
                 what = "the rows" if part is None else f"part {part[1]} of the rows"
                 return f"{what} are not one [T, H, D] value as it is or rotated by the positions"
             found.append(hit)
+        existing = set(g.nodes)
         with g.inserting_before(ip):
             try:
                 for part, (x, lay, freq, inter) in zip(parts, found):
@@ -245,6 +246,8 @@ class GqaRope:
                     emit(g, lingc_ops.head_cache_write.default, _emit_rows(g, x, lay, T, H, D), pos, cache, freq,
                          inter)
             except ValueError as e:
+                for n in reversed([n for n in g.nodes if n not in existing]):
+                    g.erase_node(n)                  # a part already emitted: the write stays whole
                 return str(e)
         ip.replace_all_uses_with(ph)
         g.erase_node(ip)

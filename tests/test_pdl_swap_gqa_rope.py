@@ -55,7 +55,8 @@ class RopeAttention(torch.nn.Module):
     gate applied to the output's [D, H] transpose read back as [H, D]: a view chain that is no
     layout of it), "scaled-q" (the queries
     multiplied by a learned per-dim weight, no RoPE: nothing to fold), "shifted-k" (the keys
-    shifted by their position before the write: no RoPE, the write stays)."""
+    shifted by their position before the write: no RoPE, the write stays), "strided-v" (stacked,
+    the values every other column of a wider value: rows the op cannot take)."""
 
     def __init__(self, form: str, heads: int = 4, kv_heads: int = 2, d: int = 16, dtype=torch.float32):
         super().__init__()
@@ -67,6 +68,8 @@ class RopeAttention(torch.nn.Module):
         self.w = torch.nn.Parameter(torch.rand(d, generator=g).to(dtype) + 0.5, requires_grad=False)
         self.g = torch.nn.Parameter((torch.randn(heads * d, HID, generator=g) / HID ** 0.5).to(dtype),
                                     requires_grad=False)
+        self.v2 = torch.nn.Parameter((torch.randn(kv_heads * 2 * d, HID, generator=g) / HID ** 0.5).to(dtype),
+                                     requires_grad=False)
         R = d if form in ("half", "interleaved", "shifted-k") else d // 4
         self.register_buffer("freq", 1.0 / (10000.0 ** (torch.arange(0, R, 2).float() / R)), persistent=False)
 
@@ -81,7 +84,9 @@ class RopeAttention(torch.nn.Module):
         v = (x @ self.v.T).view(T, self.kv_heads, self.d)
         q = q * self.w if self.form == "scaled-q" else self.rope(q, pos)
         k = k + pos[:, None, None].to(k.dtype) if self.form == "shifted-k" else self.rope(k, pos)
-        if self.form in ("stacked", "gated", "gated-scrambled"):
+        if self.form == "strided-v":                 # every other column of a twice-wide projection
+            v = (x @ self.v2.T).view(T, self.kv_heads, 2 * self.d)[..., ::2]
+        if self.form in ("stacked", "gated", "gated-scrambled", "strided-v"):
             (cache,) = caches
             cache[pos] = torch.stack([k, v], 1).to(cache.dtype)
             kc, vc = cache[:, 0], cache[:, 1]
@@ -121,7 +126,7 @@ class HFRopeAttention(HFStyleAttention):
 def _caches(m, gen, dtype):
     if isinstance(m, HFRopeAttention):
         return [torch.randn(1, m.kv_heads, L, m.d, generator=gen).to(dtype) for _ in range(2)]
-    if m.form in ("stacked", "gated", "gated-scrambled"):
+    if m.form in ("stacked", "gated", "gated-scrambled", "strided-v"):
         return [torch.randn(L, 2, m.kv_heads, m.d, generator=gen).to(dtype)]
     return [torch.randn(L, m.kv_heads, m.d, generator=gen).to(dtype) for _ in range(2)]
 
@@ -200,6 +205,18 @@ def test_a_gate_on_a_scrambled_output_is_left_with_the_reason():
     assert ops.get("lingc.gqa_decode") == 1 and "aten.sigmoid" in ops, ops
     assert any("the gate at" in n and "is not on a head layout of its output" in n for n in notes), notes
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_a_part_the_op_cannot_take_leaves_the_whole_write():
+    """Keys and values stacked in one cache, the values a strided view (no unit inner stride):
+    the keys' part would be written, the values' cannot; nothing of the write is emitted (no
+    half-rewritten cache), the index_put stays and the note names the stride."""
+    out, ref, caches, refs, report = _run(RopeAttention("strided-v"), 2)
+    ops, notes = rows(report), stat(report, "pdl_swap").notes
+    assert "lingc.head_cache_write" not in ops and ops.get("aten.index_put") == 1, ops
+    assert any("per-head cache write" in n and "unit stride" in n for n in notes), notes
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(caches[0], refs[0])
 
 
 def test_relay_positions_reach_the_cache_write():
