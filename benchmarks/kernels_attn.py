@@ -7,7 +7,11 @@ Shapes (flash-tp4-rank, bf16): RMSNorm + residual over hidden 2560 and KDA's gat
 cache of context 8192 and 65536, T = 1 (decode) and T = 6 (a verify chain at the end of the
 context: positions L-6 .. L-1), q RoPE and the head gate fused; GQA decode (``gqa_decode``) at a
 Qwen3-Next-80B TP4 rank's full-attention shape (4 query heads over 1 key/value head of 256, bf16
-caches [L, 1, 256]) over the same contexts and T, eager being SDPA with enable_gqa. Variants:
+caches [L, 1, 256]) over the same contexts and T, eager being SDPA with enable_gqa; and that
+layer's whole step after its projections and norms (``gqa layer``: the keys' and queries'
+rotate-half RoPE on 64 dims, both rows written into the caches, the attention, the sigmoid output
+gate), lingc being two ``head_cache_write`` and one ``gqa_decode`` with ``inv_freq`` and ``gate``.
+Variants:
 
 - ``lingc``         the op's Triton launcher, PDL-launched where supported
 - ``lingc-no-pdl``  the same launch without PDL
@@ -305,6 +309,79 @@ def bench_gqa(L, T, copy_gbps, replays, inductor):
     return rows
 
 
+GQA_ROPE = 64                       # Qwen3-Next rotates the first quarter of each head (rotate-half)
+
+
+def _eager_gqa_layer(q, k, v, gate, k_cache, v_cache, positions, inv_freq):
+    """Qwen3-Next's gated attention after its projections and norms, as its Hugging Face code
+    runs it: rotate-half RoPE on the first GQA_ROPE dims of q and k (in their dtype), the rows
+    written into the caches, SDPA with enable_gqa, the output times sigmoid(gate); fp32 out."""
+    ang = positions.float()[:, None] * inv_freq[None]
+    cos = torch.cat([ang.cos()] * 2, -1)[:, None].to(q.dtype)
+    sin = torch.cat([ang.sin()] * 2, -1)[:, None].to(q.dtype)
+
+    def rope(x):
+        r = x[..., :GQA_ROPE]
+        half = torch.cat([-r[..., GQA_ROPE // 2:], r[..., :GQA_ROPE // 2]], -1)
+        return torch.cat([r * cos + half * sin, x[..., GQA_ROPE:]], -1)
+    k_cache[positions] = rope(k)
+    v_cache[positions] = v
+    o = _eager_gqa(rope(q), k_cache, v_cache, positions)
+    return (o.to(q.dtype) * torch.sigmoid(gate)).float()
+
+
+def bench_gqa_layer(L, T, copy_gbps, replays, inductor):
+    """The gated attention's whole step on lingc (two head_cache_write and one gqa_decode with the
+    queries' RoPE and the gate) against the model's ops eager and under Inductor."""
+    import lingc.runtime.kernels.head_cache_write  # noqa: F401  (registers lingc::head_cache_write)
+    from lingc.models.layers import rope_inv_freq
+    from lingc.runtime.kernels.gqa_decode.kernel import config_for as gqa_config_for, gqa_decode_triton
+
+    gen = torch.Generator(device="cuda").manual_seed(L + T + 2)
+    cache_bytes = 2 * L * GQA_HKV * GQA_D * 2
+    floor_bytes = cache_bytes + T * GQA_HQ * GQA_D * (2 * 2 + 4)      # the caches; q and gate in, o out
+    copies = max(GQA_LAYERS, cold_copies(cache_bytes, minimum=GQA_LAYERS))
+    positions = torch.arange(L - T, L, device="cuda")
+    inv_freq = rope_inv_freq(GQA_ROPE, 1.0e7).cuda()
+
+    def r(*shape):
+        return torch.randn(*shape, generator=gen, device="cuda").to(BF16)
+    layers = [dict(q=r(T, GQA_HQ, GQA_D), k=r(T, GQA_HKV, GQA_D), v=r(T, GQA_HKV, GQA_D), gate=r(T, GQA_HQ, GQA_D),
+                   kc=r(L, GQA_HKV, GQA_D), vc=r(L, GQA_HKV, GQA_D), out=torch.empty(T, GQA_HQ, GQA_D, device="cuda"))
+              for _ in range(copies)]
+    x0 = layers[0]
+    ref = _eager_gqa_layer(*(x0[n].cpu().clone() for n in ("q", "k", "v", "gate", "kc", "vc")), positions.cpu(),
+                           inv_freq.cpu())
+    cfg = gqa_config_for(L, GQA_HQ, GQA_HKV, GQA_D, GQA_D)
+
+    def lingc_step(pdl):
+        def step(x):
+            torch.ops.lingc.head_cache_write(x["k"], positions, x["kc"], inv_freq)
+            torch.ops.lingc.head_cache_write(x["v"], positions, x["vc"])
+            return gqa_decode_triton(x["q"], x["kc"], x["vc"], positions, GQA_D ** -0.5, out=x["out"], config=cfg,
+                                     use_pdl=None if pdl else False, inv_freq=inv_freq, gate=x["gate"])
+        return step
+
+    def eager(x):
+        return _eager_gqa_layer(x["q"], x["k"], x["v"], x["gate"], x["kc"], x["vc"], positions, inv_freq)
+
+    variants = {"lingc": lingc_step(True), "lingc-no-pdl": lingc_step(False), "eager": eager}
+    if inductor:
+        compiled = torch.compile(_eager_gqa_layer, dynamic=False)
+        variants["inductor"] = lambda x: compiled(x["q"], x["k"], x["v"], x["gate"], x["kc"], x["vc"], positions,
+                                                  inv_freq)
+    rows = []
+    shape = f"L={L} H={GQA_HQ}/{GQA_HKV} D={GQA_D} rope={GQA_ROPE}"
+    for variant, fn in variants.items():
+        err = rel_rms(fn(x0), ref)
+        t = time_in_graph(fn, [(x,) for x in layers], replays=replays)
+        rows.append(_row("gqa layer (rope, writes, gate)", shape, T, variant, t, floor_bytes, copy_gbps, err,
+                         RTOL["norm"], copies))
+    del layers
+    torch.cuda.empty_cache()
+    return rows
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for kernels_attn.json and .md")
@@ -321,6 +398,8 @@ def main(argv=None):
     parser.add_argument("--no-norms", action="store_true")
     parser.add_argument("--no-mla", action="store_true")
     parser.add_argument("--no-gqa", action="store_true", help="skip gqa_decode (a Qwen3-Next rank's attention)")
+    parser.add_argument("--no-gqa-layer", action="store_true",
+                        help="skip the gated attention's step (RoPE, cache writes, gqa_decode, gate)")
     args = parser.parse_args(argv)
     mla_configs = [parse_mla_config(c) for c in args.mla_config]
     require_cuda()
@@ -336,6 +415,9 @@ def main(argv=None):
         if not args.no_gqa:
             for L in args.context:
                 rows += bench_gqa(L, T, copy_gbps, args.replays, not args.no_inductor)
+        if not args.no_gqa_layer:
+            for L in args.context:
+                rows += bench_gqa_layer(L, T, copy_gbps, args.replays, not args.no_inductor)
     all_correct = all(r["correct"] for r in rows)
     if all_correct:
         _speedups(rows)
