@@ -478,4 +478,3 @@ def test_inductor_lowering_messages_never_print_the_ir():
     assert OperatorIssue.__dict__["operator_str"] is before
     with pytest.raises(AssertionError, match="the IR was printed"):
         MissingOperatorWithoutDecomp("lingc.op", [DeepIR()], {})
-
