@@ -47,11 +47,11 @@ from lingc.graph_region import (is_heavy, numel, random_like, region, region_mod
 from lingc.head_layout import emit_token_major, head_layouts, token_major
 from lingc.pass_manager import VIEW_OPS
 
-from .pdl_swap_common import MAX_T, PROBE_TOL, below_lead, graph_input, unit_lead
+from .pdl_swap_common import (MAX_T, PASSES, PROBE_TOL, below_lead, drop_write_backs, graph_input, unit_lead,
+                              widest_up)
 
 lingc_ops = torch.ops.lingc
 MAX_PARTS = 4                     # rows of a cache holding several values each (keys and values: 2)
-PASSES = (*VIEW_OPS, aten.clone.default, torch.ops.prims.convert_element_type.default)
 
 
 def _rows_layout(n: fx.Node, T: int, H: int, D: int) -> str | None:
@@ -64,16 +64,9 @@ def _rows_layout(n: fx.Node, T: int, H: int, D: int) -> str | None:
 
 
 def _widest_rows(leaf: fx.Node, T: int, H: int, D: int) -> tuple[fx.Node, list[fx.Node]]:
-    """Walk a leaf up its views, clones and casts to the furthest value holding whole [T, H, D]
-    rows (a rotated slice's parent row): (that value, the nodes passed on the way)."""
-    best, chain, passed, n = leaf, [], [], leaf
-    while True:
-        if numel(n) == T * H * D and _rows_layout(n, T, H, D) is not None:
-            best, chain = n, list(passed)
-        if not is_call(n, *PASSES):
-            return best, chain
-        passed.append(n)
-        n = n.args[0]
+    """A leaf walked up to the furthest value holding whole [T, H, D] rows (a rotated slice's
+    parent row): (that value, the nodes passed on the way)."""
+    return widest_up(leaf, lambda n: numel(n) == T * H * D and _rows_layout(n, T, H, D) is not None)
 
 
 def _token_major_probe(x: torch.Tensor, layout: str, T: int, H: int, D: int) -> torch.Tensor:
@@ -181,8 +174,6 @@ class GqaRope:
     def _head_cache_writes(self, g: fx.Graph) -> int:
         """Row writes of per-head caches a gqa_decode reads -> lingc.head_cache_write (module
         docstring). Returns the writes emitted (one per part)."""
-        import lingc.runtime.kernels.head_cache_write  # noqa: F401  (registers lingc::head_cache_write)
-
         read = _cache_readers(g)
         order = {n: i for i, n in enumerate(g.nodes)}
         readers = {ph: set(ph.users) for ph in g.nodes if graph_input(ph)}
@@ -251,9 +242,7 @@ class GqaRope:
                 return str(e)
         ip.replace_all_uses_with(ph)
         g.erase_node(ip)
-        for u in list(ph.users):
-            if is_call(u, aten.copy_.default) and u.args[0] is ph and u.args[1] is ph:
-                g.erase_node(u)                                      # the epilogue write-back
+        drop_write_backs(g, ph)
         return len(parts)
 
     def _rope_into_gqa(self, g: fx.Graph) -> int:

@@ -61,7 +61,7 @@ from lingc.sdpa import sdpa_call
 from . import mla_absorb
 from .pdl_glue import narrowed
 from .pdl_swap_gqa import per_head_cache, probe_positions
-from .pdl_swap_common import MAX_T, PROBE_TOL, below_lead, graph_input, unit_lead
+from .pdl_swap_common import MAX_T, PROBE_TOL, below_lead, drop_write_backs, graph_input, unit_lead, widest_up
 
 lingc_ops = torch.ops.lingc
 
@@ -75,17 +75,10 @@ def _int_vector(a: fx.Node, htl: int, L: int) -> bool:
 
 
 def _widest_part(leaf: fx.Node, T: int, W: int) -> tuple[fx.Node, list[fx.Node]]:
-    """Walk a leaf up its view chain to the widest [T, w < W] value it is part of (the key's
-    [T, P] slice above its even/odd selects): (that node, the views passed)."""
-    best, chain, passed, n = leaf, [], [], leaf
-    while True:
-        s = shape(n) or ()
-        if unit_lead(s, 2) is not None and s[-2] == T and 0 < s[-1] < W:      # [T, w] (or [1, T, w])
-            best, chain = n, list(passed)
-        if not is_call(n, *VIEW_OPS, aten.clone.default, torch.ops.prims.convert_element_type.default):
-            return best, chain
-        passed.append(n)
-        n = n.args[0]
+    """A leaf walked up to the widest [T, w < W] value it is part of (the key's [T, P] slice above
+    its even/odd selects): (that node, the views passed)."""
+    return widest_up(leaf, lambda n: (unit_lead(shape(n) or (), 2) is not None and shape(n)[-2] == T
+                                      and 0 < shape(n)[-1] < W))
 
 
 class MlaCores:
@@ -484,7 +477,5 @@ class MlaCores:
         g.erase_node(scat)
         if ip is not scat:
             g.erase_node(ip)
-        for u in list(ph.users):
-            if is_call(u, aten.copy_.default) and u.args[0] is ph and u.args[1] is ph:
-                g.erase_node(u)                                      # the epilogue write-back
+        drop_write_backs(g, ph)
         return None

@@ -4,9 +4,10 @@ static offset o (row t at n + o + t).
 The relay's steps compute their chain positions on the device as ``n + arange(T)`` (metadata
 capture), which as ATen ops is two kernels and two full (non-PDL) edges at the head of every
 captured step graph. Every position a decode or verify graph needs is consecutive from the
-relay's n, so the ops that read positions (``mla_kv_write``, ``mla_decode``, ``gqa_decode``) also take the base
-itself with ``pos_offset=o``, and each kernel forms ``n + o + t`` where it loaded ``positions[t]``
-(pdl_glue.positions_into_readers rewrites the graph; nothing is built on the device).
+relay's n, so the ops that read positions (``mla_kv_write``, ``mla_decode``, ``gqa_decode``,
+``head_cache_write``) also take the base itself with ``pos_offset=o``, and each kernel forms
+``n + o + t`` where it loaded ``positions[t]`` (pdl_glue.positions_into_readers rewrites the
+graph; nothing is built on the device).
 
 A kernel reads position t as ``load(ptr + t * stride) + add + t * step``: (1, 0, 0) for a [T]
 tensor, (0, o, 1) for a base. Runtime integers, so both forms run one compiled kernel.
