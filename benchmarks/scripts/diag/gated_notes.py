@@ -1,3 +1,5 @@
+"""Session 53's device diagnosis: pdl_swap's notes for the bf16 gated-attention foreign model on
+CUDA (why its attention was left), and the final graph of the attention layer alone."""
 import sys, torch
 sys.path.insert(0, "tests")
 import test_foreign_model as t
