@@ -203,15 +203,20 @@ def widen_leaf(leaf: fx.Node, want: Callable[[fx.Node], bool]) -> tuple[fx.Node,
         n = n.args[0]
 
 
-def region_module(nodes: list[fx.Node], leaves: list[fx.Node], outputs: list[fx.Node]) -> fx.GraphModule:
+def region_module(nodes: list[fx.Node], leaves: list[fx.Node], outputs: list[fx.Node],
+                  identities: list[fx.Node] = ()) -> fx.GraphModule:
     """The region as a standalone GraphModule(leaves...) -> outputs, on the CPU (a CUDA-only fused
-    attention op replaced by its CPU stand-in, lingc/sdpa.py)."""
+    attention op replaced by its CPU stand-in, lingc/sdpa.py). ``identities``: nodes of the region
+    passed through as their first argument (casts, where only the positions of elements matter)."""
     g = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     for i, leaf in enumerate(leaves):
         env[leaf] = g.placeholder(f"in{i}")
     cpu = lambda a: torch.device("cpu") if isinstance(a, torch.device) else a  # noqa: E731
     for n in nodes:
+        if n in identities:
+            env[n] = env[n.args[0]]
+            continue
         new = g.node_copy(n, lambda a: env[a])
         new.kwargs = tree_map(cpu, dict(new.kwargs))
         if n.target in CPU_STAND_INS:

@@ -5,7 +5,8 @@ lingc.gqa_decode.
              query heads) ; causal mask from positions (or a sliding window) ; softmax ; p @ v
              (T <= 16)
              (or one fused attention op, lingc/sdpa.py, with enable_gqa or repeated heads)
-    after:   o = lingc.gqa_decode(q, k_cache, v_cache, positions, scale, window)      [T, HQ, DV] fp32
+    after:   o = lingc.gqa_decode(q, k_cache, v_cache, positions, scale, window)      [T, HQ, DV] in the
+             region's dtype (a 16-bit model's output rounded once by the op's store)
 
 How it is found: pdl_swap_mla's attention search hands over every attention whose values are a
 per-head cache, [L, kv_heads, DV] or Hugging Face's [kv_heads, L, DV] (after this step's row write;
@@ -17,9 +18,9 @@ value on the scores' other side through views, casts and copies (before it: its 
 embedding, left as they are). The region between those, the positions and the output is run on
 random inputs against gqa_decode's reference under every candidate scale (pdl_swap_mla's rule),
 every sliding window its integer constants could spell (none first) and every layout; the best
-one within the tolerance is rewritten, the output cast back to the region's dtype. If the probe
-fails the attention goes on to the MLA matcher (an MLA's latent rows can look like one head's),
-and the GQA matcher's reason is reported when that fails too.
+one within the tolerance is rewritten, the op writing the region's dtype (``out_dtype``). If
+the probe fails the attention goes on to the MLA matcher (an MLA's latent rows can look like one
+head's), and the GQA matcher's reason is reported when that fails too.
 
 Numerics (declared): the kernel computes in fp32 with split 16-bit operands (runtime/kernels/
 gqa_decode/README.md); a bf16 model's SDPA rounds scores and probabilities to bf16, so the
@@ -152,13 +153,13 @@ class GqaCores:
             with g.inserting_before(o):
                 try:
                     k, v = (_rows_first(g, below_lead(g, c, 3), at) for c, at in ((k_cache, k_at), (v_cache, v_at)))
+                    # A 16-bit model's output rounded by the op's store, not by a cast kernel after it.
+                    dt = {} if val(o).dtype == torch.float32 else {"out_dtype": val(o).dtype}
                     out = emit(g, lingc_ops.gqa_decode.default, emit_token_major(g, q, q_at), k, v, pos, scale,
-                               window)
+                               window, **dt)
                 except ValueError as e:
                     return str(e)
                 o_new = emit_layout(g, out, o_at)
-                if val(o).dtype != torch.float32:
-                    o_new = emit(g, torch.ops.prims.convert_element_type.default, o_new, val(o).dtype)
             o.replace_all_uses_with(o_new)
             self.gqa_matched += 1
             return None

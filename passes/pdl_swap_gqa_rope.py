@@ -23,10 +23,11 @@ the [T, H, D] value it is part of) is run on random inputs: a part must equal on
 or that leaf rotated by the positions with a 1-d float graph input as inv_freq (rotate-half or
 interleaved pairs, the first 2 * len(inv_freq) dims) whatever the other leaves hold. A query
 region of a gqa_decode is probed the same way against its positions and folded into the op's
-inv_freq. An output gate is a product with sigmoid(g) of the only value computed from the
-op's output through views and casts, g of its shape: the views are run on an iota to check they
-are a head layout of the output (or its [T, H * D] flattening), and g is taken to the op's [T, H,
-D] through the inverse view. Anything else is left as it is, with a note.
+inv_freq. An output gate is a product with sigmoid(g) (cast or not) of the only value computed
+from the op's output through views and casts, g of its shape: the chain is run on an iota (its
+casts as identities) to check it is a head layout of the output (or its [T, H * D] flattening),
+and g is taken to the op's [T, H, D] through the inverse view. Anything else is left as it is,
+with a note.
 
 Numerics (declared): the kernels rotate in fp32 and round once to the rows' dtype; a 16-bit
 model's eager RoPE multiplies in its dtype (one rounding per product), within the probe tolerance.
@@ -156,9 +157,12 @@ def _output_layout(op: fx.Node, chain: list[fx.Node], T: int, H: int, D: int) ->
     lays = head_layouts(end, T, H, D) or (["flat"] if shape(end) == (T, H * D) else [])
     if not lays or not chain:
         return lays[0] if lays else None
+    # Casts are run as identities: an iota past 256 does not survive bf16 (a 16-bit model's
+    # chain casts the op's output before its gate), and a cast moves no element.
+    casts = [n for n in chain if is_call(n, torch.ops.prims.convert_element_type.default)]
     iota = torch.arange(T * H * D, dtype=torch.float32).reshape(T, H, D)
     with real_tensor_mode():
-        got = run_region(region_module(chain, [op], [end]), [iota])
+        got = run_region(region_module(chain, [op], [end], identities=casts), [iota])
     if got is None:
         return None
     for lay in lays:
@@ -285,6 +289,8 @@ class GqaRope:
             if len(n.users) != 1 or not is_call(mul := next(iter(n.users)), aten.mul.Tensor):
                 continue
             sig = next((a for a in mul.args[:2] if a is not n), None)
+            while is_call(sig, torch.ops.prims.convert_element_type.default) and len(sig.users) == 1:
+                sig = sig.args[0]         # sigmoid(g) cast to the product's dtype
             if not is_call(sig, aten.sigmoid.default) or shape(sig) != shape(n) or len(sig.users) != 1:
                 continue
             x = sig.args[0]

@@ -154,10 +154,11 @@ def test_qwen3_next_model_on_lingc_kernels(form, T, tmp_path):
     assert "PDL coverage 28/28 kernel-launching ops (100%)" in stat(report, "pdl_swap").notes
     chains = [line for line in final_graph_text(report).splitlines() if "= lingc.kda_chain(" in line]
     assert len(chains) == 2 and all("aten.clone" not in c for c in chains)
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    # The MLA latent cache holds values up to ~4: 2.4e-5 apart at T = 3 in Qwen3.5's form,
+    # with fused_moe on or off alike (fp32 summation order in the layers before it); the output
+    # too on some CPUs (2.4e-5 of 0.5 on session 54's machine, within 1e-5 on earlier ones).
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=5e-5)
     for got, want in zip(sum(groups, []), sum(ref_groups, [])):
-        # The MLA latent cache holds values up to ~4: 2.4e-5 apart at T = 3 in Qwen3.5's form,
-        # with fused_moe on or off alike (fp32 summation order in the layers before it).
         torch.testing.assert_close(got, want, rtol=1e-5, atol=5e-5)
     assert not torch.equal(groups[1][0], KimiStyleModel.fresh_state(4, fused_conv=width)[1][0])   # window written
 

@@ -60,13 +60,14 @@ def cpu(a):
     return tuple(t.cpu() if torch.is_tensor(t) else t for t in a)
 
 
-def run_kernel(a, config=SPLIT32, pos_offset=None, inv_freq=None, interleaved=False, gate=None):
+def run_kernel(a, config=SPLIT32, pos_offset=None, inv_freq=None, interleaved=False, gate=None,
+               out_dtype=torch.float32):
     """The launcher with a NaN-poisoned output and split workspace."""
     q, v = a[0], a[2]
     T, HQ, _ = q.shape
     L, HKV, DV = v.shape
     cfg = config or config_for(L, HQ, HKV, q.shape[2], DV)
-    out = torch.full((T, HQ, DV), float("nan"), device=q.device)
+    out = torch.full((T, HQ, DV), float("nan"), device=q.device, dtype=out_dtype)
     parts = tuple(t.fill_(float("nan")) for t in workspace(T, HQ, DV, num_splits(L, cfg), q.device))
     return gqa_decode_triton(*a, out=out, config=cfg, partials=parts, pos_offset=pos_offset, inv_freq=inv_freq,
                              interleaved=interleaved, gate=gate)
@@ -215,6 +216,34 @@ def test_kernel_output_gate(T, p0, heads, dims, gate_dtype):
     assert_close(run_kernel(args(x), gate=gate), want, RTOL[torch.bfloat16])
 
 
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("T,p0,heads,dims", [(1, 63, (4, 2), (32, 32)), (6, 44, (6, 1), (24, 40))])
+def test_kernel_16bit_output(T, p0, heads, dims, out_dtype):
+    """A 16-bit output (the op's out_dtype): the fp32 output rounded once by the combine's store,
+    to nearest on a GPU (bitwise the fp32 output's torch cast; the interpreter truncates: within
+    one unit of the last place), gated or not; every element written over a NaN-poisoned output."""
+    x = make_inputs(T, 100, chain(p0, T), torch.bfloat16, seed=T + p0 + 7, heads=heads, dims=dims)
+    gate = (torch.randn(T, heads[0], dims[1], generator=torch.Generator().manual_seed(2)) * 3).to(DEVICE)
+    for g in (None, gate):
+        wide = run_kernel(args(x), gate=g)
+        got = run_kernel(args(x), gate=g, out_dtype=out_dtype)
+        assert got.dtype == out_dtype and not got.isnan().any()
+        if DEVICE == "cuda":
+            assert torch.equal(got, wide.to(out_dtype))
+        else:
+            fi = torch.finfo(out_dtype)               # a unit of the last place (subnormals' too)
+            assert ((got.float() - wide).abs() <= fi.eps * (wide.abs() + fi.smallest_normal)).all()
+        assert_close(wide, gqa_decode_reference(*cpu(args(x)), gate=None if g is None else g.cpu()),
+                     RTOL[torch.bfloat16])
+    o = torch.ops.lingc.gqa_decode(*args(x), gate=gate, out_dtype=out_dtype)     # the op (its own config)
+    want = gqa_decode_reference(*cpu(args(x)), gate=gate.cpu())
+    assert o.dtype == out_dtype
+    if DEVICE == "cpu":
+        assert torch.equal(o, want.to(out_dtype))                           # the reference, cast
+    else:
+        assert_close(o.float().cpu(), want, 5e-3)
+
+
 def test_config_rule():
     # ~128 programs at T = 1 (splits x key/value heads), whole 64-row tiles, never below 64 rows.
     assert config_for(8192, 4, 1, 256, 256).split_len == 64
@@ -243,6 +272,7 @@ def test_op_dispatch_fake_and_compile():
         fa = [mode.from_tensor(t) if torch.is_tensor(t) else t for t in a]
         o = torch.ops.lingc.gqa_decode(*fa)
         assert o.shape == (6, 8, 32) and o.dtype == torch.float32
+        assert torch.ops.lingc.gqa_decode(*fa, out_dtype=torch.bfloat16).dtype == torch.bfloat16
         with pytest.raises(ValueError, match="must be a multiple of the caches' 3 key/value heads"):
             torch.ops.lingc.gqa_decode(fa[0], mode.from_tensor(torch.zeros(48, 3, 32)),
                                        mode.from_tensor(torch.zeros(48, 3, 32)), *fa[3:])
@@ -271,6 +301,7 @@ def _bad(**kw):
     (dict(inv_freq=torch.ones(8, dtype=torch.float64)), "inv_freq must be a contiguous float"),
     (dict(gate=torch.zeros(2, 4, 16)), r"gate must be a float \[T, heads, DV\] = \(2, 4, 32\)"),
     (dict(gate=torch.zeros(2, 4, 32, dtype=torch.int32)), "gate must be a float"),
+    (dict(out_dtype=torch.int32), "out_dtype must be float32, bfloat16 or float16"),
     (dict(k_cache=torch.zeros(20, 2, 300), v_cache=torch.zeros(20, 2, 300), q=torch.zeros(2, 4, 300)),
      "head_dim = 300 must be in 1..256"),
 ])

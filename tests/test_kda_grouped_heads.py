@@ -48,8 +48,8 @@ def grouped_inputs(T, HK, H, K, dtype, seed, per_head_gate=True, width=W - 1):
 
 def args(x, state=None, window=None, lb=None):
     """kda_chain's positional arguments: the conv weights as row slices of the fused one."""
-    dqk = x["q_raw"].shape[1]
-    conv_w = list(x["conv_w"].split([dqk, dqk, x["v_raw"].shape[1]], 0))
+    dqk = x["q_raw"][0].numel()              # (a head-grouped [T, HK, K] view's too)
+    conv_w = list(x["conv_w"].split([dqk, dqk, x["v_raw"][0].numel()], 0))
     return (x["q_raw"], x["k_raw"], x["v_raw"], x["f_raw"], x["b_raw"], conv_w,
             x["conv_window"] if window is None else window, x["a_log"], x["dt_bias"],
             x["state"] if state is None else state, lb)
@@ -235,7 +235,8 @@ from triton.backends.compiler import GPUTarget
 from lingc.runtime.kernels.kda.kernel import _kda_chain_kernel as fn
 
 sig = {n: "*bf16" for n in ["q_ptr", "k_ptr", "v_ptr", "f_ptr", "b_ptr", "win_ptr", "swin_ptr"]}
-sig.update({n: "i32" for n in ["stride_q", "stride_k", "stride_v", "stride_f", "stride_b", "T", "STAGED"]})
+sig.update({n: "i32" for n in ["stride_q", "stride_k", "stride_v", "stride_f", "stride_b",
+                                 *(f"{g}_{x}" for g in ("glen", "gstride") for x in "qkvfb"), "T", "STAGED"]})
 sig.update({n: "*fp32" for n in ["wq_ptr", "wk_ptr", "wv_ptr", "alog_ptr", "dtb_ptr", "state_ptr", "o_ptr",
                                  "sstate_ptr"]})
 sig.update(ticket_ptr="*i32", lower_bound="fp32", scale="fp32", eps="fp32")
@@ -325,3 +326,32 @@ def test_gpu_decode_steps_then_verify_and_commit_in_a_cuda_graph():
         assert_close(outs[2], verify.o, 1e-4)
         assert_close(x["state"], verify.stage_states[2], 1e-4)
         assert torch.equal(x["conv_window"].cpu(), verify.stage_windows[2])
+
+
+@pytest.mark.parametrize("staged", [False, True], ids=["persistent", "staged"])
+@pytest.mark.parametrize("T", [1, 3])
+@pytest.mark.parametrize("HK,H,K", [(2, 4, 16), (2, 4, 24)])
+def test_head_grouped_views_read_in_place(HK, H, K, T, staged):
+    """q, k, v, b and f as Qwen3-Next's projections leave them: [T, HK, .] pieces of each q/k
+    head's group in the fused qkvz and ba outputs (fix_query_key_value_ordering's split, no
+    copy), each read as the [T, N] rows it holds. The kernel (outputs, state, window and stages
+    NaN-poisoned or copied) and the op on the CPU give bitwise what the contiguous copies give."""
+    G = H // HK
+    x = grouped_inputs(T, HK, H, K, torch.bfloat16, seed=77 + T + K)
+    gen = torch.Generator().manual_seed(5 + T)
+    qkvz = (torch.randn(T, HK, 2 * K + 2 * G * K, generator=gen)).to(torch.bfloat16).to(DEVICE)
+    ba = (torch.randn(T, HK, 2 * G, generator=gen)).to(torch.bfloat16).to(DEVICE)
+    q, k, v, _z = qkvz.split([K, K, G * K, G * K], 2)
+    b, f = ba.split([G, G], 2)
+    grouped = dict(x, q_raw=q, k_raw=k, v_raw=v, b_raw=b, f_raw=f)
+    flat = dict(x, **{n: t.reshape(T, -1) for n, t in grouped.items() if n.endswith("_raw")})
+    assert flat["q_raw"].data_ptr() != q.data_ptr() and q.stride(1) == 2 * K + 2 * G * K   # views, no [T, N] one
+    got, want = run_kernel(grouped, staged), run_kernel(flat, staged)
+    for a, b_ in zip(got, want):
+        assert a is None or torch.equal(a, b_)
+    assert not got[0].isnan().any()
+    cpu = {n: t.cpu() for n, t in grouped.items()}
+    state = cpu["state"].clone()
+    o = torch.ops.lingc.kda_chain(*args(cpu, state=state, window=cpu["conv_window"].clone()), None, None)
+    r = kda_chain_reference(*args({n: t.cpu() for n, t in flat.items()}))
+    assert torch.equal(o, r.o) and torch.equal(state, r.state)

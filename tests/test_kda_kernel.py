@@ -747,7 +747,8 @@ _COMPILE_CHECK = textwrap.dedent("""
     from sm90 import compile_sm90
     from lingc.runtime.kernels.kda.kernel import _kda_chain_kernel, config_for
     sig = {n: "*bf16" for n in ["q_ptr", "k_ptr", "v_ptr", "f_ptr", "b_ptr", "win_ptr", "swin_ptr"]}
-    sig.update({n: "i32" for n in ["stride_q", "stride_k", "stride_v", "stride_f", "stride_b", "T"]})
+    sig.update({n: "i32" for n in ["stride_q", "stride_k", "stride_v", "stride_f", "stride_b",
+                                 *(f"{g}_{x}" for g in ("glen", "gstride") for x in "qkvfb"), "T"]})
     sig.update({n: "*fp32" for n in ["wq_ptr", "wk_ptr", "wv_ptr", "alog_ptr", "dtb_ptr", "state_ptr", "o_ptr",
                                      "sstate_ptr"]})
     sig.update(ticket_ptr="*i32", lower_bound="fp32", scale="fp32", eps="fp32")

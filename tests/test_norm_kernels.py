@@ -363,6 +363,22 @@ def test_gated_kernel_strided_gate_and_prefill():
     assert_close(got, gated_head_rmsnorm_reference(o.cpu(), g.cpu(), w.cpu(), EPS), RTOL[torch.float32])
 
 
+@pytest.mark.parametrize("T,groups,G,V", [(1, 4, 2, 16), (3, 2, 3, 24)])
+def test_gated_kernel_head_grouped_gate(T, groups, G, V):
+    """A head-grouped gate: Qwen3-Next's z, the [T, groups, G * V] piece of each q/k head's group
+    in its fused projection's output (groups 7 * G * V apart here), read as the [T, H, V] rows it
+    holds (H = groups * G) with no copy; the kernel (NaN-poisoned) against the reference on its
+    reshape, and the op on the CPU likewise."""
+    H = groups * G
+    fused = rand(T, groups, 7 * G * V, dtype=torch.bfloat16, seed=150 + T)
+    z = fused[:, :, 3 * G * V:4 * G * V]                        # [T, groups, G * V], no [T, H, V] view of it
+    o, w = rand(T, H, V, seed=151 + T), rand(V, dtype=torch.bfloat16, seed=152 + T)
+    want = gated_head_rmsnorm_reference(o.cpu(), z.cpu().reshape(T, H, V), w.cpu(), EPS, silu_gate=True)
+    got = run_gated(o, z, w, silu_gate=True, config=NormConfig(block=32, heads=4))
+    assert_close(got, want, RTOL[torch.float32])
+    assert torch.equal(gated_head_rmsnorm(o.cpu(), z.cpu(), w.cpu(), EPS, silu_gate=True), want)
+
+
 # Batch invariance in T.
 
 
@@ -471,6 +487,7 @@ def test_rmsnorm_bad_arguments_raise(kwargs, match):
 @pytest.mark.parametrize("kwargs,match", [
     (dict(o=torch.zeros(2, 64)), r"o must be \[T, H, V\] .* got shape \(2, 64\)"),
     (dict(gate=torch.zeros(2, 4, 8)), r"gate must be \[T, H, V\] = \(2, 4, 16\), got \(2, 4, 8\)"),
+    (dict(gate=torch.zeros(2, 2, 24)), r"gate must be \[T, H, V\] = \(2, 4, 16\), got \(2, 2, 24\)"),
     (dict(weight=torch.zeros(4)), r"weight must be \[V\] = \(16,\), got \(4,\)"),
     (dict(weight=torch.zeros(32)[::2]), "weight must be contiguous"),
     (dict(gate=torch.zeros(2, 4, 16, dtype=torch.int64)), "gate.dtype must be .* got torch.int64"),
@@ -531,7 +548,7 @@ _COMPILE_CHECK = textwrap.dedent("""
               c.num_warps)
     g = gated_config(8, 128)
     sig = dict(o_ptr="*fp32", g_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", stride_ot="i32", stride_oh="i32",
-               stride_gt="i32", stride_gh="i32", H="i32", V="i32", eps="fp32")
+               stride_gt="i32", stride_gh="i32", gate_group="i32", H="i32", V="i32", eps="fp32")
     for round_steps, rbw, silu, f32 in ((False, False, False, False), (True, False, False, False),
                                         (True, True, False, False), (False, False, True, False),
                                         (True, False, True, False), (True, True, True, True)):

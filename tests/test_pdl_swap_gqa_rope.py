@@ -51,7 +51,8 @@ class RopeAttention(torch.nn.Module):
     """GQA over per-head caches with RoPE on queries and keys. ``form``: "half" (rotate-half on
     all dims), "partial" (on the first quarter: Qwen3-Next's), "interleaved" (GPT-J's), "stacked"
     (partial, keys and values in one [L, 2, kv_heads, D] cache), "gated" (stacked, the output
-    times sigmoid of a second query-projection half: Qwen3-Next's), "gated-scrambled" (the same, the
+    times sigmoid of a second query-projection half: Qwen3-Next's), "gated-cast" (the same, the
+    product in bf16 of an fp32 model: the output cast before its gate), "gated-scrambled" (the same, the
     gate applied to the output's [D, H] transpose read back as [H, D]: a view chain that is no
     layout of it), "scaled-q" (the queries
     multiplied by a learned per-dim weight, no RoPE: nothing to fold), "shifted-k" (the keys
@@ -86,7 +87,7 @@ class RopeAttention(torch.nn.Module):
         k = k + pos[:, None, None].to(k.dtype) if self.form == "shifted-k" else self.rope(k, pos)
         if self.form == "strided-v":                 # every other column of a twice-wide projection
             v = (x @ self.v2.T).view(T, self.kv_heads, 2 * self.d)[..., ::2]
-        if self.form in ("stacked", "gated", "gated-scrambled", "strided-v"):
+        if self.form in ("stacked", "gated", "gated-cast", "gated-scrambled", "strided-v"):
             (cache,) = caches
             cache[pos] = torch.stack([k, v], 1).to(cache.dtype)
             kc, vc = cache[:, 0], cache[:, 1]
@@ -98,6 +99,8 @@ class RopeAttention(torch.nn.Module):
                                            attn_mask=visible[None, None], enable_gqa=True)[0].transpose(0, 1)
         if self.form == "gated":
             o = o * gate
+        elif self.form == "gated-cast":
+            o = (o.to(torch.bfloat16) * gate.to(torch.bfloat16)).to(o.dtype)
         elif self.form == "gated-scrambled":
             o = o.transpose(1, 2).reshape(o.shape) * gate
         return o.reshape(T, self.heads * self.d) @ self.o.T
@@ -126,7 +129,7 @@ class HFRopeAttention(HFStyleAttention):
 def _caches(m, gen, dtype):
     if isinstance(m, HFRopeAttention):
         return [torch.randn(1, m.kv_heads, L, m.d, generator=gen).to(dtype) for _ in range(2)]
-    if m.form in ("stacked", "gated", "gated-scrambled", "strided-v"):
+    if m.form in ("stacked", "gated", "gated-cast", "gated-scrambled", "strided-v"):
         return [torch.randn(L, 2, m.kv_heads, m.d, generator=gen).to(dtype)]
     return [torch.randn(L, m.kv_heads, m.d, generator=gen).to(dtype) for _ in range(2)]
 
@@ -163,15 +166,30 @@ def test_rope_and_row_writes_fold_into_lingc_ops(form, cls, T):
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 
-def test_bf16_model():
-    """bf16: the kernels' references rotate in fp32 and round once (eager rounds each product)."""
-    m = RopeAttention("partial", dtype=torch.bfloat16)
+@pytest.mark.parametrize("form", ["partial", "gated"])
+def test_bf16_model(form):
+    """bf16: the kernels' references rotate in fp32 and round once (eager rounds each product).
+    gqa_decode writes the bf16 output itself (no cast kernel after it), and the gate is found
+    through a bf16 model's cast of the output: the layout check's iota (past 256 at T = 6, which
+    bf16 cannot hold) runs the casts as identities."""
+    m = RopeAttention(form, dtype=torch.bfloat16)
     out, ref, caches, refs, report = _run(m, 6, torch.bfloat16)
     ops = rows(report)
     assert ops.get("lingc.gqa_decode") == 1 and ops.get("lingc.head_cache_write") == 2, ops
+    assert ("output gate folded into 1 gqa_decode" in stat(report, "pdl_swap").notes[0]) == (form == "gated")
+    assert not aten_kernels(report), report.kernels.format()
     torch.testing.assert_close(out.float(), ref.float(), rtol=3e-2, atol=3e-2)
     for got, want in zip(caches, refs):
         torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_a_gate_behind_a_bf16_cast_of_the_output_folds():
+    """The fp32 output cast to bf16 before its gate: the layout check runs the cast as an
+    identity (an iota past 256, here 384 elements at T = 6, does not survive bf16)."""
+    out, ref, caches, refs, report = _run(RopeAttention("gated-cast"), 6)
+    assert "output gate folded into 1 gqa_decode" in stat(report, "pdl_swap").notes[0], stat(report, "pdl_swap").notes
+    assert aten_kernels(report) <= {"prims.convert_element_type"}, report.kernels.format()   # the casts
+    torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2)
 
 
 def test_queries_without_rope_keep_their_computation_with_the_reason():

@@ -53,7 +53,8 @@ _CHECK = textwrap.dedent("""
     assert state_before_wait(True, True) == (TRIGGER != "early")
     assert not state_before_wait(False, True) and not state_before_wait(True, False)
     sig = {n: "*bf16" for n in ["q_ptr", "k_ptr", "v_ptr", "f_ptr", "b_ptr", "win_ptr", "swin_ptr"]}
-    sig.update({n: "i32" for n in ["stride_q", "stride_k", "stride_v", "stride_f", "stride_b", "T", "STAGED"]})
+    sig.update({n: "i32" for n in ["stride_q", "stride_k", "stride_v", "stride_f", "stride_b",
+                                 *(f"{g}_{x}" for g in ("glen", "gstride") for x in "qkvfb"), "T", "STAGED"]})
     sig.update({n: "*fp32" for n in ["wq_ptr", "wk_ptr", "wv_ptr", "alog_ptr", "dtb_ptr", "state_ptr", "o_ptr",
                                      "sstate_ptr"]})
     sig.update(ticket_ptr="*i32", lower_bound="fp32", scale="fp32", eps="fp32")

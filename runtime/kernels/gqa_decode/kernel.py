@@ -184,7 +184,8 @@ def gqa_decode_triton(q, k_cache, v_cache, positions, scale: float, out=None, *,
                       config: GqaDecodeConfig | None = None, use_pdl: bool | None = None, partials=None,
                       pos_offset: int | None = None, window: int = 0, inv_freq: torch.Tensor | None = None,
                       interleaved: bool = False, gate: torch.Tensor | None = None) -> torch.Tensor:
-    """Launch split + combine; returns o [T, HQ, DV] fp32 (``out`` if given). Arguments as
+    """Launch split + combine; returns o [T, HQ, DV] fp32 (``out`` if given: fp32, bf16 or fp16,
+    the fp32 result rounded once by the combine's store). Arguments as
     op.check_gqa_decode_args accepts them; ``partials`` (from ``workspace(T, HQ, DV, ns)``) lets a
     caller own or poison the split workspace."""
     T, HQ, D = q.shape
@@ -194,7 +195,8 @@ def gqa_decode_triton(q, k_cache, v_cache, positions, scale: float, out=None, *,
     ns = num_splits(L, cfg)
     if out is None:
         out = torch.empty((T, HQ, DV), device=q.device, dtype=torch.float32)
-    assert out.shape == (T, HQ, DV) and out.dtype == torch.float32 and out.is_contiguous()
+    assert out.shape == (T, HQ, DV) and out.dtype in (torch.float32, torch.bfloat16, torch.float16) \
+        and out.is_contiguous()
     if T == 0:
         return out
     m, l, acc = partials if partials is not None else workspace(T, HQ, DV, ns, q.device)

@@ -2,7 +2,7 @@
 
 ``torch.ops.lingc.gqa_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor positions,
 float scale, int window=0, int? pos_offset=None, Tensor? inv_freq=None, bool interleaved=False,
-Tensor? gate=None) -> Tensor``
+Tensor? gate=None, ScalarType? out_dtype=None) -> Tensor``
 
 - q [T, HQ, D]: the queries after their norm (fp32, bf16 or fp16; unit inner stride, any T /
   head strides), after their rotary embedding too unless ``inv_freq`` is given;
@@ -18,9 +18,11 @@ Tensor? gate=None) -> Tensor``
   first (RoPE folded into the attention; rotate-half pairs, or ``interleaved`` ones), fp32 rounded
   once to q's dtype; the keys are rotated by their cache write (lingc.head_cache_write);
 - gate [T, HQ, DV] (any float dtype, unit inner stride) or None: the output is multiplied by
-  sigmoid(gate) in fp32 (Qwen3-Next's gated attention), inside the combine kernel.
+  sigmoid(gate) in fp32 (Qwen3-Next's gated attention), inside the combine kernel;
+- out_dtype: the output's dtype (float32 when None; a 16-bit model's bfloat16 / float16 rounds
+  the fp32 result once in the combine's store, so no cast kernel follows the op).
 
-Returns o [T, HQ, DV] fp32 = softmax(q k^T * scale, causal) @ v. T is 1..16 (decode and verify
+Returns o [T, HQ, DV] (out_dtype, fp32 by default) = softmax(q k^T * scale, causal) @ v. T is 1..16 (decode and verify
 chains; prefill keeps the model's path). naive.py holds the exact math, kernel.py the split-K
 Triton kernel (PDL-launched on Hopper; mla_decode's combine), README.md the design.
 """
@@ -46,7 +48,7 @@ KV_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window=0, pos_offset=None, inv_freq=None,
-                          interleaved=False, gate=None) -> None:
+                          interleaved=False, gate=None, out_dtype=None) -> None:
     """Raise ValueError naming the bad argument of ``gqa_decode``."""
     op = "gqa_decode"
     if q.dim() != 3:
@@ -104,29 +106,37 @@ def check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window=0, pos_o
                              f"last dim, got {gate.dtype} {tuple(gate.shape)} strides {gate.stride()}")
         if gate.device != q.device:
             raise ValueError(f"{op}: gate is on {gate.device} but q is on {q.device}")
+    if out_dtype is not None and out_dtype not in Q_DTYPES:
+        raise ValueError(f"{op}: out_dtype must be float32, bfloat16 or float16 (or None: float32), got {out_dtype}")
 
 
 def _gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor,
                 scale: float, window: int = 0, pos_offset: int | None = None, inv_freq: torch.Tensor | None = None,
-                interleaved: bool = False, gate: torch.Tensor | None = None) -> torch.Tensor:
-    check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window, pos_offset, inv_freq, interleaved, gate)
+                interleaved: bool = False, gate: torch.Tensor | None = None,
+                out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window, pos_offset, inv_freq, interleaved, gate,
+                          out_dtype)
     if not q.is_cuda:
-        return gqa_decode_reference(q, k_cache, v_cache, expand_positions(positions, q.shape[0], pos_offset), scale,
-                                    window, inv_freq, interleaved, gate)
+        o = gqa_decode_reference(q, k_cache, v_cache, expand_positions(positions, q.shape[0], pos_offset), scale,
+                                 window, inv_freq, interleaved, gate)
+        return o if out_dtype is None else o.to(out_dtype)
     from .kernel import gqa_decode_triton  # imported here so the CPU path needs no triton
 
-    return gqa_decode_triton(q, k_cache, v_cache, positions, scale, window=window, pos_offset=pos_offset,
+    out = torch.empty((*q.shape[:2], v_cache.shape[2]), device=q.device, dtype=out_dtype or torch.float32)
+    return gqa_decode_triton(q, k_cache, v_cache, positions, scale, out, window=window, pos_offset=pos_offset,
                              inv_freq=inv_freq, interleaved=interleaved, gate=gate)
 
 
 def _gqa_decode_fake(q, k_cache, v_cache, positions, scale, window=0, pos_offset=None, inv_freq=None,
-                     interleaved=False, gate=None):
-    check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window, pos_offset, inv_freq, interleaved, gate)
-    return q.new_empty((*q.shape[:2], v_cache.shape[2]), dtype=torch.float32)
+                     interleaved=False, gate=None, out_dtype=None):
+    check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window, pos_offset, inv_freq, interleaved, gate,
+                          out_dtype)
+    return q.new_empty((*q.shape[:2], v_cache.shape[2]), dtype=out_dtype or torch.float32)
 
 
 _SCHEMA = ("(Tensor q, Tensor k_cache, Tensor v_cache, Tensor positions, float scale, int window=0, "
-           "int? pos_offset=None, Tensor? inv_freq=None, bool interleaved=False, Tensor? gate=None) -> Tensor")
+           "int? pos_offset=None, Tensor? inv_freq=None, bool interleaved=False, Tensor? gate=None, "
+           "ScalarType? out_dtype=None) -> Tensor")
 
 
 gqa_decode = register_op("gqa_decode", _gqa_decode, _gqa_decode_fake, schema=_SCHEMA)

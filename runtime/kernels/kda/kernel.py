@@ -135,16 +135,24 @@ def _conv_silu(x0, x1, x2, x, w0, w1, w2, w3):
 
 
 @triton.jit
+def _grouped(c, glen, gstride):
+    """The offset in a token's row of flat channel c of an input held as [T, A, glen] groups
+    gstride apart (a head-grouped view, e.g. Qwen3-Next's q of each q/k head group inside the
+    fused projection's output); a flat [T, N] input passes glen = N (one group)."""
+    return (c // glen) * gstride + c % glen
+
+
+@triton.jit
 def _token_inputs(q_ptr, k_ptr, v_ptr, f_ptr, b_ptr, stride_q, stride_k, stride_v, stride_f, stride_b,
-                  t, T, h, cqk, cv, mk, mv, cf):
-    """Token t's raw q, k, v, f (this program's channels; f at gate channels cf) and b (its head)
-    in fp32; zeros past T."""
+                  t, T, oq, ok, ov, of, ob, mk, mv):
+    """Token t's raw q, k, v, f and b in fp32 at this program's offsets in a token's row (q, k at
+    its q/k channels, v at its v channels, f at its gate channels, b at its head); zeros past T."""
     live = t < T
-    return (tl.load(q_ptr + t * stride_q + cqk, mask=mk & live, other=0.0).to(tl.float32),
-            tl.load(k_ptr + t * stride_k + cqk, mask=mk & live, other=0.0).to(tl.float32),
-            tl.load(v_ptr + t * stride_v + cv, mask=mv & live, other=0.0).to(tl.float32),
-            tl.load(f_ptr + t * stride_f + cf, mask=mk & live, other=0.0).to(tl.float32),
-            tl.load(b_ptr + t * stride_b + h, mask=live, other=0.0).to(tl.float32))
+    return (tl.load(q_ptr + t * stride_q + oq, mask=mk & live, other=0.0).to(tl.float32),
+            tl.load(k_ptr + t * stride_k + ok, mask=mk & live, other=0.0).to(tl.float32),
+            tl.load(v_ptr + t * stride_v + ov, mask=mv & live, other=0.0).to(tl.float32),
+            tl.load(f_ptr + t * stride_f + of, mask=mk & live, other=0.0).to(tl.float32),
+            tl.load(b_ptr + t * stride_b + ob, mask=live, other=0.0).to(tl.float32))
 
 
 @triton.jit
@@ -171,6 +179,7 @@ def _softplus(x):
 def _kda_chain_kernel(
     q_ptr, k_ptr, v_ptr, f_ptr, b_ptr,
     stride_q, stride_k, stride_v, stride_f, stride_b,
+    glen_q, glen_k, glen_v, glen_f, glen_b, gstride_q, gstride_k, gstride_v, gstride_f, gstride_b,
     wq_ptr, wk_ptr, wv_ptr, win_ptr, alog_ptr, dtb_ptr, state_ptr, o_ptr, sstate_ptr, swin_ptr, ticket_ptr,
     T, STAGED, lower_bound, scale, eps,
     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
@@ -252,12 +261,18 @@ def _kda_chain_kernel(
         pv = tl.load(wv_base + cvw * WIN, mask=mv, other=0.0).to(tl.float32)
     else:
         pq, pk, pv = xq0, xk0, xv0    # unused: a 3-column cache keeps no shifted-out column
+    # The inputs' offsets in a token's row: flat channels, or head-grouped views (_grouped).
+    oq = _grouped(cqk, glen_q, gstride_q)
+    ok = _grouped(cqk, glen_k, gstride_k)
+    ov = _grouped(cv, glen_v, gstride_v)
+    of = _grouped(cf, glen_f, gstride_f)
+    ob = _grouped(h, glen_b, gstride_b)
     nq, nk, nv, nf, nb = _token_inputs(q_ptr, k_ptr, v_ptr, f_ptr, b_ptr, stride_q, stride_k, stride_v, stride_f,
-                                       stride_b, 0, T, h, cqk, cv, mk, mv, cf)
+                                       stride_b, 0, T, oq, ok, ov, of, ob, mk, mv)
     while t < T:
         xq, xk, xv, fx, bx = nq, nk, nv, nf, nb
         nq, nk, nv, nf, nb = _token_inputs(q_ptr, k_ptr, v_ptr, f_ptr, b_ptr, stride_q, stride_k, stride_v,
-                                           stride_f, stride_b, t + 1, T, h, cqk, cv, mk, mv, cf)
+                                           stride_f, stride_b, t + 1, T, oq, ok, ov, of, ob, mk, mv)
 
         q = _conv_silu(xq0, xq1, xq2, xq, wq0, wq1, wq2, wq3)
         k = _conv_silu(xk0, xk1, xk2, xk, wk0, wk1, wk2, wk3)
@@ -409,6 +424,15 @@ def _row_major(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
+def _input_layout(x: torch.Tensor) -> tuple[torch.Tensor, int, int, int]:
+    """(x, token stride, group length, group stride) of a flat [T, N] input (one group of N) or a
+    head-grouped [T, A, B] view (A groups of B channels, any token / group strides)."""
+    x = _row_major(x)
+    if x.dim() == 2:
+        return x, x.stride(0), x.shape[1], 0
+    return x, x.stride(0), x.shape[2], x.stride(1)
+
+
 def state_before_wait(state_ready: bool, use_pdl: bool) -> bool:
     """Whether the chain reads the state and windows before its PDL wait: only when the caller
     vouches for their writer (``state_ready``), PDL is on, and the kernel before the chain
@@ -439,13 +463,15 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
     win = conv_window.shape[-1]
     split = k_window is not None
     n_win = conv_window.numel() + (k_window.numel() + v_window.numel() if split else 0)
-    assert win in (CONV_WIDTH - 1, CONV_WIDTH) and n_win == (2 * q_raw.shape[1] + H * V) * win, conv_window.shape
+    assert win in (CONV_WIDTH - 1, CONV_WIDTH) and n_win == (2 * q_raw[0].numel() + H * V) * win, conv_window.shape
     for t in (*conv_w, conv_window, state, a_log, dt_bias, *((k_window, v_window) if split else ())):
         assert t.is_contiguous(), "weights, window and state must be contiguous"
     staged = stage_states is not None
     if staged:
         assert stage_windows is not None and stage_states.is_contiguous() and stage_windows.is_contiguous()
-    q_raw, k_raw, v_raw, f_raw, b_raw = (_row_major(x) for x in (q_raw, k_raw, v_raw, f_raw, b_raw))
+    lays = [_input_layout(x) for x in (q_raw, k_raw, v_raw, f_raw, b_raw)]
+    q_raw, k_raw, v_raw, f_raw, b_raw = (lay[0] for lay in lays)
+    dqk, n_f = q_raw[0].numel(), f_raw[0].numel()       # a token's q channels and gate values
     if out is None:
         out = torch.empty((T, H, V), device=state.device, dtype=torch.float32)
     assert out.shape == (T, H, V) and out.dtype == torch.float32 and out.is_contiguous()
@@ -455,16 +481,16 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
         use_pdl = pdl_supported(state.device)
     assert not use_pdl or pdl_supported(state.device), "PDL requested on a device without PDL support"
     launch = {"launch_pdl": True} if use_pdl else {}
-    group = H // (q_raw.shape[1] // K)          # value heads per q/k head
+    group = H // (dqk // K)                     # value heads per q/k head
     tickets = _tickets(state.device, H) if (not staged and nvb * group > 1) else state
     _kda_chain_kernel[(H, nvb)](
-        q_raw, k_raw, v_raw, f_raw, b_raw,
-        q_raw.stride(0), k_raw.stride(0), v_raw.stride(0), f_raw.stride(0), b_raw.stride(0),
+        q_raw, k_raw, v_raw, f_raw, b_raw, *(lay[1] for lay in lays), *(lay[2] for lay in lays),
+        *(lay[3] for lay in lays),
         conv_w[0], conv_w[1], conv_w[2], conv_window, a_log, dt_bias, state, out,
         stage_states if staged else state, stage_windows if staged else conv_window, tickets,
         T, int(staged), 0.0 if lower_bound is None else float(lower_bound), float(K) ** -0.5, _L2_EPS,
         H=H, K=K, V=V, BK=triton.next_power_of_2(K), BV=cfg.bv, NVB=nvb, SOFTPLUS_GATE=lower_bound is None,
-        STATE_VK=bool(state_vk), GATE_PER_HEAD=f_raw.shape[1] != H * K, GROUP=group, WIN=win,
+        STATE_VK=bool(state_vk), GATE_PER_HEAD=n_f != H * K, GROUP=group, WIN=win,
         FUSED_RED=cfg.fused_reductions, STATE_BEFORE_WAIT=state_before_wait(state_ready, use_pdl), USE_GDC=use_pdl,
         **({"wink_ptr": k_window, "winv_ptr": v_window, "SPLIT_WIN": True} if split else {}),
         num_warps=cfg.num_warps, num_stages=1, **launch,

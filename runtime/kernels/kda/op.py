@@ -9,6 +9,10 @@
   same decay for the head's K channels; the kernel's GATE_PER_HEAD).
   conv_w is the list of the q, k, v depthwise conv weights [H*K, W], each read in place (a
   stacked copy would be one more kernel per layer and step).
+  Each of q_raw, k_raw, v_raw, f_raw and b_raw may instead be a head-grouped [T, A, B] view (unit
+  stride along B, any token / group strides), read as its row-major [T, A * B]: Qwen3-Next's q, k,
+  v, b and a are such views of its fused projections' outputs, grouped per q/k head, so the
+  model's copies of them into [T, N] rows go.
   Grouped heads (Qwen3-Next's Gated DeltaNet): q_raw, k_raw [T, HK*K] and their conv weights
   [HK*K, W], HK dividing H, each q/k head serving H / HK consecutive value heads; conv_window is
   then the fused convolution's cache [2*HK*K + H*V, W-1] (q, k, v channels in that order; the
@@ -68,6 +72,23 @@ def _shape(t: torch.Tensor) -> tuple:
     return tuple(t.shape)
 
 
+def _rows(op: str, name: str, x: torch.Tensor) -> tuple:
+    """A per-token input's [T, N] shape: x itself, or a head-grouped [T, A, B] view read as its
+    row-major [T, A * B] (unit stride along B, any token / group strides)."""
+    if x.dim() == 3:
+        if x.stride(2) != 1 and x.shape[2] > 1:
+            raise ValueError(f"{op}: {name} as [T, groups, channels] {_shape(x)} must have unit stride along its "
+                             f"last dim, got strides {x.stride()}")
+        return (x.shape[0], x.shape[1] * x.shape[2])
+    return _shape(x)
+
+
+def flat_inputs(*xs: torch.Tensor) -> list[torch.Tensor]:
+    """The per-token inputs as [T, N] (a head-grouped [T, A, B] view reshaped: the reference's
+    form)."""
+    return [x.reshape(x.shape[0], -1) if x.dim() == 3 else x for x in xs]
+
+
 def head_dims(state: torch.Tensor, state_vk: bool = False) -> tuple[int, int, int]:
     """(H, K, V) of a state stored [H, K, V], or [H, V, K] with ``state_vk``."""
     H, a, b = state.shape
@@ -109,30 +130,33 @@ def check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window,
         raise ValueError(f"{op}: state must be contiguous (it is updated in place), got strides {state.stride()}")
     D = H * K
     DV = H * V
-    if q_raw.dim() != 2:
-        raise ValueError(f"{op}: q_raw must be [T, H*K], got {_shape(q_raw)}")
+    if q_raw.dim() not in (2, 3):
+        raise ValueError(f"{op}: q_raw must be [T, H*K] (or a head-grouped [T, HK, K] view), got {_shape(q_raw)}")
+    flat = {name: _rows(op, name, x) for name, x in
+            (("q_raw", q_raw), ("k_raw", k_raw), ("v_raw", v_raw), ("f_raw", f_raw), ("b_raw", b_raw))}
     T = q_raw.shape[0]
     if not 1 <= T <= MAX_T:
         raise ValueError(f"{op}: T = {T} tokens, must be in 1..{MAX_T}")
     if q_raw.dtype not in _PROJ_DTYPES:
         raise ValueError(f"{op}: q_raw.dtype must be bfloat16, float16 or float32, got {q_raw.dtype}")
     # Grouped heads: q and k may have HK heads, each serving H / HK value heads.
-    dqk = q_raw.shape[1]
+    dqk = flat["q_raw"][1]
     if dqk % K or not dqk or H % (dqk // K):
         raise ValueError(f"{op}: q_raw must be [T, HK*K] with HK dividing H = {H} (K = {K}: q/k heads "
                          f"serving H / HK value heads each), got {_shape(q_raw)}")
     for name, x, want in (("q_raw", q_raw, (T, dqk)), ("k_raw", k_raw, (T, dqk)), ("v_raw", v_raw, (T, DV))):
-        if _shape(x) != want:
-            raise ValueError(f"{op}: {name} must be [T, {'HK*K' if name != 'v_raw' else 'H*V'}] = {want}, "
-                             f"got {_shape(x)}")
-    if _shape(f_raw) not in ((T, D), (T, H)):
+        if flat[name] != want:
+            raise ValueError(f"{op}: {name} must be [T, {'HK*K' if name != 'v_raw' else 'H*V'}] = {want}, got "
+                             f"{_shape(x)} (a head-grouped [T, A, B] view of those rows is taken too)")
+    if flat["f_raw"] not in ((T, D), (T, H)):
         raise ValueError(f"{op}: f_raw must be [T, H*K] = {(T, D)} (a gate per channel, KDA) or [T, H] = {(T, H)} "
                          f"(one per head, Gated DeltaNet), got {_shape(f_raw)}")
     for name, x in (("k_raw", k_raw), ("v_raw", v_raw)):
         if x.dtype != q_raw.dtype:
             raise ValueError(f"{op}: {name}.dtype {x.dtype} differs from q_raw.dtype {q_raw.dtype}")
-    if _shape(b_raw) != (T, H):
-        raise ValueError(f"{op}: b_raw must be [T, H] = {(T, H)}, got {_shape(b_raw)}")
+    if flat["b_raw"] != (T, H):
+        raise ValueError(f"{op}: b_raw must be [T, H] = {(T, H)}, got {_shape(b_raw)} (a head-grouped [T, A, B] "
+                         f"view of those rows is taken too)")
     for name, x in (("f_raw", f_raw), ("b_raw", b_raw)):
         if not x.is_floating_point():
             raise ValueError(f"{op}: {name} must be floating point, got {x.dtype}")
@@ -163,9 +187,10 @@ def check_kda_chain_args(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window,
         raise ValueError(f"{op}: conv_window must be contiguous, got strides {conv_window.stride()}")
     if _shape(a_log) != (H,):
         raise ValueError(f"{op}: a_log must be [H] = {(H,)}, got {_shape(a_log)}")
-    if _shape(dt_bias) != (f_raw.shape[1],):
-        raise ValueError(f"{op}: dt_bias must be [{'H*K' if f_raw.shape[1] == D else 'H'}] = "
-                         f"{(f_raw.shape[1],)} like f_raw's last dim, got {_shape(dt_bias)}")
+    n_f = flat["f_raw"][1]
+    if _shape(dt_bias) != (n_f,):
+        raise ValueError(f"{op}: dt_bias must be [{'H*K' if n_f == D else 'H'}] = "
+                         f"{(n_f,)} like f_raw's last dim, got {_shape(dt_bias)}")
     if lower_bound is not None and not (isinstance(lower_bound, (int, float)) and math.isfinite(lower_bound)
                                         and lower_bound < 0):
         raise ValueError(f"{op}: lower_bound must be a finite negative number (the bounded gate) or None "
@@ -266,7 +291,7 @@ def _kda_chain(q_raw: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.Tensor, f_
                                 v_window=v_window)
     T = q_raw.shape[0]
     kv = (lambda x: x.transpose(-1, -2)) if state_vk else (lambda x: x)    # [.., V, K] <-> [.., K, V]
-    r = kda_chain_reference(*args[:6], _flat_window(conv_window, k_window, v_window), *args[7:9], kv(state),
+    r = kda_chain_reference(*flat_inputs(*args[:5]), conv_w, _flat_window(conv_window, k_window, v_window), *args[7:9], kv(state),
                             lower_bound)
     if stage_states is None:
         state.copy_(kv(r.state))

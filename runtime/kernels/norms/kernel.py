@@ -151,7 +151,7 @@ def _rmsnorm_pair_kernel(a_ptr, ids_ptr, wa_ptr, b_ptr, wb_ptr, out_ptr, stride_
 
 @triton.jit
 def _gated_head_rmsnorm_kernel(o_ptr, g_ptr, w_ptr, out_ptr, stride_ot, stride_oh, stride_gt, stride_gh,
-                               H, V, eps, BH: tl.constexpr, BV: tl.constexpr, USE_GDC: tl.constexpr,
+                               gate_group, H, V, eps, BH: tl.constexpr, BV: tl.constexpr, USE_GDC: tl.constexpr,
                                ROUND_STEPS: tl.constexpr = False, ROUND_BEFORE_WEIGHT: tl.constexpr = False,
                                SILU_GATE: tl.constexpr = False, GATE_FP32: tl.constexpr = False):
     t = tl.program_id(0).to(tl.int64)
@@ -166,8 +166,9 @@ def _gated_head_rmsnorm_kernel(o_ptr, g_ptr, w_ptr, out_ptr, stride_ot, stride_o
 
     o = tl.load(o_ptr + t * stride_ot + offs_h[:, None] * stride_oh + offs_v[None, :],
                 mask=m2, other=0.0).to(tl.float32)
-    g = tl.load(g_ptr + t * stride_gt + offs_h[:, None] * stride_gh + offs_v[None, :],
-                mask=m2, other=0.0).to(tl.float32)
+    # gate_group heads a group of the gate's [T, A, gate_group * V] view (1: [T, H, V] as it is).
+    g_head = (offs_h // gate_group) * stride_gh + (offs_h % gate_group) * V
+    g = tl.load(g_ptr + t * stride_gt + g_head[:, None] + offs_v[None, :], mask=m2, other=0.0).to(tl.float32)
     dt = out_ptr.dtype.element_ty
     if ROUND_STEPS:     # the eager low-precision form: o, the weighted norm and the gate rounded
         o = o.to(dt).to(tl.float32)
@@ -274,13 +275,15 @@ def gated_head_rmsnorm_triton(o: torch.Tensor, gate: torch.Tensor, weight: torch
                               round_steps: bool = False, round_before_weight: bool = False,
                               silu_gate: bool = False, gate_fp32: bool = False, config: NormConfig | None = None,
                               use_pdl: bool | None = None) -> torch.Tensor:
-    """Launch the per-head gated RMSNorm of o [T, H, V]; returns [T, H, V] contiguous in
+    """Launch the per-head gated RMSNorm of o [T, H, V] (gate [T, H, V] or a head-grouped [T, A, G * V]
+    view, op.check_gated_head_rmsnorm_args); returns [T, H, V] contiguous in
     ``out_dtype`` (fp32 by default). ``round_steps``: each step rounded to ``out_dtype`` (naive.py,
     _gated_row_in_steps; ``round_before_weight`` its Llama form; ``gate_fp32`` the fp32 product of
     Qwen3NextRMSNormGated); ``silu_gate``: times silu(gate), not sigmoid(gate). Arguments are as
     op.check_gated_head_rmsnorm_args accepts."""
     T, H, V = o.shape
     assert o.stride(-1) == 1 and gate.stride(-1) == 1 and weight.is_contiguous()
+    group = gate.shape[2] // V                  # heads a group of a head-grouped gate (1: [T, H, V])
     if out is None:
         out = torch.empty((T, H, V), device=o.device, dtype=out_dtype or torch.float32)
     assert out.is_contiguous()
@@ -289,7 +292,7 @@ def gated_head_rmsnorm_triton(o: torch.Tensor, gate: torch.Tensor, weight: torch
     cfg = config or gated_config(H, V)
     use_pdl, launch = _launch(use_pdl, o.device)
     _gated_head_rmsnorm_kernel[(T, triton.cdiv(H, cfg.heads))](
-        o, gate, weight, out, o.stride(0), o.stride(1), gate.stride(0), gate.stride(1), H, V, float(eps),
+        o, gate, weight, out, o.stride(0), o.stride(1), gate.stride(0), gate.stride(1), group, H, V, float(eps),
         BH=cfg.heads, BV=cfg.block, USE_GDC=use_pdl, ROUND_STEPS=bool(round_steps),
         ROUND_BEFORE_WEIGHT=bool(round_before_weight), SILU_GATE=bool(silu_gate), GATE_FP32=bool(gate_fp32),
         num_warps=cfg.num_warps,

@@ -35,7 +35,8 @@
 - ``torch.ops.lingc.gated_head_rmsnorm(Tensor o, Tensor gate, Tensor weight, float eps,
   ScalarType? out_dtype=None, bool round_steps=False, bool round_before_weight=False,
   bool silu_gate=False) -> Tensor``: KDA's output norm, kda_math.gated_head_rmsnorm:
-  o [T, H, V] (fp32 from the KDA chain), gate [T, H, V] (raw g_proj output), weight [V];
+  o [T, H, V] (fp32 from the KDA chain), gate [T, H, V] (raw g_proj output; any T / H strides,
+  or a head-grouped [T, H / G, G * V] view: Qwen3-Next's z inside its fused projection), weight [V];
   returns fp32 [T, H, V], or that rounded once to ``out_dtype`` (the model's cast before
   o_proj, folded in). ``round_steps=True`` (a 16-bit out_dtype, the gate in it too): the form of
   a model that runs the norm in that dtype, each step rounded as eager rounds it (o read in
@@ -151,8 +152,9 @@ def check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype=None, round_st
     T, H, V = o.shape
     if not 1 <= V <= MAX_D:
         raise ValueError(f"{op}: head dim V = {V} must be in 1..{MAX_D}")
-    if _shape(gate) != (T, H, V):
-        raise ValueError(f"{op}: gate must be [T, H, V] = {(T, H, V)}, got {_shape(gate)}")
+    if gate.dim() != 3 or gate.shape[0] != T or gate.shape[2] % V or gate.shape[1] * gate.shape[2] != H * V:
+        raise ValueError(f"{op}: gate must be [T, H, V] = {(T, H, V)}, got {_shape(gate)} (a head-grouped "
+                         f"[T, H / G, G * V] view of it is taken too)")
     if _shape(weight) != (V,):
         raise ValueError(f"{op}: weight must be [V] = ({V},), got {_shape(weight)}")
     for name, t in (("o", o), ("gate", gate), ("weight", weight)):
@@ -281,8 +283,8 @@ def _gated_head_rmsnorm(o: torch.Tensor, gate: torch.Tensor, weight: torch.Tenso
     check_gated_head_rmsnorm_args(o, gate, weight, eps, out_dtype, round_steps, round_before_weight, silu_gate,
                                   gate_fp32)
     if not o.is_cuda:
-        return gated_head_rmsnorm_reference(o, gate, weight, eps, out_dtype, round_steps, round_before_weight,
-                                            silu_gate, gate_fp32)
+        return gated_head_rmsnorm_reference(o, gate.reshape(o.shape), weight, eps, out_dtype, round_steps,
+                                            round_before_weight, silu_gate, gate_fp32)
     from .kernel import gated_head_rmsnorm_triton
 
     return gated_head_rmsnorm_triton(o, gate, weight, eps, out_dtype, round_steps=round_steps,
