@@ -28,6 +28,12 @@ norm into the lingc op beside it are pdl_norm_folds.py's.
     before:  copy_(buf, cat([a, b, ...]))                                     (buf a graph input)
     after:   lingc.concat_into([a, b, ...], buf)
 
+    before:  q = view(clone(qkvz_piece), [T, N]) ; lingc.kda_chain(q, ...)
+             (qkvz_piece a [T, A, B] split piece of a fused projection's output grouped per q/k
+             head, Qwen3-Next's fix_query_key_value_ordering; likewise k, v, b, a and z for
+             gated_head_rmsnorm's gate)
+    after:   lingc.kda_chain(qkvz_piece, ...)           (read as its row-major [T, A * B] rows)
+
     before:  y = cat([a, b], -1)                  (a [T, D1], b [T, D2], one dtype, 2-d)
     after:   y = lingc.concat_cols(a, b)
 
@@ -42,6 +48,12 @@ Why each is exact:
 - a clone is dropped only when its input is contiguous (so the clone has the same layout), its
   storage is a lingc op's output (custom ops return fresh tensors, never an alias of an input)
   and nothing in the graph writes the input or the clone in place (read from the op schemas);
+- a head-grouped piece x [T, A, B] (unit stride along B) is read by kda_chain and
+  gated_head_rmsnorm as its row-major [T, A * B] rows, which are the values of a contiguous copy
+  of x viewed as [T, N] (N = A * B; for the norm's gate [T, H, V], V dividing B); only where
+  nothing in the graph writes x's storage or the copy in place (so the copy's snapshot and x hold
+  the same values). Qwen3-Next's six such copies a Gated DeltaNet layer were ATen / Inductor
+  kernels, full edges between the projection and the chain;
 - a cat of slices that rejoin their tensor x in order along the sliced dim is x's values; it is
   replaced by x only when x is contiguous (so the cat's layout) and no op writes x's storage or
   the cat in place (an MLA whose rope dims are not rotated concatenates its query's two slices
@@ -82,6 +94,8 @@ Why each is exact:
 
 from __future__ import annotations
 
+import operator
+
 import torch
 import torch.fx as fx
 
@@ -91,7 +105,8 @@ from lingc.graph_region import shape, val
 from lingc.pass_manager import VIEW_OPS, write_counts, written_bases
 
 __all__ = ["absorbed_products", "concat_cols", "concat_into_inputs", "direct_epilogue_writes", "direct_lingc_writes",
-           "drop_fresh_clones", "drop_round_trips", "fold_casts", "positions_into_readers", "rejoined_slices"]
+           "drop_fresh_clones", "drop_round_trips", "fold_casts", "grouped_views_into_readers", "positions_into_readers",
+           "rejoined_slices"]
 
 lingc_ops = torch.ops.lingc
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -127,6 +142,58 @@ def drop_fresh_clones(g: fx.Graph) -> int:
         n.replace_all_uses_with(x)
         g.erase_node(n)
         count += 1
+    return count
+
+
+_SPLITS = (aten.split.Tensor, aten.split_with_sizes.default)
+# lingc ops that read a per-token input as a head-grouped [T, A, B] view: {op: its argument slots}
+_GROUPED_READERS = {"kda_chain": (0, 1, 2, 3, 4), "gated_head_rmsnorm": (1,)}
+
+
+def _view_or_piece_chain(n: fx.Node) -> list[fx.Node]:
+    """The views and split pieces (getitem of a split) from n's storage root to n, in order."""
+    chain = []
+    while is_call(n, *VIEW_OPS) or (n.op == "call_function" and n.target is operator.getitem
+                                    and is_call(n.args[0], *_SPLITS)):
+        chain.append(n)
+        if n.target is operator.getitem:
+            chain.append(n.args[0])
+            n = n.args[0]
+        n = n.args[0]
+    return chain[::-1]
+
+
+def grouped_views_into_readers(g: fx.Graph) -> int:
+    """reader(view(clone(x)))  ->  reader(x), x a head-grouped [T, A, B] piece (module docstring).
+    Returns the inputs now read in place."""
+    count = 0
+    written = written_bases(g)
+    for n in list(g.nodes):
+        name = getattr(n.target, "_opname", None) if _is_lingc(n) else None
+        for i in _GROUPED_READERS.get(name, ()):
+            a = n.args[i]
+            views = []
+            while is_call(a, aten.view.default, aten.reshape.default, aten._unsafe_view.default):
+                views.append(a)
+                a = a.args[0]
+            if not (views and is_call(a, aten.clone.default)
+                    and a.kwargs.get("memory_format") in (None, torch.contiguous_format)):
+                continue
+            x = a.args[0]
+            chain = _view_or_piece_chain(x)
+            if chain and _is_lingc(chain[0].args[0]):
+                refresh_vals(chain)           # the pieces' strides as the lingc op lays its output out
+            root = chain[0].args[0] if chain else x
+            want, have = shape(n.args[i]), shape(x)
+            if (len(have) != 3 or val(x).stride(2) != 1 or have[0] != want[0] or root in written
+                    or a in written or x in written):
+                continue
+            rows = have[1] * have[2]
+            if not ((len(want) == 2 and want[1] == rows)                                      # kda_chain's [T, N]
+                    or (len(want) == 3 and want[1] * want[2] == rows and have[2] % want[2] == 0)):  # [T, H, V]
+                continue
+            n.args = (*n.args[:i], x, *n.args[i + 1:])
+            count += 1
     return count
 
 

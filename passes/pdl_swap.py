@@ -113,6 +113,7 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, GqaRope, LingcPass):
         counts["head_matmul"], clones = pdl_glue.absorbed_products(g)
         eliminate_dead_code(g)
         clones += pdl_glue.drop_fresh_clones(g)
+        grouped = pdl_glue.grouped_views_into_readers(g)
         fills = pdl_glue.slice_fills(g)
         casts = pdl_glue.fold_casts(g) + pdl_glue.drop_round_trips(g)
         clones += pdl_glue.rejoined_slices(g)
@@ -153,6 +154,8 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, GqaRope, LingcPass):
                         f"{epilogue} epilogue writes made direct")
         if fills:
             summary += f"; {fills} tensors filled slice by slice taken as their slices"
+        if grouped:
+            summary += f"; {grouped} head-grouped projection pieces read in place (their copies dropped)"
         if gathers:
             summary += f"; {gathers} embedding gathers folded into their first norm"
         if concats:

@@ -274,6 +274,43 @@ def test_latent_norm_folds_into_the_cache_write_only_where_its_row_is_unchanged(
     assert torch.equal(got, want)               # (the CPU op: the same reference bits)
 
 
+def _grouped_gate_graph(write_between: bool):
+    """make_fx graph: a gated_head_rmsnorm whose gate is a contiguous copy of a head-grouped
+    piece ([T, 2, 2 * 8] of a [T, 2, 40] projection, viewed [T, 4, 8]) and a kda-sized rows input
+    left alone; with ``write_between`` the projection (a graph input) is written in place after
+    the copy, so the copy's snapshot is not the piece's value when the norm reads."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    import lingc.runtime.kernels.norms  # noqa: F401
+
+    def f(proj, o, w):
+        z = proj[:, :, 8:24].reshape(proj.shape[0], 4, 8)          # a copy: no view of those rows
+        if write_between:
+            proj.mul_(2.0)
+        return torch.ops.lingc.gated_head_rmsnorm(o, z, w, 1e-6, None, silu_gate=True)
+
+    g = torch.Generator().manual_seed(4)
+    args = (torch.randn(3, 2, 40, generator=g), torch.randn(3, 4, 8, generator=g), torch.rand(8, generator=g) + 0.5)
+    return f, args, make_fx(f, tracing_mode="fake")(*args)
+
+
+@pytest.mark.parametrize("write_between", [False, True], ids=["read-in-place", "piece-written-between"])
+def test_head_grouped_pieces_are_read_in_place_unless_written(write_between):
+    from lingc.passes import pdl_glue
+
+    f, args, gm = _grouped_gate_graph(write_between)
+    assert sum(n.target == torch.ops.aten.clone.default for n in gm.graph.nodes) == 1
+    read = pdl_glue.grouped_views_into_readers(gm.graph)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    assert read == (0 if write_between else 1)
+    clones = sum(n.target == torch.ops.aten.clone.default for n in gm.graph.nodes)
+    assert clones == (1 if write_between else 0)
+    want = f(*[a.clone() for a in args])
+    got = gm(*[a.clone() for a in args])
+    assert torch.equal(got, want)
+
+
 def _positions_graph(strided_reader: bool):
     """make_fx graph: positions = n + arange(4) read by mla_kv_write through row slices and by
     mla_decode whole; with ``strided_reader`` one more write reads positions[::2] (not
