@@ -61,7 +61,7 @@ def cpu(a):
 
 
 def run_kernel(a, config=SPLIT32, pos_offset=None, inv_freq=None, interleaved=False, gate=None,
-               out_dtype=torch.float32):
+               out_dtype=torch.float32, **norm):
     """The launcher with a NaN-poisoned output and split workspace."""
     q, v = a[0], a[2]
     T, HQ, _ = q.shape
@@ -70,7 +70,7 @@ def run_kernel(a, config=SPLIT32, pos_offset=None, inv_freq=None, interleaved=Fa
     out = torch.full((T, HQ, DV), float("nan"), device=q.device, dtype=out_dtype)
     parts = tuple(t.fill_(float("nan")) for t in workspace(T, HQ, DV, num_splits(L, cfg), q.device))
     return gqa_decode_triton(*a, out=out, config=cfg, partials=parts, pos_offset=pos_offset, inv_freq=inv_freq,
-                             interleaved=interleaved, gate=gate)
+                             interleaved=interleaved, gate=gate, **norm)
 
 
 def chain(p0, T):
@@ -203,6 +203,37 @@ def test_kernel_rope_on_queries(T, L, p0, R, heads, dims, q_dtype, kv_dtype, int
                                   interleaved=interleaved), got)
 
 
+NORM_FORMS = {"default": dict(), "zero-centered": dict(zero_centered=True), "llama": dict(round_before_weight=True)}
+
+
+@pytest.mark.parametrize("form", list(NORM_FORMS))
+@pytest.mark.parametrize("q_dtype", [torch.bfloat16, torch.float32], ids=["q-bf16", "q-fp32"])
+@pytest.mark.parametrize("T,L,p0,R,heads,dims", ROPE_CASES[:2], ids=[f"T{c[0]}-R{c[3]}" for c in ROPE_CASES[:2]])
+def test_kernel_query_head_norm(T, L, p0, R, heads, dims, q_dtype, form):
+    """norm_weight: each query head RMS-normed in the query load (Qwen3-Next's q_norm folded in),
+    before its RoPE; the reference is gqa_decode's on queries normed by lingc.rmsnorm's reference
+    beforehand, the kernel within a rounding step of the queries, batch-invariant in T."""
+    from lingc.models.layers import rope_inv_freq
+    from lingc.runtime.kernels.head_cache_write.naive import heads_rmsnorm_reference
+    kw = dict(NORM_FORMS[form], eps=1e-6)
+    x = make_inputs(T, L, chain(p0, T), torch.bfloat16, seed=T * 5 + R, heads=heads, dims=dims, q_dtype=q_dtype)
+    x["q"] = x["q"] * 3.0                                        # rows not already of unit RMS
+    w = (torch.rand(dims[0], generator=torch.Generator().manual_seed(9)) + 0.5).to(q_dtype).to(DEVICE)
+    freq = rope_inv_freq(R, 10000.0).to(DEVICE)
+    q, k, v, pos, scale = cpu(args(x))
+    want = gqa_decode_reference(q, k, v, pos, scale, inv_freq=freq.cpu(), norm_weight=w.cpu(), **kw)
+    assert torch.equal(want, gqa_decode_reference(heads_rmsnorm_reference(q, w.cpu(), **kw), k, v, pos, scale,
+                                                  inv_freq=freq.cpu()))
+    got = run_kernel(args(x), inv_freq=freq, norm_weight=w, **kw)
+    assert not got.isnan().any()
+    assert_close(got, want, RTOL[torch.bfloat16] if q_dtype == torch.float32 else 2e-2)     # bf16 caches
+    one = run_kernel((x["q"][-1:], x["k"], x["v"], x["positions"][-1:], dims[0] ** -0.5), inv_freq=freq,
+                     norm_weight=w, **kw)
+    assert torch.equal(one, got[-1:]), "batch invariance in T"
+    if DEVICE == "cpu":
+        assert torch.equal(torch.ops.lingc.gqa_decode(*args(x), inv_freq=freq, norm_weight=w, **kw), want)
+
+
 @pytest.mark.parametrize("gate_dtype", [torch.bfloat16, torch.float32], ids=["gate-bf16", "gate-fp32"])
 @pytest.mark.parametrize("T,p0,heads,dims", [(1, 63, (4, 2), (32, 32)), (6, 44, (6, 1), (24, 40))])
 def test_kernel_output_gate(T, p0, heads, dims, gate_dtype):
@@ -302,6 +333,8 @@ def _bad(**kw):
     (dict(gate=torch.zeros(2, 4, 16)), r"gate must be a float \[T, heads, DV\] = \(2, 4, 32\)"),
     (dict(gate=torch.zeros(2, 4, 32, dtype=torch.int32)), "gate must be a float"),
     (dict(out_dtype=torch.int32), "out_dtype must be float32, bfloat16 or float16"),
+    (dict(norm_weight=torch.ones(16)), r"norm_weight must be a contiguous float \[head_dim\] = \(32,\)"),
+    (dict(zero_centered=True), "forms of the head norm; norm_weight is None"),
     (dict(k_cache=torch.zeros(20, 2, 300), v_cache=torch.zeros(20, 2, 300), q=torch.zeros(2, 4, 300)),
      "head_dim = 300 must be in 1..256"),
 ])
@@ -317,17 +350,19 @@ _COMPILE_CHECK = textwrap.dedent("""
 
     L = 65536                   # several tiles a split (at 8192 a rank's splits are one tile each)
     # Qwen3-Next (64 of 256 dims rotated in the query load) and a Llama-style rank (all, or none)
-    for (hq, hkv, d, half) in ((4, 1, 256, 32), (8, 2, 128, 64), (8, 2, 128, 0)):
+    # (and the Qwen3-Next rank with its zero-centred q_norm in the load too)
+    for (hq, hkv, d, half, norm) in ((4, 1, 256, 32, False), (8, 2, 128, 64, False), (8, 2, 128, 0, False),
+                                     (4, 1, 256, 32, True)):
         cfg = config_for(L, hq, hkv, d, d)
         sig = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", pos_ptr="*i64", freq_ptr="*fp32", m_ptr="*fp32",
                    l_ptr="*fp32",
                    acc_ptr="*fp32", stride_qt="i32", stride_qh="i32", stride_kl="i32", stride_kh="i32",
                    stride_vl="i32", stride_vh="i32", pos_stride="i32", pos_add="i32", pos_step="i32", L="i32",
-                   scale="fp32", window="i32", T="i32")
+                   scale="fp32", window="i32", T="i32", **(dict(w_ptr="*bf16", eps="fp32") if norm else {}))
         g = hq // hkv
         const = dict(HQ=hq, G=g, D=d, DV=d, NS=num_splits(L, cfg), GP=g, BH=16, BD=d, BDV=d, BL=cfg.block_l,
                      SPLIT_LEN=cfg.split_len, SPLIT_Q=False, SPLIT_P=True, DOT_PRECISION="ieee", DOT_UPCAST=False,
-                     USE_GDC=True, HALF=half)
+                     USE_GDC=True, HALF=half, **(dict(NORM=True, ZERO_CENTERED=True) if norm else {}))
         aligned = [n for n in sig if n.endswith("_ptr") or n.startswith("stride_")]
         ptx, info = compile_sm90(_gqa_split_kernel, sig, const, attrs=divisible_by_16(_gqa_split_kernel, aligned),
                                  num_warps=cfg.num_warps, num_stages=cfg.num_stages)
@@ -336,7 +371,7 @@ _COMPILE_CHECK = textwrap.dedent("""
         # With the queries' RoPE a Qwen3-Next rank spills 16 bytes: 4 stores before the PDL wait
         # whose loads precede the tile loop's steady state (nvdisasm, session 53); none in the loop.
         spill = int(re.search(r"(\\d+) bytes spill stores", info).group(1))
-        assert spill <= (16 if half else 0), info
+        assert spill <= (16 if half else 0), info         # (with the q_norm too: 0 in session 54)
 """)
 
 

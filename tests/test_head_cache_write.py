@@ -117,6 +117,67 @@ def test_op_is_the_model_write_and_traces():
     assert torch.allclose(out, b.sum())
 
 
+class ZeroCenteredNorm(torch.nn.Module):
+    """Qwen3-Next's Qwen3NextRMSNorm in its own spelling (gain 1 + w, fp32, rounded once)."""
+
+    def __init__(self, w, eps):
+        super().__init__()
+        self.w, self.eps = w, eps
+
+    def forward(self, x):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.w.float())).to(x.dtype)
+
+
+NORM_FORMS = {"default": dict(), "zero-centered": dict(zero_centered=True), "llama": dict(round_before_weight=True)}
+
+
+@pytest.mark.parametrize("form", list(NORM_FORMS))
+@pytest.mark.parametrize("T,H,D,R,dtype", [(1, 1, 256, 64, torch.bfloat16), (6, 2, 48, 16, torch.float32),
+                                           (3, 3, 20, 20, torch.bfloat16), (2, 2, 32, 0, torch.bfloat16)])
+def test_the_head_norm_before_the_write(form, T, H, D, R, dtype):
+    """norm_weight: each row RMS-normed first (a key's k_norm folded in), in lingc.rmsnorm's forms;
+    the reference is lingc.rmsnorm's on the [T * H, D] rows (and Qwen3-Next's own norm for the
+    zero-centred form), the kernel within a rounding step of it, every target element written."""
+    from lingc.runtime.kernels.norms.naive import rmsnorm_reference
+
+    kw = NORM_FORMS[form]
+    rows, pos, freq, cache = _case(T, H, D, R, 40, dtype, dtype, seed=T * 7 + D)
+    w = (torch.rand(D, generator=torch.Generator().manual_seed(D)) + 0.5).to(dtype).to(DEV)
+    want = cache.clone()
+    head_cache_write_reference(rows, pos, want, freq, False, w, 1e-6, **kw)
+    normed = rmsnorm_reference(rows.reshape(T * H, D), w, None, 1e-6, **kw)[0].view(T, H, D)
+    if form == "zero-centered":
+        assert torch.equal(normed, ZeroCenteredNorm(w, 1e-6)(rows))
+    plain = cache.clone()
+    head_cache_write_reference(normed, pos, plain, freq)
+    assert torch.equal(want, plain)                                    # norm, then the write as before
+    got = cache.clone()
+    got[pos] = float("nan")
+    head_cache_write_triton(rows, pos, got, freq, False, None, w, 1e-6, **kw)
+    assert not got.isnan().any()
+    step = 1e-6 if dtype == torch.float32 else 2.0**-7
+    assert (got[pos].float() - want[pos].float()).abs().max() <= 4 * step * max(1.0, want.abs().max().item())
+    op = cache.clone()
+    torch.ops.lingc.head_cache_write(rows, pos, op, freq, norm_weight=w, eps=1e-6, **kw)
+    if DEV == "cpu":
+        assert torch.equal(op, want)
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(norm_weight=torch.ones(32)), r"norm_weight must be a contiguous float \[head_dim\] = \(64,\)"),
+    (dict(norm_weight=torch.ones(64), eps=-1.0), "eps must be a finite number >= 0"),
+    (dict(norm_weight=torch.ones(64, dtype=torch.bfloat16), round_before_weight=True),
+     "round_before_weight .* weight torch.bfloat16"),
+    (dict(zero_centered=True), "forms of the head norm; norm_weight is None"),
+])
+def test_bad_norm_arguments_are_named(bad, match):
+    rows, pos, freq, cache = _case(2, 2, 64, 32, 16, torch.float32, torch.float32, seed=1)
+    bad = {k: v.to(DEV) if torch.is_tensor(v) else v for k, v in bad.items()}
+    with pytest.raises(ValueError, match=match):
+        torch.ops.lingc.head_cache_write(rows, pos, cache, freq, **bad)
+
+
 @pytest.mark.parametrize("bad,match", [
     (lambda a: a.update(rows=a["rows"][:, :, :8]), r"cache rows are \[heads, head_dim\] = \(2, 64\)"),
     (lambda a: a.update(rows=a["rows"][0]), "must be 3-d"),
@@ -154,20 +215,21 @@ _COMPILE_CHECK = textwrap.dedent("""
     import triton
     from triton.backends.compiler import GPUTarget
     from lingc.runtime.kernels.head_cache_write.kernel import _head_cache_write_kernel
-    sig = dict(x_ptr="*bf16", pos_ptr="*i64", freq_ptr="*fp32", cache_ptr="*bf16", stride_xt="i32", stride_xh="i32",
-               stride_cl="i32", stride_ch="i32", pos_stride="i32", pos_add="i32", pos_step="i32", D="i32")
-    for half, inter in ((32, False), (32, True), (0, False)):
-        const = dict(BD=256, HALF=half, INTERLEAVED=inter, USE_GDC=True)
+    sig = dict(x_ptr="*bf16", pos_ptr="*i64", freq_ptr="*fp32", cache_ptr="*bf16", w_ptr="*bf16", stride_xt="i32",
+               stride_xh="i32", stride_cl="i32", stride_ch="i32", pos_stride="i32", pos_add="i32", pos_step="i32",
+               D="i32", eps="fp32")
+    for half, inter, norm in ((32, False, False), (32, True, False), (0, False, False), (32, False, True)):
+        const = dict(BD=256, HALF=half, INTERLEAVED=inter, USE_GDC=True, NORM=norm, ZERO_CENTERED=norm)
         src = triton.compiler.ASTSource(_head_cache_write_kernel, {**sig, **{k: "constexpr" for k in const}}, const)
         ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=2)).asm["ptx"]
         assert "griddepcontrol.wait" in ptx
         # inv_freq, a constant, is requested before the wait.
         head = ptx.split("griddepcontrol.wait")[0]
-        assert head.count("ld.global") >= (1 if half else 0), half
+        assert head.count("ld.global") >= (1 if half else 0) + (2 if norm else 0), half   # the norm's weight too
 """)
 
 
 def test_kernel_compiles_for_sm90():
     """The real (not interpreted) Triton compile for an H200 at a Qwen3-Next rank's key rows (one
-    head of 256, 64 rotated dims), both pair layouts and none."""
+    head of 256, 64 rotated dims), both pair layouts and none, and with its zero-centred k_norm."""
     run_sm90_compile_check(_COMPILE_CHECK)

@@ -45,6 +45,7 @@ import triton.language as tl
 
 from lingc.runtime.kernels.gemm_common import dot_acc
 from lingc.runtime.kernels.mla_decode.kernel import _mla_combine_kernel, softmax_tile, workspace
+from lingc.runtime.kernels.head_norm import head_norm_cols, head_norm_gain
 from lingc.runtime.kernels.positions import position_terms
 from lingc.runtime.kernels.rope import rope_cols, rope_rotate
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait
@@ -102,6 +103,8 @@ def _gqa_split_kernel(
     GP: tl.constexpr, BH: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr, BL: tl.constexpr,
     SPLIT_LEN: tl.constexpr, SPLIT_Q: tl.constexpr, SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr,
     DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr, HALF: tl.constexpr = 0, INTERLEAVED: tl.constexpr = False,
+    w_ptr=None, eps=0.0, NORM: tl.constexpr = False, ROUND_BEFORE_WEIGHT: tl.constexpr = False,
+    ZERO_CENTERED: tl.constexpr = False,
 ):
     TQ: tl.constexpr = BH // GP       # queries per program
     s = tl.program_id(1)
@@ -134,6 +137,14 @@ def _gqa_split_kernel(
         first_any = tl.min(tl.where(active, first, end_any), axis=0)
         q_rows = q_ptr + t[:, None] * stride_qt + h[:, None] * stride_qh
         q = tl.load(q_rows + offs_d[None, :], mask=mh[:, None] & md[None, :], other=0.0)
+        if NORM:
+            # The query's per-head RMSNorm (Qwen3-Next's q_norm) first, rounded to q's dtype as
+            # lingc.rmsnorm rounds it (runtime/kernels/head_norm.py); a rotated column's partner
+            # is normed from its own load with the row's same factor.
+            qf = q.to(tl.float32)
+            rinv = tl.rsqrt(tl.sum(qf * qf, axis=1) / D + eps)[:, None]
+            q = head_norm_cols(qf, rinv, head_norm_gain(w_ptr, offs_d, md, ZERO_CENTERED)[None, :],
+                               q_ptr.dtype.element_ty, ROUND_BEFORE_WEIGHT)
         if HALF > 0:
             # Rotated in fp32 and rounded once to the queries' dtype, as head_cache_write rounds keys.
             # The angles depend on the query, not the head: cos / sin of TQ rows, broadcast to the
@@ -147,6 +158,10 @@ def _gqa_split_kernel(
             cs = tl.reshape(tl.broadcast_to(tl.cos(ang)[:, None, :], [TQ, GP, BD]), [BH, BD])
             sn = tl.reshape(tl.broadcast_to(tl.sin(ang)[:, None, :], [TQ, GP, BD]), [BH, BD])
             qp = tl.load(q_rows + partner[None, :], mask=mh[:, None] & (rotated & md)[None, :], other=0.0)
+            if NORM:
+                qp = head_norm_cols(qp.to(tl.float32), rinv,
+                                    head_norm_gain(w_ptr, partner, rotated & md, ZERO_CENTERED)[None, :],
+                                    q_ptr.dtype.element_ty, ROUND_BEFORE_WEIGHT)
             q = rope_rotate(q.to(tl.float32), qp.to(tl.float32), cs, sn, sign[None, :], rotated[None, :])
             q = q.to(q_ptr.dtype.element_ty)
         q = q.to(tl.float32)
@@ -183,7 +198,9 @@ def _gqa_split_kernel(
 def gqa_decode_triton(q, k_cache, v_cache, positions, scale: float, out=None, *,
                       config: GqaDecodeConfig | None = None, use_pdl: bool | None = None, partials=None,
                       pos_offset: int | None = None, window: int = 0, inv_freq: torch.Tensor | None = None,
-                      interleaved: bool = False, gate: torch.Tensor | None = None) -> torch.Tensor:
+                      interleaved: bool = False, gate: torch.Tensor | None = None,
+                      norm_weight: torch.Tensor | None = None, eps: float = 0.0, round_before_weight: bool = False,
+                      zero_centered: bool = False) -> torch.Tensor:
     """Launch split + combine; returns o [T, HQ, DV] fp32 (``out`` if given: fp32, bf16 or fp16,
     the fp32 result rounded once by the combine's store). Arguments as
     op.check_gqa_decode_args accepts them; ``partials`` (from ``workspace(T, HQ, DV, ns)``) lets a
@@ -218,6 +235,8 @@ def gqa_decode_triton(q, k_cache, v_cache, positions, scale: float, out=None, *,
         SPLIT_Q=sixteen and q.dtype != k_cache.dtype, SPLIT_P=sixteen, DOT_PRECISION="ieee",
         DOT_UPCAST=interpreting() and sixteen, USE_GDC=use_pdl,
         HALF=0 if inv_freq is None else inv_freq.shape[0], INTERLEAVED=bool(interleaved),
+        w_ptr=norm_weight, eps=float(eps), NORM=norm_weight is not None,
+        ROUND_BEFORE_WEIGHT=bool(round_before_weight), ZERO_CENTERED=bool(zero_centered),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl,
     )
     _mla_combine_kernel[(T, HQ, triton.cdiv(DV, cfg.combine_block_r))](

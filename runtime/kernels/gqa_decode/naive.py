@@ -8,9 +8,11 @@ with G = HQ / HKV query heads sharing each key/value head (G = 1: MHA; HKV = 1: 
     scores[t, h, l <= positions[t] - window] = -inf         only with a sliding window (window > 0)
     o[t, h]         = softmax(scores[t, h]) @ v_cache[:, h // G]        [T, HQ, DV], fp32
 
-With inv_freq, q is first rotated by its positions (RoPE of the queries folded into the attention:
-head_cache_write/naive.py's rope_heads_reference, the first 2 * len(inv_freq) dims of each head,
-rotate-half or interleaved pairs, fp32 rounded once to q's dtype). With gate [T, HQ, DV] (Qwen3-
+With norm_weight, each query head is first RMS-normed (its per-head q_norm, lingc.rmsnorm's
+arithmetic, rounded to q's dtype). With inv_freq, q is then rotated by its positions (RoPE of the
+queries folded into the attention: head_cache_write/naive.py's rope_heads_reference, the first
+2 * len(inv_freq) dims of each head, rotate-half or interleaved pairs, fp32 rounded once to q's
+dtype). With gate [T, HQ, DV] (Qwen3-
 Next's output gate) o is multiplied by sigmoid(gate) in fp32.
 
 Evaluated in fp32 one query row at a time over the whole cache (full L, masked), so the result
@@ -27,12 +29,19 @@ __all__ = ["gqa_decode_reference"]
 def gqa_decode_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                          positions: torch.Tensor, scale: float, window: int = 0,
                          inv_freq: torch.Tensor | None = None, interleaved: bool = False,
-                         gate: torch.Tensor | None = None) -> torch.Tensor:
+                         gate: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None,
+                         eps: float = 0.0, round_before_weight: bool = False,
+                         zero_centered: bool = False) -> torch.Tensor:
     """o [T, HQ, DV] fp32. q [T, HQ, D]; k_cache [L, HKV, D]; v_cache [L, HKV, DV]; positions [T]
     integer (query t sees rows 0..positions[t], with ``window`` > 0 only the last ``window`` of
     them); with ``inv_freq`` the queries are first rotated by their positions
     (head_cache_write/naive.py's rope_heads_reference, rounded to q's dtype); with ``gate``
-    [T, HQ, DV] the output is multiplied by sigmoid(gate) in fp32."""
+    [T, HQ, DV] the output is multiplied by sigmoid(gate) in fp32; with ``norm_weight`` each
+    query head is RMS-normed first (head_cache_write/naive.py's heads_rmsnorm_reference)."""
+    if norm_weight is not None:
+        from lingc.runtime.kernels.head_cache_write.naive import heads_rmsnorm_reference
+
+        q = heads_rmsnorm_reference(q, norm_weight, eps, round_before_weight, zero_centered)
     if inv_freq is not None:
         from lingc.runtime.kernels.head_cache_write.naive import rope_heads_reference
 

@@ -2,7 +2,8 @@
 
 ``torch.ops.lingc.gqa_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor positions,
 float scale, int window=0, int? pos_offset=None, Tensor? inv_freq=None, bool interleaved=False,
-Tensor? gate=None, ScalarType? out_dtype=None) -> Tensor``
+Tensor? gate=None, ScalarType? out_dtype=None, Tensor? norm_weight=None, float eps=0.0,
+bool round_before_weight=False, bool zero_centered=False) -> Tensor``
 
 - q [T, HQ, D]: the queries after their norm (fp32, bf16 or fp16; unit inner stride, any T /
   head strides), after their rotary embedding too unless ``inv_freq`` is given;
@@ -19,6 +20,10 @@ Tensor? gate=None, ScalarType? out_dtype=None) -> Tensor``
   once to q's dtype; the keys are rotated by their cache write (lingc.head_cache_write);
 - gate [T, HQ, DV] (any float dtype, unit inner stride) or None: the output is multiplied by
   sigmoid(gate) in fp32 (Qwen3-Next's gated attention), inside the combine kernel;
+- norm_weight [D] or None: each query head's row is first RMS-normed as lingc.rmsnorm norms a
+  row (``eps``; ``zero_centered``: gain 1 + w, Qwen3-Next's q_norm; ``round_before_weight``: the
+  Llama form) and rounded to q's dtype, before its RoPE: the query's per-head norm folded into the
+  load (pdl_norm_folds.norms_into_head_readers), one launch fewer;
 - out_dtype: the output's dtype (float32 when None; a 16-bit model's bfloat16 / float16 rounds
   the fp32 result once in the combine's store, so no cast kernel follows the op).
 
@@ -32,7 +37,7 @@ import math
 
 import torch
 
-from lingc.runtime.kernels.head_cache_write.op import check_inv_freq
+from lingc.runtime.kernels.head_cache_write.op import check_head_norm, check_inv_freq
 from lingc.runtime.kernels.positions import check_positions, expand_positions
 from lingc.runtime.registry import register_op
 
@@ -48,7 +53,8 @@ KV_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window=0, pos_offset=None, inv_freq=None,
-                          interleaved=False, gate=None, out_dtype=None) -> None:
+                          interleaved=False, gate=None, out_dtype=None, norm_weight=None, eps=0.0,
+                          round_before_weight=False, zero_centered=False) -> None:
     """Raise ValueError naming the bad argument of ``gqa_decode``."""
     op = "gqa_decode"
     if q.dim() != 3:
@@ -108,35 +114,41 @@ def check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window=0, pos_o
             raise ValueError(f"{op}: gate is on {gate.device} but q is on {q.device}")
     if out_dtype is not None and out_dtype not in Q_DTYPES:
         raise ValueError(f"{op}: out_dtype must be float32, bfloat16 or float16 (or None: float32), got {out_dtype}")
+    check_head_norm(op, q.dtype, D, q.device, norm_weight, eps, round_before_weight, zero_centered)
 
 
 def _gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor,
                 scale: float, window: int = 0, pos_offset: int | None = None, inv_freq: torch.Tensor | None = None,
                 interleaved: bool = False, gate: torch.Tensor | None = None,
-                out_dtype: torch.dtype | None = None) -> torch.Tensor:
+                out_dtype: torch.dtype | None = None, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
+                round_before_weight: bool = False, zero_centered: bool = False) -> torch.Tensor:
+    norm = dict(norm_weight=norm_weight, eps=eps, round_before_weight=round_before_weight,
+                zero_centered=zero_centered)
     check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window, pos_offset, inv_freq, interleaved, gate,
-                          out_dtype)
+                          out_dtype, **norm)
     if not q.is_cuda:
         o = gqa_decode_reference(q, k_cache, v_cache, expand_positions(positions, q.shape[0], pos_offset), scale,
-                                 window, inv_freq, interleaved, gate)
+                                 window, inv_freq, interleaved, gate, **norm)
         return o if out_dtype is None else o.to(out_dtype)
     from .kernel import gqa_decode_triton  # imported here so the CPU path needs no triton
 
     out = torch.empty((*q.shape[:2], v_cache.shape[2]), device=q.device, dtype=out_dtype or torch.float32)
     return gqa_decode_triton(q, k_cache, v_cache, positions, scale, out, window=window, pos_offset=pos_offset,
-                             inv_freq=inv_freq, interleaved=interleaved, gate=gate)
+                             inv_freq=inv_freq, interleaved=interleaved, gate=gate, **norm)
 
 
 def _gqa_decode_fake(q, k_cache, v_cache, positions, scale, window=0, pos_offset=None, inv_freq=None,
-                     interleaved=False, gate=None, out_dtype=None):
+                     interleaved=False, gate=None, out_dtype=None, norm_weight=None, eps=0.0, round_before_weight=False,
+                     zero_centered=False):
     check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window, pos_offset, inv_freq, interleaved, gate,
-                          out_dtype)
+                          out_dtype, norm_weight, eps, round_before_weight, zero_centered)
     return q.new_empty((*q.shape[:2], v_cache.shape[2]), dtype=out_dtype or torch.float32)
 
 
 _SCHEMA = ("(Tensor q, Tensor k_cache, Tensor v_cache, Tensor positions, float scale, int window=0, "
            "int? pos_offset=None, Tensor? inv_freq=None, bool interleaved=False, Tensor? gate=None, "
-           "ScalarType? out_dtype=None) -> Tensor")
+           "ScalarType? out_dtype=None, Tensor? norm_weight=None, float eps=0.0, bool round_before_weight=False, "
+           "bool zero_centered=False) -> Tensor")
 
 
 gqa_decode = register_op("gqa_decode", _gqa_decode, _gqa_decode_fake, schema=_SCHEMA)

@@ -1,7 +1,8 @@
 """Triton kernel of `lingc::head_cache_write`. Grid (T, H): one program per new token and head
-writes its cache row: the row's D values, the first R rotated (RoPE in fp32 from position *
-inv_freq, rotate-half or interleaved pairs, rounded to the rows' dtype and then to the cache's, as
-the model rounds), the rest copied. inv_freq is loaded before `gdc_wait` (a constant); the rows,
+writes its cache row: the row's D values (RMS-normed first with NORM: head_norm.py), the first R
+rotated (RoPE in fp32 from position * inv_freq, rotate-half or interleaved pairs, rounded to the
+rows' dtype and then to the cache's, as the model rounds), the rest copied. inv_freq and the norm
+weight are loaded before `gdc_wait` (constants); the rows,
 positions and every store come after it (a previous kernel may still read the cache). A program
 touches only its own row, so the result does not depend on T (batch-invariant).
 
@@ -14,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from lingc.runtime.kernels.head_norm import head_norm_cols, head_norm_gain
 from lingc.runtime.kernels.positions import position_terms
 from lingc.runtime.kernels.rope import rope_cols, rope_rotate
 from lingc.runtime.pdl import launch_kwargs, pdl_launch_dependents, pdl_supported, pdl_wait_small
@@ -22,9 +24,10 @@ __all__ = ["head_cache_write_triton"]
 
 
 @triton.jit(do_not_specialize=["pos_stride", "pos_add", "pos_step"])
-def _head_cache_write_kernel(x_ptr, pos_ptr, freq_ptr, cache_ptr, stride_xt, stride_xh, stride_cl, stride_ch,
-                             pos_stride, pos_add, pos_step, D, BD: tl.constexpr, HALF: tl.constexpr,
-                             INTERLEAVED: tl.constexpr, USE_GDC: tl.constexpr):
+def _head_cache_write_kernel(x_ptr, pos_ptr, freq_ptr, cache_ptr, w_ptr, stride_xt, stride_xh, stride_cl,
+                             stride_ch, pos_stride, pos_add, pos_step, D, eps, BD: tl.constexpr, HALF: tl.constexpr,
+                             INTERLEAVED: tl.constexpr, USE_GDC: tl.constexpr, NORM: tl.constexpr = False,
+                             ROUND_BEFORE_WEIGHT: tl.constexpr = False, ZERO_CENTERED: tl.constexpr = False):
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1).to(tl.int64)
     offs = tl.arange(0, BD)
@@ -32,6 +35,10 @@ def _head_cache_write_kernel(x_ptr, pos_ptr, freq_ptr, cache_ptr, stride_xt, str
     if HALF > 0:
         partner, fidx, sign, rotated = rope_cols(offs, HALF, INTERLEAVED)
         freq = tl.load(freq_ptr + fidx, mask=rotated & m, other=0.0).to(tl.float32)   # producer-independent
+    if NORM:                                                                        # (weights: likewise)
+        gain = head_norm_gain(w_ptr, offs, m, ZERO_CENTERED)
+        if HALF > 0:
+            gain_p = head_norm_gain(w_ptr, partner, rotated & m, ZERO_CENTERED)
 
     # A small kernel: its successor (the attention) may start its own prologue meanwhile.
     pdl_wait_small(USE_GDC)
@@ -40,9 +47,16 @@ def _head_cache_write_kernel(x_ptr, pos_ptr, freq_ptr, cache_ptr, stride_xt, str
     pos = tl.load(pos_ptr + t * pos_stride).to(tl.int64) + pos_add + t * pos_step
     src = x_ptr + t * stride_xt + h * stride_xh
     x = tl.load(src + offs, mask=m, other=0.0)
+    if NORM:        # the head's RMSNorm first (runtime/kernels/head_norm.py), rounded to the rows' dtype
+        xf = x.to(tl.float32)
+        rinv = tl.rsqrt(tl.sum(xf * xf, axis=0) / D + eps)
+        x = head_norm_cols(xf, rinv, gain, x.dtype, ROUND_BEFORE_WEIGHT)
     y = x
     if HALF > 0:
-        xp = tl.load(src + partner, mask=rotated & m, other=0.0).to(tl.float32)
+        xp = tl.load(src + partner, mask=rotated & m, other=0.0)
+        if NORM:
+            xp = head_norm_cols(xp.to(tl.float32), rinv, gain_p, x.dtype, ROUND_BEFORE_WEIGHT)
+        xp = xp.to(tl.float32)
         ang = pos.to(tl.float32) * freq
         y = rope_rotate(x.to(tl.float32), xp, tl.cos(ang), tl.sin(ang), sign, rotated).to(x.dtype)
     tl.store(cache_ptr + pos * stride_cl + h * stride_ch + offs, y.to(cache_ptr.dtype.element_ty), mask=m)
@@ -50,15 +64,17 @@ def _head_cache_write_kernel(x_ptr, pos_ptr, freq_ptr, cache_ptr, stride_xt, str
 
 def head_cache_write_triton(rows: torch.Tensor, positions: torch.Tensor, cache: torch.Tensor,
                             inv_freq: torch.Tensor | None = None, interleaved: bool = False,
-                            pos_offset: int | None = None) -> None:
+                            pos_offset: int | None = None, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
+                            round_before_weight: bool = False, zero_centered: bool = False) -> None:
     """Write the T x H rows (op.py); with ``pos_offset`` positions is a [1] base (rows at base +
-    pos_offset + t)."""
+    pos_offset + t); with ``norm_weight`` each row RMS-normed first (head_norm.py)."""
     T, H, D = rows.shape
     if T == 0:
         return
     half = 0 if inv_freq is None else inv_freq.shape[0]
     _head_cache_write_kernel[(T, H)](
-        rows, positions, rows if inv_freq is None else inv_freq, cache, rows.stride(0), rows.stride(1),
-        cache.stride(0), cache.stride(1), *position_terms(pos_offset), D, BD=triton.next_power_of_2(D),
-        HALF=half, INTERLEAVED=bool(interleaved), USE_GDC=pdl_supported(rows.device),
-        num_warps=1 if D <= 128 else 2, **launch_kwargs(rows.device))
+        rows, positions, rows if inv_freq is None else inv_freq, cache, rows if norm_weight is None else norm_weight,
+        rows.stride(0), rows.stride(1), cache.stride(0), cache.stride(1), *position_terms(pos_offset), D, float(eps),
+        BD=triton.next_power_of_2(D), HALF=half, INTERLEAVED=bool(interleaved), USE_GDC=pdl_supported(rows.device),
+        NORM=norm_weight is not None, ROUND_BEFORE_WEIGHT=bool(round_before_weight),
+        ZERO_CENTERED=bool(zero_centered), num_warps=1 if D <= 128 else 2, **launch_kwargs(rows.device))

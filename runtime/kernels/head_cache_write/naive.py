@@ -15,7 +15,17 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["rope_heads_reference", "head_cache_write_reference"]
+__all__ = ["heads_rmsnorm_reference", "rope_heads_reference", "head_cache_write_reference"]
+
+
+def heads_rmsnorm_reference(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, round_before_weight: bool = False,
+                            zero_centered: bool = False) -> torch.Tensor:
+    """x [T, H, D] with each head's row normed as lingc.rmsnorm norms a row (its reference)."""
+    from lingc.runtime.kernels.norms.naive import rmsnorm_reference
+
+    T, H, D = x.shape
+    y, _ = rmsnorm_reference(x.reshape(T * H, D), norm_weight, None, eps, round_before_weight, zero_centered)
+    return y.view(T, H, D)
 
 
 def rope_heads_reference(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
@@ -37,9 +47,14 @@ def rope_heads_reference(x: torch.Tensor, positions: torch.Tensor, inv_freq: tor
 
 
 def head_cache_write_reference(rows: torch.Tensor, positions: torch.Tensor, cache: torch.Tensor,
-                               inv_freq: torch.Tensor | None = None, interleaved: bool = False) -> None:
-    """cache[positions[t]] = rows[t] (rotated first when inv_freq is given), in the cache's dtype,
-    in place: the model's ``cache[pos] = rope(k)`` (or ``index_copy_``) write."""
+                               inv_freq: torch.Tensor | None = None, interleaved: bool = False,
+                               norm_weight: torch.Tensor | None = None, eps: float = 0.0,
+                               round_before_weight: bool = False, zero_centered: bool = False) -> None:
+    """cache[positions[t]] = rows[t] (normed first when norm_weight is given, then rotated when
+    inv_freq is), in the cache's dtype, in place: the model's ``cache[pos] = rope(k_norm(k))`` (or
+    ``index_copy_``) write."""
+    if norm_weight is not None:
+        rows = heads_rmsnorm_reference(rows, norm_weight, eps, round_before_weight, zero_centered)
     if inv_freq is not None:
         rows = rope_heads_reference(rows, positions, inv_freq, interleaved)
     cache.index_copy_(0, positions.long(), rows.to(cache.dtype))

@@ -1,6 +1,7 @@
 """``torch.ops.lingc.head_cache_write(Tensor rows, Tensor positions, Tensor(a!) cache,
-Tensor? inv_freq=None, bool interleaved=False, int? pos_offset=None) -> ()``: write T new rows of
-a per-head key or value cache in place.
+Tensor? inv_freq=None, bool interleaved=False, int? pos_offset=None, Tensor? norm_weight=None,
+float eps=0.0, bool round_before_weight=False, bool zero_centered=False) -> ()``: write T new
+rows of a per-head key or value cache in place.
 
 - rows [T, H, D]: this step's keys (after their norm, before RoPE) or values, any T / head
   strides, unit inner stride (fp32, bf16 or fp16);
@@ -10,9 +11,13 @@ a per-head key or value cache in place.
   n + o + t: runtime/kernels/positions.py);
 - inv_freq [R / 2] (fp32, bf16 or fp16, R <= D): rotate the first R dims of each head by
   position * inv_freq before the write (rotate-half pairs, or ``interleaved`` ones); None: the
-  rows are written as they are (values; keys of a layer without rotary embedding).
+  rows are written as they are (values; keys of a layer without rotary embedding);
+- norm_weight [D] or None: each row is first RMS-normed over its D dims as lingc.rmsnorm norms a
+  row (``eps``; ``zero_centered``: gain 1 + w, Gemma's and Qwen3-Next's k_norm;
+  ``round_before_weight``: the Llama form), rounded to the rows' dtype, then rotated: a key's
+  per-head norm folded into its write (pdl_norm_folds.norms_into_head_readers), one launch fewer.
 
-cache[positions[t]] = rope(rows[t]) in the cache's dtype (naive.py is the exact math). The
+cache[positions[t]] = rope(norm(rows[t])) in the cache's dtype (naive.py is the exact math). The
 pdl_swap pass emits it for a per-head cache's functional row write (index_put of the rows and the
 epilogue copy back), which outside Inductor copies the whole cache twice per layer and step, and
 folds the key's rotary embedding into it.
@@ -24,6 +29,8 @@ after the write. CUDA: kernel.py (PDL-launched on Hopper); CPU: the reference.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from lingc.runtime.kernels.positions import check_positions, expand_positions
@@ -31,7 +38,7 @@ from lingc.runtime.registry import register_op
 
 from .naive import head_cache_write_reference
 
-__all__ = ["head_cache_write", "check_head_cache_write_args", "check_inv_freq"]
+__all__ = ["head_cache_write", "check_head_cache_write_args", "check_head_norm", "check_inv_freq"]
 
 MAX_HEAD_DIM = 1024     # one program holds a head's row
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -49,7 +56,29 @@ def check_inv_freq(op: str, inv_freq, D: int, device) -> None:
         raise ValueError(f"{op}: inv_freq is on {inv_freq.device} but the rows are on {device}")
 
 
-def check_head_cache_write_args(rows, positions, cache, inv_freq=None, interleaved=False, pos_offset=None) -> None:
+def check_head_norm(op: str, rows_dtype: torch.dtype, D: int, device, norm_weight, eps, round_before_weight,
+                    zero_centered) -> None:
+    """Raise ValueError naming the bad norm argument (norm_weight None: no norm, the flags unset)."""
+    if norm_weight is None:
+        if round_before_weight or zero_centered:
+            raise ValueError(f"{op}: round_before_weight / zero_centered are forms of the head norm; "
+                             f"norm_weight is None")
+        return
+    if tuple(norm_weight.shape) != (D,) or norm_weight.dtype not in DTYPES or not norm_weight.is_contiguous():
+        raise ValueError(f"{op}: norm_weight must be a contiguous float [head_dim] = ({D},), got "
+                         f"{norm_weight.dtype} {tuple(norm_weight.shape)}")
+    if norm_weight.device != device:
+        raise ValueError(f"{op}: norm_weight is on {norm_weight.device} but the rows are on {device}")
+    if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps >= 0):
+        raise ValueError(f"{op}: eps must be a finite number >= 0, got {eps}")
+    if round_before_weight and (zero_centered or norm_weight.dtype != rows_dtype):
+        raise ValueError(f"{op}: round_before_weight (the Llama form) multiplies the rounded row by the weight in "
+                         f"the rows' dtype {rows_dtype}, without zero_centered; got weight {norm_weight.dtype}, "
+                         f"zero_centered={zero_centered}")
+
+
+def check_head_cache_write_args(rows, positions, cache, inv_freq=None, interleaved=False, pos_offset=None,
+                                norm_weight=None, eps=0.0, round_before_weight=False, zero_centered=False) -> None:
     """Raise ValueError naming the bad argument."""
     op = "head_cache_write"
     if rows.dim() != 3 or cache.dim() != 3:
@@ -74,21 +103,26 @@ def check_head_cache_write_args(rows, positions, cache, inv_freq=None, interleav
     check_inv_freq(op, inv_freq, D, rows.device)
     if not isinstance(interleaved, bool):
         raise ValueError(f"{op}: interleaved must be a bool, got {interleaved!r}")
+    check_head_norm(op, rows.dtype, D, rows.device, norm_weight, eps, round_before_weight, zero_centered)
 
 
-def _head_cache_write(rows, positions, cache, inv_freq=None, interleaved=False, pos_offset=None) -> None:
-    check_head_cache_write_args(rows, positions, cache, inv_freq, interleaved, pos_offset)
+def _head_cache_write(rows, positions, cache, inv_freq=None, interleaved=False, pos_offset=None, norm_weight=None,
+                      eps=0.0, round_before_weight=False, zero_centered=False) -> None:
+    norm = (norm_weight, eps, round_before_weight, zero_centered)
+    check_head_cache_write_args(rows, positions, cache, inv_freq, interleaved, pos_offset, *norm)
     if not rows.is_cuda:
         head_cache_write_reference(rows, expand_positions(positions, rows.shape[0], pos_offset), cache, inv_freq,
-                                   interleaved)
+                                   interleaved, *norm)
         return
     from .kernel import head_cache_write_triton  # imported here so the CPU path needs no triton
 
-    head_cache_write_triton(rows, positions.contiguous(), cache, inv_freq, interleaved, pos_offset)
+    head_cache_write_triton(rows, positions.contiguous(), cache, inv_freq, interleaved, pos_offset, *norm)
 
 
-def _head_cache_write_fake(rows, positions, cache, inv_freq=None, interleaved=False, pos_offset=None) -> None:
-    check_head_cache_write_args(rows, positions, cache, inv_freq, interleaved, pos_offset)
+def _head_cache_write_fake(rows, positions, cache, inv_freq=None, interleaved=False, pos_offset=None,
+                           norm_weight=None, eps=0.0, round_before_weight=False, zero_centered=False) -> None:
+    check_head_cache_write_args(rows, positions, cache, inv_freq, interleaved, pos_offset, norm_weight, eps,
+                                round_before_weight, zero_centered)
 
 
 # The mutated cache precedes every argument with a default: torch 2.11 hands a Python kernel its
@@ -96,4 +130,5 @@ def _head_cache_write_fake(rows, positions, cache, inv_freq=None, interleaved=Fa
 head_cache_write = register_op(
     "head_cache_write", _head_cache_write, _head_cache_write_fake, mutates_args=("cache",),
     schema="(Tensor rows, Tensor positions, Tensor(a!) cache, Tensor? inv_freq=None, bool interleaved=False, "
-           "int? pos_offset=None) -> ()")
+           "int? pos_offset=None, Tensor? norm_weight=None, float eps=0.0, bool round_before_weight=False, "
+           "bool zero_centered=False) -> ()")
