@@ -14,6 +14,10 @@ no PDL boundary) of its own. pdl_glue.py has the other glue; this file the four 
     before:  c, _ = lingc.rmsnorm(x, w, None, eps) ; lingc.mla_kv_write(c, k, pos, freq, cache)
     after:   lingc.mla_kv_write(x, k, pos, freq, cache, w, eps)
 
+    before:  y, _ = lingc.rmsnorm(reshape(x, [T * H, D]), w, None, eps) ; r = reshape(y, [T, H, D])
+             lingc.head_cache_write(r, pos, cache, freq) ; lingc.gqa_decode(r', ...)
+    after:   lingc.head_cache_write(x, pos, cache, freq, norm_weight=w, eps=eps)   (x [T, H, D])
+
 A norm in the Hugging Face Llama form (``round_before_weight``) folds as the one-rounding form
 does (every op here takes the flag); a norm without a gain, or with a zero-centred one, folds
 only into the embedding gather (the same kernel).
@@ -51,6 +55,15 @@ Why each is exact:
   reads, over a row that no op of the graph writes in place (the norm now reads it later).
   Numerics (declared): the row's sum of squares is reduced in another order on the GPU. A norm
   in the Llama form moves with its form (``round_before_weight``).
+- a per-head norm of keys or queries (Qwen3-Next's k_norm / q_norm: lingc.rmsnorm over the
+  [T * H, D] rows of a [T, H, D] value, zero-centred) moves into the head_cache_write of those
+  keys or the gqa_decode of those queries, whose program holds the head's whole row anyway
+  (runtime/kernels/head_norm.py: the norm kernel's arithmetic, rounded to the rows' dtype before
+  the RoPE as the unfused norm rounds). One launch less each, and for a strided [T, H, D] piece
+  (a verify chain's queries inside the fused q / gate projection) no [T * H, D] copy. Only for a
+  norm without a residual whose rows only the reader reads, through a row-major [T, H, D] reshape
+  of x's [T * H, D] flattening, over an x no op of the graph writes in place (the norm now reads
+  it later), with unit stride along D. Numerics (declared): as the latent norm's.
 """
 
 from __future__ import annotations
@@ -63,9 +76,10 @@ from lingc.graph_match import aten, is_call
 from lingc.graph_region import shape, val
 from lingc.pass_manager import written_bases
 
-from .pdl_glue import _view_root
+from .pdl_glue import _is_lingc, _view_root
 
-__all__ = ["embedding_into_norm", "norm_pairs_into_concat", "norms_into_kv_writes", "norms_into_routers"]
+__all__ = ["embedding_into_norm", "norm_pairs_into_concat", "norms_into_head_readers", "norms_into_kv_writes",
+           "norms_into_routers"]
 
 lingc_ops = torch.ops.lingc
 
@@ -232,6 +246,58 @@ def norms_into_kv_writes(g: fx.Graph) -> int:
                  **{n: v for n, v in kv.kwargs.items() if n not in ("norm_weight", "eps")}, **_norm_form(rms))
         g.erase_node(kv)
         for v in [*([k] if empty_k else []), *chain, c, *[u for u in rms.users if u is not c], rms]:
+            g.erase_node(v)
+        count += 1
+    return count
+
+
+def norms_into_head_readers(g: fx.Graph) -> int:
+    """rows = reshape(lingc.rmsnorm(reshape(x), w, None, eps)[0]) read by head_cache_write (its
+    rows) or gqa_decode (its queries) -> the reader with x and the norm (module docstring).
+    Returns the norms folded."""
+    import operator
+
+    from lingc.graph_build import refresh_vals
+
+    count = 0
+    written = written_bases(g)
+    readers = (lingc_ops.head_cache_write.default, lingc_ops.gqa_decode.default)
+    for op in [n for n in g.nodes if is_call(n, *readers)]:
+        if op.kwargs.get("norm_weight") is not None:
+            continue
+        rows = op.args[0]
+        T, H, D = shape(rows)
+        chain, y = [], rows
+        while is_call(y, *_RESHAPES) and len(y.users) == 1:
+            chain.append(y)
+            y = y.args[0]
+        if not (chain and is_call(y, operator.getitem) and y.args[1] == 0 and len(y.users) == 1
+                and is_call(y.args[0], lingc_ops.rmsnorm.default)):
+            continue
+        rms = y.args[0]
+        src, w, residual, eps = rms.args[:4]
+        if residual is not None or w is None or shape(src) != (T * H, D) or any(
+                u is not y and (not is_call(u, operator.getitem) or u.users) for u in rms.users):
+            continue                      # a residual, no gain, other rows, or x's copy is read
+        x = src
+        while is_call(x, *_RESHAPES) and shape(x) != (T, H, D):
+            x = x.args[0]
+        root, views = _view_root(x)
+        if views and _is_lingc(root):
+            refresh_vals(views)           # the views' strides as the lingc op lays its output out
+        if shape(x) != (T, H, D) or (D > 1 and val(x).stride(2) != 1) or root in written or x in written:
+            continue
+        form = {k: v for k, v in rms.kwargs.items() if k in ("round_before_weight", "zero_centered") and v}
+        with g.inserting_before(op):
+            try:
+                kw = {k: v for k, v in op.kwargs.items() if k not in ("norm_weight", "eps")}
+                new = emit(g, op.target, x, *op.args[1:], **kw, norm_weight=w, eps=eps, **form)
+            except ValueError:
+                continue                  # a form or weight the reader cannot take: the norm stays
+        op.replace_all_uses_with(new)
+        new.meta.update({k: v for k, v in op.meta.items() if k != "val"})
+        g.erase_node(op)
+        for v in [*chain, y, *[u for u in rms.users if u is not y], rms]:
             g.erase_node(v)
         count += 1
     return count

@@ -77,6 +77,7 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, GqaRope, LingcPass):
     fold_concat = True           # off: two-input last-dim concatenations stay ATen cats
     fold_router_norm = True      # off: the MoE block's input norm stays a lingc.rmsnorm launch
     fold_kv_norm = True          # off: MLA's kv_a_layernorm stays a lingc.rmsnorm launch
+    fold_head_norm = True        # off: per-head q / k norms stay lingc.rmsnorm launches
     fold_positions = True        # off: the relay's chain positions stay n + arange(T) ATen kernels
 
     def apply(self, gm: fx.GraphModule) -> int:
@@ -127,6 +128,7 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, GqaRope, LingcPass):
         norm_pairs = pdl_norm_folds.norm_pairs_into_concat(g) if self.fold_concat else 0
         routed = pdl_norm_folds.norms_into_routers(g) if self.fold_router_norm else 0
         kv_normed = pdl_norm_folds.norms_into_kv_writes(g) if self.fold_kv_norm else 0
+        head_normed = pdl_norm_folds.norms_into_head_readers(g) if self.fold_head_norm else 0
         positions = pdl_glue.positions_into_readers(g) if self.fold_positions else 0
         tail = relay_tail(g) if self.fold_relay_tail else 0
         eliminate_dead_code(g)
@@ -166,6 +168,8 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, GqaRope, LingcPass):
             summary += f"; {routed} MoE input norms folded into their routers"
         if kv_normed:
             summary += f"; {kv_normed} latent norms folded into their cache writes"
+        if head_normed:
+            summary += f"; {head_normed} per-head q / k norms folded into gqa_decode / head_cache_write"
         if positions:
             summary += f"; {positions} position readers take the relay's n (no positions kernels)"
         if tail:

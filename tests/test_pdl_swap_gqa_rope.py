@@ -54,7 +54,8 @@ class RopeAttention(torch.nn.Module):
     times sigmoid of a second query-projection half: Qwen3-Next's), "gated-cast" (the same, the
     product in bf16 of an fp32 model: the output cast before its gate), "gated-scrambled" (the same, the
     gate applied to the output's [D, H] transpose read back as [H, D]: a view chain that is no
-    layout of it), "scaled-q" (the queries
+    layout of it), "normed" (partial, Qwen3-Next's zero-centred per-head norms on the queries
+    and keys before their RoPE), "scaled-q" (the queries
     multiplied by a learned per-dim weight, no RoPE: nothing to fold), "shifted-k" (the keys
     shifted by their position before the write: no RoPE, the write stays), "strided-v" (stacked,
     the values every other column of a wider value: rows the op cannot take)."""
@@ -71,17 +72,27 @@ class RopeAttention(torch.nn.Module):
                                     requires_grad=False)
         self.v2 = torch.nn.Parameter((torch.randn(kv_heads * 2 * d, HID, generator=g) / HID ** 0.5).to(dtype),
                                      requires_grad=False)
+        self.qn, self.kn = (torch.nn.Parameter((torch.randn(d, generator=g) * 0.2).to(dtype), requires_grad=False)
+                            for _ in range(2))
         R = d if form in ("half", "interleaved", "shifted-k") else d // 4
         self.register_buffer("freq", 1.0 / (10000.0 ** (torch.arange(0, R, 2).float() / R)), persistent=False)
 
     def rope(self, x, pos):
         return interleaved(x, pos, self.freq) if self.form == "interleaved" else rotate_half(x, pos, self.freq)
 
+    @staticmethod
+    def head_norm(x, w):
+        """Qwen3-Next's Qwen3NextRMSNorm over each head: gain 1 + w in fp32, rounded once."""
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * (1.0 + w.float())).to(x.dtype)
+
     def forward(self, x, pos, *caches):
         T = x.shape[0]
         q = (x @ self.q.T).view(T, self.heads, self.d)
         gate = torch.sigmoid((x @ self.g.T).view(T, self.heads, self.d))
         k = (x @ self.k.T).view(T, self.kv_heads, self.d)
+        if self.form == "normed":
+            q, k = self.head_norm(q, self.qn), self.head_norm(k, self.kn)
         v = (x @ self.v.T).view(T, self.kv_heads, self.d)
         q = q * self.w if self.form == "scaled-q" else self.rope(q, pos)
         k = k + pos[:, None, None].to(k.dtype) if self.form == "shifted-k" else self.rope(k, pos)
@@ -134,11 +145,15 @@ def _caches(m, gen, dtype):
     return [torch.randn(L, m.kv_heads, m.d, generator=gen).to(dtype) for _ in range(2)]
 
 
-def _run(m, T, dtype=torch.float32, **options):
+def _inputs_for(m, T, dtype=torch.float32):
     gen = torch.Generator().manual_seed(T)
     x = torch.randn(T, HID, generator=gen).to(dtype)
     pos = torch.arange(L - T - 2, L - 2)
-    caches = _caches(m, gen, dtype)
+    return [x, pos, *_caches(m, gen, dtype)]
+
+
+def _run(m, T, dtype=torch.float32, **options):
+    x, pos, *caches = _inputs_for(m, T, dtype)
     refs = [c.clone() for c in caches]
     with torch.no_grad():
         ref = m(x, pos, *refs)
@@ -147,7 +162,7 @@ def _run(m, T, dtype=torch.float32, **options):
 
 
 FORMS = [("half", RopeAttention), ("partial", RopeAttention), ("interleaved", RopeAttention),
-         ("stacked", RopeAttention), ("gated", RopeAttention), ("hf", HFRopeAttention)]
+         ("stacked", RopeAttention), ("gated", RopeAttention), ("normed", RopeAttention), ("hf", HFRopeAttention)]
 
 
 @pytest.mark.parametrize("T", [1, 2, 6])
@@ -160,6 +175,8 @@ def test_rope_and_row_writes_fold_into_lingc_ops(form, cls, T):
     assert ops.get("lingc.gqa_decode") == 1 and ops.get("lingc.head_cache_write") == 2, (ops, notes)
     assert "the queries' RoPE folded into 1 gqa_decode" in notes[0], notes
     assert ("output gate folded into 1 gqa_decode" in notes[0]) == (form == "gated"), notes
+    assert ("2 per-head q / k norms folded into gqa_decode / head_cache_write" in notes[0]) == (form == "normed")
+    assert "lingc.rmsnorm" not in ops, ops
     assert not aten_kernels(report), report.kernels.format()    # RoPE, index_put, the epilogue copy_: all gone
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     for got, want in zip(caches, refs):
@@ -181,6 +198,54 @@ def test_bf16_model(form):
     torch.testing.assert_close(out.float(), ref.float(), rtol=3e-2, atol=3e-2)
     for got, want in zip(caches, refs):
         torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("T", [1, 6])
+def test_head_norms_fold_into_their_readers(T, dtype, monkeypatch):
+    """Qwen3-Next's q_norm / k_norm (zero-centred, per head, before the RoPE): with the fold the
+    two lingc.rmsnorm launches go into gqa_decode's query load and head_cache_write (at T = 6 the
+    queries' [T * H, D] rows are no view of the strided [T, H, D] piece: the copy goes too); the
+    same outputs and caches as with the norms apart, and as eager."""
+    from lingc.passes.pdl_swap import PdlSwap
+
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=3e-2, atol=3e-2)
+    runs = {}
+    for fold in (True, False):
+        monkeypatch.setattr(PdlSwap, "fold_head_norm", fold)
+        runs[fold] = _run(RopeAttention("normed", dtype=dtype), T, dtype)
+    (out, ref, caches, refs, report), (out_off, _, caches_off, _, report_off) = runs[True], runs[False]
+    assert rows(report).get("lingc.rmsnorm") is None and rows(report_off).get("lingc.rmsnorm") == 2
+    assert rows(report)["lingc.head_cache_write"] == 2 and rows(report)["lingc.gqa_decode"] == 1
+    torch.testing.assert_close(out.float(), out_off.float(), **tol)
+    torch.testing.assert_close(out.float(), ref.float(), **tol)
+    for got, off, want in zip(caches, caches_off, refs):
+        torch.testing.assert_close(got.float(), off.float(), **tol)
+        torch.testing.assert_close(got.float(), want.float(), **tol)
+
+
+def test_a_head_norm_read_elsewhere_stays():
+    """The normed keys are also read by something else (returned): the norm keeps its launch
+    (its rows must exist), and the write takes them as before."""
+    class ReadTwice(RopeAttention):
+        def head_norm(self, x, w):
+            y = RopeAttention.head_norm(x, w)
+            if w is self.kn:
+                self.normed_k = y
+            return y
+
+        def forward(self, x, pos, *caches):
+            return super().forward(x, pos, *caches), self.normed_k.sum()
+
+    m = ReadTwice("normed")
+    inputs = _inputs_for(m, 2)
+    with torch.no_grad():
+        want = m(*[t.clone() for t in inputs])
+    out, report = run_and_report(m, *inputs)
+    assert rows(report).get("lingc.rmsnorm") == 1, rows(report)
+    assert "1 per-head q / k norms folded" in stat(report, "pdl_swap").notes[0], stat(report, "pdl_swap").notes
+    torch.testing.assert_close(out[1], want[1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out[0], want[0], rtol=1e-5, atol=1e-5)
 
 
 def test_a_gate_behind_a_bf16_cast_of_the_output_folds():
@@ -295,6 +360,50 @@ def test_expect_rope_dump(tmp_path):
 -aten.unsqueeze 14
 +aten.view 1
 -aten.view 12
+-aten.where.self 1
+-getitem 1
++lingc.gqa_decode 1
++lingc.head_cache_write 2
+-prims.convert_element_type 2
+-prims.iota 1
+""")
+
+
+@pinned_graph_text
+def test_expect_normed_dump(tmp_path):
+    """The same with Qwen3-Next's per-head q / k norms: no lingc.rmsnorm is left (both folded
+    into the readers), the norms' ATen ops gone."""
+    m = RopeAttention("normed")
+    gen = torch.Generator().manual_seed(2)
+    x, pos = torch.randn(2, HID, generator=gen), torch.tensor([12, 13])
+    kc, vc = _caches(m, gen, torch.float32)
+    _, report = run_and_report(m, x, pos, kc, vc, dump_dir=str(tmp_path))
+    assert_expected_inline(dump_op_changes(tmp_path, report, "pdl_swap"), """\
+-aten._scaled_dot_product_flash_attention_for_cpu 1
+-aten.add.Tensor 6
+-aten.cat 4
+-aten.clone 8
+-aten.copy_ 2
+-aten.cos 2
+-aten.expand 4
+-aten.index_put 2
+-aten.le.Tensor 1
+-aten.mean.dim 2
+-aten.mul.Tensor 10
+-aten.neg 2
++aten.permute 2
+-aten.permute 4
+-aten.pow.Tensor_Scalar 2
++aten.reshape 1
+-aten.rsqrt 2
+-aten.scalar_tensor 2
++aten.select.int 1
+-aten.select.int 1
+-aten.sin 2
+-aten.slice.Tensor 8
+-aten.unsqueeze 14
++aten.view 1
+-aten.view 10
 -aten.where.self 1
 -getitem 1
 +lingc.gqa_decode 1
