@@ -329,15 +329,20 @@ def test_relay_positions_reach_the_cache_write():
     torch.testing.assert_close(vc, rv, rtol=1e-6, atol=1e-6)
 
 
-@pinned_graph_text
-def test_expect_rope_dump(tmp_path):
-    """The ops pdl_swap adds and drops for the partial-RoPE attention at T = 2 (its dump)."""
-    m = RopeAttention("partial")
+def _pdl_swap_changes(form: str, tmp_path) -> str:
+    """The ops pdl_swap adds and drops for RopeAttention(form) at T = 2 (its dump)."""
+    m = RopeAttention(form)
     gen = torch.Generator().manual_seed(2)
     x, pos = torch.randn(2, HID, generator=gen), torch.tensor([12, 13])
     kc, vc = _caches(m, gen, torch.float32)
     _, report = run_and_report(m, x, pos, kc, vc, dump_dir=str(tmp_path))
-    assert_expected_inline(dump_op_changes(tmp_path, report, "pdl_swap"), """\
+    return dump_op_changes(tmp_path, report, "pdl_swap")
+
+
+@pinned_graph_text
+def test_expect_rope_dump(tmp_path):
+    """The ops pdl_swap adds and drops for the partial-RoPE attention at T = 2 (its dump)."""
+    assert_expected_inline(_pdl_swap_changes("partial", tmp_path), """\
 -aten._scaled_dot_product_flash_attention_for_cpu 1
 -aten.add.Tensor 2
 -aten.cat 4
@@ -373,12 +378,7 @@ def test_expect_rope_dump(tmp_path):
 def test_expect_normed_dump(tmp_path):
     """The same with Qwen3-Next's per-head q / k norms: no lingc.rmsnorm is left (both folded
     into the readers), the norms' ATen ops gone."""
-    m = RopeAttention("normed")
-    gen = torch.Generator().manual_seed(2)
-    x, pos = torch.randn(2, HID, generator=gen), torch.tensor([12, 13])
-    kc, vc = _caches(m, gen, torch.float32)
-    _, report = run_and_report(m, x, pos, kc, vc, dump_dir=str(tmp_path))
-    assert_expected_inline(dump_op_changes(tmp_path, report, "pdl_swap"), """\
+    assert_expected_inline(_pdl_swap_changes("normed", tmp_path), """\
 -aten._scaled_dot_product_flash_attention_for_cpu 1
 -aten.add.Tensor 6
 -aten.cat 4

@@ -31,6 +31,9 @@
 #   - `base_setup`: the baseline of an A/B, a `git archive` carried in as .base.tar.gz, installed
 #     (not editable) under /tmp/base; `BASE=1 decode_as ...` then runs the baseline's lingc and
 #     benchmarks, so two commits run side by side in one call;
+#   - `foreign_decode_as NAME PRESET...`: benchmarks.foreign_decode at context 8192, 64 steps, for
+#     each preset (90 s each), log and JSON as $OUT/NAME_<preset without -tp4-rank>.*, the table,
+#     the token agreement and the ops left to ATen / Inductor on stdout;
 #   - `prefill_as NAME [base]`: benchmarks.prefill on flash-tp4-rank at 1024, 8192 and 32768
 #     tokens (this checkout, or with `base` the baseline of base_setup), log and JSON as
 #     $OUT/NAME.*, the per-length lines on stdout; PREFILL_TOKENS, PREFILL_ARGS (more options)
@@ -141,4 +144,14 @@ raise SystemExit(main(['--preset', 'flash-tp4-rank', '--context', '${CONTEXT:-81
                        '--modes', '$modes', '--tokens', '$tokens', '--profile', '--out', '$OUT/$name']))" 2>&1 \
         | stamp > "$OUT/$name.log"
     cp "$OUT/$name/decode.json" "$OUT/$name.json"; rm -rf "$OUT/$name"; cd "$here"
+}
+foreign_decode_as() {
+    local stem=$1 preset name; shift
+    for preset in "$@"; do
+        name=${stem}_${preset%%-tp4-rank}
+        CUDA_VISIBLE_DEVICES=0 timeout 90 python3 -m benchmarks.foreign_decode --preset "$preset" \
+            --context 8192 --tokens 64 --out "$OUT/$name" 2>&1 | stamp > "$OUT/$name.log"
+        mv "$OUT/$name/foreign_decode.json" "$OUT/$name.json" 2>/dev/null; rm -rf "$OUT/$name"
+        grep -E "^\S*\s*\||agree|bandwidth|Error|ops lingc left" "$OUT/$name.log" | tail -7
+    done
 }

@@ -15,11 +15,5 @@ CUDA_VISIBLE_DEVICES=0 timeout 150 python3 -m benchmarks.kernels_attn --no-norms
     2>&1 | stamp > "$OUT/kernels_attn_gqa_s54_c1.log"
 rm -rf "$OUT/attn"          # the log holds the table; eight files come back at most
 grep -E "gqa|FAILED|Error" "$OUT/kernels_attn_gqa_s54_c1.log" | head -24
-for preset in kimi-linear-tp4-rank qwen3-next-tp4-rank; do
-    name=foreign_decode_s54_c1_${preset%%-tp4-rank}
-    CUDA_VISIBLE_DEVICES=0 timeout 90 python3 -m benchmarks.foreign_decode --preset $preset \
-        --context 8192 --tokens 64 --out "$OUT/$name" 2>&1 | stamp > "$OUT/$name.log"
-    mv "$OUT/$name/foreign_decode.json" "$OUT/$name.json" 2>/dev/null; rm -rf "$OUT/$name"
-    grep -E "^\S*\s*\|| agree|bandwidth|Error|ops lingc left" "$OUT/$name.log" | tail -7
-done
+foreign_decode_as foreign_decode_s54_c1 kimi-linear-tp4-rank qwen3-next-tp4-rank
 save_triton_cache

@@ -15,11 +15,5 @@ CUDA_VISIBLE_DEVICES=0 timeout 200 python3 -m pytest -p no:logging -p no:cachepr
 CUDA_VISIBLE_DEVICES=0 timeout 150 python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -q \
     tests/test_foreign_model.py tests/test_pdl_swap_gqa_rope.py 2>&1 | stamp >> "$LOG"
 grep -E "passed|failed" "$LOG"; grep -E "FAILED|Error" "$LOG" | head -12
-for preset in qwen3-next-tp4-rank kimi-linear-tp4-rank; do
-    name=foreign_decode_s54_c2_${preset%%-tp4-rank}
-    CUDA_VISIBLE_DEVICES=0 timeout 90 python3 -m benchmarks.foreign_decode --preset $preset \
-        --context 8192 --tokens 64 --out "$OUT/$name" 2>&1 | stamp > "$OUT/$name.log"
-    mv "$OUT/$name/foreign_decode.json" "$OUT/$name.json" 2>/dev/null; rm -rf "$OUT/$name"
-    grep -E "^\S*\s*\|| agree|bandwidth|Error|ops lingc left" "$OUT/$name.log" | tail -7
-done
+foreign_decode_as foreign_decode_s54_c2 qwen3-next-tp4-rank kimi-linear-tp4-rank
 save_triton_cache
