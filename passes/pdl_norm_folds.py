@@ -1,5 +1,5 @@
 """pdl_swap's norm folds: a lingc norm moves into the lingc op beside it, so it is no launch (and
-no PDL boundary) of its own. pdl_glue.py has the other glue; this file the four folds of a norm.
+no PDL boundary) of its own. pdl_glue.py has the other glue; this file the five folds of a norm.
 
     before:  e = embedding(table, ids) ; out, x = lingc.rmsnorm(views(e), w, None, eps) ; f(e)
     after:   out, x = lingc.embedding_rmsnorm(table, ids, w, eps) ; f(views(x))
@@ -19,8 +19,8 @@ no PDL boundary) of its own. pdl_glue.py has the other glue; this file the four 
     after:   lingc.head_cache_write(x, pos, cache, freq, norm_weight=w, eps=eps)   (x [T, H, D])
 
 A norm in the Hugging Face Llama form (``round_before_weight``) folds as the one-rounding form
-does (every op here takes the flag); a norm without a gain, or with a zero-centred one, folds
-only into the embedding gather (the same kernel).
+does (every op here takes the flag); a norm without a gain folds only into the embedding gather
+(the same kernel), and one with a zero-centred gain only there and into the per-head readers.
 
 Why each is exact:
 - the embedding's value is x, the rows rmsnorm already copies out without a residual (the same
