@@ -18,7 +18,8 @@ Variants:
 - ``lingc-split-no-pdl`` / ``lingc-combine-no-pdl``  MLA only, PDL for one of the two kernels
                     (``MlaDecodeConfig.split_pdl`` / ``combine_pdl`` False)
 - ``lingc-splitN``  MLA only, the split kernel at SPLIT_LEN = N instead of the table (``--split-len``)
-- ``lingc-sN-lB-stS-wW-crR-csC``  MLA only, a whole config (``--mla-config N,B,S,W[,R[,C]]``)
+- ``lingc-sN-lB-stS-wW-crR-csC``  a whole config, MLA's (``--mla-config N,B,S,W[,R[,C]]``) or
+                    gqa_decode's (``--gqa-config N,B,S,W[,R[,C[,H]]]``)
 - ``eager``         the model's own code: the decoder's bf16 residual add + layers.RMSNorm's expression;
                     kda_math.gated_head_rmsnorm + the cast before o_proj; mla.py's absorbed core
                     (RoPE of q, fp32 einsums over the whole cache, masked softmax), gated on o_lat
@@ -268,7 +269,28 @@ def _eager_gqa(q, k_cache, v_cache, positions):
     return o[0].transpose(0, 1).float()
 
 
-def bench_gqa(L, T, copy_gbps, replays, inductor):
+def parse_gqa_config(spec: str):
+    """'split_len,block_l,num_stages,num_warps[,combine_block_r[,combine_block_s[,block_h]]]' -> a
+    GqaDecodeConfig."""
+    from lingc.runtime.kernels.gqa_decode.kernel import GqaDecodeConfig
+
+    names = ["split_len", "block_l", "num_stages", "num_warps", "combine_block_r", "combine_block_s", "block_h"]
+    try:
+        vals = [int(v) for v in spec.split(",")]
+        if not 4 <= len(vals) <= len(names):
+            raise ValueError(f"{len(vals)} numbers")
+        return GqaDecodeConfig(**dict(zip(names, vals)))
+    except ValueError as e:
+        raise SystemExit(f"--gqa-config {spec!r}: want split_len,block_l,num_stages,num_warps"
+                         f"[,combine_block_r[,combine_block_s[,block_h]]]: {e}")
+
+
+def gqa_config_label(c) -> str:
+    return (f"lingc-s{c.split_len}-l{c.block_l}-st{c.num_stages}-w{c.num_warps}"
+            f"-cr{c.combine_block_r}-cs{c.combine_block_s}" + (f"-h{c.block_h}" if c.block_h else ""))
+
+
+def bench_gqa(L, T, copy_gbps, replays, inductor, configs=()):
     from lingc.runtime.kernels.gqa_decode import gqa_decode_reference
     from lingc.runtime.kernels.gqa_decode.kernel import config_for as gqa_config_for, gqa_decode_triton
 
@@ -285,24 +307,31 @@ def bench_gqa(L, T, copy_gbps, replays, inductor):
     ref = gqa_decode_reference(x0["q"].cpu(), x0["k"].cpu(), x0["v"].cpu(), positions.cpu(), GQA_D ** -0.5)
     cfg = gqa_config_for(L, GQA_HQ, GQA_HKV, GQA_D, GQA_D)
 
-    def lingc(pdl):
+    def lingc(pdl, c=cfg):
         return lambda x: gqa_decode_triton(x["q"], x["k"], x["v"], positions, GQA_D ** -0.5, out=x["out"],
-                                           config=cfg, use_pdl=None if pdl else False)
+                                           config=c, use_pdl=None if pdl else False)
 
-    variants = {"lingc": lingc(True), "lingc-no-pdl": lingc(False),
-                "eager": lambda x: _eager_gqa(x["q"], x["k"], x["v"], positions)}
+    variants = {"lingc": lingc(True), "lingc-no-pdl": lingc(False)}
+    for c in configs:
+        variants[gqa_config_label(c)] = lingc(True, c)
+    variants["eager"] = lambda x: _eager_gqa(x["q"], x["k"], x["v"], positions)
     if inductor:
         compiled = torch.compile(_eager_gqa, dynamic=False)
         variants["inductor"] = lambda x: compiled(x["q"], x["k"], x["v"], positions)
     rows = []
     shape = f"L={L} H={GQA_HQ}/{GQA_HKV} D={GQA_D}"
     for variant, fn in variants.items():
-        err = rel_rms(fn(x0), ref)
-        t = time_in_graph(fn, [(x,) for x in layers], replays=replays)
+        try:
+            err = rel_rms(fn(x0), ref)
+            t = time_in_graph(fn, [(x,) for x in layers], replays=replays)
+        except OutOfResources as e:      # a swept config that does not fit: say so, go on
+            print(f"gqa_decode {shape} T={T} {variant}: does not fit ({e})")
+            continue
         # eager and Inductor run bf16 SDPA (scores and probabilities rounded to bf16)
         tol = RTOL["mla"] if variant.startswith("lingc") else RTOL["norm"]
         row = _row("gqa_decode", shape, T, variant, t, floor_bytes, copy_gbps, err, tol, copies)
-        row["split_len"] = cfg.split_len if variant.startswith("lingc") else None
+        swept = next((c for c in configs if gqa_config_label(c) == variant), cfg)
+        row["split_len"] = swept.split_len if variant.startswith("lingc") else None
         rows.append(row)
     del layers
     torch.cuda.empty_cache()
@@ -393,6 +422,9 @@ def main(argv=None):
     parser.add_argument("--mla-config", action="append", default=[], metavar="SPEC",
                         help="an extra MLA config to time: split_len,block_l,num_stages,num_warps"
                              "[,combine_block_r[,combine_block_s]] (repeatable)")
+    parser.add_argument("--gqa-config", action="append", default=[], metavar="SPEC",
+                        help="an extra gqa_decode config to time: split_len,block_l,num_stages,num_warps"
+                             "[,combine_block_r[,combine_block_s[,block_h]]] (repeatable)")
     parser.add_argument("--replays", type=int, default=30, help="graph replays per timing")
     parser.add_argument("--no-inductor", action="store_true", help="skip the torch.compile columns")
     parser.add_argument("--no-norms", action="store_true")
@@ -402,6 +434,7 @@ def main(argv=None):
                         help="skip the gated attention's step (RoPE, cache writes, gqa_decode, gate)")
     args = parser.parse_args(argv)
     mla_configs = [parse_mla_config(c) for c in args.mla_config]
+    gqa_configs = [parse_gqa_config(c) for c in args.gqa_config]
     require_cuda()
 
     copy_gbps = copy_bandwidth_gbps()
@@ -414,7 +447,7 @@ def main(argv=None):
                 rows += bench_mla(L, T, copy_gbps, args.replays, not args.no_inductor, args.split_len, mla_configs)
         if not args.no_gqa:
             for L in args.context:
-                rows += bench_gqa(L, T, copy_gbps, args.replays, not args.no_inductor)
+                rows += bench_gqa(L, T, copy_gbps, args.replays, not args.no_inductor, gqa_configs)
         if not args.no_gqa_layer:
             for L in args.context:
                 rows += bench_gqa_layer(L, T, copy_gbps, args.replays, not args.no_inductor)

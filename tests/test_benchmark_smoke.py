@@ -647,6 +647,21 @@ def test_mla_config_specs_follow_the_tables_pdl_rule():
             parse_mla_config(bad)
 
 
+def test_gqa_config_specs():
+    # --gqa-config variants: the table's config spelled out equals config_for's; a label names it.
+    from benchmarks.kernels_attn import gqa_config_label, parse_gqa_config
+    from lingc.runtime.kernels.gqa_decode.kernel import config_for
+
+    assert parse_gqa_config("64,64,3,8") == config_for(8192, 4, 1, 256, 256)
+    c = parse_gqa_config("256,32,2,4,128,16,32")
+    assert (c.split_len, c.block_l, c.num_stages, c.num_warps, c.combine_block_r, c.combine_block_s,
+            c.block_h) == (256, 32, 2, 4, 128, 16, 32)
+    assert gqa_config_label(c) == "lingc-s256-l32-st2-w4-cr128-cs16-h32"
+    for bad in ("512,64,3", "96,64,3,8", "a,b,c,d", "512,64,3,8,64,32,24"):
+        with pytest.raises(SystemExit, match="--gqa-config"):
+            parse_gqa_config(bad)
+
+
 def test_plot_draws_a_decode_json(tmp_path):
     # benchmarks.plot on a decode JSON of two modes (one with a projected TPOT): a PNG is written.
     pytest.importorskip("matplotlib")
