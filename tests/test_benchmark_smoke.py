@@ -652,7 +652,7 @@ def test_gqa_config_specs():
     from benchmarks.kernels_attn import gqa_config_label, parse_gqa_config
     from lingc.runtime.kernels.gqa_decode.kernel import config_for
 
-    assert parse_gqa_config("64,64,3,8") == config_for(8192, 4, 1, 256, 256)
+    assert parse_gqa_config("128,64,3,8") == config_for(8192, 4, 1, 256, 256)
     c = parse_gqa_config("256,32,2,4,128,16,32")
     assert (c.split_len, c.block_l, c.num_stages, c.num_warps, c.combine_block_r, c.combine_block_s,
             c.block_h) == (256, 32, 2, 4, 128, 16, 32)

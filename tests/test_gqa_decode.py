@@ -276,11 +276,11 @@ def test_kernel_16bit_output(T, p0, heads, dims, out_dtype):
 
 
 def test_config_rule():
-    # ~128 programs at T = 1 (splits x key/value heads), whole 64-row tiles, never below 64 rows.
-    assert config_for(8192, 4, 1, 256, 256).split_len == 64
+    # ~128 programs at T = 1 (splits x key/value heads), whole 64-row tiles, never below 128 rows.
+    assert config_for(8192, 4, 1, 256, 256).split_len == 128          # MIN_SPLIT_LEN (session 54's sweep)
     assert config_for(65536, 4, 1, 256, 256).split_len == 512
     assert config_for(65536, 32, 8, 128, 128).split_len == 4096
-    assert config_for(100, 4, 2, 64, 64).split_len == 64
+    assert config_for(100, 4, 2, 64, 64).split_len == 128
     assert config_for(8192, 4, 1, 256, 256).num_warps == 8 and config_for(8192, 4, 1, 128, 128).num_warps == 4
     with pytest.raises(ValueError, match="split_len = 40 must be a multiple of block_l = 16"):
         GqaDecodeConfig(split_len=40, block_l=16)

@@ -55,7 +55,8 @@ __all__ = ["GqaDecodeConfig", "config_for", "num_splits", "gqa_decode_triton", "
 # Programs per context the rule aims for at T = 1 (splits x key/value heads): about one wave on
 # 132 SMs. A constant, not a device query, so the split layout (and the bits) depend on the shape.
 TARGET_PROGRAMS = 128
-MIN_SPLIT_LEN = 64
+MIN_SPLIT_LEN = 128     # session 54's sweep (H100, a Qwen3-Next rank at 8192): 64 splits of 128 rows
+                        # 11.4 / 13.3 us at T = 1 / 6, 128 of 64 13.0 / 15.3
 
 
 @dataclass(frozen=True)
@@ -80,10 +81,13 @@ class GqaDecodeConfig:
 
 def config_for(L: int, HQ: int, HKV: int, D: int, DV: int) -> GqaDecodeConfig:
     """The launch config for a cache capacity L and head shape, never of T or the positions:
-    about TARGET_PROGRAMS (splits x key/value heads) at T = 1, splits of at least 64 rows in whole
-    64-row tiles; wide heads (D or DV > 128) take 8 warps (at 4 a thread holds 206 registers of
-    the 256-column tiles, at 8 128; 8 warps with 2 stages spilled 12 bytes, with 3 none:
-    tests/test_gqa_decode.py's compile check). Not yet tuned on a GPU."""
+    about TARGET_PROGRAMS (splits x key/value heads) at T = 1, splits of at least MIN_SPLIT_LEN
+    rows in whole 64-row tiles; wide heads (D or DV > 128) take 8 warps (at 4 a thread holds 206
+    registers of the 256-column tiles, at 8 128; 8 warps with 2 stages spilled 12 bytes, with 3
+    none: tests/test_gqa_decode.py's compile check). Swept once on an H100 at a Qwen3-Next rank's
+    shape (session 54, benchmarks/results/kernels_attn_gqa_sweep_h100_s54_c4.*): at 65536 the
+    512-row splits are the best T-independent choice (1024 rows: 37.5 against 34.4 us at T = 1,
+    39.2 against 49.1 at T = 6); at 8192 128-row splits beat 64 (the minimum now) and 256."""
     block_l = GqaDecodeConfig.block_l
     splits = max(1, TARGET_PROGRAMS // HKV)
     split = max(MIN_SPLIT_LEN, triton.cdiv(triton.cdiv(L, splits), block_l) * block_l)
