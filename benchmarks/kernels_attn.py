@@ -35,7 +35,7 @@ activations read and written plus the weight; MLA: the cache rows 0..max(positio
 queries; GQA: the key and value rows and the queries) over the device-to-device copy bandwidth
 measured in the same run. Correctness is
 checked first against the fp32 references; if a variant fails, no speedup is printed and the exit
-status is 1. Written for the H200; not yet run.
+status is 1. Run on the H200 and the H100 (benchmarks/results/kernels_attn_*).
 """
 from __future__ import annotations
 
