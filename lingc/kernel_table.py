@@ -11,11 +11,14 @@ Categories:
                 NCCL kernel, captured into the CUDA graph with the rest; its `wait_tensor` is glue.
 Views, getitem, in-place epilogue copies and uninitialised allocations (`empty`, `new_empty`: the
 caching allocator, no kernel; the verify graph's staging buffers) are listed as `glue` (no kernel
-of their own, or a copy Inductor folds into the producer).
+of their own, or a copy Inductor folds into the producer). A reshape whose input, with the strides
+its producer really lays out, is no view of the new shape copies at run time: it is listed as
+`aten.reshape (a copy)` under `aten` / `inductor` (a kernel), not as glue.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -89,10 +92,43 @@ def classify(node: fx.Node, inductor: bool) -> str:
     return "inductor" if inductor else "aten"
 
 
+_RESHAPES = (torch.ops.aten.reshape.default, torch.ops.aten._unsafe_view.default)
+
+
+def copying_reshapes(gm: fx.GraphModule) -> set[fx.Node]:
+    """The reshapes that copy at run time: their input, with the strides its producer really lays
+    out (the view chain's values recomputed from its root: a pass that replaced the producer
+    leaves them as traced), is no view of the new shape."""
+    from .graph_build import refresh_vals
+
+    copies = set()
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n.target not in _RESHAPES or not isinstance(n.args[0], fx.Node):
+            continue
+        chain, x = [], n.args[0]
+        while x.op == "call_function" and x.target in VIEW_OPS:
+            chain.append(x)
+            x = x.args[0]
+        refresh_vals(chain[::-1])
+        v = n.args[0].meta.get("val")
+        if not isinstance(v, torch.Tensor):
+            continue
+        try:
+            with v.fake_mode if hasattr(v, "fake_mode") else contextlib.nullcontext():
+                v.view(n.args[1])
+        except (RuntimeError, ValueError):    # (fake mode raises the latter)
+            copies.add(n)
+    return copies
+
+
 def build_kernel_table(gm: fx.GraphModule, inductor: bool, inductor_source: str | None = None) -> KernelTable:
     groups: dict[tuple[str, str], list[fx.Node]] = {}
+    copies = copying_reshapes(gm)
     for n in gm.graph.nodes:
         if n.op == "call_function":
+            if n in copies:        # a copy kernel, not a view
+                groups.setdefault(("inductor" if inductor else "aten", "aten.reshape (a copy)"), []).append(n)
+                continue
             groups.setdefault((classify(n, inductor), target_name(n.target)), []).append(n)
     order = {"lingc": 0, "library GEMM": 1, "collective": 2, "inductor": 3, "aten": 3, "glue": 4}
     rows = sorted(((c, op, len(ns), val_text(ns[0].meta.get("val"))) for (c, op), ns in groups.items()),

@@ -216,6 +216,11 @@ def test_head_norms_fold_into_their_readers(T, dtype, monkeypatch):
         runs[fold] = _run(RopeAttention("normed", dtype=dtype), T, dtype)
     (out, ref, caches, refs, report), (out_off, _, caches_off, _, report_off) = runs[True], runs[False]
     assert rows(report).get("lingc.rmsnorm") is None and rows(report_off).get("lingc.rmsnorm") == 2
+    # Unfolded at T = 6 the norms' [T * H, D] reshapes of the strided q and k slices copy at run
+    # time, and the kernel table says so (lingc/kernel_table.py, copying_reshapes).
+    copies = [(c, n) for c, op, n, _ in report_off.kernels.rows if op == "aten.reshape (a copy)"]
+    assert copies == ([("aten", 2)] if T > 1 else []), report_off.kernels.format()
+    assert not aten_kernels(report), report.kernels.format()
     assert rows(report)["lingc.head_cache_write"] == 2 and rows(report)["lingc.gqa_decode"] == 1
     torch.testing.assert_close(out.float(), out_off.float(), **tol)
     torch.testing.assert_close(out.float(), ref.float(), **tol)
