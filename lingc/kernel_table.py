@@ -92,18 +92,16 @@ def classify(node: fx.Node, inductor: bool) -> str:
     return "inductor" if inductor else "aten"
 
 
-_RESHAPES = (torch.ops.aten.reshape.default, torch.ops.aten._unsafe_view.default)
-
-
 def copying_reshapes(gm: fx.GraphModule) -> set[fx.Node]:
     """The reshapes that copy at run time: their input, with the strides its producer really lays
     out (the view chain's values recomputed from its root: a pass that replaced the producer
-    leaves them as traced), is no view of the new shape."""
+    leaves them as traced: those values are refreshed in the graph), is no view of the new shape.
+    Only ``aten.reshape`` copies; ``view`` and ``_unsafe_view`` never do."""
     from .graph_build import refresh_vals
 
     copies = set()
     for n in gm.graph.nodes:
-        if n.op != "call_function" or n.target not in _RESHAPES or not isinstance(n.args[0], fx.Node):
+        if n.op != "call_function" or n.target is not torch.ops.aten.reshape.default or not isinstance(n.args[0], fx.Node):
             continue
         chain, x = [], n.args[0]
         while x.op == "call_function" and x.target in VIEW_OPS:

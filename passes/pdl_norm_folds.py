@@ -71,7 +71,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from lingc.graph_build import emit
+from lingc.graph_build import emit, refresh_vals
 from lingc.graph_match import aten, is_call
 from lingc.graph_region import shape, val
 from lingc.pass_manager import written_bases
@@ -256,8 +256,6 @@ def norms_into_head_readers(g: fx.Graph) -> int:
     rows) or gqa_decode (its queries) -> the reader with x and the norm (module docstring).
     Returns the norms folded."""
     import operator
-
-    from lingc.graph_build import refresh_vals
 
     count = 0
     written = written_bases(g)

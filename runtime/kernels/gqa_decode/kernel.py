@@ -44,8 +44,8 @@ import triton
 import triton.language as tl
 
 from lingc.runtime.kernels.gemm_common import dot_acc
-from lingc.runtime.kernels.mla_decode.kernel import _mla_combine_kernel, softmax_tile, workspace
 from lingc.runtime.kernels.head_norm import head_norm_cols, head_norm_gain
+from lingc.runtime.kernels.mla_decode.kernel import _mla_combine_kernel, softmax_tile, workspace
 from lingc.runtime.kernels.positions import position_terms
 from lingc.runtime.kernels.rope import rope_cols, rope_rotate
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait

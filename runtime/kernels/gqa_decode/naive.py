@@ -12,8 +12,7 @@ With norm_weight, each query head is first RMS-normed (its per-head q_norm, ling
 arithmetic, rounded to q's dtype). With inv_freq, q is then rotated by its positions (RoPE of the
 queries folded into the attention: head_cache_write/naive.py's rope_heads_reference, the first
 2 * len(inv_freq) dims of each head, rotate-half or interleaved pairs, fp32 rounded once to q's
-dtype). With gate [T, HQ, DV] (Qwen3-
-Next's output gate) o is multiplied by sigmoid(gate) in fp32.
+dtype). With gate [T, HQ, DV] (Qwen3-Next's output gate) o is multiplied by sigmoid(gate) in fp32.
 
 Evaluated in fp32 one query row at a time over the whole cache (full L, masked), so the result
 for a position does not depend on how many queries the chain has (batch invariance in T, as

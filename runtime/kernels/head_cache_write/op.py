@@ -29,10 +29,9 @@ after the write. CUDA: kernel.py (PDL-launched on Hopper); CPU: the reference.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
+from lingc.runtime.kernels.norms.op import _check_eps as check_eps
 from lingc.runtime.kernels.positions import check_positions, expand_positions
 from lingc.runtime.registry import register_op
 
@@ -69,8 +68,7 @@ def check_head_norm(op: str, rows_dtype: torch.dtype, D: int, device, norm_weigh
                          f"{norm_weight.dtype} {tuple(norm_weight.shape)}")
     if norm_weight.device != device:
         raise ValueError(f"{op}: norm_weight is on {norm_weight.device} but the rows are on {device}")
-    if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps >= 0):
-        raise ValueError(f"{op}: eps must be a finite number >= 0, got {eps}")
+    check_eps(op, eps)
     if round_before_weight and (zero_centered or norm_weight.dtype != rows_dtype):
         raise ValueError(f"{op}: round_before_weight (the Llama form) multiplies the rounded row by the weight in "
                          f"the rows' dtype {rows_dtype}, without zero_centered; got weight {norm_weight.dtype}, "
