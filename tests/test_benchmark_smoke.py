@@ -908,3 +908,35 @@ def test_kernels_attn_gqa_layer_steps_agree_on_the_cpu():
     torch.testing.assert_close(kc, ek, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(vc, ev)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("m", [1, 3])
+@pytest.mark.parametrize("design", ["A", "B"])
+def test_split_defer_probe_kernel_matches_the_gemm_chain(m, design):
+    # benchmarks.split_defer_probe's kernel (interpreter on the CPU): in ticket mode it is
+    # gemm_triton's arithmetic, and a consumer summing the producer's partial planes in its
+    # loads gets the ticket chain's bits (design A sums planes in every tile of its loop).
+    from benchmarks.split_defer_probe import probe_gemm
+    from lingc.runtime.kernels.gemm.config import GemmConfig
+    from lingc.runtime.kernels.gemm.kernel import gemm_triton, k_plan
+
+    g = torch.Generator().manual_seed(m)
+    k1, n1, n2 = 128, 96, 80
+    cfg1 = GemmConfig(16, 32, 2, 4, 2) if design == "A" else GemmConfig(32, 0, 2, 4, 1, prefetch=True)
+    cfg2 = GemmConfig(16, 32, 3, 4, 2) if design == "A" else GemmConfig(16, 0, 3, 4, 1, prefetch=True)
+    x = torch.randn(m, k1, generator=g).to(torch.bfloat16)
+    w1 = (torch.randn(n1, k1, generator=g) * 0.1).to(torch.bfloat16)
+    w2 = (torch.randn(n2, n1, generator=g) * 0.1).to(torch.bfloat16)
+    y = gemm_triton(x, [w1], config=cfg1)
+    z = gemm_triton(y, [w2], config=cfg2)
+    s1, s2 = k_plan(k1, cfg1)[2], k_plan(n1, cfg2)[2]
+    ws1 = torch.full((s1, m, n1), float("nan"))
+    ws2 = torch.full((s2, m, n2), float("nan"))
+    out1 = torch.full((m, n1), float("nan"), dtype=torch.bfloat16)
+    out2 = torch.full((m, n2), float("nan"), dtype=torch.bfloat16)
+    probe_gemm(x, 0, w1, ws1, out1, m, True, cfg1)
+    assert torch.equal(out1, y)
+    probe_gemm(x, 0, w1, ws1, out1, m, False, cfg1)      # partials only
+    assert not ws1.isnan().any()
+    probe_gemm(ws1, s1, w2, ws2, out2, m, True, cfg2)    # the consumer sums them
+    assert torch.equal(out2, z)
