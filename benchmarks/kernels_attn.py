@@ -8,15 +8,17 @@ cache of context 8192 and 65536, T = 1 (decode) and T = 6 (a verify chain at the
 context: positions L-6 .. L-1), q RoPE and the head gate fused; GQA decode (``gqa_decode``) at a
 Qwen3-Next-80B TP4 rank's full-attention shape (4 query heads over 1 key/value head of 256, bf16
 caches [L, 1, 256]) over the same contexts and T, eager being SDPA with enable_gqa; and that
-layer's whole step after its projections and norms (``gqa layer``: the keys' and queries'
-rotate-half RoPE on 64 dims, both rows written into the caches, the attention, the sigmoid output
-gate), lingc being two ``head_cache_write`` and one ``gqa_decode`` with ``inv_freq`` and ``gate``.
+layer's whole step after its projections (``gqa layer``: the queries' and keys' per-head
+zero-centred RMSNorms, their rotate-half RoPE on 64 dims, both rows written into the caches, the
+attention, the sigmoid output gate), lingc being two ``head_cache_write`` (the key's norm and RoPE
+folded) and one ``gqa_decode`` with the query's norm, ``inv_freq`` and ``gate``.
 Variants:
 
 - ``lingc``         the op's Triton launcher, PDL-launched where supported
 - ``lingc-no-pdl``  the same launch without PDL
-- ``lingc-split-no-pdl`` / ``lingc-combine-no-pdl``  MLA only, PDL for one of the two kernels
-                    (``MlaDecodeConfig.split_pdl`` / ``combine_pdl`` False)
+- ``lingc-split-no-pdl`` / ``lingc-combine-no-pdl``  MLA and GQA decode, PDL for one of the two
+                    kernels (``MlaDecodeConfig`` / ``GqaDecodeConfig`` ``split_pdl`` / ``combine_pdl``
+                    False)
 - ``lingc-splitN``  MLA only, the split kernel at SPLIT_LEN = N instead of the table (``--split-len``)
 - ``lingc-sN-lB-stS-wW-crR-csC``  a whole config, MLA's (``--mla-config N,B,S,W[,R[,C]]``) or
                     gqa_decode's (``--gqa-config N,B,S,W[,R[,C[,H]]]``)
@@ -311,7 +313,9 @@ def bench_gqa(L, T, copy_gbps, replays, inductor, configs=()):
         return lambda x: gqa_decode_triton(x["q"], x["k"], x["v"], positions, GQA_D ** -0.5, out=x["out"],
                                            config=c, use_pdl=None if pdl else False)
 
-    variants = {"lingc": lingc(True), "lingc-no-pdl": lingc(False)}
+    variants = {"lingc": lingc(True), "lingc-no-pdl": lingc(False),
+                "lingc-split-no-pdl": lingc(True, replace(cfg, split_pdl=False)),
+                "lingc-combine-no-pdl": lingc(True, replace(cfg, combine_pdl=False))}
     for c in configs:
         variants[gqa_config_label(c)] = lingc(True, c)
     variants["eager"] = lambda x: _eager_gqa(x["q"], x["k"], x["v"], positions)
@@ -339,12 +343,21 @@ def bench_gqa(L, T, copy_gbps, replays, inductor, configs=()):
 
 
 GQA_ROPE = 64                       # Qwen3-Next rotates the first quarter of each head (rotate-half)
+GQA_EPS = 1e-6                      # its q_norm / k_norm
 
 
-def _eager_gqa_layer(q, k, v, gate, k_cache, v_cache, positions, inv_freq):
-    """Qwen3-Next's gated attention after its projections and norms, as its Hugging Face code
-    runs it: rotate-half RoPE on the first GQA_ROPE dims of q and k (in their dtype), the rows
-    written into the caches, SDPA with enable_gqa, the output times sigmoid(gate); fp32 out."""
+def _qwen3_next_head_norm(x, w):
+    """Qwen3-Next's per-head RMSNorm as its Hugging Face code writes it: fp32, gain 1 + w, cast back."""
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + GQA_EPS)
+    return (y * (1.0 + w.float())).type_as(x)
+
+
+def _eager_gqa_layer(q, k, v, gate, k_cache, v_cache, positions, inv_freq, q_w, k_w):
+    """Qwen3-Next's gated attention after its projections, as its Hugging Face code runs it: the
+    per-head q / k norms, rotate-half RoPE on the first GQA_ROPE dims of q and k (in their dtype),
+    the rows written into the caches, SDPA with enable_gqa, the output times sigmoid(gate); fp32 out."""
+    q, k = _qwen3_next_head_norm(q, q_w), _qwen3_next_head_norm(k, k_w)
     ang = positions.float()[:, None] * inv_freq[None]
     cos = torch.cat([ang.cos()] * 2, -1)[:, None].to(q.dtype)
     sin = torch.cat([ang.sin()] * 2, -1)[:, None].to(q.dtype)
@@ -360,8 +373,9 @@ def _eager_gqa_layer(q, k, v, gate, k_cache, v_cache, positions, inv_freq):
 
 
 def bench_gqa_layer(L, T, copy_gbps, replays, inductor):
-    """The gated attention's whole step on lingc (two head_cache_write and one gqa_decode with the
-    queries' RoPE and the gate) against the model's ops eager and under Inductor."""
+    """The gated attention's whole step on lingc (two head_cache_write, the key's norm and RoPE in
+    the first, and one gqa_decode with the queries' norm and RoPE and the gate) against the model's
+    ops eager and under Inductor."""
     import lingc.runtime.kernels.head_cache_write  # noqa: F401  (registers lingc::head_cache_write)
     from lingc.models.layers import rope_inv_freq
     from lingc.runtime.kernels.gqa_decode.kernel import config_for as gqa_config_for, gqa_decode_triton
@@ -376,35 +390,39 @@ def bench_gqa_layer(L, T, copy_gbps, replays, inductor):
     def r(*shape):
         return torch.randn(*shape, generator=gen, device="cuda").to(BF16)
     layers = [dict(q=r(T, GQA_HQ, GQA_D), k=r(T, GQA_HKV, GQA_D), v=r(T, GQA_HKV, GQA_D), gate=r(T, GQA_HQ, GQA_D),
-                   kc=r(L, GQA_HKV, GQA_D), vc=r(L, GQA_HKV, GQA_D), out=torch.empty(T, GQA_HQ, GQA_D, device="cuda"))
+                   kc=r(L, GQA_HKV, GQA_D), vc=r(L, GQA_HKV, GQA_D), out=torch.empty(T, GQA_HQ, GQA_D, device="cuda"),
+                   qw=r(GQA_D) * 0.1, kw=r(GQA_D) * 0.1)
               for _ in range(copies)]
     x0 = layers[0]
     ref = _eager_gqa_layer(*(x0[n].cpu().clone() for n in ("q", "k", "v", "gate", "kc", "vc")), positions.cpu(),
-                           inv_freq.cpu())
+                           inv_freq.cpu(), x0["qw"].cpu(), x0["kw"].cpu())
     cfg = gqa_config_for(L, GQA_HQ, GQA_HKV, GQA_D, GQA_D)
 
     def lingc_step(pdl):
         def step(x):
-            torch.ops.lingc.head_cache_write(x["k"], positions, x["kc"], inv_freq)
+            torch.ops.lingc.head_cache_write(x["k"], positions, x["kc"], inv_freq, norm_weight=x["kw"], eps=GQA_EPS,
+                                             zero_centered=True)
             torch.ops.lingc.head_cache_write(x["v"], positions, x["vc"])
             return gqa_decode_triton(x["q"], x["kc"], x["vc"], positions, GQA_D ** -0.5, out=x["out"], config=cfg,
-                                     use_pdl=None if pdl else False, inv_freq=inv_freq, gate=x["gate"])
+                                     use_pdl=None if pdl else False, inv_freq=inv_freq, gate=x["gate"],
+                                     norm_weight=x["qw"], eps=GQA_EPS, zero_centered=True)
         return step
 
     def eager(x):
-        return _eager_gqa_layer(x["q"], x["k"], x["v"], x["gate"], x["kc"], x["vc"], positions, inv_freq)
+        return _eager_gqa_layer(x["q"], x["k"], x["v"], x["gate"], x["kc"], x["vc"], positions, inv_freq, x["qw"],
+                                x["kw"])
 
     variants = {"lingc": lingc_step(True), "lingc-no-pdl": lingc_step(False), "eager": eager}
     if inductor:
         compiled = torch.compile(_eager_gqa_layer, dynamic=False)
         variants["inductor"] = lambda x: compiled(x["q"], x["k"], x["v"], x["gate"], x["kc"], x["vc"], positions,
-                                                  inv_freq)
+                                                  inv_freq, x["qw"], x["kw"])
     rows = []
     shape = f"L={L} H={GQA_HQ}/{GQA_HKV} D={GQA_D} rope={GQA_ROPE}"
     for variant, fn in variants.items():
         err = rel_rms(fn(x0), ref)
         t = time_in_graph(fn, [(x,) for x in layers], replays=replays)
-        rows.append(_row("gqa layer (rope, writes, gate)", shape, T, variant, t, floor_bytes, copy_gbps, err,
+        rows.append(_row("gqa layer (norms, rope, writes, gate)", shape, T, variant, t, floor_bytes, copy_gbps, err,
                          RTOL["norm"], copies))
     del layers
     torch.cuda.empty_cache()

@@ -432,3 +432,33 @@ def test_gpu_pdl_chain_under_graph_capture():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(static_out, eager)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split_pdl, combine_pdl, edges", [(False, True, [1, 0, 1]), (True, False, [0, 1, 0])])
+def test_gpu_pdl_for_one_kernel_keeps_the_bits(split_pdl, combine_pdl, edges):
+    # A config that leaves one of the two kernels out of the PDL chain (as MlaDecodeConfig's):
+    # the captured chain has plain edges into that kernel, and the output is the all-PDL
+    # launch's, bit for bit.
+    if not pdl_supported(DEVICE):
+        pytest.skip("PDL needs compute capability >= 9")
+    from dataclasses import replace
+    x = make_inputs(6, 8192, chain(8186, 6), torch.bfloat16, seed=5, heads=(4, 1), dims=(256, 256), garbage=1.0)
+    table = config_for(8192, 4, 1, 256, 256)
+    cfg = replace(table, split_pdl=split_pdl, combine_pdl=combine_pdl)
+
+    def step(q, config):
+        o1 = gqa_decode_triton(q, x["k"], x["v"], x["positions"], 0.0625, config=config)
+        return gqa_decode_triton(o1, x["k"], x["v"], x["positions"], 0.0625, config=config)
+
+    static_q = x["q"].clone()
+    reference = step(static_q, table)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph(keep_graph=True)
+    with torch.cuda.graph(graph):
+        static_out = step(static_q, cfg)
+    assert graph_edge_types(graph) == edges
+    graph.instantiate()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static_out, reference)

@@ -68,6 +68,10 @@ class GqaDecodeConfig:
     combine_block_r: int = 64     # value columns per combine program
     combine_block_s: int = 32     # splits per combine chunk
     block_h: int = 0              # query-tile rows (queries x padded group); 0 = max(16, next_pow2(G))
+    # Each kernel's PDL launch, when PDL is on at all (as MlaDecodeConfig's): False launches that
+    # kernel plainly (its wait compiled out), the other one still chained. The same bits.
+    split_pdl: bool = True
+    combine_pdl: bool = True
 
     def __post_init__(self):
         if not (self.block_l >= 16 and self.block_l & (self.block_l - 1) == 0):
@@ -229,7 +233,7 @@ def gqa_decode_triton(q, k_cache, v_cache, positions, scale: float, out=None, *,
     gp = triton.next_power_of_2(G)
     bh = max(16, gp, cfg.block_h)
     pos_terms = position_terms(pos_offset)
-    pdl = {"launch_pdl": True} if use_pdl else {}
+    split_pdl, combine_pdl = use_pdl and cfg.split_pdl, use_pdl and cfg.combine_pdl
     _gqa_split_kernel[(triton.cdiv(T, bh // gp), ns, HKV)](
         q, k_cache, v_cache, positions, q if inv_freq is None else inv_freq, m, l, acc,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
@@ -237,17 +241,18 @@ def gqa_decode_triton(q, k_cache, v_cache, positions, scale: float, out=None, *,
         T, HQ=HQ, G=G, D=D, DV=DV, NS=ns, GP=gp, BH=bh, BD=max(16, triton.next_power_of_2(D)),
         BDV=max(16, triton.next_power_of_2(DV)), BL=cfg.block_l, SPLIT_LEN=cfg.split_len,
         SPLIT_Q=sixteen and q.dtype != k_cache.dtype, SPLIT_P=sixteen, DOT_PRECISION="ieee",
-        DOT_UPCAST=interpreting() and sixteen, USE_GDC=use_pdl,
+        DOT_UPCAST=interpreting() and sixteen, USE_GDC=split_pdl,
         HALF=0 if inv_freq is None else inv_freq.shape[0], INTERLEAVED=bool(interleaved),
         w_ptr=norm_weight, eps=float(eps), NORM=norm_weight is not None,
         ROUND_BEFORE_WEIGHT=bool(round_before_weight), ZERO_CENTERED=bool(zero_centered),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if split_pdl else {}),
     )
     _mla_combine_kernel[(T, HQ, triton.cdiv(DV, cfg.combine_block_r))](
         m, l, acc, positions, positions if gate is None else gate, out, 0 if gate is None else gate.stride(0),
         0 if gate is None else gate.stride(1), *pos_terms, L,
         H=HQ, R=DV, NS=ns, SPLIT_LEN=cfg.split_len, BS=triton.next_power_of_2(ns),
         BSC=min(cfg.combine_block_s, triton.next_power_of_2(ns)), BRC=cfg.combine_block_r,
-        HAS_GATE=gate is not None, GATE_PER_COL=True, USE_GDC=use_pdl, num_warps=4, num_stages=1, **pdl,
+        HAS_GATE=gate is not None, GATE_PER_COL=True, USE_GDC=combine_pdl, num_warps=4, num_stages=1,
+        **({"launch_pdl": True} if combine_pdl else {}),
     )
     return out
