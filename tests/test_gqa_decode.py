@@ -409,12 +409,14 @@ def test_gpu_qwen3_next_rank_with_query_rope(T):
 
 
 @pytest.mark.gpu
-def test_gpu_pdl_chain_under_graph_capture():
+@pytest.mark.parametrize("T, edges", [(1, [1, 1, 1]), (6, [1, 0, 1])])
+def test_gpu_pdl_chain_under_graph_capture(T, edges):
     # split -> combine -> split -> combine (the second's queries read the first's output): 4
-    # kernels, 3 programmatic edges; replays equal eager launches bit for bit.
+    # kernels, 3 programmatic edges at T = 1; above SPLIT_PDL_MAX_T queries the splits launch
+    # plainly. Replays equal eager launches bit for bit.
     if not pdl_supported(DEVICE):
         pytest.skip("PDL needs compute capability >= 9")
-    x = make_inputs(6, 8192, chain(8186, 6), torch.bfloat16, seed=3, heads=(4, 1), dims=(256, 256), garbage=1.0)
+    x = make_inputs(T, 8192, chain(8192 - T, T), torch.bfloat16, seed=3, heads=(4, 1), dims=(256, 256), garbage=1.0)
 
     def step(q):
         o1 = gqa_decode(q, x["k"], x["v"], x["positions"], 0.0625)
@@ -427,7 +429,7 @@ def test_gpu_pdl_chain_under_graph_capture():
     with torch.cuda.graph(graph):
         static_out = step(static_q)
     types = graph_edge_types(graph)
-    assert types == [1, 1, 1], f"edge types {types}, expected 3 programmatic edges"
+    assert types == edges, f"edge types {types}, expected {edges} (1: programmatic)"
     graph.instantiate()
     graph.replay()
     torch.cuda.synchronize()
@@ -443,7 +445,7 @@ def test_gpu_pdl_for_one_kernel_keeps_the_bits(split_pdl, combine_pdl, edges):
     if not pdl_supported(DEVICE):
         pytest.skip("PDL needs compute capability >= 9")
     from dataclasses import replace
-    x = make_inputs(6, 8192, chain(8186, 6), torch.bfloat16, seed=5, heads=(4, 1), dims=(256, 256), garbage=1.0)
+    x = make_inputs(1, 8192, chain(8191, 1), torch.bfloat16, seed=5, heads=(4, 1), dims=(256, 256), garbage=1.0)
     table = config_for(8192, 4, 1, 256, 256)
     cfg = replace(table, split_pdl=split_pdl, combine_pdl=combine_pdl)
 

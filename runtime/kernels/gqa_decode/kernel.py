@@ -34,6 +34,8 @@ combine multiplies each output element by the sigmoid of its gate in fp32 as it 
 
 PDL: the queries, positions and this step's cache rows are produced upstream, so both kernels wait
 at entry (inv_freq, a few L2-resident bytes, is read after the wait with the rope's other inputs).
+Above SPLIT_PDL_MAX_T queries the split is launched plainly (measured faster; the same bits), and
+``GqaDecodeConfig.split_pdl`` / ``combine_pdl`` take either kernel out of the chain.
 """
 from __future__ import annotations
 
@@ -55,6 +57,12 @@ __all__ = ["GqaDecodeConfig", "config_for", "num_splits", "gqa_decode_triton", "
 # Programs per context the rule aims for at T = 1 (splits x key/value heads): about one wave on
 # 132 SMs. A constant, not a device query, so the split layout (and the bits) depend on the shape.
 TARGET_PROGRAMS = 128
+# The split kernel is PDL-launched only for chains of up to this many queries. PDL placement never
+# changes the arithmetic (tests/test_gqa_decode.py's capture test compares the bits), so unlike the
+# config it may depend on T. Session 55 (H100, a Qwen3-Next rank, benchmarks.kernels_attn): at
+# T = 6 the split out of the chain took 13.51 -> 12.49 us at 8192 and 48.19 -> 45.84 at 65536; at
+# T = 1 the chain is faster at 8192 (11.03 against 12.15) and level at 65536 (34.20 / 33.86).
+SPLIT_PDL_MAX_T = 1
 MIN_SPLIT_LEN = 128     # session 54's sweep (H100, a Qwen3-Next rank at 8192): 64 splits of 128 rows
                         # 11.4 / 13.3 us at T = 1 / 6, 128 of 64 13.0 / 15.3
 
@@ -233,7 +241,7 @@ def gqa_decode_triton(q, k_cache, v_cache, positions, scale: float, out=None, *,
     gp = triton.next_power_of_2(G)
     bh = max(16, gp, cfg.block_h)
     pos_terms = position_terms(pos_offset)
-    split_pdl, combine_pdl = use_pdl and cfg.split_pdl, use_pdl and cfg.combine_pdl
+    split_pdl, combine_pdl = use_pdl and cfg.split_pdl and T <= SPLIT_PDL_MAX_T, use_pdl and cfg.combine_pdl
     _gqa_split_kernel[(triton.cdiv(T, bh // gp), ns, HKV)](
         q, k_cache, v_cache, positions, q if inv_freq is None else inv_freq, m, l, acc,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
