@@ -59,3 +59,37 @@ def run_sm90_compile_check(script: str) -> None:
     if r.returncode != 0 and "ptxas" in r.stderr and "No such file" in r.stderr:
         pytest.skip("triton's bundled ptxas is not installed")
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+ROPE_TABLE_LAYOUTS = ["pair", "column", "halves", "stacked"]
+
+
+def rope_tables(layout: str, P: int, R: int, g: torch.Generator, values: str = "random", interleaved: bool = False):
+    """(rope_cos, rope_sin) views of one of a model's table layouts, P rows: "pair" two [P, R/2]
+    tables; "column" two [P, R] (Hugging Face's cos_cached: each half repeated when built from
+    angles, or each value twice for interleaved pairs); "halves" one [P, R] table of cos | sin
+    (vLLM's cos_sin_cache); "stacked" one [P, R/2, 2] of (cos, sin) (torchtune's cache, a complex
+    freqs_cis as view_as_real). ``values``
+    "random" (any numbers: the kernel reads them, nothing assumes trigonometry) or "angles" (the
+    inv_freq rope's own, freq = rope_inv_freq(R, 10000))."""
+    from lingc.models.layers import rope_inv_freq
+
+    half = R // 2
+    if values == "angles":
+        ang = torch.arange(P).float()[:, None] * rope_inv_freq(R, 10000.0)[None]
+        c, s = ang.cos(), ang.sin()
+    else:
+        c, s = torch.randn(P, half, generator=g), torch.randn(P, half, generator=g)
+    if layout == "pair":
+        return c, s
+    if layout == "column":
+        if values == "random":
+            return torch.randn(P, R, generator=g), torch.randn(P, R, generator=g)
+        if interleaved:
+            return c.repeat_interleave(2, -1), s.repeat_interleave(2, -1)
+        return torch.cat([c, c], -1), torch.cat([s, s], -1)
+    if layout == "halves":
+        t = torch.cat([c, s], -1)
+        return t[:, :half], t[:, half:]
+    t = torch.stack([c, s], -1)                                        # "stacked"
+    return t[..., 0], t[..., 1]

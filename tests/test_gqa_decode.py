@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from helpers import assert_close, graph_edge_types, run_sm90_compile_check
+from helpers import ROPE_TABLE_LAYOUTS, assert_close, graph_edge_types, rope_tables, run_sm90_compile_check
 from lingc.runtime.kernels.gqa_decode import gqa_decode, gqa_decode_reference
 from lingc.runtime.kernels.gqa_decode.kernel import (
     GqaDecodeConfig,
@@ -350,19 +350,24 @@ _COMPILE_CHECK = textwrap.dedent("""
 
     L = 65536                   # several tiles a split (at 8192 a rank's splits are one tile each)
     # Qwen3-Next (64 of 256 dims rotated in the query load) and a Llama-style rank (all, or none)
-    # (and the Qwen3-Next rank with its zero-centred q_norm in the load too)
-    for (hq, hkv, d, half, norm) in ((4, 1, 256, 32, False), (8, 2, 128, 64, False), (8, 2, 128, 0, False),
-                                     (4, 1, 256, 32, True)):
+    # (and the Qwen3-Next rank with its zero-centred q_norm in the load too, or its angles' cos / sin
+    # from tables, a value per pair)
+    for (hq, hkv, d, half, norm, table) in ((4, 1, 256, 32, False, 0), (8, 2, 128, 64, False, 0),
+                                            (8, 2, 128, 0, False, 0), (4, 1, 256, 32, True, 0),
+                                            (4, 1, 256, 32, False, 1)):
         cfg = config_for(L, hq, hkv, d, d)
         sig = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", pos_ptr="*i64", freq_ptr="*fp32", m_ptr="*fp32",
                    l_ptr="*fp32",
                    acc_ptr="*fp32", stride_qt="i32", stride_qh="i32", stride_kl="i32", stride_kh="i32",
                    stride_vl="i32", stride_vh="i32", pos_stride="i32", pos_add="i32", pos_step="i32", L="i32",
-                   scale="fp32", window="i32", T="i32", **(dict(w_ptr="*bf16", eps="fp32") if norm else {}))
+                   scale="fp32", window="i32", T="i32", **(dict(w_ptr="*bf16", eps="fp32") if norm else {}),
+                   **(dict(cos_ptr="*bf16", sin_ptr="*bf16", stride_cr="i32", stride_cc="i32", stride_sr="i32",
+                           stride_sc="i32") if table else {}))
         g = hq // hkv
         const = dict(HQ=hq, G=g, D=d, DV=d, NS=num_splits(L, cfg), GP=g, BH=16, BD=d, BDV=d, BL=cfg.block_l,
                      SPLIT_LEN=cfg.split_len, SPLIT_Q=False, SPLIT_P=True, DOT_PRECISION="ieee", DOT_UPCAST=False,
-                     USE_GDC=True, HALF=half, **(dict(NORM=True, ZERO_CENTERED=True) if norm else {}))
+                     USE_GDC=True, HALF=half, **(dict(NORM=True, ZERO_CENTERED=True) if norm else {}),
+                     **(dict(TABLE=table, BY_TOKEN=False) if table else {}))
         aligned = [n for n in sig if n.endswith("_ptr") or n.startswith("stride_")]
         ptx, info = compile_sm90(_gqa_split_kernel, sig, const, attrs=divisible_by_16(_gqa_split_kernel, aligned),
                                  num_warps=cfg.num_warps, num_stages=cfg.num_stages)
@@ -464,3 +469,33 @@ def test_gpu_pdl_for_one_kernel_keeps_the_bits(split_pdl, combine_pdl, edges):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(static_out, reference)
+
+
+@pytest.mark.parametrize("layout", ROPE_TABLE_LAYOUTS)
+@pytest.mark.parametrize("by_token", [False, True], ids=["by-position", "by-token"])
+@pytest.mark.parametrize("interleaved", [False, True], ids=["rotate-half", "interleaved"])
+@pytest.mark.parametrize("T,L,p0,R,heads,dims", ROPE_CASES[:2], ids=[f"T{c[0]}-R{c[3]}" for c in ROPE_CASES[:2]])
+def test_kernel_rope_tables_on_queries(T, L, p0, R, heads, dims, interleaved, by_token, layout):
+    """The queries' rotation with cos / sin from the model's tables (random values, every layout's
+    strided views, at the query's position or its own row): the kernel equals the reference, which
+    is gqa_decode's on queries rotated beforehand by head_cache_write's table reference."""
+    from lingc.runtime.kernels.head_cache_write.naive import rope_heads_table_reference, rope_table_rows
+    x = make_inputs(T, L, chain(p0, T), torch.bfloat16, seed=T * 11 + R, heads=heads, dims=dims)
+    g = torch.Generator().manual_seed(T + R + by_token)
+    cos, sin = (t.to(torch.bfloat16).to(DEVICE) for t in rope_tables(layout, T if by_token else L, R, g))
+    table = dict(rope_cos=cos, rope_sin=sin, rope_dims=R, rope_by_token=by_token)
+    want = gqa_decode_reference(*cpu(args(x)), interleaved=interleaved,
+                                **{k: v.cpu() if torch.is_tensor(v) else v for k, v in table.items()})
+    q, k, v, pos, scale = cpu(args(x))
+    rows = [rope_table_rows(t.cpu(), pos, by_token) for t in (cos, sin)]
+    assert torch.equal(want, gqa_decode_reference(rope_heads_table_reference(q, *rows, R, interleaved), k, v, pos,
+                                                  scale))
+    got = run_kernel(args(x), interleaved=interleaved, **table)
+    assert_close(got, want, 2e-2)                       # bf16 queries: one rounding step apart at most
+    if not by_token:
+        one = run_kernel((x["q"][-1:], x["k"], x["v"], x["positions"][-1:], dims[0] ** -0.5), interleaved=interleaved,
+                         **table)
+        assert torch.equal(one, got[-1:]), "batch invariance in T"
+    op = torch.ops.lingc.gqa_decode(*args(x), interleaved=interleaved, **table)
+    if DEVICE == "cpu":
+        assert torch.equal(op, want)

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 import torch
-from helpers import run_sm90_compile_check
+from helpers import ROPE_TABLE_LAYOUTS, rope_tables, run_sm90_compile_check
 
 import lingc.runtime.kernels.head_cache_write  # noqa: F401
 from lingc.models.layers import rope_inv_freq
@@ -196,6 +196,85 @@ def test_bad_arguments_are_named(bad, match):
         torch.ops.lingc.head_cache_write(args["rows"], args["pos"], args["cache"], args["freq"], args["inter"])
 
 
+
+
+@pytest.mark.parametrize("layout", ROPE_TABLE_LAYOUTS)
+@pytest.mark.parametrize("interleaved", [False, True], ids=["rotate-half", "interleaved"])
+def test_reference_tables_of_angles_are_the_inv_freq_rope(layout, interleaved):
+    """Tables holding the angles' cos and sin, in every layout, rotate as inv_freq does; the
+    per-column table is Hugging Face's x * cos + rotate_half(x) * sin with its own rows."""
+    from lingc.runtime.kernels.head_cache_write.naive import rope_heads_table_reference, rope_table_rows
+
+    g = torch.Generator().manual_seed(7)
+    x, pos, R = torch.randn(4, 3, 32, generator=g), torch.tensor([0, 9, 100, 300]), 16
+    cos, sin = rope_tables(layout, 400, R, g, "angles", interleaved)
+    got = rope_heads_table_reference(x, rope_table_rows(cos, pos, False), rope_table_rows(sin, pos, False), R,
+                                     interleaved)
+    want = rope_heads_reference(x, pos, rope_inv_freq(R, 10000.0), interleaved)
+    assert torch.allclose(got, want, atol=1e-6, rtol=0) and torch.equal(got[..., R:], x[..., R:])
+    if layout == "column" and not interleaved:
+        c, s = cos[pos][:, None], sin[pos][:, None]
+        r = x[..., :R]
+        hf = torch.cat([r * c + torch.cat([-r[..., R // 2:], r[..., :R // 2]], -1) * s, x[..., R:]], -1)
+        assert torch.allclose(got, hf, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("layout", ROPE_TABLE_LAYOUTS)
+@pytest.mark.parametrize("by_token", [False, True], ids=["by-position", "by-token"])
+@pytest.mark.parametrize("interleaved", [False, True], ids=["rotate-half", "interleaved"])
+@pytest.mark.parametrize("T,H,D,R,dtype", [(1, 1, 256, 64, torch.bfloat16), (6, 2, 48, 16, torch.float32),
+                                           (3, 3, 20, 20, torch.bfloat16)])
+def test_kernel_rope_tables_match_reference(layout, by_token, interleaved, T, H, D, R, dtype):
+    """The angles' cos and sin from tables (random values, strided views of every layout), read at
+    each token's position or, by token, at its index: kernel against the reference, every target
+    element written, only the target rows touched; the op (CPU: the reference) the same."""
+    g = torch.Generator().manual_seed(T * 31 + D + by_token)
+    rows, pos, _, cache = _case(T, H, D, R, 40, dtype, dtype, seed=T * 13 + D)
+    cos, sin = (t.to(dtype).to(DEV) for t in rope_tables(layout, T if by_token else 40, R, g))
+    table = dict(rope_cos=cos, rope_sin=sin, rope_dims=R, rope_by_token=by_token)
+    want = cache.clone()
+    head_cache_write_reference(rows, pos, want, None, interleaved, **table)
+    got = cache.clone()
+    got[pos] = float("nan")
+    head_cache_write_triton(rows, pos, got, None, interleaved, **table)
+    assert not got.isnan().any()
+    keep = torch.ones(40, dtype=torch.bool, device=cache.device)
+    keep[pos] = False
+    assert torch.equal(got[keep], cache[keep]) and torch.equal(got[pos][..., R:], want[pos][..., R:])
+    step = 1e-6 if dtype == torch.float32 else 2.0**-7
+    big = max(1.0, rows.abs().max().item() * max(cos.abs().max().item(), sin.abs().max().item()))
+    assert (got[pos].float() - want[pos].float()).abs().max() <= 8 * step * big
+    op = cache.clone()
+    torch.ops.lingc.head_cache_write(rows, pos, op, None, interleaved, **table)
+    if DEV == "cpu":
+        assert torch.equal(op, want)
+    other = cache.clone()                         # the tables are read, not assumed: other rows, other bits
+    head_cache_write_reference(rows, pos, other, None, interleaved, rope_cos=sin, rope_sin=cos, rope_dims=R,
+                               rope_by_token=by_token)
+    assert not torch.equal(other, want)
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(rope_cos=torch.ones(40, 16)), "give both rope_cos and rope_sin or neither"),
+    (dict(rope_cos=torch.ones(40, 16), rope_sin=torch.ones(40, 16), rope_dims=32, inv_freq=True),
+     "rope tables and inv_freq are two ways"),
+    (dict(rope_cos=torch.ones(40, 16), rope_sin=torch.ones(40, 16), rope_dims=15), "rope_dims must be even in 2..head_dim 64"),
+    (dict(rope_cos=torch.ones(40, 16), rope_sin=torch.ones(40, 16), rope_dims=128), "rope_dims must be even"),
+    (dict(rope_cos=torch.ones(40, 12), rope_sin=torch.ones(40, 12), rope_dims=32), "hold 12 values a row; rope_dims = 32"),
+    (dict(rope_cos=torch.ones(40, 16), rope_sin=torch.ones(40, 8), rope_dims=32), r"rope_cos \(40, 16\) and rope_sin"),
+    (dict(rope_cos=torch.ones(40), rope_sin=torch.ones(40), rope_dims=32), "must be a float \\[rows"),
+    (dict(rope_cos=torch.ones(1, 16), rope_sin=torch.ones(1, 16), rope_dims=32, rope_by_token=True),
+     r"per-token rope rows \(1\) for T = 2"),
+    (dict(rope_dims=32), "rope_dims / rope_by_token describe the rope tables"),
+])
+def test_bad_rope_tables_are_named(bad, match):
+    rows, pos, freq, cache = _case(2, 2, 64, 32, 40, torch.float32, torch.float32, seed=1)
+    bad = {k: v.to(DEV) if torch.is_tensor(v) else v for k, v in bad.items()}
+    f = freq if bad.pop("inv_freq", False) else None
+    with pytest.raises(ValueError, match=match):
+        torch.ops.lingc.head_cache_write(rows, pos, cache, f, **bad)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("T", [1, 6])
 @pytest.mark.parametrize("head_major", [False, True], ids=["lh", "hl"])
@@ -217,19 +296,23 @@ _COMPILE_CHECK = textwrap.dedent("""
     from lingc.runtime.kernels.head_cache_write.kernel import _head_cache_write_kernel
     sig = dict(x_ptr="*bf16", pos_ptr="*i64", freq_ptr="*fp32", cache_ptr="*bf16", w_ptr="*bf16", stride_xt="i32",
                stride_xh="i32", stride_cl="i32", stride_ch="i32", pos_stride="i32", pos_add="i32", pos_step="i32",
-               D="i32", eps="fp32")
-    for half, inter, norm in ((32, False, False), (32, True, False), (0, False, False), (32, False, True)):
-        const = dict(BD=256, HALF=half, INTERLEAVED=inter, USE_GDC=True, NORM=norm, ZERO_CENTERED=norm)
+               D="i32", eps="fp32", cos_ptr="*bf16", sin_ptr="*bf16", stride_cr="i32", stride_cc="i32",
+               stride_sr="i32", stride_sc="i32")
+    for half, inter, norm, table in ((32, False, False, 0), (32, True, False, 0), (0, False, False, 0),
+                                     (32, False, True, 0), (32, False, False, 1), (32, True, True, 2)):
+        const = dict(BD=256, HALF=half, INTERLEAVED=inter, USE_GDC=True, NORM=norm, ZERO_CENTERED=norm, TABLE=table,
+                     BY_TOKEN=False)
         src = triton.compiler.ASTSource(_head_cache_write_kernel, {**sig, **{k: "constexpr" for k in const}}, const)
         ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=2)).asm["ptx"]
         assert "griddepcontrol.wait" in ptx
-        # inv_freq, a constant, is requested before the wait.
+        # inv_freq, a constant, is requested before the wait (a table's rows, after it).
         head = ptx.split("griddepcontrol.wait")[0]
-        assert head.count("ld.global") >= (1 if half else 0) + (2 if norm else 0), half   # the norm's weight too
+        assert head.count("ld.global") >= (1 if half and not table else 0) + (2 if norm else 0), half  # norm weight too
 """)
 
 
 def test_kernel_compiles_for_sm90():
     """The real (not interpreted) Triton compile for an H200 at a Qwen3-Next rank's key rows (one
-    head of 256, 64 rotated dims), both pair layouts and none, and with its zero-centred k_norm."""
+    head of 256, 64 rotated dims), both pair layouts and none, with its zero-centred k_norm, and
+    with the angles from rope tables (a value per pair, per column)."""
     run_sm90_compile_check(_COMPILE_CHECK)

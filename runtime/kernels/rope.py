@@ -1,12 +1,16 @@
 """Triton helpers for the rotary embedding of per-head rows, shared by the kernels that fold it
 into their loads (head_cache_write's key rows, gqa_decode's queries). The math and its two pair
-layouts: head_cache_write/naive.py (``rope_heads_reference``)."""
+layouts: head_cache_write/naive.py (``rope_heads_reference``, ``rope_heads_table_reference``).
+
+The angles' cos and sin come from ``inv_freq`` (computed in the kernel) or from a model's tables
+(``rope_table``): TABLE 1 holds a value per pair (column index ``fidx``), TABLE 2 one per column
+(Hugging Face's cos_cached, each half repeated: a column reads its own entry)."""
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-__all__ = ["rope_cols", "rope_rotate"]
+__all__ = ["rope_cols", "rope_rotate", "rope_table"]
 
 @triton.jit
 def rope_cols(offs_d, HALF: tl.constexpr, INTERLEAVED: tl.constexpr):
@@ -31,3 +35,16 @@ def rope_rotate(x, x_partner, cos, sin, sign, rotated):
     """x cos + sign * partner sin on the rotated columns, x elsewhere (cos and sin of the angle
     position * inv_freq[fidx]); fp32 in and out (the caller rounds once to the rows' dtype)."""
     return tl.where(rotated, x * cos + sign * x_partner * sin, x)
+
+
+@triton.jit
+def rope_table(row, fidx, cols, mask, cos_ptr, sin_ptr, stride_cr, stride_cc, stride_sr, stride_sc,
+               TABLE: tl.constexpr):
+    """(cos, sin) in fp32 of the rotated columns from the tables' ``row`` (a token's position or,
+    for a per-token input, its index): entry fidx (TABLE 1) or the column's own (TABLE 2).
+    ``row`` and the column vectors broadcast against each other."""
+    idx = fidx if TABLE == 1 else cols
+    r = row.to(tl.int64)
+    c = tl.load(cos_ptr + r * stride_cr + idx * stride_cc, mask=mask, other=0.0).to(tl.float32)
+    s = tl.load(sin_ptr + r * stride_sr + idx * stride_sc, mask=mask, other=0.0).to(tl.float32)
+    return c, s

@@ -25,7 +25,8 @@ sum are per row: a decode (T = 1) of a position equals that position's row of a 
 No float atomics.
 
 Queries' RoPE (``inv_freq`` given: the first 2 * len(inv_freq) dims of each query head rotated by
-its position, rotate-half or interleaved pairs, runtime/kernels/rope.py): each program loads its
+its position, rotate-half or interleaved pairs, runtime/kernels/rope.py; or the angles' cos and sin
+from the model's tables ``rope_cos`` / ``rope_sin``, TABLE): each program loads its
 query rows and their pair partners, rotates in fp32 and rounds once to the queries' dtype (as
 head_cache_write rounds the keys), so the model's separate RoPE kernels on q go.
 
@@ -46,10 +47,11 @@ import triton
 import triton.language as tl
 
 from lingc.runtime.kernels.gemm_common import dot_acc
+from lingc.runtime.kernels.head_cache_write.op import rope_table_mode
 from lingc.runtime.kernels.head_norm import head_norm_cols, head_norm_gain
 from lingc.runtime.kernels.mla_decode.kernel import _mla_combine_kernel, softmax_tile, workspace
 from lingc.runtime.kernels.positions import position_terms
-from lingc.runtime.kernels.rope import rope_cols, rope_rotate
+from lingc.runtime.kernels.rope import rope_cols, rope_rotate, rope_table
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait
 
 __all__ = ["GqaDecodeConfig", "config_for", "num_splits", "gqa_decode_triton", "workspace"]
@@ -120,7 +122,8 @@ def _gqa_split_kernel(
     SPLIT_LEN: tl.constexpr, SPLIT_Q: tl.constexpr, SPLIT_P: tl.constexpr, DOT_PRECISION: tl.constexpr,
     DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr, HALF: tl.constexpr = 0, INTERLEAVED: tl.constexpr = False,
     w_ptr=None, eps=0.0, NORM: tl.constexpr = False, ROUND_BEFORE_WEIGHT: tl.constexpr = False,
-    ZERO_CENTERED: tl.constexpr = False,
+    ZERO_CENTERED: tl.constexpr = False, cos_ptr=None, sin_ptr=None, stride_cr=0, stride_cc=0, stride_sr=0,
+    stride_sc=0, TABLE: tl.constexpr = 0, BY_TOKEN: tl.constexpr = False,
 ):
     TQ: tl.constexpr = BH // GP       # queries per program
     s = tl.program_id(1)
@@ -167,12 +170,18 @@ def _gqa_split_kernel(
             # group's heads (GP times fewer libdevice calls). At a Qwen3-Next rank's shapes this
             # still spills 16 bytes, before the tile loop (the compile check bounds it).
             partner, fidx, sign, rotated = rope_cols(offs_d, HALF, INTERLEAVED)
-            freq = tl.load(freq_ptr + fidx, mask=rotated & md, other=0.0).to(tl.float32)
             tq = tl.program_id(0) * TQ + tl.arange(0, TQ)
             pos_q = tl.load(pos_ptr + tq * pos_stride, mask=tq < T, other=0).to(tl.int32) + pos_add + tq * pos_step
-            ang = pos_q.to(tl.float32)[:, None] * freq[None, :]
-            cs = tl.reshape(tl.broadcast_to(tl.cos(ang)[:, None, :], [TQ, GP, BD]), [BH, BD])
-            sn = tl.reshape(tl.broadcast_to(tl.sin(ang)[:, None, :], [TQ, GP, BD]), [BH, BD])
+            if TABLE == 0:
+                freq = tl.load(freq_ptr + fidx, mask=rotated & md, other=0.0).to(tl.float32)
+                ang = pos_q.to(tl.float32)[:, None] * freq[None, :]
+                c_q, s_q = tl.cos(ang), tl.sin(ang)
+            else:       # the model's cos / sin tables: the query's row (its position's, or its own)
+                c_q, s_q = rope_table((tq if BY_TOKEN else pos_q)[:, None], fidx[None, :], offs_d[None, :],
+                                      (tq < T)[:, None] & (rotated & md)[None, :], cos_ptr, sin_ptr, stride_cr,
+                                      stride_cc, stride_sr, stride_sc, TABLE)
+            cs = tl.reshape(tl.broadcast_to(c_q[:, None, :], [TQ, GP, BD]), [BH, BD])
+            sn = tl.reshape(tl.broadcast_to(s_q[:, None, :], [TQ, GP, BD]), [BH, BD])
             qp = tl.load(q_rows + partner[None, :], mask=mh[:, None] & (rotated & md)[None, :], other=0.0)
             if NORM:
                 qp = head_norm_cols(qp.to(tl.float32), rinv,
@@ -216,7 +225,9 @@ def gqa_decode_triton(q, k_cache, v_cache, positions, scale: float, out=None, *,
                       pos_offset: int | None = None, window: int = 0, inv_freq: torch.Tensor | None = None,
                       interleaved: bool = False, gate: torch.Tensor | None = None,
                       norm_weight: torch.Tensor | None = None, eps: float = 0.0, round_before_weight: bool = False,
-                      zero_centered: bool = False) -> torch.Tensor:
+                      zero_centered: bool = False, rope_cos: torch.Tensor | None = None,
+                      rope_sin: torch.Tensor | None = None, rope_dims: int = 0,
+                      rope_by_token: bool = False) -> torch.Tensor:
     """Launch split + combine; returns o [T, HQ, DV] fp32 (``out`` if given: fp32, bf16 or fp16,
     the fp32 result rounded once by the combine's store). Arguments as
     op.check_gqa_decode_args accepts them; ``partials`` (from ``workspace(T, HQ, DV, ns)``) lets a
@@ -242,6 +253,12 @@ def gqa_decode_triton(q, k_cache, v_cache, positions, scale: float, out=None, *,
     bh = max(16, gp, cfg.block_h)
     pos_terms = position_terms(pos_offset)
     split_pdl, combine_pdl = use_pdl and cfg.split_pdl and T <= SPLIT_PDL_MAX_T, use_pdl and cfg.combine_pdl
+    table = rope_table_mode(rope_cos, rope_dims)
+    tables = {}
+    if table:
+        tables = dict(cos_ptr=rope_cos, sin_ptr=rope_sin, stride_cr=rope_cos.stride(0), stride_cc=rope_cos.stride(1),
+                      stride_sr=rope_sin.stride(0), stride_sc=rope_sin.stride(1), TABLE=table,
+                      BY_TOKEN=bool(rope_by_token))
     _gqa_split_kernel[(triton.cdiv(T, bh // gp), ns, HKV)](
         q, k_cache, v_cache, positions, q if inv_freq is None else inv_freq, m, l, acc,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
@@ -250,9 +267,9 @@ def gqa_decode_triton(q, k_cache, v_cache, positions, scale: float, out=None, *,
         BDV=max(16, triton.next_power_of_2(DV)), BL=cfg.block_l, SPLIT_LEN=cfg.split_len,
         SPLIT_Q=sixteen and q.dtype != k_cache.dtype, SPLIT_P=sixteen, DOT_PRECISION="ieee",
         DOT_UPCAST=interpreting() and sixteen, USE_GDC=split_pdl,
-        HALF=0 if inv_freq is None else inv_freq.shape[0], INTERLEAVED=bool(interleaved),
+        HALF=inv_freq.shape[0] if inv_freq is not None else rope_dims // 2, INTERLEAVED=bool(interleaved),
         w_ptr=norm_weight, eps=float(eps), NORM=norm_weight is not None,
-        ROUND_BEFORE_WEIGHT=bool(round_before_weight), ZERO_CENTERED=bool(zero_centered),
+        ROUND_BEFORE_WEIGHT=bool(round_before_weight), ZERO_CENTERED=bool(zero_centered), **tables,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if split_pdl else {}),
     )
     _mla_combine_kernel[(T, HQ, triton.cdiv(DV, cfg.combine_block_r))](

@@ -30,13 +30,17 @@ def gqa_decode_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
                          inv_freq: torch.Tensor | None = None, interleaved: bool = False,
                          gate: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None,
                          eps: float = 0.0, round_before_weight: bool = False,
-                         zero_centered: bool = False) -> torch.Tensor:
+                         zero_centered: bool = False, rope_cos: torch.Tensor | None = None,
+                         rope_sin: torch.Tensor | None = None, rope_dims: int = 0,
+                         rope_by_token: bool = False) -> torch.Tensor:
     """o [T, HQ, DV] fp32. q [T, HQ, D]; k_cache [L, HKV, D]; v_cache [L, HKV, DV]; positions [T]
     integer (query t sees rows 0..positions[t], with ``window`` > 0 only the last ``window`` of
     them); with ``inv_freq`` the queries are first rotated by their positions
     (head_cache_write/naive.py's rope_heads_reference, rounded to q's dtype); with ``gate``
     [T, HQ, DV] the output is multiplied by sigmoid(gate) in fp32; with ``norm_weight`` each
-    query head is RMS-normed first (head_cache_write/naive.py's heads_rmsnorm_reference)."""
+    query head is RMS-normed first (head_cache_write/naive.py's heads_rmsnorm_reference); with
+    ``rope_cos`` / ``rope_sin`` the rotation's cos and sin come from those tables
+    (rope_heads_table_reference)."""
     if norm_weight is not None:
         from lingc.runtime.kernels.head_cache_write.naive import heads_rmsnorm_reference
 
@@ -45,6 +49,11 @@ def gqa_decode_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
         from lingc.runtime.kernels.head_cache_write.naive import rope_heads_reference
 
         q = rope_heads_reference(q, positions, inv_freq, interleaved)
+    if rope_cos is not None:
+        from lingc.runtime.kernels.head_cache_write.naive import rope_heads_table_reference, rope_table_rows
+
+        q = rope_heads_table_reference(q, rope_table_rows(rope_cos, positions, rope_by_token),
+                                       rope_table_rows(rope_sin, positions, rope_by_token), rope_dims, interleaved)
     T, HQ, _ = q.shape
     L, HKV, DV = v_cache.shape
     G = HQ // HKV

@@ -3,7 +3,8 @@
 ``torch.ops.lingc.gqa_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor positions,
 float scale, int window=0, int? pos_offset=None, Tensor? inv_freq=None, bool interleaved=False,
 Tensor? gate=None, ScalarType? out_dtype=None, Tensor? norm_weight=None, float eps=0.0,
-bool round_before_weight=False, bool zero_centered=False) -> Tensor``
+bool round_before_weight=False, bool zero_centered=False, Tensor? rope_cos=None, Tensor? rope_sin=None,
+int rope_dims=0, bool rope_by_token=False) -> Tensor``
 
 - q [T, HQ, D]: the queries after their norm (fp32, bf16 or fp16; unit inner stride, any T /
   head strides), after their rotary embedding too unless ``inv_freq`` is given;
@@ -18,6 +19,9 @@ bool round_before_weight=False, bool zero_centered=False) -> Tensor``
 - inv_freq [R / 2] (R <= D) or None: rotate the first R dims of each query head by its position
   first (RoPE folded into the attention; rotate-half pairs, or ``interleaved`` ones), fp32 rounded
   once to q's dtype; the keys are rotated by their cache write (lingc.head_cache_write);
+- or rope_cos, rope_sin [N, W] with rope_dims = R: the angles' cos and sin from the model's
+  precomputed tables instead of inv_freq, at each query's position (``rope_by_token``: row t of a
+  per-token input), W = R / 2 values per pair or R per column (head_cache_write/naive.py);
 - gate [T, HQ, DV] (any float dtype, unit inner stride) or None: the output is multiplied by
   sigmoid(gate) in fp32 (Qwen3-Next's gated attention), inside the combine kernel;
 - norm_weight [D] or None: each query head's row is first RMS-normed as lingc.rmsnorm norms a
@@ -37,7 +41,7 @@ import math
 
 import torch
 
-from lingc.runtime.kernels.head_cache_write.op import check_head_norm, check_inv_freq
+from lingc.runtime.kernels.head_cache_write.op import check_head_norm, check_inv_freq, check_rope_table
 from lingc.runtime.kernels.positions import check_positions, expand_positions
 from lingc.runtime.registry import register_op
 
@@ -54,7 +58,8 @@ KV_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 def check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window=0, pos_offset=None, inv_freq=None,
                           interleaved=False, gate=None, out_dtype=None, norm_weight=None, eps=0.0,
-                          round_before_weight=False, zero_centered=False) -> None:
+                          round_before_weight=False, zero_centered=False, rope_cos=None, rope_sin=None, rope_dims=0,
+                          rope_by_token=False) -> None:
     """Raise ValueError naming the bad argument of ``gqa_decode``."""
     op = "gqa_decode"
     if q.dim() != 3:
@@ -115,15 +120,18 @@ def check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window=0, pos_o
     if out_dtype is not None and out_dtype not in Q_DTYPES:
         raise ValueError(f"{op}: out_dtype must be float32, bfloat16 or float16 (or None: float32), got {out_dtype}")
     check_head_norm(op, q.dtype, D, q.device, norm_weight, eps, round_before_weight, zero_centered)
+    check_rope_table(op, rope_cos, rope_sin, rope_dims, rope_by_token, inv_freq, D, T, q.device)
 
 
 def _gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, positions: torch.Tensor,
                 scale: float, window: int = 0, pos_offset: int | None = None, inv_freq: torch.Tensor | None = None,
                 interleaved: bool = False, gate: torch.Tensor | None = None,
                 out_dtype: torch.dtype | None = None, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
-                round_before_weight: bool = False, zero_centered: bool = False) -> torch.Tensor:
+                round_before_weight: bool = False, zero_centered: bool = False, rope_cos: torch.Tensor | None = None,
+                rope_sin: torch.Tensor | None = None, rope_dims: int = 0, rope_by_token: bool = False) -> torch.Tensor:
     norm = dict(norm_weight=norm_weight, eps=eps, round_before_weight=round_before_weight,
-                zero_centered=zero_centered)
+                zero_centered=zero_centered, rope_cos=rope_cos, rope_sin=rope_sin, rope_dims=rope_dims,
+                rope_by_token=rope_by_token)
     check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window, pos_offset, inv_freq, interleaved, gate,
                           out_dtype, **norm)
     if not q.is_cuda:
@@ -139,16 +147,18 @@ def _gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, p
 
 def _gqa_decode_fake(q, k_cache, v_cache, positions, scale, window=0, pos_offset=None, inv_freq=None,
                      interleaved=False, gate=None, out_dtype=None, norm_weight=None, eps=0.0, round_before_weight=False,
-                     zero_centered=False):
+                     zero_centered=False, rope_cos=None, rope_sin=None, rope_dims=0, rope_by_token=False):
     check_gqa_decode_args(q, k_cache, v_cache, positions, scale, window, pos_offset, inv_freq, interleaved, gate,
-                          out_dtype, norm_weight, eps, round_before_weight, zero_centered)
+                          out_dtype, norm_weight, eps, round_before_weight, zero_centered, rope_cos, rope_sin,
+                          rope_dims, rope_by_token)
     return q.new_empty((*q.shape[:2], v_cache.shape[2]), dtype=out_dtype or torch.float32)
 
 
 _SCHEMA = ("(Tensor q, Tensor k_cache, Tensor v_cache, Tensor positions, float scale, int window=0, "
            "int? pos_offset=None, Tensor? inv_freq=None, bool interleaved=False, Tensor? gate=None, "
            "ScalarType? out_dtype=None, Tensor? norm_weight=None, float eps=0.0, bool round_before_weight=False, "
-           "bool zero_centered=False) -> Tensor")
+           "bool zero_centered=False, Tensor? rope_cos=None, Tensor? rope_sin=None, int rope_dims=0, "
+           "bool rope_by_token=False) -> Tensor")
 
 
 gqa_decode = register_op("gqa_decode", _gqa_decode, _gqa_decode_fake, schema=_SCHEMA)
