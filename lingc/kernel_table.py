@@ -40,6 +40,9 @@ ALLOC_OPS = {torch.ops.aten.empty.memory_format, torch.ops.aten.new_empty.defaul
 # Ops that return views of their input (a list of them): no kernel, like VIEW_OPS.
 SPLIT_OPS = {torch.ops.aten.split_with_sizes.default, torch.ops.aten.split.Tensor, torch.ops.aten.unbind.int,
              torch.ops.aten.chunk.default}
+# A complex tensor seen as real pairs (or back): a view with another dtype, no kernel (a model's
+# complex RoPE table handed to a lingc kernel).
+DTYPE_VIEW_OPS = {torch.ops.aten.view_as_real.default, torch.ops.aten.view_as_complex.default}
 
 
 @dataclass
@@ -86,7 +89,7 @@ def classify(node: fx.Node, inductor: bool) -> str:
         return "library GEMM"
     if isinstance(t, torch._ops.OpOverload) and t.namespace == "_c10d_functional":
         return "glue" if t is torch.ops._c10d_functional.wait_tensor.default else "collective"
-    if (t in VIEW_OPS or t in SPLIT_OPS or t in ALLOC_OPS or t is torch.ops.aten.copy_.default
+    if (t in VIEW_OPS or t in SPLIT_OPS or t in ALLOC_OPS or t in DTYPE_VIEW_OPS or t is torch.ops.aten.copy_.default
             or getattr(t, "__name__", "") == "getitem"):
         return "glue"
     return "inductor" if inductor else "aten"

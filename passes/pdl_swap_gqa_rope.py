@@ -50,6 +50,7 @@ from lingc.pass_manager import VIEW_OPS
 
 from .pdl_swap_common import (MAX_T, PASSES, PROBE_TOL, below_lead, drop_write_backs, graph_input, unit_lead,
                               widest_up)
+from .pdl_swap_rope_tables import probe_position_limit, table_sources
 
 lingc_ops = torch.ops.lingc
 MAX_PARTS = 4                     # rows of a cache holding several values each (keys and values: 2)
@@ -83,22 +84,30 @@ def _freq_inputs(leaves: list[fx.Node], D: int) -> list[fx.Node]:
             and val(n).is_floating_point()]
 
 
-def _probe_positions(T: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
-    """Distinct positions spread over a long context, so each angle turns a different way."""
-    return torch.sort(torch.randperm(4096, generator=gen)[:T]).values.to(dtype)
+def _probe_positions(T: int, dtype: torch.dtype, gen: torch.Generator, limit: int = 4096) -> torch.Tensor:
+    """Distinct positions spread over a long context (below ``limit``: a rope table's rows), so
+    each angle turns a different way."""
+    return torch.sort(torch.randperm(limit, generator=gen)[:T]).values.to(dtype)
 
 
 def _rows_probe(nodes, leaves, out, pos, T, H, D, part, target=None, head_major=False):
     """Which leaf the rows' part ``part`` (None: the whole rows; else (dim, index)) is, as it is
-    or rotated: (leaf, its layout, inv_freq leaf or None, interleaved) or None. The rows are
+    or rotated: (leaf, its layout, rope, interleaved) or None, rope None (no rotation), ("freq",
+    inv_freq leaf) or ("table", TableSource, rope_dims) (pdl_swap_rope_tables.py). The rows are
     [T, H, D] below unit leads ([H, T, D] with ``head_major``), in the shape ``target`` when
     given (the written rows index_put broadcasts)."""
-    from lingc.runtime.kernels.head_cache_write.naive import rope_heads_reference
+    from lingc.runtime.kernels.head_cache_write.naive import (rope_heads_reference, rope_heads_table_reference,
+                                                              rope_table_rows)
 
-    freqs = _freq_inputs(leaves, D)
-    data = [n for n in leaves if n is not pos and n not in freqs]
+    freqs = _freq_inputs(leaves, D) if pos in leaves else []    # angles need the positions
+    tables = table_sources(leaves, {pos, *freqs}, T)
+    held = {i for t in tables for i in t.inputs}
+    data = [n for n in leaves if n is not pos and n not in freqs and n not in held]
     gen = torch.Generator().manual_seed(0)
-    x = {n: _probe_positions(T, val(n).dtype, gen) if n is pos else random_like(n, gen) for n in leaves}
+    limit = probe_position_limit(tables, T, 4096)
+    if limit < T:
+        return None
+    x = {n: _probe_positions(T, val(n).dtype, gen, limit) if n is pos else random_like(n, gen) for n in leaves}
     for f in freqs:
         x[f] = torch.rand(shape(f), generator=gen).to(val(f).dtype)
     with real_tensor_mode():
@@ -110,16 +119,39 @@ def _rows_probe(nodes, leaves, out, pos, T, H, D, part, target=None, head_major=
         o = o.reshape(o.shape[-3:]) if o.dim() > 3 and unit_lead(tuple(o.shape), 3) is not None else o
         o = o.transpose(0, 1) if head_major else o
         tol = PROBE_TOL.get(val(out).dtype, 3e-2)
+        ropes = [(None, False)] + [(("freq", f), i) for f in freqs for i in (False, True)]
+        ropes += [(("table", t, r), i) for t in tables for r in t.rope_dims(D) for i in (False, True)]
         for leaf in data:
             lay = _rows_layout(leaf, T, H, D)
             if lay is None:
                 continue
             xt = _token_major_probe(x[leaf], lay, T, H, D)
-            for f, inter in [(None, False)] + [(f, i) for f in freqs for i in (False, True)]:
-                want = xt if f is None else rope_heads_reference(xt, x[pos], x[f], inter)
+            for rope, inter in ropes:
+                if rope is None:
+                    want = xt
+                elif rope[0] == "freq":
+                    want = rope_heads_reference(xt, x[pos], x[rope[1]], inter)
+                else:
+                    src, r = rope[1], rope[2]
+                    if pos not in x and not src.by_token(T):
+                        continue                      # rows that never see the positions: no lookup at them
+                    at = x.get(pos, torch.arange(T))  # by token, only T counts
+                    cos, sin = (rope_table_rows(v, at, src.by_token(T)) for v in src.values(x))
+                    want = rope_heads_table_reference(xt, cos, sin, r, inter)
                 if o.shape == want.shape and rel_err(o.float(), want.float()) <= tol:
-                    return leaf, lay, f, inter
+                    return leaf, lay, rope, inter
     return None
+
+
+def _rope_kwargs(g: fx.Graph, rope, T: int) -> dict:
+    """The kernel arguments of a probe's rope (emitted at g's insertion point)."""
+    if rope is None:
+        return {}
+    if rope[0] == "freq":
+        return {"inv_freq": rope[1]}
+    src, r = rope[1], rope[2]
+    cos, sin = src.emit(g)
+    return {"rope_cos": cos, "rope_sin": sin, "rope_dims": r, "rope_by_token": src.by_token(T)}
 
 
 def _widened_region(outputs: list[fx.Node], stops: set, T: int, H: int, D: int):
@@ -232,14 +264,15 @@ class GqaRope:
         existing = set(g.nodes)
         with g.inserting_before(ip):
             try:
-                for part, (x, lay, freq, inter) in zip(parts, found):
+                for part, (x, lay, rope, inter) in zip(parts, found):
                     cache = below_lead(g, ph, len(below))
                     if form == "hl":
                         cache = emit(g, aten.permute.default, cache, [1, 0, 2])
                     elif form == "parts":
                         cache = emit(g, aten.select.int, cache, 1, part[1])
-                    emit(g, lingc_ops.head_cache_write.default, _emit_rows(g, x, lay, T, H, D), pos, cache, freq,
-                         inter)
+                    kw = _rope_kwargs(g, rope, T)
+                    emit(g, lingc_ops.head_cache_write.default, _emit_rows(g, x, lay, T, H, D), pos, cache,
+                         kw.pop("inv_freq", None), inter, **kw)
             except ValueError as e:
                 for n in reversed([n for n in g.nodes if n not in existing]):
                     g.erase_node(n)                  # a part already emitted: the write stays whole
@@ -254,22 +287,23 @@ class GqaRope:
         Returns the attentions whose queries' RoPE was folded."""
         count = 0
         for op in [n for n in g.nodes if is_call(n, lingc_ops.gqa_decode.default)]:
-            if op.kwargs.get("inv_freq") is not None or len(op.args) > 7:
+            if op.kwargs.get("inv_freq") is not None or op.kwargs.get("rope_cos") is not None or len(op.args) > 7:
                 continue
             q, pos = op.args[0], op.args[3]
             T, HQ, D = shape(q)
             nodes, leaves = _widened_region([q], {pos}, T, HQ, D)
             if not any(n.op == "call_function" and n.target not in PASSES for n in nodes):
                 continue                                           # the queries as they are: nothing to fold
-            hit = _rows_probe(nodes, leaves, q, pos, T, HQ, D, None) if pos in leaves else None
+            hit = _rows_probe(nodes, leaves, q, pos, T, HQ, D, None)
             if hit is None or hit[2] is None:
                 self.notes.append(f"{op.name}: the queries' computation is not a rotary embedding of one "
                                   f"[T, H, D] value by the positions; left before gqa_decode")
                 continue
-            x, lay, freq, inter = hit
+            x, lay, rope, inter = hit
             with g.inserting_before(op):
                 op.args = (_emit_rows(g, x, lay, T, HQ, D),) + tuple(op.args[1:])
-            op.kwargs = {**op.kwargs, "inv_freq": freq, "interleaved": inter}
+                rope_kw = _rope_kwargs(g, rope, T)
+            op.kwargs = {**op.kwargs, **rope_kw, "interleaved": inter}
             count += 1
         return count
 

@@ -889,7 +889,7 @@ def test_foreign_decode_smoke(tmp_path):
 def test_kernels_attn_gqa_layer_steps_agree_on_the_cpu():
     # benchmarks.kernels_attn's gated-attention step (GPU only there): its eager function and the
     # lingc ops it times (their CPU references here) compute the same outputs and cache rows.
-    from benchmarks.kernels_attn import GQA_D, GQA_HKV, GQA_HQ, GQA_ROPE, _eager_gqa_layer
+    from benchmarks.kernels_attn import GQA_D, GQA_EPS, GQA_HKV, GQA_HQ, GQA_ROPE, _eager_gqa_layer
     import lingc.runtime.kernels.gqa_decode  # noqa: F401
     import lingc.runtime.kernels.head_cache_write  # noqa: F401
     from lingc.models.layers import rope_inv_freq
@@ -900,11 +900,13 @@ def test_kernels_attn_gqa_layer_steps_agree_on_the_cpu():
     k, v = (torch.randn(T, GQA_HKV, GQA_D, generator=gen) for _ in range(2))
     kc, vc = (torch.randn(L, GQA_HKV, GQA_D, generator=gen) for _ in range(2))
     pos, freq = torch.arange(L - T, L), rope_inv_freq(GQA_ROPE, 1.0e7)
+    qw, kw = (torch.randn(GQA_D, generator=gen) * 0.1 for _ in range(2))   # the zero-centred q / k norms
     ek, ev = kc.clone(), vc.clone()
-    want = _eager_gqa_layer(q, k, v, gate, ek, ev, pos, freq)
-    torch.ops.lingc.head_cache_write(k, pos, kc, freq)
+    want = _eager_gqa_layer(q, k, v, gate, ek, ev, pos, freq, qw, kw)
+    norm = dict(eps=GQA_EPS, zero_centered=True)
+    torch.ops.lingc.head_cache_write(k, pos, kc, freq, norm_weight=kw, **norm)
     torch.ops.lingc.head_cache_write(v, pos, vc)
-    got = torch.ops.lingc.gqa_decode(q, kc, vc, pos, GQA_D ** -0.5, inv_freq=freq, gate=gate)
+    got = torch.ops.lingc.gqa_decode(q, kc, vc, pos, GQA_D ** -0.5, inv_freq=freq, gate=gate, norm_weight=qw, **norm)
     torch.testing.assert_close(kc, ek, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(vc, ev)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

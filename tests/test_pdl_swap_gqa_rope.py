@@ -334,9 +334,137 @@ def test_relay_positions_reach_the_cache_write():
     torch.testing.assert_close(vc, rv, rtol=1e-6, atol=1e-6)
 
 
-def _pdl_swap_changes(form: str, tmp_path) -> str:
-    """The ops pdl_swap adds and drops for RopeAttention(form) at T = 2 (its dump)."""
-    m = RopeAttention(form)
+class TableRopeAttention(RopeAttention):
+    """RopeAttention with its angles from tables built once (R = d / 2, of L rows), indexed by the
+    positions in the step, as models write them: "hf-cached" (Hugging Face's older cos_cached /
+    sin_cached [L, R], each half repeated, cast to the rows' dtype, rotate_half), "vllm" (one
+    cos_sin_cache [L, R] of cos | sin halves, index_select, neox pairs), "torchtune" (a cache
+    [L, R / 2, 2] of (cos, sin), interleaved pairs in fp32), "complex" (the Llama reference's
+    complex freqs_cis [L, R / 2], view_as_complex)."""
+
+    def __init__(self, form: str, dtype=torch.float32):
+        super().__init__(form, dtype=dtype)
+        R = self.d // 2
+        freq = 1.0 / (10000.0 ** (torch.arange(0, R, 2).float() / R))
+        ang = torch.arange(L).float()[:, None] * freq[None]                  # [L, R / 2]
+        self.R = R
+        if form == "hf-cached":
+            emb = torch.cat([ang, ang], -1)
+            self.register_buffer("cos_cached", emb.cos(), persistent=False)
+            self.register_buffer("sin_cached", emb.sin(), persistent=False)
+        elif form == "vllm":
+            self.register_buffer("cos_sin_cache", torch.cat([ang.cos(), ang.sin()], -1), persistent=False)
+        elif form == "torchtune":
+            self.register_buffer("cache", torch.stack([ang.cos(), ang.sin()], -1), persistent=False)
+        else:
+            self.register_buffer("freqs_cis", torch.polar(torch.ones_like(ang), ang), persistent=False)
+
+    def rope(self, x, pos):
+        R, T, H = self.R, x.shape[0], x.shape[1]
+        r, rest = x[..., :R], x[..., R:]
+        if self.form == "hf-cached":
+            cos, sin = self.cos_cached[pos].to(x.dtype)[:, None], self.sin_cached[pos].to(x.dtype)[:, None]
+            out = r * cos + torch.cat([-r[..., R // 2:], r[..., :R // 2]], -1) * sin
+        elif self.form == "vllm":
+            cos, sin = self.cos_sin_cache.index_select(0, pos).chunk(2, dim=-1)
+            cos, sin = cos[:, None].to(x.dtype), sin[:, None].to(x.dtype)
+            x1, x2 = r[..., :R // 2], r[..., R // 2:]
+            out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+        elif self.form == "torchtune":
+            xs = r.float().reshape(T, H, R // 2, 2)
+            rc = self.cache[pos].view(T, 1, R // 2, 2)
+            out = torch.stack([xs[..., 0] * rc[..., 0] - xs[..., 1] * rc[..., 1],
+                               xs[..., 1] * rc[..., 0] + xs[..., 0] * rc[..., 1]], -1).flatten(2).type_as(x)
+        else:
+            xc = torch.view_as_complex(r.float().reshape(T, H, R // 2, 2))
+            out = torch.view_as_real(xc * self.freqs_cis[pos][:, None]).flatten(2).type_as(x)
+        return torch.cat([out, rest], -1)
+
+
+TABLE_FORMS = ["hf-cached", "vllm", "torchtune", "complex"]
+
+
+@pytest.mark.parametrize("T", [1, 6])
+@pytest.mark.parametrize("form", TABLE_FORMS)
+def test_rope_tables_fold_into_lingc_ops(form, T):
+    """RoPE from a model's precomputed tables: the keys' rotation moves into head_cache_write and
+    the queries' into gqa_decode, each reading the table's row at the token's position; no ATen
+    kernel is left, and output and caches are eager's."""
+    m = TableRopeAttention(form)
+    out, ref, caches, refs, report = _run(m, T)
+    ops, notes = rows(report), stat(report, "pdl_swap").notes
+    assert ops.get("lingc.gqa_decode") == 1 and ops.get("lingc.head_cache_write") == 2, (ops, notes)
+    assert "the queries' RoPE folded into 1 gqa_decode" in notes[0], notes
+    assert not aten_kernels(report), report.kernels.format()
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for got, want in zip(caches, refs):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_rope_tables_in_bf16():
+    """A bf16 model's cos_cached rows cast to bf16 and multiplied in bf16 (eager rounds each
+    product): within the probe's tolerance of the kernels' fp32 rotation, no ATen kernel left."""
+    m = TableRopeAttention("hf-cached", dtype=torch.bfloat16)
+    out, ref, caches, refs, report = _run(m, 6, torch.bfloat16)
+    assert rows(report).get("lingc.head_cache_write") == 2 and not aten_kernels(report), report.kernels.format()
+    torch.testing.assert_close(out.float(), ref.float(), rtol=3e-2, atol=3e-2)
+
+
+class PerTokenRopeAttention(RopeAttention):
+    """Hugging Face's current decoder layers: cos and sin [1, T, R] computed outside the compiled
+    step (the model's position_embeddings), passed in, rotate_half."""
+
+    def __init__(self):
+        super().__init__("half")
+
+    def forward(self, x, pos, cos, sin, *caches):
+        self.cs = (cos[0][:, None], sin[0][:, None])
+        return super().forward(x, pos, *caches)
+
+    def rope(self, x, pos):
+        cos, sin = self.cs
+        return x * cos + torch.cat([-x[..., self.d // 2:], x[..., :self.d // 2]], -1) * sin
+
+
+@pytest.mark.parametrize("T", [1, 6])
+def test_per_token_cos_sin_inputs_fold(T):
+    """cos / sin as step inputs, one row per token under a batch dim of 1: read by token."""
+    m = PerTokenRopeAttention()
+    x, pos, *caches = _inputs_for(m, T)
+    ang = pos.float()[:, None] * m.freq[None]
+    emb = torch.cat([ang, ang], -1)
+    cos, sin = emb.cos()[None], emb.sin()[None]
+    refs = [c.clone() for c in caches]
+    with torch.no_grad():
+        ref = m(x, pos, cos, sin, *refs)
+    out, report = run_and_report(m, x, pos, cos, sin, *caches)
+    assert rows(report).get("lingc.head_cache_write") == 2 and not aten_kernels(report), report.kernels.format()
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for got, want in zip(caches, refs):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_table_whose_rows_are_transformed_is_left():
+    """The table's rows scaled after the lookup (a YaRN-style attention factor applied in the step):
+    no table holds the values the rotation uses, so the keys' write and the queries' RoPE stay,
+    with the reasons; numbers as eager's."""
+    class Scaled(TableRopeAttention):
+        def rope(self, x, pos):
+            R = self.R
+            r = x[..., :R]
+            cos, sin = self.cos_cached[pos][:, None] * 1.5, self.sin_cached[pos][:, None] * 1.5
+            return torch.cat([r * cos + torch.cat([-r[..., R // 2:], r[..., :R // 2]], -1) * sin, x[..., R:]], -1)
+
+    out, ref, caches, refs, report = _run(Scaled("hf-cached"), 2)
+    ops, notes = rows(report), stat(report, "pdl_swap").notes
+    assert ops.get("aten.index_put") == 1 and ops.get("lingc.head_cache_write") == 1, ops
+    assert any("the queries' computation is not a rotary embedding" in n for n in notes), notes
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def _pdl_swap_changes(form: str, tmp_path, cls=None) -> str:
+    """The ops pdl_swap adds and drops for RopeAttention(form) (or cls(form)) at T = 2 (its dump)."""
+    m = (cls or RopeAttention)(form)
     gen = torch.Generator().manual_seed(2)
     x, pos = torch.randn(2, HID, generator=gen), torch.tensor([12, 13])
     kc, vc = _caches(m, gen, torch.float32)
@@ -441,3 +569,47 @@ def test_gpu_forms(form, cls, T, dtype):
     assert (out.float() - ref.float()).norm() / ref.float().norm() < tol
     for got, want in zip(caches, refs):
         torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("T", [1, 6])
+@pytest.mark.parametrize("form", TABLE_FORMS)
+def test_gpu_table_forms(form, T, dtype):
+    """On CUDA: the kernels reading the model's rope tables (each layout's views) against eager."""
+    test_gpu_forms(form, TableRopeAttention, T, dtype)
+
+
+@pinned_graph_text
+def test_expect_rope_table_dump(tmp_path):
+    """The ops pdl_swap adds and drops for vLLM's cos_sin_cache form at T = 2 (its dump): the
+    table's halves handed to the kernels as slices, its lookup and the rotation gone."""
+    assert_expected_inline(_pdl_swap_changes("vllm", tmp_path, TableRopeAttention), """\
+-aten._scaled_dot_product_flash_attention_for_cpu 1
+-aten.add.Tensor 2
+-aten.cat 4
+-aten.copy_ 2
+-aten.index.Tensor 2
+-aten.index_put 2
+-aten.le.Tensor 1
+-aten.mul.Tensor 8
++aten.permute 2
+-aten.permute 4
++aten.reshape 3
+-aten.scalar_tensor 2
++aten.select.int 1
+-aten.select.int 1
++aten.slice.Tensor 4
+-aten.slice.Tensor 8
+-aten.split.Tensor 2
+-aten.sub.Tensor 2
+-aten.unsqueeze 10
++aten.view 1
+-aten.view 4
+-aten.where.self 1
+-getitem 5
++lingc.gqa_decode 1
++lingc.head_cache_write 2
+-prims.iota 1
+""")
