@@ -10,7 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["rope_cols", "rope_rotate", "rope_table"]
+__all__ = ["rope_cols", "rope_rotate", "rope_table", "rope_table_launch_args"]
 
 @triton.jit
 def rope_cols(offs_d, HALF: tl.constexpr, INTERLEAVED: tl.constexpr):
@@ -48,3 +48,14 @@ def rope_table(row, fidx, cols, mask, cos_ptr, sin_ptr, stride_cr, stride_cc, st
     c = tl.load(cos_ptr + r * stride_cr + idx * stride_cc, mask=mask, other=0.0).to(tl.float32)
     s = tl.load(sin_ptr + r * stride_sr + idx * stride_sc, mask=mask, other=0.0).to(tl.float32)
     return c, s
+
+
+def rope_table_launch_args(rope_cos, rope_sin, rope_dims: int, rope_by_token: bool) -> dict:
+    """A launch's keyword arguments for ``rope_table`` (none without tables: TABLE stays 0)."""
+    from lingc.runtime.kernels.head_cache_write.op import rope_table_mode
+
+    table = rope_table_mode(rope_cos, rope_dims)
+    if not table:
+        return {}
+    return dict(cos_ptr=rope_cos, sin_ptr=rope_sin, stride_cr=rope_cos.stride(0), stride_cc=rope_cos.stride(1),
+                stride_sr=rope_sin.stride(0), stride_sc=rope_sin.stride(1), TABLE=table, BY_TOKEN=bool(rope_by_token))

@@ -47,11 +47,10 @@ import triton
 import triton.language as tl
 
 from lingc.runtime.kernels.gemm_common import dot_acc
-from lingc.runtime.kernels.head_cache_write.op import rope_table_mode
 from lingc.runtime.kernels.head_norm import head_norm_cols, head_norm_gain
 from lingc.runtime.kernels.mla_decode.kernel import _mla_combine_kernel, softmax_tile, workspace
 from lingc.runtime.kernels.positions import position_terms
-from lingc.runtime.kernels.rope import rope_cols, rope_rotate, rope_table
+from lingc.runtime.kernels.rope import rope_cols, rope_rotate, rope_table, rope_table_launch_args
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait
 
 __all__ = ["GqaDecodeConfig", "config_for", "num_splits", "gqa_decode_triton", "workspace"]
@@ -253,12 +252,7 @@ def gqa_decode_triton(q, k_cache, v_cache, positions, scale: float, out=None, *,
     bh = max(16, gp, cfg.block_h)
     pos_terms = position_terms(pos_offset)
     split_pdl, combine_pdl = use_pdl and cfg.split_pdl and T <= SPLIT_PDL_MAX_T, use_pdl and cfg.combine_pdl
-    table = rope_table_mode(rope_cos, rope_dims)
-    tables = {}
-    if table:
-        tables = dict(cos_ptr=rope_cos, sin_ptr=rope_sin, stride_cr=rope_cos.stride(0), stride_cc=rope_cos.stride(1),
-                      stride_sr=rope_sin.stride(0), stride_sc=rope_sin.stride(1), TABLE=table,
-                      BY_TOKEN=bool(rope_by_token))
+    tables = rope_table_launch_args(rope_cos, rope_sin, rope_dims, rope_by_token)
     _gqa_split_kernel[(triton.cdiv(T, bh // gp), ns, HKV)](
         q, k_cache, v_cache, positions, q if inv_freq is None else inv_freq, m, l, acc,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),

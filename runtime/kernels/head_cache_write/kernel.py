@@ -18,7 +18,7 @@ import triton.language as tl
 
 from lingc.runtime.kernels.head_norm import head_norm_cols, head_norm_gain
 from lingc.runtime.kernels.positions import position_terms
-from lingc.runtime.kernels.rope import rope_cols, rope_rotate, rope_table
+from lingc.runtime.kernels.rope import rope_cols, rope_rotate, rope_table, rope_table_launch_args
 from lingc.runtime.pdl import launch_kwargs, pdl_launch_dependents, pdl_supported, pdl_wait_small
 
 __all__ = ["head_cache_write_triton"]
@@ -80,18 +80,11 @@ def head_cache_write_triton(rows: torch.Tensor, positions: torch.Tensor, cache: 
     """Write the T x H rows (op.py); with ``pos_offset`` positions is a [1] base (rows at base +
     pos_offset + t); with ``norm_weight`` each row RMS-normed first (head_norm.py); the angles
     from inv_freq or the rope tables."""
-    from .op import rope_table_mode
-
     T, H, D = rows.shape
     if T == 0:
         return
     half = inv_freq.shape[0] if inv_freq is not None else rope_dims // 2
-    table = rope_table_mode(rope_cos, rope_dims)
-    tables = {}
-    if table:
-        tables = dict(cos_ptr=rope_cos, sin_ptr=rope_sin, stride_cr=rope_cos.stride(0), stride_cc=rope_cos.stride(1),
-                      stride_sr=rope_sin.stride(0), stride_sc=rope_sin.stride(1), TABLE=table,
-                      BY_TOKEN=bool(rope_by_token))
+    tables = rope_table_launch_args(rope_cos, rope_sin, rope_dims, rope_by_token)
     _head_cache_write_kernel[(T, H)](
         rows, positions, rows if inv_freq is None else inv_freq, cache, rows if norm_weight is None else norm_weight,
         rows.stride(0), rows.stride(1), cache.stride(0), cache.stride(1), *position_terms(pos_offset), D, float(eps),
