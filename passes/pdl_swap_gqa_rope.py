@@ -21,7 +21,9 @@ style keys and values stacked in one cache: ``cache[pos] = stack([k, v], 1)``), 
 part. The rows' region (back to lingc kernels and projections, each leaf widened up its views to
 the [T, H, D] value it is part of) is run on random inputs: a part must equal one leaf as it is,
 or that leaf rotated by the positions with a 1-d float graph input as inv_freq (rotate-half or
-interleaved pairs, the first 2 * len(inv_freq) dims) whatever the other leaves hold. A query
+interleaved pairs, the first 2 * len(inv_freq) dims), or rotated with the cos / sin rows of a
+model's precomputed tables (graph inputs read at the positions, or per-token inputs: random table
+values, every way pdl_swap_rope_tables.py lists), whatever the other leaves hold. A query
 region of a gqa_decode is probed the same way against its positions and folded into the op's
 inv_freq. An output gate is a product with sigmoid(g) (cast or not) of the only value computed
 from the op's output through views and casts, g of its shape: the chain is run on an iota (its

@@ -118,11 +118,10 @@ def table_sources(leaves: list[fx.Node], exclude: set, T: int) -> list[TableSour
         else:
             if below[1] % 2 == 0:
                 out.append(TableSource((n,), "halves", lead, below[0], below[1] // 2))
-            for m, lead_m, below_m in cands:
-                if m is not n and len(below_m) == 2 and below_m == below and not val(m).is_complex() \
-                        and val(m).dtype == val(n).dtype:
-                    out.append(TableSource((n, m), "pair", lead, below[0], below[1]) if lead == lead_m else None)
-    return [s for s in out if s is not None]
+            out += [TableSource((n, m), "pair", lead, below[0], below[1]) for m, lead_m, below_m in cands
+                    if m is not n and lead_m == lead and below_m == below and not val(m).is_complex()
+                    and val(m).dtype == val(n).dtype]
+    return out
 
 
 def probe_position_limit(sources: list[TableSource], T: int, default: int) -> int:
