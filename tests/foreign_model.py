@@ -380,14 +380,19 @@ class NoPEStyleMLA(nn.Module):
                              self.kv_b[:, NOPE:].float())
         return self.o(o.reshape(T, MH * VD).to(x.dtype))
 
+ROPE_TABLE_ROWS = 256       # Qwen3NextStyleAttention's rope tables (rope_table=True): positions below it
+
+
 class Qwen3NextStyleAttention(nn.Module):
     """Qwen3-Next's gated full attention (Hugging Face's Qwen3NextAttention at batch 1): q_proj
     gives each of MH heads its query and an output gate ([T, MH, 2 * HD], HD = NOPE + ROPE),
     zero-centred RMSNorms on each head's query and key, the rotary embedding (rotate_half) on the
     first ROPE dims of each head, GQA over KVH key/value heads (SDPA with enable_gqa) on one cache
-    [L, 2, KVH, HD] holding keys and values, the output times sigmoid(gate), o_proj."""
+    [L, 2, KVH, HD] holding keys and values, the output times sigmoid(gate), o_proj. With
+    ``rope_table`` cos and sin come from tables built once (Hugging Face's older cos_cached /
+    sin_cached [ROPE_TABLE_ROWS, ROPE], each half repeated) read at the positions."""
 
-    def __init__(self, g: torch.Generator):
+    def __init__(self, g: torch.Generator, rope_table: bool = False):
         super().__init__()
         hd = NOPE + ROPE
         self.q = nn.Linear(HID, MH * 2 * hd, bias=False)
@@ -395,11 +400,21 @@ class Qwen3NextStyleAttention(nn.Module):
         self.q_norm, self.k_norm = ZeroCenteredRMSNorm(hd, eps=EPS), ZeroCenteredRMSNorm(hd, eps=EPS)
         self.o = nn.Linear(MH * hd, HID, bias=False)
         self.register_buffer("freq", 1.0 / (10000.0 ** (torch.arange(0, ROPE, 2).float() / ROPE)), persistent=False)
+        self.rope_table = rope_table
+        if rope_table:
+            emb = torch.arange(ROPE_TABLE_ROWS).float()[:, None] * self.freq[None]
+            emb = torch.cat([emb, emb], -1)
+            self.register_buffer("cos_cached", emb.cos(), persistent=False)
+            self.register_buffer("sin_cached", emb.sin(), persistent=False)
 
     def rope(self, x, pos):
         """x [T, heads, HD]: rotate_half on the first ROPE dims, the rest passed through."""
-        ang = pos.float()[:, None] * self.freq[None]
-        cos, sin = torch.cat([ang.cos()] * 2, -1)[:, None].to(x.dtype), torch.cat([ang.sin()] * 2, -1)[:, None].to(x.dtype)
+        if self.rope_table:
+            cos, sin = self.cos_cached[pos][:, None].to(x.dtype), self.sin_cached[pos][:, None].to(x.dtype)
+        else:
+            ang = pos.float()[:, None] * self.freq[None]
+            cos = torch.cat([ang.cos()] * 2, -1)[:, None].to(x.dtype)
+            sin = torch.cat([ang.sin()] * 2, -1)[:, None].to(x.dtype)
         r, rest = x[..., :ROPE], x[..., ROPE:]
         half = torch.cat([-r[..., ROPE // 2:], r[..., :ROPE // 2]], -1)
         return torch.cat([r * cos + half * sin, rest], -1)
@@ -522,7 +537,8 @@ class KimiStyleModel(nn.Module):
     -> logits [T, VOCAB]; the KDA states / windows and the MLA caches are written in place."""
 
     def __init__(self, seed: int = 0, textbook_mla: bool = False, gdn: bool | str = False,
-                 kimi_linear: bool = False, grouped_mm: bool = False, gated_attention: bool = False):
+                 kimi_linear: bool = False, grouped_mm: bool = False, gated_attention: bool = False,
+                 rope_table: bool = False):
         super().__init__()
         g = torch.Generator().manual_seed(seed)
         self.embed = nn.Embedding(VOCAB, HID)
@@ -537,7 +553,8 @@ class KimiStyleModel(nn.Module):
         # gated_attention: Qwen3-Next's gated GQA full attention in the third layer instead of MLA
         # (its cache [L, 2, KVH, NOPE + ROPE]: fresh_state's gated_attention).
         layers = [linear(g), linear(g)]           # first: the generator's draws keep their order
-        layers.append(Qwen3NextStyleAttention(g) if gated_attention
+        # rope_table: that attention's cos / sin from tables built once (Hugging Face's cos_cached).
+        layers.append(Qwen3NextStyleAttention(g, rope_table) if gated_attention
                       else KimiStyleMLA(g, textbook_mla, rotate=not kimi_linear))
         self.attn = nn.ModuleList(layers)
         # Qwen3-Next's forms take its MoE block too (softmax router, gated shared expert), its

@@ -917,16 +917,17 @@ def test_gpu_three_conv_caches(T, dtype, wide):
 # cache's two row writes lingc.head_cache_write, the norms lingc.rmsnorm: no ATen kernel is left.
 
 
-def _gated(dtype=torch.float32, device="cpu"):
-    m = KimiStyleModel(gdn="qwen3-next", gated_attention=True).to(device=device, dtype=dtype)
+def _gated(dtype=torch.float32, device="cpu", rope_table=False):
+    m = KimiStyleModel(gdn="qwen3-next", gated_attention=True, rope_table=rope_table).to(device=device, dtype=dtype)
     groups = [[t.to(device) for t in g]
               for g in KimiStyleModel.fresh_state(8, dtype=dtype, fused_conv=4, gated_attention=True)]
     return m, groups
 
 
+@pytest.mark.parametrize("rope_table", [False, True], ids=["inv_freq", "cos_cached"])
 @pytest.mark.parametrize("T", [1, 6])
-def test_qwen3_next_gated_attention_on_gqa_decode(T):
-    m, groups = _gated()
+def test_qwen3_next_gated_attention_on_gqa_decode(T, rope_table):
+    m, groups = _gated(rope_table=rope_table)
     ids, pos = torch.arange(11, 11 + T), torch.arange(10, 10 + T)
     out, ref, report, ref_groups = _eager_then_lingc(m, ids, pos, groups)
     lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
@@ -939,22 +940,24 @@ def test_qwen3_next_gated_attention_on_gqa_decode(T):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_qwen3_next_gated_attention_verify_with_rejections():
+@pytest.mark.parametrize("rope_table", [False, True], ids=["inv_freq", "cos_cached"])
+def test_qwen3_next_gated_attention_verify_with_rejections(rope_table):
     """The verify step of the gated-attention model: a rejection forced at each position of a
     6-token chain leaves the KDA states and the attention cache's rows up to the accepted prefix
     as eager decoding over that prefix leaves them."""
-    m, _ = _gated()
+    m, _ = _gated(rope_table=rope_table)
     report = _forced_rejections(m, lambda: [[t.clone() for t in g] for g in _gated()[1]], lambda t, n: t[:n])
     lingc = {op: k for cat, op, k, _ in report.kernels.rows if cat == "lingc"}
     assert lingc.get("lingc.gqa_decode") == 1 and lingc["lingc.kda_commit_many"] == 1, lingc
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("rope_table", [False, True], ids=["inv_freq", "cos_cached"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("T", [1, 6])
-def test_gpu_qwen3_next_gated_attention(T, dtype):
+def test_gpu_qwen3_next_gated_attention(T, dtype, rope_table):
     """The gated-attention model on CUDA: gqa_decode's Triton kernel against eager SDPA."""
-    m, groups = _gated(dtype, "cuda")
+    m, groups = _gated(dtype, "cuda", rope_table)
     ids, pos = torch.arange(11, 11 + T, device="cuda"), torch.arange(10, 10 + T, device="cuda")
     out, ref, report, ref_groups = _eager_then_lingc(m, ids, pos, groups)
     lingc = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
