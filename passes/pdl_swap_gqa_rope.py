@@ -103,8 +103,7 @@ def _rows_probe(nodes, leaves, out, pos, T, H, D, part, target=None, head_major=
 
     freqs = _freq_inputs(leaves, D) if pos in leaves else []    # angles need the positions
     tables = table_sources(leaves, {pos, *freqs}, T)
-    held = {i for t in tables for i in t.inputs}
-    data = [n for n in leaves if n is not pos and n not in freqs and n not in held]
+    data = [n for n in leaves if n is not pos and n not in freqs]    # a table's input may be rows too
     gen = torch.Generator().manual_seed(0)
     limit = probe_position_limit(tables, T, 4096)
     if limit < T:
