@@ -613,3 +613,32 @@ def test_expect_rope_table_dump(tmp_path):
 +lingc.head_cache_write 2
 -prims.iota 1
 """)
+
+
+def test_table_sources_list_every_layout_and_give_up_on_many_inputs():
+    """pdl_swap_rope_tables.table_sources on placeholders of each table shape: two [N, W] tables
+    (both orders), one [N, 2W] (its halves, and with the other 2-d one none), [N, W, 2] pairs, a
+    complex [N, W], a batch dim of 1 above a per-token [T, R]; a [N] vector and an integer
+    table are no tables; more than MAX_INPUTS table-like inputs give none."""
+    import torch.fx as fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from lingc.passes.pdl_swap_rope_tables import MAX_INPUTS, table_sources
+
+    g = fx.Graph()
+    with FakeTensorMode() as mode:
+        def ph(name, *shape, dtype=torch.float32):
+            n = g.placeholder(name)
+            n.meta["val"] = mode.from_tensor(torch.empty(*shape, dtype=dtype))
+            return n
+        a, b = ph("a", 40, 8), ph("b", 40, 8)
+        st, cx, tok = ph("st", 40, 4, 2), ph("cx", 40, 4, dtype=torch.complex64), ph("tok", 1, 3, 16)
+        vec, ints = ph("vec", 8), ph("ints", 40, 8, dtype=torch.int64)
+        got = {(tuple(n.name for n in s.inputs), s.form, s.lead, s.n, s.w)
+               for s in table_sources([a, b, st, cx, tok, vec, ints], set(), 3)}
+        assert got == {(("a",), "halves", 0, 40, 4), (("b",), "halves", 0, 40, 4), (("a", "b"), "pair", 0, 40, 8),
+                       (("b", "a"), "pair", 0, 40, 8), (("st",), "stacked", 0, 40, 4),
+                       (("cx",), "complex", 0, 40, 4), (("tok",), "halves", 1, 3, 8)}, got
+        assert {s.by_token(3) for s in table_sources([tok], set(), 3)} == {True}
+        assert table_sources([a], {a}, 3) == [] and table_sources([a], set(), 41) == []
+        many = [ph(f"t{i}", 40, 8) for i in range(MAX_INPUTS + 1)]
+        assert table_sources(many, set(), 3) == []
