@@ -173,46 +173,36 @@ class Chain:
         self.out.copy_(x)
         return self.out
 
-    def probe_ticket(self) -> torch.Tensor:
-        x = self.x0
+    def probe(self, fused: str, o_proj: str) -> torch.Tensor:
+        """The chain on this file's kernel, each GEMM's end chosen: "ticket" (the production
+        reduction), "defer" (partials only, summed by the consumer's load) or "drop" (partials
+        only, the consumer reading a stale output: a bound, not a result). The chain's output:
+        the last o_proj's, rounded (deferred: its planes summed by torch, sequential order for
+        two planes only)."""
+        x, planes = (self.x0_planes, self.s2) if o_proj == "defer" else (self.x0, 0)
         for w1, w2 in zip(self.fused, self.o_proj):
-            probe_gemm(x, 0, w1, self.ws1, self.y1, self.t, True)
-            probe_gemm(self.y1, 0, w2, self.ws2, self.y2, self.t, True)
-            x = self.y2
-        self.out.copy_(x)
+            probe_gemm(x, planes, w1, self.ws1, self.y1, self.t, fused == "ticket")
+            x1, p1 = (self.ws1, self.s1) if fused == "defer" else (self.y1, 0)
+            probe_gemm(x1, p1, w2, self.ws2, self.y2, self.t, o_proj == "ticket")
+            x, planes = (self.ws2, self.s2) if o_proj == "defer" else (self.y2, 0)
+        self.out.copy_(self.ws2.sum(0).to(torch.bfloat16) if o_proj == "defer" else self.y2)
         return self.out
+
+    def probe_ticket(self) -> torch.Tensor:
+        return self.probe("ticket", "ticket")
 
     def probe_no_reduce(self) -> torch.Tensor:
-        """A bound, not a result: partials stored, nobody sums them (the consumers read stale
-        outputs). What the ticket costs the producer alone."""
-        x = self.x0
-        for w1, w2 in zip(self.fused, self.o_proj):
-            probe_gemm(x, 0, w1, self.ws1, self.y1, self.t, False)
-            probe_gemm(self.y1, 0, w2, self.ws2, self.y2, self.t, False)
-            x = self.y2
-        self.out.copy_(x)
-        return self.out
+        """What the ticket costs the producer alone (wrong values)."""
+        return self.probe("drop", "drop")
 
     def probe_deferred_fused(self) -> torch.Tensor:
-        """Only the fused projection hands over its partials, to the o_proj, whose one-tile
-        (design B) load sums them; the o_proj reduces with its ticket as in production. A
-        decode step's fused projection feeds one-shot loaders (the KDA chain, the gated norm)."""
-        x = self.x0
-        for w1, w2 in zip(self.fused, self.o_proj):
-            probe_gemm(x, 0, w1, self.ws1, self.y1, self.t, False)
-            probe_gemm(self.ws1, self.s1, w2, self.ws2, self.y2, self.t, True)
-            x = self.y2
-        self.out.copy_(x)
-        return self.out
+        """Only the fused projection hands over its partials, to the o_proj's one-tile (design B)
+        load; the o_proj reduces with its ticket as in production. A decode step's fused
+        projection feeds one-shot loaders (the KDA chain, the gated norm)."""
+        return self.probe("defer", "ticket")
 
     def probe_deferred(self) -> torch.Tensor:
-        x, planes = self.x0_planes, self.s2
-        for w1, w2 in zip(self.fused, self.o_proj):
-            probe_gemm(x, planes, w1, self.ws1, self.y1, self.t, False)
-            probe_gemm(self.ws1, self.s1, w2, self.ws2, self.y2, self.t, False)
-            x = self.ws2
-        self.out.copy_(self.ws2.sum(0).to(torch.bfloat16))  # sequential order for 2 planes only
-        return self.out
+        return self.probe("defer", "defer")
 
 
 def run(layers: int, ts: list[int], replays: int) -> list[dict]:

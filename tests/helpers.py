@@ -41,6 +41,21 @@ def assert_close(actual: torch.Tensor, ref: torch.Tensor, rtol_rms: float) -> No
         )
 
 
+def captured_replay(fn) -> tuple[list[int], object]:
+    """Capture ``fn()`` into a CUDA graph (after a synchronize), return (the graph's edge types
+    as ``graph_edge_types`` reads them, fn's output after one replay): the PDL tests' check that a
+    chain keeps its programmatic edges and its bits under capture."""
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph(keep_graph=True)
+    with torch.cuda.graph(graph):
+        out = fn()
+    edges = graph_edge_types(graph)
+    graph.instantiate()
+    graph.replay()
+    torch.cuda.synchronize()
+    return edges, out
+
+
 def run_sm90_compile_check(script: str) -> None:
     """Run `script` (a real, not interpreted, Triton compile for an H200, usually through
     `sm90.compile_sm90` and the bundled ptxas) in a fresh interpreter without TRITON_INTERPRET, from the repository root;

@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from helpers import ROPE_TABLE_LAYOUTS, assert_close, graph_edge_types, rope_tables, run_sm90_compile_check
+from helpers import ROPE_TABLE_LAYOUTS, assert_close, captured_replay, rope_tables, run_sm90_compile_check
 from lingc.runtime.kernels.gqa_decode import gqa_decode, gqa_decode_reference
 from lingc.runtime.kernels.gqa_decode.kernel import (
     GqaDecodeConfig,
@@ -429,15 +429,8 @@ def test_gpu_pdl_chain_under_graph_capture(T, edges):
 
     static_q = x["q"].clone()
     eager = step(static_q)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph(keep_graph=True)
-    with torch.cuda.graph(graph):
-        static_out = step(static_q)
-    types = graph_edge_types(graph)
+    types, static_out = captured_replay(lambda: step(static_q))
     assert types == edges, f"edge types {types}, expected {edges} (1: programmatic)"
-    graph.instantiate()
-    graph.replay()
-    torch.cuda.synchronize()
     assert torch.equal(static_out, eager)
 
 
@@ -460,14 +453,8 @@ def test_gpu_pdl_for_one_kernel_keeps_the_bits(split_pdl, combine_pdl, edges):
 
     static_q = x["q"].clone()
     reference = step(static_q, table)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph(keep_graph=True)
-    with torch.cuda.graph(graph):
-        static_out = step(static_q, cfg)
-    assert graph_edge_types(graph) == edges
-    graph.instantiate()
-    graph.replay()
-    torch.cuda.synchronize()
+    got_edges, static_out = captured_replay(lambda: step(static_q, cfg))
+    assert got_edges == edges
     assert torch.equal(static_out, reference)
 
 

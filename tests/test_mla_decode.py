@@ -21,7 +21,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from helpers import assert_close, graph_edge_types, run_sm90_compile_check
+from helpers import assert_close, captured_replay, graph_edge_types, run_sm90_compile_check
 from lingc.models import Ling3Cache
 from lingc.models.layers import apply_rope_interleaved, rope_inv_freq
 from lingc.runtime.kernels.mla_decode import mla_decode, mla_decode_reference
@@ -564,14 +564,8 @@ def test_gpu_pdl_for_one_kernel_keeps_the_bits(split_pdl, combine_pdl, edges):
 
     static_q = x["q_lat"].clone()
     reference = step(static_q, config_for(8192, 8, 512, 64))
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph(keep_graph=True)
-    with torch.cuda.graph(graph):
-        static_out = step(static_q, cfg)
-    assert graph_edge_types(graph) == edges
-    graph.instantiate()
-    graph.replay()
-    torch.cuda.synchronize()
+    got_edges, static_out = captured_replay(lambda: step(static_q, cfg))
+    assert got_edges == edges
     assert torch.equal(static_out, reference)
 
 

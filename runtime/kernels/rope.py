@@ -51,11 +51,11 @@ def rope_table(row, fidx, cols, mask, cos_ptr, sin_ptr, stride_cr, stride_cc, st
 
 
 def rope_table_launch_args(rope_cos, rope_sin, rope_dims: int, rope_by_token: bool) -> dict:
-    """A launch's keyword arguments for ``rope_table`` (none without tables: TABLE stays 0)."""
-    from lingc.runtime.kernels.head_cache_write.op import rope_table_mode
-
-    table = rope_table_mode(rope_cos, rope_dims)
-    if not table:
+    """A launch's keyword arguments for ``rope_table`` (none without tables: TABLE stays 0, the
+    angles from inv_freq or no RoPE); TABLE 1 for a value per pair (W = rope_dims / 2), 2 per
+    column (the op checked W is one of the two)."""
+    if rope_cos is None:
         return {}
+    table = 1 if rope_cos.shape[1] == rope_dims // 2 else 2
     return dict(cos_ptr=rope_cos, sin_ptr=rope_sin, stride_cr=rope_cos.stride(0), stride_cc=rope_cos.stride(1),
                 stride_sr=rope_sin.stride(0), stride_sc=rope_sin.stride(1), TABLE=table, BY_TOKEN=bool(rope_by_token))

@@ -41,8 +41,7 @@ from lingc.runtime.registry import register_op
 
 from .naive import head_cache_write_reference
 
-__all__ = ["head_cache_write", "check_head_cache_write_args", "check_head_norm", "check_inv_freq", "check_rope_table",
-           "rope_table_mode"]
+__all__ = ["head_cache_write", "check_head_cache_write_args", "check_head_norm", "check_inv_freq", "check_rope_table"]
 
 MAX_HEAD_DIM = 1024     # one program holds a head's row
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -91,14 +90,6 @@ def check_rope_table(op: str, rope_cos, rope_sin, rope_dims: int, rope_by_token:
         raise ValueError(f"{op}: rope_by_token must be a bool, got {rope_by_token!r}")
     if rope_by_token and rope_cos.shape[0] < T:
         raise ValueError(f"{op}: per-token rope rows ({rope_cos.shape[0]}) for T = {T} tokens")
-
-
-def rope_table_mode(rope_cos, rope_dims: int) -> int:
-    """The kernels' TABLE constexpr: 0 angles from inv_freq (or no RoPE), 1 a table value per pair,
-    2 per column."""
-    if rope_cos is None:
-        return 0
-    return 1 if rope_cos.shape[1] == rope_dims // 2 else 2
 
 
 def check_head_norm(op: str, rows_dtype: torch.dtype, D: int, device, norm_weight, eps, round_before_weight,
