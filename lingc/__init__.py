@@ -8,7 +8,7 @@ from .toolchain import pin_triton_ptxas as _pin_triton_ptxas
 # Triton's cache key names (toolchain.py says why).
 _pin_triton_ptxas()
 
-__all__ = ["generate", "Engine", "DecodeRunner"]
+__all__ = ["generate", "Engine", "DecodeRunner", "SpecRunner"]
 
 
 def __getattr__(name):
@@ -22,4 +22,7 @@ def __getattr__(name):
     if name == "DecodeRunner":
         from .runtime.relay.runner import DecodeRunner
         return DecodeRunner
+    if name == "SpecRunner":
+        from .runtime.relay.spec_runner import SpecRunner
+        return SpecRunner
     raise AttributeError(f"module 'lingc' has no attribute {name!r}")

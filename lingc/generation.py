@@ -31,7 +31,8 @@ def engine_for(model, context: int, steps: int = 5, options: dict | None = None)
     if not isinstance(base, Ling3ForCausalLM):
         raise TypeError(f"lingc.generate drives Ling3ForCausalLM (its caches and NEXTN relay), got a "
                         f"{type(base).__name__}; for another model written as model(ids, positions, *state) "
-                        f"use lingc.DecodeRunner(model, state, max_len).generate(prompt_ids, max_new_tokens)")
+                        f"use lingc.DecodeRunner(model, state, max_len).generate(prompt_ids, max_new_tokens), or with a "
+                        f"draft (MTP) layer lingc.SpecRunner(target, draft, state, draft_state, max_len)")
     engines = base.__dict__.setdefault(_ATTR, {})
     key = (steps, tuple(sorted((options or {}).items(), key=lambda kv: kv[0])).__repr__())
     eng = engines.get(key)

@@ -577,13 +577,21 @@ class KimiStyleModel(nn.Module):
         self.eval().requires_grad_(False)
 
     def forward(self, ids, pos, states, windows, caches):
+        return self.lm_head(self.norms[6](self.body(ids, pos, states, windows, caches)))
+
+    def target(self, ids, pos, states, windows, caches):
+        """(logits, the last layer's output before the final norm): what an MTP draft reads."""
+        x = self.body(ids, pos, states, windows, caches)
+        return self.lm_head(self.norms[6](x)), x
+
+    def body(self, ids, pos, states, windows, caches):
         x = self.embed(ids)
         for i, (attn, moe) in enumerate(zip(self.attn, self.moe)):
             h = self.norms[2 * i](x)
             h = attn(h, states[i], windows[i]) if i < 2 else attn(h, pos, caches[0])
             x = x + h
             x = x + moe(self.norms[2 * i + 1](x))
-        return self.lm_head(self.norms[6](x))
+        return x
 
     @staticmethod
     def fresh_state(seed: int = 1, cache_len: int = 24, dtype: torch.dtype = torch.float32, fused_conv: int = 0,
@@ -598,6 +606,47 @@ class KimiStyleModel(nn.Module):
         row = (2, KVH, NOPE + ROPE) if gated_attention else (RANK + ROPE,)
         caches = [torch.randn(cache_len, *row, generator=g).to(dtype)]
         return states, windows, caches
+
+
+class MtpDraft(nn.Module):
+    """A multi-token-prediction draft layer for KimiStyleModel, written as DeepSeek-V3's and
+    Qwen3-Next's MTP modules are: the next token's embedding and the target's hidden state, each
+    RMS-normed, concatenated and projected (eh_proj), one decoder layer of the target's third
+    layer's kind (MLA or the gated GQA attention, and its MoE) over a cache of its own, the final
+    norm and the target's lm_head (shared, as the embedding). forward(ids [T], pos [T], hidden
+    [T, HID], cache) -> (logits [T, VOCAB], hidden [T, HID]); the cache row at pos is written."""
+
+    def __init__(self, target: KimiStyleModel, seed: int = 7):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.embed, self.lm_head = target.embed, target.lm_head
+        self.enorm, self.hnorm = nn.RMSNorm(HID, eps=EPS), nn.RMSNorm(HID, eps=EPS)
+        self.eh_proj = nn.Linear(2 * HID, HID, bias=False)
+        like = target.attn[2]
+        self.attn = (Qwen3NextStyleAttention(g, like.rope_table) if isinstance(like, Qwen3NextStyleAttention)
+                     else KimiStyleMLA(g, like.textbook, like.rotate))
+        moe = target.moe[2]
+        self.moe = Qwen3NextStyleMoE(g, moe.grouped_mm) if isinstance(moe, Qwen3NextStyleMoE) else type(moe)(g)
+        self.norms = nn.ModuleList([nn.RMSNorm(HID, eps=EPS) for _ in range(3)])
+        torch.manual_seed(seed)
+        for m in [self.eh_proj, *self.attn.modules(), *self.moe.modules(), self.enorm, self.hnorm, *self.norms]:
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=0.3)
+            if isinstance(m, nn.RMSNorm):
+                nn.init.normal_(m.weight, 1.0, 0.1)
+        self.to(target.lm_head.weight.dtype).eval().requires_grad_(False)
+
+    def forward(self, ids, pos, hidden, cache):
+        x = self.eh_proj(torch.cat([self.enorm(self.embed(ids)), self.hnorm(hidden)], -1))
+        x = x + self.attn(self.norms[0](x), pos, cache)
+        x = x + self.moe(self.norms[1](x))
+        return self.lm_head(self.norms[2](x)), x
+
+    @staticmethod
+    def fresh_cache(cache_len: int = 24, dtype: torch.dtype = torch.float32, gated_attention: bool = False):
+        """The draft's one cache, zeroed (a request zeroes it anyway)."""
+        row = (2, KVH, NOPE + ROPE) if gated_attention else (RANK + ROPE,)
+        return [torch.zeros(cache_len, *row, dtype=dtype)]
 
 
 class BatchedKDA(KimiStyleKDA):

@@ -15,6 +15,7 @@ from expecttest import assert_expected_inline
 from model_helpers import tiny_model
 
 import lingc
+import relay_helpers
 from lingc.decoding.reference import greedy_generate, speculative_generate
 from lingc.runtime.relay.buffers import RelayBuffers
 from lingc.runtime.relay.engine import Engine
@@ -49,23 +50,8 @@ def gold(model):
     return greedy_generate(model, PROMPT, 300, eos_token_id=None)
 
 
-class Oracle:
-    """Drafts the gold continuation with an injected miss: at step k the first
-    schedule[k % len] drafts are right and the next one is wrong. Device ops only."""
-
-    def __init__(self, gold, prompt_len, schedule, steps=STEPS, vocab=320, device="cpu"):
-        self.gold = torch.tensor(gold + [0] * (steps + 2), device=device)
-        self.p, self.steps, self.vocab = prompt_len, steps, vocab
-        self.schedule = torch.tensor(schedule, device=device)
-        self.k = torch.zeros(1, dtype=torch.long, device=device)
-
-    def __call__(self, r: RelayBuffers) -> None:
-        j = torch.arange(1, self.steps + 1, device=r.n.device)
-        right = self.gold[(r.n - self.p) + j]
-        good = self.schedule[self.k % self.schedule.numel()]
-        drafts = torch.where(j <= good, right, (right + 1) % self.vocab)
-        r.chain.copy_(torch.cat([r.x, drafts]))
-        self.k.add_(1)
+def Oracle(gold, prompt_len, schedule, steps=STEPS, vocab=320, device="cpu"):
+    return relay_helpers.Oracle(gold, prompt_len, schedule, steps, vocab, device)
 
 
 def test_plain_decode_matches_eager_reference(engine, gold):

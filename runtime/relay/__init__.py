@@ -6,7 +6,11 @@
 - steps.py   the step functions, one per role (design.md "Roles");
 - graphs.py  CUDA-graph capture of the compiled steps, with the loud fallback;
 - prefill_graphs.py  a fresh prompt's prefill as one replay of a graph captured per padded size;
-- engine.py  the engine: compile, capture, prefill, then steps with host run-ahead;
+- driver.py  what every relay engine does: compile and capture the roles, then run requests
+             (prefill, steps with host run-ahead, sampling);
+- engine.py  Engine: Ling-3 on the driver (its cache, NEXTN layer and captured prefill);
+- spec_runner.py  SpecRunner: any model written as a target step and a draft step over static
+             state on the same relay;
 - runner.py  DecodeRunner: the same plain decoding for any model written as a step over static
              state (no relay);
 - requests.py what both do with a request on the host: the prompt and sampling checks, the

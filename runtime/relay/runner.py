@@ -24,8 +24,8 @@ ran past (stop ids, max_new_tokens). Sampling (temperature > 0) compiles a step 
 last position's logits; each token is drawn on the device with the request's generator and read
 back before the next step (one host read a token).
 
-Speculative decoding needs a draft layer and design.md's roles: the NEXTN relay (Engine) drives
-Ling3ForCausalLM; this runner decodes without speculation.
+This runner decodes without speculation; a model with a draft (MTP) layer runs the NEXTN relay
+on SpecRunner (spec_runner.py), Ling3ForCausalLM on Engine.
 """
 
 from __future__ import annotations

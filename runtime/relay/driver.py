@@ -1,0 +1,344 @@
+"""RelayDriver: what every relay engine does once its model's steps exist: compile each role with
+backend="lingc", capture it, and run requests (prefill, then steps with host run-ahead).
+
+Two engines build on it: ``Engine`` (Ling-3: its cache, captured prefill, NEXTN layer) and
+``SpecRunner`` (any model written as a target step and a draft step over static state). A
+subclass supplies the step model (``model(ids, pos, cache) -> (logits, hidden)`` and
+``model.draft(ids, pos, hidden, cache) -> (logits, hidden)``, where ``cache`` is the one object the
+compiled steps receive beside the relay buffers), zeroes its state (``_zero_state``), checks a
+speculative request (``_check_speculative``) and prefills a prompt (``_prefill``, ending in
+``_start_relay``).
+
+A speculative step is three launches (draft, verify, extend graphs); a plain step one (decode).
+The host launches step k+1 before it reads step k's tokens: those reach the host through a device
+ring (written in-graph by the last graph of a step) copied on a side stream, whose event is read
+one step late; EOS, max_new_tokens and stop ids are decided then and the overshoot is trimmed.
+Nothing accept-dependent crosses to the host before the next launch, unless metadata_capture is
+disabled: then the naive host refill of the positions reads ``n`` back every step (a sync per
+step, which is the point of the pass).
+
+Sampling (temperature > 0) runs without speculation: the decode graph gives the logits and the
+token is drawn on the device with the request's generator (the documented fallback of
+design.md; speculative rejection sampling is not implemented).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import torch
+
+from lingc.backend import compile_reports
+from lingc.decoding.reference import pick_token
+from lingc.progress import Progress
+
+from .buffers import RING, RelayBuffers, copy_row_to_host
+from .graphs import CapturedStep, capture_step, describe
+from .requests import check_sampling, prompt_ids, until
+from .steps import make_steps
+
+# Drafts per relay step. A verify chain is steps + 1 tokens; the relay is built and tested for
+# chains of up to 8 (8 tokens x 9 experts = 72 pairs, moe_align's one-launch limit).
+MAX_STEPS = 7
+
+
+@dataclass
+class EngineStats:
+    """What the last request did (tests and the benchmark read it)."""
+    steps: int = 0
+    accepts: list[int] = field(default_factory=list)
+    ahead: int = 0             # launches that found the previous step still running
+    launched: int = 0          # steps launched (the last ones may be trimmed overshoot)
+    host_s: list[float] = field(default_factory=list)   # host time to launch each step
+    host_syncs: int = 0        # naive host refills (metadata_capture disabled)
+    prefill_s: float = 0.0     # wall time to the first token: prompt (and draft) prefill, its argmax
+    prefill_rows: int = 0      # the captured prefill's padded size; 0: the eager chunks ran
+
+    @property
+    def mean_accept_length(self) -> float:
+        return sum(a + 1 for a in self.accepts) / max(1, len(self.accepts))
+
+
+def check_steps(steps) -> int:
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
+        raise ValueError(f"steps={steps!r}: the relay supports 1..{MAX_STEPS} drafts per step "
+                         f"(draft tokens = steps + 1 <= {MAX_STEPS + 1})")
+    return steps
+
+
+class RelayDriver:
+    """Compiled, captured relay generation over a subclass's step model (module docstring)."""
+
+    def _setup(self, step_model, cache, steps: int, hidden: int, dtype: torch.dtype, device: torch.device,
+               max_len: int, options: dict | None, cudagraphs: bool | None, progress: bool,
+               vocab_size: int | None, eos_token_id: int | None) -> None:
+        self.steps = check_steps(steps)
+        self.device = device
+        self.options = dict(options or {})
+        if "role" in self.options:
+            raise ValueError(f"{type(self).__name__} options must not set 'role': it compiles one graph per role")
+        want_graphs = self.options.get("cudagraphs", True) if cudagraphs is None else cudagraphs
+        self.cudagraphs = bool(want_graphs) and device.type == "cuda"
+        self.max_len = max_len
+        self.cache = cache
+        self.vocab_size = vocab_size
+        self.eos_token_id = eos_token_id
+        self.relay = RelayBuffers.allocate(steps, hidden, dtype, device)
+        self.ring, self.ring_k = self.relay.ring, self.relay.ring_k      # written in-graph (steps.py)
+        self._fns = make_steps(step_model, steps)
+        self._compiled: dict[str, object] = {}
+        self._steps: dict[str, CapturedStep] = {}
+        self.naive_refill: dict[str, bool] = {}
+        self.progress = progress
+        self.stats = EngineStats()
+        self.captures = 0
+        self._host_ring = None
+        self._copy_stream = None
+        # Tests: a callable(relay) that writes relay.chain with device ops in place of the draft
+        # graph (an oracle drafter with injected misses makes every accept length occur).
+        self.drafter = None
+        # Tests: run the relay loop under torch.cuda.set_sync_debug_mode("error"), so any host
+        # synchronisation between launches raises.
+        self.check_syncs = False
+
+    # -- what a subclass supplies --------------------------------------------------------------
+
+    def _zero_state(self) -> None:
+        raise NotImplementedError
+
+    def _check_speculative(self) -> None:
+        """Raise if this model cannot run speculative requests."""
+
+    def _prefill(self, prompt: torch.Tensor, speculative: bool) -> int:
+        """Run the prompt, then ``_start_relay``; return the first token (one host read)."""
+        raise NotImplementedError
+
+    # -- compile and capture ------------------------------------------------------------------
+
+    def _compile(self, role: str) -> None:
+        fn = self._fns[role]
+        opts = dict(self.options, role="decode" if role.startswith("decode") else role)
+        compiled = torch.compile(fn, backend="lingc", fullgraph=True, dynamic=False, options=opts)
+
+        def call():
+            return compiled(self.relay, self.cache)
+
+        n = len(compile_reports)
+        with torch.no_grad():
+            call()                                              # compiles (Dynamo + lingc)
+        reports = compile_reports[n:]
+        fired = [s.matches for r in reports for s in r.stats if s.name == "metadata_capture"]
+        self.naive_refill[role] = not (fired and all(m > 0 for m in fired))
+        self._compiled[role] = call
+
+    def prepare(self, roles: Sequence[str] = ("draft", "verify", "extend", "decode")) -> None:
+        """Compile (and on CUDA capture) the steps of `roles` once; later calls are free."""
+        bad = [r for r in roles if r not in self._fns]
+        if bad:
+            raise ValueError(f"prepare({list(roles)}): unknown role(s) {bad}; the roles are {list(self._fns)}")
+        todo = [r for r in roles if r not in self._steps]
+        if not todo:
+            return
+        bar = Progress(len(todo), "lingc compile + capture", enabled=self.progress)
+        pool = torch.cuda.graph_pool_handle() if self.cudagraphs else None
+        self._reset()
+        for role in todo:
+            if role not in self._compiled:
+                self._compile(role)
+            call = self._compiled[role]
+            if self.cudagraphs:
+                with torch.no_grad():
+                    self._steps[role] = capture_step(role, call, pool)
+                self.captures += 1
+            else:
+                self._steps[role] = CapturedStep(role, call, None)
+            bar.update()
+        bar.close()
+        self._reset()
+        self._dump_graphs()
+
+    def _dump_graphs(self) -> None:
+        """With a dump_dir, write what each step runs as: captured graph (kernel nodes, PDL
+        edges) or uncaptured with the reason."""
+        d = self.options.get("dump_dir")
+        if not d:
+            return
+        from pathlib import Path
+        lines = ["role           captured  detail"]
+        for role, step in self._steps.items():
+            info = describe(step)
+            detail = info.format() if info else (step.reason or "uncaptured (cudagraphs off or CPU)")
+            lines.append(f"{role:<14} {'yes' if step.captured else 'no':<9} {detail}")
+        Path(d).mkdir(parents=True, exist_ok=True)
+        (Path(d) / "cuda_graphs.txt").write_text("\n".join(lines) + "\n")
+
+    def graph_infos(self) -> list:
+        """Kernel nodes and PDL edges of each captured graph (the dump's CUDA-graph section)."""
+        return [info for s in self._steps.values() if (info := describe(s)) is not None]
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def _reset(self) -> None:
+        self._zero_state()
+        self.relay.zero_()                                      # the token ring included
+
+    def _check_capacity(self, prompt_len: int, max_new_tokens: int) -> None:
+        need = prompt_len + max_new_tokens + 2 * (self.steps + 1)
+        if need > self.max_len:
+            raise ValueError(f"context overflow: a {prompt_len}-token prompt + {max_new_tokens} new "
+                             f"tokens + the relay's run-ahead slack {2 * (self.steps + 1)} need "
+                             f"{need} cache rows, the {type(self).__name__} holds {self.max_len}; "
+                             f"build it with max_len >= {need}")
+
+    def _start_relay(self, prompt_len: int, first: torch.Tensor, drafted) -> int:
+        """The relay buffers after a prompt's prefill: n, x = the first token, and for a
+        speculative request the draft's seed and hidden from its (logits, hidden) at the last
+        position."""
+        r = self.relay
+        r.n.fill_(prompt_len)
+        r.x.copy_(first.view(1))
+        if drafted is not None:
+            dlog, dh = drafted
+            r.seed.copy_(dlog.argmax(-1).view(1))
+            r.dh.copy_(dh.reshape(r.dh.shape))
+        return int(first)                                       # one sync per request
+
+    def _refill(self, role: str) -> None:
+        if not self.naive_refill.get(role, False):
+            return
+        n = int(self.relay.n)                                   # the naive per-step sync
+        self.stats.host_syncs += 1
+        r = self.relay
+        r.pos_chain.copy_(torch.arange(n, n + r.pos_chain.numel()))
+        r.pos_draft.copy_(torch.arange(n, n + r.pos_draft.numel()))
+
+    @torch.no_grad()
+    def _launch(self, roles: Sequence[str]) -> None:
+        for role in roles:
+            if role == "draft" and self.drafter is not None:
+                self.drafter(self.relay)
+                continue
+            self._refill(role)
+            self._steps[role]()
+
+    def stream(self, prompt: Sequence[int] | torch.Tensor, max_new_tokens: int,
+               speculative: str | None = "nextn", temperature: float = 0.0, top_p: float = 1.0,
+               seed: int = 0, stop: Sequence[int] = (), eos_token_id: int | None = -1) -> Iterator[int]:
+        """Generated token ids as they reach the host (see the module docstring).
+        eos_token_id=-1: the model's (None: none)."""
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={max_new_tokens}: generation needs at least 1 new token")
+        if speculative not in (None, "nextn"):
+            raise ValueError(f"speculative={speculative!r}; expected 'nextn' or None")
+        if speculative:
+            self._check_speculative()
+        check_sampling(temperature, top_p)
+        sampling = temperature > 0
+        speculative = speculative if not sampling else None   # documented fallback
+        ids = prompt_ids(prompt, self.vocab_size, self.device)
+        self._check_capacity(ids.numel(), max_new_tokens)
+        eos = self.eos_token_id if eos_token_id == -1 else eos_token_id
+        stop_ids = set(stop) | ({eos} if eos is not None else set())
+        roles = ("draft", "verify", "extend") if speculative else (("decode_logits",) if sampling else ("decode",))
+        self.prepare(roles)
+        self._reset()
+        self.stats = EngineStats()
+        t0 = time.perf_counter()
+        first = self._prefill(ids, bool(speculative))          # ends in a host read: the GPU is done
+        self.stats.prefill_s = time.perf_counter() - t0
+        yield first
+        if max_new_tokens == 1 or first in stop_ids:
+            return
+        if sampling:
+            yield from self._sample_loop(max_new_tokens - 1, temperature, top_p, seed, stop_ids)
+            return
+        yield from until(self._relay_loop(roles), max_new_tokens - 1, stop_ids)
+
+    def resume(self, max_new_tokens: int, speculative: str | None = "nextn",
+               stop: Sequence[int] = ()) -> Iterator[int]:
+        """Continue greedy generation from the current cache and relay buffers, without a reset
+        or prefill (benchmarks start from a synthetic context this way). On CUDA, steps launched
+        ahead of the last token yielded have already run when this returns: a following resume()
+        continues after their tokens, which were never yielded."""
+        roles = ("draft", "verify", "extend") if speculative else ("decode",)
+        missing = [r for r in roles if r not in self._steps]
+        if missing:
+            raise ValueError(f"resume(speculative={speculative!r}) needs the step graphs {missing} compiled "
+                             f"first: call engine.prepare({tuple(roles)}) before setting up the state "
+                             f"to resume from (a first capture resets the cache and relay buffers)")
+        self.stats = EngineStats()
+        # The host reads step k's tokens from ring slot k % RING; the graphs write slot
+        # ring_k % RING. Steps run outside this loop (a previous resume's run-ahead, direct
+        # replays of the graphs) have moved ring_k on: restart it (stream-ordered, after them).
+        self.ring_k.zero_()
+        yield from until(self._relay_loop(roles), max_new_tokens, set(stop))
+
+    def generate(self, prompt, max_new_tokens: int, **kwargs) -> list[int]:
+        return list(self.stream(prompt, max_new_tokens, **kwargs))
+
+    def _relay_loop(self, roles) -> Iterator[int]:
+        cuda = self.device.type == "cuda"
+        if cuda and self._host_ring is None:
+            self._host_ring = torch.zeros(RING, self.steps + 2, dtype=torch.int64, pin_memory=True)
+            self._copy_stream = torch.cuda.Stream()
+        done_events: list = []
+        copied: list = []
+
+        def launch(k: int) -> None:
+            if cuda and done_events and done_events[-1] is not None:
+                self.stats.ahead += int(not done_events[-1].query())
+            t0 = time.perf_counter()
+            self._launch(roles)
+            self.stats.host_s.append(time.perf_counter() - t0)
+            self.stats.launched += 1
+            if not cuda:
+                done_events.append(None)
+                copied.append(self.ring[k % RING].clone())
+                return
+            ev, cev = copy_row_to_host(self.ring, self._host_ring, k % RING, self._copy_stream)
+            done_events.append(ev)
+            copied.append(cev)
+
+        if cuda and self.check_syncs:
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            yield from self._steps_loop(launch, copied, cuda)
+        finally:
+            if cuda and self.check_syncs:
+                torch.cuda.set_sync_debug_mode(0)
+
+    def _steps_loop(self, launch, copied, cuda) -> Iterator[int]:
+        launch(0)
+        k = 0
+        while True:
+            launch(k + 1)                                       # run ahead: step k may still run
+            if cuda:
+                copied[k].synchronize()
+                row = self._host_ring[k % RING].tolist()
+            else:
+                row = copied[k].tolist()
+            a = row[self.steps + 1]
+            self.stats.steps += 1
+            self.stats.accepts.append(a)
+            for tok in row[:a + 1]:
+                yield tok
+            k += 1
+
+    def _sample_loop(self, count: int, temperature: float, top_p: float, seed: int,
+                     stop_ids: set) -> Iterator[int]:
+        gen = torch.Generator(device=self.device).manual_seed(seed)
+        step = self._steps["decode_logits"]
+        r = self.relay
+        for _ in range(count):
+            self._refill("decode_logits")
+            with torch.no_grad():
+                logits = step()
+            tok = pick_token(logits, temperature, top_p, gen)
+            r.x.copy_(tok.view(1))
+            t = int(tok)
+            self.stats.steps += 1
+            yield t
+            if t in stop_ids:
+                return
