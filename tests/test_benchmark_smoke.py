@@ -868,12 +868,17 @@ def test_foreign_decode_smoke(tmp_path):
               timeout=240)
     assert "CPU SMOKE RUN" in out and "| mode | step ms |" in out
     data = json.loads((tmp_path / "foreign_decode.json").read_text())
-    assert [r["mode"] for r in data["results"]] == ["eager", "lingc"]
+    assert [r["mode"] for r in data["results"]] == ["eager", "lingc", "lingc-nextn"]
     assert all(r["step_ms"] > 0 for r in data["results"]) and data["results"][1]["compile_s"] > 0
     # fp32 on the CPU: lingc's step picks eager's tokens over all 7 steps.
     assert data["tokens_agree"] == 7 == len(data["token_ids"]["lingc"])
     assert "lingc and eager agree on the first 7 of 7 steps" in out
-    # Every op of the tiny model's step is on lingc's kernels: nothing left to ATen.
+    # The relay's 7 steps emit at least 7 tokens, the greedy ones: plain lingc's.
+    relay = data["results"][2]
+    n = min(len(data["token_ids"]["lingc-nextn"]), 7)
+    assert relay["tok_per_step"] >= 1.0 and data["speculative_agree"] == [n, n]
+    assert f"lingc-nextn's tokens equal lingc's on the first {n} of {n}" in out
+    # Every op of the tiny model's and its MTP draft's steps is on lingc's kernels: nothing left to ATen.
     assert data["ops_left"] == {} and "ops lingc left to ATen / Inductor in the step: none" in out
     # The floor counts the chosen experts, not all: between the dense weights and every weight.
     import importlib.util

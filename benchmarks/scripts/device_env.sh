@@ -32,8 +32,9 @@
 #     (not editable) under /tmp/base; `BASE=1 decode_as ...` then runs the baseline's lingc and
 #     benchmarks, so two commits run side by side in one call;
 #   - `foreign_decode_as NAME PRESET...`: benchmarks.foreign_decode at context 8192, 64 steps, for
-#     each preset (90 s each), log and JSON as $OUT/NAME_<preset without -tp4-rank>.*, the table,
-#     the token agreement and the ops left to ATen / Inductor on stdout;
+#     each preset ($FOREIGN_LIMIT s each, 90 unless set), log and JSON as
+#     $OUT/NAME_<preset without -tp4-rank>.*, the table, the token agreements and the ops left to
+#     ATen / Inductor on stdout;
 #   - `prefill_as NAME [base]`: benchmarks.prefill on flash-tp4-rank at 1024, 8192 and 32768
 #     tokens (this checkout, or with `base` the baseline of base_setup), log and JSON as
 #     $OUT/NAME.*, the per-length lines on stdout; PREFILL_TOKENS, PREFILL_ARGS (more options)
@@ -149,9 +150,9 @@ foreign_decode_as() {
     local stem=$1 preset name; shift
     for preset in "$@"; do
         name=${stem}_${preset%%-tp4-rank}
-        CUDA_VISIBLE_DEVICES=0 timeout 90 python3 -m benchmarks.foreign_decode --preset "$preset" \
+        CUDA_VISIBLE_DEVICES=0 timeout "${FOREIGN_LIMIT:-90}" python3 -m benchmarks.foreign_decode --preset "$preset" \
             --context 8192 --tokens 64 --out "$OUT/$name" 2>&1 | stamp > "$OUT/$name.log"
         mv "$OUT/$name/foreign_decode.json" "$OUT/$name.json" 2>/dev/null; rm -rf "$OUT/$name"
-        grep -E "^\S*\s*\||agree|bandwidth|Error|ops lingc left" "$OUT/$name.log" | tail -7
+        grep -E "^\S*\s*\||agree|speculative ==|bandwidth|Error|ops lingc left" "$OUT/$name.log" | tail -9
     done
 }
