@@ -634,7 +634,7 @@ class MtpDraft(nn.Module):
                 nn.init.normal_(m.weight, std=0.3)
             if isinstance(m, nn.RMSNorm):
                 nn.init.normal_(m.weight, 1.0, 0.1)
-        self.to(target.lm_head.weight.dtype).eval().requires_grad_(False)
+        self.to(target.lm_head.weight.device, target.lm_head.weight.dtype).eval().requires_grad_(False)
 
     def forward(self, ids, pos, hidden, cache):
         x = self.eh_proj(torch.cat([self.enorm(self.embed(ids)), self.hnorm(hidden)], -1))
