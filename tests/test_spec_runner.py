@@ -13,6 +13,7 @@ from relay_helpers import Oracle
 
 import lingc
 from lingc.backend import compile_reports
+from lingc.runtime.relay.sampling import sampled_targets
 
 CACHE = 160
 PROMPT = [5, 17, 40, 3, 9]
@@ -132,9 +133,40 @@ def test_a_rejection_leaves_the_state_of_the_accepted_prefix(runner, accepted):
     torch.testing.assert_close(got[2][0][:len(seen)], want[2][0][:len(seen)], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_sampled_step_is_speculative_sampling_of_the_eager_targets_logits(runner, seed):
+    """One relay step of a sampling request (the verify_sample graph) does what sampling.py says
+    with the eager target's logits over its chain and the step's row of uniforms: the same accept
+    count and emitted tokens. The drafts are the greedy continuation (often accepted at this
+    temperature)."""
+    runner.prepare(("verify_sample",))
+    gold = runner.generate(PROMPT, 8, speculative=None)
+    gen = torch.Generator().manual_seed(seed)
+    runner._reset()
+    runner._prefill(torch.tensor(PROMPT), True)
+    r = runner.relay
+    r.uniforms.copy_(torch.rand(r.uniforms.shape, generator=gen))
+    r.temperature.fill_(0.6)
+    r.top_p.fill_(0.95)
+    before = [[t.clone() for t in g] for g in runner.state]
+    runner.drafter = Oracle(gold, len(PROMPT), [STEPS], STEPS, VOCAB)
+    try:
+        runner._launch(("draft", "verify_sample"))
+    finally:
+        runner.drafter = None
+    n = len(PROMPT)
+    with torch.no_grad():
+        logits, _ = runner.model.target(r.chain, torch.arange(n, n + STEPS + 1), *before)
+    y = sampled_targets(r.chain, logits, r.uniforms[0], r.temperature, r.top_p)
+    a = int((y[:STEPS] == r.chain[1:]).int().cumprod(0).sum())
+    assert int(r.accept) == a
+    assert r.emitted[:a + 1].tolist() == r.chain[1:a + 1].tolist() + [int(y[a])]
+
+
 def test_near_greedy_sampling_is_greedy(runner):
     want = runner.generate(PROMPT, 10, speculative=None)
     assert runner.generate(PROMPT, 10, temperature=0.7, top_p=1e-6, seed=3) == want
+    assert runner.generate(PROMPT, 10, temperature=0.7, top_p=1e-6, seed=3, speculative=None) == want
 
 
 def test_bad_input_is_refused_with_the_reason():
@@ -195,5 +227,10 @@ def test_gpu_captured_relay_equals_plain_without_a_host_sync(model_kw, dtype):
         assert min(r.stats.accepts.count(a) for a in range(STEPS + 1)) >= 5, r.stats.accepts
         r.drafter = None
         assert r.generate(PROMPT, 130) == plain[:130]
+        # Sampling through the captured verify_sample graph: seeded, and greedy in the one-token limit.
+        sampled = r.generate(PROMPT, 60, temperature=0.8, seed=5)
+        assert r._steps["verify_sample"].captured, r._steps["verify_sample"].reason
+        assert r.generate(PROMPT, 60, temperature=0.8, seed=5) == sampled
+        assert r.generate(PROMPT, 60, temperature=0.8, top_p=1e-6, seed=6) == plain[:60]
     finally:
         r.drafter, r.check_syncs = None, False

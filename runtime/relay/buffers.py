@@ -38,10 +38,18 @@ class RelayBuffers:
     # Host-refill buffers of the naive step functions (unused once metadata_capture fires).
     pos_draft: torch.Tensor     # int64 [S-1]
     pos_chain: torch.Tensor     # int64 [S+1]
+    # Speculative sampling (the verify_sample role, sampling.py): step k's uniforms are row
+    # ring_k % rows, drawn per request from its generator; the request's temperature and top_p.
+    uniforms: torch.Tensor      # fp32 [rows, S+1]
+    temperature: torch.Tensor   # fp32 [1]
+    top_p: torch.Tensor         # fp32 [1]
 
     @classmethod
-    def allocate(cls, steps: int, hidden: int, dtype: torch.dtype, device) -> "RelayBuffers":
+    def allocate(cls, steps: int, hidden: int, dtype: torch.dtype, device, rows: int = 1) -> "RelayBuffers":
+        """rows: the steps a sampled request may take before its uniforms would repeat (the
+        engines pass their max_len: every step advances at least one position)."""
         i64 = dict(dtype=torch.int64, device=device)
+        f32 = dict(dtype=torch.float32, device=device)
         return cls(
             n=torch.zeros(1, **i64), x=torch.zeros(1, **i64), seed=torch.zeros(1, **i64),
             dh=torch.zeros(1, hidden, dtype=dtype, device=device),
@@ -50,6 +58,8 @@ class RelayBuffers:
             vhid=torch.zeros(steps + 1, hidden, dtype=dtype, device=device),
             ring=torch.zeros(RING, steps + 2, **i64), ring_k=torch.zeros(1, **i64),
             pos_draft=torch.zeros(max(steps - 1, 1), **i64), pos_chain=torch.zeros(steps + 1, **i64),
+            uniforms=torch.zeros(rows, steps + 1, **f32), temperature=torch.ones(1, **f32),
+            top_p=torch.ones(1, **f32),
         )
 
     def tensors(self) -> list[torch.Tensor]:
@@ -58,6 +68,8 @@ class RelayBuffers:
     def zero_(self) -> "RelayBuffers":
         for t in self.tensors():
             t.zero_()
+        self.temperature.fill_(1.0)             # a sampled step run before a request arms it stays finite
+        self.top_p.fill_(1.0)
         return self
 
 

@@ -17,9 +17,12 @@ Nothing accept-dependent crosses to the host before the next launch, unless meta
 disabled: then the naive host refill of the positions reads ``n`` back every step (a sync per
 step, which is the point of the pass).
 
-Sampling (temperature > 0) runs without speculation: the decode graph gives the logits and the
-token is drawn on the device with the request's generator (the documented fallback of
-design.md; speculative rejection sampling is not implemented).
+Sampling (temperature > 0): the first token is drawn from the prefill's logits with the
+request's seeded generator; then a speculative request runs the relay with the verify_sample
+graph (speculative sampling with the draft's greedy tokens, sampling.py: each token distributed
+as plain sampling draws it; the step's uniforms drawn per request into a relay buffer, so nothing
+crosses to the host between launches), a plain one the decode graph's logits with a token drawn
+on the device and read back before the next step.
 """
 
 from __future__ import annotations
@@ -85,7 +88,7 @@ class RelayDriver:
         self.cache = cache
         self.vocab_size = vocab_size
         self.eos_token_id = eos_token_id
-        self.relay = RelayBuffers.allocate(steps, hidden, dtype, device)
+        self.relay = RelayBuffers.allocate(steps, hidden, dtype, device, rows=max_len + 2)
         self.ring, self.ring_k = self.relay.ring, self.relay.ring_k      # written in-graph (steps.py)
         self._fns = make_steps(step_model, steps)
         self._compiled: dict[str, object] = {}
@@ -111,15 +114,17 @@ class RelayDriver:
     def _check_speculative(self) -> None:
         """Raise if this model cannot run speculative requests."""
 
-    def _prefill(self, prompt: torch.Tensor, speculative: bool) -> int:
-        """Run the prompt, then ``_start_relay``; return the first token (one host read)."""
+    def _prefill(self, prompt: torch.Tensor, speculative: bool, pick=None) -> int:
+        """Run the prompt, then ``_start_relay``; return the first token (one host read): the
+        argmax of the last position's logits, or ``pick(logits)`` (a sampled request's draw),
+        which the draft's prefill then reads."""
         raise NotImplementedError
 
     # -- compile and capture ------------------------------------------------------------------
 
     def _compile(self, role: str) -> None:
         fn = self._fns[role]
-        opts = dict(self.options, role="decode" if role.startswith("decode") else role)
+        opts = dict(self.options, role="decode" if role.startswith("decode") else role.split("_")[0])
         compiled = torch.compile(fn, backend="lingc", fullgraph=True, dynamic=False, options=opts)
 
         def call():
@@ -236,24 +241,33 @@ class RelayDriver:
             self._check_speculative()
         check_sampling(temperature, top_p)
         sampling = temperature > 0
-        speculative = speculative if not sampling else None   # documented fallback
         ids = prompt_ids(prompt, self.vocab_size, self.device)
         self._check_capacity(ids.numel(), max_new_tokens)
         eos = self.eos_token_id if eos_token_id == -1 else eos_token_id
         stop_ids = set(stop) | ({eos} if eos is not None else set())
-        roles = ("draft", "verify", "extend") if speculative else (("decode_logits",) if sampling else ("decode",))
+        if speculative:
+            roles = ("draft", "verify_sample" if sampling else "verify", "extend")
+        else:
+            roles = ("decode_logits",) if sampling else ("decode",)
         self.prepare(roles)
         self._reset()
         self.stats = EngineStats()
+        gen = torch.Generator(device=self.device).manual_seed(seed) if sampling else None
         t0 = time.perf_counter()
-        first = self._prefill(ids, bool(speculative))          # ends in a host read: the GPU is done
+        pick = (lambda logits: pick_token(logits.float(), temperature, top_p, gen)) if sampling else None
+        first = self._prefill(ids, bool(speculative), pick)    # ends in a host read: the GPU is done
         self.stats.prefill_s = time.perf_counter() - t0
         yield first
         if max_new_tokens == 1 or first in stop_ids:
             return
-        if sampling:
-            yield from self._sample_loop(max_new_tokens - 1, temperature, top_p, seed, stop_ids)
+        if sampling and not speculative:
+            yield from self._sample_loop(max_new_tokens - 1, temperature, top_p, gen, stop_ids)
             return
+        if sampling:
+            r = self.relay
+            r.uniforms.copy_(torch.rand(r.uniforms.shape, generator=gen, device=self.device))
+            r.temperature.fill_(temperature)
+            r.top_p.fill_(top_p)
         yield from until(self._relay_loop(roles), max_new_tokens - 1, stop_ids)
 
     def resume(self, max_new_tokens: int, speculative: str | None = "nextn",
@@ -326,9 +340,8 @@ class RelayDriver:
                 yield tok
             k += 1
 
-    def _sample_loop(self, count: int, temperature: float, top_p: float, seed: int,
+    def _sample_loop(self, count: int, temperature: float, top_p: float, gen: torch.Generator,
                      stop_ids: set) -> Iterator[int]:
-        gen = torch.Generator(device=self.device).manual_seed(seed)
         step = self._steps["decode_logits"]
         r = self.relay
         for _ in range(count):

@@ -21,7 +21,7 @@ from typing import Sequence
 
 import torch
 
-from lingc.decoding.reference import greedy_prompt_prefill
+from lingc.decoding.reference import draft_prefill, prefill
 from lingc.models.cache import Ling3Cache
 
 from .driver import MAX_STEPS, EngineStats, RelayDriver  # noqa: F401  (re-exported)
@@ -91,16 +91,24 @@ class Engine(RelayDriver):
         return self._prefill_graphs[speculative]
 
     @torch.no_grad()
-    def _prefill(self, prompt: torch.Tensor, speculative: bool) -> int:
+    def _prefill(self, prompt: torch.Tensor, speculative: bool, pick=None) -> int:
         graphs = self.prefill_graphs(speculative)
         rows = graphs.bucket_for(prompt.numel()) if graphs is not None else None
         if rows is not None and rows not in graphs.captured:   # its first request: capture (runs the model)
             graphs.prepare((rows,))
             self._reset()
+        n = prompt.numel()
         if rows is not None and graphs.captured[rows]:   # a failed capture (it warned): the eager chunks
             out = graphs(prompt)
             first, drafted = out.first, out.draft
             self.stats.prefill_rows = rows
+            if pick is not None:
+                first = pick(out.logits)
+                if speculative:      # the graph's draft took the argmax at the last row: redo it
+                    drafted = draft_prefill(self.model, self.cache, first.view(1), out.hidden, start=n - 1)
         else:
-            first, drafted = greedy_prompt_prefill(self.model, self.cache, prompt, speculative)
-        return self._start_relay(prompt.numel(), first, drafted if speculative else None)
+            logits, hidden = prefill(self.model, self.cache, prompt)
+            first = logits.argmax(-1) if pick is None else pick(logits)
+            drafted = (draft_prefill(self.model, self.cache, torch.cat([prompt[1:], first.view(1)]), hidden)
+                       if speculative else None)
+        return self._start_relay(n, first, drafted if speculative else None)

@@ -67,6 +67,9 @@ class PrefillOutput:
     first: torch.Tensor                   # [] int64: argmax of the last prompt position's logits
     logits: torch.Tensor                  # [vocab] fp32: the target's logits there
     draft: tuple[torch.Tensor, torch.Tensor] | None   # the draft's (logits [vocab], hidden [1, H])
+    # The target's hidden state at the last prompt position [1, H] (graphs with the draft): a
+    # sampled first token redoes the draft's last row with it (Engine._prefill).
+    hidden: torch.Tensor | None = None
 
 
 @dataclass
@@ -167,7 +170,7 @@ class PrefillGraphs:
         # The draft at row p takes token p + 1: the prompt shifted by one, the first token last.
         shifted = bk.ids.roll(-1).index_put((bk.length - 1,), first.view(1))
         dlog, dh = model.draft(shifted, bk.positions, hidden, cache, last_logits_only=True, padding=pad)
-        return PrefillOutput(first, logits[-1], (dlog[-1], pad.last_row(dh)))
+        return PrefillOutput(first, logits[-1], (dlog[-1], pad.last_row(dh)), pad.last_row(hidden))
 
     @torch.no_grad()
     def __call__(self, prompt: torch.Tensor) -> PrefillOutput:

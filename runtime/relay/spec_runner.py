@@ -24,7 +24,8 @@ bit); the recurrent state is staged per chain position and the accepted one comm
 verify graph (passes/stage_commit.py), so a rejection leaves no trace. Per request: every state
 tensor is zeroed, the prompt runs through the eager target (and, for a speculative request, the
 eager draft over the same positions, tokens shifted by one), then the relay runs (driver.py).
-Sampling (temperature > 0) runs without speculation, as the Engine's.
+Sampling (temperature > 0) runs speculatively too (sampling.py: each token distributed as
+plain sampling's), as the Engine's.
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ class SpecRunner(RelayDriver):
             t.zero_()
 
     @torch.no_grad()
-    def _prefill(self, prompt: torch.Tensor, speculative: bool) -> int:
+    def _prefill(self, prompt: torch.Tensor, speculative: bool, pick=None) -> int:
         n = prompt.numel()
         chunk = self.prefill_chunk or n
         spans = [(s, min(n, s + chunk)) for s in range(0, n, chunk)]
@@ -156,7 +157,7 @@ class SpecRunner(RelayDriver):
             logits, h = _pair(self.target(prompt[s:e], torch.arange(s, e, device=self.device), *self.state),
                               "target", e - s)
             hiddens.append(h)
-        first = logits[-1].argmax(-1)
+        first = logits[-1].argmax(-1) if pick is None else pick(logits[-1])
         if not speculative:
             return self._start_relay(n, first, None)
         # The draft at position p reads token x_{p+1} and the target's hidden at p.

@@ -11,6 +11,8 @@ binds (without the pass a rejection would leave the state of the whole chain).
   steps = 5), unrolled into one graph; writes the chain [x_n, d_1..d_S].
 - ``verify``: the target over the chain, greedy targets, verdict, commit; writes the accept
   count, the emitted tokens and the target's hidden states.
+- ``verify_sample``: the same for a sampling request: the targets are speculative sampling's
+  outcome (sampling.py) from the step's row of uniforms, so verdict and commit are verify's.
 - ``extend``: the draft over the accepted prefix [d_1..d_a, y_a] with the target's hidden
   states (a fixed S+1 rows; rows past a are padding whose cache rows later steps rewrite
   before anything reads them), giving the next seed and draft hidden; advances n and x.
@@ -28,6 +30,7 @@ import torch
 
 from . import ops  # noqa: F401  (registers the relay ops)
 from .buffers import RelayBuffers
+from .sampling import sampled_targets
 
 lingc = torch.ops.lingc
 
@@ -59,14 +62,22 @@ def make_steps(model, steps: int):
                 drafts.append(tok)
         r.chain.copy_(torch.cat([r.x] + drafts))
 
-    def verify(r: RelayBuffers, cache) -> None:
-        pos = _positions(r.pos_chain, r.n, steps + 1, "chain positions")
-        logits, hidden = model(r.chain, pos, cache)
-        y = logits.argmax(-1)
+    def _verdict(r: RelayBuffers, y, hidden) -> None:
         accept = lingc.state_commit(lingc.greedy_verdict(r.chain, y))
         r.emitted.copy_(lingc.greedy_emit(r.chain, y, accept))
         r.accept.copy_(accept)
         r.vhid.copy_(hidden)
+
+    def verify(r: RelayBuffers, cache) -> None:
+        pos = _positions(r.pos_chain, r.n, steps + 1, "chain positions")
+        logits, hidden = model(r.chain, pos, cache)
+        _verdict(r, logits.argmax(-1), hidden)
+
+    def verify_sample(r: RelayBuffers, cache) -> None:
+        pos = _positions(r.pos_chain, r.n, steps + 1, "chain positions")
+        logits, hidden = model(r.chain, pos, cache)
+        u = r.uniforms.index_select(0, r.ring_k % r.uniforms.shape[0]).squeeze(0)
+        _verdict(r, sampled_targets(r.chain, logits, u, r.temperature, r.top_p), hidden)
 
     def extend(r: RelayBuffers, cache) -> None:
         pos = _positions(r.pos_chain, r.n, steps + 1, "chain positions")
@@ -93,5 +104,5 @@ def make_steps(model, steps: int):
         r.n.copy_(r.n + 1)
         return logits[0]
 
-    return {"draft": draft, "verify": verify, "extend": extend, "decode": decode,
-            "decode_logits": decode_logits}
+    return {"draft": draft, "verify": verify, "verify_sample": verify_sample, "extend": extend,
+            "decode": decode, "decode_logits": decode_logits}

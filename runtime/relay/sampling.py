@@ -1,0 +1,57 @@
+"""Speculative sampling in the verify graph: which target token each chain position gives when
+the request samples (temperature > 0), so that the relay's greedy verdict and commit apply
+unchanged.
+
+The draft proposes its greedy tokens d_1..d_S (a point-mass proposal q = delta(d)). Standard
+speculative sampling then accepts d_{j+1} with probability min(1, p_j(d_{j+1}) / q(d_{j+1})) =
+p_j(d_{j+1}), where p_j is the target's sampling distribution at chain position j (temperature,
+top_p: pick_token's), and at the first rejection a samples the token from the residual
+max(0, p_a - q) normalised, i.e. p_a with d_{a+1} removed; when every draft is accepted the token
+after them is drawn from p_S. Each emitted token is then distributed exactly as plain sampling
+from the target would draw it (the drafts change the speed, never the distribution).
+
+``sampled_targets`` writes that outcome as the target tokens y_0..y_S the greedy verdict reads:
+y_j = d_{j+1} below a, y_a the drawn token (never d_{a+1}: the residual has no mass there), so
+``greedy_verdict(chain, y)`` returns a and ``greedy_emit`` emits d_1..d_a, y_a. The uniforms come
+from the relay's buffer (one row per step, drawn per request from its seeded generator), so the
+graph needs nothing from the host and a seed reproduces a request.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def sampling_probs(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """pick_token's distribution for each row of logits [R, V], with temperature and top_p as
+    device tensors [1] (fp32 [R, V]; top_p >= 1 keeps every token, as pick_token does)."""
+    probs = torch.softmax(logits.float() / temperature, -1)
+    sp, si = probs.sort(-1, descending=True)
+    keep = ((sp.cumsum(-1) - sp) < top_p) | (top_p >= 1.0)
+    probs = torch.zeros_like(probs).scatter(-1, si, sp * keep)
+    return probs / probs.sum(-1, keepdim=True)
+
+
+def draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The token of each row of probs [R, V] (unnormalised) at uniform u [R] in [0, 1), by the
+    inverse CDF: the first index whose cumulative mass reaches (1 - u) of the row's (a token
+    without mass is never drawn). int64 [R]."""
+    c = probs.cumsum(-1)
+    return (c < (1.0 - u)[:, None] * c[:, -1:]).sum(-1).clamp(max=probs.shape[-1] - 1)
+
+
+def sampled_targets(chain: torch.Tensor, logits: torch.Tensor, u: torch.Tensor, temperature: torch.Tensor,
+                    top_p: torch.Tensor) -> torch.Tensor:
+    """y [S+1] int64 for greedy_verdict / greedy_emit (module docstring). chain [S+1] = [x, d_1..d_S],
+    logits [S+1, V] the target's at the chain positions, u [S+1] uniforms in [0, 1): u_j decides
+    d_{j+1}, u_S draws the emitted token."""
+    S, V = chain.numel() - 1, logits.shape[-1]
+    p = sampling_probs(logits, temperature, top_p)
+    d = chain[1:]
+    ok = (u[:S] < p[:-1].gather(1, d[:, None]).squeeze(1)).to(torch.int64)
+    a = ok.cumprod(0).sum(0, keepdim=True)                      # [1]: the first rejection (S: none)
+    d_at = torch.cat([d, d[:1]])                                # d_{j+1} for j < S (the last entry unused)
+    drop = (torch.arange(V, device=logits.device) == d_at.index_select(0, a)) & (a < S)
+    y = draw(p.index_select(0, a).masked_fill(drop, 0.0), u[S:])
+    j = torch.arange(S + 1, device=chain.device)
+    return torch.where(j < a, d_at, y)

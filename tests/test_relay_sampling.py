@@ -1,0 +1,140 @@
+"""Speculative sampling's verdict (runtime/relay/sampling.py) against the distributions it must
+reproduce: each emitted token distributed as pick_token draws it from the target, whatever the
+drafts; and on the Ling-3 engine, sampling runs the relay with the first token drawn, not argmax."""
+
+import pytest
+import torch
+from model_helpers import tiny_model
+
+from lingc.decoding.reference import pick_token, sample_generate
+from lingc.runtime.relay.engine import Engine
+from lingc.runtime.relay.sampling import draw, sampled_targets, sampling_probs
+
+PROMPT = [5, 17, 33, 2, 9, 41, 7]
+
+
+def _pick_token_probs(logits, temperature, top_p):
+    """pick_token's distribution, measured: its draws over many seeds would converge to this."""
+    probs = torch.softmax(logits.float() / temperature, -1)
+    if top_p < 1.0:
+        sp, si = probs.sort(descending=True)
+        keep = sp.cumsum(-1) - sp < top_p
+        probs = torch.zeros_like(probs).scatter_(-1, si, sp * keep)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+@pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9), (1.3, 0.5), (0.5, 1e-6)])
+def test_sampling_probs_are_pick_tokens(temperature, top_p):
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(1)) * 2
+    got = sampling_probs(logits, torch.tensor([temperature]), torch.tensor([top_p]))
+    torch.testing.assert_close(got, _pick_token_probs(logits, temperature, top_p))
+    if top_p == 1e-6:       # only the argmax keeps mass: pick_token's greedy limit
+        assert torch.equal(got.argmax(-1), logits.argmax(-1)) and torch.equal(got.max(-1).values, torch.ones(4))
+
+
+def test_draw_follows_the_cdf_and_never_draws_a_token_without_mass():
+    probs = torch.tensor([[0.0, 0.25, 0.0, 0.75, 0.0]]).expand(6, 5)
+    u = torch.tensor([0.0, 0.24, 0.26, 0.74, 0.76, 0.999999])
+    # The first index whose cumulative mass reaches 1 - u of the row's: index 1 (mass 0.25) for
+    # u >= 0.75, index 3 below; the zero-mass tokens 0, 2 and 4 never.
+    assert draw(probs * 3.0, u).tolist() == [3, 3, 3, 3, 1, 1]
+
+
+def _frequencies(chain, logits, temperature, top_p, n=20000, seed=0):
+    """Over n uniform draws: the first emitted token's frequencies, and the second's given that
+    the first was d_1 (the token the target then conditions on)."""
+    g = torch.Generator().manual_seed(seed)
+    V, S = logits.shape[-1], chain.numel() - 1
+    first, second, accepts = torch.zeros(V), torch.zeros(V), torch.zeros(S + 1)
+    t, p = torch.tensor([temperature]), torch.tensor([top_p])
+    for _ in range(n):
+        y = sampled_targets(chain, logits, torch.rand(S + 1, generator=g), t, p)
+        a = int((y[:S] == chain[1:]).int().cumprod(0).sum())
+        accepts[a] += 1
+        first[y[0]] += 1
+        if y[0] == chain[1]:
+            second[y[1]] += 1
+    return first / n, second / second.sum(), accepts
+
+
+@pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.8, 0.85)])
+def test_each_emitted_token_is_distributed_as_the_target_samples_it(temperature, top_p):
+    """Whatever the drafts, the first emitted token follows p_0 and the second, given the first
+    was the draft d_1, follows p_1; accepting d_1 happens with probability p_0(d_1)."""
+    g = torch.Generator().manual_seed(4)
+    logits = torch.randn(4, 6, generator=g) * 1.5
+    want = sampling_probs(logits, torch.tensor([temperature]), torch.tensor([top_p]))
+    d1 = int(want[0].argsort()[-2])                 # a likely draft, not the likeliest token
+    chain = torch.tensor([0, d1, 1, 4])             # x, d_1..d_3
+    first, second, accepts = _frequencies(chain, logits, temperature, top_p)
+    tol = 4 * (0.25 / 20000) ** 0.5 * 2             # a few standard errors of a frequency
+    assert (first - want[0]).abs().max() < tol, (first, want[0])
+    assert (second - want[1]).abs().max() < 3 * tol, (second, want[1])
+    assert abs(accepts[1:].sum() / accepts.sum() - want[0, d1]) < tol
+
+
+def test_a_certain_draft_is_always_accepted_and_all_accepted_draws_from_the_last_row():
+    logits = torch.full((3, 5), -30.0)
+    logits[0, 3] = logits[1, 1] = 30.0              # p_0 = delta(3), p_1 = delta(1)
+    logits[2] = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0])
+    chain = torch.tensor([7, 3, 1])
+    g = torch.Generator().manual_seed(0)
+    last = torch.zeros(5)
+    for _ in range(4000):
+        y = sampled_targets(chain, logits, torch.rand(3, generator=g), torch.tensor([1.0]), torch.tensor([1.0]))
+        assert y[:2].tolist() == [3, 1]
+        last[y[2]] += 1
+    torch.testing.assert_close(last / 4000, torch.softmax(logits[2], -1), atol=0.03, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    m = tiny_model()
+    return m, Engine(m, max_len=512, steps=5, options={"inductor": False}, progress=False)
+
+
+def test_engine_sampling_draws_the_first_token_and_plain_sampling_is_the_references(engine):
+    """The first token is drawn from the prefill's logits (it was the argmax before session 56),
+    and plain sampling then draws with the same generator as the reference sample_generate: the
+    same tokens on the CPU."""
+    model, eng = engine
+    firsts = {eng.generate(PROMPT, 1, temperature=2.0, seed=s, speculative=None)[0] for s in range(8)}
+    assert len(firsts) > 1
+    for seed in (1, 2):
+        want = sample_generate(model, PROMPT, 12, temperature=0.9, top_p=0.95, seed=seed, eos_token_id=None)
+        assert eng.generate(PROMPT, 12, temperature=0.9, top_p=0.95, seed=seed, speculative=None,
+                            eos_token_id=None) == want
+
+
+def test_engine_speculative_sampling(engine):
+    """The relay samples: a nucleus holding one token gives the greedy tokens; a seed reproduces
+    a request and another seed differs; drafts are accepted (the NEXTN draft agrees with the
+    target at a low temperature)."""
+    model, eng = engine
+    greedy = eng.generate(PROMPT, 40, eos_token_id=None)
+    assert eng.generate(PROMPT, 40, temperature=1.0, top_p=1e-6, seed=3, eos_token_id=None) == greedy
+    a = eng.generate(PROMPT, 40, temperature=1.2, seed=1, eos_token_id=None)
+    assert "verify_sample" in eng._steps and eng.stats.steps >= 1
+    assert eng.generate(PROMPT, 40, temperature=1.2, seed=1, eos_token_id=None) == a
+    assert eng.generate(PROMPT, 40, temperature=1.2, seed=2, eos_token_id=None) != a
+    eng.generate(PROMPT, 40, temperature=0.3, seed=4, eos_token_id=None)
+    assert max(eng.stats.accepts) >= 1, eng.stats.accepts
+    assert pick_token(torch.tensor([0.0, 5.0]), 1.0, 1e-6).item() == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_engine_speculative_sampling_captured_without_a_host_sync():
+    m = tiny_model().cuda()
+    eng = Engine(m, max_len=512, steps=5, options={"inductor": False}, progress=False)
+    greedy = eng.generate(PROMPT, 64, eos_token_id=None)
+    eng.check_syncs = True
+    try:
+        a = eng.generate(PROMPT, 64, temperature=0.9, top_p=0.95, seed=1, eos_token_id=None)
+        assert eng._steps["verify_sample"].captured, eng._steps["verify_sample"].reason
+        assert eng.generate(PROMPT, 64, temperature=0.9, top_p=0.95, seed=1, eos_token_id=None) == a
+        assert eng.generate(PROMPT, 64, temperature=0.9, top_p=1e-6, seed=2, eos_token_id=None) == greedy
+    finally:
+        eng.check_syncs = False
+    assert a != greedy
