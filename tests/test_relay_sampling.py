@@ -4,7 +4,7 @@ drafts; and on the Ling-3 engine, sampling runs the relay with the first token d
 
 import pytest
 import torch
-from model_helpers import tiny_model
+from model_helpers import cache_tensors_close, tiny_model
 
 from lingc.decoding.reference import pick_token, sample_generate
 from lingc.runtime.relay.engine import Engine
@@ -123,6 +123,41 @@ def test_engine_speculative_sampling(engine):
     assert pick_token(torch.tensor([0.0, 5.0]), 1.0, 1e-6).item() == 1
 
 
+def test_a_drawn_first_token_redoes_the_captured_prefills_last_draft_row(monkeypatch):
+    """The captured prefill's graph feeds the draft the argmax at the prompt's last row; a sampled
+    request's drawn token replaces it there (relay x, the draft's seed and hidden, its cache row),
+    as the eager prefill does. On the CPU the padded chunk runs eagerly in place of a replay."""
+    import functools
+
+    import lingc.runtime.relay.engine as engine_module
+    from lingc.runtime.relay.prefill_graphs import PrefillGraphs
+
+    class Replay:                     # stands in for the CUDA graph: runs the padded chunk
+        def __init__(self, step):
+            self.step = step
+
+        def replay(self):
+            self.step.output = self.step.fn()
+
+    model = tiny_model()
+    monkeypatch.setattr(engine_module, "PrefillGraphs", functools.partial(PrefillGraphs, capture=False))
+    padded = Engine(model, max_len=256, progress=False, options={"inductor": False})
+    padded.use_prefill_graphs = True
+    padded.prepare_prefill(len(PROMPT), speculative=(True,))
+    bk = padded.prefill_graphs(True)._ready[64]
+    bk.step.graph = Replay(bk.step)
+    eager = Engine(model, max_len=256, progress=False, options={"inductor": False}, prefill_graphs=False)
+    for eng in (padded, eager):
+        eng._reset()
+        drawn = eng._prefill(torch.tensor(PROMPT), True, pick=lambda logits: torch.tensor(7))
+        assert drawn == 7 and int(eng.relay.x) == 7
+    assert padded.stats.prefill_rows == 64 and eager.stats.prefill_rows == 0
+    assert int(padded.relay.seed) == int(eager.relay.seed)
+    torch.testing.assert_close(padded.relay.dh, eager.relay.dh, rtol=1e-4, atol=1e-5)
+    # Every state and the cache rows up to the prompt's last, the draft's row there included.
+    cache_tensors_close(padded.cache, eager.cache, 1e-4, kv_rows=len(PROMPT))
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_engine_speculative_sampling_captured_without_a_host_sync():
@@ -135,6 +170,7 @@ def test_gpu_engine_speculative_sampling_captured_without_a_host_sync():
         assert eng._steps["verify_sample"].captured, eng._steps["verify_sample"].reason
         assert eng.generate(PROMPT, 64, temperature=0.9, top_p=0.95, seed=1, eos_token_id=None) == a
         assert eng.generate(PROMPT, 64, temperature=0.9, top_p=1e-6, seed=2, eos_token_id=None) == greedy
+        assert eng.stats.prefill_rows > 0           # the captured prefill, its draft row redone
     finally:
         eng.check_syncs = False
     assert a != greedy
