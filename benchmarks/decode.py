@@ -432,18 +432,21 @@ def check_cache_rows(ctx: int, tokens: int, steps: list[int], max_positions: int
 
 
 def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl", progress=True,
-              profile=None, steps=STEPS, max_steps=STEPS, start=synthetic_start):
+              profile=None, steps=STEPS, max_steps=STEPS, start=synthetic_start, sampled_verify=False):
     """``profile``: None, or the path prefix of the Chrome traces to write (one per graph).
     ``max_steps``: the deepest relay of the run; every engine gets the same cache size, so the
     same synthetic context, and the relay's tokens can be checked against plain decode's.
     ``start(eng, ctx, speculative)`` sets up the state decoding continues from: the synthetic
-    context, or ``prompt_start``'s prefill of a real prompt."""
+    context, or ``prompt_start``'s prefill of a real prompt. ``sampled_verify``: also compile,
+    capture and time the relay's verify_sample graph (a sampling request's verify: the same
+    target forward with speculative sampling's in-graph draw), as ``verify_sample_ms``."""
     from lingc.runtime.relay.engine import Engine
     eng = Engine(model, max_len=engine_rows(ctx, tokens, max_steps), steps=steps,
                  options={"inductor": bool(lingc_inductor), "allreduce": allreduce}, progress=progress)
     roles = ("draft", "verify", "extend") if speculative else ("decode",)
+    extra = ("verify_sample",) if speculative and sampled_verify else ()
     t0 = time.perf_counter()
-    eng.prepare(roles)
+    eng.prepare(roles + extra)
     _sync()
     compile_s = time.perf_counter() - t0
     start(eng, ctx, speculative)
@@ -455,14 +458,15 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
     _sync()
     wall = (time.perf_counter() - t1) / eng.stats.launched * 1e3
     st = eng.stats
-    infos = eng.graph_infos()
+    infos = [i for i in eng.graph_infos() if i.role in roles]
     per_graph, kernels, sequence = {}, None, None
     with torch.no_grad():          # as the engine runs them (an uncaptured step would recompile)
-        for role in roles:
+        for role in roles + extra:
             per_graph[role] = _events_ms(lambda: eng._steps[role](), reps=20)
         if profile is not None:
             kernels = {role: kernel_profile(eng._steps[role], trace=f"{profile}_{role}.json") for role in roles}
             sequence = {role: kernel_sequence(f"{profile}_{role}.json") for role in roles}
+    sampled_ms = per_graph.pop("verify_sample", None)
     # The tokens for the speculative == plain check come from one uninterrupted run from the
     # synthetic context: between two resume() calls the steps launched ahead of the last token
     # read have already advanced the cache, by a different number of tokens in each mode.
@@ -478,7 +482,7 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
                 graphs=[i.format() for i in infos], kernel_profile=kernels,
                 kernels_per_step=sum(i.kernel_nodes for i in infos),
                 kernel_sequence=sequence,
-                tokens=[int(t) for t in check])
+                tokens=[int(t) for t in check], verify_sample_ms=sampled_ms)
 
 
 def kernel_profile(step, trace: str | None = None, replays: int = 5, top: int = 15) -> list[dict]:
@@ -577,6 +581,9 @@ def main(argv=None) -> int:
                     help="NEXTN relay depth(s): draft forwards per step (draft tokens = steps + 1); "
                          "several values sweep the relay modes (e.g. --steps 3 4 5 6 7 8)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--sampled-verify", action="store_true",
+                    help="lingc relay modes: also time the verify graph of a sampling request "
+                         "(speculative sampling's draw in the graph)")
     ap.add_argument("--profile", action="store_true",
                     help="lingc modes: device time per kernel in each graph, and a Chrome trace of "
                          "each graph (OUT/trace_<mode>_<role>.json, chrome://tracing or Perfetto)")
@@ -713,7 +720,8 @@ def main(argv=None) -> int:
                 res = run_lingc(model, ctx, args.tokens, "nextn" in mode, args.lingc_inductor,
                                 "symm_mem" if mode.endswith("-symm") else "nccl", progress=lead,
                                 profile=trace, steps=k or STEPS, max_steps=max(args.steps + [STEPS]),
-                                start=prompt_start(prompt) if prompt is not None else synthetic_start)
+                                start=prompt_start(prompt) if prompt is not None else synthetic_start,
+                                sampled_verify=args.sampled_verify)
         except Exception as e:  # a failing mode is reported, the others still run
             res = {"error": f"{type(e).__name__}: {e}"}
             print(f"rank {tp.rank}: {name} failed: {res['error']}", flush=True)
@@ -776,6 +784,9 @@ def main(argv=None) -> int:
             extra = (f"; launch ahead {r.get('ahead', 0):.0%}; captured {r['captured']}"
                      if "captured" in r else " (per call; the step runs the draft T=1 call steps - 1 times)")
             print(f"{m}: per graph ms {r['per_graph_ms']}{extra}")
+            if r.get("verify_sample_ms") is not None:
+                print(f"{m}: a sampling request's verify (verify_sample) {r['verify_sample_ms']:.3f} ms against "
+                      f"greedy verify's {r['per_graph_ms']['verify']:.3f}")
             for g in r.get("graphs", []):
                 print("   ", g)
         if r.get("chain_bound_ms"):

@@ -863,6 +863,15 @@ def test_gpu_kernels_gdn_runs_and_checks(tmp_path):
     assert [r["mode"] for r in lingc] == ["persistent", "staged"] and all(r["correct"] for r in lingc)
 
 
+def test_decode_smoke_times_a_sampling_requests_verify(tmp_path):
+    out = run(["benchmarks.decode", "--smoke", "--modes", "lingc-nextn", "--tokens", "4", "--sampled-verify"],
+              tmp_path, timeout=240)
+    r = json.loads((tmp_path / "decode.json").read_text())["results"]["lingc-nextn"]
+    assert r["verify_sample_ms"] > 0 and set(r["per_graph_ms"]) == {"draft", "verify", "extend"}
+    assert r["step_ms"] == pytest.approx(sum(r["per_graph_ms"].values()))
+    assert "a sampling request's verify (verify_sample)" in out
+
+
 def test_foreign_decode_smoke(tmp_path):
     out = run(["benchmarks.foreign_decode", "--preset", "tiny", "--tokens", "5", "--warmup", "2"], tmp_path,
               timeout=240)
