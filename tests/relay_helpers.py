@@ -1,4 +1,5 @@
-"""Shared by the relay tests: an oracle drafter that makes every accept length occur."""
+"""Shared by the relay and runner tests: an oracle drafter that makes every accept length occur,
+and the eager greedy tokens of a model written as a step over static state."""
 
 import torch
 
@@ -23,3 +24,18 @@ class Oracle:
         drafts = torch.where(j <= good, right, (right + 1) % self.vocab)
         r.chain.copy_(torch.cat([r.x, drafts]))
         self.k.add_(1)
+
+
+def eager_greedy(model, state, prompt, n):
+    """The eager model's greedy tokens from a zeroed state: the prompt in one forward, then one
+    token a step. ``model(ids, positions, *state)`` returns the logits [T, V]."""
+    for t in [t for g in state for t in g]:
+        t.zero_()
+    dev = state[0][0].device
+    with torch.no_grad():
+        logits = model(torch.tensor(prompt, device=dev), torch.arange(len(prompt), device=dev), *state)
+        out = [int(logits[-1].argmax())]
+        for i in range(n - 1):
+            logits = model(torch.tensor([out[-1]], device=dev), torch.tensor([len(prompt) + i], device=dev), *state)
+            out.append(int(logits[-1].argmax()))
+    return out

@@ -9,6 +9,7 @@ import torch
 
 import lingc
 from foreign_model import BatchedKimiStyleModel, KimiStyleModel
+from relay_helpers import eager_greedy
 
 CACHE = 32
 PROMPT = [5, 17, 40, 3, 9]
@@ -24,21 +25,6 @@ def _state(model_kw: dict, device="cpu"):
         1, cache_len=CACHE, gated_attention=model_kw.get("gated_attention", False), **fused)]
 
 
-def _eager_greedy(model, state, prompt, n):
-    """The eager model's greedy tokens from a zeroed state: the prompt in one forward, then one
-    token a step."""
-    for t in [t for g in state for t in g]:
-        t.zero_()
-    dev = state[0][0].device
-    with torch.no_grad():
-        logits = model(torch.tensor(prompt, device=dev), torch.arange(len(prompt), device=dev), *state)
-        out = [int(logits[-1].argmax())]
-        for i in range(n - 1):
-            logits = model(torch.tensor([out[-1]], device=dev), torch.tensor([len(prompt) + i], device=dev), *state)
-            out.append(int(logits[-1].argmax()))
-    return out
-
-
 @pytest.fixture(scope="module", params=MODELS, ids=MODEL_IDS)
 def runner(request):
     torch._dynamo.reset()
@@ -51,7 +37,7 @@ def runner(request):
 
 def test_greedy_tokens_equal_eager(runner):
     got = runner.generate(PROMPT, 14)
-    want = _eager_greedy(runner.model, _state(runner.model_kw), PROMPT, 14)
+    want = eager_greedy(runner.model, _state(runner.model_kw), PROMPT, 14)
     assert got == want
     assert (runner.stats.steps, runner.stats.launched) == (13, 14)      # one step run ahead, trimmed
     report = runner.reports["greedy"][0]
@@ -109,7 +95,7 @@ def test_a_model_with_a_batch_dim_through_a_wrapper():
         return model(ids[None], pos, *s)[0]
 
     r = lingc.DecodeRunner(step, state, max_len=CACHE, options={"inductor": False}, progress=False)
-    assert r.generate(PROMPT, 10) == _eager_greedy(step, BatchedKimiStyleModel.fresh_state(1, cache_len=CACHE), PROMPT, 10)
+    assert r.generate(PROMPT, 10) == eager_greedy(step, BatchedKimiStyleModel.fresh_state(1, cache_len=CACHE), PROMPT, 10)
     assert r.reports["greedy"][0].kernels.counts()["lingc"] >= 25
 
 
@@ -155,7 +141,7 @@ def test_gpu_captured_greedy_equals_eager(model_kw):
     model = KimiStyleModel(**model_kw).cuda()
     r = lingc.DecodeRunner(model, _state(model_kw, "cuda"), max_len=CACHE, progress=False)
     got = r.generate(PROMPT, 20)
-    assert got == _eager_greedy(model, _state(model_kw, "cuda"), PROMPT, 20)
+    assert got == eager_greedy(model, _state(model_kw, "cuda"), PROMPT, 20)
     (info,) = r.graph_infos()
     assert info.kernel_nodes > 20 and info.pdl_edges > 0, info.format()
     assert (r.stats.steps, r.stats.launched) == (19, 20)

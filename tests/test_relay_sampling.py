@@ -6,29 +6,18 @@ import pytest
 import torch
 from model_helpers import cache_tensors_close, tiny_model
 
-from lingc.decoding.reference import pick_token, sample_generate
+from lingc.decoding.reference import pick_token, sample_generate, sampling_distribution
 from lingc.runtime.relay.engine import Engine
 from lingc.runtime.relay.sampling import draw, sampled_targets, sampling_probs
 
 PROMPT = [5, 17, 33, 2, 9, 41, 7]
 
 
-def _pick_token_probs(logits, temperature, top_p):
-    """pick_token's distribution, measured: its draws over many seeds would converge to this."""
-    probs = torch.softmax(logits.float() / temperature, -1)
-    if top_p < 1.0:
-        sp, si = probs.sort(descending=True)
-        keep = sp.cumsum(-1) - sp < top_p
-        probs = torch.zeros_like(probs).scatter_(-1, si, sp * keep)
-        probs = probs / probs.sum(-1, keepdim=True)
-    return probs
-
-
 @pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9), (1.3, 0.5), (0.5, 1e-6)])
 def test_sampling_probs_are_pick_tokens(temperature, top_p):
     logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(1)) * 2
     got = sampling_probs(logits, torch.tensor([temperature]), torch.tensor([top_p]))
-    torch.testing.assert_close(got, _pick_token_probs(logits, temperature, top_p))
+    torch.testing.assert_close(got, sampling_distribution(logits, temperature, top_p))
     if top_p == 1e-6:       # only the argmax keeps mass: pick_token's greedy limit
         assert torch.equal(got.argmax(-1), logits.argmax(-1)) and torch.equal(got.max(-1).values, torch.ones(4))
 

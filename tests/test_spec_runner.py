@@ -9,7 +9,7 @@ the reason. One runner per model (compiling the roles costs ~10 s on the CPU).""
 import pytest
 import torch
 from foreign_model import KimiStyleModel, MtpDraft
-from relay_helpers import Oracle
+from relay_helpers import Oracle, eager_greedy
 
 import lingc
 from lingc.backend import compile_reports
@@ -30,20 +30,6 @@ def _state(model_kw: dict, device="cpu", dtype=torch.float32):
     state = [[t.to(device) for t in g] for g in KimiStyleModel.fresh_state(
         1, cache_len=CACHE, dtype=dtype, gated_attention=gated, **fused)]
     return state, [t.to(device) for t in MtpDraft.fresh_cache(CACHE, dtype, gated)]
-
-
-def _eager_greedy(model, state, prompt, n):
-    """The eager target's greedy tokens from a zeroed state, one token a step after the prompt."""
-    for t in [t for g in state for t in g]:
-        t.zero_()
-    dev = state[0][0].device
-    with torch.no_grad():
-        logits = model(torch.tensor(prompt, device=dev), torch.arange(len(prompt), device=dev), *state)
-        out = [int(logits[-1].argmax())]
-        for i in range(n - 1):
-            logits = model(torch.tensor([out[-1]], device=dev), torch.tensor([len(prompt) + i], device=dev), *state)
-            out.append(int(logits[-1].argmax()))
-    return out
 
 
 def _runner(model_kw, device="cpu", dtype=torch.float32, **kw):
@@ -70,7 +56,7 @@ def test_speculative_equals_plain_and_eager(runner):
     assert len(runner.stats.accepts) >= 10
     plain = runner.generate(PROMPT, 40, speculative=None)
     assert spec == plain
-    assert plain == _eager_greedy(runner.model, _state(runner.model_kw)[0], PROMPT, 40)
+    assert plain == eager_greedy(runner.model, _state(runner.model_kw)[0], PROMPT, 40)
 
 
 def test_every_kernel_is_lingc_and_the_verify_graph_stages_the_state(runner):

@@ -164,13 +164,19 @@ def pick_token(logits: torch.Tensor, temperature: float, top_p: float = 1.0,
     """Greedy argmax at temperature 0 (ties: torch.argmax's first index), else sampling."""
     if temperature <= 0:
         return logits.argmax(-1)
+    return torch.multinomial(sampling_distribution(logits, temperature, top_p), 1, generator=generator).squeeze(-1)
+
+
+def sampling_distribution(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
+    """What pick_token draws from at temperature > 0: softmax(logits / temperature) in fp32, cut
+    to the most likely tokens whose mass reaches top_p (the nucleus) and renormalised."""
     probs = torch.softmax(logits.float() / temperature, -1)
     if top_p < 1.0:
         sp, si = probs.sort(descending=True)
         keep = sp.cumsum(-1) - sp < top_p
         probs = torch.zeros_like(probs).scatter_(-1, si, sp * keep)
         probs = probs / probs.sum(-1, keepdim=True)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return probs
 
 
 @dataclass

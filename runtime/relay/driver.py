@@ -35,10 +35,9 @@ import torch
 
 from lingc.backend import compile_reports
 from lingc.decoding.reference import pick_token
-from lingc.progress import Progress
 
 from .buffers import RING, RelayBuffers, copy_row_to_host
-from .graphs import CapturedStep, capture_step, describe
+from .graphs import CapturedStep, describe, prepare_steps
 from .requests import check_sampling, prompt_ids, until
 from .steps import make_steps
 
@@ -122,6 +121,11 @@ class RelayDriver:
 
     # -- compile and capture ------------------------------------------------------------------
 
+    def _compiled_call(self, role: str):
+        if role not in self._compiled:
+            self._compile(role)
+        return self._compiled[role]
+
     def _compile(self, role: str) -> None:
         fn = self._fns[role]
         opts = dict(self.options, role="decode" if role.startswith("decode") else role.split("_")[0])
@@ -146,22 +150,8 @@ class RelayDriver:
         todo = [r for r in roles if r not in self._steps]
         if not todo:
             return
-        bar = Progress(len(todo), "lingc compile + capture", enabled=self.progress)
-        pool = torch.cuda.graph_pool_handle() if self.cudagraphs else None
-        self._reset()
-        for role in todo:
-            if role not in self._compiled:
-                self._compile(role)
-            call = self._compiled[role]
-            if self.cudagraphs:
-                with torch.no_grad():
-                    self._steps[role] = capture_step(role, call, pool)
-                self.captures += 1
-            else:
-                self._steps[role] = CapturedStep(role, call, None)
-            bar.update()
-        bar.close()
-        self._reset()
+        self._steps.update(prepare_steps(todo, self._compiled_call, self._reset, self.cudagraphs, self.progress))
+        self.captures += len(todo) if self.cudagraphs else 0
         self._dump_graphs()
 
     def _dump_graphs(self) -> None:

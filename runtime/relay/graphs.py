@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-__all__ = ["CapturedStep", "capture_step", "graph_edge_types", "describe", "GraphInfo"]
+__all__ = ["CapturedStep", "capture_step", "prepare_steps", "graph_edge_types", "describe", "GraphInfo"]
 
 # CUgraphNodeType: CU_GRAPH_NODE_TYPE_KERNEL = 0
 _KERNEL_NODE = 0
@@ -87,6 +87,29 @@ def capture_step(role: str, fn: Callable[[], object], pool, warmup: int = 2) -> 
                       f"silence this.", stacklevel=2)
         return CapturedStep(role, fn, None, reason=reason)
     return CapturedStep(role, fn, graph, output)
+
+
+def prepare_steps(names, compiled: Callable[[str], Callable[[], object]], reset: Callable[[], None],
+                  cudagraphs: bool, progress: bool) -> dict[str, CapturedStep]:
+    """Each named step compiled (``compiled(name)`` returns its call, compiling it first if need
+    be) and, with cudagraphs, captured, all into one memory pool, under one progress bar;
+    ``reset()`` (the engine's state and buffers zeroed) before each capture's warm-up, which runs
+    the step from a fresh state again, and after the last."""
+    from lingc.progress import Progress
+
+    bar = Progress(len(names), "lingc compile + capture", enabled=progress)
+    pool = torch.cuda.graph_pool_handle() if cudagraphs else None
+    steps = {}
+    reset()
+    for name in names:
+        call = compiled(name)
+        reset()
+        with torch.no_grad():
+            steps[name] = capture_step(name, call, pool) if cudagraphs else CapturedStep(name, call, None)
+        bar.update()
+    bar.close()
+    reset()
+    return steps
 
 
 def _libcuda():

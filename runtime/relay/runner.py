@@ -39,10 +39,9 @@ import torch
 
 from lingc.backend import compile_reports
 from lingc.decoding.reference import pick_token
-from lingc.progress import Progress
 
 from .buffers import copy_row_to_host
-from .graphs import CapturedStep, capture_step, describe
+from .graphs import CapturedStep, describe, prepare_steps
 from .requests import check_sampling, prompt_ids, until
 
 RING = 4      # device -> host token ring slots (the host reads one step late)
@@ -175,17 +174,7 @@ class DecodeRunner:
         todo = [k for k in kinds if k not in self._steps]
         if not todo:
             return
-        bar = Progress(len(todo), "lingc compile + capture", enabled=self.progress)
-        pool = torch.cuda.graph_pool_handle() if self.cudagraphs else None
-        self._reset()
-        for kind in todo:
-            call = self._compile(kind)
-            self._reset()                     # the capture's warm-up runs from position 0 again
-            with torch.no_grad():
-                self._steps[kind] = capture_step(kind, call, pool) if self.cudagraphs else CapturedStep(kind, call, None)
-            bar.update()
-        bar.close()
-        self._reset()
+        self._steps.update(prepare_steps(todo, self._compile, self._reset, self.cudagraphs, self.progress))
 
     def graph_infos(self) -> list:
         """Kernel nodes and PDL edges of each captured step graph."""
