@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .driver import RelayDriver
+from .driver import RelayDriver, check_steps
 from .runner import _leaves
 
 
@@ -75,11 +75,13 @@ class SpecRunner(RelayDriver):
         """target, draft: callables (nn.Modules, bound methods, or their torch.compile wrappers:
         unwrapped); state, draft_state: their arguments after ids and positions (and the draft's
         hidden), tuples of tensors or lists of tensors on one device, allocated for max_len
-        positions; steps: drafts per step (draft tokens = steps + 1); options: lingc backend
+        positions (zeroed when the runner is built, which runs each step once eagerly to check it,
+        and at every request); steps: drafts per step (draft tokens = steps + 1); options: lingc backend
         options for the step graphs (not "role"); cudagraphs: capture the steps on CUDA (default:
         options' "cudagraphs", True); prefill_chunk: the prompt's tokens per eager forward (None:
         all at once); eos_token_id: ends a request like a stop id (default: the target's
         config.eos_token_id where there is one)."""
+        check_steps(steps)
         self.target = getattr(target, "_orig_mod", target)
         self.draft = getattr(draft, "_orig_mod", draft)
         for name, fn in (("target", self.target), ("draft", self.draft)):
