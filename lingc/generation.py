@@ -49,9 +49,10 @@ def generate(model, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: in
              stream: bool = False) -> list[int] | Iterator[int]:
     """Generate up to max_new_tokens after prompt_ids (stops at EOS or a `stop` id, included).
 
-    speculative="nextn" runs the draft/verify/extend relay (greedy only; temperature > 0 falls
-    back to plain sampling), None plain decoding. `options` are lingc backend options for the
-    step graphs (e.g. {"inductor": False, "cudagraphs": False, "dump_dir": ...}).
+    speculative="nextn" runs the draft/verify/extend relay (greedy, or with temperature > 0
+    speculative sampling: each token distributed as plain sampling draws it), None plain
+    decoding. `options` are lingc backend options for the step graphs (e.g. {"inductor": False,
+    "cudagraphs": False, "dump_dir": ...}).
     """
     n = len(prompt_ids)
     eng = engine_for(model, n + max_new_tokens + 2 * (steps + 1), steps, options)
