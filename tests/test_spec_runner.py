@@ -155,6 +155,18 @@ def test_near_greedy_sampling_is_greedy(runner):
     assert runner.generate(PROMPT, 10, temperature=0.7, top_p=1e-6, seed=3, speculative=None) == want
 
 
+def test_chunked_prefill_and_stop_ids(runner):
+    """The prompt prefilled two tokens at a time (target, then draft over the same spans) gives
+    the same tokens; a stop id ends the request at its first occurrence."""
+    if runner.model_kw:
+        pytest.skip("one model is enough: the prefill and the stop rule are the driver's")
+    want = runner.generate(PROMPT, 24)
+    chunked = _runner(runner.model_kw, prefill_chunk=2)
+    assert chunked.generate(PROMPT, 24) == want
+    i = next(i for i in range(1, len(want)) if want[i] not in want[:i])
+    assert chunked.generate(PROMPT, 24, stop=[want[i]]) == want[:i + 1]
+
+
 def test_bad_input_is_refused_with_the_reason():
     model = KimiStyleModel()
     draft = MtpDraft(model)
