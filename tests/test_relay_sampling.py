@@ -30,21 +30,23 @@ def test_draw_follows_the_cdf_and_never_draws_a_token_without_mass():
     assert draw(probs * 3.0, u).tolist() == [3, 3, 3, 3, 1, 1]
 
 
-def _frequencies(chain, logits, temperature, top_p, n=20000, seed=0):
-    """Over n uniform draws: the first emitted token's frequencies, and the second's given that
-    the first was d_1 (the token the target then conditions on)."""
-    g = torch.Generator().manual_seed(seed)
-    V, S = logits.shape[-1], chain.numel() - 1
-    first, second, accepts = torch.zeros(V), torch.zeros(V), torch.zeros(S + 1)
+def _tol(n: int) -> float:
+    """Five standard errors of a frequency estimated from n draws (at most)."""
+    return 5 * (0.25 / n) ** 0.5
+
+
+def _frequencies(chain, logits, temperature, top_p, n=200000, seed=0):
+    """Over n uniform draws (vmapped): the first emitted token's frequencies, the second's given
+    that the first was d_1 (the token the target then conditions on) with how many such draws
+    there were, and how often d_1 was accepted."""
+    S, V = chain.numel() - 1, logits.shape[-1]
+    u = torch.rand(n, S + 1, generator=torch.Generator().manual_seed(seed))
     t, p = torch.tensor([temperature]), torch.tensor([top_p])
-    for _ in range(n):
-        y = sampled_targets(chain, logits, torch.rand(S + 1, generator=g), t, p)
-        a = int((y[:S] == chain[1:]).int().cumprod(0).sum())
-        accepts[a] += 1
-        first[y[0]] += 1
-        if y[0] == chain[1]:
-            second[y[1]] += 1
-    return first / n, second / second.sum(), accepts
+    y = torch.vmap(lambda row: sampled_targets(chain, logits, row, t, p))(u)
+    took_d1 = y[:, 0] == chain[1]
+    first = torch.bincount(y[:, 0], minlength=V) / n
+    second = torch.bincount(y[took_d1, 1], minlength=V) / took_d1.sum()
+    return first, second, int(took_d1.sum()), took_d1.float().mean()
 
 
 @pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.8, 0.85)])
@@ -56,11 +58,10 @@ def test_each_emitted_token_is_distributed_as_the_target_samples_it(temperature,
     want = sampling_probs(logits, torch.tensor([temperature]), torch.tensor([top_p]))
     d1 = int(want[0].argsort()[-2])                 # a likely draft, not the likeliest token
     chain = torch.tensor([0, d1, 1, 4])             # x, d_1..d_3
-    first, second, accepts = _frequencies(chain, logits, temperature, top_p)
-    tol = 4 * (0.25 / 20000) ** 0.5 * 2             # a few standard errors of a frequency
-    assert (first - want[0]).abs().max() < tol, (first, want[0])
-    assert (second - want[1]).abs().max() < 3 * tol, (second, want[1])
-    assert abs(accepts[1:].sum() / accepts.sum() - want[0, d1]) < tol
+    first, second, n_second, accepted = _frequencies(chain, logits, temperature, top_p)
+    assert (first - want[0]).abs().max() < _tol(200000), (first, want[0])
+    assert (second - want[1]).abs().max() < _tol(n_second), (second, want[1])
+    assert abs(accepted - want[0, d1]) < _tol(200000)
 
 
 def test_a_certain_draft_is_always_accepted_and_all_accepted_draws_from_the_last_row():
@@ -68,13 +69,12 @@ def test_a_certain_draft_is_always_accepted_and_all_accepted_draws_from_the_last
     logits[0, 3] = logits[1, 1] = 30.0              # p_0 = delta(3), p_1 = delta(1)
     logits[2] = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0])
     chain = torch.tensor([7, 3, 1])
-    g = torch.Generator().manual_seed(0)
-    last = torch.zeros(5)
-    for _ in range(4000):
-        y = sampled_targets(chain, logits, torch.rand(3, generator=g), torch.tensor([1.0]), torch.tensor([1.0]))
-        assert y[:2].tolist() == [3, 1]
-        last[y[2]] += 1
-    torch.testing.assert_close(last / 4000, torch.softmax(logits[2], -1), atol=0.03, rtol=0)
+    u = torch.rand(20000, 3, generator=torch.Generator().manual_seed(0))
+    one = torch.tensor([1.0])
+    y = torch.vmap(lambda row: sampled_targets(chain, logits, row, one, one))(u)
+    assert (y[:, :2] == torch.tensor([3, 1])).all()
+    last = torch.bincount(y[:, 2], minlength=5) / 20000
+    assert (last - torch.softmax(logits[2], -1)).abs().max() < _tol(20000)
 
 
 @pytest.fixture(scope="module")
