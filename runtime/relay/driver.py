@@ -28,6 +28,7 @@ on the device and read back before the next step.
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
@@ -70,10 +71,14 @@ def check_steps(steps) -> int:
     return steps
 
 
-class RelayDriver:
+# The pass role each step function compiles as (design.md "Roles"); others are their own.
+PASS_ROLE = {"verify_sample": "verify", "decode_logits": "decode"}
+
+
+class RelayDriver(ABC):
     """Compiled, captured relay generation over a subclass's step model (module docstring)."""
 
-    def _setup(self, step_model, cache, steps: int, hidden: int, dtype: torch.dtype, device: torch.device,
+    def __init__(self, step_model, cache, steps: int, hidden: int, dtype: torch.dtype, device: torch.device,
                max_len: int, options: dict | None, cudagraphs: bool | None, progress: bool,
                vocab_size: int | None, eos_token_id: int | None) -> None:
         self.steps = check_steps(steps)
@@ -107,17 +112,18 @@ class RelayDriver:
 
     # -- what a subclass supplies --------------------------------------------------------------
 
+    @abstractmethod
     def _zero_state(self) -> None:
-        raise NotImplementedError
+        """Zero every state tensor the steps read (a fresh request)."""
 
     def _check_speculative(self) -> None:
         """Raise if this model cannot run speculative requests."""
 
+    @abstractmethod
     def _prefill(self, prompt: torch.Tensor, speculative: bool, pick=None) -> int:
         """Run the prompt, then ``_start_relay``; return the first token (one host read): the
         argmax of the last position's logits, or ``pick(logits)`` (a sampled request's draw),
         which the draft's prefill then reads."""
-        raise NotImplementedError
 
     # -- compile and capture ------------------------------------------------------------------
 
@@ -128,7 +134,7 @@ class RelayDriver:
 
     def _compile(self, role: str) -> None:
         fn = self._fns[role]
-        opts = dict(self.options, role="decode" if role.startswith("decode") else role.split("_")[0])
+        opts = dict(self.options, role=PASS_ROLE.get(role, role))
         compiled = torch.compile(fn, backend="lingc", fullgraph=True, dynamic=False, options=opts)
 
         def call():

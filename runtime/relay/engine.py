@@ -42,7 +42,7 @@ class Engine(RelayDriver):
         self.model = _unwrap(model)
         cfg = self.model.config
         device = self.model.lm_head.weight.device
-        self._setup(self.model, Ling3Cache.allocate(cfg, max_len, device=device), steps, cfg.hidden_size,
+        super().__init__(self.model, Ling3Cache.allocate(cfg, max_len, device=device), steps, cfg.hidden_size,
                     cfg.dtype, device, max_len, options, cudagraphs, progress,
                     vocab_size=cfg.vocab_size, eos_token_id=cfg.eos_token_id)
         if prefill_graphs and not self.cudagraphs:
@@ -104,7 +104,8 @@ class Engine(RelayDriver):
             self.stats.prefill_rows = rows
             if pick is not None:
                 first = pick(out.logits)
-                if speculative:      # the graph's draft took the argmax at the last row: redo it
+                # The graph's draft took the argmax at the last row: redo that row if the draw differs.
+                if speculative and int(first) != int(out.first):
                     drafted = draft_prefill(self.model, self.cache, first.view(1), out.hidden, start=n - 1)
         else:
             logits, hidden = prefill(self.model, self.cache, prompt)

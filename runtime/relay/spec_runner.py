@@ -109,7 +109,7 @@ class SpecRunner(RelayDriver):
         vocab, hidden = self._probe(device, int(max_len), dleaves)
         config = getattr(self.target, "config", None) or getattr(getattr(self.target, "__self__", None), "config", None)
         eos = eos_token_id if eos_token_id is not None else getattr(config, "eos_token_id", None)
-        self._setup(_StepModel(self.target, self.draft), (self.state, self.draft_state), steps, hidden.shape[-1],
+        super().__init__(_StepModel(self.target, self.draft), (self.state, self.draft_state), steps, hidden.shape[-1],
                     hidden.dtype, device, int(max_len), options, cudagraphs, progress, vocab_size=vocab,
                     eos_token_id=eos)
 
