@@ -29,6 +29,7 @@ import torch
 from ..models.cache import Ling3Cache
 from ..models.decoder import Ling3ForCausalLM
 from ..models.mla import remember_positions_run
+from lingc.runtime.relay.sampling import sampling_probs
 
 # Tokens per prefill forward. Eager prefill issues thousands of kernels a chunk whatever its size,
 # so small chunks leave the GPU waiting on the host: an 8192-token prompt on one H200
@@ -169,14 +170,10 @@ def pick_token(logits: torch.Tensor, temperature: float, top_p: float = 1.0,
 
 def sampling_distribution(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
     """What pick_token draws from at temperature > 0: softmax(logits / temperature) in fp32, cut
-    to the most likely tokens whose mass reaches top_p (the nucleus) and renormalised."""
-    probs = torch.softmax(logits.float() / temperature, -1)
-    if top_p < 1.0:
-        sp, si = probs.sort(descending=True)
-        keep = sp.cumsum(-1) - sp < top_p
-        probs = torch.zeros_like(probs).scatter_(-1, si, sp * keep)
-        probs = probs / probs.sum(-1, keepdim=True)
-    return probs
+    to the most likely tokens whose mass reaches top_p (the nucleus; tokens of equal logit kept
+    or dropped together) and renormalised. One definition with the relay's speculative sampling
+    (runtime/relay/sampling.py)."""
+    return sampling_probs(logits, temperature, top_p)
 
 
 @dataclass

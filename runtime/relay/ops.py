@@ -14,6 +14,13 @@
   functions do not call them: pdl_glue.direct_lingc_writes emits them for a verdict or an emit
   whose value the graph copies into a relay buffer at its end (one copy kernel, and a full edge
   of the captured graph, each).
+- ``sampled_targets(Tensor chain, Tensor logits, Tensor u, Tensor temperature, Tensor top_p) ->
+  Tensor``: a sampling request's verify outcome (runtime/relay/sampling.py), written as the target
+  tokens y int64 [S+1] that greedy_verdict and greedy_emit read. chain int64 [S+1] (S >= 0),
+  logits [S+1, V] (unit stride along V), u fp32 [S+1] uniforms in [0, 1), temperature > 0 and
+  top_p fp32 [1] on the device. Never syncs: on CUDA four PDL-launched Triton passes
+  (runtime/kernels/sampled_targets: the nucleus by a radix search over the logits, no sort),
+  elsewhere ``sampling.sampled_targets``.
 - ``state_commit(Tensor accept) -> Tensor``: the commit point of a verify step. On its own it is
   the identity on ``accept`` and commits nothing: the model's recurrent-state writes have already
   stored the state after ALL chain positions, which is wrong whenever a draft is rejected. The
@@ -32,8 +39,10 @@ import torch
 
 from lingc.runtime.registry import register_op
 
+from .sampling import sampled_targets as sampled_targets_reference
+
 __all__ = ["greedy_verdict", "greedy_emit", "greedy_verdict_out", "greedy_emit_out", "state_commit", "host_refill",
-           "greedy_verdict_reference", "greedy_emit_reference"]
+           "greedy_verdict_reference", "greedy_emit_reference", "sampled_targets", "sampled_targets_reference"]
 
 
 def greedy_verdict_reference(chain: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -137,6 +146,42 @@ def _greedy_emit_out_fake(chain, target, accept, out) -> None:
     _check_out("greedy_emit_out", out, chain)
 
 
+def _check_sampled_targets(chain, logits, u, temperature, top_p) -> None:
+    from lingc.runtime.kernels.sampled_targets.kernel import MAX_ROWS
+
+    op = "sampled_targets"
+    if chain.dim() != 1 or chain.dtype != torch.int64 or not 1 <= chain.shape[0] <= MAX_ROWS:
+        raise ValueError(f"{op}: chain must be int64 [S+1] with 1 <= S+1 <= {MAX_ROWS}, got {chain.dtype} "
+                         f"{tuple(chain.shape)}")
+    n = chain.shape[0]
+    if logits.dim() != 2 or logits.shape[0] != n or not logits.is_floating_point() or logits.stride(1) != 1:
+        raise ValueError(f"{op}: logits must be floating [S+1, V] = [{n}, V] with unit stride along V, got "
+                         f"{logits.dtype} {tuple(logits.shape)} strides {logits.stride()}")
+    if u.shape != (n,) or u.dtype != torch.float32 or not u.is_contiguous():
+        raise ValueError(f"{op}: u must be contiguous fp32 [{n}] (one uniform per chain position), got "
+                         f"{u.dtype} {tuple(u.shape)} strides {u.stride()}")
+    for name, t in (("temperature", temperature), ("top_p", top_p)):
+        if t.shape != (1,) or t.dtype != torch.float32:
+            raise ValueError(f"{op}: {name} must be a fp32 [1] device tensor, got {t.dtype} {tuple(t.shape)}")
+    for name, t in (("logits", logits), ("u", u), ("temperature", temperature), ("top_p", top_p)):
+        if t.device != chain.device:
+            raise ValueError(f"{op}: {name} is on {t.device} but chain is on {chain.device}")
+
+
+def _sampled_targets(chain, logits, u, temperature, top_p):
+    _check_sampled_targets(chain, logits, u, temperature, top_p)
+    if chain.is_cuda:
+        from lingc.runtime.kernels.sampled_targets.kernel import sampled_targets_triton
+
+        return sampled_targets_triton(chain, logits, u, temperature, top_p)
+    return sampled_targets_reference(chain, logits, u, temperature, top_p)
+
+
+def _sampled_targets_fake(chain, logits, u, temperature, top_p):
+    _check_sampled_targets(chain, logits, u, temperature, top_p)
+    return chain.new_empty(chain.shape)
+
+
 def _state_commit(accept):
     return accept.clone()
 
@@ -168,3 +213,5 @@ greedy_emit_out = register_op("greedy_emit_out", _greedy_emit_out, _greedy_emit_
 state_commit = register_op("state_commit", _state_commit, _state_commit_fake, schema="(Tensor accept) -> Tensor")
 host_refill = register_op("host_refill", _host_refill, _host_refill_fake,
                           schema="(Tensor host_buffer, Tensor device_value, str what) -> Tensor")
+sampled_targets = register_op("sampled_targets", _sampled_targets, _sampled_targets_fake,
+                              schema="(Tensor chain, Tensor logits, Tensor u, Tensor temperature, Tensor top_p) -> Tensor")

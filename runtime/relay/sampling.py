@@ -22,13 +22,25 @@ from __future__ import annotations
 import torch
 
 
-def sampling_probs(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """pick_token's distribution for each row of logits [R, V], with temperature and top_p as
-    device tensors [1] (fp32 [R, V]; top_p >= 1 keeps every token, as pick_token does)."""
-    probs = torch.softmax(logits.float() / temperature, -1)
-    sp, si = probs.sort(-1, descending=True)
-    keep = ((sp.cumsum(-1) - sp) < top_p) | (top_p >= 1.0)
-    probs = torch.zeros_like(probs).scatter(-1, si, sp * keep)
+def sampling_probs(logits: torch.Tensor, temperature, top_p) -> torch.Tensor:
+    """pick_token's distribution for each row of logits [R, V] (fp32 [R, V]): softmax(logits /
+    temperature) cut to the nucleus and renormalised. temperature and top_p are floats or device
+    tensors [1]; top_p >= 1 keeps every token.
+
+    The nucleus keeps token i when the tokens with a strictly greater logit hold less than top_p
+    of the mass: the most likely tokens until they reach top_p, tokens of equal logit kept or
+    dropped together (so the cut never depends on how a sort orders ties, and the Triton kernel
+    of ``lingc.sampled_targets`` finds the same set by a search over the logits, without a sort).
+    The sort here only finds the smallest kept logit: the sorted row's exclusive cumulative mass
+    is below top_p on a prefix, whose last logit is that cut."""
+    logits = logits.float()
+    probs = torch.softmax(logits / temperature, -1)
+    sl, si = logits.sort(-1, descending=True)
+    sp = probs.gather(-1, si)
+    inside = (sp.cumsum(-1) - sp) < top_p
+    last = (inside.sum(-1, keepdim=True) - 1).clamp(min=0)
+    keep = (logits >= sl.gather(-1, last)) | (top_p >= 1.0)
+    probs = probs * keep
     return probs / probs.sum(-1, keepdim=True)
 
 
@@ -50,7 +62,7 @@ def sampled_targets(chain: torch.Tensor, logits: torch.Tensor, u: torch.Tensor, 
     d = chain[1:]
     ok = (u[:S] < p[:-1].gather(1, d[:, None]).squeeze(1)).to(torch.int64)
     a = ok.cumprod(0).sum(0, keepdim=True)                      # [1]: the first rejection (S: none)
-    d_at = torch.cat([d, d[:1]])                                # d_{j+1} for j < S (the last entry unused)
+    d_at = torch.cat([d, chain[:1]])                            # d_{j+1} for j < S (the last entry unused)
     drop = (torch.arange(V, device=logits.device) == d_at.index_select(0, a)) & (a < S)
     y = draw(p.index_select(0, a).masked_fill(drop, 0.0), u[S:])
     j = torch.arange(S + 1, device=chain.device)

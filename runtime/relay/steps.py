@@ -30,7 +30,6 @@ import torch
 
 from . import ops  # noqa: F401  (registers the relay ops)
 from .buffers import RelayBuffers
-from .sampling import sampled_targets
 
 lingc = torch.ops.lingc
 
@@ -77,7 +76,7 @@ def make_steps(model, steps: int):
         pos = _positions(r.pos_chain, r.n, steps + 1, "chain positions")
         logits, hidden = model(r.chain, pos, cache)
         u = r.uniforms.index_select(0, r.ring_k % r.uniforms.shape[0]).squeeze(0)
-        _verdict(r, sampled_targets(r.chain, logits, u, r.temperature, r.top_p), hidden)
+        _verdict(r, lingc.sampled_targets(r.chain, logits, u, r.temperature, r.top_p), hidden)
 
     def extend(r: RelayBuffers, cache) -> None:
         pos = _positions(r.pos_chain, r.n, steps + 1, "chain positions")

@@ -1,0 +1,301 @@
+"""Triton kernels behind ``lingc.sampled_targets`` (runtime/relay/ops.py; the reference is
+runtime/relay/sampling.py): speculative sampling's outcome over the verify chain's logits in four
+PDL-chained launches, with no sort.
+
+What the reference does with a sort (the nucleus) and full-row cumulative sums, these find by a
+radix search over order-preserving 32-bit keys of the logits. Row j's nucleus is every token
+whose logit is at least x0_j, where x0_j is the smallest key x with M_j(x) < top_p * Z_j,
+M_j(x) the unnormalised mass exp((l - m_j) / T) of the tokens with key > x (ties of equal logits
+are kept or dropped together: the reference's definition). M is non-increasing in x, so x0 is
+found one 8-bit digit at a time, most significant first: pass i sums, per chunk of the row, the
+mass of the tokens whose key agrees with the prefix found so far, binned by their next digit (a
+256-bin histogram, as one [16, SUB] x [SUB, 16] tensor-core product of one-hot digit halves in
+tf32x3, near-fp32 accuracy); the chunk that draws a row's last ticket sums the chunks' bins and
+picks the digit. Four passes fix the 32 bits.
+
+- ``PASS = 0`` also takes each chunk's max and sum of exp (relative to the chunk's max, rescaled
+  at the row's reduction, like an online softmax): m_j and Z_j.
+- ``PASS = 3`` keeps each chunk's histogram and its mass above the 24-bit prefix, so that for any
+  final digit every chunk's kept mass is known; the chunk that draws the last ticket of the whole
+  launch then finishes alone (``_finish``): the accept count a (d_{j+1} accepted while
+  u_j < p_j(d_{j+1})), the chunk of row a (less the rejected draft d_{a+1}) where the cumulative
+  mass reaches (1 - u_S) of its total, one scan of that chunk for the token, and y.
+- ``top_p >= 1`` (no nucleus): passes 1-3 exit after their wait and one program of pass 3
+  finishes from pass 0's chunk sums.
+
+Rounding: the sums run in another order than the reference's (and in tf32x3), so a token whose
+nucleus boundary or cumulative mass lies within fp32 rounding of the cut may be decided the other
+way; the distribution is the reference's to that rounding. Ties and zero-mass tokens follow the
+reference's rules exactly (a token without mass is never drawn).
+
+Scratch (per call, from the allocator: a captured graph keeps it): per-chunk maxima and sums,
+histograms and above-masses, per-row m, Z, A (the mass above the prefix), the kept mass Z_kept,
+the prefix and last digit. Tickets: one per row and one for the launch, in a persistent zeroed
+buffer that the last arrivals reset (``gemm_common.persistent_buffer``). Pass i + 1 reads what
+the last arrivals of pass i wrote after its wait; every pass waits, then releases its dependents
+(``pdl_wait_then_release``).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from lingc.runtime.kernels.gemm_common import persistent_buffer
+from lingc.runtime.pdl import interpreting, launch_kwargs, pdl_supported, pdl_wait_then_release
+
+__all__ = ["sampled_targets_triton", "MAX_ROWS", "chunking"]
+
+MAX_ROWS = 32           # chain positions (S + 1) a launch takes: tickets and the finish's vectors
+MAX_CHUNKS = 64         # chunks a row is cut into (the row reductions load [chunks, 256] at once)
+_TICKETS = 64           # MAX_ROWS row tickets + the launch's, rounded up
+_FLOOR = -1.0e30        # a finite "minus infinity" for running maxima (no inf - inf)
+
+
+@triton.jit
+def _keys(l):
+    """uint32 keys ordered as the fp32 values l (-0.0 and +0.0 one key)."""
+    b = l.to(tl.uint32, bitcast=True)
+    k = tl.where((b >> 31) != 0, b ^ 0xFFFFFFFF, b | 0x80000000)
+    return tl.where(l == 0.0, 0x80000000, k).to(tl.uint32)
+
+
+@triton.jit
+def _digit_hist(key, w, SHIFT: tl.constexpr):
+    """[16, 16] masses of w binned by the 8-bit digit (key >> SHIFT) & 255, as [hi nibble, lo]."""
+    d = (key >> SHIFT) & 255
+    r = tl.arange(0, 16)
+    a = tl.where((d >> 4)[None, :] == r[:, None], w[None, :], 0.0)
+    b = tl.where((d & 15)[:, None] == r[None, :], 1.0, 0.0)
+    return tl.dot(a, b, input_precision="tf32x3")
+
+
+@triton.jit
+def _pick_digit(h, above_prefix, goal):
+    """The smallest digit d with M(prefix.d.ff..) < goal, the mass above prefix.d.ff.. and the
+    mass at or above prefix.d.00.. (h [256]: the in-prefix mass per digit)."""
+    d = tl.arange(0, 256)
+    suffix = tl.cumsum(h, 0, reverse=True)                  # mass of digits >= d
+    above = above_prefix + (suffix - h)                     # digits > d
+    best = tl.min(tl.where(above < goal, d, 255), 0)
+    sel = d == best
+    return best, tl.sum(tl.where(sel, above, 0.0), 0), tl.sum(tl.where(sel, above_prefix + suffix, 0.0), 0)
+
+
+@triton.jit
+def _store_hist(ptr, acc):
+    """Store a [16, 16] histogram as 256 bins in digit order (hi nibble * 16 + lo)."""
+    r = tl.arange(0, 16)
+    tl.store(ptr + r[:, None] * 16 + r[None, :], acc)
+
+
+@triton.jit
+def _load_hists(hist_ptr, row, C, CP: tl.constexpr, mask_e):
+    """The [CP, 256] per-chunk histograms of one row (chunks >= C and digits outside mask_e: 0)."""
+    cc = tl.arange(0, CP)
+    e = tl.arange(0, 256)
+    ptrs = hist_ptr + (row * CP + cc[:, None]) * 256 + e[None, :]
+    return tl.load(ptrs, mask=(cc < C)[:, None] & mask_e[None, :], other=0.0, cache_modifier=".cg")
+
+
+@triton.jit
+def _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, y_ptr, stats_ptr, hist_ptr, above_ptr,
+            rowf_ptr, rowi_ptr, T, V, C, NUCLEUS: tl.constexpr, N: tl.constexpr, NP: tl.constexpr, CP: tl.constexpr,
+            SUB: tl.constexpr, ITERS: tl.constexpr):
+    """Accept count, the drawn token of row a and y (one program, after every row is decided)."""
+    rows = tl.arange(0, NP)
+    draft_row = rows < N - 1
+    d_next = tl.load(chain_ptr + (rows + 1) * stride_c, mask=draft_row, other=0)
+    m_r = tl.load(rowf_ptr + rows * 4, mask=rows < N, other=0.0, cache_modifier=".cg")
+    z_r = tl.load(rowf_ptr + rows * 4 + 1, mask=rows < N, other=1.0, cache_modifier=".cg")
+    zk_r = tl.load(rowf_ptr + rows * 4 + 3, mask=rows < N, other=1.0, cache_modifier=".cg")
+    x0_r = tl.load(rowi_ptr + rows * 2, mask=rows < N, other=0, cache_modifier=".cg").to(tl.uint32, bitcast=True)
+    if not NUCLEUS:
+        zk_r = z_r
+        x0_r = tl.zeros_like(x0_r)
+    l_d = tl.load(logits_ptr + rows * stride_l + d_next, mask=draft_row, other=0.0).to(tl.float32)
+    p = tl.where(_keys(l_d) >= x0_r, tl.exp((l_d - m_r) / T) / zk_r, 0.0)
+    u = tl.load(u_ptr + rows, mask=rows < N, other=0.0)
+    miss = draft_row & ~(u < p)
+    a = tl.min(tl.where(miss, rows, N - 1), 0)               # the first rejection, or S
+    u_last = tl.sum(tl.where(rows == N - 1, u, 0.0), 0)
+
+    m_a = tl.load(rowf_ptr + a * 4, cache_modifier=".cg")
+    CHUNK: tl.constexpr = SUB * ITERS
+    cc = tl.arange(0, CP)
+    if NUCLEUS:
+        x0 = tl.load(rowi_ptr + a * 2, cache_modifier=".cg").to(tl.uint32, bitcast=True)
+        last_digit = tl.load(rowi_ptr + a * 2 + 1, cache_modifier=".cg")
+        h = _load_hists(hist_ptr, a, C, CP, tl.arange(0, 256) >= last_digit)
+        kept = tl.load(above_ptr + a * CP + cc, mask=cc < C, other=0.0, cache_modifier=".cg") + tl.sum(h, 1)
+    else:
+        x0 = tl.zeros((), dtype=tl.uint32)
+        m_c = tl.load(stats_ptr + (a * CP + cc) * 2, mask=cc < C, other=_FLOOR, cache_modifier=".cg")
+        s_c = tl.load(stats_ptr + (a * CP + cc) * 2 + 1, mask=cc < C, other=0.0, cache_modifier=".cg")
+        kept = s_c * tl.exp((m_c - m_a) / T)
+    # The rejected draft d_{a+1} has no mass in the residual.
+    drop = tl.sum(tl.where(rows == a, d_next, 0), 0)
+    drop = tl.where(a < N - 1, drop, -1)
+    l_drop = tl.load(logits_ptr + a * stride_l + tl.maximum(drop, 0)).to(tl.float32)
+    w_drop = tl.where((drop >= 0) & (_keys(l_drop) >= x0), tl.exp((l_drop - m_a) / T), 0.0)
+    kept = tl.maximum(kept - tl.where(cc == drop // CHUNK, w_drop, 0.0), 0.0)
+    total = tl.sum(kept, 0)
+    goal = (1.0 - u_last) * total
+    cum = tl.cumsum(kept, 0)
+    live = kept > 0.0
+    c_star = tl.min(tl.where((cum >= goal) & live, cc, CP), 0)
+    c_star = tl.where(c_star < CP, c_star, tl.max(tl.where(live, cc, 0), 0))   # rounding: the last live chunk
+    local_goal = goal - tl.sum(tl.where(cc == c_star, cum - kept, 0.0), 0)
+
+    offs = tl.arange(0, SUB)
+    base = logits_ptr + a * stride_l
+    seen = tl.zeros((), dtype=tl.float32)
+    found = tl.full((), 2147483647, tl.int32)
+    last_live = tl.full((), -1, tl.int32)
+    for it in range(ITERS):
+        idx = c_star * CHUNK + it * SUB + offs
+        l = tl.load(base + idx, mask=idx < V, other=float("-inf")).to(tl.float32)
+        w = tl.where((idx < V) & (_keys(l) >= x0) & (idx != drop), tl.exp((l - m_a) / T), 0.0)
+        cs = seen + tl.cumsum(w, 0)
+        found = tl.minimum(found, tl.min(tl.where((cs >= local_goal) & (w > 0.0), idx, 2147483647), 0))
+        last_live = tl.maximum(last_live, tl.max(tl.where(w > 0.0, idx, -1), 0))
+        seen += tl.sum(w, 0)
+    token = tl.where(found < 2147483647, found, last_live).to(tl.int64)
+    y = tl.where(rows < a, d_next, token)
+    tl.store(y_ptr + rows, y, mask=rows < N)
+
+
+@triton.jit
+def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, temp_ptr, top_p_ptr, y_ptr,
+                         stats_ptr, hist_ptr, above_ptr, rowf_ptr, rowi_ptr, ticket_ptr, V, C,
+                         PASS: tl.constexpr, N: tl.constexpr, NP: tl.constexpr, CP: tl.constexpr,
+                         SUB: tl.constexpr, ITERS: tl.constexpr, USE_GDC: tl.constexpr):
+    r = tl.program_id(0)
+    c = tl.program_id(1)
+    pdl_wait_then_release(USE_GDC)
+    T = tl.load(temp_ptr).to(tl.float32)
+    top_p = tl.load(top_p_ptr).to(tl.float32)
+    nucleus = top_p < 1.0
+    CHUNK: tl.constexpr = SUB * ITERS
+    offs = tl.arange(0, SUB)
+    base = logits_ptr + r * stride_l
+    start = c * CHUNK
+    if PASS == 0:
+        # Chunk max and sum of exp, with the first digit's histogram, in one online sweep.
+        m_run = tl.full((), _FLOOR, tl.float32)
+        s = tl.zeros((), dtype=tl.float32)
+        acc = tl.zeros((16, 16), dtype=tl.float32)
+        for it in range(ITERS):
+            idx = start + it * SUB + offs
+            l = tl.load(base + idx, mask=idx < V, other=float("-inf")).to(tl.float32)
+            m_new = tl.maximum(m_run, tl.max(l, 0))
+            scale = tl.exp((m_run - m_new) / T)
+            w = tl.exp((l - m_new) / T)
+            s = s * scale + tl.sum(w, 0)
+            acc = acc * scale + _digit_hist(_keys(l), w, 24)
+            m_run = m_new
+        tl.store(stats_ptr + (r * CP + c) * 2, m_run)
+        tl.store(stats_ptr + (r * CP + c) * 2 + 1, s)
+        _store_hist(hist_ptr + (r * CP + c) * 256, acc)
+        tl.debug_barrier()
+        ticket = tl.atomic_add(ticket_ptr + r, 1, sem="acq_rel", scope="gpu")
+        if ticket == C - 1:
+            cc = tl.arange(0, CP)
+            m_c = tl.load(stats_ptr + (r * CP + cc) * 2, mask=cc < C, other=_FLOOR, cache_modifier=".cg")
+            s_c = tl.load(stats_ptr + (r * CP + cc) * 2 + 1, mask=cc < C, other=0.0, cache_modifier=".cg")
+            m = tl.max(m_c, 0)
+            f = tl.exp((m_c - m) / T)
+            z = tl.sum(s_c * f, 0)
+            h = tl.sum(_load_hists(hist_ptr, r, C, CP, tl.arange(0, 256) >= 0) * f[:, None], 0)
+            digit, above, kept = _pick_digit(h, 0.0, top_p * z)
+            tl.store(rowf_ptr + r * 4, m)
+            tl.store(rowf_ptr + r * 4 + 1, z)
+            tl.store(rowf_ptr + r * 4 + 2, above)
+            tl.store(rowi_ptr + r * 2, digit.to(tl.int32))
+            tl.atomic_xchg(ticket_ptr + r, 0, sem="relaxed", scope="gpu")      # ready for the next pass
+    else:
+        if nucleus:
+            m = tl.load(rowf_ptr + r * 4, cache_modifier=".cg")
+            z = tl.load(rowf_ptr + r * 4 + 1, cache_modifier=".cg")
+            above_prefix = tl.load(rowf_ptr + r * 4 + 2, cache_modifier=".cg")
+            prefix = tl.load(rowi_ptr + r * 2, cache_modifier=".cg").to(tl.uint32, bitcast=True)
+            SHIFT: tl.constexpr = 24 - 8 * PASS
+            acc = tl.zeros((16, 16), dtype=tl.float32)
+            above_chunk = tl.zeros((), dtype=tl.float32)
+            for it in range(ITERS):
+                idx = start + it * SUB + offs
+                l = tl.load(base + idx, mask=idx < V, other=float("-inf")).to(tl.float32)
+                key = _keys(l)
+                w = tl.exp((l - m) / T)
+                high = key >> (SHIFT + 8)
+                acc += _digit_hist(key, tl.where(high == prefix, w, 0.0), SHIFT)
+                if PASS == 3:
+                    above_chunk += tl.sum(tl.where(high > prefix, w, 0.0), 0)
+            _store_hist(hist_ptr + (r * CP + c) * 256, acc)
+            if PASS == 3:
+                tl.store(above_ptr + r * CP + c, above_chunk)
+            tl.debug_barrier()
+            ticket = tl.atomic_add(ticket_ptr + r, 1, sem="acq_rel", scope="gpu")
+            if ticket == C - 1:
+                h = tl.sum(_load_hists(hist_ptr, r, C, CP, tl.arange(0, 256) >= 0), 0)
+                digit, above, kept = _pick_digit(h, above_prefix, top_p * z)
+                tl.store(rowf_ptr + r * 4 + 2, above)
+                tl.store(rowi_ptr + r * 2, ((prefix << 8) | digit.to(tl.uint32)).to(tl.int32, bitcast=True))
+                tl.atomic_xchg(ticket_ptr + r, 0, sem="relaxed", scope="gpu")
+                if PASS == 3:
+                    tl.store(rowf_ptr + r * 4 + 3, kept)
+                    tl.store(rowi_ptr + r * 2 + 1, digit.to(tl.int32))
+                    tl.debug_barrier()
+                    done = tl.atomic_add(ticket_ptr + N, 1, sem="acq_rel", scope="gpu")
+                    if done == N - 1:
+                        _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, y_ptr, stats_ptr, hist_ptr,
+                                above_ptr, rowf_ptr, rowi_ptr, T, V, C, True, N, NP, CP, SUB, ITERS)
+                        tl.atomic_xchg(ticket_ptr + N, 0, sem="relaxed", scope="gpu")
+        else:
+            if PASS == 3:
+                if (r == 0) & (c == 0):
+                    _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, y_ptr, stats_ptr, hist_ptr,
+                            above_ptr, rowf_ptr, rowi_ptr, T, V, C, False, N, NP, CP, SUB, ITERS)
+
+
+def chunking(rows: int, vocab: int, device: torch.device, sub: int | None = None) -> tuple[int, int, int]:
+    """(SUB, ITERS, chunks) for a launch over rows x vocab: about one program per SM in all, each a
+    chunk of ITERS x SUB logits, at most MAX_CHUNKS chunks a row."""
+    if sub is None:
+        sub = 512 if vocab >= 4096 else max(16, triton.next_power_of_2(max(1, vocab // 4)))
+    if device.type == "cuda":
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+    else:
+        sms = 8
+    per_row = max(1, min(MAX_CHUNKS, sms // rows))
+    iters = max(1, math.ceil(math.ceil(vocab / per_row) / sub))
+    while math.ceil(vocab / (sub * iters)) > MAX_CHUNKS:
+        iters += 1
+    return sub, iters, math.ceil(vocab / (sub * iters))
+
+
+def sampled_targets_triton(chain: torch.Tensor, logits: torch.Tensor, u: torch.Tensor, temperature: torch.Tensor,
+                           top_p: torch.Tensor, out: torch.Tensor | None = None, sub: int | None = None) -> torch.Tensor:
+    """y int64 [N] (the op's contract, runtime/relay/ops.py; arguments checked there). ``sub``
+    overrides the sub-block size (tests: many chunks and iterations on a small vocabulary)."""
+    n, vocab = logits.shape
+    device = logits.device
+    sub, iters, chunks = chunking(n, vocab, device, sub)
+    cp = max(2, triton.next_power_of_2(chunks))
+    y = torch.empty((n,), dtype=torch.int64, device=device) if out is None else out
+    stats = torch.empty((n, cp, 2), dtype=torch.float32, device=device)
+    hist = torch.empty((n, cp, 256), dtype=torch.float32, device=device)
+    above = torch.empty((n, cp), dtype=torch.float32, device=device)
+    rowf = torch.empty((n, 4), dtype=torch.float32, device=device)
+    rowi = torch.empty((n, 2), dtype=torch.int32, device=device)
+    tickets = persistent_buffer("sampled_targets_tickets", device, _TICKETS, torch.int32, 0)
+    use_gdc = pdl_supported(device)
+    for p in range(4):
+        _nucleus_pass_kernel[(n, chunks)](
+            logits, logits.stride(0), chain, chain.stride(0), u, temperature, top_p, y,
+            stats, hist, above, rowf, rowi, tickets, vocab, chunks,
+            PASS=p, N=n, NP=max(2, triton.next_power_of_2(n)), CP=cp, SUB=sub, ITERS=iters, USE_GDC=use_gdc,
+            num_warps=1 if interpreting() else 8, **launch_kwargs(device))
+    return y

@@ -1,0 +1,154 @@
+"""``lingc.sampled_targets`` (runtime/relay/ops.py) and its Triton passes
+(runtime/kernels/sampled_targets): speculative sampling's outcome against the reference
+(runtime/relay/sampling.py) on fresh random logits, with ties, masked (-inf) tokens, every accept
+count, every top_p regime, into poisoned outputs; the op's CPU path, fake shape and argument
+errors; on the GPU the op at the real vocabulary sizes and inside a captured graph."""
+import pytest
+import torch
+
+from helpers import graph_edge_types
+from lingc.runtime.kernels.sampled_targets.kernel import MAX_CHUNKS, chunking, sampled_targets_triton
+from lingc.runtime.pdl import pdl_supported
+from lingc.runtime.relay import ops
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _case(n: int, vocab: int, seed: int, ties: bool):
+    """Random logits (rounded to halves with ties: many equal logits, at every nucleus cut), and a
+    chain whose drafts are each row's argmax or a random token."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(n, vocab, generator=g) * 3
+    if ties:
+        logits = (logits * 2).round() / 2
+    chain = torch.randint(0, vocab, (n,), generator=g)
+    likely = torch.rand(n, generator=g) < 0.6
+    chain[1:] = torch.where(likely[1:], logits[:-1].argmax(-1), chain[1:])
+    return chain, logits, g
+
+
+def _both(chain, logits, u, temperature, top_p, sub=None):
+    t = torch.tensor([temperature], device=DEVICE)
+    p = torch.tensor([top_p], device=DEVICE)
+    out = torch.full((chain.numel(),), -7, dtype=torch.int64, device=DEVICE)
+    got = sampled_targets_triton(chain.to(DEVICE), logits.to(DEVICE), u.to(DEVICE), t, p, out=out, sub=sub)
+    ref = ops.sampled_targets_reference(chain, logits, u, torch.tensor([temperature]), torch.tensor([top_p]))
+    return got.cpu(), ref
+
+
+@pytest.mark.parametrize("n, vocab, sub, ties", [(1, 37, 16, False), (2, 300, 32, True), (4, 1000, 64, False),
+                                                 (6, 257, 16, True)])
+def test_kernel_matches_the_reference(n, vocab, sub, ties):
+    chain, logits, g = _case(n, vocab, seed=n * 1000 + vocab, ties=ties)
+    for top_p, temperature in ((1.0, 1.0), (0.9, 0.6), (0.3, 1.3), (1e-6, 1.0)):
+        u = torch.rand(n, generator=g)
+        got, ref = _both(chain, logits, u, temperature, top_p, sub)
+        assert (got >= 0).all(), "an output element was not written"
+        assert torch.equal(got, ref), (top_p, temperature, got.tolist(), ref.tolist())
+
+
+@pytest.mark.parametrize("n", [2, 4, 6])
+def test_every_accept_count(n):
+    """Drafts 1..a certain (logit +20: accepted for any u), d_{a+1} impossible (-20: rejected); the
+    token after them drawn from row a without d_{a+1}."""
+    vocab = 200
+    for a in range(n):
+        chain, logits, g = _case(n, vocab, seed=100 * n + a, ties=False)
+        for j in range(n - 1):
+            logits[j, chain[j + 1]] = 20.0 if j < a else -20.0
+        u = torch.rand(n, generator=g) * 0.999
+        got, ref = _both(chain, logits, u, 1.0, 0.95, sub=16)
+        assert torch.equal(got, ref), (a, got.tolist(), ref.tolist())
+        assert int(ops.greedy_verdict_reference(chain, got)) == min(a, n - 1)
+        assert got[a] != (chain[a + 1] if a < n - 1 else -1)
+
+
+def test_masked_tokens_and_a_one_token_nucleus():
+    """-inf logits (a masked vocabulary tail) are never drawn nor kept; with top_p near 0 the draw
+    is the argmax's tie group (here one token) whatever u."""
+    n, vocab = 3, 300
+    chain, logits, g = _case(n, vocab, seed=5, ties=False)
+    logits[:, 200:] = float("-inf")
+    logits[1, :150] = float("-inf")
+    for top_p in (1.0, 0.8, 1e-6):
+        u = torch.rand(n, generator=g)
+        got, ref = _both(chain, logits, u, 0.8, top_p, sub=32)
+        assert torch.equal(got, ref), (top_p, got.tolist(), ref.tolist())
+        assert (got < 200).all()
+    chain[1:] = (logits[:-1].argmax(-1) + 1) % 150          # rejected drafts: the draw is row 0's
+    got, _ = _both(chain, logits, torch.full((n,), 0.5), 1.0, 1e-6, sub=32)
+    assert int(got[0]) == int(logits[0].argmax())
+
+
+def test_tied_maxima_are_one_nucleus():
+    """Two tokens share the largest logit: however small top_p, both stay in the nucleus (the
+    reference's rule), so each is drawn for some u."""
+    logits = torch.randn(1, 64, generator=torch.Generator().manual_seed(3))
+    logits[0, 10] = logits[0, 40] = 9.0
+    drawn = set()
+    for u in (0.1, 0.9):
+        got, ref = _both(torch.tensor([0]), logits, torch.tensor([u]), 1.0, 1e-6, sub=16)
+        assert torch.equal(got, ref)
+        drawn.add(int(got[0]))
+    assert drawn == {10, 40}
+
+
+@pytest.mark.parametrize("rows, vocab", [(1, 37), (4, 39296), (6, 39296), (6, 157184), (32, 157184)])
+def test_chunking_covers_the_row_in_at_most_max_chunks(rows, vocab):
+    sub, iters, chunks = chunking(rows, vocab, torch.device("cpu"))
+    assert chunks <= MAX_CHUNKS and sub * iters * chunks >= vocab > sub * iters * (chunks - 1)
+
+
+def test_op_on_the_cpu_is_the_reference_and_checks_its_arguments():
+    chain, logits, g = _case(4, 50, seed=9, ties=False)
+    u, t, p = torch.rand(4, generator=g), torch.tensor([0.7]), torch.tensor([0.9])
+    assert torch.equal(ops.sampled_targets(chain, logits, u, t, p), ops.sampled_targets_reference(chain, logits, u, t, p))
+    with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
+        fake = ops.sampled_targets(*(mode.from_tensor(x) for x in (chain, logits, u, t, p)))
+        assert fake.shape == (4,) and fake.dtype == torch.int64
+    bad = {"chain": (chain.int(), logits, u, t, p), "logits": (chain, logits[:3], u, t, p),
+           "u": (chain, logits, u.double(), t, p), "top_p": (chain, logits, u, t, torch.tensor(0.9)),
+           "unit stride": (chain, logits.t().contiguous().t(), u, t, p)}
+    for what, args in bad.items():
+        with pytest.raises(ValueError, match=what.split()[0] if what != "unit stride" else "unit stride"):
+            ops.sampled_targets(*args)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n, vocab", [(4, 39296), (6, 39296), (6, 157184)])
+def test_gpu_op_matches_the_reference_at_vocabulary_size(n, vocab):
+    """The real sizes (flash-tp4-rank's 39296-row lm_head shard, the whole 157184 vocabulary):
+    the op on fresh logits and uniforms for each top_p regime equals the CPU reference (to fp32
+    rounding at a boundary: none expected in these draws)."""
+    for trial in range(8):
+        chain, logits, g = _case(n, vocab, seed=trial, ties=trial % 2 == 1)
+        for top_p, temperature in ((1.0, 1.0), (0.9, 0.7), (0.5, 1.2)):
+            u = torch.rand(n, generator=g)
+            got = ops.sampled_targets(chain.cuda(), logits.cuda(), u.cuda(), torch.tensor([temperature], device="cuda"),
+                                      torch.tensor([top_p], device="cuda"))
+            ref = ops.sampled_targets_reference(chain, logits, u, torch.tensor([temperature]), torch.tensor([top_p]))
+            assert torch.equal(got.cpu(), ref), (trial, top_p, got.tolist(), ref.tolist())
+
+
+@pytest.mark.gpu
+def test_gpu_captured_passes_replay_with_new_uniforms_and_keep_their_programmatic_edges():
+    n, vocab = 6, 39296
+    chain, logits, g = _case(n, vocab, seed=11, ties=False)
+    c, lg = chain.cuda(), logits.cuda()
+    u = torch.rand(n, generator=g).cuda()
+    t, p = torch.tensor([0.8], device="cuda"), torch.tensor([0.9], device="cuda")
+    ops.sampled_targets(c, lg, u, t, p)                      # warm-up: compile, tickets
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph(keep_graph=True)
+    with torch.cuda.graph(graph):
+        y = ops.sampled_targets(c, lg, u, t, p)
+    if pdl_supported(c.device):
+        assert graph_edge_types(graph) == [1, 1, 1], graph_edge_types(graph)     # the four passes' chain
+    graph.instantiate()
+    for trial in range(20):
+        fresh = torch.rand(n, generator=g)
+        u.copy_(fresh)
+        p.fill_(0.9 if trial % 2 else 1.0)
+        graph.replay()
+        ref = ops.sampled_targets_reference(chain, logits, fresh, torch.tensor([0.8]), p.cpu())
+        assert torch.equal(y.cpu(), ref), (trial, y.tolist(), ref.tolist())
