@@ -438,13 +438,14 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
     same synthetic context, and the relay's tokens can be checked against plain decode's.
     ``start(eng, ctx, speculative)`` sets up the state decoding continues from: the synthetic
     context, or ``prompt_start``'s prefill of a real prompt. ``sampled_verify``: also compile,
-    capture and time the relay's verify_sample graph (a sampling request's verify: the same
-    target forward with speculative sampling's in-graph draw), as ``verify_sample_ms``."""
+    capture and time a sampling request's graph: the relay's verify_sample (the same target
+    forward with speculative sampling's in-graph draw) as ``verify_sample_ms``, plain decoding's
+    decode_sample (the token drawn in the graph) as ``decode_sample_ms``."""
     from lingc.runtime.relay.engine import Engine
     eng = Engine(model, max_len=engine_rows(ctx, tokens, max_steps), steps=steps,
                  options={"inductor": bool(lingc_inductor), "allreduce": allreduce}, progress=progress)
     roles = ("draft", "verify", "extend") if speculative else ("decode",)
-    extra = ("verify_sample",) if speculative and sampled_verify else ()
+    extra = (("verify_sample",) if speculative else ("decode_sample",)) if sampled_verify else ()
     t0 = time.perf_counter()
     eng.prepare(roles + extra)
     _sync()
@@ -466,7 +467,7 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
         if profile is not None:
             kernels = {role: kernel_profile(eng._steps[role], trace=f"{profile}_{role}.json") for role in roles}
             sequence = {role: kernel_sequence(f"{profile}_{role}.json") for role in roles}
-    sampled_ms = per_graph.pop("verify_sample", None)
+    sampled = {f"{role}_ms": per_graph.pop(role, None) for role in ("verify_sample", "decode_sample")}
     # The tokens for the speculative == plain check come from one uninterrupted run from the
     # synthetic context: between two resume() calls the steps launched ahead of the last token
     # read have already advanced the cache, by a different number of tokens in each mode.
@@ -482,7 +483,7 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
                 graphs=[i.format() for i in infos], kernel_profile=kernels,
                 kernels_per_step=sum(i.kernel_nodes for i in infos),
                 kernel_sequence=sequence,
-                tokens=[int(t) for t in check], verify_sample_ms=sampled_ms)
+                tokens=[int(t) for t in check], **sampled)
 
 
 def kernel_profile(step, trace: str | None = None, replays: int = 5, top: int = 15) -> list[dict]:
@@ -582,8 +583,8 @@ def main(argv=None) -> int:
                          "several values sweep the relay modes (e.g. --steps 3 4 5 6 7 8)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--sampled-verify", action="store_true",
-                    help="lingc relay modes: also time the verify graph of a sampling request "
-                         "(speculative sampling's draw in the graph)")
+                    help="lingc modes: also time a sampling request's graph (the relay's verify_sample: "
+                         "speculative sampling's draw in the graph; plain decoding's decode_sample)")
     ap.add_argument("--profile", action="store_true",
                     help="lingc modes: device time per kernel in each graph, and a Chrome trace of "
                          "each graph (OUT/trace_<mode>_<role>.json, chrome://tracing or Perfetto)")
@@ -784,9 +785,10 @@ def main(argv=None) -> int:
             extra = (f"; launch ahead {r.get('ahead', 0):.0%}; captured {r['captured']}"
                      if "captured" in r else " (per call; the step runs the draft T=1 call steps - 1 times)")
             print(f"{m}: per graph ms {r['per_graph_ms']}{extra}")
-            if r.get("verify_sample_ms") is not None:
-                print(f"{m}: a sampling request's verify (verify_sample) {r['verify_sample_ms']:.3f} ms against "
-                      f"greedy verify's {r['per_graph_ms']['verify']:.3f}")
+            for role, greedy in (("verify_sample", "verify"), ("decode_sample", "decode")):
+                if r.get(f"{role}_ms") is not None:
+                    print(f"{m}: a sampling request's {greedy} ({role}) {r[f'{role}_ms']:.3f} ms against "
+                          f"greedy {greedy}'s {r['per_graph_ms'][greedy]:.3f}")
             for g in r.get("graphs", []):
                 print("   ", g)
         if r.get("chain_bound_ms"):

@@ -6,7 +6,7 @@ import pytest
 import torch
 from model_helpers import cache_tensors_close, tiny_model
 
-from lingc.decoding.reference import pick_token, sample_generate, sampling_distribution
+from lingc.decoding.reference import allocate_cache, pick_token, prefill, sample_generate, sampling_distribution
 from lingc.runtime.relay.engine import Engine
 from lingc.runtime.relay.sampling import draw, sampled_targets, sampling_probs
 
@@ -83,17 +83,31 @@ def engine():
     return m, Engine(m, max_len=512, steps=5, options={"inductor": False}, progress=False)
 
 
-def test_engine_sampling_draws_the_first_token_and_plain_sampling_is_the_references(engine):
+def test_engine_sampling_draws_the_first_token_and_plain_sampling_draws_each_from_its_uniform(engine):
     """The first token is drawn from the prefill's logits (it was the argmax before session 56),
-    and plain sampling then draws with the same generator as the reference sample_generate: the
-    same tokens on the CPU."""
+    with the request's generator as sample_generate draws it; plain sampling then runs the
+    decode_sample graph: token k + 1 is the inverse-CDF draw, at the request's uniform of step k,
+    from pick_token's distribution over the target's logits after token k (teacher-forced here
+    through the reference model)."""
     model, eng = engine
     firsts = {eng.generate(PROMPT, 1, temperature=2.0, seed=s, speculative=None)[0] for s in range(8)}
     assert len(firsts) > 1
+    runs = []
     for seed in (1, 2):
-        want = sample_generate(model, PROMPT, 12, temperature=0.9, top_p=0.95, seed=seed, eos_token_id=None)
+        got = eng.generate(PROMPT, 12, temperature=0.9, top_p=0.95, seed=seed, speculative=None, eos_token_id=None)
+        assert "decode_sample" in eng._steps and eng.stats.steps >= 11
+        assert got[0] == sample_generate(model, PROMPT, 1, temperature=0.9, top_p=0.95, seed=seed)[0]
+        u = eng.relay.uniforms[:, 0]
+        cache = allocate_cache(model, len(PROMPT), 12)
+        prefill(model, cache, torch.tensor(PROMPT))
+        for k in range(11):
+            logits, _ = model(torch.tensor([got[k]]), torch.tensor([len(PROMPT) + k]), cache)
+            want = draw(sampling_probs(logits, 0.9, 0.95), u[k:k + 1])
+            assert got[k + 1] == int(want), (seed, k, got)
+        runs.append(got)
         assert eng.generate(PROMPT, 12, temperature=0.9, top_p=0.95, seed=seed, speculative=None,
-                            eos_token_id=None) == want
+                            eos_token_id=None) == got
+    assert runs[0] != runs[1]
 
 
 def test_engine_speculative_sampling(engine):
@@ -149,7 +163,7 @@ def test_a_drawn_first_token_redoes_the_captured_prefills_last_draft_row(monkeyp
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_gpu_engine_speculative_sampling_captured_without_a_host_sync():
+def test_gpu_engine_speculative_and_plain_sampling_captured_without_a_host_sync():
     m = tiny_model().cuda()
     eng = Engine(m, max_len=512, steps=5, options={"inductor": False}, progress=False)
     greedy = eng.generate(PROMPT, 64, eos_token_id=None)
@@ -160,6 +174,12 @@ def test_gpu_engine_speculative_sampling_captured_without_a_host_sync():
         assert eng.generate(PROMPT, 64, temperature=0.9, top_p=0.95, seed=1, eos_token_id=None) == a
         assert eng.generate(PROMPT, 64, temperature=0.9, top_p=1e-6, seed=2, eos_token_id=None) == greedy
         assert eng.stats.prefill_rows > 0           # the captured prefill, its draft row redone
+        plain = eng.generate(PROMPT, 64, temperature=0.9, top_p=0.95, seed=1, speculative=None, eos_token_id=None)
+        assert eng._steps["decode_sample"].captured, eng._steps["decode_sample"].reason
+        assert eng.generate(PROMPT, 64, temperature=0.9, top_p=0.95, seed=1, speculative=None,
+                            eos_token_id=None) == plain
+        assert eng.generate(PROMPT, 64, temperature=0.9, top_p=1e-6, seed=2, speculative=None,
+                            eos_token_id=None) == greedy
     finally:
         eng.check_syncs = False
-    assert a != greedy
+    assert a != greedy and plain != greedy

@@ -230,5 +230,10 @@ def test_gpu_captured_relay_equals_plain_without_a_host_sync(model_kw, dtype):
         assert r._steps["verify_sample"].captured, r._steps["verify_sample"].reason
         assert r.generate(PROMPT, 60, temperature=0.8, seed=5) == sampled
         assert r.generate(PROMPT, 60, temperature=0.8, top_p=1e-6, seed=6) == plain[:60]
+        # Plain sampling through the captured decode_sample graph, the same.
+        drawn = r.generate(PROMPT, 60, temperature=0.8, seed=5, speculative=None)
+        assert r._steps["decode_sample"].captured, r._steps["decode_sample"].reason
+        assert r.generate(PROMPT, 60, temperature=0.8, seed=5, speculative=None) == drawn != plain[:60]
+        assert r.generate(PROMPT, 60, temperature=0.8, top_p=1e-6, seed=6, speculative=None) == plain[:60]
     finally:
         r.drafter, r.check_syncs = None, False

@@ -21,8 +21,11 @@ Sampling (temperature > 0): the first token is drawn from the prefill's logits w
 request's seeded generator; then a speculative request runs the relay with the verify_sample
 graph (speculative sampling with the draft's greedy tokens, sampling.py: each token distributed
 as plain sampling draws it; the step's uniforms drawn per request into a relay buffer, so nothing
-crosses to the host between launches), a plain one the decode graph's logits with a token drawn
-on the device and read back before the next step.
+crosses to the host between launches), a plain one the decode_sample graph (the token drawn on
+the device from the step's uniform, ``lingc.sampled_targets``: as plain greedy decoding, the host
+runs ahead and reads tokens one step late). Tokens are distributed as the reference's pick_token
+draws them, not drawn by the same generator calls: a seed reproduces the engine's request, not
+sample_generate's tokens.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ def check_steps(steps) -> int:
 
 
 # The pass role each step function compiles as (design.md "Roles"); others are their own.
-PASS_ROLE = {"verify_sample": "verify", "decode_logits": "decode"}
+PASS_ROLE = {"verify_sample": "verify", "decode_sample": "decode"}
 
 
 class RelayDriver(ABC):
@@ -244,7 +247,7 @@ class RelayDriver(ABC):
         if speculative:
             roles = ("draft", "verify_sample" if sampling else "verify", "extend")
         else:
-            roles = ("decode_logits",) if sampling else ("decode",)
+            roles = ("decode_sample",) if sampling else ("decode",)
         self.prepare(roles)
         self._reset()
         self.stats = EngineStats()
@@ -255,9 +258,6 @@ class RelayDriver(ABC):
         self.stats.prefill_s = time.perf_counter() - t0
         yield first
         if max_new_tokens == 1 or first in stop_ids:
-            return
-        if sampling and not speculative:
-            yield from self._sample_loop(max_new_tokens - 1, temperature, top_p, gen, stop_ids)
             return
         if sampling:
             r = self.relay
@@ -335,19 +335,3 @@ class RelayDriver(ABC):
             for tok in row[:a + 1]:
                 yield tok
             k += 1
-
-    def _sample_loop(self, count: int, temperature: float, top_p: float, gen: torch.Generator,
-                     stop_ids: set) -> Iterator[int]:
-        step = self._steps["decode_logits"]
-        r = self.relay
-        for _ in range(count):
-            self._refill("decode_logits")
-            with torch.no_grad():
-                logits = step()
-            tok = pick_token(logits, temperature, top_p, gen)
-            r.x.copy_(tok.view(1))
-            t = int(tok)
-            self.stats.steps += 1
-            yield t
-            if t in stop_ids:
-                return

@@ -21,7 +21,9 @@ binds (without the pass a rejection would leave the state of the whole chain).
   (``_ring_append``). The tail of both (pick the accepted row, advance n and x, append) is a
   handful of tiny ATen kernels as written; pdl_swap folds it into one ``lingc.relay_advance``
   launch (passes/relay_tail.py).
-- ``decode_logits``: one target forward returning the logits (the sampling path).
+- ``decode_sample``: plain sampling, one target forward per token: the token drawn on the
+  device from the step's uniform (``lingc.sampled_targets`` over the chain [x]), then the
+  decode's tail, so a sampled request runs ahead of the host like a greedy one.
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ def _ring_append(r: RelayBuffers) -> None:
     row = torch.cat([r.emitted, r.accept]).unsqueeze(0)
     r.ring.index_copy_(0, r.ring_k % r.ring.shape[0], row)
     r.ring_k.add_(1)
+
+
+def _uniforms(r: RelayBuffers) -> torch.Tensor:
+    """This step's row of the request's uniforms (row ring_k % rows: a step never reuses one)."""
+    return r.uniforms.index_select(0, r.ring_k % r.uniforms.shape[0]).squeeze(0)
 
 
 def make_steps(model, steps: int):
@@ -75,8 +82,7 @@ def make_steps(model, steps: int):
     def verify_sample(r: RelayBuffers, cache) -> None:
         pos = _positions(r.pos_chain, r.n, steps + 1, "chain positions")
         logits, hidden = model(r.chain, pos, cache)
-        u = r.uniforms.index_select(0, r.ring_k % r.uniforms.shape[0]).squeeze(0)
-        _verdict(r, lingc.sampled_targets(r.chain, logits, u, r.temperature, r.top_p), hidden)
+        _verdict(r, lingc.sampled_targets(r.chain, logits, _uniforms(r), r.temperature, r.top_p), hidden)
 
     def extend(r: RelayBuffers, cache) -> None:
         pos = _positions(r.pos_chain, r.n, steps + 1, "chain positions")
@@ -88,20 +94,21 @@ def make_steps(model, steps: int):
         r.n.copy_(r.n + a + 1)
         _ring_append(r)
 
-    def decode(r: RelayBuffers, cache) -> None:
-        pos = _positions(r.pos_chain[:1], r.n, 1, "decode position")
-        logits, _ = model(r.x, pos, cache)
-        y = logits.argmax(-1)
+    def _decode_tail(r: RelayBuffers, y) -> None:
         r.emitted[:1].copy_(y)
         r.x.copy_(y)
         r.n.copy_(r.n + 1)
         _ring_append(r)
 
-    def decode_logits(r: RelayBuffers, cache) -> torch.Tensor:
+    def decode(r: RelayBuffers, cache) -> None:
         pos = _positions(r.pos_chain[:1], r.n, 1, "decode position")
         logits, _ = model(r.x, pos, cache)
-        r.n.copy_(r.n + 1)
-        return logits[0]
+        _decode_tail(r, logits.argmax(-1))
+
+    def decode_sample(r: RelayBuffers, cache) -> None:
+        pos = _positions(r.pos_chain[:1], r.n, 1, "decode position")
+        logits, _ = model(r.x, pos, cache)
+        _decode_tail(r, lingc.sampled_targets(r.x, logits, _uniforms(r)[:1], r.temperature, r.top_p))
 
     return {"draft": draft, "verify": verify, "verify_sample": verify_sample, "extend": extend,
-            "decode": decode, "decode_logits": decode_logits}
+            "decode": decode, "decode_sample": decode_sample}
