@@ -1,7 +1,7 @@
 """Run every kernel micro-benchmark into one output folder (method.md: cold weights, CUDA graphs,
 medians, the copy-bandwidth floor in the same run).
 
-    python -m benchmarks.kernels --out OUT [--only swiglu,gemm,kda,gdn,moe,qwen3_moe,attn] [--inductor]
+    python -m benchmarks.kernels --out OUT [--only swiglu,gemm,kda,gdn,moe,qwen3_moe,attn,sampling] [--inductor]
     python -m benchmarks.kernels --out OUT --smoke     # CPU: the benchmarks with a smoke mode
 
 Each benchmark writes its own JSON and prints its markdown table; this runner runs them in one
@@ -29,12 +29,13 @@ BENCHES = {
     "moe": ("kernels_moe", []),
     "qwen3_moe": ("kernels_qwen3_moe", []),
     "attn": ("kernels_attn", []),
+    "sampling": ("kernels_sampling", []),
 }
 NO_INDUCTOR = {"gemm": [], "moe": ["--inductor"], "attn": ["--no-inductor"]}
 # Benchmarks with a CPU smoke mode (tiny preset, kernels under the Triton interpreter, wall-clock
 # timing) and its arguments; the others time CUDA graphs and need a GPU.
 SMOKE = {"moe": ["--smoke"], "qwen3_moe": ["--smoke"]}
-WITH_INDUCTOR = {"gemm": ["--inductor"], "kda": ["--inductor"]}
+WITH_INDUCTOR = {"gemm": ["--inductor"], "kda": ["--inductor"], "sampling": ["--inductor"]}
 
 
 def main(argv=None) -> int:

@@ -24,10 +24,11 @@ LINGC = ("lingc", "lingc-argmax")
 # Fixed colours so a variant looks the same in every panel.
 COLORS = {"lingc": "#3b6ea8", "eager": "#999999", "inductor": "#d9822b", "inductor-max-autotune": "#b35806",
           "cublas": "#6a9f58", "cublas-cat": "#9cc98c", "fused-linear": "#6a9f58", "cublas+argmax": "#6a9f58",
-          "fla-core (recurrence only)": "#8e6bb8"}
+          "fla-core (recurrence only)": "#8e6bb8", "aten": "#999999"}
 TITLES = {"kernels_swiglu": "SwiGLU GEMM", "kernels_gemm": "skinny GEMMs", "kernels_kda": "KDA chain",
           "kernels_gdn": "Gated DeltaNet chain (Qwen3-Next)", "kernels_moe": "MoE layer",
-          "kernels_qwen3_moe": "MoE block (Qwen3-Next)", "kernels_attn": "attention and norms"}
+          "kernels_qwen3_moe": "MoE block (Qwen3-Next)", "kernels_attn": "attention and norms",
+          "kernels_sampling": "speculative sampling's draw (top_p 0.9)"}
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,8 @@ def bars(data: dict) -> list[Bar]:
             out.append(Bar(f"T={r['T']}" + (" (lingc staged)" if r["T"] > 1 else ""), label, r["us"], None))
         elif kind in ("kernels_moe", "kernels_qwen3_moe"):
             out.append(Bar(f"T={r['T']}", v, r["us"], r.get("floor_us")))
+        elif kind == "kernels_sampling":
+            out.append(Bar(f"S+1={r['rows']}, V={r['vocab']}", v, r["us"], r.get("floor_us")))
         elif kind == "kernels_attn":
             out.append(Bar(f"{r['kernel']} {r['shape']}, T={r['T']}", v, r["us"], r.get("floor_us")))
         else:

@@ -84,7 +84,7 @@ def test_kernels_runner_smoke(tmp_path):
                if n != "environment"}
     assert summary["moe"]["status"] == summary["qwen3_moe"]["status"] == "ok"
     assert {n for n, s in summary.items() if s["status"] == "GPU only: no CPU smoke mode"} == \
-        {"swiglu", "gemm", "kda", "gdn", "attn"}
+        {"swiglu", "gemm", "kda", "gdn", "attn", "sampling"}
     moe = json.loads((tmp_path / "kernels_moe_tiny.json").read_text())
     assert moe["all_correct"] and {r["variant"] for r in moe["rows"]} >= {"lingc", "eager"}
     qwen3 = json.loads((tmp_path / "kernels_qwen3_moe.json").read_text())
