@@ -27,11 +27,23 @@ def _case(n: int, vocab: int, seed: int, ties: bool):
     return chain, logits, g
 
 
+def _uniforms(u: torch.Tensor, seed: int):
+    """A [5, n + 2] table of fresh uniforms holding u in row `step % 5`, and that step (> 5: the
+    kernel takes the row modulo the rows)."""
+    g = torch.Generator().manual_seed(seed)
+    step = int(torch.randint(0, 40, (1,), generator=g))
+    table = torch.rand(5, u.numel() + 2, generator=g)
+    table[step % 5, :u.numel()] = u
+    return table, torch.tensor([step])
+
+
 def _both(chain, logits, u, temperature, top_p, sub=None):
     t = torch.tensor([temperature], device=DEVICE)
     p = torch.tensor([top_p], device=DEVICE)
     out = torch.full((chain.numel(),), -7, dtype=torch.int64, device=DEVICE)
-    got = sampled_targets_triton(chain.to(DEVICE), logits.to(DEVICE), u.to(DEVICE), t, p, out=out, sub=sub)
+    table, step = _uniforms(u, seed=int(logits.numel()))
+    got = sampled_targets_triton(chain.to(DEVICE), logits.to(DEVICE), table.to(DEVICE), step.to(DEVICE), t, p,
+                                 out=out, sub=sub)
     ref = ops.sampled_targets_reference(chain, logits, u, torch.tensor([temperature]), torch.tensor([top_p]))
     return got.cpu(), ref
 
@@ -102,15 +114,19 @@ def test_chunking_covers_the_row_in_at_most_max_chunks(rows, vocab):
 def test_op_on_the_cpu_is_the_reference_and_checks_its_arguments():
     chain, logits, g = _case(4, 50, seed=9, ties=False)
     u, t, p = torch.rand(4, generator=g), torch.tensor([0.7]), torch.tensor([0.9])
-    assert torch.equal(ops.sampled_targets(chain, logits, u, t, p), ops.sampled_targets_reference(chain, logits, u, t, p))
+    table, step = _uniforms(u, seed=1)
+    assert torch.equal(ops.step_uniforms(table, step, 4), u)
+    assert torch.equal(ops.sampled_targets(chain, logits, table, step, t, p),
+                       ops.sampled_targets_reference(chain, logits, u, t, p))
     with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
-        fake = ops.sampled_targets(*(mode.from_tensor(x) for x in (chain, logits, u, t, p)))
+        fake = ops.sampled_targets(*(mode.from_tensor(x) for x in (chain, logits, table, step, t, p)))
         assert fake.shape == (4,) and fake.dtype == torch.int64
-    bad = {"chain": (chain.int(), logits, u, t, p), "logits": (chain, logits[:3], u, t, p),
-           "u": (chain, logits, u.double(), t, p), "top_p": (chain, logits, u, t, torch.tensor(0.9)),
-           "unit stride": (chain, logits.t().contiguous().t(), u, t, p)}
+    bad = {"chain": (chain.int(), logits, table, step, t, p), "logits": (chain, logits[:3], table, step, t, p),
+           "uniforms": (chain, logits, table[:, :3], step, t, p), "step": (chain, logits, table, step.int(), t, p),
+           "top_p": (chain, logits, table, step, t, torch.tensor(0.9)),
+           "unit stride": (chain, logits.t().contiguous().t(), table, step, t, p)}
     for what, args in bad.items():
-        with pytest.raises(ValueError, match=what.split()[0] if what != "unit stride" else "unit stride"):
+        with pytest.raises(ValueError, match=what):
             ops.sampled_targets(*args)
 
 
@@ -124,8 +140,9 @@ def test_gpu_op_matches_the_reference_at_vocabulary_size(n, vocab):
         chain, logits, g = _case(n, vocab, seed=trial, ties=trial % 2 == 1)
         for top_p, temperature in ((1.0, 1.0), (0.9, 0.7), (0.5, 1.2)):
             u = torch.rand(n, generator=g)
-            got = ops.sampled_targets(chain.cuda(), logits.cuda(), u.cuda(), torch.tensor([temperature], device="cuda"),
-                                      torch.tensor([top_p], device="cuda"))
+            table, step = _uniforms(u, seed=trial)
+            got = ops.sampled_targets(chain.cuda(), logits.cuda(), table.cuda(), step.cuda(),
+                                      torch.tensor([temperature], device="cuda"), torch.tensor([top_p], device="cuda"))
             ref = ops.sampled_targets_reference(chain, logits, u, torch.tensor([temperature]), torch.tensor([top_p]))
             assert torch.equal(got.cpu(), ref), (trial, top_p, got.tolist(), ref.tolist())
 
@@ -135,19 +152,21 @@ def test_gpu_captured_passes_replay_with_new_uniforms_and_keep_their_programmati
     n, vocab = 6, 39296
     chain, logits, g = _case(n, vocab, seed=11, ties=False)
     c, lg = chain.cuda(), logits.cuda()
-    u = torch.rand(n, generator=g).cuda()
+    table = torch.rand(7, n, generator=g).cuda()
+    step = torch.zeros(1, dtype=torch.int64, device="cuda")
     t, p = torch.tensor([0.8], device="cuda"), torch.tensor([0.9], device="cuda")
-    ops.sampled_targets(c, lg, u, t, p)                      # warm-up: compile, tickets
+    ops.sampled_targets(c, lg, table, step, t, p)                      # warm-up: compile, tickets
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph(keep_graph=True)
     with torch.cuda.graph(graph):
-        y = ops.sampled_targets(c, lg, u, t, p)
+        y = ops.sampled_targets(c, lg, table, step, t, p)
     if pdl_supported(c.device):
         assert graph_edge_types(graph) == [1, 1, 1], graph_edge_types(graph)     # the four passes' chain
     graph.instantiate()
     for trial in range(20):
         fresh = torch.rand(n, generator=g)
-        u.copy_(fresh)
+        table[trial % 7].copy_(fresh)
+        step.fill_(trial)
         p.fill_(0.9 if trial % 2 else 1.0)
         graph.replay()
         ref = ops.sampled_targets_reference(chain, logits, fresh, torch.tensor([0.8]), p.cpu())

@@ -225,15 +225,17 @@ def test_gpu_captured_relay_equals_plain_without_a_host_sync(model_kw, dtype):
         assert min(r.stats.accepts.count(a) for a in range(STEPS + 1)) >= 5, r.stats.accepts
         r.drafter = None
         assert r.generate(PROMPT, 130) == plain[:130]
-        # Sampling through the captured verify_sample graph: seeded, and greedy in the one-token limit.
+        # Sampling through the captured verify_sample and decode_sample graphs: seeded, and greedy
+        # in the one-token limit. Only in fp32: bf16 logits tie at the maximum now and then, and a
+        # nucleus keeps every token of the largest logit (argmax takes the first).
         sampled = r.generate(PROMPT, 60, temperature=0.8, seed=5)
         assert r._steps["verify_sample"].captured, r._steps["verify_sample"].reason
         assert r.generate(PROMPT, 60, temperature=0.8, seed=5) == sampled
-        assert r.generate(PROMPT, 60, temperature=0.8, top_p=1e-6, seed=6) == plain[:60]
-        # Plain sampling through the captured decode_sample graph, the same.
         drawn = r.generate(PROMPT, 60, temperature=0.8, seed=5, speculative=None)
         assert r._steps["decode_sample"].captured, r._steps["decode_sample"].reason
         assert r.generate(PROMPT, 60, temperature=0.8, seed=5, speculative=None) == drawn != plain[:60]
-        assert r.generate(PROMPT, 60, temperature=0.8, top_p=1e-6, seed=6, speculative=None) == plain[:60]
+        if dtype == torch.float32:
+            assert r.generate(PROMPT, 60, temperature=0.8, top_p=1e-6, seed=6) == plain[:60]
+            assert r.generate(PROMPT, 60, temperature=0.8, top_p=1e-6, seed=6, speculative=None) == plain[:60]
     finally:
         r.drafter, r.check_syncs = None, False

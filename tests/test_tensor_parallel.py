@@ -8,13 +8,14 @@ from __future__ import annotations
 import pytest
 import torch
 from model_helpers import assert_rel_close, tiny_model
-from tp_cases import (PROMPT, capture_disagreement_case, eager_logits, prefill_case, relay_case, spawn,
-                      symm_case)
+from tp_cases import (PROMPT, capture_disagreement_case, eager_logits, engine_sampling, prefill_case, relay_case,
+                      spawn, symm_case)
 
 from lingc.decoding.reference import greedy_generate, sample_generate
 from lingc.models import Ling3ForCausalLM, build_model, preset
 from lingc.models.parallel import (TensorParallel, TensorParallelError, shard_config, shard_dim,
                                    shard_tensor)
+from lingc.runtime.relay.engine import Engine
 
 
 def test_flash_tp4_rank_preset_is_one_rank_of_four():
@@ -125,9 +126,11 @@ def tp2():
 @pytest.fixture(scope="module")
 def tp1():
     model = tiny_model()
+    engine = Engine(model, max_len=len(PROMPT) + 80, options={"inductor": False}, progress=False)
     return {"logits": eager_logits(model, PROMPT),
             "greedy": greedy_generate(model, PROMPT, 48, eos_token_id=None),
-            "sampled": sample_generate(model, PROMPT, 16, temperature=0.8, seed=3, eos_token_id=None)}
+            "sampled": sample_generate(model, PROMPT, 16, temperature=0.8, seed=3, eos_token_id=None),
+            **engine_sampling(engine)}
 
 
 def test_tp2_logits_equal_tp1(tp1, tp2):
@@ -147,6 +150,16 @@ def test_tp2_compiled_plain_and_speculative_equal_eager(tp1, tp2):
         assert res["plain"] == tp1["greedy"]                    # 48 tokens
         assert len(res["spec"]) == 64 and res["spec"][:48] == tp1["greedy"]
     assert tp2[0]["spec"] == tp2[1]["spec"] and tp2[0]["accepts"] == tp2[1]["accepts"]
+
+
+def test_tp2_sampling_draws_the_same_tokens_on_every_rank_as_tp1(tp1, tp2):
+    """Sampling on a tensor-parallel engine: the gathered logits and the request's seeded uniforms
+    are the same on every rank, so each rank draws the same tokens, plain and speculative, and
+    those of the one-rank engine."""
+    for res in tp2:
+        assert res["sampled_plain"] == tp1["sampled_plain"] and res["sampled_plain"][0] == tp1["sampled"][0]
+        assert res["sampled_spec"] == tp1["sampled_spec"]
+    assert tp1["sampled_plain"] != tp1["greedy"][:16]
 
 
 def test_tp2_graphs_hold_the_collectives_and_the_vocab_parallel_argmax(tp2):

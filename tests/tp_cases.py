@@ -91,8 +91,16 @@ def relay_case(tp, preset_name: str = "tiny", new_tokens: int = 48, spec_tokens:
     out["plain"] = engine.generate(PROMPT, new_tokens, speculative=None, eos_token_id=None)
     out["spec"] = engine.generate(PROMPT, spec_tokens, eos_token_id=None)
     out["accepts"] = list(engine.stats.accepts)
-    out["reports"] = {r.role: r.format() for r in compile_reports}
+    out["reports"] = {r.role: r.format() for r in compile_reports}     # the greedy graphs' (before sampling's)
+    out.update(engine_sampling(engine))
     return out
+
+
+def engine_sampling(engine) -> dict:
+    """A sampled request plain (decode_sample) and speculative (verify_sample) on `engine`."""
+    return {"sampled_plain": engine.generate(PROMPT, 16, temperature=0.8, seed=3, speculative=None,
+                                             eos_token_id=None),
+            "sampled_spec": engine.generate(PROMPT, 24, temperature=0.8, top_p=0.9, seed=4, eos_token_id=None)}
 
 
 def symm_case(tp, steps: int = 8, **overrides) -> dict:

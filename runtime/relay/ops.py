@@ -14,11 +14,13 @@
   functions do not call them: pdl_glue.direct_lingc_writes emits them for a verdict or an emit
   whose value the graph copies into a relay buffer at its end (one copy kernel, and a full edge
   of the captured graph, each).
-- ``sampled_targets(Tensor chain, Tensor logits, Tensor u, Tensor temperature, Tensor top_p) ->
-  Tensor``: a sampling request's verify outcome (runtime/relay/sampling.py), written as the target
-  tokens y int64 [S+1] that greedy_verdict and greedy_emit read. chain int64 [S+1] (S >= 0),
-  logits [S+1, V] (unit stride along V), u fp32 [S+1] uniforms in [0, 1), temperature > 0 and
-  top_p fp32 [1] on the device. Never syncs: on CUDA four PDL-launched Triton passes
+- ``sampled_targets(Tensor chain, Tensor logits, Tensor uniforms, Tensor step, Tensor temperature,
+  Tensor top_p) -> Tensor``: a sampling request's verify outcome (runtime/relay/sampling.py),
+  written as the target tokens y int64 [S+1] that greedy_verdict and greedy_emit read. chain int64
+  [S+1] (S >= 0: S = 0 is plain sampling's draw), logits [S+1, V] (unit stride along V), the
+  request's uniforms fp32 [R, W >= S+1] in [0, 1) of which row step % R is this step's (step int64
+  [1], the relay's ring_k: selecting the row in the kernel saves the graph two ATen kernels),
+  temperature > 0 and top_p fp32 [1] on the device. Never syncs: on CUDA four PDL-launched Triton passes
   (runtime/kernels/sampled_targets: the nucleus by a radix search over the logits, no sort),
   elsewhere ``sampling.sampled_targets``.
 - ``state_commit(Tensor accept) -> Tensor``: the commit point of a verify step. On its own it is
@@ -42,7 +44,7 @@ from lingc.runtime.registry import register_op
 from .sampling import sampled_targets as sampled_targets_reference
 
 __all__ = ["greedy_verdict", "greedy_emit", "greedy_verdict_out", "greedy_emit_out", "state_commit", "host_refill",
-           "greedy_verdict_reference", "greedy_emit_reference", "sampled_targets", "sampled_targets_reference"]
+           "greedy_verdict_reference", "greedy_emit_reference", "sampled_targets", "sampled_targets_reference", "step_uniforms"]
 
 
 def greedy_verdict_reference(chain: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -146,7 +148,7 @@ def _greedy_emit_out_fake(chain, target, accept, out) -> None:
     _check_out("greedy_emit_out", out, chain)
 
 
-def _check_sampled_targets(chain, logits, u, temperature, top_p) -> None:
+def _check_sampled_targets(chain, logits, uniforms, step, temperature, top_p) -> None:
     from lingc.runtime.kernels.sampled_targets.kernel import MAX_ROWS
 
     op = "sampled_targets"
@@ -157,28 +159,37 @@ def _check_sampled_targets(chain, logits, u, temperature, top_p) -> None:
     if logits.dim() != 2 or logits.shape[0] != n or not logits.is_floating_point() or logits.stride(1) != 1:
         raise ValueError(f"{op}: logits must be floating [S+1, V] = [{n}, V] with unit stride along V, got "
                          f"{logits.dtype} {tuple(logits.shape)} strides {logits.stride()}")
-    if u.shape != (n,) or u.dtype != torch.float32 or not u.is_contiguous():
-        raise ValueError(f"{op}: u must be contiguous fp32 [{n}] (one uniform per chain position), got "
-                         f"{u.dtype} {tuple(u.shape)} strides {u.stride()}")
+    if uniforms.dim() != 2 or uniforms.shape[1] < n or uniforms.dtype != torch.float32 or uniforms.stride(1) != 1:
+        raise ValueError(f"{op}: uniforms must be fp32 [R, W >= {n}] (a row per step, a uniform per chain "
+                         f"position) with unit stride along W, got {uniforms.dtype} {tuple(uniforms.shape)} "
+                         f"strides {uniforms.stride()}")
+    if step.shape != (1,) or step.dtype != torch.int64:
+        raise ValueError(f"{op}: step must be the int64 [1] step counter, got {step.dtype} {tuple(step.shape)}")
     for name, t in (("temperature", temperature), ("top_p", top_p)):
         if t.shape != (1,) or t.dtype != torch.float32:
             raise ValueError(f"{op}: {name} must be a fp32 [1] device tensor, got {t.dtype} {tuple(t.shape)}")
-    for name, t in (("logits", logits), ("u", u), ("temperature", temperature), ("top_p", top_p)):
+    for name, t in (("logits", logits), ("uniforms", uniforms), ("step", step), ("temperature", temperature),
+                    ("top_p", top_p)):
         if t.device != chain.device:
             raise ValueError(f"{op}: {name} is on {t.device} but chain is on {chain.device}")
 
 
-def _sampled_targets(chain, logits, u, temperature, top_p):
-    _check_sampled_targets(chain, logits, u, temperature, top_p)
+def step_uniforms(uniforms: torch.Tensor, step: torch.Tensor, n: int) -> torch.Tensor:
+    """Row step % R of uniforms [R, W], its first n entries: a step's uniforms."""
+    return uniforms.index_select(0, step % uniforms.shape[0])[0, :n]
+
+
+def _sampled_targets(chain, logits, uniforms, step, temperature, top_p):
+    _check_sampled_targets(chain, logits, uniforms, step, temperature, top_p)
     if chain.is_cuda:
         from lingc.runtime.kernels.sampled_targets.kernel import sampled_targets_triton
 
-        return sampled_targets_triton(chain, logits, u, temperature, top_p)
-    return sampled_targets_reference(chain, logits, u, temperature, top_p)
+        return sampled_targets_triton(chain, logits, uniforms, step, temperature, top_p)
+    return sampled_targets_reference(chain, logits, step_uniforms(uniforms, step, chain.shape[0]), temperature, top_p)
 
 
-def _sampled_targets_fake(chain, logits, u, temperature, top_p):
-    _check_sampled_targets(chain, logits, u, temperature, top_p)
+def _sampled_targets_fake(chain, logits, uniforms, step, temperature, top_p):
+    _check_sampled_targets(chain, logits, uniforms, step, temperature, top_p)
     return chain.new_empty(chain.shape)
 
 
@@ -214,4 +225,5 @@ state_commit = register_op("state_commit", _state_commit, _state_commit_fake, sc
 host_refill = register_op("host_refill", _host_refill, _host_refill_fake,
                           schema="(Tensor host_buffer, Tensor device_value, str what) -> Tensor")
 sampled_targets = register_op("sampled_targets", _sampled_targets, _sampled_targets_fake,
-                              schema="(Tensor chain, Tensor logits, Tensor u, Tensor temperature, Tensor top_p) -> Tensor")
+                              schema="(Tensor chain, Tensor logits, Tensor uniforms, Tensor step, Tensor temperature, "
+                                     "Tensor top_p) -> Tensor")

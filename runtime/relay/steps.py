@@ -48,11 +48,6 @@ def _ring_append(r: RelayBuffers) -> None:
     r.ring_k.add_(1)
 
 
-def _uniforms(r: RelayBuffers) -> torch.Tensor:
-    """This step's row of the request's uniforms (row ring_k % rows: a step never reuses one)."""
-    return r.uniforms.index_select(0, r.ring_k % r.uniforms.shape[0]).squeeze(0)
-
-
 def make_steps(model, steps: int):
     """The step functions of `model` for a chain of `steps` drafts, as plain callables
     ``fn(relay, cache)`` (the engine compiles each with its role)."""
@@ -82,7 +77,8 @@ def make_steps(model, steps: int):
     def verify_sample(r: RelayBuffers, cache) -> None:
         pos = _positions(r.pos_chain, r.n, steps + 1, "chain positions")
         logits, hidden = model(r.chain, pos, cache)
-        _verdict(r, lingc.sampled_targets(r.chain, logits, _uniforms(r), r.temperature, r.top_p), hidden)
+        # This step's uniforms: row ring_k % rows of the request's (a step never reuses one).
+        _verdict(r, lingc.sampled_targets(r.chain, logits, r.uniforms, r.ring_k, r.temperature, r.top_p), hidden)
 
     def extend(r: RelayBuffers, cache) -> None:
         pos = _positions(r.pos_chain, r.n, steps + 1, "chain positions")
@@ -108,7 +104,7 @@ def make_steps(model, steps: int):
     def decode_sample(r: RelayBuffers, cache) -> None:
         pos = _positions(r.pos_chain[:1], r.n, 1, "decode position")
         logits, _ = model(r.x, pos, cache)
-        _decode_tail(r, lingc.sampled_targets(r.x, logits, _uniforms(r)[:1], r.temperature, r.top_p))
+        _decode_tail(r, lingc.sampled_targets(r.x, logits, r.uniforms, r.ring_k, r.temperature, r.top_p))
 
     return {"draft": draft, "verify": verify, "verify_sample": verify_sample, "extend": extend,
             "decode": decode, "decode_sample": decode_sample}

@@ -9,8 +9,8 @@ M_j(x) the unnormalised mass exp((l - m_j) / T) of the tokens with key > x (ties
 are kept or dropped together: the reference's definition). M is non-increasing in x, so x0 is
 found one 8-bit digit at a time, most significant first: pass i sums, per chunk of the row, the
 mass of the tokens whose key agrees with the prefix found so far, binned by their next digit (a
-256-bin histogram, as one [16, SUB] x [SUB, 16] tensor-core product of one-hot digit halves in
-tf32x3, near-fp32 accuracy); the chunk that draws a row's last ticket sums the chunks' bins and
+256-bin histogram, as [16, SUB] x [SUB, 16] tensor-core products of one-hot digit halves, w
+split in two tf32 parts: near-fp32 accuracy); the chunk that draws a row's last ticket sums the chunks' bins and
 picks the digit. Four passes fix the 32 bits.
 
 - ``PASS = 0`` also takes each chunk's max and sum of exp (relative to the chunk's max, rescaled
@@ -18,12 +18,13 @@ picks the digit. Four passes fix the 32 bits.
 - ``PASS = 3`` keeps each chunk's histogram and its mass above the 24-bit prefix, so that for any
   final digit every chunk's kept mass is known; the chunk that draws the last ticket of the whole
   launch then finishes alone (``_finish``): the accept count a (d_{j+1} accepted while
-  u_j < p_j(d_{j+1})), the chunk of row a (less the rejected draft d_{a+1}) where the cumulative
-  mass reaches (1 - u_S) of its total, one scan of that chunk for the token, and y.
+  u_j < p_j(d_{j+1}), u the uniforms' row step % rows), the chunk of row a (less the rejected
+  draft d_{a+1}) where the cumulative mass reaches (1 - u_S) of its total, one scan of that chunk
+  for the token, and y.
 - ``top_p >= 1`` (no nucleus): passes 1-3 exit after their wait and one program of pass 3
   finishes from pass 0's chunk sums.
 
-Rounding: the sums run in another order than the reference's (and in tf32x3), so a token whose
+Rounding: the sums run in another order than the reference's (and as two tf32 parts), so a token whose
 nucleus boundary or cumulative mass lies within fp32 rounding of the cut may be decided the other
 way; the distribution is the reference's to that rounding. Ties and zero-mass tokens follow the
 reference's rules exactly (a token without mass is never drawn).
@@ -51,7 +52,7 @@ __all__ = ["sampled_targets_triton", "MAX_ROWS", "chunking"]
 MAX_ROWS = 32           # chain positions (S + 1) a launch takes: tickets and the finish's vectors
 MAX_CHUNKS = 64         # chunks a row is cut into (the row reductions load [chunks, 256] at once)
 _TICKETS = 64           # MAX_ROWS row tickets + the launch's, rounded up
-_FLOOR = -1.0e30        # a finite "minus infinity" for running maxima (no inf - inf)
+_FLOOR = tl.constexpr(-1.0e30)   # a finite "minus infinity" for running maxima (no inf - inf)
 
 
 @triton.jit
@@ -64,12 +65,19 @@ def _keys(l):
 
 @triton.jit
 def _digit_hist(key, w, SHIFT: tl.constexpr):
-    """[16, 16] masses of w binned by the 8-bit digit (key >> SHIFT) & 255, as [hi nibble, lo]."""
+    """[16, 16] masses of w binned by the 8-bit digit (key >> SHIFT) & 255, as [hi nibble, lo].
+
+    Two tf32 tensor-core products: w's top 11 significant bits (exact in tf32), then the rest
+    (rounded to tf32: 2^-22 of w), against the exact one-hot digits. Triton's own tf32x3 does the
+    same with a third product, but its code for this shape spilled (32 registers, 9 KB of stack:
+    ptxas -v, session 57) and took 0.3 ms a pass."""
     d = (key >> SHIFT) & 255
     r = tl.arange(0, 16)
-    a = tl.where((d >> 4)[None, :] == r[:, None], w[None, :], 0.0)
+    w_hi = (w.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)
+    hit = (d >> 4)[None, :] == r[:, None]
     b = tl.where((d & 15)[:, None] == r[None, :], 1.0, 0.0)
-    return tl.dot(a, b, input_precision="tf32x3")
+    acc = tl.dot(tl.where(hit, w_hi[None, :], 0.0), b, input_precision="tf32")
+    return tl.dot(tl.where(hit, (w - w_hi)[None, :], 0.0), b, acc, input_precision="tf32")
 
 
 @triton.jit
@@ -101,7 +109,7 @@ def _load_hists(hist_ptr, row, C, CP: tl.constexpr, mask_e):
 
 
 @triton.jit
-def _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, y_ptr, stats_ptr, hist_ptr, above_ptr,
+def _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr, stats_ptr, hist_ptr, above_ptr,
             rowf_ptr, rowi_ptr, T, V, C, NUCLEUS: tl.constexpr, N: tl.constexpr, NP: tl.constexpr, CP: tl.constexpr,
             SUB: tl.constexpr, ITERS: tl.constexpr):
     """Accept count, the drawn token of row a and y (one program, after every row is decided)."""
@@ -117,7 +125,8 @@ def _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, y_ptr, stats_ptr, 
         x0_r = tl.zeros_like(x0_r)
     l_d = tl.load(logits_ptr + rows * stride_l + d_next, mask=draft_row, other=0.0).to(tl.float32)
     p = tl.where(_keys(l_d) >= x0_r, tl.exp((l_d - m_r) / T) / zk_r, 0.0)
-    u = tl.load(u_ptr + rows, mask=rows < N, other=0.0)
+    u_row = tl.load(step_ptr) % R
+    u = tl.load(u_ptr + u_row * stride_u + rows, mask=rows < N, other=0.0)
     miss = draft_row & ~(u < p)
     a = tl.min(tl.where(miss, rows, N - 1), 0)               # the first rejection, or S
     u_last = tl.sum(tl.where(rows == N - 1, u, 0.0), 0)
@@ -168,7 +177,7 @@ def _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, y_ptr, stats_ptr, 
 
 
 @triton.jit
-def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, temp_ptr, top_p_ptr, y_ptr,
+def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, temp_ptr, top_p_ptr, y_ptr,
                          stats_ptr, hist_ptr, above_ptr, rowf_ptr, rowi_ptr, ticket_ptr, V, C,
                          PASS: tl.constexpr, N: tl.constexpr, NP: tl.constexpr, CP: tl.constexpr,
                          SUB: tl.constexpr, ITERS: tl.constexpr, USE_GDC: tl.constexpr):
@@ -250,13 +259,13 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, temp_
                     tl.debug_barrier()
                     done = tl.atomic_add(ticket_ptr + N, 1, sem="acq_rel", scope="gpu")
                     if done == N - 1:
-                        _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, y_ptr, stats_ptr, hist_ptr,
+                        _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr, stats_ptr, hist_ptr,
                                 above_ptr, rowf_ptr, rowi_ptr, T, V, C, True, N, NP, CP, SUB, ITERS)
                         tl.atomic_xchg(ticket_ptr + N, 0, sem="relaxed", scope="gpu")
         else:
             if PASS == 3:
                 if (r == 0) & (c == 0):
-                    _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, y_ptr, stats_ptr, hist_ptr,
+                    _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr, stats_ptr, hist_ptr,
                             above_ptr, rowf_ptr, rowi_ptr, T, V, C, False, N, NP, CP, SUB, ITERS)
 
 
@@ -264,7 +273,7 @@ def chunking(rows: int, vocab: int, device: torch.device, sub: int | None = None
     """(SUB, ITERS, chunks) for a launch over rows x vocab: about one program per SM in all, each a
     chunk of ITERS x SUB logits, at most MAX_CHUNKS chunks a row."""
     if sub is None:
-        sub = 512 if vocab >= 4096 else max(16, triton.next_power_of_2(max(1, vocab // 4)))
+        sub = 256 if vocab >= 4096 else max(16, triton.next_power_of_2(max(1, vocab // 4)))
     if device.type == "cuda":
         sms = torch.cuda.get_device_properties(device).multi_processor_count
     else:
@@ -276,8 +285,9 @@ def chunking(rows: int, vocab: int, device: torch.device, sub: int | None = None
     return sub, iters, math.ceil(vocab / (sub * iters))
 
 
-def sampled_targets_triton(chain: torch.Tensor, logits: torch.Tensor, u: torch.Tensor, temperature: torch.Tensor,
-                           top_p: torch.Tensor, out: torch.Tensor | None = None, sub: int | None = None) -> torch.Tensor:
+def sampled_targets_triton(chain: torch.Tensor, logits: torch.Tensor, uniforms: torch.Tensor, step: torch.Tensor,
+                           temperature: torch.Tensor, top_p: torch.Tensor, out: torch.Tensor | None = None,
+                           sub: int | None = None) -> torch.Tensor:
     """y int64 [N] (the op's contract, runtime/relay/ops.py; arguments checked there). ``sub``
     overrides the sub-block size (tests: many chunks and iterations on a small vocabulary)."""
     n, vocab = logits.shape
@@ -294,7 +304,8 @@ def sampled_targets_triton(chain: torch.Tensor, logits: torch.Tensor, u: torch.T
     use_gdc = pdl_supported(device)
     for p in range(4):
         _nucleus_pass_kernel[(n, chunks)](
-            logits, logits.stride(0), chain, chain.stride(0), u, temperature, top_p, y,
+            logits, logits.stride(0), chain, chain.stride(0), uniforms, step, uniforms.shape[0], uniforms.stride(0),
+            temperature, top_p, y,
             stats, hist, above, rowf, rowi, tickets, vocab, chunks,
             PASS=p, N=n, NP=max(2, triton.next_power_of_2(n)), CP=cp, SUB=sub, ITERS=iters, USE_GDC=use_gdc,
             num_warps=1 if interpreting() else 8, **launch_kwargs(device))
