@@ -3,10 +3,12 @@
 (runtime/relay/sampling.py) on fresh random logits, with ties, masked (-inf) tokens, every accept
 count, every top_p regime, into poisoned outputs; the op's CPU path, fake shape and argument
 errors; on the GPU the op at the real vocabulary sizes and inside a captured graph."""
+import textwrap
+
 import pytest
 import torch
 
-from helpers import graph_edge_types
+from helpers import graph_edge_types, run_sm90_compile_check
 from lingc.runtime.kernels.sampled_targets.kernel import MAX_CHUNKS, chunking, sampled_targets_triton
 from lingc.runtime.pdl import pdl_supported
 from lingc.runtime.relay import ops
@@ -107,8 +109,38 @@ def test_tied_maxima_are_one_nucleus():
 
 @pytest.mark.parametrize("rows, vocab", [(1, 37), (4, 39296), (6, 39296), (6, 157184), (32, 157184)])
 def test_chunking_covers_the_row_in_at_most_max_chunks(rows, vocab):
-    sub, iters, chunks = chunking(rows, vocab, torch.device("cpu"))
-    assert chunks <= MAX_CHUNKS and sub * iters * chunks >= vocab > sub * iters * (chunks - 1)
+    for sms in (8, 132):
+        sub, iters, chunks = chunking(rows, vocab, sms)
+        assert chunks <= MAX_CHUNKS and sub * iters * chunks >= vocab > sub * iters * (chunks - 1)
+
+
+_COMPILE_CHECK = textwrap.dedent("""
+    import re
+    import triton
+    from sm90 import compile_sm90, signature
+    import lingc.runtime.kernels.sampled_targets.kernel as K
+    fn = K._nucleus_pass_kernel
+    sig = signature(fn, dict(logits_ptr="*fp32", chain_ptr="*i64", u_ptr="*fp32", step_ptr="*i64", temp_ptr="*fp32",
+                             top_p_ptr="*fp32", y_ptr="*i64", stats_ptr="*fp32", hist_ptr="*fp32",
+                             above_ptr="*fp32", rowf_ptr="*fp32", rowi_ptr="*i32", ticket_ptr="*i32"),
+                    ints=("stride_l", "stride_c", "R", "stride_u", "V", "C"))
+    for n, passes in ((6, (0, 1, 2, 3)), (1, (3,))):
+        sub, iters, chunks = K.chunking(n, 39296, 132)
+        for p in passes:
+            const = dict(PASS=p, N=n, NP=max(2, triton.next_power_of_2(n)), CP=triton.next_power_of_2(chunks),
+                         SUB=sub, ITERS=iters, USE_GDC=True)
+            ptx, report = compile_sm90(fn, sig, const, num_warps=8, num_stages=3)
+            assert "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx, p
+            spills = [int(x) for x in re.findall(r"(\\d+) bytes spill stores", report)]
+            assert spills and max(spills) == 0, (n, p, report)
+""")
+
+
+def test_passes_compile_for_sm90_without_spilling():
+    """The first build (Triton's tf32x3 product over sub-blocks of 512) spilled to 9 KB of stack
+    and took 0.3 ms a pass on an H100 (session 57): every pass at flash-tp4-rank's vocabulary
+    compiles without a spill."""
+    run_sm90_compile_check(_COMPILE_CHECK)
 
 
 def test_op_on_the_cpu_is_the_reference_and_checks_its_arguments():

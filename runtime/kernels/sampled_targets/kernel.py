@@ -269,15 +269,13 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
                             above_ptr, rowf_ptr, rowi_ptr, T, V, C, False, N, NP, CP, SUB, ITERS)
 
 
-def chunking(rows: int, vocab: int, device: torch.device, sub: int | None = None) -> tuple[int, int, int]:
-    """(SUB, ITERS, chunks) for a launch over rows x vocab: about one program per SM in all, each a
-    chunk of ITERS x SUB logits, at most MAX_CHUNKS chunks a row."""
+def chunking(rows: int, vocab: int, sms: int, sub: int | None = None) -> tuple[int, int, int]:
+    """(SUB, ITERS, chunks) for a launch over rows x vocab on a GPU of `sms` SMs: about one
+    program per SM in all, each a chunk of ITERS x SUB logits, at most MAX_CHUNKS chunks a row.
+    SUB = 256 keeps a pass's two [16, SUB] x [SUB, 16] products in registers (no spill, tested
+    by ptxas in tests/test_sampled_targets.py)."""
     if sub is None:
         sub = 256 if vocab >= 4096 else max(16, triton.next_power_of_2(max(1, vocab // 4)))
-    if device.type == "cuda":
-        sms = torch.cuda.get_device_properties(device).multi_processor_count
-    else:
-        sms = 8
     per_row = max(1, min(MAX_CHUNKS, sms // rows))
     iters = max(1, math.ceil(math.ceil(vocab / per_row) / sub))
     while math.ceil(vocab / (sub * iters)) > MAX_CHUNKS:
@@ -292,7 +290,8 @@ def sampled_targets_triton(chain: torch.Tensor, logits: torch.Tensor, uniforms: 
     overrides the sub-block size (tests: many chunks and iterations on a small vocabulary)."""
     n, vocab = logits.shape
     device = logits.device
-    sub, iters, chunks = chunking(n, vocab, device, sub)
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
+    sub, iters, chunks = chunking(n, vocab, sms, sub)
     cp = max(2, triton.next_power_of_2(chunks))
     y = torch.empty((n,), dtype=torch.int64, device=device) if out is None else out
     stats = torch.empty((n, cp, 2), dtype=torch.float32, device=device)
