@@ -5,7 +5,7 @@
 # probe_sampled_passes.py alone (each pass timed alone, registers and spills of each).
 set -u
 source "$(dirname "$0")/device_env.sh"
-CUDA_VISIBLE_DEVICES=0 timeout 60 python3 benchmarks/scripts/probe_sampled_targets.py 2>&1 | stamp | tail -8
+CUDA_VISIBLE_DEVICES=0 timeout 60 python3 benchmarks/scripts/probe_sampled_passes.py --profile 2>&1 | stamp | tail -8
 CUDA_VISIBLE_DEVICES=0 timeout 100 python3 -m benchmarks.kernels_sampling --out "$OUT" --rows 1 6 --vocab 39296 \
     2>&1 | stamp > "$OUT/kernels_sampling.log"
 grep -E "\|" "$OUT/kernels_sampling.log"; grep -iE "error|failed" "$OUT/kernels_sampling.log" | head -5

@@ -1,10 +1,23 @@
-"""Each pass of lingc.sampled_targets alone (CUDA events over back-to-back launches, no PDL), rows 1
-and 6 at V = 39296, top_p 0.9, with num_warps 8 and 4 (session 57: the op took 0.35-4.6 ms)."""
+"""Where lingc.sampled_targets spends its time, rows 1 and 6 at V = 39296, top_p 0.9 (session 57: the
+op took 0.35-4.6 ms before the histogram fix).
+
+    python benchmarks/scripts/probe_sampled_passes.py            # each pass alone (CUDA events over
+                                                                 # back-to-back launches, no PDL) at
+                                                                 # 8 and 4 warps; registers, spills
+    python benchmarks/scripts/probe_sampled_passes.py --profile  # the op's passes under torch.profiler
+                                                                 # (top_p 0.9 and 1)
+"""
+import sys
+
 import torch
 import triton
+from torch.profiler import ProfilerActivity, profile
 
 import lingc.runtime.kernels.sampled_targets.kernel as K
+import lingc.runtime.relay.ops as ops
 from lingc.runtime.kernels.gemm_common import persistent_buffer
+
+V = 39296
 
 
 def time_us(fn, reps=50):
@@ -20,28 +33,45 @@ def time_us(fn, reps=50):
     return a.elapsed_time(b) * 1e3 / reps
 
 
-for n in (1, 6):
+def inputs(n):
     g = torch.Generator().manual_seed(n)
-    logits = (torch.randn(n, 39296, generator=g) * 3).cuda()
-    chain = torch.randint(0, 39296, (n,), generator=g).cuda()
+    logits = (torch.randn(n, V, generator=g) * 3).cuda()
+    chain = torch.randint(0, V, (n,), generator=g).cuda()
     table = torch.rand(4, n, generator=g).cuda()
     step = torch.zeros(1, dtype=torch.int64, device="cuda")
-    t, p = torch.tensor([0.8], device="cuda"), torch.tensor([0.9], device="cuda")
+    return chain, logits, table, step, torch.tensor([0.8], device="cuda"), torch.tensor([0.9], device="cuda")
+
+
+def profiled(n):
+    chain, logits, table, step, t, _ = inputs(n)
+    for top_p in (0.9, 1.0):
+        p = torch.tensor([top_p], device="cuda")
+        for _ in range(3):
+            ops.sampled_targets(chain, logits, table, step, t, p)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                ops.sampled_targets(chain, logits, table, step, t, p)
+            torch.cuda.synchronize()
+        rows = [(e.key, e.device_time_total / e.count, e.count) for e in prof.key_averages() if e.device_time_total > 0]
+        print(f"rows={n} top_p={top_p}: " + "; ".join(f"{k[:40]} {us:.1f} us x{c}" for k, us, c in rows))
+
+
+def passes_alone(n):
+    chain, logits, table, step, t, p = inputs(n)
     dev = logits.device
-    sub, iters, chunks = K.chunking(n, 39296, torch.cuda.get_device_properties(dev).multi_processor_count)
+    sub, iters, chunks = K.chunking(n, V, torch.cuda.get_device_properties(dev).multi_processor_count)
     cp = max(2, triton.next_power_of_2(chunks))
     y = torch.empty(n, dtype=torch.int64, device=dev)
-    stats = torch.empty((n, cp, 2), device=dev)
-    hist = torch.empty((n, cp, 256), device=dev)
-    above = torch.empty((n, cp), device=dev)
-    rowf = torch.empty((n, 4), device=dev)
+    stats, hist = torch.empty((n, cp, 2), device=dev), torch.empty((n, cp, 256), device=dev)
+    above, rowf = torch.empty((n, cp), device=dev), torch.empty((n, 4), device=dev)
     rowi = torch.empty((n, 2), dtype=torch.int32, device=dev)
     tickets = persistent_buffer("sampled_targets_tickets", dev, 64, torch.int32, 0)
     for warps in (8, 4):
         def launch(pas):
             K._nucleus_pass_kernel[(n, chunks)](
                 logits, logits.stride(0), chain, chain.stride(0), table, step, table.shape[0], table.stride(0),
-                t, p, y, stats, hist, above, rowf, rowi, tickets, 39296, chunks,
+                t, p, y, stats, hist, above, rowf, rowi, tickets, V, chunks,
                 PASS=pas, N=n, NP=max(2, triton.next_power_of_2(n)), CP=cp, SUB=sub, ITERS=iters, USE_GDC=False,
                 num_warps=warps)
         for pas in range(4):
@@ -50,6 +80,11 @@ for n in (1, 6):
         times = [time_us(lambda: launch(pas)) for pas in range(4)]
         print(f"rows={n} chunks={chunks} sub={sub} iters={iters} warps={warps}: passes us " +
               " ".join(f"{x:.1f}" for x in times), flush=True)
-# Registers and spills of the compiled passes
-for key, kern in K._nucleus_pass_kernel.device_caches[0][0].items():
-    print("regs", kern.n_regs, "spills", kern.n_spills, "shared", kern.metadata.shared, "warps", kern.metadata.num_warps)
+
+
+for n in (1, 6):
+    profiled(n) if "--profile" in sys.argv else passes_alone(n)
+if "--profile" not in sys.argv:
+    for kern in K._nucleus_pass_kernel.device_caches[0][0].values():
+        print("regs", kern.n_regs, "spills", kern.n_spills, "shared", kern.metadata.shared, "warps",
+              kern.metadata.num_warps)
