@@ -25,7 +25,7 @@ verify graph (passes/stage_commit.py), so a rejection leaves no trace. Per reque
 tensor is zeroed, the prompt runs through the eager target (and, for a speculative request, the
 eager draft over the same positions, tokens shifted by one), then the relay runs (driver.py).
 Sampling (temperature > 0) runs speculatively too (sampling.py: each token distributed as
-plain sampling's), as the Engine's.
+plain sampling's), and plain sampling in its own decode graph, as the Engine's.
 """
 
 from __future__ import annotations
