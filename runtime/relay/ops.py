@@ -20,9 +20,9 @@
   [S+1] (S >= 0: S = 0 is plain sampling's draw), logits [S+1, V] (unit stride along V), the
   request's uniforms fp32 [R, W >= S+1] in [0, 1) of which row step % R is this step's (step int64
   [1], the relay's ring_k: selecting the row in the kernel saves the graph two ATen kernels),
-  temperature > 0 and top_p fp32 [1] on the device. Never syncs: on CUDA four PDL-launched Triton passes
-  (runtime/kernels/sampled_targets: the nucleus by a radix search over the logits, no sort),
-  elsewhere ``sampling.sampled_targets``.
+  temperature > 0 and top_p fp32 [1] on the device. Never syncs: on CUDA four PDL-launched
+  Triton passes (runtime/kernels/sampled_targets: the nucleus by a radix search over the logits,
+  no sort), elsewhere ``sampling.sampled_targets``.
 - ``state_commit(Tensor accept) -> Tensor``: the commit point of a verify step. On its own it is
   the identity on ``accept`` and commits nothing: the model's recurrent-state writes have already
   stored the state after ALL chain positions, which is wrong whenever a draft is rejected. The
@@ -44,7 +44,8 @@ from lingc.runtime.registry import register_op
 from .sampling import sampled_targets as sampled_targets_reference
 
 __all__ = ["greedy_verdict", "greedy_emit", "greedy_verdict_out", "greedy_emit_out", "state_commit", "host_refill",
-           "greedy_verdict_reference", "greedy_emit_reference", "sampled_targets", "sampled_targets_reference", "step_uniforms"]
+           "greedy_verdict_reference", "greedy_emit_reference", "sampled_targets", "sampled_targets_reference",
+           "step_uniforms"]
 
 
 def greedy_verdict_reference(chain: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

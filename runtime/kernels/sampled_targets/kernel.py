@@ -109,9 +109,9 @@ def _load_hists(hist_ptr, row, C, CP: tl.constexpr, mask_e):
 
 
 @triton.jit
-def _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr, stats_ptr, hist_ptr, above_ptr,
-            rowf_ptr, rowi_ptr, T, V, C, NUCLEUS: tl.constexpr, N: tl.constexpr, NP: tl.constexpr, CP: tl.constexpr,
-            SUB: tl.constexpr, ITERS: tl.constexpr):
+def _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr, stats_ptr, hist_ptr,
+            above_ptr, rowf_ptr, rowi_ptr, T, V, C, NUCLEUS: tl.constexpr, N: tl.constexpr, NP: tl.constexpr,
+            CP: tl.constexpr, SUB: tl.constexpr, ITERS: tl.constexpr):
     """Accept count, the drawn token of row a and y (one program, after every row is decided)."""
     rows = tl.arange(0, NP)
     draft_row = rows < N - 1
@@ -177,8 +177,8 @@ def _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, strid
 
 
 @triton.jit
-def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, temp_ptr, top_p_ptr, y_ptr,
-                         stats_ptr, hist_ptr, above_ptr, rowf_ptr, rowi_ptr, ticket_ptr, V, C,
+def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, temp_ptr, top_p_ptr,
+                         y_ptr, stats_ptr, hist_ptr, above_ptr, rowf_ptr, rowi_ptr, ticket_ptr, V, C,
                          PASS: tl.constexpr, N: tl.constexpr, NP: tl.constexpr, CP: tl.constexpr,
                          SUB: tl.constexpr, ITERS: tl.constexpr, USE_GDC: tl.constexpr):
     r = tl.program_id(0)
@@ -259,14 +259,15 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
                     tl.debug_barrier()
                     done = tl.atomic_add(ticket_ptr + N, 1, sem="acq_rel", scope="gpu")
                     if done == N - 1:
-                        _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr, stats_ptr, hist_ptr,
-                                above_ptr, rowf_ptr, rowi_ptr, T, V, C, True, N, NP, CP, SUB, ITERS)
+                        _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr,
+                                stats_ptr, hist_ptr, above_ptr, rowf_ptr, rowi_ptr, T, V, C, True, N, NP, CP, SUB,
+                                ITERS)
                         tl.atomic_xchg(ticket_ptr + N, 0, sem="relaxed", scope="gpu")
         else:
             if PASS == 3:
                 if (r == 0) & (c == 0):
-                    _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr, stats_ptr, hist_ptr,
-                            above_ptr, rowf_ptr, rowi_ptr, T, V, C, False, N, NP, CP, SUB, ITERS)
+                    _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr,
+                            stats_ptr, hist_ptr, above_ptr, rowf_ptr, rowi_ptr, T, V, C, False, N, NP, CP, SUB, ITERS)
 
 
 def chunking(rows: int, vocab: int, sms: int, sub: int | None = None) -> tuple[int, int, int]:
