@@ -115,6 +115,28 @@ def _int_at_least(lo: int):
     return parse
 
 
+def _non_negative_float(text: str) -> float:
+    """argparse type: a finite float >= 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want a number >= 0, got {text!r}") from None
+    if not (v >= 0 and v != float("inf")):
+        raise argparse.ArgumentTypeError(f"want a finite number >= 0, got {text}")
+    return v
+
+
+def _top_p(text: str) -> float:
+    """argparse type: a float in (0, 1]."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want a number in (0, 1], got {text!r}") from None
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"want a number in (0, 1], got {text}")
+    return v
+
+
 def compile_step(model, role: str = "decode", **options):
     """The model's forward compiled with lingc as one static-shape graph per T."""
     return torch.compile(model, backend="lingc", fullgraph=True, dynamic=False,
@@ -201,13 +223,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     engine = Engine(model, max_len=len(prompt) + n + relay_margin(args.steps), steps=args.steps,
                     options={"inductor": args.inductor}, progress=lead, prefill_graphs=args.prefill_graphs)
-    first = len(compile_reports)
     t0 = time.perf_counter()
     engine.prepare(("decode", "draft", "verify", "extend"))
     engine.prepare_prefill(len(prompt))       # the prompt's prefill graphs (CUDA), not timed below
     t_compile = time.perf_counter() - t0
-    verify = next(r for r in compile_reports[first:] if r.role == "verify")
-    print(verify.format(compact=True))
+    # The verify graph's report; a second run in one process may reuse Dynamo's compile of the
+    # same step (no new report): then the earlier one describes the same graph.
+    verify = next((r for r in reversed(compile_reports) if r.role == "verify"), None)
+    if verify is not None:
+        print(verify.format(compact=True))
 
     t0 = time.perf_counter()
     plain = engine.generate(prompt, n, speculative=None, eos_token_id=None)
@@ -236,10 +260,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"  compile + capture of the 4 step graphs{' and the prefill' if st.prefill_rows else ''}: "
           f"{t_compile:.1f} s; "
           f"speed-up over eager: plain {t_eager / t_plain:.1f}x, relay {t_eager / t_spec:.1f}x")
+    repeats = _run_sampled(engine, prompt, n, args, print) if args.temperature > 0 else True
     if dev.type == "cpu":
         print("  (on the CPU lingc's ops run their plain-PyTorch references, which check the graphs "
               "rather than speed them up; the speed-up is measured on a GPU: see the README)")
-    return 0 if plain == eager and spec == eager else 1
+    return 0 if plain == eager and spec == eager and repeats else 1
+
+
+def _run_sampled(engine, prompt: list[int], n: int, args: argparse.Namespace, print) -> bool:
+    """The same request sampled (--temperature, --top-p, --seed), plain and speculative: the two
+    draw from the same distribution with different uniforms, so their tokens are not compared;
+    each is checked to repeat under its seed (the return value)."""
+    kw = dict(temperature=args.temperature, top_p=args.top_p, seed=args.seed, eos_token_id=None)
+    t0 = time.perf_counter()
+    engine.prepare(("decode_sample", "verify_sample"))
+    t_compile = time.perf_counter() - t0
+    runs = {}
+    for label, kind in (("plain decode", None), ("NEXTN relay", "nextn")):
+        t0 = time.perf_counter()
+        out = engine.generate(prompt, n, speculative=kind, **kw)
+        runs[label] = (out, time.perf_counter() - t0, engine.stats.mean_accept_length, engine.stats.steps)
+        again = engine.generate(prompt, n, speculative=kind, **kw) == out
+        runs[label] += ("repeats under its seed" if again else "DOES NOT REPEAT under its seed",)
+    print(f"sampled: temperature {args.temperature}, top_p {args.top_p}, seed {args.seed} "
+          f"(compile + capture of the 2 sampled graphs {t_compile:.1f} s)")
+    for label, (out, t, accept, steps, repeat) in runs.items():
+        extra = f", accept length {accept:.2f} over {steps} steps" if label == "NEXTN relay" else ""
+        print(f"  lingc {label:<16} {t:7.2f} s   {n / t:8.1f} tok/s   {out[:10]} ... {repeat}{extra}")
+    return all(r[-1] == "repeats under its seed" for r in runs.values())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,7 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--prompt-ids", default=None, metavar="IDS",
                      help="the prompt as comma-separated token ids (lingc has no tokenizer)")
     run.add_argument("--new-tokens", type=_int_at_least(1), default=48)
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--seed", type=int, default=0, help="random prompt and weights, and the sampling's draws")
+    run.add_argument("--temperature", type=_non_negative_float, default=0.0,
+                     help="> 0: also generate the request sampled, plain and speculative (default 0: greedy only)")
+    run.add_argument("--top-p", type=_top_p, default=1.0, help="nucleus for --temperature (0 < top_p <= 1)")
     run.add_argument("--steps", type=int, default=5, choices=range(1, MAX_STEPS + 1), metavar=f"{{1..{MAX_STEPS}}}",
                      help="NEXTN drafts per relay step")
     run.add_argument("--tp", type=int, default=1,

@@ -27,6 +27,15 @@ def test_run_from_a_checkpoint_with_given_prompt_ids(checkpoint, capsys):
     assert ttft and float(ttft.group(1)) > 0 and float(ttft.group(2)) > 0, out
 
 
+def test_run_sampled_plain_and_speculative(checkpoint, capsys):
+    assert main(["run", "--checkpoint", str(checkpoint), "--prompt-ids", "3,1,4,1,5", "--new-tokens", "6",
+                 "--steps", "3", "--device", "cpu", "--no-prefill-graphs", "--temperature", "0.8",
+                 "--top-p", "0.9", "--seed", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "sampled: temperature 0.8, top_p 0.9, seed 2" in out
+    assert out.count("repeats under its seed") == 2 and "lingc NEXTN relay" in out.split("sampled:")[1]
+
+
 def test_explain_a_checkpoint(checkpoint, capsys):
     assert main(["explain", "--checkpoint", str(checkpoint), "--t", "6", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
@@ -59,6 +68,8 @@ def test_run_refuses_a_bad_source_or_prompt(checkpoint, tmp_path, argv, message)
     ("run", ["--new-tokens", "0"], r"--new-tokens: want an integer >= 1, got 0"),
     ("run", ["--prompt-len", "x"], r"--prompt-len: want an integer >= 1, got 'x'"),
     ("explain", ["--context", "-3"], r"--context: want an integer >= 0, got -3"),
+    ("run", ["--temperature", "-1"], r"--temperature: want a finite number >= 0, got -1"),
+    ("run", ["--top-p", "0"], r"--top-p: want a number in \(0, 1\], got 0"),
 ])
 def test_bad_numbers_are_refused_by_the_parser(cmd, argv, message, capsys):
     with pytest.raises(SystemExit) as e:
