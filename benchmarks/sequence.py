@@ -43,6 +43,7 @@ KINDS = (
     ("GQA attention + cache writes", ("_gqa", "_head_cache_write")),
     ("norms", ("_rmsnorm", "_gated_head_rmsnorm")),
     ("relay verdict + advance", ("_greedy_verdict", "_greedy_emit", "_relay_advance")),
+    ("sampling draw", ("_nucleus_pass",)),
     ("glue (concat)", ("_concat_cols", "_concat_into")),
 )
 OTHER = "other (ATen, copies, collectives)"
