@@ -110,6 +110,18 @@ def test_engine_sampling_draws_the_first_token_and_plain_sampling_draws_each_fro
     assert runs[0] != runs[1]
 
 
+def test_engine_sampled_requests_stop_at_a_stop_id(engine):
+    """The run-ahead loop decides stop ids for sampled requests too (plain and speculative): the
+    tokens end at the first occurrence of the stop id, which the same seed's longer run shows."""
+    _, eng = engine
+    for speculative in (None, "nextn"):
+        kw = dict(temperature=1.1, seed=7, speculative=speculative, eos_token_id=None)
+        full = eng.generate(PROMPT, 24, **kw)
+        stop = full[5]
+        want = full[:full.index(stop) + 1]
+        assert eng.generate(PROMPT, 24, stop=[stop], **kw) == want, (speculative, full, stop)
+
+
 def test_engine_speculative_sampling(engine):
     """The relay samples: a nucleus holding one token gives the greedy tokens; a seed reproduces
     a request and another seed differs; drafts are accepted (the NEXTN draft agrees with the
