@@ -102,39 +102,26 @@ def check_context(prompt_len: int, new_tokens: int, steps: int, max_positions: i
                          f"max_position_embeddings {max_positions}: use {fix}")
 
 
-def _int_at_least(lo: int):
-    """argparse type: an integer >= lo."""
-    def parse(text: str) -> int:
+def _checked(convert, ok, want: str):
+    """argparse type: `convert(text)` where `ok` holds of it, else an error saying `want`."""
+    def parse(text: str):
         try:
-            v = int(text)
+            v = convert(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"want an integer >= {lo}, got {text!r}") from None
-        if v < lo:
-            raise argparse.ArgumentTypeError(f"want an integer >= {lo}, got {v}")
+            raise argparse.ArgumentTypeError(f"want {want}, got {text!r}") from None
+        if not ok(v):
+            raise argparse.ArgumentTypeError(f"want {want}, got {text}")
         return v
     return parse
 
 
-def _non_negative_float(text: str) -> float:
-    """argparse type: a finite float >= 0."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"want a number >= 0, got {text!r}") from None
-    if not (v >= 0 and v != float("inf")):
-        raise argparse.ArgumentTypeError(f"want a finite number >= 0, got {text}")
-    return v
+def _int_at_least(lo: int):
+    """argparse type: an integer >= lo."""
+    return _checked(int, lambda v: v >= lo, f"an integer >= {lo}")
 
 
-def _top_p(text: str) -> float:
-    """argparse type: a float in (0, 1]."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"want a number in (0, 1], got {text!r}") from None
-    if not 0 < v <= 1:
-        raise argparse.ArgumentTypeError(f"want a number in (0, 1], got {text}")
-    return v
+_non_negative_float = _checked(float, lambda v: 0 <= v < float("inf"), "a finite number >= 0")
+_top_p = _checked(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 
 
 def compile_step(model, role: str = "decode", **options):
