@@ -17,12 +17,13 @@ latency, not bytes). Every variant's tokens are checked against the CPU referenc
 from __future__ import annotations
 
 import argparse
-import os
+import functools
 from pathlib import Path
 
 import torch
 
 from benchmarks.common import copy_bandwidth_gbps, markdown_table, require_cuda, time_in_graph, write_json
+from lingc.runtime.kernels.sampled_targets.kernel import sampled_targets_triton
 from lingc.runtime.relay import ops
 
 
@@ -41,20 +42,6 @@ def _reference(chain, logits, uniforms, step, temperature, top_p):
     return ops.sampled_targets_reference(chain, logits, u, temperature, top_p)
 
 
-def _no_pdl(fn):
-    def run(*args):
-        before = os.environ.get("LINGC_DISABLE_PDL")
-        os.environ["LINGC_DISABLE_PDL"] = "1"
-        try:
-            return fn(*args)
-        finally:
-            if before is None:
-                del os.environ["LINGC_DISABLE_PDL"]
-            else:
-                os.environ["LINGC_DISABLE_PDL"] = before
-    return run
-
-
 def bench(rows: int, vocab: int, replays: int, inductor: bool, gbps: float) -> list[dict]:
     chain, logits, u = _inputs(rows, vocab, seed=rows * 7 + vocab)
     dev = [chain.cuda(), logits.cuda(), u[None].cuda(), torch.zeros(1, dtype=torch.int64, device="cuda")]
@@ -64,7 +51,7 @@ def bench(rows: int, vocab: int, replays: int, inductor: bool, gbps: float) -> l
     variants = {
         "lingc": (lingc, p_nucleus),
         "lingc top_p=1": (lingc, p_all),
-        "lingc-no-pdl": (_no_pdl(lingc), p_nucleus),
+        "lingc-no-pdl": (functools.partial(sampled_targets_triton, use_pdl=False), p_nucleus),
         "aten": (_reference, p_nucleus),
     }
     if inductor:

@@ -53,8 +53,8 @@ def generate(model, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: in
     speculative sampling: each token distributed as plain sampling draws it), None plain
     decoding (greedy, or sampled on the device in the decode graph). A sampled request is
     reproduced by its seed; top_p keeps the most likely tokens until they reach top_p, tokens of
-    equal logit together. `options` are lingc backend options for the step graphs (e.g. {"inductor": False,
-    "cudagraphs": False, "dump_dir": ...}).
+    equal logit together. `options` are lingc backend options for the step graphs (e.g.
+    {"inductor": False, "cudagraphs": False, "dump_dir": ...}).
     """
     n = len(prompt_ids)
     eng = engine_for(model, n + max_new_tokens + 2 * (steps + 1), steps, options)

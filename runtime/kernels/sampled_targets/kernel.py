@@ -45,7 +45,7 @@ import triton
 import triton.language as tl
 
 from lingc.runtime.kernels.gemm_common import persistent_buffer
-from lingc.runtime.pdl import interpreting, launch_kwargs, pdl_supported, pdl_wait_then_release
+from lingc.runtime.pdl import interpreting, pdl_supported, pdl_wait_then_release
 
 __all__ = ["sampled_targets_triton", "MAX_ROWS", "chunking"]
 
@@ -286,9 +286,10 @@ def chunking(rows: int, vocab: int, sms: int, sub: int | None = None) -> tuple[i
 
 def sampled_targets_triton(chain: torch.Tensor, logits: torch.Tensor, uniforms: torch.Tensor, step: torch.Tensor,
                            temperature: torch.Tensor, top_p: torch.Tensor, out: torch.Tensor | None = None,
-                           sub: int | None = None) -> torch.Tensor:
+                           sub: int | None = None, use_pdl: bool | None = None) -> torch.Tensor:
     """y int64 [N] (the op's contract, runtime/relay/ops.py; arguments checked there). ``sub``
-    overrides the sub-block size (tests: many chunks and iterations on a small vocabulary)."""
+    overrides the sub-block size (tests: many chunks and iterations on a small vocabulary);
+    ``use_pdl=False`` launches without PDL (benchmarks), None where the device supports it."""
     n, vocab = logits.shape
     device = logits.device
     sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
@@ -301,12 +302,12 @@ def sampled_targets_triton(chain: torch.Tensor, logits: torch.Tensor, uniforms: 
     rowf = torch.empty((n, 4), dtype=torch.float32, device=device)
     rowi = torch.empty((n, 2), dtype=torch.int32, device=device)
     tickets = persistent_buffer("sampled_targets_tickets", device, _TICKETS, torch.int32, 0)
-    use_gdc = pdl_supported(device)
+    use_gdc = pdl_supported(device) if use_pdl is None else use_pdl
+    launch = {"launch_pdl": True} if use_gdc else {}
     for p in range(4):
         _nucleus_pass_kernel[(n, chunks)](
             logits, logits.stride(0), chain, chain.stride(0), uniforms, step, uniforms.shape[0], uniforms.stride(0),
-            temperature, top_p, y,
-            stats, hist, above, rowf, rowi, tickets, vocab, chunks,
+            temperature, top_p, y, stats, hist, above, rowf, rowi, tickets, vocab, chunks,
             PASS=p, N=n, NP=max(2, triton.next_power_of_2(n)), CP=cp, SUB=sub, ITERS=iters, USE_GDC=use_gdc,
-            num_warps=1 if interpreting() else 8, **launch_kwargs(device))
+            num_warps=1 if interpreting() else 8, **launch)
     return y
