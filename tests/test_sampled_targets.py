@@ -51,7 +51,7 @@ def _both(chain, logits, u, temperature, top_p, sub=None):
 
 
 @pytest.mark.parametrize("n, vocab, sub, ties", [(1, 37, 16, False), (2, 300, 32, True), (4, 1000, 64, False),
-                                                 (6, 257, 16, True)])
+                                                 (6, 257, 16, True), (3, 3000, 256, True)])
 def test_kernel_matches_the_reference(n, vocab, sub, ties):
     chain, logits, g = _case(n, vocab, seed=n * 1000 + vocab, ties=ties)
     for top_p, temperature in ((1.0, 1.0), (0.9, 0.6), (0.3, 1.3), (1e-6, 1.0)):
@@ -128,7 +128,7 @@ _COMPILE_CHECK = textwrap.dedent("""
         sub, iters, chunks = K.chunking(n, 39296, 132)
         for p in passes:
             const = dict(PASS=p, N=n, NP=max(2, triton.next_power_of_2(n)), CP=triton.next_power_of_2(chunks),
-                         SUB=sub, ITERS=iters, USE_GDC=True)
+                         SUB=sub, ITERS=iters, B=K.batches(sub), USE_GDC=True)
             ptx, report = compile_sm90(fn, sig, const, num_warps=8, num_stages=3)
             assert "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx, p
             spills = [int(x) for x in re.findall(r"(\\d+) bytes spill stores", report)]

@@ -72,7 +72,8 @@ def passes_alone(n):
             K._nucleus_pass_kernel[(n, chunks)](
                 logits, logits.stride(0), chain, chain.stride(0), table, step, table.shape[0], table.stride(0),
                 t, p, y, stats, hist, above, rowf, rowi, tickets, V, chunks,
-                PASS=pas, N=n, NP=max(2, triton.next_power_of_2(n)), CP=cp, SUB=sub, ITERS=iters, USE_GDC=False,
+                PASS=pas, N=n, NP=max(2, triton.next_power_of_2(n)), CP=cp, SUB=sub, ITERS=iters, B=K.batches(sub),
+                USE_GDC=False,
                 num_warps=warps)
         for pas in range(4):
             launch(pas)

@@ -65,19 +65,22 @@ def _keys(l):
 
 @triton.jit
 def _digit_hist(key, w, SHIFT: tl.constexpr):
-    """[16, 16] masses of w binned by the 8-bit digit (key >> SHIFT) & 255, as [hi nibble, lo].
+    """[B, 16, 16] masses of w [B, KB] binned by the 8-bit digit (key >> SHIFT) & 255, as
+    [batch, hi nibble, lo nibble]: summed over the batch, the sub-block's histogram.
 
-    Two tf32 tensor-core products: w's top 11 significant bits (exact in tf32), then the rest
-    (rounded to tf32: 2^-22 of w), against the exact one-hot digits. Triton's own tf32x3 does the
-    same with a third product, but its code for this shape spilled (32 registers, 9 KB of stack:
-    ptxas -v, session 57) and took 0.3 ms a pass."""
+    Batched tensor-core products, one batch a warp: a [16, SUB] x [SUB, 16] product put every
+    warp through SUB / 8 dependent MMA steps (128 MMAs a thread a sub-block of 256, session 58);
+    split into B batches of KB columns each warp runs KB / 8. Two tf32 products: w's top 11
+    significant bits (exact in tf32), then the rest (rounded to tf32: 2^-22 of w), against the
+    exact one-hot digits. Triton's own tf32x3 does the same with a third product, but its code
+    for this shape spilled (32 registers, 9 KB of stack: ptxas -v, session 57)."""
     d = (key >> SHIFT) & 255
     r = tl.arange(0, 16)
     w_hi = (w.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)
-    hit = (d >> 4)[None, :] == r[:, None]
-    b = tl.where((d & 15)[:, None] == r[None, :], 1.0, 0.0)
-    acc = tl.dot(tl.where(hit, w_hi[None, :], 0.0), b, input_precision="tf32")
-    return tl.dot(tl.where(hit, (w - w_hi)[None, :], 0.0), b, acc, input_precision="tf32")
+    hit = (d >> 4)[:, None, :] == r[None, :, None]
+    b = tl.where((d & 15)[:, :, None] == r[None, None, :], 1.0, 0.0)
+    acc = tl.dot(tl.where(hit, w_hi[:, None, :], 0.0), b, input_precision="tf32")
+    return tl.dot(tl.where(hit, (w - w_hi)[:, None, :], 0.0), b, acc, input_precision="tf32")
 
 
 @triton.jit
@@ -180,7 +183,7 @@ def _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, strid
 def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, temp_ptr, top_p_ptr,
                          y_ptr, stats_ptr, hist_ptr, above_ptr, rowf_ptr, rowi_ptr, ticket_ptr, V, C,
                          PASS: tl.constexpr, N: tl.constexpr, NP: tl.constexpr, CP: tl.constexpr,
-                         SUB: tl.constexpr, ITERS: tl.constexpr, USE_GDC: tl.constexpr):
+                         SUB: tl.constexpr, ITERS: tl.constexpr, B: tl.constexpr, USE_GDC: tl.constexpr):
     r = tl.program_id(0)
     c = tl.program_id(1)
     pdl_wait_then_release(USE_GDC)
@@ -188,26 +191,32 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
     top_p = tl.load(top_p_ptr).to(tl.float32)
     nucleus = top_p < 1.0
     CHUNK: tl.constexpr = SUB * ITERS
-    offs = tl.arange(0, SUB)
+    KB: tl.constexpr = SUB // B
+    offs = tl.arange(0, B)[:, None] * KB + tl.arange(0, KB)[None, :]     # a sub-block as [B, KB]
     base = logits_ptr + r * stride_l
     start = c * CHUNK
     if PASS == 0:
-        # Chunk max and sum of exp, with the first digit's histogram, in one online sweep.
+        # Chunk max and sum of exp, with the first digit's histogram (a nucleus only), in one
+        # online sweep; each sub-block's load is issued before the previous one's products.
         m_run = tl.full((), _FLOOR, tl.float32)
         s = tl.zeros((), dtype=tl.float32)
-        acc = tl.zeros((16, 16), dtype=tl.float32)
+        acc = tl.zeros((B, 16, 16), dtype=tl.float32)
+        l_next = tl.load(base + start + offs, mask=start + offs < V, other=float("-inf")).to(tl.float32)
         for it in range(ITERS):
-            idx = start + it * SUB + offs
-            l = tl.load(base + idx, mask=idx < V, other=float("-inf")).to(tl.float32)
-            m_new = tl.maximum(m_run, tl.max(l, 0))
+            l = l_next
+            idx = start + (it + 1) * SUB + offs
+            l_next = tl.load(base + idx, mask=(idx < V) & (it + 1 < ITERS), other=float("-inf")).to(tl.float32)
+            m_new = tl.maximum(m_run, tl.max(tl.max(l, 1), 0))
             scale = tl.exp((m_run - m_new) / T)
             w = tl.exp((l - m_new) / T)
-            s = s * scale + tl.sum(w, 0)
-            acc = acc * scale + _digit_hist(_keys(l), w, 24)
+            s = s * scale + tl.sum(tl.sum(w, 1), 0)
+            if nucleus:
+                acc = acc * scale + _digit_hist(_keys(l), w, 24)
             m_run = m_new
         tl.store(stats_ptr + (r * CP + c) * 2, m_run)
         tl.store(stats_ptr + (r * CP + c) * 2 + 1, s)
-        _store_hist(hist_ptr + (r * CP + c) * 256, acc)
+        if nucleus:
+            _store_hist(hist_ptr + (r * CP + c) * 256, tl.sum(acc, 0))
         tl.debug_barrier()
         ticket = tl.atomic_add(ticket_ptr + r, 1, sem="acq_rel", scope="gpu")
         if ticket == C - 1:
@@ -217,12 +226,13 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
             m = tl.max(m_c, 0)
             f = tl.exp((m_c - m) / T)
             z = tl.sum(s_c * f, 0)
-            h = tl.sum(_load_hists(hist_ptr, r, C, CP, tl.arange(0, 256) >= 0) * f[:, None], 0)
-            digit, above, kept = _pick_digit(h, 0.0, top_p * z)
             tl.store(rowf_ptr + r * 4, m)
             tl.store(rowf_ptr + r * 4 + 1, z)
-            tl.store(rowf_ptr + r * 4 + 2, above)
-            tl.store(rowi_ptr + r * 2, digit.to(tl.int32))
+            if nucleus:
+                h = tl.sum(_load_hists(hist_ptr, r, C, CP, tl.arange(0, 256) >= 0) * f[:, None], 0)
+                digit, above, kept = _pick_digit(h, 0.0, top_p * z)
+                tl.store(rowf_ptr + r * 4 + 2, above)
+                tl.store(rowi_ptr + r * 2, digit.to(tl.int32))
             tl.atomic_xchg(ticket_ptr + r, 0, sem="relaxed", scope="gpu")      # ready for the next pass
     else:
         if nucleus:
@@ -231,18 +241,20 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
             above_prefix = tl.load(rowf_ptr + r * 4 + 2, cache_modifier=".cg")
             prefix = tl.load(rowi_ptr + r * 2, cache_modifier=".cg").to(tl.uint32, bitcast=True)
             SHIFT: tl.constexpr = 24 - 8 * PASS
-            acc = tl.zeros((16, 16), dtype=tl.float32)
+            acc = tl.zeros((B, 16, 16), dtype=tl.float32)
             above_chunk = tl.zeros((), dtype=tl.float32)
+            l_next = tl.load(base + start + offs, mask=start + offs < V, other=float("-inf")).to(tl.float32)
             for it in range(ITERS):
-                idx = start + it * SUB + offs
-                l = tl.load(base + idx, mask=idx < V, other=float("-inf")).to(tl.float32)
+                l = l_next
+                idx = start + (it + 1) * SUB + offs
+                l_next = tl.load(base + idx, mask=(idx < V) & (it + 1 < ITERS), other=float("-inf")).to(tl.float32)
                 key = _keys(l)
                 w = tl.exp((l - m) / T)
                 high = key >> (SHIFT + 8)
                 acc += _digit_hist(key, tl.where(high == prefix, w, 0.0), SHIFT)
                 if PASS == 3:
-                    above_chunk += tl.sum(tl.where(high > prefix, w, 0.0), 0)
-            _store_hist(hist_ptr + (r * CP + c) * 256, acc)
+                    above_chunk += tl.sum(tl.sum(tl.where(high > prefix, w, 0.0), 1), 0)
+            _store_hist(hist_ptr + (r * CP + c) * 256, tl.sum(acc, 0))
             if PASS == 3:
                 tl.store(above_ptr + r * CP + c, above_chunk)
             tl.debug_barrier()
@@ -284,6 +296,12 @@ def chunking(rows: int, vocab: int, sms: int, sub: int | None = None) -> tuple[i
     return sub, iters, math.ceil(vocab / (sub * iters))
 
 
+def batches(sub: int) -> int:
+    """Warps' batches of a sub-block's histogram product: 8 (one a warp), each at least 16
+    columns wide (tl.dot's least K)."""
+    return max(1, min(8, sub // 16))
+
+
 def sampled_targets_triton(chain: torch.Tensor, logits: torch.Tensor, uniforms: torch.Tensor, step: torch.Tensor,
                            temperature: torch.Tensor, top_p: torch.Tensor, out: torch.Tensor | None = None,
                            sub: int | None = None, use_pdl: bool | None = None) -> torch.Tensor:
@@ -308,6 +326,7 @@ def sampled_targets_triton(chain: torch.Tensor, logits: torch.Tensor, uniforms: 
         _nucleus_pass_kernel[(n, chunks)](
             logits, logits.stride(0), chain, chain.stride(0), uniforms, step, uniforms.shape[0], uniforms.stride(0),
             temperature, top_p, y, stats, hist, above, rowf, rowi, tickets, vocab, chunks,
-            PASS=p, N=n, NP=max(2, triton.next_power_of_2(n)), CP=cp, SUB=sub, ITERS=iters, USE_GDC=use_gdc,
+            PASS=p, N=n, NP=max(2, triton.next_power_of_2(n)), CP=cp, SUB=sub, ITERS=iters, B=batches(sub),
+            USE_GDC=use_gdc,
             num_warps=1 if interpreting() else 8, **launch)
     return y
