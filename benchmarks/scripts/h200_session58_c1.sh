@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# Session 58 call 1 (carry .whl .triton_cache.tar.gz; timeout_s ~420): the README table's lingc rows
-# at HEAD (32 tokens, the README's command) on whichever GPU came, then the sampling op's baseline
-# for this session's tuning: its passes alone and under the profiler, and the micro-benchmark.
+# Session 58 call 1 (carry .whl .triton_cache.tar.gz .base.tar.gz = `git archive 0610388`; timeout_s ~480):
+# the README table's lingc rows at HEAD (32 tokens, the README's command) on whichever GPU came; then
+# sampled_targets with its histogram products batched a warp each (this session) against 0610388's:
+# the GPU tests of the op, the passes alone, and the micro-benchmark of both commits.
 set -u
 source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 table_modes table_lingc lingc,lingc-nextn 300
 grep -E "^\S*\s*\||speculative|bandwidth|Error" "$OUT/table_lingc.log" | head -16
+CUDA_VISIBLE_DEVICES=0 timeout 60 python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -q \
+    tests/test_sampled_targets.py 2>&1 | stamp > "$OUT/pytest_s58_c1.log"
+grep -E "passed|failed" "$OUT/pytest_s58_c1.log"; grep -E "^\S*\s*(FAILED|E )" "$OUT/pytest_s58_c1.log" | head -8
 CUDA_VISIBLE_DEVICES=0 timeout 40 python3 benchmarks/scripts/probe_sampled_passes.py 2>&1 | stamp > "$OUT/probe.log"
-CUDA_VISIBLE_DEVICES=0 timeout 40 python3 benchmarks/scripts/probe_sampled_passes.py --profile 2>&1 | stamp >> "$OUT/probe.log"
-grep -vE "Warning|warn" "$OUT/probe.log" | head -40
-CUDA_VISIBLE_DEVICES=0 timeout 60 python3 -m benchmarks.kernels_sampling --out "$OUT" --rows 1 6 --vocab 39296 \
+grep -E "rows=|regs" "$OUT/probe.log" | head -12
+CUDA_VISIBLE_DEVICES=0 timeout 50 python3 -m benchmarks.kernels_sampling --out "$OUT" --rows 1 6 --vocab 39296 \
     --replays 10 2>&1 | stamp > "$OUT/kernels_sampling.log"
 grep -E "\|" "$OUT/kernels_sampling.log"
+base_setup
+cd /tmp/base/run && CUDA_VISIBLE_DEVICES=0 PYTHONPATH=/tmp/base/pkgs:$TRITON_USED_PATH timeout 50 python3 -m \
+    benchmarks.kernels_sampling --out /tmp/base/o --rows 1 6 --vocab 39296 --replays 10 2>&1 | stamp \
+    > "$OUT/kernels_sampling_base.log"; cd - > /dev/null
+grep -E "\|" "$OUT/kernels_sampling_base.log"
 save_triton_cache
