@@ -1,13 +1,16 @@
 """lingc.DecodeRunner: plain decoding of a model that is not Ling-3 (tests/foreign_model.py's Kimi
 Linear-style and Qwen3-Next-style hybrids), compiled by lingc: greedy tokens equal the eager
 model's, the model's kernels are lingc's, stop ids and max_new_tokens trim, a request starts from
-a fresh state, chunked prefill and the sampling step agree with greedy where they must, and bad
-input is refused with the reason."""
+a fresh state, chunked prefill and the sampling step agree with greedy where they must, the
+sampling step draws what the reference draws from the same uniforms, and bad input is refused with
+the reason."""
 
 import pytest
 import torch
 
 import lingc
+from lingc.decoding.reference import pick_token
+from lingc.runtime.relay.ops import sampled_targets_reference
 from foreign_model import BatchedKimiStyleModel, KimiStyleModel
 from relay_helpers import eager_greedy
 
@@ -67,12 +70,40 @@ def test_a_request_starts_from_a_fresh_state(runner):
 
 def test_near_greedy_sampling_is_greedy(runner):
     """top_p below every token's probability keeps the most likely token only: the sampling step
-    (the logits graph, the device draw, the host advancing x and the position) gives the greedy
-    tokens; a seed gives the same draws twice."""
+    (the draw inside the step graph, then the greedy step's tail) gives the greedy tokens; a seed
+    gives the same draws twice."""
     want = runner.generate(PROMPT, 10)
     assert runner.generate(PROMPT, 10, temperature=0.7, top_p=1e-6, seed=3) == want
     assert runner.generate(PROMPT, 10, temperature=1.5, seed=11) == runner.generate(PROMPT, 10, temperature=1.5,
                                                                                     seed=11)
+
+
+def test_sampled_tokens_are_the_reference_draws(runner):
+    """The sampling step draws step k's token from the logits with row k of the request's uniforms
+    (drawn from its generator after the first token's pick_token): the eager model and the
+    reference draw (sampled_targets_reference over the one-token chain) give the same tokens. The
+    step's kernels are lingc's: the draw (lingc.sampled_targets) and the tail as relay_advance."""
+    temperature, top_p, seed, n = 0.9, 0.8, 21, 12
+    got = runner.generate(PROMPT, n, temperature=temperature, top_p=top_p, seed=seed)
+    state = _state(runner.model_kw)
+    for t in (t for g in state for t in g):
+        t.zero_()                                       # a request's fresh state
+    gen = torch.Generator().manual_seed(seed)
+    t, p = torch.tensor([temperature]), torch.tensor([top_p])
+    with torch.no_grad():
+        logits = runner.model(torch.tensor(PROMPT), torch.arange(len(PROMPT)), *state)
+        want = [int(pick_token(logits[-1].float(), temperature, top_p, gen))]
+        table = torch.rand((runner.max_len, 1), generator=gen)
+        for k in range(n - 1):
+            x = torch.tensor([want[-1]])
+            logits = runner.model(x, torch.tensor([len(PROMPT) + k]), *state)
+            want.append(int(sampled_targets_reference(x, logits, table[k], t, p)[0]))
+    assert got == want
+    report = runner.reports["sample"][0]
+    aten = {op for cat, op, _, _ in report.kernels.rows if cat == "aten"}
+    assert not aten, report.kernels.format()
+    lingc_ops = {op: n for cat, op, n, _ in report.kernels.rows if cat == "lingc"}
+    assert lingc_ops["lingc.sampled_targets"] == 1 and lingc_ops["lingc.relay_advance"] == 1, lingc_ops
 
 
 def test_chunked_prefill_gives_the_same_tokens():
@@ -118,7 +149,7 @@ def test_bad_input_is_refused_with_the_reason():
         (lambda: lingc.DecodeRunner(model, [], max_len=CACHE), "state holds no tensor"),
         (lambda: lingc.DecodeRunner(model, state, max_len=CACHE, options={"role": "verify"}), "must not set 'role'"),
         (lambda: lingc.DecodeRunner(model, state, max_len=CACHE, prefill_chunk=0), "prefill_chunk=0"),
-        (lambda: r.prepare(("verify",)), "the steps are 'greedy' and 'logits'"),
+        (lambda: r.prepare(("verify",)), "the steps are 'greedy' and 'sample'"),
     ]
     for call, message in cases:
         with pytest.raises(ValueError, match=None) as e:
@@ -136,7 +167,8 @@ def test_lingc_generate_names_the_runner_for_another_model():
 @pytest.mark.parametrize("model_kw", MODELS, ids=MODEL_IDS)
 def test_gpu_captured_greedy_equals_eager(model_kw):
     """On CUDA: the step captured as one CUDA graph (its kernels PDL-chained), replayed with the
-    host running one step ahead; tokens equal the eager model's on the GPU."""
+    host running one step ahead; tokens equal the eager model's on the GPU. The sampling step
+    likewise, without a host sync between launches."""
     torch._dynamo.reset()
     model = KimiStyleModel(**model_kw).cuda()
     r = lingc.DecodeRunner(model, _state(model_kw, "cuda"), max_len=CACHE, progress=False)
@@ -145,3 +177,13 @@ def test_gpu_captured_greedy_equals_eager(model_kw):
     (info,) = r.graph_infos()
     assert info.kernel_nodes > 20 and info.pdl_edges > 0, info.format()
     assert (r.stats.steps, r.stats.launched) == (19, 20)
+    # Sampling through the captured sample step, run ahead with no host sync between launches:
+    # seeded; greedy in the one-token nucleus limit (fp32 logits: no ties at the maximum).
+    r.check_syncs = True
+    try:
+        drawn = r.generate(PROMPT, 20, temperature=0.8, seed=5)
+        assert r._steps["sample"].captured, r._steps["sample"].reason
+        assert r.generate(PROMPT, 20, temperature=0.8, seed=5) == drawn != got
+        assert r.generate(PROMPT, 20, temperature=0.8, top_p=1e-6, seed=6) == got
+    finally:
+        r.check_syncs = False

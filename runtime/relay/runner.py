@@ -20,9 +20,12 @@ a device token ring are written inside the graph (one lingc.relay_advance: the r
 tail), so on CUDA the captured step is replayed with
 nothing read back before the next launch. The host launches step k + 1 before it reads step k's
 token (copied from the ring on a side stream, its event read one step late) and trims what it
-ran past (stop ids, max_new_tokens). Sampling (temperature > 0) compiles a step that returns the
-last position's logits; each token is drawn on the device with the request's generator and read
-back before the next step (one host read a token).
+ran past (stop ids, max_new_tokens). Sampling (temperature > 0) runs a second step, "sample": the
+same with the token drawn from the logits on the device (``lingc.sampled_targets`` over the chain
+[x], from row k of a table of uniforms drawn per request with its generator; temperature and
+top_p read from device buffers), so it is captured and run ahead like the greedy step. The
+request's first token comes from the prefill's logits through ``pick_token`` (one host read a
+request).
 
 This runner decodes without speculation; a model with a draft (MTP) layer runs the NEXTN relay
 on SpecRunner (spec_runner.py), Ling3ForCausalLM on Engine.
@@ -75,6 +78,11 @@ def _greedy_step(model: Callable, x, pos, emitted, accept, ring, k, state) -> No
     ([y, accept = 0]); pos, k += 1. Written as the relay's decode tail (runtime/relay/steps.py), so
     pdl_swap folds it into one lingc.relay_advance instead of a handful of ATen kernels."""
     y = model(x, pos, *state).argmax(-1)               # logits [1, V] at one token: y [1]
+    _advance(y, x, pos, emitted, accept, ring, k)
+
+
+def _advance(y, x, pos, emitted, accept, ring, k) -> None:
+    """The step's tail: token y to x and to ring row k % RING, position and k on by one."""
     emitted.copy_(y)
     x.copy_(y)
     pos.copy_(pos + 1)
@@ -82,9 +90,12 @@ def _greedy_step(model: Callable, x, pos, emitted, accept, ring, k, state) -> No
     k.add_(1)
 
 
-def _logits_step(model: Callable, x, pos, state) -> torch.Tensor:
-    """The last position's logits at (x, pos), in fp32 (the sampler draws from them)."""
-    return model(x, pos, *state)[-1].float()
+def _sample_step(model: Callable, x, pos, emitted, accept, ring, k, uniforms, temperature, top_p, state) -> None:
+    """One sampled token: the model at (x, pos), y drawn from its logits with uniform row
+    k % R (lingc.sampled_targets over the one-token chain [x]: plain sampling's draw), then the
+    greedy step's tail."""
+    y = torch.ops.lingc.sampled_targets(x, model(x, pos, *state), uniforms, k, temperature, top_p)
+    _advance(y, x, pos, emitted, accept, ring, k)
 
 
 class DecodeRunner:
@@ -135,6 +146,11 @@ class DecodeRunner:
         self.x, self.pos, self.k = torch.zeros(1, **z), torch.zeros(1, **z), torch.zeros(1, **z)
         self.emitted, self.accept = torch.zeros(1, **z), torch.zeros(1, **z)    # accept stays 0
         self.ring = torch.zeros(RING, 2, **z)      # row k % RING: [step k's token, 0]
+        # Sampling: step k draws with uniforms[k % max_len] (a request never reuses a row).
+        f32 = dict(dtype=torch.float32, device=self.device)
+        self.uniforms = torch.zeros(self.max_len, 1, **f32)
+        self.temperature, self.top_p = torch.ones(1, **f32), torch.ones(1, **f32)
+        self.check_syncs = False                   # tests: a host sync between launches raises
         self._steps: dict[str, CapturedStep] = {}
         self.reports: dict[str, list] = {}       # kind -> the step's compile reports
         self.stats = RunnerStats()
@@ -154,12 +170,13 @@ class DecodeRunner:
             def call():
                 return compiled(self.x, self.pos, self.emitted, self.accept, self.ring, self.k, self.state)
         else:
-            def fn(x, pos, state):
-                return _logits_step(model, x, pos, state)
+            def fn(x, pos, emitted, accept, ring, k, uniforms, temperature, top_p, state):
+                _sample_step(model, x, pos, emitted, accept, ring, k, uniforms, temperature, top_p, state)
             compiled = torch.compile(fn, backend="lingc", fullgraph=True, dynamic=False, options=opts)
 
             def call():
-                return compiled(self.x, self.pos, self.state)
+                return compiled(self.x, self.pos, self.emitted, self.accept, self.ring, self.k, self.uniforms,
+                                self.temperature, self.top_p, self.state)
         n = len(compile_reports)
         with torch.no_grad():
             call()                                              # compiles (Dynamo + lingc)
@@ -167,10 +184,10 @@ class DecodeRunner:
         return call
 
     def prepare(self, kinds: Sequence[str] = ("greedy",)) -> None:
-        """Compile (and on CUDA capture) the greedy and/or sampling ("logits") step once."""
-        bad = [k for k in kinds if k not in ("greedy", "logits")]
+        """Compile (and on CUDA capture) the greedy and/or sampling ("sample") step once."""
+        bad = [k for k in kinds if k not in ("greedy", "sample")]
         if bad:
-            raise ValueError(f"prepare({list(kinds)}): the steps are 'greedy' and 'logits'")
+            raise ValueError(f"prepare({list(kinds)}): the steps are 'greedy' and 'sample'")
         todo = [k for k in kinds if k not in self._steps]
         if not todo:
             return
@@ -214,7 +231,8 @@ class DecodeRunner:
                              f"allocate the state for more positions and pass that max_len")
         stop_ids = set(stop) | ({self.eos_token_id} if self.eos_token_id is not None else set())
         sampling = temperature > 0
-        self.prepare(("logits",) if sampling else ("greedy",))
+        kind = "sample" if sampling else "greedy"
+        self.prepare((kind,))
         self._reset()
         self.stats = RunnerStats()
         t0 = time.perf_counter()
@@ -227,14 +245,17 @@ class DecodeRunner:
             return
         self.x.fill_(first)
         self.pos.fill_(n)
-        loop = self._sample_loop(temperature, top_p, gen) if sampling else self._greedy_loop()
-        yield from until(loop, max_new_tokens - 1, stop_ids)
+        if sampling:
+            self.uniforms.copy_(torch.rand(self.uniforms.shape, generator=gen, device=self.device))
+            self.temperature.fill_(temperature)
+            self.top_p.fill_(top_p)
+        yield from until(self._loop(kind), max_new_tokens - 1, stop_ids)
 
     def generate(self, prompt, max_new_tokens: int, **kwargs) -> list[int]:
         return list(self.stream(prompt, max_new_tokens, **kwargs))
 
-    def _greedy_loop(self) -> Iterator[int]:
-        step = self._steps["greedy"]
+    def _loop(self, kind: str) -> Iterator[int]:
+        step = self._steps[kind]
         cuda = self.device.type == "cuda"
         if cuda and self._host_ring is None:
             self._host_ring = torch.zeros(RING, 2, dtype=torch.int64, pin_memory=True)
@@ -257,27 +278,21 @@ class DecodeRunner:
             done.append(ev)
             copied.append(cev)
 
-        launch(0)
-        k = 0
-        while True:
-            launch(k + 1)                                       # run ahead: step k may still run
-            if cuda:
-                copied[k].synchronize()
-                tok = int(self._host_ring[k % RING, 0])
-            else:
-                tok = copied[k]
-            self.stats.steps += 1
-            yield tok
-            k += 1
-
-    def _sample_loop(self, temperature: float, top_p: float, gen: torch.Generator) -> Iterator[int]:
-        step = self._steps["logits"]
-        while True:
-            with torch.no_grad():
-                logits = step()
-                tok = pick_token(logits, temperature, top_p, gen)
-                self.x.copy_(tok.view(1))
-                self.pos.add_(1)
-            self.stats.launched += 1
-            self.stats.steps += 1
-            yield int(tok)
+        if cuda and self.check_syncs:
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            launch(0)
+            k = 0
+            while True:
+                launch(k + 1)                                   # run ahead: step k may still run
+                if cuda:
+                    copied[k].synchronize()
+                    tok = int(self._host_ring[k % RING, 0])
+                else:
+                    tok = copied[k]
+                self.stats.steps += 1
+                yield tok
+                k += 1
+        finally:
+            if cuda and self.check_syncs:
+                torch.cuda.set_sync_debug_mode(0)
