@@ -21,4 +21,9 @@ cd /tmp/base/run && CUDA_VISIBLE_DEVICES=0 PYTHONPATH=/tmp/base/pkgs:$TRITON_USE
     benchmarks.kernels_sampling --out /tmp/base/o --rows 1 6 --vocab 39296 --replays 10 2>&1 | stamp \
     > "$OUT/kernels_sampling_base.log"; cd - > /dev/null
 grep -E "\|" "$OUT/kernels_sampling_base.log"
+
+# DecodeRunner's sampling on a captured step (this session): its GPU test with the rest of the file.
+CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -q \
+    tests/test_decode_runner.py 2>&1 | stamp > "$OUT/pytest_runner_s58_c1.log"
+grep -E "passed|failed" "$OUT/pytest_runner_s58_c1.log"; grep -E "^\S*\s*(FAILED|E )" "$OUT/pytest_runner_s58_c1.log" | head -8
 save_triton_cache
