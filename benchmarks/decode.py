@@ -432,7 +432,8 @@ def check_cache_rows(ctx: int, tokens: int, steps: list[int], max_positions: int
 
 
 def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl", progress=True,
-              profile=None, steps=STEPS, max_steps=STEPS, start=synthetic_start, sampled_verify=False):
+              profile=None, steps=STEPS, max_steps=STEPS, start=synthetic_start, sampled_verify=False,
+              sampled_top_p=(1.0,)):
     """``profile``: None, or the path prefix of the Chrome traces to write (one per graph).
     ``max_steps``: the deepest relay of the run; every engine gets the same cache size, so the
     same synthetic context, and the relay's tokens can be checked against plain decode's.
@@ -440,7 +441,9 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
     context, or ``prompt_start``'s prefill of a real prompt. ``sampled_verify``: also compile,
     capture and time a sampling request's graph: the relay's verify_sample (the same target
     forward with speculative sampling's in-graph draw) as ``verify_sample_ms``, plain decoding's
-    decode_sample (the token drawn in the graph) as ``decode_sample_ms``."""
+    decode_sample (the token drawn in the graph) as ``decode_sample_ms``, at each of
+    ``sampled_top_p`` (the relay buffers' top_p; 1: no nucleus) as ``sampled_ms_by_top_p``, the
+    first also as ``<role>_ms``."""
     from lingc.runtime.relay.engine import Engine
     eng = Engine(model, max_len=engine_rows(ctx, tokens, max_steps), steps=steps,
                  options={"inductor": bool(lingc_inductor), "allreduce": allreduce}, progress=progress)
@@ -462,8 +465,15 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
     infos = [i for i in eng.graph_infos() if i.role in roles]
     per_graph, kernels, sequence = {}, None, None
     with torch.no_grad():          # as the engine runs them (an uncaptured step would recompile)
-        for role in roles + extra:
+        for role in roles:
             per_graph[role] = _events_ms(lambda: eng._steps[role](), reps=20)
+        by_top_p = {}
+        for role in extra:
+            for p in sampled_top_p:
+                eng.relay.top_p.fill_(p)
+                by_top_p.setdefault(role, {})[p] = _events_ms(lambda: eng._steps[role](), reps=20)
+            per_graph[role] = by_top_p[role][sampled_top_p[0]]
+            eng.relay.top_p.fill_(1.0)
         if profile is not None:
             kernels = {role: kernel_profile(eng._steps[role], trace=f"{profile}_{role}.json") for role in roles}
             sequence = {role: kernel_sequence(f"{profile}_{role}.json") for role in roles}
@@ -483,7 +493,7 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
                 graphs=[i.format() for i in infos], kernel_profile=kernels,
                 kernels_per_step=sum(i.kernel_nodes for i in infos),
                 kernel_sequence=sequence,
-                tokens=[int(t) for t in check], **sampled)
+                tokens=[int(t) for t in check], sampled_ms_by_top_p=by_top_p or None, **sampled)
 
 
 def kernel_profile(step, trace: str | None = None, replays: int = 5, top: int = 15) -> list[dict]:
@@ -585,6 +595,9 @@ def main(argv=None) -> int:
     ap.add_argument("--sampled-verify", action="store_true",
                     help="lingc modes: also time a sampling request's graph (the relay's verify_sample: "
                          "speculative sampling's draw in the graph; plain decoding's decode_sample)")
+    ap.add_argument("--sampled-top-p", type=float, nargs="+", default=[1.0], metavar="P",
+                    help="with --sampled-verify: the top_p value(s) the sampled graph is timed at (default 1: "
+                         "no nucleus)")
     ap.add_argument("--profile", action="store_true",
                     help="lingc modes: device time per kernel in each graph, and a Chrome trace of "
                          "each graph (OUT/trace_<mode>_<role>.json, chrome://tracing or Perfetto)")
@@ -599,6 +612,9 @@ def main(argv=None) -> int:
                          "decode after, so the relay's accept length is measured; the context is its length")
     args = ap.parse_args(argv)
     source_label(args.preset, args.checkpoint)          # refuses both at once
+    bad = [p for p in args.sampled_top_p if not 0 < p <= 1]
+    if bad:
+        ap.error(f"--sampled-top-p {bad}: want 0 < top_p <= 1 (1 = the whole distribution)")
     prompt = read_prompt_ids(args.prompt_ids_file) if args.prompt_ids_file else None
     if prompt is not None:
         if args.context is not None and args.context != len(prompt):
@@ -722,7 +738,7 @@ def main(argv=None) -> int:
                                 "symm_mem" if mode.endswith("-symm") else "nccl", progress=lead,
                                 profile=trace, steps=k or STEPS, max_steps=max(args.steps + [STEPS]),
                                 start=prompt_start(prompt) if prompt is not None else synthetic_start,
-                                sampled_verify=args.sampled_verify)
+                                sampled_verify=args.sampled_verify, sampled_top_p=tuple(args.sampled_top_p))
         except Exception as e:  # a failing mode is reported, the others still run
             res = {"error": f"{type(e).__name__}: {e}"}
             print(f"rank {tp.rank}: {name} failed: {res['error']}", flush=True)
@@ -786,8 +802,8 @@ def main(argv=None) -> int:
                      if "captured" in r else " (per call; the step runs the draft T=1 call steps - 1 times)")
             print(f"{m}: per graph ms {r['per_graph_ms']}{extra}")
             for role, greedy in (("verify_sample", "verify"), ("decode_sample", "decode")):
-                if r.get(f"{role}_ms") is not None:
-                    print(f"{m}: a sampling request's {greedy} ({role}) {r[f'{role}_ms']:.3f} ms against "
+                for p, ms in ((r.get("sampled_ms_by_top_p") or {}).get(role) or {}).items():
+                    print(f"{m}: a sampling request's {greedy} ({role}, top_p {p:g}) {ms:.3f} ms against "
                           f"greedy {greedy}'s {r['per_graph_ms'][greedy]:.3f}")
             for g in r.get("graphs", []):
                 print("   ", g)

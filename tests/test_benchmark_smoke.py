@@ -864,15 +864,18 @@ def test_gpu_kernels_gdn_runs_and_checks(tmp_path):
 
 
 def test_decode_smoke_times_a_sampling_requests_verify_and_decode(tmp_path):
-    out = run(["benchmarks.decode", "--smoke", "--modes", "lingc,lingc-nextn", "--tokens", "4", "--sampled-verify"],
-              tmp_path, timeout=300)
+    out = run(["benchmarks.decode", "--smoke", "--modes", "lingc,lingc-nextn", "--tokens", "4", "--sampled-verify",
+               "--sampled-top-p", "1", "0.9"], tmp_path, timeout=300)
     results = json.loads((tmp_path / "decode.json").read_text())["results"]
     r, plain = results["lingc-nextn"], results["lingc"]
     assert r["verify_sample_ms"] > 0 and set(r["per_graph_ms"]) == {"draft", "verify", "extend"}
     assert r["step_ms"] == pytest.approx(sum(r["per_graph_ms"].values()))
     assert plain["decode_sample_ms"] > 0 and set(plain["per_graph_ms"]) == {"decode"}
-    assert "a sampling request's verify (verify_sample)" in out
-    assert "a sampling request's decode (decode_sample)" in out
+    assert set(r["sampled_ms_by_top_p"]["verify_sample"]) == {"1.0", "0.9"}
+    assert r["verify_sample_ms"] == r["sampled_ms_by_top_p"]["verify_sample"]["1.0"]
+    for role, greedy in (("verify_sample", "verify"), ("decode_sample", "decode")):
+        for p in ("1", "0.9"):
+            assert f"a sampling request's {greedy} ({role}, top_p {p})" in out
 
 
 def test_foreign_decode_smoke(tmp_path):
