@@ -34,9 +34,9 @@ reference's rules exactly (a token without mass is never drawn).
 Scratch (per call, from the allocator: a captured graph keeps it): per-chunk maxima and sums,
 histograms, counts and above-masses, per-row m, Z, A (the mass above the prefix), the kept mass
 Z_kept, the prefix (then x0), the last digit and the deciding pass (0: undecided). Tickets: one
-per row and one for the launch, in a persistent zeroed buffer that the last arrivals reset (``gemm_common.persistent_buffer``). Pass i + 1 reads what
-the last arrivals of pass i wrote after its wait; every pass waits, then releases its dependents
-(``pdl_wait_then_release``).
+per row and one for the launch, in a persistent zeroed buffer that the last arrivals reset
+(``gemm_common.persistent_buffer``). Pass i + 1 reads what the last arrivals of pass i wrote
+after its wait; every pass waits, then releases its dependents (``pdl_wait_then_release``).
 """
 from __future__ import annotations
 
