@@ -17,5 +17,9 @@ CUDA_VISIBLE_DEVICES=0 timeout 40 python3 benchmarks/scripts/probe_sampled_passe
 grep -E "rows=" "$OUT/sampling.log" | cut -c1-400
 lingc_decode 0 200 --sampled-verify --sampled-top-p 1 0.9
 grep -E "^\S*\s*\| lingc|_sample|greedy output|Error" "$OUT/decode.log" | head -10
+# The main job's sampled request on the GPU (not run on a GPU before): plain and speculative.
+CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m lingc run --preset tiny --temperature 0.8 --top-p 0.9 2>&1 | stamp \
+    > "$OUT/run_sampled.log"
+grep -vE "^\s*[0-9.]+ *$|\[#|Warning|warn" "$OUT/run_sampled.log" | tail -14
 save_triton_cache
 ls "$OUT"
