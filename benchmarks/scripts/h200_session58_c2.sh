@@ -6,19 +6,19 @@
 set -u
 source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name --format=csv,noheader
-CUDA_VISIBLE_DEVICES=0 timeout 200 python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -q \
+CUDA_VISIBLE_DEVICES=0 timeout 150 python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -q \
     tests/test_sampled_targets.py tests/test_decode_runner.py tests/test_relay_sampling.py \
-    tests/test_spec_runner.py 2>&1 | stamp > "$OUT/pytest_s58_c2.log"
+    "tests/test_spec_runner.py::test_gpu_captured_relay_equals_plain_without_a_host_sync[fp32-kimi-style]" 2>&1 | stamp > "$OUT/pytest_s58_c2.log"
 grep -E "passed|failed" "$OUT/pytest_s58_c2.log"; grep -E "^\S*\s*(FAILED|E )" "$OUT/pytest_s58_c2.log" | head -8
 CUDA_VISIBLE_DEVICES=0 timeout 50 python3 -m benchmarks.kernels_sampling --out "$OUT" --rows 1 6 --vocab 39296 \
     --replays 10 2>&1 | stamp > "$OUT/sampling.log"
 grep -E "\|" "$OUT/sampling.log"
 CUDA_VISIBLE_DEVICES=0 timeout 40 python3 benchmarks/scripts/probe_sampled_passes.py --profile 2>&1 | stamp >> "$OUT/sampling.log"
 grep -E "rows=" "$OUT/sampling.log" | cut -c1-400
-lingc_decode 0 200 --sampled-verify --sampled-top-p 1 0.9
+lingc_decode 0 170 --sampled-verify --sampled-top-p 1 0.9
 grep -E "^\S*\s*\| lingc|_sample|greedy output|Error" "$OUT/decode.log" | head -10
 # The main job's sampled request on the GPU (not run on a GPU before): plain and speculative.
-CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m lingc run --preset tiny --temperature 0.8 --top-p 0.9 2>&1 | stamp \
+CUDA_VISIBLE_DEVICES=0 timeout 80 python3 -m lingc run --preset tiny --temperature 0.8 --top-p 0.9 2>&1 | stamp \
     > "$OUT/run_sampled.log"
 grep -vE "^\s*[0-9.]+ *$|\[#|Warning|warn" "$OUT/run_sampled.log" | tail -14
 save_triton_cache
