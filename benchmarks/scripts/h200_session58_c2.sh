@@ -8,7 +8,7 @@ source "$(dirname "$0")/device_env.sh"
 nvidia-smi --query-gpu=name --format=csv,noheader
 CUDA_VISIBLE_DEVICES=0 timeout 150 python3 -m pytest -m gpu -p no:logging -p no:cacheprovider --tb=short -q \
     tests/test_sampled_targets.py tests/test_decode_runner.py tests/test_relay_sampling.py \
-    "tests/test_spec_runner.py::test_gpu_captured_relay_equals_plain_without_a_host_sync[fp32-kimi-style]" 2>&1 | stamp > "$OUT/pytest_s58_c2.log"
+    "tests/test_spec_runner.py::test_gpu_captured_relay_equals_plain_without_a_host_sync[kimi-style-fp32]" 2>&1 | stamp > "$OUT/pytest_s58_c2.log"
 grep -E "passed|failed" "$OUT/pytest_s58_c2.log"; grep -E "^\S*\s*(FAILED|E )" "$OUT/pytest_s58_c2.log" | head -8
 CUDA_VISIBLE_DEVICES=0 timeout 50 python3 -m benchmarks.kernels_sampling --out "$OUT" --rows 1 6 --vocab 39296 \
     --replays 10 2>&1 | stamp > "$OUT/sampling.log"
