@@ -14,8 +14,9 @@ CUDA_VISIBLE_DEVICES=0 timeout 50 python3 -m benchmarks.kernels_sampling --out "
     --replays 10 2>&1 | stamp > "$OUT/sampling.log"
 grep -E "\|" "$OUT/sampling.log"
 CUDA_VISIBLE_DEVICES=0 timeout 40 python3 benchmarks/scripts/probe_sampled_passes.py --profile 2>&1 | stamp >> "$OUT/sampling.log"
+CUDA_VISIBLE_DEVICES=0 timeout 60 python3 benchmarks/scripts/probe_sampled_passes.py --sweep 2>&1 | stamp >> "$OUT/sampling.log"
 grep -E "rows=" "$OUT/sampling.log" | cut -c1-400
-lingc_decode 0 170 --sampled-verify --sampled-top-p 1 0.9
+lingc_decode 0 160 --sampled-verify --sampled-top-p 1 0.9
 grep -E "^\S*\s*\| lingc|_sample|greedy output|Error" "$OUT/decode.log" | head -10
 # The main job's sampled request on the GPU (not run on a GPU before): plain and speculative.
 CUDA_VISIBLE_DEVICES=0 timeout 80 python3 -m lingc run --preset tiny --temperature 0.8 --top-p 0.9 2>&1 | stamp \

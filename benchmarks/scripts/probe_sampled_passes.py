@@ -6,6 +6,8 @@ op took 0.35-4.6 ms before the histogram fix).
                                                                  # 8 and 4 warps; registers, spills
     python benchmarks/scripts/probe_sampled_passes.py --profile  # the op's passes under torch.profiler
                                                                  # (top_p 0.9 and 1)
+    python benchmarks/scripts/probe_sampled_passes.py --sweep    # the op (four PDL passes in a CUDA
+                                                                 # graph) with fewer chunks a row
 """
 import sys
 
@@ -84,9 +86,51 @@ def passes_alone(n):
               " ".join(f"{x:.1f}" for x in times), flush=True)
 
 
+def chunk_sweep(n, sms_values=(132, 64, 32)):
+    """The op's four passes captured in a graph, with chunking as for a GPU of fewer SMs (fewer,
+    longer chunks a row), us per replay at top_p 0.9 and 1."""
+    chain, logits, table, step, t, _ = inputs(n)
+    dev = logits.device
+    for sms in sms_values:
+        sub, iters, chunks = K.chunking(n, V, sms)
+        cp = max(2, triton.next_power_of_2(chunks))
+        y = torch.empty(n, dtype=torch.int64, device=dev)
+        stats, hist = torch.empty((n, cp, 2), device=dev), torch.empty((n, cp, 256), device=dev)
+        above, rowf = torch.empty((n, cp), device=dev), torch.empty((n, 4), device=dev)
+        rowi = torch.empty((n, 4), dtype=torch.int32, device=dev)
+        count = torch.empty((n, cp, 256), dtype=torch.int32, device=dev)
+        tickets = persistent_buffer("sampled_targets_tickets", dev, 64, torch.int32, 0)
+        row = []
+        for top_p in (0.9, 1.0):
+            p = torch.tensor([top_p], device=dev)
+
+            def op():
+                for pas in range(4):
+                    K._nucleus_pass_kernel[(n, chunks)](
+                        logits, logits.stride(0), chain, chain.stride(0), table, step, table.shape[0],
+                        table.stride(0), t, p, y, stats, hist, count, above, rowf, rowi, tickets, V, chunks,
+                        PASS=pas, N=n, NP=max(2, triton.next_power_of_2(n)), CP=cp, SUB=sub, ITERS=iters,
+                        B=K.batches(sub), USE_GDC=True, num_warps=8, launch_pdl=True)
+            op()
+            want = y.clone()
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                op()
+            row.append(time_us(g.replay, reps=100))
+            assert torch.equal(y, want), (sms, top_p)
+        print(f"rows={n} sms={sms} chunks={chunks} iters={iters}: op us top_p 0.9 {row[0]:.2f}, top_p 1 {row[1]:.2f}",
+              flush=True)
+
+
 for n in (1, 6):
-    profiled(n) if "--profile" in sys.argv else passes_alone(n)
-if "--profile" not in sys.argv:
+    if "--sweep" in sys.argv:
+        chunk_sweep(n)
+    elif "--profile" in sys.argv:
+        profiled(n)
+    else:
+        passes_alone(n)
+if "--profile" not in sys.argv and "--sweep" not in sys.argv:
     for kern in K._nucleus_pass_kernel.device_caches[0][0].values():
         print("regs", kern.n_regs, "spills", kern.n_spills, "shared", kern.metadata.shared, "warps",
               kern.metadata.num_warps)
