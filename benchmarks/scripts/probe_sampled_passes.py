@@ -67,14 +67,13 @@ def passes_alone(n):
     y = torch.empty(n, dtype=torch.int64, device=dev)
     stats, hist = torch.empty((n, cp, 2), device=dev), torch.empty((n, cp, 256), device=dev)
     above, rowf = torch.empty((n, cp), device=dev), torch.empty((n, 4), device=dev)
-    rowi = torch.empty((n, 4), dtype=torch.int32, device=dev)
-    count = torch.empty((n, cp, 256), dtype=torch.int32, device=dev)
+    rowi = torch.empty((n, 2), dtype=torch.int32, device=dev)
     tickets = persistent_buffer("sampled_targets_tickets", dev, 64, torch.int32, 0)
     for warps in (8, 4):
         def launch(pas):
             K._nucleus_pass_kernel[(n, chunks)](
                 logits, logits.stride(0), chain, chain.stride(0), table, step, table.shape[0], table.stride(0),
-                t, p, y, stats, hist, count, above, rowf, rowi, tickets, V, chunks,
+                t, p, y, stats, hist, above, rowf, rowi, tickets, V, chunks,
                 PASS=pas, N=n, NP=max(2, triton.next_power_of_2(n)), CP=cp, SUB=sub, ITERS=iters, B=K.batches(sub),
                 USE_GDC=False,
                 num_warps=warps)
@@ -97,8 +96,7 @@ def chunk_sweep(n, sms_values=(132, 64, 32)):
         y = torch.empty(n, dtype=torch.int64, device=dev)
         stats, hist = torch.empty((n, cp, 2), device=dev), torch.empty((n, cp, 256), device=dev)
         above, rowf = torch.empty((n, cp), device=dev), torch.empty((n, 4), device=dev)
-        rowi = torch.empty((n, 4), dtype=torch.int32, device=dev)
-        count = torch.empty((n, cp, 256), dtype=torch.int32, device=dev)
+        rowi = torch.empty((n, 2), dtype=torch.int32, device=dev)
         tickets = persistent_buffer("sampled_targets_tickets", dev, 64, torch.int32, 0)
         row = []
         for top_p in (0.9, 1.0):
@@ -108,7 +106,7 @@ def chunk_sweep(n, sms_values=(132, 64, 32)):
                 for pas in range(4):
                     K._nucleus_pass_kernel[(n, chunks)](
                         logits, logits.stride(0), chain, chain.stride(0), table, step, table.shape[0],
-                        table.stride(0), t, p, y, stats, hist, count, above, rowf, rowi, tickets, V, chunks,
+                        table.stride(0), t, p, y, stats, hist, above, rowf, rowi, tickets, V, chunks,
                         PASS=pas, N=n, NP=max(2, triton.next_power_of_2(n)), CP=cp, SUB=sub, ITERS=iters,
                         B=K.batches(sub), USE_GDC=True, num_warps=8, launch_pdl=True)
             op()

@@ -11,18 +11,16 @@ found one 8-bit digit at a time, most significant first: pass i sums, per chunk 
 mass of the tokens whose key agrees with the prefix found so far, binned by their next digit (a
 256-bin histogram, as batched tensor-core products of one-hot digit halves, a batch a warp, w
 split in two tf32 parts: near-fp32 accuracy); the chunk that draws a row's last ticket sums the
-chunks' bins and picks the digit. Four passes fix the 32 bits, fewer where a bin holds one token.
+chunks' bins and picks the digit. Four passes fix the 32 bits.
 
 - ``PASS = 0`` also takes each chunk's max and sum of exp (relative to the chunk's max, rescaled
   at the row's reduction, like an online softmax): m_j and Z_j.
-- ``PASS = 1..3`` also count the prefix's tokens per digit and sum each chunk's mass above the
-  prefix. A row is decided when its digit's bin holds at most one token (any cut from the bin's
-  start to that token keeps the same tokens: x0 = prefix.digit.00..) or at pass 3; its later
-  passes exit after the wait. The chunks' histograms and above-masses of the deciding pass stay,
-  so for the final digit every chunk's kept mass is known; the row decided last in the launch
-  finishes alone (``_finish``): the accept count a (d_{j+1} accepted while u_j < p_j(d_{j+1}), u
-  the uniforms' row step % rows), the chunk of row a (less the rejected draft d_{a+1}) where the
-  cumulative mass reaches (1 - u_S) of its total, one scan of that chunk for the token, and y.
+- ``PASS = 3`` keeps each chunk's histogram and its mass above the 24-bit prefix, so that for any
+  final digit every chunk's kept mass is known; the chunk that draws the last ticket of the whole
+  launch then finishes alone (``_finish``): the accept count a (d_{j+1} accepted while
+  u_j < p_j(d_{j+1}), u the uniforms' row step % rows), the chunk of row a (less the rejected
+  draft d_{a+1}) where the cumulative mass reaches (1 - u_S) of its total, one scan of that chunk
+  for the token, and y.
 - ``top_p >= 1`` (no nucleus): passes 1-3 exit after their wait and one program of pass 3
   finishes from pass 0's chunk sums.
 
@@ -32,11 +30,11 @@ way; the distribution is the reference's to that rounding. Ties and zero-mass to
 reference's rules exactly (a token without mass is never drawn).
 
 Scratch (per call, from the allocator: a captured graph keeps it): per-chunk maxima and sums,
-histograms, counts and above-masses, per-row m, Z, A (the mass above the prefix), the kept mass
-Z_kept, the prefix (then x0), the last digit and the deciding pass (0: undecided). Tickets: one
-per row and one for the launch, in a persistent zeroed buffer that the last arrivals reset
-(``gemm_common.persistent_buffer``). Pass i + 1 reads what the last arrivals of pass i wrote
-after its wait; every pass waits, then releases its dependents (``pdl_wait_then_release``).
+histograms and above-masses, per-row m, Z, A (the mass above the prefix), the kept mass Z_kept,
+the prefix and last digit. Tickets: one per row and one for the launch, in a persistent zeroed
+buffer that the last arrivals reset (``gemm_common.persistent_buffer``). Pass i + 1 reads what
+the last arrivals of pass i wrote after its wait; every pass waits, then releases its dependents
+(``pdl_wait_then_release``).
 """
 from __future__ import annotations
 
@@ -124,7 +122,7 @@ def _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, strid
     m_r = tl.load(rowf_ptr + rows * 4, mask=rows < N, other=0.0, cache_modifier=".cg")
     z_r = tl.load(rowf_ptr + rows * 4 + 1, mask=rows < N, other=1.0, cache_modifier=".cg")
     zk_r = tl.load(rowf_ptr + rows * 4 + 3, mask=rows < N, other=1.0, cache_modifier=".cg")
-    x0_r = tl.load(rowi_ptr + rows * 4, mask=rows < N, other=0, cache_modifier=".cg").to(tl.uint32, bitcast=True)
+    x0_r = tl.load(rowi_ptr + rows * 2, mask=rows < N, other=0, cache_modifier=".cg").to(tl.uint32, bitcast=True)
     if not NUCLEUS:
         zk_r = z_r
         x0_r = tl.zeros_like(x0_r)
@@ -140,8 +138,8 @@ def _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, strid
     CHUNK: tl.constexpr = SUB * ITERS
     cc = tl.arange(0, CP)
     if NUCLEUS:
-        x0 = tl.load(rowi_ptr + a * 4, cache_modifier=".cg").to(tl.uint32, bitcast=True)
-        last_digit = tl.load(rowi_ptr + a * 4 + 1, cache_modifier=".cg")
+        x0 = tl.load(rowi_ptr + a * 2, cache_modifier=".cg").to(tl.uint32, bitcast=True)
+        last_digit = tl.load(rowi_ptr + a * 2 + 1, cache_modifier=".cg")
         h = _load_hists(hist_ptr, a, C, CP, tl.arange(0, 256) >= last_digit)
         kept = tl.load(above_ptr + a * CP + cc, mask=cc < C, other=0.0, cache_modifier=".cg") + tl.sum(h, 1)
     else:
@@ -183,7 +181,7 @@ def _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, strid
 
 @triton.jit
 def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, temp_ptr, top_p_ptr,
-                         y_ptr, stats_ptr, hist_ptr, count_ptr, above_ptr, rowf_ptr, rowi_ptr, ticket_ptr, V, C,
+                         y_ptr, stats_ptr, hist_ptr, above_ptr, rowf_ptr, rowi_ptr, ticket_ptr, V, C,
                          PASS: tl.constexpr, N: tl.constexpr, NP: tl.constexpr, CP: tl.constexpr,
                          SUB: tl.constexpr, ITERS: tl.constexpr, B: tl.constexpr, USE_GDC: tl.constexpr):
     r = tl.program_id(0)
@@ -234,21 +232,16 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
                 h = tl.sum(_load_hists(hist_ptr, r, C, CP, tl.arange(0, 256) >= 0) * f[:, None], 0)
                 digit, above, kept = _pick_digit(h, 0.0, top_p * z)
                 tl.store(rowf_ptr + r * 4 + 2, above)
-                tl.store(rowi_ptr + r * 4, digit.to(tl.int32))
-                tl.store(rowi_ptr + r * 4 + 2, 0)                       # the row's nucleus not yet decided
+                tl.store(rowi_ptr + r * 2, digit.to(tl.int32))
             tl.atomic_xchg(ticket_ptr + r, 0, sem="relaxed", scope="gpu")      # ready for the next pass
     else:
-        decided = tl.full((), 1, tl.int32)
         if nucleus:
-            decided = tl.load(rowi_ptr + r * 4 + 2, cache_modifier=".cg")
-        if decided == 0:
             m = tl.load(rowf_ptr + r * 4, cache_modifier=".cg")
             z = tl.load(rowf_ptr + r * 4 + 1, cache_modifier=".cg")
             above_prefix = tl.load(rowf_ptr + r * 4 + 2, cache_modifier=".cg")
-            prefix = tl.load(rowi_ptr + r * 4, cache_modifier=".cg").to(tl.uint32, bitcast=True)
+            prefix = tl.load(rowi_ptr + r * 2, cache_modifier=".cg").to(tl.uint32, bitcast=True)
             SHIFT: tl.constexpr = 24 - 8 * PASS
             acc = tl.zeros((B, 16, 16), dtype=tl.float32)
-            count = tl.zeros((256,), dtype=tl.int32)
             above_chunk = tl.zeros((), dtype=tl.float32)
             l_next = tl.load(base + start + offs, mask=start + offs < V, other=float("-inf")).to(tl.float32)
             for it in range(ITERS):
@@ -258,30 +251,23 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
                 key = _keys(l)
                 w = tl.exp((l - m) / T)
                 high = key >> (SHIFT + 8)
-                inside = (high == prefix) & (idx - SUB < V)           # idx - SUB: this sub-block's
-                acc += _digit_hist(key, tl.where(inside, w, 0.0), SHIFT)
-                count += tl.histogram(tl.reshape((key >> SHIFT) & 255, (SUB,)), 256, mask=tl.reshape(inside, (SUB,)))
-                above_chunk += tl.sum(tl.sum(tl.where(high > prefix, w, 0.0), 1), 0)
+                acc += _digit_hist(key, tl.where(high == prefix, w, 0.0), SHIFT)
+                if PASS == 3:
+                    above_chunk += tl.sum(tl.sum(tl.where(high > prefix, w, 0.0), 1), 0)
             _store_hist(hist_ptr + (r * CP + c) * 256, tl.sum(acc, 0))
-            tl.store(count_ptr + (r * CP + c) * 256 + tl.arange(0, 256), count)
-            tl.store(above_ptr + r * CP + c, above_chunk)
+            if PASS == 3:
+                tl.store(above_ptr + r * CP + c, above_chunk)
             tl.debug_barrier()
             ticket = tl.atomic_add(ticket_ptr + r, 1, sem="acq_rel", scope="gpu")
             if ticket == C - 1:
                 h = tl.sum(_load_hists(hist_ptr, r, C, CP, tl.arange(0, 256) >= 0), 0)
                 digit, above, kept = _pick_digit(h, above_prefix, top_p * z)
-                cc = tl.arange(0, CP)
-                n_in = tl.sum(tl.load(count_ptr + (r * CP + cc) * 256 + digit, mask=cc < C, other=0,
-                                      cache_modifier=".cg"), 0)
-                x = (prefix << 8) | digit.to(tl.uint32)
+                tl.store(rowf_ptr + r * 4 + 2, above)
+                tl.store(rowi_ptr + r * 2, ((prefix << 8) | digit.to(tl.uint32)).to(tl.int32, bitcast=True))
                 tl.atomic_xchg(ticket_ptr + r, 0, sem="relaxed", scope="gpu")
-                # Decided once the digit's bin holds at most one token: every threshold in the bin
-                # down to prefix.digit.00.. keeps the same tokens as the exact key (that token's).
-                if (n_in <= 1) | (PASS == 3):
-                    tl.store(rowi_ptr + r * 4, (x << (8 * (3 - PASS))).to(tl.int32, bitcast=True))
-                    tl.store(rowi_ptr + r * 4 + 1, digit.to(tl.int32))
-                    tl.store(rowi_ptr + r * 4 + 2, PASS)
+                if PASS == 3:
                     tl.store(rowf_ptr + r * 4 + 3, kept)
+                    tl.store(rowi_ptr + r * 2 + 1, digit.to(tl.int32))
                     tl.debug_barrier()
                     done = tl.atomic_add(ticket_ptr + N, 1, sem="acq_rel", scope="gpu")
                     if done == N - 1:
@@ -289,13 +275,11 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
                                 stats_ptr, hist_ptr, above_ptr, rowf_ptr, rowi_ptr, T, V, C, True, N, NP, CP, SUB,
                                 ITERS)
                         tl.atomic_xchg(ticket_ptr + N, 0, sem="relaxed", scope="gpu")
-                else:
-                    tl.store(rowf_ptr + r * 4 + 2, above)
-                    tl.store(rowi_ptr + r * 4, x.to(tl.int32, bitcast=True))
-        if PASS == 3:
-            if (top_p >= 1.0) & (r == 0) & (c == 0):
-                _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr,
-                        stats_ptr, hist_ptr, above_ptr, rowf_ptr, rowi_ptr, T, V, C, False, N, NP, CP, SUB, ITERS)
+        else:
+            if PASS == 3:
+                if (r == 0) & (c == 0):
+                    _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr,
+                            stats_ptr, hist_ptr, above_ptr, rowf_ptr, rowi_ptr, T, V, C, False, N, NP, CP, SUB, ITERS)
 
 
 def chunking(rows: int, vocab: int, sms: int, sub: int | None = None) -> tuple[int, int, int]:
@@ -320,13 +304,10 @@ def batches(sub: int) -> int:
 
 def sampled_targets_triton(chain: torch.Tensor, logits: torch.Tensor, uniforms: torch.Tensor, step: torch.Tensor,
                            temperature: torch.Tensor, top_p: torch.Tensor, out: torch.Tensor | None = None,
-                           sub: int | None = None, use_pdl: bool | None = None,
-                           decided: torch.Tensor | None = None) -> torch.Tensor:
+                           sub: int | None = None, use_pdl: bool | None = None) -> torch.Tensor:
     """y int64 [N] (the op's contract, runtime/relay/ops.py; arguments checked there). ``sub``
     overrides the sub-block size (tests: many chunks and iterations on a small vocabulary);
-    ``use_pdl=False`` launches without PDL (benchmarks), None where the device supports it;
-    ``decided``: an int32 [N] that receives the pass (1..3) that fixed each row's nucleus
-    (tests; meaningful for top_p < 1)."""
+    ``use_pdl=False`` launches without PDL (benchmarks), None where the device supports it."""
     n, vocab = logits.shape
     device = logits.device
     sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
@@ -337,18 +318,15 @@ def sampled_targets_triton(chain: torch.Tensor, logits: torch.Tensor, uniforms: 
     hist = torch.empty((n, cp, 256), dtype=torch.float32, device=device)
     above = torch.empty((n, cp), dtype=torch.float32, device=device)
     rowf = torch.empty((n, 4), dtype=torch.float32, device=device)
-    count = torch.empty((n, cp, 256), dtype=torch.int32, device=device)
-    rowi = torch.empty((n, 4), dtype=torch.int32, device=device)
+    rowi = torch.empty((n, 2), dtype=torch.int32, device=device)
     tickets = persistent_buffer("sampled_targets_tickets", device, _TICKETS, torch.int32, 0)
     use_gdc = pdl_supported(device) if use_pdl is None else use_pdl
     launch = {"launch_pdl": True} if use_gdc else {}
     for p in range(4):
         _nucleus_pass_kernel[(n, chunks)](
             logits, logits.stride(0), chain, chain.stride(0), uniforms, step, uniforms.shape[0], uniforms.stride(0),
-            temperature, top_p, y, stats, hist, count, above, rowf, rowi, tickets, vocab, chunks,
+            temperature, top_p, y, stats, hist, above, rowf, rowi, tickets, vocab, chunks,
             PASS=p, N=n, NP=max(2, triton.next_power_of_2(n)), CP=cp, SUB=sub, ITERS=iters, B=batches(sub),
             USE_GDC=use_gdc,
             num_warps=1 if interpreting() else 8, **launch)
-    if decided is not None:
-        decided.copy_(rowi[:, 2])
     return y
