@@ -16,6 +16,7 @@ slot k % RING on a side stream and reads it one step late (engine.py).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, fields
 
 import torch
@@ -86,3 +87,16 @@ def copy_row_to_host(ring: torch.Tensor, host_ring: torch.Tensor, slot: int,
         copied = torch.cuda.Event()
         copied.record(stream)
     return done, copied
+
+
+@contextlib.contextmanager
+def host_syncs_raise(enabled: bool):
+    """While enabled, a host synchronisation on CUDA raises (torch's sync debug mode): the tests'
+    check that a run-ahead loop never waits for the GPU between launches."""
+    if enabled:
+        torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        if enabled:
+            torch.cuda.set_sync_debug_mode(0)

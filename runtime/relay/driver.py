@@ -40,7 +40,7 @@ import torch
 from lingc.backend import compile_reports
 from lingc.decoding.reference import pick_token
 
-from .buffers import RING, RelayBuffers, copy_row_to_host
+from .buffers import RING, RelayBuffers, copy_row_to_host, host_syncs_raise
 from .graphs import CapturedStep, describe, prepare_steps
 from .requests import check_sampling, prompt_ids, until
 from .steps import make_steps
@@ -311,13 +311,8 @@ class RelayDriver(ABC):
             done_events.append(ev)
             copied.append(cev)
 
-        if cuda and self.check_syncs:
-            torch.cuda.set_sync_debug_mode("error")
-        try:
+        with host_syncs_raise(cuda and self.check_syncs):
             yield from self._steps_loop(launch, copied, cuda)
-        finally:
-            if cuda and self.check_syncs:
-                torch.cuda.set_sync_debug_mode(0)
 
     def _steps_loop(self, launch, copied, cuda) -> Iterator[int]:
         launch(0)

@@ -43,7 +43,7 @@ import torch
 from lingc.backend import compile_reports
 from lingc.decoding.reference import pick_token
 
-from .buffers import copy_row_to_host
+from .buffers import copy_row_to_host, host_syncs_raise
 from .graphs import CapturedStep, describe, prepare_steps
 from .requests import check_sampling, prompt_ids, until
 
@@ -278,9 +278,7 @@ class DecodeRunner:
             done.append(ev)
             copied.append(cev)
 
-        if cuda and self.check_syncs:
-            torch.cuda.set_sync_debug_mode("error")
-        try:
+        with host_syncs_raise(cuda and self.check_syncs):
             launch(0)
             k = 0
             while True:
@@ -293,6 +291,3 @@ class DecodeRunner:
                 self.stats.steps += 1
                 yield tok
                 k += 1
-        finally:
-            if cuda and self.check_syncs:
-                torch.cuda.set_sync_debug_mode(0)
