@@ -86,8 +86,8 @@ def test_sampled_tokens_are_the_reference_draws(runner):
     temperature, top_p, seed, n = 0.9, 0.8, 21, 12
     got = runner.generate(PROMPT, n, temperature=temperature, top_p=top_p, seed=seed)
     state = _state(runner.model_kw)
-    for t in (t for g in state for t in g):
-        t.zero_()                                       # a request's fresh state
+    for leaf in (leaf for group in state for leaf in group):
+        leaf.zero_()                                    # a request's fresh state
     gen = torch.Generator().manual_seed(seed)
     t, p = torch.tensor([temperature]), torch.tensor([top_p])
     with torch.no_grad():
