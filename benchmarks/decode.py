@@ -58,7 +58,7 @@ from typing import NamedTuple
 
 import torch
 
-from lingc.cli import check_vocabulary, load_checkpoint, parse_token_ids, source_label
+from lingc.cli import check_vocabulary, load_checkpoint, parse_token_ids, source_label, top_p_arg
 from lingc.models import Ling3Cache, build_model, preset
 from lingc.models.moe import MoE
 from lingc.models.parallel import init_from_env
@@ -595,7 +595,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sampled-verify", action="store_true",
                     help="lingc modes: also time a sampling request's graph (the relay's verify_sample: "
                          "speculative sampling's draw in the graph; plain decoding's decode_sample)")
-    ap.add_argument("--sampled-top-p", type=float, nargs="+", default=[1.0], metavar="P",
+    ap.add_argument("--sampled-top-p", type=top_p_arg, nargs="+", default=[1.0], metavar="P",
                     help="with --sampled-verify: the top_p value(s) the sampled graph is timed at (default 1: "
                          "no nucleus)")
     ap.add_argument("--profile", action="store_true",
@@ -612,9 +612,6 @@ def main(argv=None) -> int:
                          "decode after, so the relay's accept length is measured; the context is its length")
     args = ap.parse_args(argv)
     source_label(args.preset, args.checkpoint)          # refuses both at once
-    bad = [p for p in args.sampled_top_p if not 0 < p <= 1]
-    if bad:
-        ap.error(f"--sampled-top-p {bad}: want 0 < top_p <= 1 (1 = the whole distribution)")
     prompt = read_prompt_ids(args.prompt_ids_file) if args.prompt_ids_file else None
     if prompt is not None:
         if args.context is not None and args.context != len(prompt):

@@ -121,7 +121,7 @@ def _int_at_least(lo: int):
 
 
 _non_negative_float = _checked(float, lambda v: 0 <= v < float("inf"), "a finite number >= 0")
-_top_p = _checked(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
+top_p_arg = _checked(float, lambda v: 0 < v <= 1, "a number in (0, 1]")   # argparse type (also benchmarks)
 
 
 def compile_step(model, role: str = "decode", **options):
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--seed", type=int, default=0, help="random prompt and weights, and the sampling's draws")
     run.add_argument("--temperature", type=_non_negative_float, default=0.0,
                      help="> 0: also generate the request sampled, plain and speculative (default 0: greedy only)")
-    run.add_argument("--top-p", type=_top_p, default=1.0, help="nucleus for --temperature (0 < top_p <= 1)")
+    run.add_argument("--top-p", type=top_p_arg, default=1.0, help="nucleus for --temperature (0 < top_p <= 1)")
     run.add_argument("--steps", type=int, default=5, choices=range(1, MAX_STEPS + 1), metavar=f"{{1..{MAX_STEPS}}}",
                      help="NEXTN drafts per relay step")
     run.add_argument("--tp", type=int, default=1,
