@@ -3,7 +3,7 @@
     python -m benchmarks.decode --preset flash-tp4-rank --context 8192 --out OUT
         [--modes eager,eager-nextn,inductor,reduce-overhead,reduce-overhead-pdl,
                  reduce-overhead-nextn,lingc,lingc-nextn]
-        [--lingc-inductor 0|1] [--tokens 128] [--steps 3 4 5 6 7 8] [--profile]
+        [--lingc-inductor 0|1] [--lingc-gc-freeze 0|1] [--tokens 128] [--steps 3 4 5 6 7 8] [--profile]
     torchrun --nproc-per-node N -m benchmarks.decode --tp N --preset flash ...   (tensor parallel)
     python -m benchmarks.decode --smoke --out OUT       (CPU, tiny preset: exercises every path)
 
@@ -433,7 +433,7 @@ def check_cache_rows(ctx: int, tokens: int, steps: list[int], max_positions: int
 
 def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl", progress=True,
               profile=None, steps=STEPS, max_steps=STEPS, start=synthetic_start, sampled_verify=False,
-              sampled_top_p=(1.0,)):
+              sampled_top_p=(1.0,), gc_freeze=True):
     """``profile``: None, or the path prefix of the Chrome traces to write (one per graph).
     ``max_steps``: the deepest relay of the run; every engine gets the same cache size, so the
     same synthetic context, and the relay's tokens can be checked against plain decode's.
@@ -446,7 +446,8 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
     first also as ``<role>_ms``."""
     from lingc.runtime.relay.engine import Engine
     eng = Engine(model, max_len=engine_rows(ctx, tokens, max_steps), steps=steps,
-                 options={"inductor": bool(lingc_inductor), "allreduce": allreduce}, progress=progress)
+                 options={"inductor": bool(lingc_inductor), "allreduce": allreduce, "gc_freeze": bool(gc_freeze)},
+                 progress=progress)
     roles = ("draft", "verify", "extend") if speculative else ("decode",)
     extra = (("verify_sample",) if speculative else ("decode_sample",)) if sampled_verify else ()
     t0 = time.perf_counter()
@@ -489,11 +490,28 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
                 tokens_per_step=len(out) / max(1, st.steps), compile_s=compile_s,
                 collectives=collectives_per_step(roles),
                 per_graph_ms=per_graph, ahead=st.ahead / max(1, st.launched - 1),
+                gc_in_timed_loop=[dict(generation=c.generation, ms=round(c.ms, 3)) for c in st.collections],
+                heap_settled=dict(frozen=eng.heap_settled[0], ms=round(eng.heap_settled[1], 1)),
                 captured={r_: eng._steps[r_].captured for r_ in roles},
                 graphs=[i.format() for i in infos], kernel_profile=kernels,
                 kernels_per_step=sum(i.kernel_nodes for i in infos),
                 kernel_sequence=sequence,
                 tokens=[int(t) for t in check], sampled_ms_by_top_p=by_top_p or None, **sampled)
+
+
+def gc_line(collections: list[dict], settled: dict | None = None) -> str:
+    """The timed generation loop's garbage collections, and the collection after prepare that
+    froze the heap (host_gc.py; its time is what one full collection in the loop would cost)."""
+    if not collections:
+        line = "no garbage collection in the timed loop"
+    else:
+        worst = max(collections, key=lambda c: c["ms"])
+        line = (f"{len(collections)} garbage collection(s) in the timed loop, "
+                f"{sum(c['ms'] for c in collections):.1f} ms (longest {worst['ms']:.1f} ms, generation "
+                f"{worst['generation']})")
+    if settled and settled.get("frozen"):
+        line += f"; heap frozen after prepare: {settled['frozen']} objects, collected in {settled['ms']:.0f} ms"
+    return line
 
 
 def kernel_profile(step, trace: str | None = None, replays: int = 5, top: int = 15) -> list[dict]:
@@ -587,6 +605,9 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", help=f"comma-separated, of {ALL_MODES}; default {DEFAULTS['modes']} "
                                     f"({SMOKE['modes']} with --smoke)")
     ap.add_argument("--lingc-inductor", type=int, default=1)
+    ap.add_argument("--lingc-gc-freeze", type=int, choices=(0, 1), default=1,
+                    help="the engines' gc_freeze option (1: the heap collected and frozen after capture); "
+                         "each lingc mode's notes list the garbage collections inside its timed loop")
     ap.add_argument("--tp", type=int, default=1, help="tensor-parallel size (= torchrun's world size)")
     ap.add_argument("--steps", type=int, nargs="+", default=[STEPS],
                     help="NEXTN relay depth(s): draft forwards per step (draft tokens = steps + 1); "
@@ -735,7 +756,8 @@ def main(argv=None) -> int:
                                 "symm_mem" if mode.endswith("-symm") else "nccl", progress=lead,
                                 profile=trace, steps=k or STEPS, max_steps=max(args.steps + [STEPS]),
                                 start=prompt_start(prompt) if prompt is not None else synthetic_start,
-                                sampled_verify=args.sampled_verify, sampled_top_p=tuple(args.sampled_top_p))
+                                sampled_verify=args.sampled_verify, sampled_top_p=tuple(args.sampled_top_p),
+                                gc_freeze=args.lingc_gc_freeze)
         except Exception as e:  # a failing mode is reported, the others still run
             res = {"error": f"{type(e).__name__}: {e}"}
             print(f"rank {tp.rank}: {name} failed: {res['error']}", flush=True)
@@ -796,6 +818,7 @@ def main(argv=None) -> int:
             print(f"{m}: Inductor's CUDA graphs {'used' if r['inductor_cudagraphs'] else 'SKIPPED (see its warning)'}")
         if "per_graph_ms" in r:
             extra = (f"; launch ahead {r.get('ahead', 0):.0%}; captured {r['captured']}"
+                     f"; {gc_line(r.get('gc_in_timed_loop') or [], r.get('heap_settled'))}"
                      if "captured" in r else " (per call; the step runs the draft T=1 call steps - 1 times)")
             print(f"{m}: per graph ms {r['per_graph_ms']}{extra}")
             for role, greedy in (("verify_sample", "verify"), ("decode_sample", "decode")):

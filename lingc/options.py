@@ -34,6 +34,10 @@ class LingcOptions:
     print_summary: bool = False
     # lingc.generate / the Engine capture each step graph as a CUDA graph (GPU only).
     cudagraphs: bool = True
+    # The engines collect the heap once after compile + capture and freeze what survives
+    # (gc.freeze), so no full garbage collection over the compiled graphs' objects stalls the
+    # host run-ahead later (runtime/relay/host_gc.py).
+    gc_freeze: bool = True
     # Tensor parallel: the graph's all-reduces run on NCCL ("nccl") or as one-shot
     # symmetric-memory kernels ("symm_mem", the symm_allreduce pass; CUDA, no multicast needed).
     allreduce: str = "nccl"
@@ -75,7 +79,7 @@ class LingcOptions:
         if self.role not in ROLES:
             raise ValueError(f"lingc: option role={self.role!r}; expected one of {list(ROLES)}")
         for name in ("inductor", "verify", "fail_on_recompile", "print_summary", "cudagraphs",
-                     "rebound_states_in_place"):
+                     "gc_freeze", "rebound_states_in_place"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"lingc: option {name}={getattr(self, name)!r} must be a bool")
         if self.capture not in CAPTURES:

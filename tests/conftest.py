@@ -194,6 +194,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
 
 
+@pytest.fixture(autouse=True)
+def _heap_unfrozen():
+    """The engines freeze the heap after prepare (host_gc.py): unfrozen after each test, so what
+    a test leaves in reference cycles is collected as before and one test's frozen objects do
+    not pile up across the run."""
+    yield
+    import gc
+    if gc.get_freeze_count():
+        gc.unfreeze()
+
+
 @pytest.fixture
 def assert_close():
     """The shared relative-RMS comparison (helpers.assert_close) as a fixture."""

@@ -59,6 +59,19 @@ def test_plain_decode_matches_eager_reference(engine, gold):
     assert engine.stats.steps >= 39
 
 
+def test_the_relay_loop_lists_the_collections_inside_it(engine, gold):
+    """A garbage collection while a request runs (here the consumer's) is in the request's stats
+    (host_gc.py; the benchmark prints them beside its wall times)."""
+    import gc
+    out = []
+    for t in engine.stream(PROMPT, 12, eos_token_id=None):
+        out.append(t)
+        if len(out) == 4:
+            gc.collect()
+    assert out == gold[:12]
+    assert [c.generation for c in engine.stats.collections].count(2) >= 1
+
+
 @pytest.mark.parametrize("capture", ["functionalize", "aot"])
 def test_speculative_equals_plain_over_256_tokens_every_accept_length(capture, gold, request):
     engine = request.getfixturevalue("aot_engine" if capture == "aot" else "engine")

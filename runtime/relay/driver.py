@@ -42,6 +42,7 @@ from lingc.decoding.reference import pick_token
 
 from .buffers import RING, RelayBuffers, copy_row_to_host, host_syncs_raise
 from .graphs import CapturedStep, describe, prepare_steps
+from .host_gc import Collection, record_collections, settle_heap
 from .requests import check_sampling, prompt_ids, until
 from .steps import make_steps
 
@@ -61,6 +62,7 @@ class EngineStats:
     host_syncs: int = 0        # naive host refills (metadata_capture disabled)
     prefill_s: float = 0.0     # wall time to the first token: prompt (and draft) prefill, its argmax
     prefill_rows: int = 0      # the captured prefill's padded size; 0: the eager chunks ran
+    collections: list[Collection] = field(default_factory=list)   # garbage collections in the loop
 
     @property
     def mean_accept_length(self) -> float:
@@ -105,6 +107,7 @@ class RelayDriver(ABC):
         self.stats = EngineStats()
         self.captures = 0
         self._host_ring = None
+        self.heap_settled = (0, 0.0)     # (objects frozen, ms) of the last prepare's settle_heap
         self._copy_stream = None
         # Tests: a callable(relay) that writes relay.chain with device ops in place of the draft
         # graph (an oracle drafter with injected misses makes every accept length occur).
@@ -160,6 +163,8 @@ class RelayDriver(ABC):
         if not todo:
             return
         self._steps.update(prepare_steps(todo, self._compiled_call, self._reset, self.cudagraphs, self.progress))
+        # No full collection over the compiled graphs' objects may stop a request's loop later.
+        self.heap_settled = settle_heap(self.options.get("gc_freeze", True))
         self.captures += len(todo) if self.cudagraphs else 0
         self._dump_graphs()
 
@@ -293,25 +298,23 @@ class RelayDriver(ABC):
         if cuda and self._host_ring is None:
             self._host_ring = torch.zeros(RING, self.steps + 2, dtype=torch.int64, pin_memory=True)
             self._copy_stream = torch.cuda.Stream()
-        done_events: list = []
-        copied: list = []
+        last_done: list = []          # the last launched step's completion event
+        copied: dict = {}             # step -> its ring row's copy event (CPU: the row), until read
 
         def launch(k: int) -> None:
-            if cuda and done_events and done_events[-1] is not None:
-                self.stats.ahead += int(not done_events[-1].query())
+            if last_done:
+                self.stats.ahead += int(not last_done.pop().query())
             t0 = time.perf_counter()
             self._launch(roles)
             self.stats.host_s.append(time.perf_counter() - t0)
             self.stats.launched += 1
             if not cuda:
-                done_events.append(None)
-                copied.append(self.ring[k % RING].clone())
+                copied[k] = self.ring[k % RING].clone()
                 return
-            ev, cev = copy_row_to_host(self.ring, self._host_ring, k % RING, self._copy_stream)
-            done_events.append(ev)
-            copied.append(cev)
+            ev, copied[k] = copy_row_to_host(self.ring, self._host_ring, k % RING, self._copy_stream)
+            last_done.append(ev)
 
-        with host_syncs_raise(cuda and self.check_syncs):
+        with host_syncs_raise(cuda and self.check_syncs), record_collections(self.stats.collections):
             yield from self._steps_loop(launch, copied, cuda)
 
     def _steps_loop(self, launch, copied, cuda) -> Iterator[int]:
@@ -320,10 +323,10 @@ class RelayDriver(ABC):
         while True:
             launch(k + 1)                                       # run ahead: step k may still run
             if cuda:
-                copied[k].synchronize()
+                copied.pop(k).synchronize()
                 row = self._host_ring[k % RING].tolist()
             else:
-                row = copied[k].tolist()
+                row = copied.pop(k).tolist()
             a = row[self.steps + 1]
             self.stats.steps += 1
             self.stats.accepts.append(a)

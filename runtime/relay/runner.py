@@ -43,11 +43,10 @@ import torch
 from lingc.backend import compile_reports
 from lingc.decoding.reference import pick_token
 
-from .buffers import copy_row_to_host, host_syncs_raise
+from .buffers import RING, copy_row_to_host, host_syncs_raise
 from .graphs import CapturedStep, describe, prepare_steps
+from .host_gc import Collection, record_collections, settle_heap
 from .requests import check_sampling, prompt_ids, until
-
-RING = 4      # device -> host token ring slots (the host reads one step late)
 
 
 @dataclass
@@ -58,6 +57,7 @@ class RunnerStats:
     ahead: int = 0             # launches that found the previous step still running (CUDA)
     host_s: list[float] = field(default_factory=list)   # host time to launch each step
     prefill_s: float = 0.0     # wall time to the first token
+    collections: list[Collection] = field(default_factory=list)   # garbage collections in the loop
 
 
 def _leaves(state, where: str = "state") -> list[torch.Tensor]:
@@ -155,6 +155,7 @@ class DecodeRunner:
         self.reports: dict[str, list] = {}       # kind -> the step's compile reports
         self.stats = RunnerStats()
         self._host_ring = None
+        self.heap_settled = (0, 0.0)     # (objects frozen, ms) of the last prepare's settle_heap
         self._copy_stream = None
 
     # -- compile and capture ------------------------------------------------------------------
@@ -192,6 +193,8 @@ class DecodeRunner:
         if not todo:
             return
         self._steps.update(prepare_steps(todo, self._compile, self._reset, self.cudagraphs, self.progress))
+        # No full collection over the compiled graphs' objects may stop a request's loop later.
+        self.heap_settled = settle_heap(self.options.get("gc_freeze", True))
 
     def graph_infos(self) -> list:
         """Kernel nodes and PDL edges of each captured step graph."""
@@ -260,34 +263,33 @@ class DecodeRunner:
         if cuda and self._host_ring is None:
             self._host_ring = torch.zeros(RING, 2, dtype=torch.int64, pin_memory=True)
             self._copy_stream = torch.cuda.Stream()
-        done: list = []
-        copied: list = []
+        last_done: list = []          # the last launched step's completion event
+        copied: dict = {}             # step -> its ring row's copy event (CPU: the token), until read
 
         def launch(k: int) -> None:
-            if cuda and done:
-                self.stats.ahead += int(not done[-1].query())
+            if last_done:
+                self.stats.ahead += int(not last_done.pop().query())
             t0 = time.perf_counter()
             with torch.no_grad():
                 step()
             self.stats.host_s.append(time.perf_counter() - t0)
             self.stats.launched += 1
             if not cuda:
-                copied.append(int(self.ring[k % RING, 0]))
+                copied[k] = int(self.ring[k % RING, 0])
                 return
-            ev, cev = copy_row_to_host(self.ring, self._host_ring, k % RING, self._copy_stream)
-            done.append(ev)
-            copied.append(cev)
+            ev, copied[k] = copy_row_to_host(self.ring, self._host_ring, k % RING, self._copy_stream)
+            last_done.append(ev)
 
-        with host_syncs_raise(cuda and self.check_syncs):
+        with host_syncs_raise(cuda and self.check_syncs), record_collections(self.stats.collections):
             launch(0)
             k = 0
             while True:
                 launch(k + 1)                                   # run ahead: step k may still run
                 if cuda:
-                    copied[k].synchronize()
+                    copied.pop(k).synchronize()
                     tok = int(self._host_ring[k % RING, 0])
                 else:
-                    tok = copied[k]
+                    tok = copied.pop(k)
                 self.stats.steps += 1
                 yield tok
                 k += 1
