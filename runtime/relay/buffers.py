@@ -11,12 +11,11 @@ hidden it continues from. A step with S drafts emits ``emitted[:accept + 1]`` = 
 
 The token ring carries those tokens to the host: the last graph of a step (extend, or decode)
 appends the row [emitted..., accept] at slot ring_k % RING and advances ring_k; the host copies
-slot k % RING on a side stream and reads it one step late (engine.py).
+slot k % RING on a side stream and reads it one step late (run_ahead.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, fields
 
 import torch
@@ -72,31 +71,3 @@ class RelayBuffers:
         self.temperature.fill_(1.0)             # a sampled step run before a request arms it stays finite
         self.top_p.fill_(1.0)
         return self
-
-
-def copy_row_to_host(ring: torch.Tensor, host_ring: torch.Tensor, slot: int,
-                     stream: torch.cuda.Stream) -> tuple[torch.cuda.Event, torch.cuda.Event]:
-    """After a step launched on the current stream: (its completion event, the event of the copy
-    of ring[slot] into the pinned host_ring[slot] on ``stream``, which waits for the step). The
-    host reads the row once the second has completed, one step later (engine.py, runner.py)."""
-    done = torch.cuda.Event()
-    done.record()
-    with torch.cuda.stream(stream):
-        stream.wait_event(done)
-        host_ring[slot].copy_(ring[slot], non_blocking=True)
-        copied = torch.cuda.Event()
-        copied.record(stream)
-    return done, copied
-
-
-@contextlib.contextmanager
-def host_syncs_raise(enabled: bool):
-    """While enabled, a host synchronisation on CUDA raises (torch's sync debug mode): the tests'
-    check that a run-ahead loop never waits for the GPU between launches."""
-    if enabled:
-        torch.cuda.set_sync_debug_mode("error")
-    try:
-        yield
-    finally:
-        if enabled:
-            torch.cuda.set_sync_debug_mode(0)

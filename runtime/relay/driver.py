@@ -40,9 +40,10 @@ import torch
 from lingc.backend import compile_reports
 from lingc.decoding.reference import pick_token
 
-from .buffers import RING, RelayBuffers, copy_row_to_host, host_syncs_raise
+from .buffers import RelayBuffers
 from .graphs import CapturedStep, describe, prepare_steps
-from .host_gc import Collection, record_collections, settle_heap
+from .host_gc import Collection, settle_heap
+from .run_ahead import RunAhead
 from .requests import check_sampling, prompt_ids, until
 from .steps import make_steps
 
@@ -106,9 +107,8 @@ class RelayDriver(ABC):
         self.progress = progress
         self.stats = EngineStats()
         self.captures = 0
-        self._host_ring = None
         self.heap_settled = (0, 0.0)     # (objects frozen, ms) of the last prepare's settle_heap
-        self._copy_stream = None
+        self._run_ahead = RunAhead(self.ring)
         # Tests: a callable(relay) that writes relay.chain with device ops in place of the draft
         # graph (an oracle drafter with injected misses makes every accept length occur).
         self.drafter = None
@@ -294,42 +294,8 @@ class RelayDriver(ABC):
         return list(self.stream(prompt, max_new_tokens, **kwargs))
 
     def _relay_loop(self, roles) -> Iterator[int]:
-        cuda = self.device.type == "cuda"
-        if cuda and self._host_ring is None:
-            self._host_ring = torch.zeros(RING, self.steps + 2, dtype=torch.int64, pin_memory=True)
-            self._copy_stream = torch.cuda.Stream()
-        last_done: list = []          # the last launched step's completion event
-        copied: dict = {}             # step -> its ring row's copy event (CPU: the row), until read
-
-        def launch(k: int) -> None:
-            if last_done:
-                self.stats.ahead += int(not last_done.pop().query())
-            t0 = time.perf_counter()
-            self._launch(roles)
-            self.stats.host_s.append(time.perf_counter() - t0)
-            self.stats.launched += 1
-            if not cuda:
-                copied[k] = self.ring[k % RING].clone()
-                return
-            ev, copied[k] = copy_row_to_host(self.ring, self._host_ring, k % RING, self._copy_stream)
-            last_done.append(ev)
-
-        with host_syncs_raise(cuda and self.check_syncs), record_collections(self.stats.collections):
-            yield from self._steps_loop(launch, copied, cuda)
-
-    def _steps_loop(self, launch, copied, cuda) -> Iterator[int]:
-        launch(0)
-        k = 0
-        while True:
-            launch(k + 1)                                       # run ahead: step k may still run
-            if cuda:
-                copied.pop(k).synchronize()
-                row = self._host_ring[k % RING].tolist()
-            else:
-                row = copied.pop(k).tolist()
+        for row in self._run_ahead.rows(lambda: self._launch(roles), self.stats, self.check_syncs):
             a = row[self.steps + 1]
             self.stats.steps += 1
             self.stats.accepts.append(a)
-            for tok in row[:a + 1]:
-                yield tok
-            k += 1
+            yield from row[:a + 1]

@@ -43,9 +43,10 @@ import torch
 from lingc.backend import compile_reports
 from lingc.decoding.reference import pick_token
 
-from .buffers import RING, copy_row_to_host, host_syncs_raise
+from .buffers import RING
 from .graphs import CapturedStep, describe, prepare_steps
-from .host_gc import Collection, record_collections, settle_heap
+from .host_gc import Collection, settle_heap
+from .run_ahead import RunAhead
 from .requests import check_sampling, prompt_ids, until
 
 
@@ -154,9 +155,8 @@ class DecodeRunner:
         self._steps: dict[str, CapturedStep] = {}
         self.reports: dict[str, list] = {}       # kind -> the step's compile reports
         self.stats = RunnerStats()
-        self._host_ring = None
         self.heap_settled = (0, 0.0)     # (objects frozen, ms) of the last prepare's settle_heap
-        self._copy_stream = None
+        self._run_ahead = RunAhead(self.ring)
 
     # -- compile and capture ------------------------------------------------------------------
 
@@ -259,37 +259,11 @@ class DecodeRunner:
 
     def _loop(self, kind: str) -> Iterator[int]:
         step = self._steps[kind]
-        cuda = self.device.type == "cuda"
-        if cuda and self._host_ring is None:
-            self._host_ring = torch.zeros(RING, 2, dtype=torch.int64, pin_memory=True)
-            self._copy_stream = torch.cuda.Stream()
-        last_done: list = []          # the last launched step's completion event
-        copied: dict = {}             # step -> its ring row's copy event (CPU: the token), until read
 
-        def launch(k: int) -> None:
-            if last_done:
-                self.stats.ahead += int(not last_done.pop().query())
-            t0 = time.perf_counter()
+        def launch() -> None:
             with torch.no_grad():
                 step()
-            self.stats.host_s.append(time.perf_counter() - t0)
-            self.stats.launched += 1
-            if not cuda:
-                copied[k] = int(self.ring[k % RING, 0])
-                return
-            ev, copied[k] = copy_row_to_host(self.ring, self._host_ring, k % RING, self._copy_stream)
-            last_done.append(ev)
 
-        with host_syncs_raise(cuda and self.check_syncs), record_collections(self.stats.collections):
-            launch(0)
-            k = 0
-            while True:
-                launch(k + 1)                                   # run ahead: step k may still run
-                if cuda:
-                    copied.pop(k).synchronize()
-                    tok = int(self._host_ring[k % RING, 0])
-                else:
-                    tok = copied.pop(k)
-                self.stats.steps += 1
-                yield tok
-                k += 1
+        for row in self._run_ahead.rows(launch, self.stats, self.check_syncs):
+            self.stats.steps += 1
+            yield row[0]
