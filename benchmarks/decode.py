@@ -463,6 +463,7 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
     _sync()
     wall = (time.perf_counter() - t1) / eng.stats.launched * 1e3
     st = eng.stats
+    gaps = [b - a for a, b in zip(st.read_at, st.read_at[1:])]
     infos = [i for i in eng.graph_infos() if i.role in roles]
     per_graph, kernels, sequence = {}, None, None
     with torch.no_grad():          # as the engine runs them (an uncaptured step would recompile)
@@ -490,6 +491,7 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
                 tokens_per_step=len(out) / max(1, st.steps), compile_s=compile_s,
                 collectives=collectives_per_step(roles),
                 per_graph_ms=per_graph, ahead=st.ahead / max(1, st.launched - 1),
+                wall_median_ms=statistics.median(gaps) * 1e3 if gaps else None,
                 gc_in_timed_loop=[dict(generation=c.generation, ms=round(c.ms, 3)) for c in st.collections],
                 heap_settled=dict(frozen=eng.heap_settled[0], ms=round(eng.heap_settled[1], 1)),
                 captured={r_: eng._steps[r_].captured for r_ in roles},
@@ -497,6 +499,18 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
                 kernels_per_step=sum(i.kernel_nodes for i in infos),
                 kernel_sequence=sequence,
                 tokens=[int(t) for t in check], sampled_ms_by_top_p=by_top_p or None, **sampled)
+
+
+def stall_line(r: dict) -> str:
+    """The timed loop's wall per step (a mean, stalls included) against the median gap between
+    two steps' token rows: a host stall inside the loop (a garbage collection, another process)
+    shows as a mean well above the median."""
+    med = r.get("wall_median_ms")
+    if not med:
+        return "no row gaps"
+    ratio = r["wall_ms"] / med
+    flag = f" STALLED: the mean is {ratio:.2f}x the median" if ratio > 1.25 else ""
+    return f"wall per step {r['wall_ms']:.3f} ms (mean), {med:.3f} ms (median gap between rows){flag}"
 
 
 def gc_line(collections: list[dict], settled: dict | None = None) -> str:
@@ -818,7 +832,7 @@ def main(argv=None) -> int:
             print(f"{m}: Inductor's CUDA graphs {'used' if r['inductor_cudagraphs'] else 'SKIPPED (see its warning)'}")
         if "per_graph_ms" in r:
             extra = (f"; launch ahead {r.get('ahead', 0):.0%}; captured {r['captured']}"
-                     f"; {gc_line(r.get('gc_in_timed_loop') or [], r.get('heap_settled'))}"
+                     f"; {stall_line(r)}; {gc_line(r.get('gc_in_timed_loop') or [], r.get('heap_settled'))}"
                      if "captured" in r else " (per call; the step runs the draft T=1 call steps - 1 times)")
             print(f"{m}: per graph ms {r['per_graph_ms']}{extra}")
             for role, greedy in (("verify_sample", "verify"), ("decode_sample", "decode")):

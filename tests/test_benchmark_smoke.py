@@ -38,6 +38,10 @@ def test_decode_smoke_with_depth_sweep_and_profile(tmp_path):
         assert "error" not in r, r
         assert r["steps"] == int(name[-1]) and set(r["per_graph_ms"]) == {"draft", "verify", "extend"}
         assert r["tpot_ms"] > 0 and r["x_floor"] > 0 and r["tpot_projected_ms"] > 0
+        # The timed loop's steadiness: the median gap between two steps' rows beside the mean,
+        # the loop's garbage collections and the heap frozen after prepare (host_gc.py).
+        assert r["wall_median_ms"] > 0 and isinstance(r["gc_in_timed_loop"], list)
+        assert r["heap_settled"]["frozen"] > 0
     # A deeper relay reads more: its floor is higher.
     assert data["floor_ms"]["relay s=3"] > data["floor_ms"]["relay s=2"] > data["floor_ms"]["plain"]
     assert data["spec_equals_plain"] == {"lingc-nextn s=2": True, "lingc-nextn s=3": True}
@@ -50,6 +54,7 @@ def test_decode_smoke_with_depth_sweep_and_profile(tmp_path):
     assert eager["lingc_faster_by"] == pytest.approx(eager["wall_ms"] / lingc["wall_ms"])
     assert "lingc_faster_by" not in lingc and "| lingc faster by |" in out
     assert "greedy output of lingc-nextn s=3 == lingc plain over the same steps: yes" in out
+    assert "ms (median gap between rows)" in out and "heap frozen after prepare:" in out
     for role in ("draft", "verify", "extend"):
         trace = json.loads((tmp_path / f"trace_lingc-nextn_s3_{role}.json").read_text())
         assert any("lingc::" in ev.get("name", "") for ev in trace["traceEvents"]), role

@@ -29,6 +29,7 @@ def test_rows_come_back_one_step_late_in_order():
     assert rows == [[i, 10 * i, 100 * i] for i in range(2 * RING + 1)]
     assert launched_when_read == [i + 2 for i in range(2 * RING + 1)]        # one step ahead
     assert len(stats.host_s) == stats.launched == 2 * RING + 2 and stats.ahead == 0
+    assert len(stats.read_at) == len(rows) and stats.read_at == sorted(stats.read_at)
 
 
 def test_a_ring_of_the_wrong_shape_is_refused():

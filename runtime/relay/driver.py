@@ -63,6 +63,7 @@ class EngineStats:
     host_syncs: int = 0        # naive host refills (metadata_capture disabled)
     prefill_s: float = 0.0     # wall time to the first token: prompt (and draft) prefill, its argmax
     prefill_rows: int = 0      # the captured prefill's padded size; 0: the eager chunks ran
+    read_at: list[float] = field(default_factory=list)  # perf_counter() when each step's row was read
     collections: list[Collection] = field(default_factory=list)   # garbage collections in the loop
 
     @property

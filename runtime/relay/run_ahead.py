@@ -51,7 +51,8 @@ def host_syncs_raise(enabled: bool):
 class RunAhead:
     """Reads a device token ring [RING, W] one step late (module docstring). ``stats`` is the
     request's EngineStats / RunnerStats: launches, launches that found the previous step still
-    running (CUDA), the host time of each launch and the garbage collections during the loop."""
+    running (CUDA), the host time of each launch, when each row was read and the garbage
+    collections during the loop."""
 
     def __init__(self, ring: torch.Tensor):
         if ring.dim() != 2 or ring.shape[0] != RING:
@@ -93,5 +94,6 @@ class RunAhead:
                     row = self._host_ring[k % RING].tolist()
                 else:
                     row = copied.pop(k).tolist()
+                stats.read_at.append(time.perf_counter())
                 yield row
                 k += 1

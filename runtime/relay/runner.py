@@ -58,6 +58,7 @@ class RunnerStats:
     ahead: int = 0             # launches that found the previous step still running (CUDA)
     host_s: list[float] = field(default_factory=list)   # host time to launch each step
     prefill_s: float = 0.0     # wall time to the first token
+    read_at: list[float] = field(default_factory=list)  # perf_counter() when each step's row was read
     collections: list[Collection] = field(default_factory=list)   # garbage collections in the loop
 
 
