@@ -64,7 +64,7 @@ def test_the_relay_loop_lists_the_collections_inside_it(engine, gold):
     (host_gc.py; the benchmark prints them beside its wall times)."""
     import gc
     out = []
-    for t in engine.stream(PROMPT, 12, eos_token_id=None):
+    for t in engine.stream(PROMPT, 12, speculative=None, eos_token_id=None):
         out.append(t)
         if len(out) == 4:
             gc.collect()
