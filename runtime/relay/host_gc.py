@@ -2,16 +2,17 @@
 capture, and record every collection that still runs inside a generation loop.
 
 A compiled step leaves hundreds of thousands of GC-tracked objects on the heap (FX graphs, guards,
-compile reports, Triton launchers): about 0.76 M after flash-tp4-rank's decode role alone and 1.08 M
-with the relay's roles, over which one full (generation 2) collection took 258-266 and 423-434 ms
-on a 2-core CPU (session 59, benchmarks/results/README.md). Python runs such a collection whenever enough objects survived
-since the last one, wherever the interpreter is: inside a generation loop it stops the host for
-that long, the GPU drains the steps launched ahead and then idles (a 0.7 s stall in one H100 run
-of the decode benchmark). After prepare, ``settle_heap`` collects once and moves every object that
-survives into the permanent generation (``gc.freeze``), which later collections skip, as serving
-engines do after their CUDA-graph capture; ``options={"gc_freeze": False}`` leaves the collector
-alone. Frozen objects are still freed by reference counting; only reference cycles among them
-stay until ``gc.unfreeze()``.
+compile reports, Triton launchers): about 0.76 M after flash-tp4-rank's decode role alone and
+1.08 M with the relay's roles, over which one full (generation 2) collection took 258-266 and
+423-434 ms on a 2-core CPU (session 59, benchmarks/results/README.md). Python runs such a
+collection whenever enough objects survived since the last one, wherever the interpreter is:
+inside a generation loop it stops the host for that long, and the GPU drains the steps launched
+ahead, then idles (one H100 run of the decode benchmark stalled ~0.7 s so; a collection is the
+likely cause). After prepare, ``settle_heap`` collects once and moves every object that survives
+into the permanent generation (``gc.freeze``), which later collections skip, as serving engines
+do after their CUDA-graph capture; ``options={"gc_freeze": False}`` leaves the collector alone.
+Frozen objects are still freed by reference counting; only reference cycles among them stay
+until ``gc.unfreeze()``.
 """
 
 from __future__ import annotations
