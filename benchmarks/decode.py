@@ -44,7 +44,10 @@ about 1); TPOT = wall per step / tokens per step, and projected at the article's
 3.25 for relay rows (a projection, labelled); floor = bytes the step must read / copy bandwidth
 measured in the same run, with the routed experts counted from the router's real choices;
 lingc faster by = another system's wall per step over lingc's in the same run (plain modes
-against lingc, relay modes against the lingc relay at the same depth).
+against lingc, relay modes against the lingc relay at the same depth). Each lingc mode's notes
+also give the timed loop's median gap between two steps' token rows (a mean wall per step over
+1.25x it is flagged STALLED), the garbage collections inside the loop and the one that froze the
+heap after prepare (runtime/relay/host_gc.py; `--lingc-gc-freeze 0` leaves the heap unfrozen).
 """
 
 from __future__ import annotations
