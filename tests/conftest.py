@@ -4,6 +4,7 @@ Without CUDA, Triton kernels run in the interpreter: TRITON_INTERPRET must be se
 first imported, which is why this happens here, at conftest import. ``gpu``-marked tests are
 skipped without CUDA (run them on the device with ``-m gpu``).
 """
+import gc
 import os
 
 import pytest
@@ -200,7 +201,6 @@ def _heap_unfrozen():
     a test leaves in reference cycles is collected as before and one test's frozen objects do
     not pile up across the run."""
     yield
-    import gc
     if gc.get_freeze_count():
         gc.unfreeze()
 

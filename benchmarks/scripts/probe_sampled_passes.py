@@ -17,7 +17,6 @@ from torch.profiler import ProfilerActivity, profile
 
 import lingc.runtime.kernels.sampled_targets.kernel as K
 import lingc.runtime.relay.ops as ops
-from lingc.runtime.kernels.gemm_common import persistent_buffer
 
 V = 39296
 
@@ -59,20 +58,12 @@ def profiled(n):
         print(f"rows={n} top_p={top_p}: " + "; ".join(f"{k[:40]} {us:.1f} us x{c}" for k, us, c in rows))
 
 
-def scratch(n, chunks, dev):
-    """y and the passes' scratch and tickets, as sampled_targets_triton allocates them."""
-    cp = max(2, triton.next_power_of_2(chunks))
-    return (cp, torch.empty(n, dtype=torch.int64, device=dev), torch.empty((n, cp, 2), device=dev),
-            torch.empty((n, cp, 256), device=dev), torch.empty((n, cp), device=dev), torch.empty((n, 4), device=dev),
-            torch.empty((n, 2), dtype=torch.int32, device=dev),
-            persistent_buffer("sampled_targets_tickets", dev, 64, torch.int32, 0))
-
-
 def passes_alone(n):
     chain, logits, table, step, t, p = inputs(n)
     dev = logits.device
     sub, iters, chunks = K.chunking(n, V, torch.cuda.get_device_properties(dev).multi_processor_count)
-    cp, y, stats, hist, above, rowf, rowi, tickets = scratch(n, chunks, dev)
+    y = torch.empty(n, dtype=torch.int64, device=dev)
+    cp, stats, hist, above, rowf, rowi, tickets = K.scratch(n, chunks, dev)
     for warps in (8, 4):
         def launch(pas):
             K._nucleus_pass_kernel[(n, chunks)](
@@ -96,7 +87,8 @@ def chunk_sweep(n, sms_values=(132, 64, 32)):
     dev = logits.device
     for sms in sms_values:
         sub, iters, chunks = K.chunking(n, V, sms)
-        cp, y, stats, hist, above, rowf, rowi, tickets = scratch(n, chunks, dev)
+        y = torch.empty(n, dtype=torch.int64, device=dev)
+        cp, stats, hist, above, rowf, rowi, tickets = K.scratch(n, chunks, dev)
         row = []
         for top_p in (0.9, 1.0):
             p = torch.tensor([top_p], device=dev)

@@ -302,6 +302,18 @@ def batches(sub: int) -> int:
     return max(1, min(8, sub // 16))
 
 
+def scratch(n: int, chunks: int, device) -> tuple:
+    """The passes' scratch for n rows of `chunks` chunks (module docstring): (CP, per-chunk
+    stats, histograms, above-masses, per-row floats, per-row ints, the persistent tickets)."""
+    cp = max(2, triton.next_power_of_2(chunks))
+    return (cp, torch.empty((n, cp, 2), dtype=torch.float32, device=device),
+            torch.empty((n, cp, 256), dtype=torch.float32, device=device),
+            torch.empty((n, cp), dtype=torch.float32, device=device),
+            torch.empty((n, 4), dtype=torch.float32, device=device),
+            torch.empty((n, 2), dtype=torch.int32, device=device),
+            persistent_buffer("sampled_targets_tickets", device, _TICKETS, torch.int32, 0))
+
+
 def sampled_targets_triton(chain: torch.Tensor, logits: torch.Tensor, uniforms: torch.Tensor, step: torch.Tensor,
                            temperature: torch.Tensor, top_p: torch.Tensor, out: torch.Tensor | None = None,
                            sub: int | None = None, use_pdl: bool | None = None) -> torch.Tensor:
@@ -312,14 +324,8 @@ def sampled_targets_triton(chain: torch.Tensor, logits: torch.Tensor, uniforms: 
     device = logits.device
     sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
     sub, iters, chunks = chunking(n, vocab, sms, sub)
-    cp = max(2, triton.next_power_of_2(chunks))
     y = torch.empty((n,), dtype=torch.int64, device=device) if out is None else out
-    stats = torch.empty((n, cp, 2), dtype=torch.float32, device=device)
-    hist = torch.empty((n, cp, 256), dtype=torch.float32, device=device)
-    above = torch.empty((n, cp), dtype=torch.float32, device=device)
-    rowf = torch.empty((n, 4), dtype=torch.float32, device=device)
-    rowi = torch.empty((n, 2), dtype=torch.int32, device=device)
-    tickets = persistent_buffer("sampled_targets_tickets", device, _TICKETS, torch.int32, 0)
+    cp, stats, hist, above, rowf, rowi, tickets = scratch(n, chunks, device)
     use_gdc = pdl_supported(device) if use_pdl is None else use_pdl
     launch = {"launch_pdl": True} if use_gdc else {}
     for p in range(4):
