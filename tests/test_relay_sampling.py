@@ -64,6 +64,68 @@ def test_each_emitted_token_is_distributed_as_the_target_samples_it(temperature,
     assert abs(accepted - want[0, d1]) < _tol(200000)
 
 
+def _frequencies_sampled_drafts(logits, draft_logits, temperature, top_p, n=200000, seed=0):
+    """As _frequencies, with each trial's drafts d_{j+1} drawn from q_j (the draft's softmax at
+    the temperature): the first emitted token's frequencies, the second's given that d_1 was
+    accepted, their count and the acceptance rate of d_1."""
+    S, V = draft_logits.shape
+    g = torch.Generator().manual_seed(seed)
+    q = torch.softmax(draft_logits / temperature, -1)
+    drafts = torch.stack([torch.multinomial(q[j], n, replacement=True, generator=g) for j in range(S)], 1)
+    chains = torch.cat([torch.zeros(n, 1, dtype=torch.int64), drafts], 1)
+    u = torch.rand(n, S + 1, generator=g)
+    t, p = torch.tensor([temperature]), torch.tensor([top_p])
+    y = torch.vmap(lambda c, row: sampled_targets(c, logits, row, t, p, draft_logits))(chains, u)
+    took_d1 = y[:, 0] == chains[:, 1]
+    first = torch.bincount(y[:, 0], minlength=V) / n
+    second = torch.bincount(y[took_d1, 1], minlength=V) / took_d1.sum()
+    return first, second, int(took_d1.sum()), took_d1.float().mean()
+
+
+@pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.8, 0.85), (1.2, 0.5)])
+def test_sampled_drafts_emit_tokens_distributed_as_the_target_samples_them(temperature, top_p):
+    """Drafts drawn from a different distribution q (its own logits): the first emitted token
+    follows p_0, the second given an accepted d_1 follows p_1, and d_1 is accepted with
+    probability sum min(p_0, q_0)."""
+    g = torch.Generator().manual_seed(7)
+    logits = torch.randn(4, 6, generator=g) * 1.5
+    draft_logits = logits[:3] * 0.6 + torch.randn(3, 6, generator=g)
+    want = sampling_probs(logits, torch.tensor([temperature]), torch.tensor([top_p]))
+    q = torch.softmax(draft_logits / temperature, -1)
+    first, second, n_second, accepted = _frequencies_sampled_drafts(logits, draft_logits, temperature, top_p)
+    assert (first - want[0]).abs().max() < _tol(200000), (first, want[0])
+    assert (second - want[1]).abs().max() < _tol(n_second), (second, want[1])
+    assert abs(accepted - torch.minimum(want[0], q[0]).sum()) < _tol(200000)
+
+
+def test_a_sampled_draft_equal_to_the_target_is_always_accepted():
+    """q = p (no nucleus, the same logits): every draft is accepted whatever u, and the token
+    after them is drawn from the last row."""
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(4, 9, generator=g)
+    one = torch.tensor([1.0])
+    for trial in range(200):
+        chain = torch.cat([torch.tensor([0]), torch.multinomial(torch.softmax(logits[:3], -1), 1, generator=g)[:, 0]])
+        u = torch.rand(4, generator=g) * 0.999
+        y = sampled_targets(chain, logits, u, one, one, logits[:3].clone())
+        assert torch.equal(y[:3], chain[1:]), (trial, y.tolist(), chain.tolist())
+
+
+def test_a_rejected_sampled_draft_draws_from_the_residual():
+    """p_0 puts its mass on tokens 0 and 1, q_0 on 1 and 2: a rejected d_1 = 2 (p_0(2) = 0) gives
+    token 0 only, the residual max(0, p_0 - q_0) (token 1 has p = q)."""
+    logits = torch.full((2, 4), float("-inf"))
+    logits[0, :2] = 0.0
+    logits[1] = 0.0
+    draft = torch.full((1, 4), float("-inf"))
+    draft[0, 1:3] = 0.0
+    one = torch.tensor([1.0])
+    for u0 in (0.0, 0.3, 0.9):
+        for u1 in (0.01, 0.5, 0.99):
+            y = sampled_targets(torch.tensor([3, 2]), logits, torch.tensor([u0, u1]), one, one, draft)
+            assert int(y[0]) == 0, (u0, u1, y.tolist())
+
+
 def test_a_certain_draft_is_always_accepted_and_all_accepted_draws_from_the_last_row():
     logits = torch.full((3, 5), -30.0)
     logits[0, 3] = logits[1, 1] = 30.0              # p_0 = delta(3), p_1 = delta(1)

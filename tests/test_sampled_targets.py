@@ -39,15 +39,27 @@ def _uniforms(u: torch.Tensor, seed: int):
     return table, torch.tensor([step])
 
 
-def _both(chain, logits, u, temperature, top_p, sub=None):
+def _both(chain, logits, u, temperature, top_p, sub=None, draft_logits=None):
     t = torch.tensor([temperature], device=DEVICE)
     p = torch.tensor([top_p], device=DEVICE)
     out = torch.full((chain.numel(),), -7, dtype=torch.int64, device=DEVICE)
     table, step = _uniforms(u, seed=int(logits.numel()))
     got = sampled_targets_triton(chain.to(DEVICE), logits.to(DEVICE), table.to(DEVICE), step.to(DEVICE), t, p,
-                                 out=out, sub=sub)
-    ref = ops.sampled_targets_reference(chain, logits, u, torch.tensor([temperature]), torch.tensor([top_p]))
+                                 out=out, sub=sub,
+                                 draft_logits=None if draft_logits is None else draft_logits.to(DEVICE))
+    ref = ops.sampled_targets_reference(chain, logits, u, torch.tensor([temperature]), torch.tensor([top_p]),
+                                        draft_logits)
     return got.cpu(), ref
+
+
+def _sampled_draft_case(n: int, vocab: int, seed: int, ties: bool, temperature: float):
+    """_case's logits with draft logits near them (the target's plus noise), and drafts drawn from
+    the draft's softmax at the temperature."""
+    chain, logits, g = _case(n, vocab, seed, ties)
+    draft = logits[:-1] * 0.8 + torch.randn(n - 1, vocab, generator=g)
+    if n > 1:
+        chain[1:] = torch.multinomial(torch.softmax(draft / temperature, -1), 1, generator=g)[:, 0]
+    return chain, logits, draft, g
 
 
 @pytest.mark.parametrize("n, vocab, sub, ties", [(1, 37, 16, False), (2, 300, 32, True), (4, 1000, 64, False),
@@ -75,6 +87,53 @@ def test_every_accept_count(n):
         assert torch.equal(got, ref), (a, got.tolist(), ref.tolist())
         assert int(ops.greedy_verdict_reference(chain, got)) == min(a, n - 1)
         assert got[a] != (chain[a + 1] if a < n - 1 else -1)
+
+
+@pytest.mark.parametrize("n, vocab, sub, ties", [(2, 37, 16, False), (3, 300, 32, True), (6, 257, 16, False),
+                                                 (4, 1000, 64, True)])
+def test_kernel_with_sampled_drafts_matches_the_reference(n, vocab, sub, ties):
+    """Sampled drafts (draft logits given): the acceptance by p / q and the residual draw of pass
+    4, for each top_p regime, against the reference; every accept count occurs over the trials."""
+    seen = set()
+    for trial in range(6):
+        for top_p, temperature in ((1.0, 1.0), (0.9, 0.6), (0.3, 1.3)):
+            chain, logits, draft, g = _sampled_draft_case(n, vocab, 31 * trial + n + vocab, ties, temperature)
+            u = torch.rand(n, generator=g)
+            got, ref = _both(chain, logits, u, temperature, top_p, sub, draft_logits=draft)
+            assert (got >= 0).all(), "an output element was not written"
+            assert torch.equal(got, ref), (trial, top_p, temperature, got.tolist(), ref.tolist())
+            seen.add(int(ops.greedy_verdict_reference(chain, got)))
+    assert len(seen) >= 2, seen
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_sampled_drafts_every_accept_count_and_the_residual_fallback(n):
+    """Drafts 1..a accepted for any u (q = p on those rows: the draft's logits are the
+    target's, no nucleus), d_{a+1} impossible under p (logit -inf): rejected, and row a's token
+    drawn from the residual max(0, p_a - q_a), never d_{a+1}."""
+    vocab = 120
+    for a in range(n):
+        chain, logits, draft, g = _sampled_draft_case(n, vocab, seed=7 * n + a, ties=False, temperature=1.0)
+        draft[:a] = logits[:a]
+        if a < n - 1:
+            logits[a, chain[a + 1]] = float("-inf")
+        u = torch.rand(n, generator=g) * 0.999
+        got, ref = _both(chain, logits, u, 1.0, 1.0, sub=16, draft_logits=draft)
+        assert torch.equal(got, ref), (a, got.tolist(), ref.tolist())
+        assert int(ops.greedy_verdict_reference(chain, got)) == min(a, n - 1)
+        if a < n - 1:
+            assert got[a] != chain[a + 1]
+
+
+def test_sampled_drafts_residual_without_mass_falls_back_to_p_less_the_draft():
+    """p_0 = delta(0); q_0 = (1 - e, e) with e = exp(-50), so q_0(0) rounds to 1 in fp32 and the
+    residual max(0, p_0 - q_0) has no mass at all; the rejected draft d_1 = 1 (p_0(1) = 0) is
+    then followed by a draw from p_0 less d_1: token 0, whatever u."""
+    logits = torch.tensor([[0.0, float("-inf"), float("-inf")], [0.5, 0.0, 1.0]])
+    draft = torch.tensor([[0.0, -50.0, float("-inf")]])
+    for u in ((0.0, 0.5), (0.7, 0.01), (0.3, 0.99)):
+        got, ref = _both(torch.tensor([2, 1]), logits, torch.tensor(u), 1.0, 1.0, sub=16, draft_logits=draft)
+        assert got.tolist()[0] == ref.tolist()[0] == 0, (u, got.tolist(), ref.tolist())
 
 
 def test_masked_tokens_and_a_one_token_nucleus():

@@ -12,7 +12,6 @@ op took 0.35-4.6 ms before the histogram fix).
 import sys
 
 import torch
-import triton
 from torch.profiler import ProfilerActivity, profile
 
 import lingc.runtime.kernels.sampled_targets.kernel as K
@@ -63,15 +62,10 @@ def passes_alone(n):
     dev = logits.device
     sub, iters, chunks = K.chunking(n, V, torch.cuda.get_device_properties(dev).multi_processor_count)
     y = torch.empty(n, dtype=torch.int64, device=dev)
-    cp, stats, hist, above, rowf, rowi, tickets = K.scratch(n, chunks, dev)
+    s = K.scratch(n, chunks, dev)
     for warps in (8, 4):
         def launch(pas):
-            K._nucleus_pass_kernel[(n, chunks)](
-                logits, logits.stride(0), chain, chain.stride(0), table, step, table.shape[0], table.stride(0),
-                t, p, y, stats, hist, above, rowf, rowi, tickets, V, chunks,
-                PASS=pas, N=n, NP=max(2, triton.next_power_of_2(n)), CP=cp, SUB=sub, ITERS=iters, B=K.batches(sub),
-                USE_GDC=False,
-                num_warps=warps)
+            K.launch_pass(pas, s, chunks, sub, iters, chain, logits, table, step, t, p, y, num_warps=warps)
         for pas in range(4):
             launch(pas)
         torch.cuda.synchronize()
@@ -88,18 +82,14 @@ def chunk_sweep(n, sms_values=(132, 64, 32)):
     for sms in sms_values:
         sub, iters, chunks = K.chunking(n, V, sms)
         y = torch.empty(n, dtype=torch.int64, device=dev)
-        cp, stats, hist, above, rowf, rowi, tickets = K.scratch(n, chunks, dev)
+        s = K.scratch(n, chunks, dev)
         row = []
         for top_p in (0.9, 1.0):
             p = torch.tensor([top_p], device=dev)
 
             def op():
                 for pas in range(4):
-                    K._nucleus_pass_kernel[(n, chunks)](
-                        logits, logits.stride(0), chain, chain.stride(0), table, step, table.shape[0],
-                        table.stride(0), t, p, y, stats, hist, above, rowf, rowi, tickets, V, chunks,
-                        PASS=pas, N=n, NP=max(2, triton.next_power_of_2(n)), CP=cp, SUB=sub, ITERS=iters,
-                        B=K.batches(sub), USE_GDC=True, num_warps=8, launch_pdl=True)
+                    K.launch_pass(pas, s, chunks, sub, iters, chain, logits, table, step, t, p, y, use_gdc=True)
             op()
             want = y.clone()
             torch.cuda.synchronize()

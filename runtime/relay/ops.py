@@ -15,14 +15,16 @@
   whose value the graph copies into a relay buffer at its end (one copy kernel, and a full edge
   of the captured graph, each).
 - ``sampled_targets(Tensor chain, Tensor logits, Tensor uniforms, Tensor step, Tensor temperature,
-  Tensor top_p) -> Tensor``: a sampling request's verify outcome (runtime/relay/sampling.py),
+  Tensor top_p, Tensor? draft_logits=None) -> Tensor``: a sampling request's verify outcome (runtime/relay/sampling.py),
   written as the target tokens y int64 [S+1] that greedy_verdict and greedy_emit read. chain int64
   [S+1] (S >= 0: S = 0 is plain sampling's draw), logits [S+1, V] (unit stride along V), the
   request's uniforms fp32 [R, W >= S+1] in [0, 1) of which row step % R is this step's (step int64
   [1], the relay's ring_k: selecting the row in the kernel saves the graph two ATen kernels),
-  temperature > 0 and top_p fp32 [1] on the device. Never syncs: on CUDA four PDL-launched
-  Triton passes (runtime/kernels/sampled_targets: the nucleus by a radix search over the logits,
-  no sort), elsewhere ``sampling.sampled_targets``.
+  temperature > 0 and top_p fp32 [1] on the device; draft_logits [S, V] (unit stride along V) when
+  the drafts were drawn from the draft's softmax (sampled drafts), None for greedy drafts. Never
+  syncs: on CUDA four PDL-launched Triton passes (runtime/kernels/sampled_targets: the nucleus by
+  a radix search over the logits, no sort; a fifth draws from the residual of sampled drafts),
+  elsewhere ``sampling.sampled_targets``.
 - ``state_commit(Tensor accept) -> Tensor``: the commit point of a verify step. On its own it is
   the identity on ``accept`` and commits nothing: the model's recurrent-state writes have already
   stored the state after ALL chain positions, which is wrong whenever a draft is rejected. The
@@ -149,7 +151,7 @@ def _greedy_emit_out_fake(chain, target, accept, out) -> None:
     _check_out("greedy_emit_out", out, chain)
 
 
-def _check_sampled_targets(chain, logits, uniforms, step, temperature, top_p) -> None:
+def _check_sampled_targets(chain, logits, uniforms, step, temperature, top_p, draft_logits=None) -> None:
     from lingc.runtime.kernels.sampled_targets.kernel import MAX_ROWS
 
     op = "sampled_targets"
@@ -169,9 +171,14 @@ def _check_sampled_targets(chain, logits, uniforms, step, temperature, top_p) ->
     for name, t in (("temperature", temperature), ("top_p", top_p)):
         if t.shape != (1,) or t.dtype != torch.float32:
             raise ValueError(f"{op}: {name} must be a fp32 [1] device tensor, got {t.dtype} {tuple(t.shape)}")
+    if draft_logits is not None and (draft_logits.dim() != 2 or tuple(draft_logits.shape) != (n - 1, logits.shape[1])
+                                     or not draft_logits.is_floating_point() or draft_logits.stride(1) != 1):
+        raise ValueError(f"{op}: draft_logits must be floating [S, V] = [{n - 1}, {logits.shape[1]}] with unit stride "
+                         f"along V (row j: the draft's logits d_(j+1) was drawn from), got {draft_logits.dtype} "
+                         f"{tuple(draft_logits.shape)} strides {draft_logits.stride()}")
     for name, t in (("logits", logits), ("uniforms", uniforms), ("step", step), ("temperature", temperature),
-                    ("top_p", top_p)):
-        if t.device != chain.device:
+                    ("top_p", top_p), ("draft_logits", draft_logits)):
+        if t is not None and t.device != chain.device:
             raise ValueError(f"{op}: {name} is on {t.device} but chain is on {chain.device}")
 
 
@@ -180,17 +187,18 @@ def step_uniforms(uniforms: torch.Tensor, step: torch.Tensor, n: int) -> torch.T
     return uniforms.index_select(0, step % uniforms.shape[0])[0, :n]
 
 
-def _sampled_targets(chain, logits, uniforms, step, temperature, top_p):
-    _check_sampled_targets(chain, logits, uniforms, step, temperature, top_p)
+def _sampled_targets(chain, logits, uniforms, step, temperature, top_p, draft_logits=None):
+    _check_sampled_targets(chain, logits, uniforms, step, temperature, top_p, draft_logits)
     if chain.is_cuda:
         from lingc.runtime.kernels.sampled_targets.kernel import sampled_targets_triton
 
-        return sampled_targets_triton(chain, logits, uniforms, step, temperature, top_p)
-    return sampled_targets_reference(chain, logits, step_uniforms(uniforms, step, chain.shape[0]), temperature, top_p)
+        return sampled_targets_triton(chain, logits, uniforms, step, temperature, top_p, draft_logits=draft_logits)
+    return sampled_targets_reference(chain, logits, step_uniforms(uniforms, step, chain.shape[0]), temperature, top_p,
+                                     draft_logits)
 
 
-def _sampled_targets_fake(chain, logits, uniforms, step, temperature, top_p):
-    _check_sampled_targets(chain, logits, uniforms, step, temperature, top_p)
+def _sampled_targets_fake(chain, logits, uniforms, step, temperature, top_p, draft_logits=None):
+    _check_sampled_targets(chain, logits, uniforms, step, temperature, top_p, draft_logits)
     return chain.new_empty(chain.shape)
 
 
@@ -227,4 +235,4 @@ host_refill = register_op("host_refill", _host_refill, _host_refill_fake,
                           schema="(Tensor host_buffer, Tensor device_value, str what) -> Tensor")
 sampled_targets = register_op("sampled_targets", _sampled_targets, _sampled_targets_fake,
                               schema="(Tensor chain, Tensor logits, Tensor uniforms, Tensor step, Tensor temperature, "
-                                     "Tensor top_p) -> Tensor")
+                                     "Tensor top_p, Tensor? draft_logits=None) -> Tensor")

@@ -15,6 +15,17 @@ y_j = d_{j+1} below a, y_a the drawn token (never d_{a+1}: the residual has no m
 ``greedy_verdict(chain, y)`` returns a and ``greedy_emit`` emits d_1..d_a, y_a. The uniforms come
 from the relay's buffer (one row per step, drawn per request from its seeded generator), so the
 graph needs nothing from the host and a seed reproduces a request.
+
+Sampled drafts (``draft_logits`` given): the draft draws each d_{j+1} from its own distribution
+q_j = softmax(draft_logits_j / temperature) (no nucleus: q only has to be known exactly, and
+verify recomputes it from the stored logits). Then d_{j+1} is accepted while u_j q_j(d_{j+1}) <
+p_j(d_{j+1}) (probability min(1, p / q)), and at the first rejection a the token is drawn from
+the residual max(0, p_a - q_a) normalised; when every draft is accepted from p_S, as before. The
+chance to accept a draft is then sum_v min(p_j(v), q_j(v)) instead of p_j(argmax q_j): higher
+when the draft's distribution is close to the target's, lower when the target is much sharper
+than the draft. The residual has no mass at a rejected d_{a+1} (p < q there), so y_a differs
+from it and the greedy verdict still returns a. Should rounding leave the residual without mass
+(p and q equal to fp32 rounding), the token is drawn from p_a less d_{a+1}, the point-mass rule.
 """
 
 from __future__ import annotations
@@ -52,18 +63,36 @@ def draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return (c < (1.0 - u)[:, None] * c[:, -1:]).sum(-1).clamp(max=probs.shape[-1] - 1)
 
 
+def draft_probs(draft_logits: torch.Tensor, temperature) -> torch.Tensor:
+    """q: the distribution a sampled draft draws each token from, softmax(draft_logits /
+    temperature) over the whole vocabulary (fp32 [S, V])."""
+    return torch.softmax(draft_logits.float() / temperature, -1)
+
+
 def sampled_targets(chain: torch.Tensor, logits: torch.Tensor, u: torch.Tensor, temperature: torch.Tensor,
-                    top_p: torch.Tensor) -> torch.Tensor:
+                    top_p: torch.Tensor, draft_logits: torch.Tensor | None = None) -> torch.Tensor:
     """y [S+1] int64 for greedy_verdict / greedy_emit (module docstring). chain [S+1] = [x, d_1..d_S],
     logits [S+1, V] the target's at the chain positions, u [S+1] uniforms in [0, 1): u_j decides
-    d_{j+1}, u_S draws the emitted token."""
+    d_{j+1}, u_S draws the emitted token. draft_logits [S, V]: row j the draft's logits d_{j+1}
+    was drawn from (sampled drafts); None: the drafts are the draft's greedy tokens."""
     S, V = chain.numel() - 1, logits.shape[-1]
     p = sampling_probs(logits, temperature, top_p)
     d = chain[1:]
-    ok = (u[:S] < p[:-1].gather(1, d[:, None]).squeeze(1)).to(torch.int64)
+    p_d = p[:-1].gather(1, d[:, None]).squeeze(1)
+    if draft_logits is None:
+        ok = (u[:S] < p_d).to(torch.int64)
+    else:
+        q = draft_probs(draft_logits, temperature)
+        ok = (u[:S] * q.gather(1, d[:, None]).squeeze(1) < p_d).to(torch.int64)
     a = ok.cumprod(0).sum(0, keepdim=True)                      # [1]: the first rejection (S: none)
     d_at = torch.cat([d, chain[:1]])                            # d_{j+1} for j < S (the last entry unused)
     drop = (torch.arange(V, device=logits.device) == d_at.index_select(0, a)) & (a < S)
-    y = draw(p.index_select(0, a).masked_fill(drop, 0.0), u[S:])
+    less_draft = p.index_select(0, a).masked_fill(drop, 0.0)
+    if draft_logits is None:
+        y = draw(less_draft, u[S:])
+    else:
+        q_at = torch.cat([q, q.new_zeros(1, V)]).index_select(0, a)      # row S: no draft
+        residual = (p.index_select(0, a) - q_at).clamp(min=0.0).masked_fill(drop, 0.0)   # 0 at d_{a+1} anyway
+        y = draw(torch.where(residual.sum(-1, keepdim=True) > 0, residual, less_draft), u[S:])
     j = torch.arange(S + 1, device=chain.device)
     return torch.where(j < a, d_at, y)

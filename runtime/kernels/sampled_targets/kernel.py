@@ -39,6 +39,7 @@ the last arrivals of pass i wrote after its wait; every pass waits, then release
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import triton
@@ -47,7 +48,7 @@ import triton.language as tl
 from lingc.runtime.kernels.gemm_common import persistent_buffer
 from lingc.runtime.pdl import interpreting, pdl_supported, pdl_wait_then_release
 
-__all__ = ["sampled_targets_triton", "MAX_ROWS", "chunking"]
+__all__ = ["sampled_targets_triton", "MAX_ROWS", "chunking", "scratch", "launch_pass"]
 
 MAX_ROWS = 32           # chain positions (S + 1) a launch takes: tickets and the finish's vectors
 MAX_CHUNKS = 64         # chunks a row is cut into (the row reductions load [chunks, 256] at once)
@@ -113,9 +114,12 @@ def _load_hists(hist_ptr, row, C, CP: tl.constexpr, mask_e):
 
 @triton.jit
 def _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr, stats_ptr, hist_ptr,
-            above_ptr, rowf_ptr, rowi_ptr, T, V, C, NUCLEUS: tl.constexpr, N: tl.constexpr, NP: tl.constexpr,
-            CP: tl.constexpr, SUB: tl.constexpr, ITERS: tl.constexpr):
-    """Accept count, the drawn token of row a and y (one program, after every row is decided)."""
+            above_ptr, rowf_ptr, rowi_ptr, q_ptr, stride_q, rowq_ptr, a_ptr, T, V, C, NUCLEUS: tl.constexpr,
+            N: tl.constexpr, NP: tl.constexpr, CP: tl.constexpr, SUB: tl.constexpr, ITERS: tl.constexpr,
+            DRAFT_Q: tl.constexpr):
+    """Accept count, the drawn token of row a and y (one program, after every row is decided).
+    Sampled drafts (DRAFT_Q): the accept count and y below it only; pass 4 draws row a's token
+    from the residual."""
     rows = tl.arange(0, NP)
     draft_row = rows < N - 1
     d_next = tl.load(chain_ptr + (rows + 1) * stride_c, mask=draft_row, other=0)
@@ -130,8 +134,29 @@ def _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, strid
     p = tl.where(_keys(l_d) >= x0_r, tl.exp((l_d - m_r) / T) / zk_r, 0.0)
     u_row = tl.load(step_ptr) % R
     u = tl.load(u_ptr + u_row * stride_u + rows, mask=rows < N, other=0.0)
-    miss = draft_row & ~(u < p)
+    if DRAFT_Q:
+        mq_r = tl.load(rowq_ptr + rows * 2, mask=draft_row, other=0.0, cache_modifier=".cg")
+        zq_r = tl.load(rowq_ptr + rows * 2 + 1, mask=draft_row, other=1.0, cache_modifier=".cg")
+        ql_d = tl.load(q_ptr + rows * stride_q + d_next, mask=draft_row, other=0.0).to(tl.float32)
+        q_d = tl.exp((ql_d - mq_r) / T) / zq_r
+        miss = draft_row & ~(u * q_d < p)                    # accepted with probability min(1, p / q)
+    else:
+        miss = draft_row & ~(u < p)
     a = tl.min(tl.where(miss, rows, N - 1), 0)               # the first rejection, or S
+    if DRAFT_Q:
+        tl.store(y_ptr + rows, d_next, mask=rows < a)
+        tl.store(a_ptr, a)
+    else:
+        _draw_point_mass(logits_ptr, stride_l, rowf_ptr, rowi_ptr, stats_ptr, hist_ptr, above_ptr, y_ptr, rows,
+                         d_next, u, a, T, V, C, NUCLEUS, N, CP, SUB, ITERS)
+
+
+@triton.jit
+def _draw_point_mass(logits_ptr, stride_l, rowf_ptr, rowi_ptr, stats_ptr, hist_ptr, above_ptr, y_ptr, rows, d_next, u,
+                     a, T, V, C, NUCLEUS: tl.constexpr, N: tl.constexpr, CP: tl.constexpr, SUB: tl.constexpr,
+                     ITERS: tl.constexpr):
+    """Greedy drafts: row a's token from p_a less the rejected d_{a+1} (by pass 3's chunk masses),
+    and y."""
     u_last = tl.sum(tl.where(rows == N - 1, u, 0.0), 0)
 
     m_a = tl.load(rowf_ptr + a * 4, cache_modifier=".cg")
@@ -180,10 +205,90 @@ def _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, strid
 
 
 @triton.jit
+def _residual_weights(l, ql, idx, V, x0, m, zk, mq, zq, has_q, drop, use_res, T):
+    """Row a's draw weights at tokens idx: the residual max(0, p - q) (q = 0 past the drafts:
+    p itself), or p less the rejected draft where the residual has no mass (use_res False)."""
+    p = tl.where((idx < V) & (_keys(l) >= x0), tl.exp((l - m) / T) / zk, 0.0)
+    q = tl.where(has_q, tl.exp((ql - mq) / T) / zq, 0.0)
+    w = tl.where(use_res, tl.maximum(p - q, 0.0), p)
+    return tl.where(idx == drop, 0.0, w)
+
+
+@triton.jit
+def _residual_pass(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr, rowf_ptr, rowi_ptr,
+                   ticket_ptr, q_ptr, stride_q, rowq_ptr, a_ptr, res_ptr, T, nucleus, V, C, c, N: tl.constexpr,
+                   NP: tl.constexpr, CP: tl.constexpr, SUB: tl.constexpr, ITERS: tl.constexpr):
+    """Pass 4 (sampled drafts): chunk c of row a's residual mass and its p-less-draft mass; the
+    program drawing the last ticket picks the chunk by (1 - u_S) of the total and scans it."""
+    a = tl.load(a_ptr, cache_modifier=".cg")
+    has_q = a < N - 1
+    m = tl.load(rowf_ptr + a * 4, cache_modifier=".cg")
+    if nucleus:
+        zk = tl.load(rowf_ptr + a * 4 + 3, cache_modifier=".cg")
+        x0 = tl.load(rowi_ptr + a * 2, cache_modifier=".cg").to(tl.uint32, bitcast=True)
+    else:
+        zk = tl.load(rowf_ptr + a * 4 + 1, cache_modifier=".cg")
+        x0 = tl.zeros((), dtype=tl.uint32)
+    a_q = tl.minimum(a, N - 2)                                   # a real row of q (unused when not has_q)
+    a_q = tl.maximum(a_q, 0)
+    mq = tl.load(rowq_ptr + a_q * 2, mask=has_q, other=0.0, cache_modifier=".cg")
+    zq = tl.load(rowq_ptr + a_q * 2 + 1, mask=has_q, other=1.0, cache_modifier=".cg")
+    drop = tl.load(chain_ptr + (a + 1) * stride_c, mask=has_q, other=-1)
+    CHUNK: tl.constexpr = SUB * ITERS
+    offs = tl.arange(0, SUB)
+    base = logits_ptr + a * stride_l
+    qbase = q_ptr + a_q * stride_q
+    res = tl.zeros((), dtype=tl.float32)
+    pmd = tl.zeros((), dtype=tl.float32)
+    for it in range(ITERS):
+        idx = c * CHUNK + it * SUB + offs
+        l = tl.load(base + idx, mask=idx < V, other=float("-inf")).to(tl.float32)
+        ql = tl.load(qbase + idx, mask=(idx < V) & has_q, other=0.0).to(tl.float32)
+        res += tl.sum(_residual_weights(l, ql, idx, V, x0, m, zk, mq, zq, has_q, drop, True, T), 0)
+        pmd += tl.sum(_residual_weights(l, ql, idx, V, x0, m, zk, mq, zq, has_q, drop, False, T), 0)
+    tl.store(res_ptr + c * 2, res)
+    tl.store(res_ptr + c * 2 + 1, pmd)
+    tl.debug_barrier()
+    ticket = tl.atomic_add(ticket_ptr + N + 1, 1, sem="acq_rel", scope="gpu")
+    if ticket == C - 1:
+        cc = tl.arange(0, CP)
+        res_c = tl.load(res_ptr + cc * 2, mask=cc < C, other=0.0, cache_modifier=".cg")
+        pmd_c = tl.load(res_ptr + cc * 2 + 1, mask=cc < C, other=0.0, cache_modifier=".cg")
+        use_res = tl.sum(res_c, 0) > 0.0
+        kept = tl.where(use_res, res_c, pmd_c)
+        u_row = tl.load(step_ptr) % R
+        u_last = tl.load(u_ptr + u_row * stride_u + N - 1)
+        goal = (1.0 - u_last) * tl.sum(kept, 0)
+        cum = tl.cumsum(kept, 0)
+        live = kept > 0.0
+        c_star = tl.min(tl.where((cum >= goal) & live, cc, CP), 0)
+        c_star = tl.where(c_star < CP, c_star, tl.max(tl.where(live, cc, 0), 0))   # rounding: the last live chunk
+        local_goal = goal - tl.sum(tl.where(cc == c_star, cum - kept, 0.0), 0)
+        seen = tl.zeros((), dtype=tl.float32)
+        found = tl.full((), 2147483647, tl.int32)
+        last_live = tl.full((), -1, tl.int32)
+        for it in range(ITERS):
+            idx = c_star * CHUNK + it * SUB + offs
+            l = tl.load(base + idx, mask=idx < V, other=float("-inf")).to(tl.float32)
+            ql = tl.load(qbase + idx, mask=(idx < V) & has_q, other=0.0).to(tl.float32)
+            w = _residual_weights(l, ql, idx, V, x0, m, zk, mq, zq, has_q, drop, use_res, T)
+            cs = seen + tl.cumsum(w, 0)
+            found = tl.minimum(found, tl.min(tl.where((cs >= local_goal) & (w > 0.0), idx, 2147483647), 0))
+            last_live = tl.maximum(last_live, tl.max(tl.where(w > 0.0, idx, -1), 0))
+            seen += tl.sum(w, 0)
+        token = tl.where(found < 2147483647, found, last_live).to(tl.int64)
+        rows = tl.arange(0, NP)
+        tl.store(y_ptr + rows, tl.zeros((NP,), dtype=tl.int64) + token, mask=(rows >= a) & (rows < N))
+        tl.atomic_xchg(ticket_ptr + N + 1, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
 def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, temp_ptr, top_p_ptr,
-                         y_ptr, stats_ptr, hist_ptr, above_ptr, rowf_ptr, rowi_ptr, ticket_ptr, V, C,
+                         y_ptr, stats_ptr, hist_ptr, above_ptr, rowf_ptr, rowi_ptr, ticket_ptr, q_ptr, stride_q,
+                         qstats_ptr, rowq_ptr, a_ptr, res_ptr, V, C,
                          PASS: tl.constexpr, N: tl.constexpr, NP: tl.constexpr, CP: tl.constexpr,
-                         SUB: tl.constexpr, ITERS: tl.constexpr, B: tl.constexpr, USE_GDC: tl.constexpr):
+                         SUB: tl.constexpr, ITERS: tl.constexpr, B: tl.constexpr, USE_GDC: tl.constexpr,
+                         DRAFT_Q: tl.constexpr):
     r = tl.program_id(0)
     c = tl.program_id(1)
     pdl_wait_then_release(USE_GDC)
@@ -217,6 +322,19 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
         tl.store(stats_ptr + (r * CP + c) * 2 + 1, s)
         if nucleus:
             _store_hist(hist_ptr + (r * CP + c) * 256, tl.sum(acc, 0))
+        if DRAFT_Q:
+            if r < N - 1:
+                # The draft's chunk max and sum of exp at the temperature (q has no nucleus).
+                mq_run = tl.full((), _FLOOR, tl.float32)
+                sq = tl.zeros((), dtype=tl.float32)
+                for it in range(ITERS):
+                    idx = start + it * SUB + offs
+                    ql = tl.load(q_ptr + r * stride_q + idx, mask=idx < V, other=float("-inf")).to(tl.float32)
+                    mq_new = tl.maximum(mq_run, tl.max(tl.max(ql, 1), 0))
+                    sq = sq * tl.exp((mq_run - mq_new) / T) + tl.sum(tl.sum(tl.exp((ql - mq_new) / T), 1), 0)
+                    mq_run = mq_new
+                tl.store(qstats_ptr + (r * CP + c) * 2, mq_run)
+                tl.store(qstats_ptr + (r * CP + c) * 2 + 1, sq)
         tl.debug_barrier()
         ticket = tl.atomic_add(ticket_ptr + r, 1, sem="acq_rel", scope="gpu")
         if ticket == C - 1:
@@ -228,12 +346,23 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
             z = tl.sum(s_c * f, 0)
             tl.store(rowf_ptr + r * 4, m)
             tl.store(rowf_ptr + r * 4 + 1, z)
+            if DRAFT_Q:
+                if r < N - 1:
+                    mq_c = tl.load(qstats_ptr + (r * CP + cc) * 2, mask=cc < C, other=_FLOOR, cache_modifier=".cg")
+                    sq_c = tl.load(qstats_ptr + (r * CP + cc) * 2 + 1, mask=cc < C, other=0.0, cache_modifier=".cg")
+                    mq = tl.max(mq_c, 0)
+                    tl.store(rowq_ptr + r * 2, mq)
+                    tl.store(rowq_ptr + r * 2 + 1, tl.sum(sq_c * tl.exp((mq_c - mq) / T), 0))
             if nucleus:
                 h = tl.sum(_load_hists(hist_ptr, r, C, CP, tl.arange(0, 256) >= 0) * f[:, None], 0)
                 digit, above, kept = _pick_digit(h, 0.0, top_p * z)
                 tl.store(rowf_ptr + r * 4 + 2, above)
                 tl.store(rowi_ptr + r * 2, digit.to(tl.int32))
             tl.atomic_xchg(ticket_ptr + r, 0, sem="relaxed", scope="gpu")      # ready for the next pass
+    elif PASS == 4:
+        _residual_pass(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr, rowf_ptr,
+                       rowi_ptr, ticket_ptr, q_ptr, stride_q, rowq_ptr, a_ptr, res_ptr, T, nucleus, V, C, c, N, NP,
+                       CP, SUB, ITERS)
     else:
         if nucleus:
             m = tl.load(rowf_ptr + r * 4, cache_modifier=".cg")
@@ -272,14 +401,15 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
                     done = tl.atomic_add(ticket_ptr + N, 1, sem="acq_rel", scope="gpu")
                     if done == N - 1:
                         _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr,
-                                stats_ptr, hist_ptr, above_ptr, rowf_ptr, rowi_ptr, T, V, C, True, N, NP, CP, SUB,
-                                ITERS)
+                                stats_ptr, hist_ptr, above_ptr, rowf_ptr, rowi_ptr, q_ptr, stride_q, rowq_ptr, a_ptr,
+                                T, V, C, True, N, NP, CP, SUB, ITERS, DRAFT_Q)
                         tl.atomic_xchg(ticket_ptr + N, 0, sem="relaxed", scope="gpu")
         else:
             if PASS == 3:
                 if (r == 0) & (c == 0):
                     _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr,
-                            stats_ptr, hist_ptr, above_ptr, rowf_ptr, rowi_ptr, T, V, C, False, N, NP, CP, SUB, ITERS)
+                            stats_ptr, hist_ptr, above_ptr, rowf_ptr, rowi_ptr, q_ptr, stride_q, rowq_ptr, a_ptr,
+                            T, V, C, False, N, NP, CP, SUB, ITERS, DRAFT_Q)
 
 
 def chunking(rows: int, vocab: int, sms: int, sub: int | None = None) -> tuple[int, int, int]:
@@ -302,37 +432,65 @@ def batches(sub: int) -> int:
     return max(1, min(8, sub // 16))
 
 
-def scratch(n: int, chunks: int, device) -> tuple:
-    """The passes' scratch for n rows of `chunks` chunks (module docstring): (CP, per-chunk
-    stats, histograms, above-masses, per-row floats, per-row ints, the persistent tickets)."""
+class Scratch(NamedTuple):
+    """The passes' scratch (module docstring) for n rows cut into chunks of CP (a power of two >=
+    the chunks); the draft's (qstats, rowq, res) only hold data with sampled drafts."""
+    cp: int
+    stats: torch.Tensor         # fp32 [n, CP, 2]  per-chunk max and sum of exp
+    hist: torch.Tensor          # fp32 [n, CP, 256] per-chunk digit histograms
+    above: torch.Tensor         # fp32 [n, CP]     per-chunk mass above the 24-bit prefix
+    rowf: torch.Tensor          # fp32 [n, 4]      m, Z, the mass above the prefix, Z_kept
+    rowi: torch.Tensor          # int32 [n, 2]     the key prefix (then x0), the last digit
+    tickets: torch.Tensor       # int32 [_TICKETS] persistent, zeroed by the last arrivals
+    qstats: torch.Tensor        # fp32 [n, CP, 2]  the draft's per-chunk max and sum of exp
+    rowq: torch.Tensor          # fp32 [n, 2]      the draft's m and Z per row
+    accept: torch.Tensor        # int32 [1]        the accept count a (sampled drafts)
+    res: torch.Tensor           # fp32 [CP, 2]     row a's residual and p-less-draft mass per chunk
+
+
+def scratch(n: int, chunks: int, device) -> Scratch:
     cp = max(2, triton.next_power_of_2(chunks))
-    return (cp, torch.empty((n, cp, 2), dtype=torch.float32, device=device),
-            torch.empty((n, cp, 256), dtype=torch.float32, device=device),
-            torch.empty((n, cp), dtype=torch.float32, device=device),
-            torch.empty((n, 4), dtype=torch.float32, device=device),
-            torch.empty((n, 2), dtype=torch.int32, device=device),
-            persistent_buffer("sampled_targets_tickets", device, _TICKETS, torch.int32, 0))
+    f32 = dict(dtype=torch.float32, device=device)
+    return Scratch(cp, torch.empty((n, cp, 2), **f32), torch.empty((n, cp, 256), **f32), torch.empty((n, cp), **f32),
+                   torch.empty((n, 4), **f32), torch.empty((n, 2), dtype=torch.int32, device=device),
+                   persistent_buffer("sampled_targets_tickets", device, _TICKETS, torch.int32, 0),
+                   torch.empty((n, cp, 2), **f32), torch.empty((n, 2), **f32),
+                   torch.empty((1,), dtype=torch.int32, device=device), torch.empty((cp, 2), **f32))
+
+
+def launch_pass(p: int, s: Scratch, chunks: int, sub: int, iters: int, chain, logits, uniforms, step, temperature,
+                top_p, y, draft_logits=None, use_gdc: bool = False, num_warps: int | None = None) -> None:
+    """Launch pass p (0..3, and 4 with draft_logits) over the op's arguments (benchmarks time
+    the passes one by one through this)."""
+    n, vocab = logits.shape
+    q = logits if draft_logits is None else draft_logits
+    grid = (1, chunks) if p == 4 else (n, chunks)
+    _nucleus_pass_kernel[grid](
+        logits, logits.stride(0), chain, chain.stride(0), uniforms, step, uniforms.shape[0], uniforms.stride(0),
+        temperature, top_p, y, s.stats, s.hist, s.above, s.rowf, s.rowi, s.tickets, q, q.stride(0), s.qstats,
+        s.rowq, s.accept, s.res, vocab, chunks,
+        PASS=p, N=n, NP=max(2, triton.next_power_of_2(n)), CP=s.cp, SUB=sub, ITERS=iters, B=batches(sub),
+        USE_GDC=use_gdc, DRAFT_Q=draft_logits is not None,
+        num_warps=(1 if interpreting() else 8) if num_warps is None else num_warps,
+        **({"launch_pdl": True} if use_gdc else {}))
 
 
 def sampled_targets_triton(chain: torch.Tensor, logits: torch.Tensor, uniforms: torch.Tensor, step: torch.Tensor,
                            temperature: torch.Tensor, top_p: torch.Tensor, out: torch.Tensor | None = None,
-                           sub: int | None = None, use_pdl: bool | None = None) -> torch.Tensor:
+                           sub: int | None = None, use_pdl: bool | None = None,
+                           draft_logits: torch.Tensor | None = None) -> torch.Tensor:
     """y int64 [N] (the op's contract, runtime/relay/ops.py; arguments checked there). ``sub``
     overrides the sub-block size (tests: many chunks and iterations on a small vocabulary);
-    ``use_pdl=False`` launches without PDL (benchmarks), None where the device supports it."""
+    ``use_pdl=False`` launches without PDL (benchmarks), None where the device supports it;
+    ``draft_logits`` [N - 1, V]: sampled drafts (a fifth pass draws from the residual)."""
     n, vocab = logits.shape
     device = logits.device
     sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
     sub, iters, chunks = chunking(n, vocab, sms, sub)
     y = torch.empty((n,), dtype=torch.int64, device=device) if out is None else out
-    cp, stats, hist, above, rowf, rowi, tickets = scratch(n, chunks, device)
+    s = scratch(n, chunks, device)
     use_gdc = pdl_supported(device) if use_pdl is None else use_pdl
-    launch = {"launch_pdl": True} if use_gdc else {}
-    for p in range(4):
-        _nucleus_pass_kernel[(n, chunks)](
-            logits, logits.stride(0), chain, chain.stride(0), uniforms, step, uniforms.shape[0], uniforms.stride(0),
-            temperature, top_p, y, stats, hist, above, rowf, rowi, tickets, vocab, chunks,
-            PASS=p, N=n, NP=max(2, triton.next_power_of_2(n)), CP=cp, SUB=sub, ITERS=iters, B=batches(sub),
-            USE_GDC=use_gdc,
-            num_warps=1 if interpreting() else 8, **launch)
+    for p in range(4 if draft_logits is None else 5):
+        launch_pass(p, s, chunks, sub, iters, chain, logits, uniforms, step, temperature, top_p, y, draft_logits,
+                    use_gdc)
     return y
