@@ -434,6 +434,13 @@ def check_cache_rows(ctx: int, tokens: int, steps: list[int], max_positions: int
                          f"cache rows, more than the model's max_position_embeddings {max_positions}: use {fix}")
 
 
+# A speculative sampling request's graphs beside the greedy relay's: the verify of greedy drafts,
+# then the three graphs of sampled drafts (steps.py), each with the greedy role it replaces.
+SAMPLED_RELAY_ROLES = ("verify_sample", "draft_sample", "verify_sample_q", "extend_sample")
+GREEDY_ROLE = {"verify_sample": "verify", "decode_sample": "decode", "draft_sample": "draft",
+               "verify_sample_q": "verify", "extend_sample": "extend"}
+
+
 def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl", progress=True,
               profile=None, steps=STEPS, max_steps=STEPS, start=synthetic_start, sampled_verify=False,
               sampled_top_p=(1.0,), gc_freeze=True):
@@ -444,15 +451,16 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
     context, or ``prompt_start``'s prefill of a real prompt. ``sampled_verify``: also compile,
     capture and time a sampling request's graph: the relay's verify_sample (the same target
     forward with speculative sampling's in-graph draw) as ``verify_sample_ms``, plain decoding's
-    decode_sample (the token drawn in the graph) as ``decode_sample_ms``, at each of
-    ``sampled_top_p`` (the relay buffers' top_p; 1: no nucleus) as ``sampled_ms_by_top_p``, the
-    first also as ``<role>_ms``."""
+    decode_sample (the token drawn in the graph) as ``decode_sample_ms``, and the relay with
+    sampled drafts (draft_sample, verify_sample_q, extend_sample), at each of ``sampled_top_p``
+    (the relay buffers' top_p; 1: no nucleus) as ``sampled_ms_by_top_p``, the first also as
+    ``<role>_ms``."""
     from lingc.runtime.relay.engine import Engine
     eng = Engine(model, max_len=engine_rows(ctx, tokens, max_steps), steps=steps,
                  options={"inductor": bool(lingc_inductor), "allreduce": allreduce, "gc_freeze": bool(gc_freeze)},
                  progress=progress)
     roles = ("draft", "verify", "extend") if speculative else ("decode",)
-    extra = (("verify_sample",) if speculative else ("decode_sample",)) if sampled_verify else ()
+    extra = (SAMPLED_RELAY_ROLES if speculative else ("decode_sample",)) if sampled_verify else ()
     t0 = time.perf_counter()
     eng.prepare(roles + extra)
     _sync()
@@ -482,7 +490,7 @@ def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl",
         if profile is not None:
             kernels = {role: kernel_profile(eng._steps[role], trace=f"{profile}_{role}.json") for role in roles}
             sequence = {role: kernel_sequence(f"{profile}_{role}.json") for role in roles}
-    sampled = {f"{role}_ms": per_graph.pop(role, None) for role in ("verify_sample", "decode_sample")}
+    sampled = {f"{role}_ms": per_graph.pop(role, None) for role in SAMPLED_RELAY_ROLES + ("decode_sample",)}
     # The tokens for the speculative == plain check come from one uninterrupted run from the
     # synthetic context: between two resume() calls the steps launched ahead of the last token
     # read have already advanced the cache, by a different number of tokens in each mode.
@@ -631,8 +639,9 @@ def main(argv=None) -> int:
                          "several values sweep the relay modes (e.g. --steps 3 4 5 6 7 8)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--sampled-verify", action="store_true",
-                    help="lingc modes: also time a sampling request's graph (the relay's verify_sample: "
-                         "speculative sampling's draw in the graph; plain decoding's decode_sample)")
+                    help="lingc modes: also time a sampling request's graphs (the relay's verify_sample: "
+                         "speculative sampling's draw in the graph; the relay with sampled drafts: "
+                         "draft_sample, verify_sample_q, extend_sample; plain decoding's decode_sample)")
     ap.add_argument("--sampled-top-p", type=top_p_arg, nargs="+", default=[1.0], metavar="P",
                     help="with --sampled-verify: the top_p value(s) the sampled graph is timed at (default 1: "
                          "no nucleus)")
@@ -838,10 +847,17 @@ def main(argv=None) -> int:
                      f"; {stall_line(r)}; {gc_line(r.get('gc_in_timed_loop') or [], r.get('heap_settled'))}"
                      if "captured" in r else " (per call; the step runs the draft T=1 call steps - 1 times)")
             print(f"{m}: per graph ms {r['per_graph_ms']}{extra}")
-            for role, greedy in (("verify_sample", "verify"), ("decode_sample", "decode")):
+            for role, greedy in GREEDY_ROLE.items():
                 for p, ms in ((r.get("sampled_ms_by_top_p") or {}).get(role) or {}).items():
                     print(f"{m}: a sampling request's {greedy} ({role}, top_p {p:g}) {ms:.3f} ms against "
                           f"greedy {greedy}'s {r['per_graph_ms'][greedy]:.3f}")
+            by_p = r.get("sampled_ms_by_top_p") or {}
+            if "extend_sample" in by_p:
+                for p in by_p["extend_sample"]:
+                    parts = {role: by_p[role][p] for role in SAMPLED_RELAY_ROLES[1:]}
+                    print(f"{m}: a sampling request's relay step with sampled drafts (top_p {p:g}) "
+                          f"{sum(parts.values()):.3f} ms (" + " + ".join(f"{k} {v:.3f}" for k, v in parts.items())
+                          + f") against the greedy step's {r['step_ms']:.3f}")
             for g in r.get("graphs", []):
                 print("   ", g)
         if r.get("chain_bound_ms"):

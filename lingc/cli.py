@@ -255,25 +255,28 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_sampled(engine, prompt: list[int], n: int, args: argparse.Namespace, print) -> bool:
-    """The same request sampled (--temperature, --top-p, --seed), plain and speculative: the two
-    draw from the same distribution with different uniforms, so their tokens are not compared;
-    each is checked to repeat under its seed (the return value)."""
+    """The same request sampled (--temperature, --top-p, --seed): plain, speculative with the
+    draft's greedy tokens, and speculative with sampled drafts. All three draw from the same
+    distribution with different uniforms, so their tokens are not compared; each is checked to
+    repeat under its seed (the return value)."""
     kw = dict(temperature=args.temperature, top_p=args.top_p, seed=args.seed, eos_token_id=None)
+    roles = ("decode_sample", "verify_sample", "draft_sample", "verify_sample_q", "extend_sample")
     t0 = time.perf_counter()
-    engine.prepare(("decode_sample", "verify_sample"))
+    engine.prepare(roles)
     t_compile = time.perf_counter() - t0
     runs = {}
-    for label, kind in (("plain decode", None), ("NEXTN relay", "nextn")):
+    for label, kind, sampled_drafts in (("plain decode", None, False), ("NEXTN relay", "nextn", False),
+                                        ("relay, drafts sampled", "nextn", True)):
         t0 = time.perf_counter()
-        out = engine.generate(prompt, n, speculative=kind, **kw)
+        out = engine.generate(prompt, n, speculative=kind, sampled_drafts=sampled_drafts, **kw)
         runs[label] = (out, time.perf_counter() - t0, engine.stats.mean_accept_length, engine.stats.steps)
-        again = engine.generate(prompt, n, speculative=kind, **kw) == out
+        again = engine.generate(prompt, n, speculative=kind, sampled_drafts=sampled_drafts, **kw) == out
         runs[label] += ("repeats under its seed" if again else "DOES NOT REPEAT under its seed",)
     print(f"sampled: temperature {args.temperature}, top_p {args.top_p}, seed {args.seed} "
-          f"(compile + capture of the 2 sampled graphs {t_compile:.1f} s)")
+          f"(compile + capture of the {len(roles)} sampled graphs {t_compile:.1f} s)")
     for label, (out, t, accept, steps, repeat) in runs.items():
-        extra = f", accept length {accept:.2f} over {steps} steps" if label == "NEXTN relay" else ""
-        print(f"  lingc {label:<16} {t:7.2f} s   {n / t:8.1f} tok/s   {out[:10]} ... {repeat}{extra}")
+        extra = f", accept length {accept:.2f} over {steps} steps" if label != "plain decode" else ""
+        print(f"  lingc {label:<21} {t:7.2f} s   {n / t:8.1f} tok/s   {out[:10]} ... {repeat}{extra}")
     return all(r[-1] == "repeats under its seed" for r in runs.values())
 
 

@@ -46,7 +46,7 @@ def engine_for(model, context: int, steps: int = 5, options: dict | None = None)
 def generate(model, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int,
              speculative: str | None = "nextn", temperature: float = 0.0, top_p: float = 1.0,
              seed: int = 0, stop: Sequence[int] = (), steps: int = 5, options: dict | None = None,
-             stream: bool = False) -> list[int] | Iterator[int]:
+             stream: bool = False, sampled_drafts: bool = False) -> list[int] | Iterator[int]:
     """Generate up to max_new_tokens after prompt_ids (stops at EOS or a `stop` id, included).
 
     speculative="nextn" runs the draft/verify/extend relay (greedy, or with temperature > 0
@@ -54,10 +54,12 @@ def generate(model, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: in
     decoding (greedy, or sampled on the device in the decode graph). A sampled request is
     reproduced by its seed; top_p keeps the most likely tokens until they reach top_p, tokens of
     equal logit together. `options` are lingc backend options for the step graphs (e.g.
-    {"inductor": False, "cudagraphs": False, "dump_dir": ...}).
+    {"inductor": False, "cudagraphs": False, "dump_dir": ...}). sampled_drafts=True (with
+    temperature > 0 and speculation) draws the draft's tokens from its own softmax instead of
+    taking its argmax; the tokens keep the target's distribution either way.
     """
     n = len(prompt_ids)
     eng = engine_for(model, n + max_new_tokens + 2 * (steps + 1), steps, options)
     it = eng.stream(prompt_ids, max_new_tokens, speculative=speculative, temperature=temperature,
-                    top_p=top_p, seed=seed, stop=stop)
+                    top_p=top_p, seed=seed, stop=stop, sampled_drafts=sampled_drafts)
     return it if stream else list(it)

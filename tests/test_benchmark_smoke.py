@@ -868,7 +868,7 @@ def test_gpu_kernels_gdn_runs_and_checks(tmp_path):
     assert [r["mode"] for r in lingc] == ["persistent", "staged"] and all(r["correct"] for r in lingc)
 
 
-def test_decode_smoke_times_a_sampling_requests_verify_and_decode(tmp_path):
+def test_decode_smoke_times_a_sampling_requests_graphs(tmp_path):
     out = run(["benchmarks.decode", "--smoke", "--modes", "lingc,lingc-nextn", "--tokens", "4", "--sampled-verify",
                "--sampled-top-p", "1", "0.9"], tmp_path, timeout=300)
     results = json.loads((tmp_path / "decode.json").read_text())["results"]
@@ -878,9 +878,13 @@ def test_decode_smoke_times_a_sampling_requests_verify_and_decode(tmp_path):
     assert plain["decode_sample_ms"] > 0 and set(plain["per_graph_ms"]) == {"decode"}
     assert set(r["sampled_ms_by_top_p"]["verify_sample"]) == {"1.0", "0.9"}
     assert r["verify_sample_ms"] == r["sampled_ms_by_top_p"]["verify_sample"]["1.0"]
-    for role, greedy in (("verify_sample", "verify"), ("decode_sample", "decode")):
+    for role, greedy in (("verify_sample", "verify"), ("decode_sample", "decode"), ("draft_sample", "draft"),
+                         ("verify_sample_q", "verify"), ("extend_sample", "extend")):
         for p in ("1", "0.9"):
             assert f"a sampling request's {greedy} ({role}, top_p {p})" in out
+    assert all(r[f"{role}_ms"] > 0 for role in ("draft_sample", "verify_sample_q", "extend_sample"))
+    for p in ("1", "0.9"):
+        assert f"a sampling request's relay step with sampled drafts (top_p {p})" in out
 
 
 def test_foreign_decode_smoke(tmp_path):

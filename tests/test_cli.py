@@ -27,13 +27,15 @@ def test_run_from_a_checkpoint_with_given_prompt_ids(checkpoint, capsys):
     assert ttft and float(ttft.group(1)) > 0 and float(ttft.group(2)) > 0, out
 
 
-def test_run_sampled_plain_and_speculative(checkpoint, capsys):
+def test_run_sampled_plain_speculative_and_with_sampled_drafts(checkpoint, capsys):
     assert main(["run", "--checkpoint", str(checkpoint), "--prompt-ids", "3,1,4,1,5", "--new-tokens", "6",
                  "--steps", "3", "--device", "cpu", "--no-prefill-graphs", "--temperature", "0.8",
                  "--top-p", "0.9", "--seed", "2"]) == 0
     out = capsys.readouterr().out
     assert "sampled: temperature 0.8, top_p 0.9, seed 2" in out
-    assert out.count("repeats under its seed") == 2 and "lingc NEXTN relay" in out.split("sampled:")[1]
+    sampled = out.split("sampled:")[1]
+    assert out.count("repeats under its seed") == 3 and "lingc NEXTN relay" in sampled
+    assert "lingc relay, drafts sampled" in sampled and "compile + capture of the 5 sampled graphs" in sampled
 
 
 def test_explain_a_checkpoint(checkpoint, capsys):

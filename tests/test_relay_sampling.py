@@ -200,6 +200,80 @@ def test_engine_speculative_sampling(engine):
     assert pick_token(torch.tensor([0.0, 5.0]), 1.0, 1e-6).item() == 1
 
 
+def test_engine_sampled_drafts(engine):
+    """Sampled drafts (draft_sample, verify_sample_q, extend_sample): a one-token nucleus gives
+    the greedy tokens; a seed reproduces a request and another differs; at a temperature of
+    0.01 both distributions are near point masses, so the relay accepts exactly what the greedy
+    relay accepts and emits its tokens up to the first near-tie of the target (token 30 here);
+    the option is refused without speculation or temperature."""
+    _, eng = engine
+    greedy = eng.generate(PROMPT, 40, eos_token_id=None)
+    greedy_accepts = list(eng.stats.accepts)
+    kw = dict(sampled_drafts=True, eos_token_id=None)
+    assert eng.generate(PROMPT, 40, temperature=1.0, top_p=1e-6, seed=3, **kw) == greedy
+    assert {"draft_sample", "verify_sample_q", "extend_sample"} <= set(eng._steps)
+    a = eng.generate(PROMPT, 40, temperature=1.2, seed=1, **kw)
+    assert eng.generate(PROMPT, 40, temperature=1.2, seed=1, **kw) == a
+    assert eng.generate(PROMPT, 40, temperature=1.2, seed=2, **kw) != a
+    for seed in (0, 1):
+        cold = eng.generate(PROMPT, 40, temperature=0.01, seed=seed, **kw)
+        assert cold[:30] == greedy[:30] and eng.stats.accepts == greedy_accepts, (seed, cold, eng.stats.accepts)
+    for bad in (dict(temperature=0.0), dict(temperature=0.8, speculative=None)):
+        with pytest.raises(ValueError, match="sampled_drafts"):
+            eng.generate(PROMPT, 4, sampled_drafts=True, **bad)
+
+
+def test_sampled_draft_steps_keep_the_logits_each_draft_was_drawn_from():
+    """The eager step functions on the tiny model: after draft_sample, row j of draft_logits is
+    the draft's logits at the forward that produced d_{j+1} (re-run here from the same cache),
+    each d_{j+1} the inverse-CDF draw of its softmax at column j of the step's uniforms;
+    extend_sample keeps the accepted row's logits as row 0 and draws the next seed from them at
+    column 0."""
+    from lingc.decoding.reference import allocate_cache as alloc
+    from lingc.runtime.relay.buffers import RelayBuffers
+    from lingc.runtime.relay.steps import make_steps
+
+    model = tiny_model()
+    cfg = model.config
+    S = 3
+    fns = make_steps(model, S)
+    r = RelayBuffers.allocate(S, cfg.hidden_size, cfg.dtype, "cpu", rows=4, vocab=cfg.vocab_size).zero_()
+    cache = alloc(model, len(PROMPT), 16)
+    logits, hidden = prefill(model, cache, torch.tensor(PROMPT))
+    g = torch.Generator().manual_seed(0)
+    r.n.fill_(len(PROMPT)); r.x.fill_(int(logits[-1].argmax())); r.seed.fill_(3)      # noqa: E702
+    r.dh.copy_(hidden[-1:]); r.temperature.fill_(0.9); r.ring_k.fill_(2)                # noqa: E702
+    r.draft_uniforms.copy_(torch.rand(r.draft_uniforms.shape, generator=g))
+    r.pos_draft.copy_(torch.arange(len(PROMPT), len(PROMPT) + S - 1))
+    snapshot = [t.clone() for t in cache.tensors()]
+    with torch.no_grad():
+        fns["draft_sample"](r, cache)
+        tok, h = r.seed.clone(), r.dh.clone()
+        for t, old in zip(cache.tensors(), snapshot):
+            t.copy_(old)
+        for j in range(1, S):
+            lg, h = model.draft(tok, r.pos_draft[j - 1:j], h, cache)
+            torch.testing.assert_close(r.draft_logits[j], lg[0].float(), rtol=0, atol=0)
+            want = draw(torch.softmax(lg.float() / 0.9, -1), r.draft_uniforms[2:3, j])
+            assert int(r.chain[j + 1]) == int(want), (j, r.chain.tolist())
+            tok = r.chain[j + 1:j + 2]
+        assert int(r.chain[1]) == 3
+        # extend_sample after a verify that accepted one draft.
+        r.accept.fill_(1)
+        r.emitted.copy_(torch.cat([r.chain[1:], r.chain[:1]]))
+        r.vhid.copy_(torch.randn(r.vhid.shape, generator=g).to(r.vhid.dtype))
+        r.pos_chain.copy_(torch.arange(len(PROMPT), len(PROMPT) + S + 1))
+        for t, old in zip(cache.tensors(), snapshot):
+            t.copy_(old)
+        fns["extend_sample"](r, cache)
+        for t, old in zip(cache.tensors(), snapshot):
+            t.copy_(old)
+        lg, _ = model.draft(r.emitted, r.pos_chain, r.vhid, cache)
+        torch.testing.assert_close(r.draft_logits[0], lg[1].float(), rtol=0, atol=0)
+        want = draw(torch.softmax(lg[1:2].float() / 0.9, -1), r.draft_uniforms[2:3, 0])
+        assert int(r.seed) == int(want) and int(r.ring_k) == 3
+
+
 def test_a_drawn_first_token_redoes_the_captured_prefills_last_draft_row(monkeypatch):
     """The captured prefill's graph feeds the draft the argmax at the prompt's last row; a sampled
     request's drawn token replaces it there (relay x, the draft's seed and hidden, its cache row),
@@ -257,3 +331,26 @@ def test_gpu_engine_speculative_and_plain_sampling_captured_without_a_host_sync(
     finally:
         eng.check_syncs = False
     assert a != greedy and plain != greedy
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_engine_sampled_drafts_captured_without_a_host_sync():
+    """The three graphs of sampled drafts captured (the draft's draws and verify's fifth pass
+    inside them), run ahead without a host sync; a seed reproduces, a one-token nucleus gives
+    the greedy tokens."""
+    m = tiny_model().cuda()
+    eng = Engine(m, max_len=512, steps=5, options={"inductor": False}, progress=False)
+    greedy = eng.generate(PROMPT, 64, eos_token_id=None)
+    eng.check_syncs = True
+    kw = dict(sampled_drafts=True, eos_token_id=None)
+    try:
+        a = eng.generate(PROMPT, 64, temperature=0.9, top_p=0.95, seed=1, **kw)
+        for role in ("draft_sample", "verify_sample_q", "extend_sample"):
+            assert eng._steps[role].captured, (role, eng._steps[role].reason)
+        assert eng.generate(PROMPT, 64, temperature=0.9, top_p=0.95, seed=1, **kw) == a
+        assert eng.generate(PROMPT, 64, temperature=0.9, top_p=1e-6, seed=2, **kw) == greedy
+        assert eng.generate(PROMPT, 64, temperature=0.9, top_p=0.95, seed=5, **kw) != a
+    finally:
+        eng.check_syncs = False
+    assert a != greedy

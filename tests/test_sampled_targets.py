@@ -197,24 +197,26 @@ _COMPILE_CHECK = textwrap.dedent("""
     fn = K._nucleus_pass_kernel
     sig = signature(fn, dict(logits_ptr="*fp32", chain_ptr="*i64", u_ptr="*fp32", step_ptr="*i64", temp_ptr="*fp32",
                              top_p_ptr="*fp32", y_ptr="*i64", stats_ptr="*fp32", hist_ptr="*fp32",
-                             above_ptr="*fp32", rowf_ptr="*fp32", rowi_ptr="*i32", ticket_ptr="*i32"),
-                    ints=("stride_l", "stride_c", "R", "stride_u", "V", "C"))
-    for n, passes in ((6, (0, 1, 2, 3)), (1, (3,))):
+                             above_ptr="*fp32", rowf_ptr="*fp32", rowi_ptr="*i32", ticket_ptr="*i32",
+                             q_ptr="*fp32", qstats_ptr="*fp32", rowq_ptr="*fp32", a_ptr="*i32", res_ptr="*fp32"),
+                    ints=("stride_l", "stride_c", "R", "stride_u", "V", "C", "stride_q"))
+    for n, passes, draft_q in ((6, (0, 1, 2, 3), False), (1, (3,), False), (6, (0, 3, 4), True)):
         sub, iters, chunks = K.chunking(n, 39296, 132)
         for p in passes:
             const = dict(PASS=p, N=n, NP=max(2, triton.next_power_of_2(n)), CP=triton.next_power_of_2(chunks),
-                         SUB=sub, ITERS=iters, B=K.batches(sub), USE_GDC=True)
-            ptx, report = compile_sm90(fn, sig, const, num_warps=8, num_stages=3)
+                         SUB=sub, ITERS=iters, B=K.batches(sub), USE_GDC=True, DRAFT_Q=draft_q)
+            ptx, report = compile_sm90(fn, sig, const, num_warps=K.pass_warps(p), num_stages=3)
             assert "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx, p
             spills = [int(x) for x in re.findall(r"(\\d+) bytes spill stores", report)]
-            assert spills and max(spills) == 0, (n, p, report)
+            assert spills and max(spills) == 0, (n, p, draft_q, report)
 """)
 
 
 def test_passes_compile_for_sm90_without_spilling():
     """The first build (Triton's tf32x3 product over sub-blocks of 512) spilled to 9 KB of stack
     and took 0.3 ms a pass on an H100 (session 57): every pass at flash-tp4-rank's vocabulary
-    compiles without a spill."""
+    compiles without a spill, those of sampled drafts (pass 0's draft sums, pass 3's accept
+    count, pass 4's residual draw) included."""
     run_sm90_compile_check(_COMPILE_CHECK)
 
 
@@ -251,6 +253,22 @@ def test_gpu_op_matches_the_reference_at_vocabulary_size(n, vocab):
             got = ops.sampled_targets(chain.cuda(), logits.cuda(), table.cuda(), step.cuda(),
                                       torch.tensor([temperature], device="cuda"), torch.tensor([top_p], device="cuda"))
             ref = ops.sampled_targets_reference(chain, logits, u, torch.tensor([temperature]), torch.tensor([top_p]))
+            assert torch.equal(got.cpu(), ref), (trial, top_p, got.tolist(), ref.tolist())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n, vocab", [(6, 39296), (4, 157184)])
+def test_gpu_op_with_sampled_drafts_matches_the_reference_at_vocabulary_size(n, vocab):
+    for trial in range(6):
+        for top_p, temperature in ((1.0, 1.0), (0.9, 0.7)):
+            chain, logits, draft, g = _sampled_draft_case(n, vocab, 50 + trial, trial % 2 == 1, temperature)
+            u = torch.rand(n, generator=g)
+            table, step = _uniforms(u, seed=trial)
+            got = ops.sampled_targets(chain.cuda(), logits.cuda(), table.cuda(), step.cuda(),
+                                      torch.tensor([temperature], device="cuda"), torch.tensor([top_p], device="cuda"),
+                                      draft.cuda())
+            ref = ops.sampled_targets_reference(chain, logits, u, torch.tensor([temperature]), torch.tensor([top_p]),
+                                                draft)
             assert torch.equal(got.cpu(), ref), (trial, top_p, got.tolist(), ref.tolist())
 
 

@@ -43,11 +43,21 @@ class RelayBuffers:
     uniforms: torch.Tensor      # fp32 [rows, S+1]
     temperature: torch.Tensor   # fp32 [1]
     top_p: torch.Tensor         # fp32 [1]
+    # Sampled drafts (draft_sample, verify_sample_q, extend_sample; sampling.py): row j of
+    # draft_logits is the draft's logits d_{j+1} was drawn from (row 0 written by the previous
+    # step's extend, or the prefill), verify's q. Step k draws d_1 of step k + 1 (extend) with
+    # draft_uniforms[k % rows, 0] and its own d_{j+1} (draft) with column j; draft_top_p is 1
+    # (the draft draws from its whole softmax).
+    draft_logits: torch.Tensor      # fp32 [S, V]
+    draft_uniforms: torch.Tensor    # fp32 [rows, S]
+    draft_top_p: torch.Tensor       # fp32 [1]
 
     @classmethod
-    def allocate(cls, steps: int, hidden: int, dtype: torch.dtype, device, rows: int = 1) -> "RelayBuffers":
+    def allocate(cls, steps: int, hidden: int, dtype: torch.dtype, device, rows: int = 1,
+                 vocab: int = 1) -> "RelayBuffers":
         """rows: the steps a sampled request may take before its uniforms would repeat (the
-        engines pass their max_len: every step advances at least one position)."""
+        engines pass their max_len: every step advances at least one position); vocab: the
+        width of the model's logits (sampled drafts keep the draft's)."""
         i64 = dict(dtype=torch.int64, device=device)
         f32 = dict(dtype=torch.float32, device=device)
         return cls(
@@ -59,7 +69,8 @@ class RelayBuffers:
             ring=torch.zeros(RING, steps + 2, **i64), ring_k=torch.zeros(1, **i64),
             pos_draft=torch.zeros(max(steps - 1, 1), **i64), pos_chain=torch.zeros(steps + 1, **i64),
             uniforms=torch.zeros(rows, steps + 1, **f32), temperature=torch.ones(1, **f32),
-            top_p=torch.ones(1, **f32),
+            top_p=torch.ones(1, **f32), draft_logits=torch.zeros(steps, vocab, **f32),
+            draft_uniforms=torch.zeros(rows, steps, **f32), draft_top_p=torch.ones(1, **f32),
         )
 
     def tensors(self) -> list[torch.Tensor]:
@@ -70,4 +81,5 @@ class RelayBuffers:
             t.zero_()
         self.temperature.fill_(1.0)             # a sampled step run before a request arms it stays finite
         self.top_p.fill_(1.0)
+        self.draft_top_p.fill_(1.0)
         return self

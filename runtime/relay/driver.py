@@ -79,7 +79,8 @@ def check_steps(steps) -> int:
 
 
 # The pass role each step function compiles as (design.md "Roles"); others are their own.
-PASS_ROLE = {"verify_sample": "verify", "decode_sample": "decode"}
+PASS_ROLE = {"verify_sample": "verify", "decode_sample": "decode", "draft_sample": "draft",
+             "verify_sample_q": "verify", "extend_sample": "extend"}
 
 
 class RelayDriver(ABC):
@@ -87,7 +88,7 @@ class RelayDriver(ABC):
 
     def __init__(self, step_model, cache, steps: int, hidden: int, dtype: torch.dtype, device: torch.device,
                max_len: int, options: dict | None, cudagraphs: bool | None, progress: bool,
-               vocab_size: int | None, eos_token_id: int | None) -> None:
+               vocab_size: int | None, eos_token_id: int | None, logits_width: int) -> None:
         self.steps = check_steps(steps)
         self.device = device
         self.options = dict(options or {})
@@ -99,7 +100,7 @@ class RelayDriver(ABC):
         self.cache = cache
         self.vocab_size = vocab_size
         self.eos_token_id = eos_token_id
-        self.relay = RelayBuffers.allocate(steps, hidden, dtype, device, rows=max_len + 2)
+        self.relay = RelayBuffers.allocate(steps, hidden, dtype, device, rows=max_len + 2, vocab=logits_width)
         self.ring, self.ring_k = self.relay.ring, self.relay.ring_k      # written in-graph (steps.py)
         self._fns = make_steps(step_model, steps)
         self._compiled: dict[str, object] = {}
@@ -211,8 +212,10 @@ class RelayDriver(ABC):
         r.x.copy_(first.view(1))
         if drafted is not None:
             dlog, dh = drafted
+            dlog = dlog.reshape(-1, dlog.shape[-1])[-1:]
             r.seed.copy_(dlog.argmax(-1).view(1))
             r.dh.copy_(dh.reshape(r.dh.shape))
+            r.draft_logits[:1].copy_(dlog)          # the seed's q, should the request sample its drafts
         return int(first)                                       # one sync per request
 
     def _refill(self, role: str) -> None:
@@ -235,9 +238,13 @@ class RelayDriver(ABC):
 
     def stream(self, prompt: Sequence[int] | torch.Tensor, max_new_tokens: int,
                speculative: str | None = "nextn", temperature: float = 0.0, top_p: float = 1.0,
-               seed: int = 0, stop: Sequence[int] = (), eos_token_id: int | None = -1) -> Iterator[int]:
+               seed: int = 0, stop: Sequence[int] = (), eos_token_id: int | None = -1,
+               sampled_drafts: bool = False) -> Iterator[int]:
         """Generated token ids as they reach the host (see the module docstring).
-        eos_token_id=-1: the model's (None: none)."""
+        eos_token_id=-1: the model's (None: none). sampled_drafts: a speculative sampling
+        request's draft draws its tokens from its own softmax instead of taking its argmax
+        (sampling.py: accepted with probability min(1, p / q), so sum min(p, q) a draft instead
+        of p(argmax q))."""
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens}: generation needs at least 1 new token")
         if speculative not in (None, "nextn"):
@@ -246,11 +253,17 @@ class RelayDriver(ABC):
             self._check_speculative()
         check_sampling(temperature, top_p)
         sampling = temperature > 0
+        if sampled_drafts and not (sampling and speculative):
+            raise ValueError(f"sampled_drafts=True draws the drafts at the request's temperature: it needs "
+                             f"speculative='nextn' and temperature > 0 (got speculative={speculative!r}, "
+                             f"temperature={temperature})")
         ids = prompt_ids(prompt, self.vocab_size, self.device)
         self._check_capacity(ids.numel(), max_new_tokens)
         eos = self.eos_token_id if eos_token_id == -1 else eos_token_id
         stop_ids = set(stop) | ({eos} if eos is not None else set())
-        if speculative:
+        if speculative and sampled_drafts:
+            roles = ("draft_sample", "verify_sample_q", "extend_sample")
+        elif speculative:
             roles = ("draft", "verify_sample" if sampling else "verify", "extend")
         else:
             roles = ("decode_sample",) if sampling else ("decode",)
@@ -270,6 +283,9 @@ class RelayDriver(ABC):
             r.uniforms.copy_(torch.rand(r.uniforms.shape, generator=gen, device=self.device))
             r.temperature.fill_(temperature)
             r.top_p.fill_(top_p)
+            if sampled_drafts:
+                r.draft_uniforms.copy_(torch.rand(r.draft_uniforms.shape, generator=gen, device=self.device))
+                r.seed.copy_(pick_token(r.draft_logits[:1], temperature, 1.0, gen))
         yield from until(self._relay_loop(roles), max_new_tokens - 1, stop_ids)
 
     def resume(self, max_new_tokens: int, speculative: str | None = "nextn",

@@ -44,7 +44,8 @@ class Engine(RelayDriver):
         device = self.model.lm_head.weight.device
         super().__init__(self.model, Ling3Cache.allocate(cfg, max_len, device=device), steps, cfg.hidden_size,
                          cfg.dtype, device, max_len, options, cudagraphs, progress,
-                         vocab_size=cfg.vocab_size, eos_token_id=cfg.eos_token_id)
+                         vocab_size=cfg.vocab_size, eos_token_id=cfg.eos_token_id,
+                         logits_width=cfg.lm_head_size * self.model.tp.size)
         if prefill_graphs and not self.cudagraphs:
             raise ValueError("prefill_graphs=True needs CUDA graphs (CUDA, cudagraphs on; device "
                              f"{self.device}, cudagraphs {self.cudagraphs}); leave it None for the default")

@@ -111,7 +111,7 @@ class SpecRunner(RelayDriver):
         eos = eos_token_id if eos_token_id is not None else getattr(config, "eos_token_id", None)
         super().__init__(_StepModel(self.target, self.draft), (self.state, self.draft_state), steps, hidden.shape[-1],
                     hidden.dtype, device, int(max_len), options, cudagraphs, progress, vocab_size=vocab,
-                    eos_token_id=eos)
+                    eos_token_id=eos, logits_width=vocab)
 
     @staticmethod
     def _tuple(state, name: str) -> tuple:

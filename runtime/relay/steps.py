@@ -24,6 +24,11 @@ binds (without the pass a rejection would leave the state of the whole chain).
 - ``decode_sample``: plain sampling, one target forward per token: the token drawn on the
   device from the step's uniform (``lingc.sampled_targets`` over the chain [x]), then the
   decode's tail, so a sampled request runs ahead of the host like a greedy one.
+- ``draft_sample``, ``verify_sample_q``, ``extend_sample``: a sampling request with sampled
+  drafts (sampling.py): the draft draws each token from its softmax at the request's
+  temperature (``lingc.sampled_targets`` over one row, top_p 1) and keeps the logits it drew
+  from in ``relay.draft_logits``, which verify reads as q; extend draws the next seed from the
+  accepted row's logits the same way. They compile as draft, verify and extend.
 """
 
 from __future__ import annotations
@@ -63,6 +68,19 @@ def make_steps(model, steps: int):
                 drafts.append(tok)
         r.chain.copy_(torch.cat([r.x] + drafts))
 
+    def draft_sample(r: RelayBuffers, cache) -> None:
+        tok, h = r.seed, r.dh
+        drafts = [tok]
+        if steps > 1:
+            pos = _positions(r.pos_draft, r.n, steps - 1, "draft positions")
+            for j in range(1, steps):
+                logits, h = model.draft(tok, pos[j - 1:j], h, cache)
+                r.draft_logits[j:j + 1].copy_(logits)
+                tok = lingc.sampled_targets(tok, logits, r.draft_uniforms[:, j:], r.ring_k, r.temperature,
+                                            r.draft_top_p)
+                drafts.append(tok)
+        r.chain.copy_(torch.cat([r.x] + drafts))
+
     def _verdict(r: RelayBuffers, y, hidden) -> None:
         accept = lingc.state_commit(lingc.greedy_verdict(r.chain, y))
         r.emitted.copy_(lingc.greedy_emit(r.chain, y, accept))
@@ -79,6 +97,25 @@ def make_steps(model, steps: int):
         logits, hidden = model(r.chain, pos, cache)
         # This step's uniforms: row ring_k % rows of the request's (a step never reuses one).
         _verdict(r, lingc.sampled_targets(r.chain, logits, r.uniforms, r.ring_k, r.temperature, r.top_p), hidden)
+
+    def verify_sample_q(r: RelayBuffers, cache) -> None:
+        pos = _positions(r.pos_chain, r.n, steps + 1, "chain positions")
+        logits, hidden = model(r.chain, pos, cache)
+        _verdict(r, lingc.sampled_targets(r.chain, logits, r.uniforms, r.ring_k, r.temperature, r.top_p,
+                                          r.draft_logits), hidden)
+
+    def extend_sample(r: RelayBuffers, cache) -> None:
+        pos = _positions(r.pos_chain, r.n, steps + 1, "chain positions")
+        logits, h = model.draft(r.emitted, pos, r.vhid, cache)
+        a = r.accept
+        row = logits.index_select(0, a)
+        r.draft_logits[:1].copy_(row)
+        # The next step's d_1, from this step's draft_uniforms row (column 0).
+        r.seed.copy_(lingc.sampled_targets(r.x, row, r.draft_uniforms, r.ring_k, r.temperature, r.draft_top_p))
+        r.dh.copy_(h.index_select(0, a))
+        r.x.copy_(r.emitted.gather(0, a))
+        r.n.copy_(r.n + a + 1)
+        _ring_append(r)
 
     def extend(r: RelayBuffers, cache) -> None:
         pos = _positions(r.pos_chain, r.n, steps + 1, "chain positions")
@@ -107,4 +144,5 @@ def make_steps(model, steps: int):
         _decode_tail(r, lingc.sampled_targets(r.x, logits, r.uniforms, r.ring_k, r.temperature, r.top_p))
 
     return {"draft": draft, "verify": verify, "verify_sample": verify_sample, "extend": extend,
-            "decode": decode, "decode_sample": decode_sample}
+            "decode": decode, "decode_sample": decode_sample, "draft_sample": draft_sample,
+            "verify_sample_q": verify_sample_q, "extend_sample": extend_sample}

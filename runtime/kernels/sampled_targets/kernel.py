@@ -458,6 +458,12 @@ def scratch(n: int, chunks: int, device) -> Scratch:
                    torch.empty((1,), dtype=torch.int32, device=device), torch.empty((cp, 2), **f32))
 
 
+def pass_warps(p: int) -> int:
+    """Warps a program of pass p: 8 for the histogram passes; 4 for pass 4, whose one-row scan
+    ptxas fits in 35 registers there and spilled at 8 warps (32 registers, sm_90)."""
+    return 4 if p == 4 else 8
+
+
 def launch_pass(p: int, s: Scratch, chunks: int, sub: int, iters: int, chain, logits, uniforms, step, temperature,
                 top_p, y, draft_logits=None, use_gdc: bool = False, num_warps: int | None = None) -> None:
     """Launch pass p (0..3, and 4 with draft_logits) over the op's arguments (benchmarks time
@@ -471,7 +477,7 @@ def launch_pass(p: int, s: Scratch, chunks: int, sub: int, iters: int, chain, lo
         s.rowq, s.accept, s.res, vocab, chunks,
         PASS=p, N=n, NP=max(2, triton.next_power_of_2(n)), CP=s.cp, SUB=sub, ITERS=iters, B=batches(sub),
         USE_GDC=use_gdc, DRAFT_Q=draft_logits is not None,
-        num_warps=(1 if interpreting() else 8) if num_warps is None else num_warps,
+        num_warps=(1 if interpreting() else pass_warps(p)) if num_warps is None else num_warps,
         **({"launch_pdl": True} if use_gdc else {}))
 
 
