@@ -23,6 +23,11 @@ chunks' bins and picks the digit. Four passes fix the 32 bits.
   for the token, and y.
 - ``top_p >= 1`` (no nucleus): passes 1-3 exit after their wait and one program of pass 3
   finishes from pass 0's chunk sums.
+- Sampled drafts (``DRAFT_Q``, the draft's logits q_ptr [N - 1, V]): pass 0 also sums each draft
+  row's exp at the temperature (its chunk maxima and sums, then mq_j and Zq_j); the finish
+  accepts while u_j q_j(d) < p_j(d) and only writes a and y below it; ``PASS = 4`` (a launch over
+  row a's chunks) sums the residual max(0, p_a - q_a) per chunk, and the chunk drawing its last
+  ticket picks the chunk and scans it for the token.
 
 Rounding: the sums run in another order than the reference's (and as two tf32 parts), so a token whose
 nucleus boundary or cumulative mass lies within fp32 rounding of the cut may be decided the other
