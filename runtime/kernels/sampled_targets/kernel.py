@@ -183,30 +183,47 @@ def _draw_point_mass(logits_ptr, stride_l, rowf_ptr, rowi_ptr, stats_ptr, hist_p
     l_drop = tl.load(logits_ptr + a * stride_l + tl.maximum(drop, 0)).to(tl.float32)
     w_drop = tl.where((drop >= 0) & (_keys(l_drop) >= x0), tl.exp((l_drop - m_a) / T), 0.0)
     kept = tl.maximum(kept - tl.where(cc == drop // CHUNK, w_drop, 0.0), 0.0)
-    total = tl.sum(kept, 0)
-    goal = (1.0 - u_last) * total
+    c_star, local_goal = _pick_chunk(kept, u_last, CP)
+    # p's weights unnormalised (zk = 1: the chunk masses' scale), no q.
+    token = _scan_chunk(logits_ptr + a * stride_l, logits_ptr, c_star, local_goal, V, x0, m_a, 1.0, 0.0, 1.0, False,
+                        drop, False, T, SUB, ITERS)
+    y = tl.where(rows < a, d_next, token)
+    tl.store(y_ptr + rows, y, mask=rows < N)
+
+
+@triton.jit
+def _pick_chunk(kept, u_last, CP: tl.constexpr):
+    """The chunk where the cumulative mass of kept [CP] reaches (1 - u_last) of its total, and
+    the mass still to go inside it."""
+    cc = tl.arange(0, CP)
+    goal = (1.0 - u_last) * tl.sum(kept, 0)
     cum = tl.cumsum(kept, 0)
     live = kept > 0.0
     c_star = tl.min(tl.where((cum >= goal) & live, cc, CP), 0)
     c_star = tl.where(c_star < CP, c_star, tl.max(tl.where(live, cc, 0), 0))   # rounding: the last live chunk
-    local_goal = goal - tl.sum(tl.where(cc == c_star, cum - kept, 0.0), 0)
+    return c_star, goal - tl.sum(tl.where(cc == c_star, cum - kept, 0.0), 0)
 
+
+@triton.jit
+def _scan_chunk(base, qbase, c_star, local_goal, V, x0, m, zk, mq, zq, has_q, drop, use_res, T, SUB: tl.constexpr,
+                ITERS: tl.constexpr):
+    """The token of chunk c_star where the running weight (_residual_weights) reaches
+    local_goal (rounding short of it: the chunk's last token with weight)."""
+    CHUNK: tl.constexpr = SUB * ITERS
     offs = tl.arange(0, SUB)
-    base = logits_ptr + a * stride_l
     seen = tl.zeros((), dtype=tl.float32)
     found = tl.full((), 2147483647, tl.int32)
     last_live = tl.full((), -1, tl.int32)
     for it in range(ITERS):
         idx = c_star * CHUNK + it * SUB + offs
         l = tl.load(base + idx, mask=idx < V, other=float("-inf")).to(tl.float32)
-        w = tl.where((idx < V) & (_keys(l) >= x0) & (idx != drop), tl.exp((l - m_a) / T), 0.0)
+        ql = tl.load(qbase + idx, mask=(idx < V) & has_q, other=0.0).to(tl.float32)
+        w = _residual_weights(l, ql, idx, V, x0, m, zk, mq, zq, has_q, drop, use_res, T)
         cs = seen + tl.cumsum(w, 0)
         found = tl.minimum(found, tl.min(tl.where((cs >= local_goal) & (w > 0.0), idx, 2147483647), 0))
         last_live = tl.maximum(last_live, tl.max(tl.where(w > 0.0, idx, -1), 0))
         seen += tl.sum(w, 0)
-    token = tl.where(found < 2147483647, found, last_live).to(tl.int64)
-    y = tl.where(rows < a, d_next, token)
-    tl.store(y_ptr + rows, y, mask=rows < N)
+    return tl.where(found < 2147483647, found, last_live).to(tl.int64)
 
 
 @triton.jit
@@ -262,26 +279,9 @@ def _residual_pass(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R
         use_res = tl.sum(res_c, 0) > 0.0
         kept = tl.where(use_res, res_c, pmd_c)
         u_row = tl.load(step_ptr) % R
-        u_last = tl.load(u_ptr + u_row * stride_u + N - 1)
-        goal = (1.0 - u_last) * tl.sum(kept, 0)
-        cum = tl.cumsum(kept, 0)
-        live = kept > 0.0
-        c_star = tl.min(tl.where((cum >= goal) & live, cc, CP), 0)
-        c_star = tl.where(c_star < CP, c_star, tl.max(tl.where(live, cc, 0), 0))   # rounding: the last live chunk
-        local_goal = goal - tl.sum(tl.where(cc == c_star, cum - kept, 0.0), 0)
-        seen = tl.zeros((), dtype=tl.float32)
-        found = tl.full((), 2147483647, tl.int32)
-        last_live = tl.full((), -1, tl.int32)
-        for it in range(ITERS):
-            idx = c_star * CHUNK + it * SUB + offs
-            l = tl.load(base + idx, mask=idx < V, other=float("-inf")).to(tl.float32)
-            ql = tl.load(qbase + idx, mask=(idx < V) & has_q, other=0.0).to(tl.float32)
-            w = _residual_weights(l, ql, idx, V, x0, m, zk, mq, zq, has_q, drop, use_res, T)
-            cs = seen + tl.cumsum(w, 0)
-            found = tl.minimum(found, tl.min(tl.where((cs >= local_goal) & (w > 0.0), idx, 2147483647), 0))
-            last_live = tl.maximum(last_live, tl.max(tl.where(w > 0.0, idx, -1), 0))
-            seen += tl.sum(w, 0)
-        token = tl.where(found < 2147483647, found, last_live).to(tl.int64)
+        c_star, local_goal = _pick_chunk(kept, tl.load(u_ptr + u_row * stride_u + N - 1), CP)
+        token = _scan_chunk(base, qbase, c_star, local_goal, V, x0, m, zk, mq, zq, has_q, drop, use_res, T, SUB,
+                            ITERS)
         rows = tl.arange(0, NP)
         tl.store(y_ptr + rows, tl.zeros((NP,), dtype=tl.int64) + token, mask=(rows >= a) & (rows < N))
         tl.atomic_xchg(ticket_ptr + N + 1, 0, sem="relaxed", scope="gpu")
