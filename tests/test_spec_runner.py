@@ -13,7 +13,7 @@ from relay_helpers import Oracle, eager_greedy
 
 import lingc
 from lingc.backend import compile_reports
-from lingc.runtime.relay.sampling import sampled_targets
+from lingc.runtime.relay.sampling import draw, sampled_targets
 
 CACHE = 160
 PROMPT = [5, 17, 40, 3, 9]
@@ -147,6 +147,41 @@ def test_a_sampled_step_is_speculative_sampling_of_the_eager_targets_logits(runn
     a = int((y[:STEPS] == r.chain[1:]).int().cumprod(0).sum())
     assert int(r.accept) == a
     assert r.emitted[:a + 1].tolist() == r.chain[1:a + 1].tolist() + [int(y[a])]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_step_with_sampled_drafts_is_speculative_sampling_of_the_eager_logits(runner, seed):
+    """One relay step of a sampling request with sampled drafts (the draft_sample and
+    verify_sample_q graphs): each draft d_{j+1} (j >= 1) is the inverse-CDF draw of the draft's
+    softmax over the logits it kept in draft_logits row j at its uniform, and the verdict is
+    sampling.py's over the eager target's logits with those rows as q."""
+    runner.prepare(("draft_sample", "verify_sample_q"))
+    gen = torch.Generator().manual_seed(seed)
+    runner._reset()
+    runner._prefill(torch.tensor(PROMPT), True)
+    r = runner.relay
+    r.uniforms.copy_(torch.rand(r.uniforms.shape, generator=gen))
+    r.draft_uniforms.copy_(torch.rand(r.draft_uniforms.shape, generator=gen))
+    r.temperature.fill_(1.5)
+    r.top_p.fill_(0.95)
+    before = [[t.clone() for t in g] for g in runner.state]
+    runner._launch(("draft_sample",))
+    for j in range(1, STEPS):
+        q = torch.softmax(r.draft_logits[j] / 1.5, -1)
+        assert int(r.chain[j + 1]) == int(draw(q[None], r.draft_uniforms[0, j:j + 1])), (j, r.chain.tolist())
+    runner._launch(("verify_sample_q",))
+    n = len(PROMPT)
+    with torch.no_grad():
+        logits, _ = runner.model.target(r.chain, torch.arange(n, n + STEPS + 1), *before)
+    y = sampled_targets(r.chain, logits, r.uniforms[0], r.temperature, r.top_p, r.draft_logits)
+    a = int((y[:STEPS] == r.chain[1:]).int().cumprod(0).sum())
+    assert int(r.accept) == a
+    assert r.emitted[:a + 1].tolist() == r.chain[1:a + 1].tolist() + [int(y[a])]
+
+
+def test_sampled_drafts_near_greedy_are_greedy(runner):
+    want = runner.generate(PROMPT, 10, speculative=None)
+    assert runner.generate(PROMPT, 10, temperature=0.7, top_p=1e-6, seed=3, sampled_drafts=True) == want
 
 
 def test_near_greedy_sampling_is_greedy(runner):
