@@ -25,7 +25,10 @@ crosses to the host between launches), a plain one the decode_sample graph (the 
 the device from the step's uniform, ``lingc.sampled_targets``: as plain greedy decoding, the host
 runs ahead and reads tokens one step late). Tokens are distributed as the reference's pick_token
 draws them, not drawn by the same generator calls: a seed reproduces the engine's request, not
-sample_generate's tokens.
+sample_generate's tokens. With ``sampled_drafts=True`` a speculative sampling request runs the
+draft_sample, verify_sample_q and extend_sample graphs instead: the draft draws its tokens from
+its softmax (the first seed on the host from the prefill's draft logits, the later ones in the
+graphs from a second table of uniforms) and verify tests them against the draft's kept logits.
 """
 
 from __future__ import annotations
