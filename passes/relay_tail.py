@@ -24,6 +24,10 @@ and each candidate assignment is run on random inputs against the op's reference
 that writes the same values into every written input, on two draws, is rewritten. So an index_put
 or index_copy ring, index_select or gather or indexing for the row pick, n + (a + 1) or
 (n + 1) + a all match; a tail that writes anything else, or in-place ops inside it, is left alone.
+One exception: an extend whose seed is a token copied as it is from a lingc op (a sampling
+request's extend_sample draws it with lingc.sampled_targets) keeps that copy and folds the rest
+into relay_advance without tokens and seed (16 ATen kernels -> the op and the copy on the tiny
+model).
 
 Exact: the op writes what the tail wrote (checked bit for bit on the probes, the integer and row
 copies have no rounding), at the same point (the graph's end, where the epilogue writes were).
@@ -45,12 +49,17 @@ __all__ = ["relay_tail"]
 
 MAX_CANDIDATES = 256
 # (argument, written by the op, dtype class) in the op's argument order.
+# Forms: True extend, False decode, DRAWN extend whose seed the graph wrote itself (its copy of a
+# drawn token stays; relay_advance without tokens and seed).
+DRAWN = "drawn"
 _ARGS = {
     True: (("tokens", False, "i64"), ("hidden", False, "float"), ("accept", False, "i64"),
            ("emitted", False, "i64"), ("n", True, "i64"), ("x", True, "i64"), ("seed", True, "i64"),
            ("dh", True, "float"), ("ring", True, "i64"), ("ring_k", True, "i64")),
     False: (("tokens", False, "i64"), ("accept", False, "i64"), ("emitted", True, "i64"),
             ("n", True, "i64"), ("x", True, "i64"), ("ring", True, "i64"), ("ring_k", True, "i64")),
+    DRAWN: (("hidden", False, "float"), ("accept", False, "i64"), ("emitted", False, "i64"), ("n", True, "i64"),
+            ("x", True, "i64"), ("dh", True, "float"), ("ring", True, "i64"), ("ring_k", True, "i64")),
 }
 _ORDER = ("tokens", "hidden", "accept", "emitted", "n", "x", "seed", "dh", "ring", "ring_k")
 
@@ -105,26 +114,32 @@ def relay_tail(g: fx.Graph) -> int:
     if not writes or not all(is_call(w, aten.copy_.default) and not w.users and _root(w.args[0]).op == "placeholder"
                              for w in writes):
         return 0
-    inside, leaves = region(writes, is_leaf)
-    if any(_writes_in_place(n) and n not in writes for n in inside):
-        return 0
-    written = {_root(w.args[0]) for w in writes}
-    for accepted in (True, False):
-        args = _assign(accepted, inside, leaves, writes, written)
-        if args is not None:
-            out = next(n for n in reversed(nodes) if n.op == "output")
-            with g.inserting_before(out):
-                emit(g, torch.ops.lingc.relay_advance.default,
-                     *[args.get(k) for k in _ORDER], accepted)
-            for w in reversed(writes):
-                g.erase_node(w)
-            return len(writes)
+    # A token copied as it is from a lingc op (a drawn seed) may be the one write the relay's
+    # forms lack: the DRAWN form leaves it and folds the rest.
+    drawn = [w for w in writes if _klass(w.args[0]) == "i64" and is_leaf(_root(w.args[1]))]
+    attempts = [(writes, (True, False))] + ([([w for w in writes if w not in drawn], (DRAWN,))] if drawn else [])
+    for fold, forms in attempts:
+        inside, leaves = region(fold, is_leaf)
+        if any(_writes_in_place(n) and n not in fold for n in inside):
+            continue
+        written = {_root(w.args[0]) for w in fold}
+        for form in forms:
+            args = _assign(form, inside, leaves, fold, written)
+            if args is not None:
+                out = next(n for n in reversed(nodes) if n.op == "output")
+                with g.inserting_before(out):
+                    emit(g, torch.ops.lingc.relay_advance.default,
+                         *[args.get(k) for k in _ORDER], form is not False)
+                for w in reversed(fold):
+                    g.erase_node(w)
+                return len(fold)
     return 0
 
 
-def _assign(accepted: bool, inside, leaves, writes, written) -> dict | None:
-    """The first assignment of leaves to the op's arguments that the probe confirms, or None."""
-    spec = _ARGS[accepted]
+def _assign(form, inside, leaves, writes, written) -> dict | None:
+    """The first assignment of leaves to the op's arguments (in `form`, a key of _ARGS) that the
+    probe confirms, or None."""
+    spec = _ARGS[form]
     if len(leaves) != len(spec) or {lf for lf in leaves if lf in written} != written:
         return None
     options = []
@@ -136,12 +151,12 @@ def _assign(accepted: bool, inside, leaves, writes, written) -> dict | None:
         if len(set(combo)) != len(combo):
             continue
         args = {name: lf for (name, _, _), lf in zip(spec, combo)}
-        if not _fits(args, accepted):
+        if not _fits(args, form is not False):
             continue
         probes += 1
         if probes > MAX_CANDIDATES:
             return None
-        if _probe(gm, leaves, args, accepted):
+        if _probe(gm, leaves, args, form is not False):
             return args
     return None
 

@@ -18,12 +18,14 @@ POISON = -7
 lingc = torch.ops.lingc
 
 
-def _buffers(T, H, R, accepted, accept, ring_k, seed, dtype=torch.float32):
+def _buffers(T, H, R, accepted, accept, ring_k, seed, dtype=torch.float32, drawn=False):
+    """drawn: the extend form without tokens and seed (the graph wrote its seed)."""
     g = torch.Generator().manual_seed(seed)
     i64 = lambda *s: torch.randint(0, 1 << 30, s, generator=g, dtype=torch.int64)  # noqa: E731
-    b = dict(tokens=i64(T if accepted else 1), hidden=torch.randn(T, H, generator=g).to(dtype) if accepted else None,
+    b = dict(tokens=None if drawn else i64(T if accepted else 1),
+             hidden=torch.randn(T, H, generator=g).to(dtype) if accepted else None,
              accept=torch.tensor([accept]), emitted=i64(T), n=i64(1), x=torch.full((1,), POISON),
-             seed=torch.full((1,), POISON) if accepted else None,
+             seed=torch.full((1,), POISON) if accepted and not drawn else None,
              dh=torch.full((1, H), float("nan"), dtype=dtype) if accepted else None,
              ring=torch.full((R, T + 1), POISON), ring_k=torch.tensor([ring_k]))
     return {k: (v.to(DEVICE) if v is not None else None) for k, v in b.items()}
@@ -35,12 +37,12 @@ def _run(fn, b, accepted):
     return c
 
 
-@pytest.mark.parametrize("accepted", [True, False])
+@pytest.mark.parametrize("accepted, drawn", [(True, False), (False, False), (True, True)])
 @pytest.mark.parametrize("T, H, R", [(1, 1, 1), (2, 7, 4), (6, 96, 4), (8, 1100, 5), (9, 33, 3)])
-def test_kernel_matches_the_reference_every_output_written(T, H, R, accepted):
+def test_kernel_matches_the_reference_every_output_written(T, H, R, accepted, drawn):
     for accept in range(T):
         for ring_k in (0, R - 1, 1000 + accept):
-            b = _buffers(T, H, R, accepted, accept, ring_k, seed=T * 1000 + accept * 10 + ring_k % 7)
+            b = _buffers(T, H, R, accepted, accept, ring_k, seed=T * 1000 + accept * 10 + ring_k % 7, drawn=drawn)
             got = _run(relay_advance_triton, b, accepted)
             ref = _run(relay_advance_reference, {k: (v.cpu() if v is not None else None) for k, v in b.items()},
                        accepted)
@@ -52,7 +54,7 @@ def test_kernel_matches_the_reference_every_output_written(T, H, R, accepted):
             others = [i for i in range(R) if i != slot]
             assert (got["ring"][others] == POISON).all()                     # only its own slot
             if accepted:
-                assert not got["dh"].isnan().any() and int(got["seed"]) != POISON
+                assert not got["dh"].isnan().any() and (drawn or int(got["seed"]) != POISON)
                 assert int(got["n"]) == int(b["n"]) + accept + 1
                 assert torch.equal(got["dh"][0], b["hidden"][accept])
             else:
@@ -66,7 +68,9 @@ def test_kernel_matches_the_reference_every_output_written(T, H, R, accepted):
 def test_gpu_model_shapes(T, accepted):
     # flash-tp4-rank's hidden width (2560), the relay's verify chain (T = 6) and decode's
     # single row; the unmarked sweep above runs here only when the whole file does.
-    test_kernel_matches_the_reference_every_output_written(T, 2560, 4, accepted)
+    test_kernel_matches_the_reference_every_output_written(T, 2560, 4, accepted, False)
+    if accepted:
+        test_kernel_matches_the_reference_every_output_written(T, 2560, 4, accepted, True)
 
 
 def test_kernel_copies_a_bf16_hidden_row_exactly():
@@ -91,6 +95,8 @@ def test_op_on_the_cpu_is_the_reference_and_checks_its_arguments():
         relay_op.relay_advance(**dict(b, dh=torch.zeros(1, 8, dtype=torch.float64)), accepted=True)
     with pytest.raises(ValueError, match="takes no hidden"):
         relay_op.relay_advance(**dict(b, tokens=b["tokens"][:1]), accepted=False)
+    with pytest.raises(ValueError, match="tokens and seed go together"):
+        relay_op.relay_advance(**dict(b, tokens=None), accepted=True)
 
 
 # -- the rewrite ----------------------------------------------------------------------------------
@@ -105,15 +111,23 @@ def _launches(report) -> dict:
     return out
 
 
+# extend_sample (a sampling request's extend with sampled drafts): the accepted row's pick before
+# the draw, the drawn seed's copy and that row's copy into relay.draft_logits stay; the rest is
+# relay_advance's DRAWN form.
+EXTEND_SAMPLE_UNFOLDED, EXTEND_SAMPLE_FOLDED = 16, 3
+
+
 @pytest.fixture(scope="module")
 def tiny():
     return tiny_model()
 
 
 @pytest.mark.parametrize("role, unfolded, folded", [("decode", 12, 0), ("extend", 15, 0), ("verify", 3, 0),
-                                                    ("draft", 2, 0)])
+                                                    ("draft", 2, 0), ("extend_sample", EXTEND_SAMPLE_UNFOLDED,
+                                                                      EXTEND_SAMPLE_FOLDED)])
 def test_relay_tail_glue_is_gone(tiny, role, unfolded, folded):
-    """The tiny model's decode and extend graphs: the tail after gemm_argmax (row pick, n and x,
+    """The tiny model's decode and extend graphs (and extend_sample's, whose drawn seed keeps its
+    copy: relay_tail's DRAWN form): the tail after gemm_argmax (row pick, n and x,
     the token ring: 12 ATen kernels in decode, 15 in extend, the ring's functional index_put and
     its two copies back included) becomes one lingc.relay_advance. Nothing else is left: the
     head's positions reach the MLA kernels as the relay's n (pdl_glue.positions_into_readers,
@@ -126,21 +140,25 @@ def test_relay_tail_glue_is_gone(tiny, role, unfolded, folded):
     from lingc.passes.pdl_swap import PdlSwap
     from lingc.models import Ling3Cache
     from lingc.runtime.relay.buffers import RelayBuffers
+    from lingc.runtime.relay.driver import PASS_ROLE
     from lingc.runtime.relay.steps import make_steps
 
     cfg = tiny.config
     counts, results = {}, {}
     for fold in (False, True):
-        relay = RelayBuffers.allocate(5, cfg.hidden_size, cfg.dtype, "cpu")
+        relay = RelayBuffers.allocate(5, cfg.hidden_size, cfg.dtype, "cpu", rows=4, vocab=cfg.lm_head_size)
         g = torch.Generator().manual_seed(0)
         for t in relay.tensors():
             t.copy_(torch.randint(0, 3, t.shape, generator=g) if t.dtype == torch.int64
                    else torch.randn(t.shape, generator=g))
         relay.accept.fill_(2)
+        relay.temperature.fill_(0.9)
+        relay.draft_top_p.fill_(1.0)
+        relay.draft_uniforms.copy_(torch.rand(relay.draft_uniforms.shape, generator=g))
         cache = Ling3Cache.allocate(cfg, 32)
         PdlSwap.fold_relay_tail = fold
         try:
-            _, report = run_and_report(make_steps(tiny, 5)[role], relay, cache, role=role)
+            _, report = run_and_report(make_steps(tiny, 5)[role], relay, cache, role=PASS_ROLE.get(role, role))
         finally:
             PdlSwap.fold_relay_tail = True
         counts[fold] = _launches(report)
@@ -151,14 +169,19 @@ def test_relay_tail_glue_is_gone(tiny, role, unfolded, folded):
             assert ops.get("lingc.rmsnorm_out", 0) == int(fold)
         elif role == "draft":
             assert ops.get("lingc.concat_into", 0) == int(fold)
+        elif role == "extend_sample":
+            assert ops.get("lingc.relay_advance", 0) == int(fold) and ops.get("lingc.sampled_targets") == 1
         else:
             assert ops.get("lingc.relay_advance", 0) == int(fold)
             if fold:
                 assert "relay tail" in stat(report, "pdl_swap").notes[0]
     assert sum(counts[False].values()) == unfolded, counts[False]
     assert sum(counts[True].values()) == folded, counts[True]
-    assert not {"aten.copy_", "aten.gather", "aten.index.Tensor", "aten.index_put", "aten.remainder.Scalar"} \
-        & set(counts[True])
+    if role == "extend_sample":
+        assert counts[True] == {"aten.copy_": 2, "aten.index.Tensor": 1}, counts[True]
+    else:
+        assert not {"aten.copy_", "aten.gather", "aten.index.Tensor", "aten.index_put", "aten.remainder.Scalar"} \
+            & set(counts[True])
     assert all(torch.equal(a, b) for a, b in zip(results[False], results[True]))
 
 
@@ -194,7 +217,19 @@ def _foreign_wrong(x, w, accept, emitted, n, xt, seed, dh, ring, k):
     k += 1
 
 
-@pytest.mark.parametrize("fn, fold", [(_foreign_extend, True), (_foreign_decode, True), (_foreign_wrong, False)])
+def _foreign_drawn(x, w, accept, emitted, n, xt, seed, dh, ring, k):
+    h = x * 2.0
+    ids, _ = lingc.gemm_argmax(h[-1:], w)          # a token from a lingc op, written as it is
+    seed.copy_(ids)
+    dh.copy_(h.index_select(0, accept))
+    xt.copy_(emitted[accept])
+    n += accept + 1
+    ring.index_copy_(0, k % ring.shape[0], torch.cat([emitted, accept]).unsqueeze(0))
+    k.add_(1)
+
+
+@pytest.mark.parametrize("fn, fold", [(_foreign_extend, True), (_foreign_decode, True), (_foreign_wrong, False),
+                                      (_foreign_drawn, True)])
 def test_foreign_tails(fn, fold):
     import lingc.runtime.kernels.gemm  # noqa: F401
     T, H, V = 6, 16, 40
@@ -211,5 +246,6 @@ def test_foreign_tails(fn, fold):
     ops = {op: n for _, op, n, _ in report.kernels.rows}
     assert ops.get("lingc.relay_advance", 0) == int(fold), ops
     if fold:
-        assert "aten.copy_" not in ops and "relay tail" in stat(report, "pdl_swap").notes[0]
+        # The DRAWN form keeps the drawn seed's copy.
+        assert ops.get("aten.copy_", 0) == int(fn is _foreign_drawn) and "relay tail" in stat(report, "pdl_swap").notes[0]
     assert all(torch.equal(a, b) for a, b in zip(args, eager))

@@ -24,7 +24,7 @@ BH = 1024
 def _relay_advance_kernel(tok_ptr, hid_ptr, acc_ptr, emit_ptr, n_ptr, x_ptr, seed_ptr, dh_ptr, ring_ptr, k_ptr,
                           stride_tok, stride_hid, stride_emit, stride_ring,
                           T: tl.constexpr, TP: tl.constexpr, H: tl.constexpr, BH: tl.constexpr,
-                          R: tl.constexpr, ACCEPTED: tl.constexpr, USE_GDC: tl.constexpr):
+                          R: tl.constexpr, ACCEPTED: tl.constexpr, HAS_SEED: tl.constexpr, USE_GDC: tl.constexpr):
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
     j = tl.arange(0, TP)
@@ -35,7 +35,8 @@ def _relay_advance_kernel(tok_ptr, hid_ptr, acc_ptr, emit_ptr, n_ptr, x_ptr, see
     k = tl.load(k_ptr)
     if ACCEPTED:
         a = accept
-        tl.store(seed_ptr, tl.load(tok_ptr + a * stride_tok))
+        if HAS_SEED:
+            tl.store(seed_ptr, tl.load(tok_ptr + a * stride_tok))
         tl.store(x_ptr, tl.load(emit_ptr + a * stride_emit))
         tl.store(n_ptr, n + a + 1)
         offs = tl.arange(0, BH)
@@ -59,6 +60,9 @@ def _relay_advance_kernel(tok_ptr, hid_ptr, acc_ptr, emit_ptr, n_ptr, x_ptr, see
 def relay_advance_triton(tokens, hidden, accept, emitted, n, x, seed, dh, ring, ring_k, accepted: bool) -> None:
     """The op's CUDA path (arguments checked by the op)."""
     T = emitted.shape[0]
+    has_seed = tokens is not None
+    if not has_seed:           # the graph wrote the seed: unused pointers (HAS_SEED compiled out)
+        tokens = seed = emitted
     if accepted:
         H, stride_hid = hidden.shape[1], hidden.stride(0)
     else:                      # unused pointers (the ACCEPTED branch is compiled out)
@@ -67,4 +71,4 @@ def relay_advance_triton(tokens, hidden, accept, emitted, n, x, seed, dh, ring, 
         tokens, hidden, accept, emitted, n, x, seed, dh, ring, ring_k,
         tokens.stride(0), stride_hid, emitted.stride(0), ring.stride(0),
         T=T, TP=triton.next_power_of_2(T), H=H, BH=min(BH, triton.next_power_of_2(H)), R=ring.shape[0],
-        ACCEPTED=accepted, USE_GDC=pdl_supported(emitted.device), num_warps=4, **launch_kwargs(emitted.device))
+        ACCEPTED=accepted, HAS_SEED=has_seed, USE_GDC=pdl_supported(emitted.device), num_warps=4, **launch_kwargs(emitted.device))

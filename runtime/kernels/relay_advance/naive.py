@@ -10,7 +10,8 @@ def relay_advance_reference(tokens, hidden, accept, emitted, n, x, seed, dh, rin
                             accepted: bool) -> None:
     if accepted:                                    # extend: the row of the accepted prefix's end
         a = accept
-        seed.copy_(tokens.gather(0, a))
+        if tokens is not None:                      # else the graph wrote the seed itself
+            seed.copy_(tokens.gather(0, a))
         dh.copy_(hidden.index_select(0, a).view(dh.shape))
         x.copy_(emitted.gather(0, a))
         n.copy_(n + a + 1)

@@ -1,4 +1,4 @@
-"""``torch.ops.lingc.relay_advance(Tensor tokens, Tensor? hidden, Tensor accept, Tensor(a!) emitted,
+"""``torch.ops.lingc.relay_advance(Tensor? tokens, Tensor? hidden, Tensor accept, Tensor(a!) emitted,
 Tensor(b!) n, Tensor(c!) x, Tensor(d!)? seed, Tensor(e!)? dh, Tensor(f!) ring, Tensor(g!) ring_k,
 bool accepted) -> ()``: the bookkeeping at the end of a relay step, in place.
 
@@ -7,7 +7,8 @@ With ``accepted`` (the extend graph's tail; a = accept[0], T = emitted's length)
     seed = tokens[a] ; dh = hidden[a] ; x = emitted[a] ; n += a + 1
 
 tokens int64 [T] (the draft's argmax per row), hidden [T, H] (the draft's hidden states),
-seed int64 [1], dh [1, H]. Without it (the decode graph's tail; tokens = [y], hidden, seed and dh
+seed int64 [1], dh [1, H]; tokens and seed both None when the graph writes the seed itself (a
+sampling request's extend_sample draws it: runtime/relay/steps.py). Without it (the decode graph's tail; tokens = [y], hidden, seed and dh
 None):
 
     emitted[0] = y ; x = y ; n += 1
@@ -32,7 +33,7 @@ from .naive import relay_advance_reference
 
 __all__ = ["relay_advance", "check_relay_advance_args"]
 
-_SCHEMA = ("(Tensor tokens, Tensor? hidden, Tensor accept, Tensor(a!) emitted, Tensor(b!) n, Tensor(c!) x, "
+_SCHEMA = ("(Tensor? tokens, Tensor? hidden, Tensor accept, Tensor(a!) emitted, Tensor(b!) n, Tensor(c!) x, "
            "Tensor(d!)? seed, Tensor(e!)? dh, Tensor(f!) ring, Tensor(g!) ring_k, bool accepted) -> ()")
 
 
@@ -55,8 +56,13 @@ def check_relay_advance_args(tokens, hidden, accept, emitted, n, x, seed, dh, ri
         raise ValueError(f"{op}: ring must be int64 [R, T + 1] = [R, {T + 1}] with unit row stride, got "
                          f"{ring.dtype} {tuple(ring.shape)} strides {ring.stride()}")
     if accepted:
-        _i64("tokens", tokens, (T,))
-        _i64("seed", seed, (1,))
+        if (tokens is None) != (seed is None):
+            raise ValueError(f"{op}: tokens and seed go together (the seed = tokens[accept]) or are both None "
+                             f"(the seed written elsewhere), got tokens {'None' if tokens is None else 'given'} "
+                             f"and seed {'None' if seed is None else 'given'}")
+        if tokens is not None:
+            _i64("tokens", tokens, (T,))
+            _i64("seed", seed, (1,))
         if hidden is None or hidden.dim() != 2 or hidden.shape[0] != T or hidden.stride(1) != 1:
             raise ValueError(f"{op}: hidden must be [T, H] = [{T}, H] with unit row stride, got "
                              f"{None if hidden is None else (tuple(hidden.shape), hidden.stride())}")
@@ -74,7 +80,7 @@ def check_relay_advance_args(tokens, hidden, accept, emitted, n, x, seed, dh, ri
             raise ValueError(f"{op}: {name} is on {t.device} but emitted is on {emitted.device}")
 
 
-def _relay_advance(tokens: torch.Tensor, hidden: torch.Tensor | None, accept: torch.Tensor,
+def _relay_advance(tokens: torch.Tensor | None, hidden: torch.Tensor | None, accept: torch.Tensor,
                    emitted: torch.Tensor, n: torch.Tensor, x: torch.Tensor, seed: torch.Tensor | None,
                    dh: torch.Tensor | None, ring: torch.Tensor, ring_k: torch.Tensor, accepted: bool) -> None:
     check_relay_advance_args(tokens, hidden, accept, emitted, n, x, seed, dh, ring, ring_k, accepted)
