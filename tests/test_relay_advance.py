@@ -99,6 +99,32 @@ def test_op_on_the_cpu_is_the_reference_and_checks_its_arguments():
         relay_op.relay_advance(**dict(b, tokens=None), accepted=True)
 
 
+_COMPILE_CHECK = """
+import sys
+from sm90 import compile_sm90, signature
+import lingc.runtime.kernels.relay_advance.kernel as K
+fn = K._relay_advance_kernel
+sig = signature(fn, dict(tok_ptr="*i64", hid_ptr="*bf16", acc_ptr="*i64", emit_ptr="*i64", n_ptr="*i64",
+                         x_ptr="*i64", seed_ptr="*i64", dh_ptr="*bf16", ring_ptr="*i64", k_ptr="*i64"),
+                ints=("stride_tok", "stride_hid", "stride_emit", "stride_ring"))
+stores = {}
+for accepted, has_seed in ((True, True), (True, False), (False, True)):
+    const = dict(T=6, TP=8, H=2560, BH=1024, R=4, ACCEPTED=accepted, HAS_SEED=has_seed, USE_GDC=True)
+    ptx, report = compile_sm90(fn, sig, const, num_warps=4, num_stages=3)
+    assert "griddepcontrol.wait" in ptx and " 0 bytes spill stores" in report, (accepted, has_seed, report)
+    stores[accepted, has_seed] = ptx.count("st.global")
+assert stores[True, False] == stores[True, True] - 1, stores      # the seed's store compiled out
+"""
+
+
+def test_kernel_compiles_for_sm90_in_every_form():
+    """extend (the seed = tokens[a]), extend with a drawn seed (no tokens, no seed: one store
+    fewer) and decode compile for sm_90 at flash-tp4-rank's width, PDL wait in, no spill."""
+    from helpers import run_sm90_compile_check
+
+    run_sm90_compile_check(_COMPILE_CHECK)
+
+
 # -- the rewrite ----------------------------------------------------------------------------------
 
 
