@@ -65,6 +65,7 @@ from lingc.cli import check_vocabulary, load_checkpoint, parse_token_ids, source
 from lingc.models import Ling3Cache, build_model, preset
 from lingc.models.moe import MoE
 from lingc.models.parallel import init_from_env
+from lingc.runtime.relay.driver import PASS_ROLE
 from lingc.runtime.relay.engine import MAX_STEPS
 
 from .common import call_times_ms, copy_bandwidth_gbps, environment, markdown_table, require_cuda, write_json
@@ -435,10 +436,8 @@ def check_cache_rows(ctx: int, tokens: int, steps: list[int], max_positions: int
 
 
 # A speculative sampling request's graphs beside the greedy relay's: the verify of greedy drafts,
-# then the three graphs of sampled drafts (steps.py), each with the greedy role it replaces.
+# then the three graphs of sampled drafts (steps.py); PASS_ROLE names the greedy role each replaces.
 SAMPLED_RELAY_ROLES = ("verify_sample", "draft_sample", "verify_sample_q", "extend_sample")
-GREEDY_ROLE = {"verify_sample": "verify", "decode_sample": "decode", "draft_sample": "draft",
-               "verify_sample_q": "verify", "extend_sample": "extend"}
 
 
 def run_lingc(model, ctx, tokens, speculative, lingc_inductor, allreduce="nccl", progress=True,
@@ -847,7 +846,7 @@ def main(argv=None) -> int:
                      f"; {stall_line(r)}; {gc_line(r.get('gc_in_timed_loop') or [], r.get('heap_settled'))}"
                      if "captured" in r else " (per call; the step runs the draft T=1 call steps - 1 times)")
             print(f"{m}: per graph ms {r['per_graph_ms']}{extra}")
-            for role, greedy in GREEDY_ROLE.items():
+            for role, greedy in PASS_ROLE.items():
                 for p, ms in ((r.get("sampled_ms_by_top_p") or {}).get(role) or {}).items():
                     print(f"{m}: a sampling request's {greedy} ({role}, top_p {p:g}) {ms:.3f} ms against "
                           f"greedy {greedy}'s {r['per_graph_ms'][greedy]:.3f}")

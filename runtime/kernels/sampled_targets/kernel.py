@@ -439,7 +439,7 @@ def batches(sub: int) -> int:
 
 class Scratch(NamedTuple):
     """The passes' scratch (module docstring) for n rows cut into chunks of CP (a power of two >=
-    the chunks); the draft's (qstats, rowq, res) only hold data with sampled drafts."""
+    the chunks); the draft's (qstats, rowq, accept, res) only hold data with sampled drafts."""
     cp: int
     stats: torch.Tensor         # fp32 [n, CP, 2]  per-chunk max and sum of exp
     hist: torch.Tensor          # fp32 [n, CP, 256] per-chunk digit histograms
@@ -453,14 +453,21 @@ class Scratch(NamedTuple):
     res: torch.Tensor           # fp32 [CP, 2]     row a's residual and p-less-draft mass per chunk
 
 
-def scratch(n: int, chunks: int, device) -> Scratch:
+def scratch(n: int, chunks: int, device, draft: bool = False) -> Scratch:
+    """draft: allocate the sampled drafts' buffers too (without, their fields alias buffers of
+    the same dtype that DRAFT_Q's compiled-out code never reaches)."""
     cp = max(2, triton.next_power_of_2(chunks))
     f32 = dict(dtype=torch.float32, device=device)
-    return Scratch(cp, torch.empty((n, cp, 2), **f32), torch.empty((n, cp, 256), **f32), torch.empty((n, cp), **f32),
-                   torch.empty((n, 4), **f32), torch.empty((n, 2), dtype=torch.int32, device=device),
+    stats, rowf, rowi = torch.empty((n, cp, 2), **f32), torch.empty((n, 4), **f32), \
+        torch.empty((n, 2), dtype=torch.int32, device=device)
+    if draft:
+        qstats, rowq, accept, res = (torch.empty((n, cp, 2), **f32), torch.empty((n, 2), **f32),
+                                     torch.empty((1,), dtype=torch.int32, device=device), torch.empty((cp, 2), **f32))
+    else:
+        qstats, rowq, accept, res = stats, rowf, rowi, stats
+    return Scratch(cp, stats, torch.empty((n, cp, 256), **f32), torch.empty((n, cp), **f32), rowf, rowi,
                    persistent_buffer("sampled_targets_tickets", device, _TICKETS, torch.int32, 0),
-                   torch.empty((n, cp, 2), **f32), torch.empty((n, 2), **f32),
-                   torch.empty((1,), dtype=torch.int32, device=device), torch.empty((cp, 2), **f32))
+                   qstats, rowq, accept, res)
 
 
 def pass_warps(p: int) -> int:
@@ -499,7 +506,7 @@ def sampled_targets_triton(chain: torch.Tensor, logits: torch.Tensor, uniforms: 
     sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
     sub, iters, chunks = chunking(n, vocab, sms, sub)
     y = torch.empty((n,), dtype=torch.int64, device=device) if out is None else out
-    s = scratch(n, chunks, device)
+    s = scratch(n, chunks, device, draft=draft_logits is not None)
     use_gdc = pdl_supported(device) if use_pdl is None else use_pdl
     for p in range(4 if draft_logits is None else 5):
         launch_pass(p, s, chunks, sub, iters, chain, logits, uniforms, step, temperature, top_p, y, draft_logits,
