@@ -179,7 +179,6 @@ def test_relay_tail_glue_is_gone(tiny, role, unfolded, folded):
                    else torch.randn(t.shape, generator=g))
         relay.accept.fill_(2)
         relay.temperature.fill_(0.9)
-        relay.draft_top_p.fill_(1.0)
         relay.draft_uniforms.copy_(torch.rand(relay.draft_uniforms.shape, generator=g))
         cache = Ling3Cache.allocate(cfg, 32)
         PdlSwap.fold_relay_tail = fold

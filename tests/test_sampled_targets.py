@@ -41,14 +41,14 @@ def _uniforms(u: torch.Tensor, seed: int):
 
 def _both(chain, logits, u, temperature, top_p, sub=None, draft_logits=None):
     t = torch.tensor([temperature], device=DEVICE)
-    p = torch.tensor([top_p], device=DEVICE)
+    p = None if top_p is None else torch.tensor([top_p], device=DEVICE)
     out = torch.full((chain.numel(),), -7, dtype=torch.int64, device=DEVICE)
     table, step = _uniforms(u, seed=int(logits.numel()))
     got = sampled_targets_triton(chain.to(DEVICE), logits.to(DEVICE), table.to(DEVICE), step.to(DEVICE), t, p,
                                  out=out, sub=sub,
                                  draft_logits=None if draft_logits is None else draft_logits.to(DEVICE))
-    ref = ops.sampled_targets_reference(chain, logits, u, torch.tensor([temperature]), torch.tensor([top_p]),
-                                        draft_logits)
+    ref = ops.sampled_targets_reference(chain, logits, u, torch.tensor([temperature]),
+                                        None if top_p is None else torch.tensor([top_p]), draft_logits)
     return got.cpu(), ref
 
 
@@ -65,12 +65,16 @@ def _sampled_draft_case(n: int, vocab: int, seed: int, ties: bool, temperature: 
 @pytest.mark.parametrize("n, vocab, sub, ties", [(1, 37, 16, False), (2, 300, 32, True), (4, 1000, 64, False),
                                                  (6, 257, 16, True), (3, 3000, 256, True)])
 def test_kernel_matches_the_reference(n, vocab, sub, ties):
+    """Every top_p regime; top_p None (no nucleus known at launch: pass 0 alone) gives what
+    top_p 1 gives from the same uniforms."""
     chain, logits, g = _case(n, vocab, seed=n * 1000 + vocab, ties=ties)
-    for top_p, temperature in ((1.0, 1.0), (0.9, 0.6), (0.3, 1.3), (1e-6, 1.0)):
+    for top_p, temperature in ((1.0, 1.0), (0.9, 0.6), (0.3, 1.3), (1e-6, 1.0), (None, 0.8)):
         u = torch.rand(n, generator=g)
         got, ref = _both(chain, logits, u, temperature, top_p, sub)
         assert (got >= 0).all(), "an output element was not written"
         assert torch.equal(got, ref), (top_p, temperature, got.tolist(), ref.tolist())
+        if top_p is None:
+            assert torch.equal(got, _both(chain, logits, u, temperature, 1.0, sub)[0])
 
 
 @pytest.mark.parametrize("n", [2, 4, 6])
@@ -96,7 +100,7 @@ def test_kernel_with_sampled_drafts_matches_the_reference(n, vocab, sub, ties):
     4, for each top_p regime, against the reference; every accept count occurs over the trials."""
     seen = set()
     for trial in range(3):
-        for top_p, temperature in ((1.0, 1.0), (0.9, 0.6), (0.3, 1.3)):
+        for top_p, temperature in ((1.0, 1.0), (0.9, 0.6), (0.3, 1.3), (None, 0.8)):
             chain, logits, draft, g = _sampled_draft_case(n, vocab, 31 * trial + n + vocab, ties, temperature)
             u = torch.rand(n, generator=g)
             got, ref = _both(chain, logits, u, temperature, top_p, sub, draft_logits=draft)
@@ -200,11 +204,13 @@ _COMPILE_CHECK = textwrap.dedent("""
                              above_ptr="*fp32", rowf_ptr="*fp32", rowi_ptr="*i32", ticket_ptr="*i32",
                              q_ptr="*fp32", qstats_ptr="*fp32", rowq_ptr="*fp32", a_ptr="*i32", res_ptr="*fp32"),
                     ints=("stride_l", "stride_c", "R", "stride_u", "V", "C", "stride_q"))
-    for n, passes, draft_q in ((6, (0, 1, 2, 3), False), (1, (3,), False), (6, (0, 3, 4), True)):
+    for n, passes, draft_q, one in ((6, (0, 1, 2, 3), False, False), (1, (3,), False, False),
+                                    (6, (0, 3, 4), True, False), (1, (0,), False, True), (6, (0, 4), True, True)):
+        assert passes == K.passes(True, draft_q) or not one
         sub, iters, chunks = K.chunking(n, 39296, 132)
         for p in passes:
             const = dict(PASS=p, N=n, NP=max(2, triton.next_power_of_2(n)), CP=triton.next_power_of_2(chunks),
-                         SUB=sub, ITERS=iters, B=K.batches(sub), USE_GDC=True, DRAFT_Q=draft_q)
+                         SUB=sub, ITERS=iters, B=K.batches(sub), USE_GDC=True, DRAFT_Q=draft_q, NO_NUCLEUS=one)
             ptx, report = compile_sm90(fn, sig, const, num_warps=K.pass_warps(p), num_stages=3)
             assert "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx, p
             spills = [int(x) for x in re.findall(r"(\\d+) bytes spill stores", report)]
@@ -216,7 +222,7 @@ def test_passes_compile_for_sm90_without_spilling():
     """The first build (Triton's tf32x3 product over sub-blocks of 512) spilled to 9 KB of stack
     and took 0.3 ms a pass on an H100 (session 57): every pass at flash-tp4-rank's vocabulary
     compiles without a spill, those of sampled drafts (pass 0's draft sums, pass 3's accept
-    count, pass 4's residual draw) included."""
+    count, pass 4's residual draw) included, and pass 0 finishing alone (top_p None)."""
     run_sm90_compile_check(_COMPILE_CHECK)
 
 
@@ -227,6 +233,8 @@ def test_op_on_the_cpu_is_the_reference_and_checks_its_arguments():
     assert torch.equal(ops.step_uniforms(table, step, 4), u)
     assert torch.equal(ops.sampled_targets(chain, logits, table, step, t, p),
                        ops.sampled_targets_reference(chain, logits, u, t, p))
+    assert torch.equal(ops.sampled_targets(chain, logits, table, step, t, None),
+                       ops.sampled_targets_reference(chain, logits, u, t, torch.tensor([1.0])))
     with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
         fake = ops.sampled_targets(*(mode.from_tensor(x) for x in (chain, logits, table, step, t, p)))
         assert fake.shape == (4,) and fake.dtype == torch.int64
@@ -247,12 +255,13 @@ def test_gpu_op_matches_the_reference_at_vocabulary_size(n, vocab):
     rounding at a boundary: none expected in these draws)."""
     for trial in range(8):
         chain, logits, g = _case(n, vocab, seed=trial, ties=trial % 2 == 1)
-        for top_p, temperature in ((1.0, 1.0), (0.9, 0.7), (0.5, 1.2)):
+        for top_p, temperature in ((1.0, 1.0), (0.9, 0.7), (0.5, 1.2), (None, 0.9)):
             u = torch.rand(n, generator=g)
             table, step = _uniforms(u, seed=trial)
+            tp = None if top_p is None else torch.tensor([top_p])
             got = ops.sampled_targets(chain.cuda(), logits.cuda(), table.cuda(), step.cuda(),
-                                      torch.tensor([temperature], device="cuda"), torch.tensor([top_p], device="cuda"))
-            ref = ops.sampled_targets_reference(chain, logits, u, torch.tensor([temperature]), torch.tensor([top_p]))
+                                      torch.tensor([temperature], device="cuda"), None if tp is None else tp.cuda())
+            ref = ops.sampled_targets_reference(chain, logits, u, torch.tensor([temperature]), tp)
             assert torch.equal(got.cpu(), ref), (trial, top_p, got.tolist(), ref.tolist())
 
 
@@ -260,15 +269,15 @@ def test_gpu_op_matches_the_reference_at_vocabulary_size(n, vocab):
 @pytest.mark.parametrize("n, vocab", [(6, 39296), (4, 157184)])
 def test_gpu_op_with_sampled_drafts_matches_the_reference_at_vocabulary_size(n, vocab):
     for trial in range(6):
-        for top_p, temperature in ((1.0, 1.0), (0.9, 0.7)):
+        for top_p, temperature in ((1.0, 1.0), (0.9, 0.7), (None, 0.8)):
             chain, logits, draft, g = _sampled_draft_case(n, vocab, 50 + trial, trial % 2 == 1, temperature)
             u = torch.rand(n, generator=g)
             table, step = _uniforms(u, seed=trial)
+            tp = None if top_p is None else torch.tensor([top_p])
             got = ops.sampled_targets(chain.cuda(), logits.cuda(), table.cuda(), step.cuda(),
-                                      torch.tensor([temperature], device="cuda"), torch.tensor([top_p], device="cuda"),
+                                      torch.tensor([temperature], device="cuda"), None if tp is None else tp.cuda(),
                                       draft.cuda())
-            ref = ops.sampled_targets_reference(chain, logits, u, torch.tensor([temperature]), torch.tensor([top_p]),
-                                                draft)
+            ref = ops.sampled_targets_reference(chain, logits, u, torch.tensor([temperature]), tp, draft)
             assert torch.equal(got.cpu(), ref), (trial, top_p, got.tolist(), ref.tolist())
 
 
@@ -295,4 +304,34 @@ def test_gpu_captured_passes_replay_with_new_uniforms_and_keep_their_programmati
         p.fill_(0.9 if trial % 2 else 1.0)
         graph.replay()
         ref = ops.sampled_targets_reference(chain, logits, fresh, torch.tensor([0.8]), p.cpu())
+        assert torch.equal(y.cpu(), ref), (trial, y.tolist(), ref.tolist())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n, draft", [(1, False), (6, False), (6, True)])
+def test_gpu_captured_without_a_nucleus_is_one_launch(n, draft):
+    """top_p None (the draft's own draws): pass 0 alone (no programmatic edge in the captured
+    graph), and pass 4 after it with sampled drafts (one edge); replayed with fresh uniforms it
+    equals the reference."""
+    vocab, temperature = 39296, 0.8
+    chain, logits, q, g = _sampled_draft_case(n, vocab, 5 + n, False, temperature)
+    q = q if draft else None
+    c, lg, qd = chain.cuda(), logits.cuda(), None if q is None else q.cuda()
+    table = torch.rand(7, n, generator=g).cuda()
+    step = torch.zeros(1, dtype=torch.int64, device="cuda")
+    t = torch.tensor([temperature], device="cuda")
+    ops.sampled_targets(c, lg, table, step, t, None, qd)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph(keep_graph=True)
+    with torch.cuda.graph(graph):
+        y = ops.sampled_targets(c, lg, table, step, t, None, qd)
+    if pdl_supported(c.device):
+        assert graph_edge_types(graph) == ([1] if draft else []), graph_edge_types(graph)
+    graph.instantiate()
+    for trial in range(12):
+        fresh = torch.rand(n, generator=g)
+        table[trial % 7].copy_(fresh)
+        step.fill_(trial)
+        graph.replay()
+        ref = ops.sampled_targets_reference(chain, logits, fresh, torch.tensor([temperature]), None, q)
         assert torch.equal(y.cpu(), ref), (trial, y.tolist(), ref.tolist())

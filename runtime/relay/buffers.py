@@ -46,11 +46,10 @@ class RelayBuffers:
     # Sampled drafts (draft_sample, verify_sample_q, extend_sample; sampling.py): row j of
     # draft_logits is the draft's logits d_{j+1} was drawn from (row 0 written by the previous
     # step's extend, or the prefill), verify's q. Step k draws d_1 of step k + 1 (extend) with
-    # draft_uniforms[k % rows, 0] and its own d_{j+1} (draft) with column j; draft_top_p is 1
-    # (the draft draws from its whole softmax).
+    # draft_uniforms[k % rows, 0] and its own d_{j+1} (draft) with column j, from its whole
+    # softmax (no nucleus: the op's top_p None).
     draft_logits: torch.Tensor      # fp32 [S, V]
     draft_uniforms: torch.Tensor    # fp32 [rows, S]
-    draft_top_p: torch.Tensor       # fp32 [1]
 
     @classmethod
     def allocate(cls, steps: int, hidden: int, dtype: torch.dtype, device, rows: int = 1,
@@ -70,7 +69,7 @@ class RelayBuffers:
             pos_draft=torch.zeros(max(steps - 1, 1), **i64), pos_chain=torch.zeros(steps + 1, **i64),
             uniforms=torch.zeros(rows, steps + 1, **f32), temperature=torch.ones(1, **f32),
             top_p=torch.ones(1, **f32), draft_logits=torch.zeros(steps, vocab, **f32),
-            draft_uniforms=torch.zeros(rows, steps, **f32), draft_top_p=torch.ones(1, **f32),
+            draft_uniforms=torch.zeros(rows, steps, **f32),
         )
 
     def tensors(self) -> list[torch.Tensor]:
@@ -81,5 +80,4 @@ class RelayBuffers:
             t.zero_()
         self.temperature.fill_(1.0)             # a sampled step run before a request arms it stays finite
         self.top_p.fill_(1.0)
-        self.draft_top_p.fill_(1.0)
         return self

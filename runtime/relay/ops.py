@@ -15,12 +15,13 @@
   whose value the graph copies into a relay buffer at its end (one copy kernel, and a full edge
   of the captured graph, each).
 - ``sampled_targets(Tensor chain, Tensor logits, Tensor uniforms, Tensor step, Tensor temperature,
-  Tensor top_p, Tensor? draft_logits=None) -> Tensor``: a sampling request's verify outcome (runtime/relay/sampling.py),
+  Tensor? top_p, Tensor? draft_logits=None) -> Tensor``: a sampling request's verify outcome (runtime/relay/sampling.py),
   written as the target tokens y int64 [S+1] that greedy_verdict and greedy_emit read. chain int64
   [S+1] (S >= 0: S = 0 is plain sampling's draw), logits [S+1, V] (unit stride along V), the
   request's uniforms fp32 [R, W >= S+1] in [0, 1) of which row step % R is this step's (step int64
   [1], the relay's ring_k: selecting the row in the kernel saves the graph two ATen kernels),
-  temperature > 0 and top_p fp32 [1] on the device; draft_logits [S, V] (unit stride along V) when
+  temperature > 0 and top_p fp32 [1] on the device (None: no nucleus, as for the draft's own draws,
+  known when the graph is built: one launch instead of four); draft_logits [S, V] (unit stride along V) when
   the drafts were drawn from the draft's softmax (sampled drafts), None for greedy drafts. Never
   syncs: on CUDA four PDL-launched Triton passes (runtime/kernels/sampled_targets: the nucleus by
   a radix search over the logits, no sort; a fifth draws from the residual of sampled drafts),
@@ -169,7 +170,7 @@ def _check_sampled_targets(chain, logits, uniforms, step, temperature, top_p, dr
     if step.shape != (1,) or step.dtype != torch.int64:
         raise ValueError(f"{op}: step must be the int64 [1] step counter, got {step.dtype} {tuple(step.shape)}")
     for name, t in (("temperature", temperature), ("top_p", top_p)):
-        if t.shape != (1,) or t.dtype != torch.float32:
+        if t is not None and (t.shape != (1,) or t.dtype != torch.float32):
             raise ValueError(f"{op}: {name} must be a fp32 [1] device tensor, got {t.dtype} {tuple(t.shape)}")
     if draft_logits is not None and (draft_logits.dim() != 2 or tuple(draft_logits.shape) != (n - 1, logits.shape[1])
                                      or not draft_logits.is_floating_point() or draft_logits.stride(1) != 1):
@@ -235,4 +236,4 @@ host_refill = register_op("host_refill", _host_refill, _host_refill_fake,
                           schema="(Tensor host_buffer, Tensor device_value, str what) -> Tensor")
 sampled_targets = register_op("sampled_targets", _sampled_targets, _sampled_targets_fake,
                               schema="(Tensor chain, Tensor logits, Tensor uniforms, Tensor step, Tensor temperature, "
-                                     "Tensor top_p, Tensor? draft_logits=None) -> Tensor")
+                                     "Tensor? top_p, Tensor? draft_logits=None) -> Tensor")

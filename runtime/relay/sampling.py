@@ -36,7 +36,7 @@ import torch
 def sampling_probs(logits: torch.Tensor, temperature, top_p) -> torch.Tensor:
     """pick_token's distribution for each row of logits [R, V] (fp32 [R, V]): softmax(logits /
     temperature) cut to the nucleus and renormalised. temperature and top_p are floats or device
-    tensors [1]; top_p >= 1 keeps every token.
+    tensors [1]; top_p >= 1 or None keeps every token.
 
     The nucleus keeps token i when the tokens with a strictly greater logit hold less than top_p
     of the mass: the most likely tokens until they reach top_p, tokens of equal logit kept or
@@ -46,6 +46,8 @@ def sampling_probs(logits: torch.Tensor, temperature, top_p) -> torch.Tensor:
     is below top_p on a prefix, whose last logit is that cut."""
     logits = logits.float()
     probs = torch.softmax(logits / temperature, -1)
+    if top_p is None:
+        return probs
     sl, si = logits.sort(-1, descending=True)
     sp = probs.gather(-1, si)
     inside = (sp.cumsum(-1) - sp) < top_p
@@ -70,7 +72,7 @@ def draft_probs(draft_logits: torch.Tensor, temperature) -> torch.Tensor:
 
 
 def sampled_targets(chain: torch.Tensor, logits: torch.Tensor, u: torch.Tensor, temperature: torch.Tensor,
-                    top_p: torch.Tensor, draft_logits: torch.Tensor | None = None) -> torch.Tensor:
+                    top_p: torch.Tensor | None, draft_logits: torch.Tensor | None = None) -> torch.Tensor:
     """y [S+1] int64 for greedy_verdict / greedy_emit (module docstring). chain [S+1] = [x, d_1..d_S],
     logits [S+1, V] the target's at the chain positions, u [S+1] uniforms in [0, 1): u_j decides
     d_{j+1}, u_S draws the emitted token. draft_logits [S, V]: row j the draft's logits d_{j+1}

@@ -76,8 +76,7 @@ def make_steps(model, steps: int):
             for j in range(1, steps):
                 logits, h = model.draft(tok, pos[j - 1:j], h, cache)
                 r.draft_logits[j:j + 1].copy_(logits)
-                tok = lingc.sampled_targets(tok, logits, r.draft_uniforms[:, j:], r.ring_k, r.temperature,
-                                            r.draft_top_p)
+                tok = lingc.sampled_targets(tok, logits, r.draft_uniforms[:, j:], r.ring_k, r.temperature, None)
                 drafts.append(tok)
         r.chain.copy_(torch.cat([r.x] + drafts))
 
@@ -111,7 +110,7 @@ def make_steps(model, steps: int):
         row = logits.index_select(0, a)
         r.draft_logits[:1].copy_(row)
         # The next step's d_1, from this step's draft_uniforms row (column 0).
-        r.seed.copy_(lingc.sampled_targets(r.x, row, r.draft_uniforms, r.ring_k, r.temperature, r.draft_top_p))
+        r.seed.copy_(lingc.sampled_targets(r.x, row, r.draft_uniforms, r.ring_k, r.temperature, None))
         r.dh.copy_(h.index_select(0, a))
         r.x.copy_(r.emitted.gather(0, a))
         r.n.copy_(r.n + a + 1)

@@ -22,7 +22,9 @@ chunks' bins and picks the digit. Four passes fix the 32 bits.
   draft d_{a+1}) where the cumulative mass reaches (1 - u_S) of its total, one scan of that chunk
   for the token, and y.
 - ``top_p >= 1`` (no nucleus): passes 1-3 exit after their wait and one program of pass 3
-  finishes from pass 0's chunk sums.
+  finishes from pass 0's chunk sums. ``top_p`` None (``NO_NUCLEUS``: no nucleus, known at
+  launch, as for the draft's own draws) launches pass 0 alone, whose last row to be decided
+  finishes: one launch instead of four.
 - Sampled drafts (``DRAFT_Q``, the draft's logits q_ptr [N - 1, V]): pass 0 also sums each draft
   row's exp at the temperature (its chunk maxima and sums, then mq_j and Zq_j); the finish
   accepts while u_j q_j(d) < p_j(d) and only writes a and y below it; ``PASS = 4`` (a launch over
@@ -53,7 +55,7 @@ import triton.language as tl
 from lingc.runtime.kernels.gemm_common import persistent_buffer
 from lingc.runtime.pdl import interpreting, pdl_supported, pdl_wait_then_release
 
-__all__ = ["sampled_targets_triton", "MAX_ROWS", "chunking", "scratch", "launch_pass"]
+__all__ = ["sampled_targets_triton", "MAX_ROWS", "chunking", "scratch", "passes", "launch_pass"]
 
 MAX_ROWS = 32           # chain positions (S + 1) a launch takes: tickets and the finish's vectors
 MAX_CHUNKS = 64         # chunks a row is cut into (the row reductions load [chunks, 256] at once)
@@ -293,13 +295,18 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
                          qstats_ptr, rowq_ptr, a_ptr, res_ptr, V, C,
                          PASS: tl.constexpr, N: tl.constexpr, NP: tl.constexpr, CP: tl.constexpr,
                          SUB: tl.constexpr, ITERS: tl.constexpr, B: tl.constexpr, USE_GDC: tl.constexpr,
-                         DRAFT_Q: tl.constexpr):
+                         DRAFT_Q: tl.constexpr, NO_NUCLEUS: tl.constexpr):
     r = tl.program_id(0)
     c = tl.program_id(1)
     pdl_wait_then_release(USE_GDC)
     T = tl.load(temp_ptr).to(tl.float32)
-    top_p = tl.load(top_p_ptr).to(tl.float32)
-    nucleus = top_p < 1.0
+    if NO_NUCLEUS:
+        # top_p None: no nucleus, known at launch; pass 0 finishes (passes 1-3 are not launched).
+        top_p = 1.0
+        nucleus = False
+    else:
+        top_p = tl.load(top_p_ptr).to(tl.float32)
+        nucleus = top_p < 1.0
     CHUNK: tl.constexpr = SUB * ITERS
     KB: tl.constexpr = SUB // B
     offs = tl.arange(0, B)[:, None] * KB + tl.arange(0, KB)[None, :]     # a sub-block as [B, KB]
@@ -364,6 +371,15 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
                 tl.store(rowf_ptr + r * 4 + 2, above)
                 tl.store(rowi_ptr + r * 2, digit.to(tl.int32))
             tl.atomic_xchg(ticket_ptr + r, 0, sem="relaxed", scope="gpu")      # ready for the next pass
+            if NO_NUCLEUS:
+                # The row's m and Z are stored; the last row decided finishes the launch.
+                tl.debug_barrier()
+                done = tl.atomic_add(ticket_ptr + N, 1, sem="acq_rel", scope="gpu")
+                if done == N - 1:
+                    _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr, stats_ptr,
+                            hist_ptr, above_ptr, rowf_ptr, rowi_ptr, q_ptr, stride_q, rowq_ptr, a_ptr, T, V, C, False,
+                            N, NP, CP, SUB, ITERS, DRAFT_Q)
+                    tl.atomic_xchg(ticket_ptr + N, 0, sem="relaxed", scope="gpu")
     elif PASS == 4:
         _residual_pass(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr, rowf_ptr,
                        rowi_ptr, ticket_ptr, q_ptr, stride_q, rowq_ptr, a_ptr, res_ptr, T, nucleus, V, C, c, N, NP,
@@ -476,31 +492,38 @@ def pass_warps(p: int) -> int:
     return 4 if p == 4 else 8
 
 
+def passes(no_nucleus: bool, draft: bool) -> tuple[int, ...]:
+    """The passes a call launches: the radix search's four, or pass 0 alone when top_p is None
+    (no nucleus: pass 0's last row finishes), and pass 4 with sampled drafts."""
+    return ((0,) if no_nucleus else (0, 1, 2, 3)) + ((4,) if draft else ())
+
+
 def launch_pass(p: int, s: Scratch, chunks: int, sub: int, iters: int, chain, logits, uniforms, step, temperature,
                 top_p, y, draft_logits=None, use_gdc: bool = False, num_warps: int | None = None) -> None:
     """Launch pass p (0..3, and 4 with draft_logits) over the op's arguments (benchmarks time
-    the passes one by one through this)."""
+    the passes one by one through this). top_p None: no nucleus, pass 0 finishes (``passes``)."""
     n, vocab = logits.shape
     q = logits if draft_logits is None else draft_logits
     grid = (1, chunks) if p == 4 else (n, chunks)
     _nucleus_pass_kernel[grid](
         logits, logits.stride(0), chain, chain.stride(0), uniforms, step, uniforms.shape[0], uniforms.stride(0),
-        temperature, top_p, y, s.stats, s.hist, s.above, s.rowf, s.rowi, s.tickets, q, q.stride(0), s.qstats,
-        s.rowq, s.accept, s.res, vocab, chunks,
+        temperature, temperature if top_p is None else top_p, y, s.stats, s.hist, s.above, s.rowf, s.rowi,
+        s.tickets, q, q.stride(0), s.qstats, s.rowq, s.accept, s.res, vocab, chunks,
         PASS=p, N=n, NP=max(2, triton.next_power_of_2(n)), CP=s.cp, SUB=sub, ITERS=iters, B=batches(sub),
-        USE_GDC=use_gdc, DRAFT_Q=draft_logits is not None,
+        USE_GDC=use_gdc, DRAFT_Q=draft_logits is not None, NO_NUCLEUS=top_p is None,
         num_warps=(1 if interpreting() else pass_warps(p)) if num_warps is None else num_warps,
         **({"launch_pdl": True} if use_gdc else {}))
 
 
 def sampled_targets_triton(chain: torch.Tensor, logits: torch.Tensor, uniforms: torch.Tensor, step: torch.Tensor,
-                           temperature: torch.Tensor, top_p: torch.Tensor, out: torch.Tensor | None = None,
+                           temperature: torch.Tensor, top_p: torch.Tensor | None, out: torch.Tensor | None = None,
                            sub: int | None = None, use_pdl: bool | None = None,
                            draft_logits: torch.Tensor | None = None) -> torch.Tensor:
     """y int64 [N] (the op's contract, runtime/relay/ops.py; arguments checked there). ``sub``
     overrides the sub-block size (tests: many chunks and iterations on a small vocabulary);
     ``use_pdl=False`` launches without PDL (benchmarks), None where the device supports it;
-    ``draft_logits`` [N - 1, V]: sampled drafts (a fifth pass draws from the residual)."""
+    ``draft_logits`` [N - 1, V]: sampled drafts (a fifth pass draws from the residual); top_p
+    None: no nucleus, one launch (two with draft_logits)."""
     n, vocab = logits.shape
     device = logits.device
     sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
@@ -508,7 +531,7 @@ def sampled_targets_triton(chain: torch.Tensor, logits: torch.Tensor, uniforms: 
     y = torch.empty((n,), dtype=torch.int64, device=device) if out is None else out
     s = scratch(n, chunks, device, draft=draft_logits is not None)
     use_gdc = pdl_supported(device) if use_pdl is None else use_pdl
-    for p in range(4 if draft_logits is None else 5):
+    for p in passes(top_p is None, draft_logits is not None):
         launch_pass(p, s, chunks, sub, iters, chain, logits, uniforms, step, temperature, top_p, y, draft_logits,
                     use_gdc)
     return y
