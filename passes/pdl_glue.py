@@ -21,6 +21,10 @@ norm into the lingc op beside it are pdl_norm_folds.py's.
     after:   copy_(buf, v)
     before:  copy_(buf, slice_scatter(buf, copy(s, v), d, a, b))
     after:   copy_(slice(buf, d, a, b), v)
+    before:  copy_(buf, slice_scatter(...slice_scatter(buf, s_1, d, a_1, b_1)..., s_k, d, a_k, b_k))
+    after:   copy_(slice(buf, d, a_1, b_1), s_1) ; ... ; copy_(slice(buf, d, a_k, b_k), s_k)
+    before:  v = cast(lingc.gemm(x, ws), f32) ; ... ; copy_(slice(buf, 0, a, b), v)   (buf an input)
+    after:   lingc.gemm_rows_into(x, ws, ..., buf, a) ; ... (v's readers read slice(buf, 0, a, b))
     before:  v = lingc.greedy_verdict(chain, y) ; ... ; copy_(buf, v)        (buf a graph input)
     after:   lingc.greedy_verdict_out(chain, y, buf) ; ... (v's readers read buf)
     before:  y, h = lingc.rmsnorm(x, w, r, eps) ; ... ; copy_(buf, y)          (buf a graph input)
@@ -71,6 +75,19 @@ Why each is exact:
   slice only when that copy_ is the only op writing the buffer (the other elements keep the
   values the slice_scatter would have copied). Each removed snapshot is one copy kernel, and on
   the GPU a full (non-PDL) edge, at the end of every relay step;
+- a chain of slice_scatters into an input (functionalisation's form of several slices of one
+  buffer written in a step: each link copies the whole buffer) is its slices' copies at the
+  chain's end only when that copy_ is the only op writing the buffer and nothing else reads the
+  buffer or a link but the next link and the snapshot slices (so each link's slice holds exactly
+  its own write at the end);
+- a GEMM writes its rows into an input itself (``gemm_rows_into``: rounded to x.dtype, stored as
+  the input's dtype, which is what the copy of ``.float()`` of its value stored) only when the
+  input is written by nothing but such dim-0 row copies of disjoint rows and read by nothing
+  else: the rows are then written earlier than the copy_ wrote them, where no reader sees the
+  difference, and the GEMM's value (or its fp32 cast) had no reader other than the cast and the
+  copy, whose readers read the written rows. Sampled drafts copied each draft's logits row into
+  relay.draft_logits: a cast, a copy and a whole-buffer slice_scatter a draft, and a copy_ at
+  the graph's end;
 - a norm's out variant writes the rows rmsnorm would return (the same kernel, ``out=``, in
   either form: ``round_before_weight`` goes with it); the
   copy it replaces was the verify graph's last ATen kernel (the final norm's rows into
@@ -105,8 +122,8 @@ from lingc.graph_region import shape, val
 from lingc.pass_manager import VIEW_OPS, write_counts, written_bases
 
 __all__ = ["absorbed_products", "concat_cols", "concat_into_inputs", "direct_epilogue_writes", "direct_lingc_writes",
-           "drop_fresh_clones", "drop_round_trips", "fold_casts", "grouped_views_into_readers", "positions_into_readers",
-           "rejoined_slices"]
+           "drop_fresh_clones", "drop_round_trips", "fold_casts", "gemm_rows_into_inputs", "grouped_views_into_readers",
+           "positions_into_readers", "rejoined_slices", "scattered_writes"]
 
 lingc_ops = torch.ops.lingc
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -385,6 +402,99 @@ def direct_epilogue_writes(g: fx.Graph) -> int:
             c.args = (dst, src)
             count += 1
     return count
+
+
+def scattered_writes(g: fx.Graph) -> int:
+    """copy_(input, slice_scatter(...slice_scatter(input, s_1, d, a_1, b_1)..., s_k, d, a_k, b_k))
+    -> copy_(slice(input, d, a_i, b_i), s_i) for each i (the module docstring says when). Returns
+    the slice_scatters removed."""
+    writes = write_counts(g)
+    written = set(writes)
+    count = 0
+    for c in list(g.nodes):
+        if not (is_call(c, aten.copy_.default) and len(c.args) == 2 and not c.kwargs and not c.users):
+            continue
+        dst, top = c.args
+        if not (isinstance(dst, fx.Node) and dst.op == "placeholder" and writes.get(dst) == 1):
+            continue
+        links, s = [], top
+        while is_call(s, aten.slice_scatter.default) and _slice_args(s) is not None:
+            links.append(s)
+            s = s.args[0]
+        if s is not dst or len(links) < 2:
+            continue
+        links.reverse()                                   # from the one reading dst to top
+        # Each state between two links is read only by the next link and by the slice that
+        # functionalisation's copy snapshots (its values at that point: rows no other link wrote).
+        inner = [dst] + links[:-1]
+        if any(u is not nxt and u is not c and not _snapshot_slice(u)
+               for state, nxt in zip(inner, links) for u in state.users) or len(top.users) != 1:
+            continue
+        with g.inserting_before(c):
+            for link in links:
+                dim, start, end, step = _slice_args(link)
+                view = emit(g, aten.slice.Tensor, dst, dim, start, end, step)
+                emit(g, aten.copy_.default, view, _unsnapshot(link.args[1], written))
+        g.erase_node(c)
+        count += len(links)
+    return count
+
+
+def _snapshot_slice(n: fx.Node) -> bool:
+    """n = slice(state, ...) read only as the self argument of functional copies."""
+    return is_call(n, aten.slice.Tensor) and all(is_call(u, aten.copy.default) and u.args[0] is n for u in n.users)
+
+
+def gemm_rows_into_inputs(g: fx.Graph) -> int:
+    """copy_(slice(input, 0, a, b), v) with v a lingc.gemm's value, or its cast to the input's
+    fp32 -> lingc.gemm_rows_into(..., input, a) right after the GEMM, whose readers read the
+    input's rows (the module docstring says when). Returns the writes made direct."""
+    from lingc.runtime.kernels.gemm import op as gemm_op  # noqa: F401  (registers gemm_rows_into)
+
+    count = 0
+    writes = write_counts(g)
+    by_input: dict[fx.Node, list] = {}
+    for c in g.nodes:
+        if is_call(c, aten.copy_.default) and len(c.args) == 2 and not c.kwargs and not c.users \
+                and is_call(c.args[0], aten.slice.Tensor) and c.args[0].args[0].op == "placeholder":
+            by_input.setdefault(c.args[0].args[0], []).append(c)
+    for dst, copies in by_input.items():
+        # Any other use of the input would see the rows written early: only its row writes.
+        targets = {c.args[0]: c for c in copies}
+        if writes.get(dst) != len(copies) or any(u not in targets or set(u.users) != {targets[u]} for u in dst.users):
+            continue
+        spans = [_slice_span(c.args[0], val(dst).dim()) for c in copies]
+        if any(sp is None or sp[0] != 0 for sp in spans) or not _disjoint([sp[1:] for sp in spans]):
+            continue
+        for c, (_, start, end) in zip(copies, spans):
+            v = c.args[1]
+            gemm = v.args[0] if is_call(v, *CASTS) and _cast_dtype(v) == val(dst).dtype == torch.float32 else v
+            if not (is_call(gemm, lingc_ops.gemm.default) and not gemm.kwargs and val(v).shape == val(c.args[0]).shape):
+                continue
+            if gemm is not v and len(gemm.users) != 1 or val(gemm).shape[0] != end - start \
+                    or val(dst).dtype not in (val(gemm).dtype, torch.float32):
+                continue
+            x, weights, *epilogue = list(gemm.args) + [None] * (5 - len(gemm.args))
+            g.erase_node(c)
+            with g.inserting_after(gemm):
+                into = emit(g, lingc_ops.gemm_rows_into.default, x, weights, *epilogue, dst, start)
+            with g.inserting_after(into):
+                rows = emit(g, aten.slice.Tensor, dst, 0, start, end)
+            v.replace_all_uses_with(rows)
+            g.erase_node(v)
+            if gemm is not v:
+                g.erase_node(gemm)
+            count += 1
+    return count
+
+
+def _disjoint(spans: list[tuple[int, int]]) -> bool:
+    spans = sorted(spans)
+    return all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+
+
+def _cast_dtype(n: fx.Node):
+    return n.args[1] if n.target is torch.ops.prims.convert_element_type.default else n.kwargs.get("dtype")
 
 
 def _out_variants() -> dict:

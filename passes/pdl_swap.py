@@ -119,8 +119,9 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, GqaRope, LingcPass):
         casts = pdl_glue.fold_casts(g) + pdl_glue.drop_round_trips(g)
         clones += pdl_glue.rejoined_slices(g)
         eliminate_dead_code(g)
-        epilogue = pdl_glue.direct_epilogue_writes(g)
+        epilogue = pdl_glue.direct_epilogue_writes(g) + pdl_glue.scattered_writes(g)
         eliminate_dead_code(g)                    # (the snapshots it dropped still read the inputs)
+        epilogue += pdl_glue.gemm_rows_into_inputs(g) if self.fold_relay_tail else 0
         epilogue += pdl_glue.direct_lingc_writes(g) if self.fold_relay_tail else 0
         epilogue += pdl_glue.concat_into_inputs(g) if self.fold_relay_tail else 0
         gathers = pdl_norm_folds.embedding_into_norm(g) if self.fold_embedding else 0

@@ -107,10 +107,11 @@ class MlaCores:
 
     @staticmethod
     def _row_max(n: fx.Node) -> tuple[fx.Node, list[int]] | None:
-        """(scores, dims) when n is the maximum a softmax subtracts: amax(s, dims), or the
-        values of max(s, dim) (a softmax written out by hand)."""
+        """(scores, dims) when n is the maximum a softmax subtracts: amax(s, dims) (no dims:
+        all of s's), or the values of max(s, dim) (a softmax written out by hand)."""
         if is_call(n, aten.amax.default):
-            return n.args[0], list(n.args[1])
+            dims = list(n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", ()))
+            return n.args[0], dims or list(range(n.args[0].meta["val"].dim()))
         if n.op == "call_function" and n.target is operator.getitem and n.args[1] == 0 \
                 and is_call(n.args[0], aten.max.dim):
             return n.args[0].args[0], [n.args[0].args[1]]

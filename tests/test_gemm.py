@@ -149,6 +149,45 @@ def test_kernel_writes_only_its_output(config):
     assert torch.all(buf[outside] == sentinel)
 
 
+@pytest.mark.parametrize("config", [None, CONFIG_CASES["A-bk16-s3"], CONFIG_CASES["B-s3"], CONFIG_CASES["C-r4"]],
+                         ids=["table", "A-split", "B-split", "C"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_kernel_rounds_to_x_dtype_into_an_fp32_out(dtype, config):
+    """out of float32 (gemm_rows_into's relay buffer): every element holds the x.dtype GEMM's
+    value exactly (rounded to x.dtype, then widened), as .float() of gemm's output does."""
+    m, k, rows = 3, 96, (24, 7, 37)
+    x, weights = make_inputs(m, k, rows, dtype, seed=5)
+    n = sum(rows)
+    out = torch.full((m, n), float("nan"), device=DEVICE)
+    gemm_triton(x, weights, out=out, config=config)
+    assert torch.equal(out, run_kernel(x, weights, config=config).float())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rows_into_writes_its_rows_of_the_buffer(dtype):
+    """lingc.gemm_rows_into: rows row..row+M-1 of a sentinel-filled [R, N] buffer (fp32 or
+    x.dtype) hold gemm's values, every other element keeps its sentinel; the op's arguments
+    are checked (the wrong width, dtype, and rows past the buffer, eagerly and on fake tensors)."""
+    m, k, rows = 2, 40, (24, 7)
+    x, weights = make_inputs(m, k, rows, dtype, seed=9)
+    epi = make_epilogue(m, 31, dtype, seed=10, which=("bias",))
+    want = torch.ops.lingc.gemm(x, weights, epi["bias"])
+    for out_dtype in (torch.float32, dtype):
+        buf = torch.full((5, 31), -777.0, device=DEVICE, dtype=out_dtype)
+        torch.ops.lingc.gemm_rows_into(x, weights, epi["bias"], None, None, buf, 2)
+        assert torch.equal(buf[2:4], want.to(out_dtype))
+        assert torch.all(buf[:2] == -777.0) and torch.all(buf[4:] == -777.0)
+    bad = [(torch.zeros(5, 30, device=DEVICE), 0, r"out must be \[R, 31\]"),
+           (torch.zeros(5, 31, device=DEVICE, dtype=torch.float16), 0, "out.dtype must be"),
+           (torch.zeros(5, 31, device=DEVICE), 4, "rows 4..5 of out are outside its 5 rows")]
+    for out, row, message in bad:
+        with pytest.raises(ValueError, match=message):
+            torch.ops.lingc.gemm_rows_into(x, weights, None, None, None, out, row)
+        with FakeTensorMode() as mode, pytest.raises(ValueError, match=message):
+            torch.ops.lingc.gemm_rows_into(mode.from_tensor(x), [mode.from_tensor(w) for w in weights], None, None,
+                                           None, mode.from_tensor(out), row)
+
+
 def test_kernel_degenerate_shapes():
     # K = 0: every product is empty, so out = the epilogue of zeros (no load may run unmasked).
     x, w = torch.ones(2, 0, device=DEVICE), torch.ones(24, 0, device=DEVICE)
@@ -464,6 +503,7 @@ def test_op_opcheck():
     torch.library.opcheck(torch.ops.lingc.gemm, (x, weights))
     torch.library.opcheck(torch.ops.lingc.gemm, (x, weights), epi)
     torch.library.opcheck(torch.ops.lingc.gemm_argmax, (x, weights[0]))
+    torch.library.opcheck(torch.ops.lingc.gemm_rows_into, (x, weights, None, None, None, torch.zeros(4, 31), 1))
 
 
 def test_op_registration_is_idempotent():
@@ -551,6 +591,20 @@ def test_gpu_model_shapes(name, model_weights):
         ref = gemm_reference(x, weights)
         assert_close(run_kernel(x, weights), ref, RTOL_GPU_BF16)
         assert_close(torch.ops.lingc.gemm(x, weights), ref, RTOL_GPU_BF16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["tp4 lm_head"])
+def test_gpu_rows_into_an_fp32_buffer(name, model_weights):
+    """The draft's logits under sampled drafts: the lm_head GEMM writes row j of an fp32 relay
+    buffer, equal to gemm's bf16 value widened, the other rows untouched."""
+    k, rows = MODEL_SHAPES[name]
+    weights = model_weights(name)
+    x, _ = make_inputs(1, k, (), torch.bfloat16, seed=k)
+    buf = torch.full((5, sum(rows)), -777.0, device="cuda")
+    torch.ops.lingc.gemm_rows_into(x, weights, None, None, None, buf, 3)
+    assert torch.equal(buf[3:4], torch.ops.lingc.gemm(x, weights).float())
+    assert torch.all(buf[:3] == -777.0) and torch.all(buf[4:] == -777.0)
 
 
 @pytest.mark.gpu

@@ -238,6 +238,86 @@ def test_epilogue_writes_stay_where_the_snapshot_matters():
     assert torch.equal(buf, want)
 
 
+class ThreeSlices(nn.Module):
+    """Three row blocks of one buffer written (a chain of three slice_scatters after
+    functionalisation); ``read_buf``: the buffer also read, so the chain stays."""
+
+    def __init__(self, read_buf=False):
+        super().__init__()
+        self.read_buf = read_buf
+
+    def forward(self, x, buf):
+        total = buf.sum() if self.read_buf else x.sum()
+        buf[:1].copy_(x[:1] + 1)
+        buf[2:4].copy_(x[1:3] * 3)
+        buf[5:6].copy_(x[3:4] - total)
+
+
+@pytest.mark.parametrize("read_buf", [False, True], ids=["chain", "buffer-read"])
+def test_slice_scatter_chains_become_slice_writes(read_buf):
+    """copy_(buf, slice_scatter(slice_scatter(slice_scatter(buf, ...)))) -> one copy_ into each
+    slice (every slice_scatter copies the whole buffer); left alone where the buffer is read."""
+    x, buf = torch.randn(4, 3), torch.randn(6, 3)
+    want = buf.clone()
+    ThreeSlices(read_buf)(x, want)
+    _, report = run_and_report(ThreeSlices(read_buf), x, buf, role="forward")
+    assert torch.equal(buf, want)
+    r = rows(report)
+    assert r.get("aten.slice_scatter", 0) == (3 if read_buf else 0), r
+    assert r.get("aten.copy_", 0) == (1 if read_buf else 3), r
+
+
+class GemmRowsIntoBuffer(nn.Module):
+    """A draft loop's logits: each step's lingc.gemm rows, cast to fp32, copied into row j of a
+    buffer input and read again (the relay's draft_logits under sampled drafts). ``read_buf``:
+    the buffer is also read before the writes; ``overlap``: two steps write one row."""
+
+    def __init__(self, read_buf=False, overlap=False):
+        super().__init__()
+        self.read_buf, self.overlap = read_buf, overlap
+
+    def forward(self, x, w, buf):
+        h, outs = x, [buf[0].sum() if self.read_buf else x.float().sum()]
+        for j in range(3):
+            y = torch.ops.lingc.gemm(h, [w]).float()
+            row = 1 if self.overlap and j == 2 else j + 1
+            buf[row:row + 1].copy_(y)
+            outs.append(y.amax() - y[0, 0])
+            h = (h * 1.5).to(x.dtype)
+        return torch.stack(outs)
+
+
+@pytest.mark.parametrize("dtype, inductor", [(torch.float32, False), (torch.bfloat16, False), (torch.float32, True)],
+                         ids=["fp32", "bf16", "fp32-inductor"])
+@pytest.mark.parametrize("read_buf, overlap", [(False, False), (True, False), (False, True)],
+                         ids=["written-by-the-gemm", "buffer-read-first", "rows-overlap"])
+def test_gemm_rows_copied_into_an_input_are_written_by_the_gemm(dtype, inductor, read_buf, overlap):
+    """lingc.gemm_rows_into writes each step's rows into the buffer right after the GEMM, and the
+    step's readers read those rows: no cast, copy or slice_scatter is left. Not where the
+    buffer is read elsewhere (the early writes would change what that reads) or two writes hit
+    one row. With Inductor compiling the rest, the op's write into the input lands."""
+    import lingc.runtime.kernels.gemm  # noqa: F401  (registers lingc::gemm)
+
+    torch.manual_seed(1)
+    m = GemmRowsIntoBuffer(read_buf, overlap)
+    x, w, buf = torch.randn(1, 24).to(dtype), (torch.randn(40, 24) / 5).to(dtype), torch.randn(4, 40)
+    want_buf = buf.clone()
+    with torch.no_grad():
+        want = m(x, w, want_buf)
+    out, report = run_and_report(m, x, w, buf, role="forward", inductor=inductor)
+    assert torch.equal(buf, want_buf)
+    # (Inductor sums x.float() in another order)
+    torch.testing.assert_close(out, want, rtol=1e-6 if inductor else 0, atol=1e-6 if inductor else 0)
+    r = rows(report)
+    fired = not (read_buf or overlap)
+    assert r.get("lingc.gemm_rows_into", 0) == (3 if fired else 0), r
+    assert r.get("lingc.gemm", 0) == (0 if fired else 3), r
+    if fired:
+        assert not {"aten.copy_", "aten.copy", "aten.slice_scatter"} & set(r), r
+        # (the one cast left is x.float() of the first output)
+        assert r.get("prims.convert_element_type", 0) == int(dtype != torch.float32), r
+
+
 def _kv_write_graph(write_x_between: bool):
     """make_fx graph of kv_a_layernorm -> lingc.mla_kv_write, with or without an in-place write
     of the latent between the two (the fold would move the norm's read past it)."""

@@ -150,7 +150,7 @@ def tiny():
 
 @pytest.mark.parametrize("role, unfolded, folded", [("decode", 12, 0), ("extend", 15, 0), ("verify", 3, 0),
                                                     ("draft", 2, 0), ("extend_sample", EXTEND_SAMPLE_UNFOLDED,
-                                                                      EXTEND_SAMPLE_FOLDED)])
+                                                                      EXTEND_SAMPLE_FOLDED), ("draft_sample", 6, 0)])
 def test_relay_tail_glue_is_gone(tiny, role, unfolded, folded):
     """The tiny model's decode and extend graphs (and extend_sample's, whose drawn seed keeps its
     copy: relay_tail's DRAWN form): the tail after gemm_argmax (row pick, n and x,
@@ -162,7 +162,9 @@ def test_relay_tail_glue_is_gone(tiny, role, unfolded, folded):
     eager ring kernels in decode, 13 + 4 in extend.) In verify the verdict, the emitted tokens
     and the final norm's rows are written into relay.accept, relay.emitted and relay.vhid by the
     ops' out variants (pdl_glue.direct_lingc_writes); the draft's chain (a cat and its copy) is
-    one lingc.concat_into (pdl_glue.concat_into_inputs)."""
+    one lingc.concat_into (pdl_glue.concat_into_inputs). draft_sample's four logits rows copied
+    into relay.draft_logits (functionalisation's chain of slice_scatters, 4 row copies after
+    pdl_glue.scattered_writes) are written by lingc.gemm_rows_into (gemm_rows_into_inputs)."""
     from lingc.passes.pdl_swap import PdlSwap
     from lingc.models import Ling3Cache
     from lingc.runtime.relay.buffers import RelayBuffers
@@ -194,6 +196,9 @@ def test_relay_tail_glue_is_gone(tiny, role, unfolded, folded):
             assert ops.get("lingc.rmsnorm_out", 0) == int(fold)
         elif role == "draft":
             assert ops.get("lingc.concat_into", 0) == int(fold)
+        elif role == "draft_sample":
+            # Each draft's logits row written into relay.draft_logits by its lm_head GEMM.
+            assert ops.get("lingc.gemm_rows_into", 0) == 4 * int(fold) and ops.get("lingc.sampled_targets") == 4
         elif role == "extend_sample":
             assert ops.get("lingc.relay_advance", 0) == int(fold) and ops.get("lingc.sampled_targets") == 1
         else:

@@ -122,7 +122,7 @@ def _gemv_kernel(
         y = _epilogue(acc[None, :], offs_m, cols, offs_m < M, mask_n, bias_ptr, res_ptr, mul_ptr, stride_b,
                       stride_rm, stride_rn, stride_gm, stride_gn, HAS_BIAS, HAS_RES, HAS_MUL)
         tl.store(out_ptr + offs_m[:, None] * stride_om + cols[None, :] * stride_on,
-                 y.to(out_ptr.dtype.element_ty), mask=mask_n[None, :])
+                 y.to(x_ptr.dtype.element_ty).to(out_ptr.dtype.element_ty), mask=mask_n[None, :])
         if X_AHEAD:
             x1, x2 = n1, n2
         else:

@@ -148,7 +148,7 @@ def _gemm_kernel(
     if SPLIT_K == 1:
         y = _epilogue(acc, offs_m, cols, mask_m, mask_n, bias_ptr, res_ptr, mul_ptr, stride_b,
                       stride_rm, stride_rn, stride_gm, stride_gn, HAS_BIAS, HAS_RES, HAS_MUL)
-        tl.store(out_ptrs, y.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out_ptrs, y.to(x_ptr.dtype.element_ty).to(out_ptr.dtype.element_ty), mask=mask)
     else:
         ws_ptrs = ws_ptr + offs_m[:, None] * stride_ws_m + cols[None, :]
         tl.store(ws_ptrs + pid_k * stride_ws_s, acc, mask=mask)
@@ -164,7 +164,7 @@ def _gemm_kernel(
                 total += tl.load(ws_ptrs + s * stride_ws_s, mask=mask, other=0.0, cache_modifier=".cg")
             y = _epilogue(total, offs_m, cols, mask_m, mask_n, bias_ptr, res_ptr, mul_ptr, stride_b,
                           stride_rm, stride_rn, stride_gm, stride_gn, HAS_BIAS, HAS_RES, HAS_MUL)
-            tl.store(out_ptrs, y.to(out_ptr.dtype.element_ty), mask=mask)
+            tl.store(out_ptrs, y.to(x_ptr.dtype.element_ty).to(out_ptr.dtype.element_ty), mask=mask)
             tl.atomic_xchg(ticket_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next call
 
 
@@ -226,7 +226,8 @@ def gemm_triton(
     returns out [M, sum N_i] in x.dtype (naive.gemm_reference).
 
     ``out`` may be any strided [M, sum N] tensor of x.dtype (tests pass NaN-filled buffers and
-    windows of larger ones). ``config`` overrides the table (tests, tuning); ``use_pdl``
+    windows of larger ones), or of float32: the values rounded to x.dtype, stored as fp32
+    (``gemm_rows_into``: a relay buffer of fp32 logits). ``config`` overrides the table (tests, tuning); ``use_pdl``
     defaults to ``pdl_supported(x.device)``. Arguments are assumed validated by the op.
     """
     m, k = x.shape
@@ -237,7 +238,7 @@ def gemm_triton(
         x.shape, [(w.shape, w.dtype, w.stride()) for w in weights])
     if out is None:
         out = torch.empty((m, n), device=x.device, dtype=x.dtype)
-    assert out.shape == (m, n) and out.dtype == x.dtype, (out.shape, out.dtype)
+    assert out.shape == (m, n) and out.dtype in (x.dtype, torch.float32), (out.shape, out.dtype)
     if m == 0 or n == 0:
         return out
     cfg = config if config is not None else config_for(n, k)

@@ -4,6 +4,12 @@
   Tensor? sigmoid_mul=None) -> Tensor``: x [M, K] times 1..8 weights [N_i, K] read in place
   (fused same-input projections: one launch, no concatenated copy), out [M, sum N_i] in x.dtype
   with the optional epilogues (naive.py gives the exact math).
+- ``torch.ops.lingc.gemm_rows_into(Tensor x, Tensor[] weights, Tensor? bias, Tensor? residual,
+  Tensor? sigmoid_mul, Tensor(a!) out, int row) -> ()``: ``out[row:row + M] = gemm(...)`` written
+  by the GEMM itself, out [R, sum N_i] of x.dtype or float32 (then the values rounded to x.dtype,
+  stored as fp32: what ``.float()`` of gemm's value holds). pdl_glue emits it where a graph copies
+  a GEMM's rows into a relay buffer (the draft's logits of sampled drafts); step functions do not
+  call it.
 - ``torch.ops.lingc.gemm_argmax(Tensor x, Tensor w) -> (Tensor, Tensor)``: (ids int64 [M],
   max_logit fp32 [M]) of x @ w.T rounded to x.dtype, ties to the lowest index as
   torch.argmax; the logits are never written.
@@ -20,7 +26,8 @@ from lingc.runtime.registry import register_op
 
 from .naive import gemm_argmax_reference, gemm_reference
 
-__all__ = ["MAX_WEIGHTS", "gemm", "gemm_argmax", "check_gemm_args", "check_gemm_argmax_args"]
+__all__ = ["MAX_WEIGHTS", "gemm", "gemm_rows_into", "gemm_argmax", "check_gemm_args", "check_gemm_argmax_args",
+           "check_rows_into"]
 
 # Weight pointers one launch takes (KDA q/k/v/f/g/b is 6; larger groups are split by the pass).
 MAX_WEIGHTS = 8
@@ -97,6 +104,37 @@ def _gemm_fake(x, weights, bias=None, residual=None, sigmoid_mul=None):
     return x.new_empty((x.shape[0], sum(w.shape[0] for w in weights)))
 
 
+def check_rows_into(x, weights, out, row) -> None:
+    """Raise ValueError naming what of ``gemm_rows_into``'s out and row is bad."""
+    n = sum(w.shape[0] for w in weights)
+    if out.dim() != 2 or out.shape[1] != n:
+        raise ValueError(f"gemm_rows_into: out must be [R, {n}] (the weights' {n} columns), got {tuple(out.shape)}")
+    if out.dtype not in (x.dtype, torch.float32):
+        raise ValueError(f"gemm_rows_into: out.dtype must be {x.dtype} (x's) or float32, got {out.dtype}")
+    if out.device != x.device:
+        raise ValueError(f"gemm_rows_into: device mismatch, x on {x.device} but out on {out.device}")
+    if not 0 <= row <= out.shape[0] - x.shape[0]:
+        raise ValueError(f"gemm_rows_into: rows {row}..{row + x.shape[0] - 1} of out are outside its "
+                         f"{out.shape[0]} rows")
+
+
+def _gemm_rows_into(x, weights, bias, residual, sigmoid_mul, out, row):
+    check_gemm_args(x, weights, bias, residual, sigmoid_mul)
+    check_rows_into(x, weights, out, row)
+    rows = out[row:row + x.shape[0]]
+    if not x.is_cuda:
+        rows.copy_(gemm_reference(x, weights, bias, residual, sigmoid_mul))
+        return
+    from .kernel import gemm_triton
+
+    gemm_triton(x, weights, bias, residual, sigmoid_mul, out=rows)
+
+
+def _gemm_rows_into_fake(x, weights, bias, residual, sigmoid_mul, out, row):
+    check_gemm_args(x, weights, bias, residual, sigmoid_mul)
+    check_rows_into(x, weights, out, row)
+
+
 def _gemm_argmax(x, w):
     check_gemm_argmax_args(x, w)
     if not x.is_cuda:
@@ -115,9 +153,13 @@ def _gemm_argmax_fake(x, w):
 _SCHEMAS = {
     "gemm": "(Tensor x, Tensor[] weights, Tensor? bias=None, Tensor? residual=None, "
     "Tensor? sigmoid_mul=None) -> Tensor",
+    "gemm_rows_into": "(Tensor x, Tensor[] weights, Tensor? bias, Tensor? residual, Tensor? sigmoid_mul, "
+    "Tensor(a!) out, int row) -> ()",
     "gemm_argmax": "(Tensor x, Tensor w) -> (Tensor, Tensor)",
 }
 
 
 gemm = register_op("gemm", _gemm, _gemm_fake, schema=_SCHEMAS["gemm"])
 gemm_argmax = register_op("gemm_argmax", _gemm_argmax, _gemm_argmax_fake, schema=_SCHEMAS["gemm_argmax"])
+gemm_rows_into = register_op("gemm_rows_into", _gemm_rows_into, _gemm_rows_into_fake, mutates_args=("out",),
+                             schema=_SCHEMAS["gemm_rows_into"])
