@@ -7,7 +7,8 @@ with --inductor, that reference under torch.compile.
 Shapes: a verify chain of S + 1 rows (4: the relay's default steps = 3; 6: steps = 5) over
 flash-tp4-rank's 39296-row lm_head shard or the whole 157184-token vocabulary, fp32 logits.
 Variants: ``lingc`` (top_p 0.9: the four passes of the nucleus search), ``lingc top_p=1`` (no
-nucleus: passes 1-3 exit at once), ``lingc-no-pdl`` (top_p 0.9, launched without PDL),
+nucleus: passes 1-3 exit at once), ``lingc top_p=None`` (no nucleus known at launch, as the
+draft's own draws under sampled drafts: pass 0 alone), ``lingc-no-pdl`` (top_p 0.9, launched without PDL),
 ``aten`` and ``inductor`` (the reference, top_p 0.9). Each call is timed inside one CUDA graph
 (median over replays), over one set of logits: in a verify step the logits were just written by
 the lm_head and sit in L2, so cold logits would not be the real condition. The floor is one read
@@ -51,6 +52,7 @@ def bench(rows: int, vocab: int, replays: int, inductor: bool, gbps: float) -> l
     variants = {
         "lingc": (lingc, p_nucleus),
         "lingc top_p=1": (lingc, p_all),
+        "lingc top_p=None": (lingc, None),
         "lingc-no-pdl": (functools.partial(sampled_targets_triton, use_pdl=False), p_nucleus),
         "aten": (_reference, p_nucleus),
     }
@@ -59,7 +61,7 @@ def bench(rows: int, vocab: int, replays: int, inductor: bool, gbps: float) -> l
     floor_us = rows * vocab * 4 / (gbps * 1e9) * 1e6
     out = []
     for name, (fn, p) in variants.items():
-        want = ops.sampled_targets_reference(chain, logits, u, torch.tensor([0.8]), p.cpu())
+        want = ops.sampled_targets_reference(chain, logits, u, torch.tensor([0.8]), None if p is None else p.cpu())
         try:
             got = fn(*dev, t, p).cpu()
             timing = time_in_graph(fn, [(*dev, t, p)], calls_per_graph=20, replays=replays)
