@@ -129,6 +129,8 @@ def graph_edge_types(graph: torch.cuda.CUDAGraph) -> list[int]:
     count = ctypes.c_size_t(0)
     if get_edges(handle, None, None, None, ctypes.byref(count)) != 0:
         raise RuntimeError("cuGraphGetEdges_v2 failed (was the graph captured with keep_graph=True?)")
+    if count.value == 0:
+        return []                  # (a one-kernel graph: the driver refuses zero-length arrays)
     nodes_from = (ctypes.c_void_p * count.value)()
     nodes_to = (ctypes.c_void_p * count.value)()
     edges = (EdgeData * count.value)()
