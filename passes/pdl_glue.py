@@ -23,6 +23,8 @@ norm into the lingc op beside it are pdl_norm_folds.py's.
     after:   copy_(slice(buf, d, a, b), v)
     before:  copy_(buf, slice_scatter(...slice_scatter(buf, s_1, d, a_1, b_1)..., s_k, d, a_k, b_k))
     after:   copy_(slice(buf, d, a_1, b_1), s_1) ; ... ; copy_(slice(buf, d, a_k, b_k), s_k)
+    before:  y = index(cast(lingc.gemm(x, ws), f32), [i])           (the cast optional)
+    after:   y = cast(lingc.gemm(index(x, [i]), ws), f32)
     before:  v = cast(lingc.gemm(x, ws), f32) ; ... ; copy_(slice(buf, 0, a, b), v)   (buf an input)
     after:   lingc.gemm_rows_into(x, ws, ..., buf, a) ; ... (v's readers read slice(buf, 0, a, b))
     before:  v = lingc.greedy_verdict(chain, y) ; ... ; copy_(buf, v)        (buf a graph input)
@@ -80,6 +82,12 @@ Why each is exact:
   chain's end only when that copy_ is the only op writing the buffer and nothing else reads the
   buffer or a link but the next link and the snapshot slices (so each link's slice holds exactly
   its own write at the end);
+- a GEMM's rows picked by an integer index (dim 0) are the GEMM of the picked rows of x, bit for
+  bit: lingc.gemm is batch invariant (a row's value does not depend on the other rows: design.md;
+  tests/test_gemm.py), and a cast between is elementwise. Only for a GEMM without epilogue
+  operands whose value (and cast) nothing else reads. Sampled drafts' extend read the accepted
+  row of its [S + 1, V] logits: a cast of every row and an index kernel, where the row's GEMM
+  can write it straight into the relay buffer (below);
 - a GEMM writes its rows into an input itself (``gemm_rows_into``: rounded to x.dtype, stored as
   the input's dtype, which is what the copy of ``.float()`` of its value stored) only when the
   input is written by nothing but such dim-0 row copies of disjoint rows and read by nothing
@@ -123,7 +131,7 @@ from lingc.pass_manager import VIEW_OPS, write_counts, written_bases
 
 __all__ = ["absorbed_products", "concat_cols", "concat_into_inputs", "direct_epilogue_writes", "direct_lingc_writes",
            "drop_fresh_clones", "drop_round_trips", "fold_casts", "gemm_rows_into_inputs", "grouped_views_into_readers",
-           "positions_into_readers", "rejoined_slices", "scattered_writes"]
+           "positions_into_readers", "rejoined_slices", "rows_picked_before_gemm", "scattered_writes"]
 
 lingc_ops = torch.ops.lingc
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -443,6 +451,39 @@ def scattered_writes(g: fx.Graph) -> int:
 def _snapshot_slice(n: fx.Node) -> bool:
     """n = slice(state, ...) read only as the self argument of functional copies."""
     return is_call(n, aten.slice.Tensor) and all(is_call(u, aten.copy.default) and u.args[0] is n for u in n.users)
+
+
+def rows_picked_before_gemm(g: fx.Graph) -> int:
+    """index(cast?(lingc.gemm(x, ws)), [i]) -> cast?(lingc.gemm(index(x, [i]), ws)): the GEMM runs
+    on the rows it is read at (the module docstring says when). Returns the GEMMs rewritten."""
+    count = 0
+    for n in list(g.nodes):
+        if is_call(n, aten.index.Tensor) and len(n.args) == 2 and len(n.args[1]) == 1:
+            rows = n.args[1][0]
+        elif is_call(n, aten.index_select.default) and n.args[1] == 0:
+            rows = n.args[2]
+        else:
+            continue
+        src = n.args[0]
+        cast = src if is_call(src, *CASTS) else None
+        gemm = cast.args[0] if cast is not None else src
+        if not (isinstance(rows, fx.Node) and val(rows).dim() == 1 and not val(rows).is_floating_point()
+                and is_call(gemm, lingc_ops.gemm.default) and not gemm.kwargs
+                and all(a is None for a in gemm.args[2:]) and len(src.users) == 1
+                and (cast is None or len(gemm.users) == 1)):
+            continue
+        x = gemm.args[0]
+        with g.inserting_before(n):
+            picked = emit(g, n.target, x, *n.args[1:])
+            out = emit(g, lingc_ops.gemm.default, picked, *gemm.args[1:])
+            if cast is not None:
+                out = emit(g, cast.target, out, *cast.args[1:], **cast.kwargs)
+        n.replace_all_uses_with(out)
+        for dead in (n, cast, gemm):
+            if dead is not None:
+                g.erase_node(dead)
+        count += 1
+    return count
 
 
 def gemm_rows_into_inputs(g: fx.Graph) -> int:

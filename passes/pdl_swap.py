@@ -121,6 +121,7 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, GqaRope, LingcPass):
         eliminate_dead_code(g)
         epilogue = pdl_glue.direct_epilogue_writes(g) + pdl_glue.scattered_writes(g)
         eliminate_dead_code(g)                    # (the snapshots it dropped still read the inputs)
+        epilogue += pdl_glue.rows_picked_before_gemm(g) if self.fold_relay_tail else 0
         epilogue += pdl_glue.gemm_rows_into_inputs(g) if self.fold_relay_tail else 0
         epilogue += pdl_glue.direct_lingc_writes(g) if self.fold_relay_tail else 0
         epilogue += pdl_glue.concat_into_inputs(g) if self.fold_relay_tail else 0
