@@ -85,7 +85,8 @@ Why each is exact:
 - a GEMM's rows picked by an integer index (dim 0) are the GEMM of the picked rows of x, bit for
   bit: lingc.gemm is batch invariant (a row's value does not depend on the other rows: design.md;
   tests/test_gemm.py), and a cast between is elementwise. Only for a GEMM without epilogue
-  operands whose value (and cast) nothing else reads. Sampled drafts' extend read the accepted
+  operands whose value (and cast) nothing else reads, and whose x no op writes (the GEMM moves
+  to where the rows are picked). Sampled drafts' extend read the accepted
   row of its [S + 1, V] logits: a cast of every row and an index kernel, where the row's GEMM
   can write it straight into the relay buffer (below);
 - a GEMM writes its rows into an input itself (``gemm_rows_into``: rounded to x.dtype, stored as
@@ -457,6 +458,7 @@ def rows_picked_before_gemm(g: fx.Graph) -> int:
     """index(cast?(lingc.gemm(x, ws)), [i]) -> cast?(lingc.gemm(index(x, [i]), ws)): the GEMM runs
     on the rows it is read at (the module docstring says when). Returns the GEMMs rewritten."""
     count = 0
+    written = set(write_counts(g))
     for n in list(g.nodes):
         if is_call(n, aten.index.Tensor) and len(n.args) == 2 and len(n.args[1]) == 1:
             rows = n.args[1][0]
@@ -473,6 +475,8 @@ def rows_picked_before_gemm(g: fx.Graph) -> int:
                 and (cast is None or len(gemm.users) == 1)):
             continue
         x = gemm.args[0]
+        if _view_root(x)[0] in written:
+            continue                         # (the GEMM moves to the index: x must not change between)
         with g.inserting_before(n):
             picked = emit(g, n.target, x, *n.args[1:])
             out = emit(g, lingc_ops.gemm.default, picked, *gemm.args[1:])

@@ -322,34 +322,39 @@ class PickedLogitsRow(nn.Module):
     """Sampled drafts' extend: the logits of every chain row, then the accepted row read
     (``spelling``: index or index_select); ``read_all``: every row is read too."""
 
-    def __init__(self, spelling="index", read_all=False):
+    def __init__(self, spelling="index", read_all=False, write_x=False):
         super().__init__()
-        self.spelling, self.read_all = spelling, read_all
+        self.spelling, self.read_all, self.write_x = spelling, read_all, write_x
 
     def forward(self, x, w, a):
-        y = torch.ops.lingc.gemm(x * 2, [w]).float()
+        y = torch.ops.lingc.gemm(x if self.write_x else x * 2, [w]).float()
+        if self.write_x:
+            x.mul_(2)
         row = y[a] if self.spelling == "index" else y.index_select(0, a)
         return (row * 3, y.amax()) if self.read_all else (row * 3,)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("spelling, read_all", [("index", False), ("index_select", False), ("index", True)],
-                         ids=["index", "index_select", "every-row-read"])
-def test_a_picked_gemm_row_is_the_gemm_of_the_picked_row(dtype, spelling, read_all, tmp_path):
+@pytest.mark.parametrize("spelling, read_all, write_x", [("index", False, False), ("index_select", False, False),
+                                                          ("index", True, False), ("index", False, True)],
+                         ids=["index", "index_select", "every-row-read", "x-written"])
+def test_a_picked_gemm_row_is_the_gemm_of_the_picked_row(dtype, spelling, read_all, write_x, tmp_path):
     """index(cast(lingc.gemm(x, ws)), [a]) -> cast(lingc.gemm(index(x, [a]), ws)): the same bits
-    (the GEMM is batch invariant); left alone where every row is read."""
+    (the GEMM is batch invariant); left alone where every row is read or x is written."""
     import lingc.runtime.kernels.gemm  # noqa: F401  (registers lingc::gemm)
     from backend_helpers import final_graph_text
 
     torch.manual_seed(2)
-    m = PickedLogitsRow(spelling, read_all)
+    m = PickedLogitsRow(spelling, read_all, write_x)
     x, w, a = torch.randn(6, 24).to(dtype), (torch.randn(40, 24) / 5).to(dtype), torch.tensor([4])
+    x_eager = x.clone()
     with torch.no_grad():
-        want = m(x, w, a)
+        want = m(x_eager, w, a)
     out, report = run_and_report(m, x, w, a, role="forward", dump_dir=str(tmp_path))
-    assert all(torch.equal(p, q) for p, q in zip(out, want))
+    assert all(torch.equal(p, q) for p, q in zip(out, want)) and torch.equal(x, x_eager)
     gemms = [line for line in final_graph_text(report).splitlines() if "lingc.gemm(" in line]
-    assert len(gemms) == 1 and gemms[0].rstrip().endswith("[6, 40]" if read_all else "[1, 40]"), gemms
+    kept = read_all or write_x
+    assert len(gemms) == 1 and gemms[0].rstrip().endswith("[6, 40]" if kept else "[1, 40]"), gemms
 
 
 def _kv_write_graph(write_x_between: bool):
