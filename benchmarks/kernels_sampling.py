@@ -7,8 +7,8 @@ with --inductor, that reference under torch.compile.
 Shapes: a verify chain of S + 1 rows (4: the relay's default steps = 3; 6: steps = 5) over
 flash-tp4-rank's 39296-row lm_head shard or the whole 157184-token vocabulary, fp32 logits.
 Variants: ``lingc`` (top_p 0.9: the four passes of the nucleus search), ``lingc top_p=1`` (no
-nucleus: passes 1-3 exit at once), ``lingc top_p=None`` (no nucleus known at launch, as the
-draft's own draws under sampled drafts: pass 0 alone), ``lingc-no-pdl`` (top_p 0.9, launched without PDL),
+nucleus: passes 1-3 exit at once), ``lingc top_p=None`` (no nucleus known at launch: pass 0
+alone), ``lingc-no-pdl`` (top_p 0.9, launched without PDL),
 ``aten`` and ``inductor`` (the reference, top_p 0.9). Each call is timed inside one CUDA graph
 (median over replays), over one set of logits: in a verify step the logits were just written by
 the lm_head and sit in L2, so cold logits would not be the real condition. The floor is one read

@@ -65,12 +65,13 @@ def test_each_emitted_token_is_distributed_as_the_target_samples_it(temperature,
 
 
 def _frequencies_sampled_drafts(logits, draft_logits, temperature, top_p, n=200000, seed=0):
-    """As _frequencies, with each trial's drafts d_{j+1} drawn from q_j (the draft's softmax at
-    the temperature): the first emitted token's frequencies, the second's given that d_1 was
-    accepted, their count and the acceptance rate of d_1."""
+    """As _frequencies, with each trial's drafts d_{j+1} drawn from q_j (pick_token's distribution
+    over the draft's logits: softmax at the temperature, cut to the nucleus): the first emitted
+    token's frequencies, the second's given that d_1 was accepted, their count and the
+    acceptance rate of d_1."""
     S, V = draft_logits.shape
     g = torch.Generator().manual_seed(seed)
-    q = torch.softmax(draft_logits / temperature, -1)
+    q = sampling_probs(draft_logits, torch.tensor([temperature]), torch.tensor([top_p]))
     drafts = torch.stack([torch.multinomial(q[j], n, replacement=True, generator=g) for j in range(S)], 1)
     chains = torch.cat([torch.zeros(n, 1, dtype=torch.int64), drafts], 1)
     u = torch.rand(n, S + 1, generator=g)
@@ -84,30 +85,33 @@ def _frequencies_sampled_drafts(logits, draft_logits, temperature, top_p, n=2000
 
 @pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.8, 0.85), (1.2, 0.5)])
 def test_sampled_drafts_emit_tokens_distributed_as_the_target_samples_them(temperature, top_p):
-    """Drafts drawn from a different distribution q (its own logits): the first emitted token
-    follows p_0, the second given an accepted d_1 follows p_1, and d_1 is accepted with
-    probability sum min(p_0, q_0)."""
+    """Drafts drawn from a different distribution q (its own logits, the request's temperature
+    and nucleus): the first emitted token follows p_0, the second given an accepted d_1 follows
+    p_1, and d_1 is accepted with probability sum min(p_0, q_0)."""
     g = torch.Generator().manual_seed(7)
     logits = torch.randn(4, 6, generator=g) * 1.5
     draft_logits = logits[:3] * 0.6 + torch.randn(3, 6, generator=g)
     want = sampling_probs(logits, torch.tensor([temperature]), torch.tensor([top_p]))
-    q = torch.softmax(draft_logits / temperature, -1)
+    q = sampling_probs(draft_logits, torch.tensor([temperature]), torch.tensor([top_p]))
     first, second, n_second, accepted = _frequencies_sampled_drafts(logits, draft_logits, temperature, top_p)
     assert (first - want[0]).abs().max() < _tol(200000), (first, want[0])
     assert (second - want[1]).abs().max() < _tol(n_second), (second, want[1])
     assert abs(accepted - torch.minimum(want[0], q[0]).sum()) < _tol(200000)
 
 
-def test_a_sampled_draft_equal_to_the_target_is_always_accepted():
-    """q = p (no nucleus, the same logits): every draft is accepted whatever u, and the token
-    after them is drawn from the last row."""
+@pytest.mark.parametrize("top_p", [1.0, 0.7])
+def test_a_sampled_draft_equal_to_the_target_is_always_accepted(top_p):
+    """q = p (the same logits, temperature and nucleus): every draft is accepted whatever u; with
+    a nucleus too, since q has p's cut (with q's whole softmax a draft outside p's nucleus would
+    always be rejected)."""
     g = torch.Generator().manual_seed(2)
     logits = torch.randn(4, 9, generator=g)
-    one = torch.tensor([1.0])
+    one, cut = torch.tensor([1.0]), torch.tensor([top_p])
+    q = sampling_probs(logits[:3], one, cut)
     for trial in range(200):
-        chain = torch.cat([torch.tensor([0]), torch.multinomial(torch.softmax(logits[:3], -1), 1, generator=g)[:, 0]])
+        chain = torch.cat([torch.tensor([0]), torch.multinomial(q, 1, generator=g)[:, 0]])
         u = torch.rand(4, generator=g) * 0.999
-        y = sampled_targets(chain, logits, u, one, one, logits[:3].clone())
+        y = sampled_targets(chain, logits, u, one, cut, logits[:3].clone())
         assert torch.equal(y[:3], chain[1:]), (trial, y.tolist(), chain.tolist())
 
 

@@ -12,6 +12,7 @@ from helpers import graph_edge_types, run_sm90_compile_check
 from lingc.runtime.kernels.sampled_targets.kernel import MAX_CHUNKS, chunking, sampled_targets_triton
 from lingc.runtime.pdl import pdl_supported
 from lingc.runtime.relay import ops
+from lingc.runtime.relay.sampling import sampling_probs
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -129,6 +130,22 @@ def test_sampled_drafts_every_accept_count_and_the_residual_fallback(n):
             assert got[a] != chain[a + 1]
 
 
+@pytest.mark.parametrize("top_p", [1.0, 0.8, 0.3])
+def test_sampled_drafts_of_the_targets_distribution_are_always_accepted(top_p):
+    """Draft logits equal to the target's, drafts drawn from their nucleus: q has p's cut (the
+    draft rows are searched in the same launch, with the same code), so every draft is accepted
+    whatever u, in the kernel as in the reference; the token after them comes from the last row."""
+    n, vocab, temperature = 5, 300, 0.9
+    for trial in range(3):
+        chain, logits, g = _case(n, vocab, seed=40 + trial, ties=trial == 1)
+        q = sampling_probs(logits[:-1], torch.tensor([temperature]), torch.tensor([top_p]))
+        chain[1:] = torch.multinomial(q, 1, generator=g)[:, 0]
+        u = torch.rand(n, generator=g) * 0.999
+        got, ref = _both(chain, logits, u, temperature, top_p, sub=32, draft_logits=logits[:-1].clone())
+        assert torch.equal(got, ref), (trial, got.tolist(), ref.tolist())
+        assert torch.equal(got[:-1], chain[1:]), (trial, got.tolist(), chain.tolist())
+
+
 def test_sampled_drafts_residual_without_mass_falls_back_to_p_less_the_draft():
     """p_0 = delta(0); q_0 = (1 - e, e) with e = exp(-50), so q_0(0) rounds to 1 in fp32 and the
     residual max(0, p_0 - q_0) has no mass at all; the rejected draft d_1 = 1 (p_0(1) = 0) is
@@ -202,15 +219,17 @@ _COMPILE_CHECK = textwrap.dedent("""
     sig = signature(fn, dict(logits_ptr="*fp32", chain_ptr="*i64", u_ptr="*fp32", step_ptr="*i64", temp_ptr="*fp32",
                              top_p_ptr="*fp32", y_ptr="*i64", stats_ptr="*fp32", hist_ptr="*fp32",
                              above_ptr="*fp32", rowf_ptr="*fp32", rowi_ptr="*i32", ticket_ptr="*i32",
-                             q_ptr="*fp32", qstats_ptr="*fp32", rowq_ptr="*fp32", a_ptr="*i32", res_ptr="*fp32"),
+                             q_ptr="*fp32", a_ptr="*i32", res_ptr="*fp32"),
                     ints=("stride_l", "stride_c", "R", "stride_u", "V", "C", "stride_q"))
     for n, passes, draft_q, one in ((6, (0, 1, 2, 3), False, False), (1, (3,), False, False),
                                     (6, (0, 3, 4), True, False), (1, (0,), False, True), (6, (0, 4), True, True)):
         assert passes == K.passes(True, draft_q) or not one
-        sub, iters, chunks = K.chunking(n, 39296, 132)
+        ra = K.searched_rows(n, draft_q)
+        sub, iters, chunks = K.chunking(ra, 39296, 132)
         for p in passes:
             const = dict(PASS=p, N=n, NP=max(2, triton.next_power_of_2(n)), CP=triton.next_power_of_2(chunks),
-                         SUB=sub, ITERS=iters, B=K.batches(sub), USE_GDC=True, DRAFT_Q=draft_q, NO_NUCLEUS=one)
+                         SUB=sub, ITERS=iters, B=K.batches(sub), USE_GDC=True, DRAFT_Q=draft_q, NO_NUCLEUS=one,
+                         RA=ra)
             ptx, report = compile_sm90(fn, sig, const, num_warps=K.pass_warps(p), num_stages=3)
             assert "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx, p
             spills = [int(x) for x in re.findall(r"(\\d+) bytes spill stores", report)]
@@ -221,8 +240,8 @@ _COMPILE_CHECK = textwrap.dedent("""
 def test_passes_compile_for_sm90_without_spilling():
     """The first build (Triton's tf32x3 product over sub-blocks of 512) spilled to 9 KB of stack
     and took 0.3 ms a pass on an H100 (session 57): every pass at flash-tp4-rank's vocabulary
-    compiles without a spill, those of sampled drafts (pass 0's draft sums, pass 3's accept
-    count, pass 4's residual draw) included, and pass 0 finishing alone (top_p None)."""
+    compiles without a spill, those of sampled drafts (the draft's rows searched with the
+    target's, pass 3's accept count, pass 4's residual draw) included, and pass 0 finishing alone (top_p None)."""
     run_sm90_compile_check(_COMPILE_CHECK)
 
 

@@ -46,8 +46,8 @@ class RelayBuffers:
     # Sampled drafts (draft_sample, verify_sample_q, extend_sample; sampling.py): row j of
     # draft_logits is the draft's logits d_{j+1} was drawn from (row 0 written by the previous
     # step's extend, or the prefill), verify's q. Step k draws d_1 of step k + 1 (extend) with
-    # draft_uniforms[k % rows, 0] and its own d_{j+1} (draft) with column j, from its whole
-    # softmax (no nucleus: the op's top_p None).
+    # draft_uniforms[k % rows, 0] and its own d_{j+1} (draft) with column j, from its softmax cut
+    # to the request's nucleus (top_p), as verify recomputes q.
     draft_logits: torch.Tensor      # fp32 [S, V]
     draft_uniforms: torch.Tensor    # fp32 [rows, S]
 

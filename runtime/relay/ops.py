@@ -20,9 +20,10 @@
   [S+1] (S >= 0: S = 0 is plain sampling's draw), logits [S+1, V] (unit stride along V), the
   request's uniforms fp32 [R, W >= S+1] in [0, 1) of which row step % R is this step's (step int64
   [1], the relay's ring_k: selecting the row in the kernel saves the graph two ATen kernels),
-  temperature > 0 and top_p fp32 [1] on the device (None: no nucleus, as for the draft's own draws,
-  known when the graph is built: one launch instead of four); draft_logits [S, V] (unit stride along V) when
-  the drafts were drawn from the draft's softmax (sampled drafts), None for greedy drafts. Never
+  temperature > 0 and top_p fp32 [1] on the device (None: no nucleus, known when the graph is
+  built: one launch instead of four); draft_logits [S, V] (unit stride along V) when the drafts
+  were drawn from the draft's own distribution at the same temperature and top_p (sampled
+  drafts; q is recomputed from them, its nucleus searched beside p's), None for greedy drafts. Never
   syncs: on CUDA four PDL-launched Triton passes (runtime/kernels/sampled_targets: the nucleus by
   a radix search over the logits, no sort; a fifth draws from the residual of sampled drafts),
   elsewhere ``sampling.sampled_targets``.

@@ -17,15 +17,18 @@ from the relay's buffer (one row per step, drawn per request from its seeded gen
 graph needs nothing from the host and a seed reproduces a request.
 
 Sampled drafts (``draft_logits`` given): the draft draws each d_{j+1} from its own distribution
-q_j = softmax(draft_logits_j / temperature) (no nucleus: q only has to be known exactly, and
-verify recomputes it from the stored logits). Then d_{j+1} is accepted while u_j q_j(d_{j+1}) <
-p_j(d_{j+1}) (probability min(1, p / q)), and at the first rejection a the token is drawn from
-the residual max(0, p_a - q_a) normalised; when every draft is accepted from p_S, as before. The
-chance to accept a draft is then sum_v min(p_j(v), q_j(v)) instead of p_j(argmax q_j): higher
-when the draft's distribution is close to the target's, lower when the target is much sharper
-than the draft. The residual has no mass at a rejected d_{a+1} (p < q there), so y_a differs
-from it and the greedy verdict still returns a. Should rounding leave the residual without mass
-(p and q equal to fp32 rounding), the token is drawn from p_a less d_{a+1}, the point-mass rule.
+q_j = softmax(draft_logits_j / temperature) cut to the request's nucleus (top_p) and renormalised:
+pick_token's distribution over the draft's logits, so a draft never proposes a token that the
+same cut of its own distribution drops (a nucleus on p alone would reject every such draft).
+Verify recomputes q from the stored logits, the same temperature and top_p. Then d_{j+1} is
+accepted while u_j q_j(d_{j+1}) < p_j(d_{j+1}) (probability min(1, p / q)), and at the first
+rejection a the token is drawn from the residual max(0, p_a - q_a) normalised; when every draft
+is accepted from p_S, as before. The chance to accept a draft is then sum_v min(p_j(v), q_j(v))
+instead of p_j(argmax q_j): higher when the draft's distribution is close to the target's, lower
+when the target is much sharper than the draft. The residual has no mass at a rejected d_{a+1}
+(p < q there), so y_a differs from it and the greedy verdict still returns a. Should rounding
+leave the residual without mass (p and q equal to fp32 rounding), the token is drawn from p_a
+less d_{a+1}, the point-mass rule.
 """
 
 from __future__ import annotations
@@ -65,10 +68,11 @@ def draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return (c < (1.0 - u)[:, None] * c[:, -1:]).sum(-1).clamp(max=probs.shape[-1] - 1)
 
 
-def draft_probs(draft_logits: torch.Tensor, temperature) -> torch.Tensor:
-    """q: the distribution a sampled draft draws each token from, softmax(draft_logits /
-    temperature) over the whole vocabulary (fp32 [S, V])."""
-    return torch.softmax(draft_logits.float() / temperature, -1)
+def draft_probs(draft_logits: torch.Tensor, temperature, top_p) -> torch.Tensor:
+    """q: the distribution a sampled draft draws each token from (fp32 [S, V]): pick_token's
+    over the draft's logits, softmax(draft_logits / temperature) cut to the nucleus (top_p None
+    or >= 1: none) and renormalised."""
+    return sampling_probs(draft_logits, temperature, top_p)
 
 
 def sampled_targets(chain: torch.Tensor, logits: torch.Tensor, u: torch.Tensor, temperature: torch.Tensor,
@@ -84,7 +88,7 @@ def sampled_targets(chain: torch.Tensor, logits: torch.Tensor, u: torch.Tensor, 
     if draft_logits is None:
         ok = (u[:S] < p_d).to(torch.int64)
     else:
-        q = draft_probs(draft_logits, temperature)
+        q = draft_probs(draft_logits, temperature, top_p)
         ok = (u[:S] * q.gather(1, d[:, None]).squeeze(1) < p_d).to(torch.int64)
     a = ok.cumprod(0).sum(0, keepdim=True)                      # [1]: the first rejection (S: none)
     d_at = torch.cat([d, chain[:1]])                            # d_{j+1} for j < S (the last entry unused)

@@ -25,10 +25,10 @@ binds (without the pass a rejection would leave the state of the whole chain).
   device from the step's uniform (``lingc.sampled_targets`` over the chain [x]), then the
   decode's tail, so a sampled request runs ahead of the host like a greedy one.
 - ``draft_sample``, ``verify_sample_q``, ``extend_sample``: a sampling request with sampled
-  drafts (sampling.py): the draft draws each token from its softmax at the request's
-  temperature (``lingc.sampled_targets`` over one row, top_p 1) and keeps the logits it drew
-  from in ``relay.draft_logits``, which verify reads as q; extend draws the next seed from the
-  accepted row's logits the same way. They compile as draft, verify and extend.
+  drafts (sampling.py): the draft draws each token from its own distribution at the request's
+  temperature and top_p (``lingc.sampled_targets`` over one row) and keeps the logits it drew
+  from in ``relay.draft_logits``, from which verify recomputes q; extend draws the next seed from
+  the accepted row's logits the same way. They compile as draft, verify and extend.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def make_steps(model, steps: int):
             for j in range(1, steps):
                 logits, h = model.draft(tok, pos[j - 1:j], h, cache)
                 r.draft_logits[j:j + 1].copy_(logits)
-                tok = lingc.sampled_targets(tok, logits, r.draft_uniforms[:, j:], r.ring_k, r.temperature, None)
+                tok = lingc.sampled_targets(tok, logits, r.draft_uniforms[:, j:], r.ring_k, r.temperature, r.top_p)
                 drafts.append(tok)
         r.chain.copy_(torch.cat([r.x] + drafts))
 
@@ -110,7 +110,7 @@ def make_steps(model, steps: int):
         row = logits.index_select(0, a)
         r.draft_logits[:1].copy_(row)
         # The next step's d_1, from this step's draft_uniforms row (column 0).
-        r.seed.copy_(lingc.sampled_targets(r.x, row, r.draft_uniforms, r.ring_k, r.temperature, None))
+        r.seed.copy_(lingc.sampled_targets(r.x, row, r.draft_uniforms, r.ring_k, r.temperature, r.top_p))
         r.dh.copy_(h.index_select(0, a))
         r.x.copy_(r.emitted.gather(0, a))
         r.n.copy_(r.n + a + 1)

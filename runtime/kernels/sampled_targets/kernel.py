@@ -23,13 +23,14 @@ chunks' bins and picks the digit. Four passes fix the 32 bits.
   for the token, and y.
 - ``top_p >= 1`` (no nucleus): passes 1-3 exit after their wait and one program of pass 3
   finishes from pass 0's chunk sums. ``top_p`` None (``NO_NUCLEUS``: no nucleus, known at
-  launch, as for the draft's own draws) launches pass 0 alone, whose last row to be decided
-  finishes: one launch instead of four.
-- Sampled drafts (``DRAFT_Q``, the draft's logits q_ptr [N - 1, V]): pass 0 also sums each draft
-  row's exp at the temperature (its chunk maxima and sums, then mq_j and Zq_j); the finish
-  accepts while u_j q_j(d) < p_j(d) and only writes a and y below it; ``PASS = 4`` (a launch over
-  row a's chunks) sums the residual max(0, p_a - q_a) per chunk, and the chunk drawing its last
-  ticket picks the chunk and scans it for the token.
+  launch) launches pass 0 alone, whose last row to be decided finishes: one launch instead of
+  four.
+- Sampled drafts (``DRAFT_Q``, the draft's logits q_ptr [N - 1, V]): q has the same nucleus rule
+  (pick_token's distribution over the draft's logits), so the draft rows are rows N..2N-2 of the
+  same search (``RA`` = 2N - 1 rows in every pass: m, Z, the cut and the kept mass of q_j as of
+  p_j); the finish accepts while u_j q_j(d) < p_j(d) and only writes a and y below it; ``PASS =
+  4`` (a launch over row a's chunks) sums the residual max(0, p_a - q_a) per chunk, and the chunk
+  drawing its last ticket picks the chunk and scans it for the token.
 
 Rounding: the sums run in another order than the reference's (and as two tf32 parts), so a token whose
 nucleus boundary or cumulative mass lies within fp32 rounding of the cut may be decided the other
@@ -38,7 +39,8 @@ reference's rules exactly (a token without mass is never drawn).
 
 Scratch (per call, from the allocator: a captured graph keeps it): per-chunk maxima and sums,
 histograms and above-masses, per-row m, Z, A (the mass above the prefix), the kept mass Z_kept,
-the prefix and last digit. Tickets: one per row and one for the launch, in a persistent zeroed
+the prefix and last digit, for every row searched (the draft rows too). Tickets: one per row and
+one for the launch (and pass 4's), in a persistent zeroed
 buffer that the last arrivals reset (``gemm_common.persistent_buffer``). Pass i + 1 reads what
 the last arrivals of pass i wrote after its wait; every pass waits, then releases its dependents
 (``pdl_wait_then_release``).
@@ -55,11 +57,11 @@ import triton.language as tl
 from lingc.runtime.kernels.gemm_common import persistent_buffer
 from lingc.runtime.pdl import interpreting, pdl_supported, pdl_wait_then_release
 
-__all__ = ["sampled_targets_triton", "MAX_ROWS", "chunking", "scratch", "passes", "launch_pass"]
+__all__ = ["sampled_targets_triton", "MAX_ROWS", "chunking", "scratch", "searched_rows", "passes", "launch_pass"]
 
 MAX_ROWS = 32           # chain positions (S + 1) a launch takes: tickets and the finish's vectors
 MAX_CHUNKS = 64         # chunks a row is cut into (the row reductions load [chunks, 256] at once)
-_TICKETS = 64           # MAX_ROWS row tickets + the launch's, rounded up
+_TICKETS = 72           # row tickets (2 MAX_ROWS - 1 with the draft's rows) + the launch's and pass 4's
 _FLOOR = tl.constexpr(-1.0e30)   # a finite "minus infinity" for running maxima (no inf - inf)
 
 
@@ -69,6 +71,18 @@ def _keys(l):
     b = l.to(tl.uint32, bitcast=True)
     k = tl.where((b >> 31) != 0, b ^ 0xFFFFFFFF, b | 0x80000000)
     return tl.where(l == 0.0, 0x80000000, k).to(tl.uint32)
+
+
+@triton.jit
+def _load_row(logits_ptr, stride_l, q_ptr, stride_q, r, N: tl.constexpr, idx, mask, DRAFT_Q: tl.constexpr):
+    """fp32 logits of searched row r at idx (-inf where masked): the target's row r, or with
+    sampled drafts the draft's row r - N for r >= N (each load masked off on the other kind)."""
+    if DRAFT_Q:
+        lp = tl.load(logits_ptr + r * stride_l + idx, mask=mask & (r < N), other=float("-inf")).to(tl.float32)
+        lq = tl.load(q_ptr + (r - N) * stride_q + idx, mask=mask & (r >= N), other=float("-inf")).to(tl.float32)
+        return tl.where(r >= N, lq, lp)
+    else:
+        return tl.load(logits_ptr + r * stride_l + idx, mask=mask, other=float("-inf")).to(tl.float32)
 
 
 @triton.jit
@@ -121,7 +135,7 @@ def _load_hists(hist_ptr, row, C, CP: tl.constexpr, mask_e):
 
 @triton.jit
 def _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr, stats_ptr, hist_ptr,
-            above_ptr, rowf_ptr, rowi_ptr, q_ptr, stride_q, rowq_ptr, a_ptr, T, V, C, NUCLEUS: tl.constexpr,
+            above_ptr, rowf_ptr, rowi_ptr, q_ptr, stride_q, a_ptr, T, V, C, NUCLEUS: tl.constexpr,
             N: tl.constexpr, NP: tl.constexpr, CP: tl.constexpr, SUB: tl.constexpr, ITERS: tl.constexpr,
             DRAFT_Q: tl.constexpr):
     """Accept count, the drawn token of row a and y (one program, after every row is decided).
@@ -142,10 +156,18 @@ def _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, strid
     u_row = tl.load(step_ptr) % R
     u = tl.load(u_ptr + u_row * stride_u + rows, mask=rows < N, other=0.0)
     if DRAFT_Q:
-        mq_r = tl.load(rowq_ptr + rows * 2, mask=draft_row, other=0.0, cache_modifier=".cg")
-        zq_r = tl.load(rowq_ptr + rows * 2 + 1, mask=draft_row, other=1.0, cache_modifier=".cg")
+        # q_j: searched row N + j (its m, its kept mass and cut as p's).
+        qrow = N + rows
+        mq_r = tl.load(rowf_ptr + qrow * 4, mask=draft_row, other=0.0, cache_modifier=".cg")
+        if NUCLEUS:
+            zq_r = tl.load(rowf_ptr + qrow * 4 + 3, mask=draft_row, other=1.0, cache_modifier=".cg")
+            x0q_r = tl.load(rowi_ptr + qrow * 2, mask=draft_row, other=0, cache_modifier=".cg").to(tl.uint32,
+                                                                                                   bitcast=True)
+        else:
+            zq_r = tl.load(rowf_ptr + qrow * 4 + 1, mask=draft_row, other=1.0, cache_modifier=".cg")
+            x0q_r = tl.zeros_like(x0_r)
         ql_d = tl.load(q_ptr + rows * stride_q + d_next, mask=draft_row, other=0.0).to(tl.float32)
-        q_d = tl.exp((ql_d - mq_r) / T) / zq_r
+        q_d = tl.where(_keys(ql_d) >= x0q_r, tl.exp((ql_d - mq_r) / T) / zq_r, 0.0)
         miss = draft_row & ~(u * q_d < p)                    # accepted with probability min(1, p / q)
     else:
         miss = draft_row & ~(u < p)
@@ -187,8 +209,8 @@ def _draw_point_mass(logits_ptr, stride_l, rowf_ptr, rowi_ptr, stats_ptr, hist_p
     kept = tl.maximum(kept - tl.where(cc == drop // CHUNK, w_drop, 0.0), 0.0)
     c_star, local_goal = _pick_chunk(kept, u_last, CP)
     # p's weights unnormalised (zk = 1: the chunk masses' scale), no q.
-    token = _scan_chunk(logits_ptr + a * stride_l, logits_ptr, c_star, local_goal, V, x0, m_a, 1.0, 0.0, 1.0, False,
-                        drop, False, T, SUB, ITERS)
+    token = _scan_chunk(logits_ptr + a * stride_l, logits_ptr, c_star, local_goal, V, x0, m_a, 1.0, 0.0, 1.0, x0,
+                        False, drop, False, T, SUB, ITERS)
     y = tl.where(rows < a, d_next, token)
     tl.store(y_ptr + rows, y, mask=rows < N)
 
@@ -207,8 +229,8 @@ def _pick_chunk(kept, u_last, CP: tl.constexpr):
 
 
 @triton.jit
-def _scan_chunk(base, qbase, c_star, local_goal, V, x0, m, zk, mq, zq, has_q, drop, use_res, T, SUB: tl.constexpr,
-                ITERS: tl.constexpr):
+def _scan_chunk(base, qbase, c_star, local_goal, V, x0, m, zk, mq, zq, x0q, has_q, drop, use_res, T,
+                SUB: tl.constexpr, ITERS: tl.constexpr):
     """The token of chunk c_star where the running weight (_residual_weights) reaches
     local_goal (rounding short of it: the chunk's last token with weight)."""
     CHUNK: tl.constexpr = SUB * ITERS
@@ -220,7 +242,7 @@ def _scan_chunk(base, qbase, c_star, local_goal, V, x0, m, zk, mq, zq, has_q, dr
         idx = c_star * CHUNK + it * SUB + offs
         l = tl.load(base + idx, mask=idx < V, other=float("-inf")).to(tl.float32)
         ql = tl.load(qbase + idx, mask=(idx < V) & has_q, other=0.0).to(tl.float32)
-        w = _residual_weights(l, ql, idx, V, x0, m, zk, mq, zq, has_q, drop, use_res, T)
+        w = _residual_weights(l, ql, idx, V, x0, m, zk, mq, zq, x0q, has_q, drop, use_res, T)
         cs = seen + tl.cumsum(w, 0)
         found = tl.minimum(found, tl.min(tl.where((cs >= local_goal) & (w > 0.0), idx, 2147483647), 0))
         last_live = tl.maximum(last_live, tl.max(tl.where(w > 0.0, idx, -1), 0))
@@ -229,19 +251,19 @@ def _scan_chunk(base, qbase, c_star, local_goal, V, x0, m, zk, mq, zq, has_q, dr
 
 
 @triton.jit
-def _residual_weights(l, ql, idx, V, x0, m, zk, mq, zq, has_q, drop, use_res, T):
+def _residual_weights(l, ql, idx, V, x0, m, zk, mq, zq, x0q, has_q, drop, use_res, T):
     """Row a's draw weights at tokens idx: the residual max(0, p - q) (q = 0 past the drafts:
     p itself), or p less the rejected draft where the residual has no mass (use_res False)."""
     p = tl.where((idx < V) & (_keys(l) >= x0), tl.exp((l - m) / T) / zk, 0.0)
-    q = tl.where(has_q, tl.exp((ql - mq) / T) / zq, 0.0)
+    q = tl.where(has_q & (_keys(ql) >= x0q), tl.exp((ql - mq) / T) / zq, 0.0)
     w = tl.where(use_res, tl.maximum(p - q, 0.0), p)
     return tl.where(idx == drop, 0.0, w)
 
 
 @triton.jit
 def _residual_pass(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr, rowf_ptr, rowi_ptr,
-                   ticket_ptr, q_ptr, stride_q, rowq_ptr, a_ptr, res_ptr, T, nucleus, V, C, c, N: tl.constexpr,
-                   NP: tl.constexpr, CP: tl.constexpr, SUB: tl.constexpr, ITERS: tl.constexpr):
+                   ticket_ptr, q_ptr, stride_q, a_ptr, res_ptr, T, nucleus, V, C, c, N: tl.constexpr,
+                   NP: tl.constexpr, CP: tl.constexpr, SUB: tl.constexpr, ITERS: tl.constexpr, RA: tl.constexpr):
     """Pass 4 (sampled drafts): chunk c of row a's residual mass and its p-less-draft mass; the
     program drawing the last ticket picks the chunk by (1 - u_S) of the total and scans it."""
     a = tl.load(a_ptr, cache_modifier=".cg")
@@ -255,8 +277,13 @@ def _residual_pass(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R
         x0 = tl.zeros((), dtype=tl.uint32)
     a_q = tl.minimum(a, N - 2)                                   # a real row of q (unused when not has_q)
     a_q = tl.maximum(a_q, 0)
-    mq = tl.load(rowq_ptr + a_q * 2, mask=has_q, other=0.0, cache_modifier=".cg")
-    zq = tl.load(rowq_ptr + a_q * 2 + 1, mask=has_q, other=1.0, cache_modifier=".cg")
+    mq = tl.load(rowf_ptr + (N + a_q) * 4, mask=has_q, other=0.0, cache_modifier=".cg")
+    if nucleus:
+        zq = tl.load(rowf_ptr + (N + a_q) * 4 + 3, mask=has_q, other=1.0, cache_modifier=".cg")
+        x0q = tl.load(rowi_ptr + (N + a_q) * 2, mask=has_q, other=0, cache_modifier=".cg").to(tl.uint32, bitcast=True)
+    else:
+        zq = tl.load(rowf_ptr + (N + a_q) * 4 + 1, mask=has_q, other=1.0, cache_modifier=".cg")
+        x0q = tl.zeros((), dtype=tl.uint32)
     drop = tl.load(chain_ptr + (a + 1) * stride_c, mask=has_q, other=-1)
     CHUNK: tl.constexpr = SUB * ITERS
     offs = tl.arange(0, SUB)
@@ -268,12 +295,12 @@ def _residual_pass(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R
         idx = c * CHUNK + it * SUB + offs
         l = tl.load(base + idx, mask=idx < V, other=float("-inf")).to(tl.float32)
         ql = tl.load(qbase + idx, mask=(idx < V) & has_q, other=0.0).to(tl.float32)
-        res += tl.sum(_residual_weights(l, ql, idx, V, x0, m, zk, mq, zq, has_q, drop, True, T), 0)
-        pmd += tl.sum(_residual_weights(l, ql, idx, V, x0, m, zk, mq, zq, has_q, drop, False, T), 0)
+        res += tl.sum(_residual_weights(l, ql, idx, V, x0, m, zk, mq, zq, x0q, has_q, drop, True, T), 0)
+        pmd += tl.sum(_residual_weights(l, ql, idx, V, x0, m, zk, mq, zq, x0q, has_q, drop, False, T), 0)
     tl.store(res_ptr + c * 2, res)
     tl.store(res_ptr + c * 2 + 1, pmd)
     tl.debug_barrier()
-    ticket = tl.atomic_add(ticket_ptr + N + 1, 1, sem="acq_rel", scope="gpu")
+    ticket = tl.atomic_add(ticket_ptr + RA + 1, 1, sem="acq_rel", scope="gpu")
     if ticket == C - 1:
         cc = tl.arange(0, CP)
         res_c = tl.load(res_ptr + cc * 2, mask=cc < C, other=0.0, cache_modifier=".cg")
@@ -282,20 +309,20 @@ def _residual_pass(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R
         kept = tl.where(use_res, res_c, pmd_c)
         u_row = tl.load(step_ptr) % R
         c_star, local_goal = _pick_chunk(kept, tl.load(u_ptr + u_row * stride_u + N - 1), CP)
-        token = _scan_chunk(base, qbase, c_star, local_goal, V, x0, m, zk, mq, zq, has_q, drop, use_res, T, SUB,
-                            ITERS)
+        token = _scan_chunk(base, qbase, c_star, local_goal, V, x0, m, zk, mq, zq, x0q, has_q, drop, use_res, T,
+                            SUB, ITERS)
         rows = tl.arange(0, NP)
         tl.store(y_ptr + rows, tl.zeros((NP,), dtype=tl.int64) + token, mask=(rows >= a) & (rows < N))
-        tl.atomic_xchg(ticket_ptr + N + 1, 0, sem="relaxed", scope="gpu")
+        tl.atomic_xchg(ticket_ptr + RA + 1, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
 def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, temp_ptr, top_p_ptr,
                          y_ptr, stats_ptr, hist_ptr, above_ptr, rowf_ptr, rowi_ptr, ticket_ptr, q_ptr, stride_q,
-                         qstats_ptr, rowq_ptr, a_ptr, res_ptr, V, C,
+                         a_ptr, res_ptr, V, C,
                          PASS: tl.constexpr, N: tl.constexpr, NP: tl.constexpr, CP: tl.constexpr,
                          SUB: tl.constexpr, ITERS: tl.constexpr, B: tl.constexpr, USE_GDC: tl.constexpr,
-                         DRAFT_Q: tl.constexpr, NO_NUCLEUS: tl.constexpr):
+                         DRAFT_Q: tl.constexpr, NO_NUCLEUS: tl.constexpr, RA: tl.constexpr):
     r = tl.program_id(0)
     c = tl.program_id(1)
     pdl_wait_then_release(USE_GDC)
@@ -310,7 +337,6 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
     CHUNK: tl.constexpr = SUB * ITERS
     KB: tl.constexpr = SUB // B
     offs = tl.arange(0, B)[:, None] * KB + tl.arange(0, KB)[None, :]     # a sub-block as [B, KB]
-    base = logits_ptr + r * stride_l
     start = c * CHUNK
     if PASS == 0:
         # Chunk max and sum of exp, with the first digit's histogram (a nucleus only), in one
@@ -318,11 +344,11 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
         m_run = tl.full((), _FLOOR, tl.float32)
         s = tl.zeros((), dtype=tl.float32)
         acc = tl.zeros((B, 16, 16), dtype=tl.float32)
-        l_next = tl.load(base + start + offs, mask=start + offs < V, other=float("-inf")).to(tl.float32)
+        l_next = _load_row(logits_ptr, stride_l, q_ptr, stride_q, r, N, start + offs, start + offs < V, DRAFT_Q)
         for it in range(ITERS):
             l = l_next
             idx = start + (it + 1) * SUB + offs
-            l_next = tl.load(base + idx, mask=(idx < V) & (it + 1 < ITERS), other=float("-inf")).to(tl.float32)
+            l_next = _load_row(logits_ptr, stride_l, q_ptr, stride_q, r, N, idx, (idx < V) & (it + 1 < ITERS), DRAFT_Q)
             m_new = tl.maximum(m_run, tl.max(tl.max(l, 1), 0))
             scale = tl.exp((m_run - m_new) / T)
             w = tl.exp((l - m_new) / T)
@@ -334,19 +360,6 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
         tl.store(stats_ptr + (r * CP + c) * 2 + 1, s)
         if nucleus:
             _store_hist(hist_ptr + (r * CP + c) * 256, tl.sum(acc, 0))
-        if DRAFT_Q:
-            if r < N - 1:
-                # The draft's chunk max and sum of exp at the temperature (q has no nucleus).
-                mq_run = tl.full((), _FLOOR, tl.float32)
-                sq = tl.zeros((), dtype=tl.float32)
-                for it in range(ITERS):
-                    idx = start + it * SUB + offs
-                    ql = tl.load(q_ptr + r * stride_q + idx, mask=idx < V, other=float("-inf")).to(tl.float32)
-                    mq_new = tl.maximum(mq_run, tl.max(tl.max(ql, 1), 0))
-                    sq = sq * tl.exp((mq_run - mq_new) / T) + tl.sum(tl.sum(tl.exp((ql - mq_new) / T), 1), 0)
-                    mq_run = mq_new
-                tl.store(qstats_ptr + (r * CP + c) * 2, mq_run)
-                tl.store(qstats_ptr + (r * CP + c) * 2 + 1, sq)
         tl.debug_barrier()
         ticket = tl.atomic_add(ticket_ptr + r, 1, sem="acq_rel", scope="gpu")
         if ticket == C - 1:
@@ -358,13 +371,6 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
             z = tl.sum(s_c * f, 0)
             tl.store(rowf_ptr + r * 4, m)
             tl.store(rowf_ptr + r * 4 + 1, z)
-            if DRAFT_Q:
-                if r < N - 1:
-                    mq_c = tl.load(qstats_ptr + (r * CP + cc) * 2, mask=cc < C, other=_FLOOR, cache_modifier=".cg")
-                    sq_c = tl.load(qstats_ptr + (r * CP + cc) * 2 + 1, mask=cc < C, other=0.0, cache_modifier=".cg")
-                    mq = tl.max(mq_c, 0)
-                    tl.store(rowq_ptr + r * 2, mq)
-                    tl.store(rowq_ptr + r * 2 + 1, tl.sum(sq_c * tl.exp((mq_c - mq) / T), 0))
             if nucleus:
                 h = tl.sum(_load_hists(hist_ptr, r, C, CP, tl.arange(0, 256) >= 0) * f[:, None], 0)
                 digit, above, kept = _pick_digit(h, 0.0, top_p * z)
@@ -374,16 +380,16 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
             if NO_NUCLEUS:
                 # The row's m and Z are stored; the last row decided finishes the launch.
                 tl.debug_barrier()
-                done = tl.atomic_add(ticket_ptr + N, 1, sem="acq_rel", scope="gpu")
-                if done == N - 1:
+                done = tl.atomic_add(ticket_ptr + RA, 1, sem="acq_rel", scope="gpu")
+                if done == RA - 1:
                     _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr, stats_ptr,
-                            hist_ptr, above_ptr, rowf_ptr, rowi_ptr, q_ptr, stride_q, rowq_ptr, a_ptr, T, V, C, False,
+                            hist_ptr, above_ptr, rowf_ptr, rowi_ptr, q_ptr, stride_q, a_ptr, T, V, C, False,
                             N, NP, CP, SUB, ITERS, DRAFT_Q)
-                    tl.atomic_xchg(ticket_ptr + N, 0, sem="relaxed", scope="gpu")
+                    tl.atomic_xchg(ticket_ptr + RA, 0, sem="relaxed", scope="gpu")
     elif PASS == 4:
         _residual_pass(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr, rowf_ptr,
-                       rowi_ptr, ticket_ptr, q_ptr, stride_q, rowq_ptr, a_ptr, res_ptr, T, nucleus, V, C, c, N, NP,
-                       CP, SUB, ITERS)
+                       rowi_ptr, ticket_ptr, q_ptr, stride_q, a_ptr, res_ptr, T, nucleus, V, C, c, N, NP,
+                       CP, SUB, ITERS, RA)
     else:
         if nucleus:
             m = tl.load(rowf_ptr + r * 4, cache_modifier=".cg")
@@ -393,11 +399,12 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
             SHIFT: tl.constexpr = 24 - 8 * PASS
             acc = tl.zeros((B, 16, 16), dtype=tl.float32)
             above_chunk = tl.zeros((), dtype=tl.float32)
-            l_next = tl.load(base + start + offs, mask=start + offs < V, other=float("-inf")).to(tl.float32)
+            l_next = _load_row(logits_ptr, stride_l, q_ptr, stride_q, r, N, start + offs, start + offs < V, DRAFT_Q)
             for it in range(ITERS):
                 l = l_next
                 idx = start + (it + 1) * SUB + offs
-                l_next = tl.load(base + idx, mask=(idx < V) & (it + 1 < ITERS), other=float("-inf")).to(tl.float32)
+                l_next = _load_row(logits_ptr, stride_l, q_ptr, stride_q, r, N, idx, (idx < V) & (it + 1 < ITERS),
+                                   DRAFT_Q)
                 key = _keys(l)
                 w = tl.exp((l - m) / T)
                 high = key >> (SHIFT + 8)
@@ -419,17 +426,17 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
                     tl.store(rowf_ptr + r * 4 + 3, kept)
                     tl.store(rowi_ptr + r * 2 + 1, digit.to(tl.int32))
                     tl.debug_barrier()
-                    done = tl.atomic_add(ticket_ptr + N, 1, sem="acq_rel", scope="gpu")
-                    if done == N - 1:
+                    done = tl.atomic_add(ticket_ptr + RA, 1, sem="acq_rel", scope="gpu")
+                    if done == RA - 1:
                         _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr,
-                                stats_ptr, hist_ptr, above_ptr, rowf_ptr, rowi_ptr, q_ptr, stride_q, rowq_ptr, a_ptr,
+                                stats_ptr, hist_ptr, above_ptr, rowf_ptr, rowi_ptr, q_ptr, stride_q, a_ptr,
                                 T, V, C, True, N, NP, CP, SUB, ITERS, DRAFT_Q)
-                        tl.atomic_xchg(ticket_ptr + N, 0, sem="relaxed", scope="gpu")
+                        tl.atomic_xchg(ticket_ptr + RA, 0, sem="relaxed", scope="gpu")
         else:
             if PASS == 3:
                 if (r == 0) & (c == 0):
                     _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr,
-                            stats_ptr, hist_ptr, above_ptr, rowf_ptr, rowi_ptr, q_ptr, stride_q, rowq_ptr, a_ptr,
+                            stats_ptr, hist_ptr, above_ptr, rowf_ptr, rowi_ptr, q_ptr, stride_q, a_ptr,
                             T, V, C, False, N, NP, CP, SUB, ITERS, DRAFT_Q)
 
 
@@ -453,37 +460,40 @@ def batches(sub: int) -> int:
     return max(1, min(8, sub // 16))
 
 
+def searched_rows(n: int, draft: bool) -> int:
+    """Rows the radix search runs over for a chain of n positions: the target's n, and with
+    sampled drafts the draft's n - 1 after them (q has p's nucleus rule)."""
+    return 2 * n - 1 if draft else n
+
+
 class Scratch(NamedTuple):
-    """The passes' scratch (module docstring) for n rows cut into chunks of CP (a power of two >=
-    the chunks); the draft's (qstats, rowq, accept, res) only hold data with sampled drafts."""
+    """The passes' scratch (module docstring) for ra searched rows (``searched_rows``) cut into
+    chunks of CP (a power of two >= the chunks); (accept, res) only hold data with sampled
+    drafts."""
     cp: int
-    stats: torch.Tensor         # fp32 [n, CP, 2]  per-chunk max and sum of exp
-    hist: torch.Tensor          # fp32 [n, CP, 256] per-chunk digit histograms
-    above: torch.Tensor         # fp32 [n, CP]     per-chunk mass above the 24-bit prefix
-    rowf: torch.Tensor          # fp32 [n, 4]      m, Z, the mass above the prefix, Z_kept
-    rowi: torch.Tensor          # int32 [n, 2]     the key prefix (then x0), the last digit
+    stats: torch.Tensor         # fp32 [ra, CP, 2]  per-chunk max and sum of exp
+    hist: torch.Tensor          # fp32 [ra, CP, 256] per-chunk digit histograms
+    above: torch.Tensor         # fp32 [ra, CP]     per-chunk mass above the 24-bit prefix
+    rowf: torch.Tensor          # fp32 [ra, 4]      m, Z, the mass above the prefix, Z_kept
+    rowi: torch.Tensor          # int32 [ra, 2]     the key prefix (then x0), the last digit
     tickets: torch.Tensor       # int32 [_TICKETS] persistent, zeroed by the last arrivals
-    qstats: torch.Tensor        # fp32 [n, CP, 2]  the draft's per-chunk max and sum of exp
-    rowq: torch.Tensor          # fp32 [n, 2]      the draft's m and Z per row
-    accept: torch.Tensor        # int32 [1]        the accept count a (sampled drafts)
-    res: torch.Tensor           # fp32 [CP, 2]     row a's residual and p-less-draft mass per chunk
+    accept: torch.Tensor        # int32 [1]         the accept count a (sampled drafts)
+    res: torch.Tensor           # fp32 [CP, 2]      row a's residual and p-less-draft mass per chunk
 
 
-def scratch(n: int, chunks: int, device, draft: bool = False) -> Scratch:
+def scratch(ra: int, chunks: int, device, draft: bool = False) -> Scratch:
     """draft: allocate the sampled drafts' buffers too (without, their fields alias buffers of
     the same dtype that DRAFT_Q's compiled-out code never reaches)."""
     cp = max(2, triton.next_power_of_2(chunks))
     f32 = dict(dtype=torch.float32, device=device)
-    stats, rowf, rowi = torch.empty((n, cp, 2), **f32), torch.empty((n, 4), **f32), \
-        torch.empty((n, 2), dtype=torch.int32, device=device)
+    stats, rowf, rowi = torch.empty((ra, cp, 2), **f32), torch.empty((ra, 4), **f32), \
+        torch.empty((ra, 2), dtype=torch.int32, device=device)
     if draft:
-        qstats, rowq, accept, res = (torch.empty((n, cp, 2), **f32), torch.empty((n, 2), **f32),
-                                     torch.empty((1,), dtype=torch.int32, device=device), torch.empty((cp, 2), **f32))
+        accept, res = torch.empty((1,), dtype=torch.int32, device=device), torch.empty((cp, 2), **f32)
     else:
-        qstats, rowq, accept, res = stats, rowf, rowi, stats
-    return Scratch(cp, stats, torch.empty((n, cp, 256), **f32), torch.empty((n, cp), **f32), rowf, rowi,
-                   persistent_buffer("sampled_targets_tickets", device, _TICKETS, torch.int32, 0),
-                   qstats, rowq, accept, res)
+        accept, res = rowi, stats
+    return Scratch(cp, stats, torch.empty((ra, cp, 256), **f32), torch.empty((ra, cp), **f32), rowf, rowi,
+                   persistent_buffer("sampled_targets_tickets", device, _TICKETS, torch.int32, 0), accept, res)
 
 
 def pass_warps(p: int) -> int:
@@ -504,13 +514,14 @@ def launch_pass(p: int, s: Scratch, chunks: int, sub: int, iters: int, chain, lo
     the passes one by one through this). top_p None: no nucleus, pass 0 finishes (``passes``)."""
     n, vocab = logits.shape
     q = logits if draft_logits is None else draft_logits
-    grid = (1, chunks) if p == 4 else (n, chunks)
+    ra = searched_rows(n, draft_logits is not None)
+    grid = (1, chunks) if p == 4 else (ra, chunks)
     _nucleus_pass_kernel[grid](
         logits, logits.stride(0), chain, chain.stride(0), uniforms, step, uniforms.shape[0], uniforms.stride(0),
         temperature, temperature if top_p is None else top_p, y, s.stats, s.hist, s.above, s.rowf, s.rowi,
-        s.tickets, q, q.stride(0), s.qstats, s.rowq, s.accept, s.res, vocab, chunks,
+        s.tickets, q, q.stride(0), s.accept, s.res, vocab, chunks,
         PASS=p, N=n, NP=max(2, triton.next_power_of_2(n)), CP=s.cp, SUB=sub, ITERS=iters, B=batches(sub),
-        USE_GDC=use_gdc, DRAFT_Q=draft_logits is not None, NO_NUCLEUS=top_p is None,
+        USE_GDC=use_gdc, DRAFT_Q=draft_logits is not None, NO_NUCLEUS=top_p is None, RA=ra,
         num_warps=(1 if interpreting() else pass_warps(p)) if num_warps is None else num_warps,
         **({"launch_pdl": True} if use_gdc else {}))
 
@@ -527,9 +538,10 @@ def sampled_targets_triton(chain: torch.Tensor, logits: torch.Tensor, uniforms: 
     n, vocab = logits.shape
     device = logits.device
     sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
-    sub, iters, chunks = chunking(n, vocab, sms, sub)
+    ra = searched_rows(n, draft_logits is not None)
+    sub, iters, chunks = chunking(ra, vocab, sms, sub)
     y = torch.empty((n,), dtype=torch.int64, device=device) if out is None else out
-    s = scratch(n, chunks, device, draft=draft_logits is not None)
+    s = scratch(ra, chunks, device, draft=draft_logits is not None)
     use_gdc = pdl_supported(device) if use_pdl is None else use_pdl
     for p in passes(top_p is None, draft_logits is not None):
         launch_pass(p, s, chunks, sub, iters, chain, logits, uniforms, step, temperature, top_p, y, draft_logits,
