@@ -154,11 +154,12 @@ def test_tp2_compiled_plain_and_speculative_equal_eager(tp1, tp2):
 
 def test_tp2_sampling_draws_the_same_tokens_on_every_rank_as_tp1(tp1, tp2):
     """Sampling on a tensor-parallel engine: the gathered logits and the request's seeded uniforms
-    are the same on every rank, so each rank draws the same tokens, plain and speculative, and
-    those of the one-rank engine."""
+    are the same on every rank, so each rank draws the same tokens, plain and speculative (with
+    the draft's argmax or its own draws), and those of the one-rank engine."""
     for res in tp2:
         assert res["sampled_plain"] == tp1["sampled_plain"] and res["sampled_plain"][0] == tp1["sampled"][0]
         assert res["sampled_spec"] == tp1["sampled_spec"]
+        assert res["sampled_drafts"] == tp1["sampled_drafts"] and len(tp1["sampled_drafts"]) == 16
     assert tp1["sampled_plain"] != tp1["greedy"][:16]
 
 

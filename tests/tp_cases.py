@@ -97,10 +97,14 @@ def relay_case(tp, preset_name: str = "tiny", new_tokens: int = 48, spec_tokens:
 
 
 def engine_sampling(engine) -> dict:
-    """A sampled request plain (decode_sample) and speculative (verify_sample) on `engine`."""
+    """A sampled request plain (decode_sample), speculative (verify_sample) and with sampled
+    drafts (draft_sample, verify_sample_q, extend_sample: the draft's own draws at the nucleus)
+    on `engine`."""
     return {"sampled_plain": engine.generate(PROMPT, 16, temperature=0.8, seed=3, speculative=None,
                                              eos_token_id=None),
-            "sampled_spec": engine.generate(PROMPT, 24, temperature=0.8, top_p=0.9, seed=4, eos_token_id=None)}
+            "sampled_spec": engine.generate(PROMPT, 24, temperature=0.8, top_p=0.9, seed=4, eos_token_id=None),
+            "sampled_drafts": engine.generate(PROMPT, 16, temperature=0.8, top_p=0.9, seed=5, eos_token_id=None,
+                                              sampled_drafts=True)}
 
 
 def symm_case(tp, steps: int = 8, **overrides) -> dict:
