@@ -34,7 +34,9 @@ chunks' bins and picks the digit. Four passes fix the 32 bits.
 
 Rounding: the sums run in another order than the reference's (and as two tf32 parts), so a token whose
 nucleus boundary or cumulative mass lies within fp32 rounding of the cut may be decided the other
-way; the distribution is the reference's to that rounding. Ties and zero-mass tokens follow the
+way; the distribution is the reference's to that rounding. The same holds between a sampled
+draft's own draw (one row, cut into more chunks) and verify's search of its row: q's cut and sum
+agree with the draw's to fp32 rounding. Ties and zero-mass tokens follow the
 reference's rules exactly (a token without mass is never drawn).
 
 Scratch (per call, from the allocator: a captured graph keeps it): per-chunk maxima and sums,
