@@ -76,15 +76,16 @@ def _keys(l):
 
 
 @triton.jit
-def _load_row(logits_ptr, stride_l, q_ptr, stride_q, r, N: tl.constexpr, idx, mask, DRAFT_Q: tl.constexpr):
-    """fp32 logits of searched row r at idx (-inf where masked): the target's row r, or with
-    sampled drafts the draft's row r - N for r >= N (each load masked off on the other kind)."""
+def _load_row(base, qbase, r, N: tl.constexpr, idx, mask, DRAFT_Q: tl.constexpr):
+    """fp32 logits of searched row r at idx (-inf where masked): the target's row r (at base),
+    or with sampled drafts the draft's row r - N for r >= N (at qbase; each load masked off on
+    the other kind)."""
     if DRAFT_Q:
-        lp = tl.load(logits_ptr + r * stride_l + idx, mask=mask & (r < N), other=float("-inf")).to(tl.float32)
-        lq = tl.load(q_ptr + (r - N) * stride_q + idx, mask=mask & (r >= N), other=float("-inf")).to(tl.float32)
+        lp = tl.load(base + idx, mask=mask & (r < N), other=float("-inf")).to(tl.float32)
+        lq = tl.load(qbase + idx, mask=mask & (r >= N), other=float("-inf")).to(tl.float32)
         return tl.where(r >= N, lq, lp)
     else:
-        return tl.load(logits_ptr + r * stride_l + idx, mask=mask, other=float("-inf")).to(tl.float32)
+        return tl.load(base + idx, mask=mask, other=float("-inf")).to(tl.float32)
 
 
 @triton.jit
@@ -339,6 +340,8 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
     CHUNK: tl.constexpr = SUB * ITERS
     KB: tl.constexpr = SUB // B
     offs = tl.arange(0, B)[:, None] * KB + tl.arange(0, KB)[None, :]     # a sub-block as [B, KB]
+    base = logits_ptr + r * stride_l
+    qbase = q_ptr + (r - N) * stride_q          # rows r >= N with sampled drafts (unused without)
     start = c * CHUNK
     if PASS == 0:
         # Chunk max and sum of exp, with the first digit's histogram (a nucleus only), in one
@@ -346,11 +349,11 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
         m_run = tl.full((), _FLOOR, tl.float32)
         s = tl.zeros((), dtype=tl.float32)
         acc = tl.zeros((B, 16, 16), dtype=tl.float32)
-        l_next = _load_row(logits_ptr, stride_l, q_ptr, stride_q, r, N, start + offs, start + offs < V, DRAFT_Q)
+        l_next = _load_row(base, qbase, r, N, start + offs, start + offs < V, DRAFT_Q)
         for it in range(ITERS):
             l = l_next
             idx = start + (it + 1) * SUB + offs
-            l_next = _load_row(logits_ptr, stride_l, q_ptr, stride_q, r, N, idx, (idx < V) & (it + 1 < ITERS), DRAFT_Q)
+            l_next = _load_row(base, qbase, r, N, idx, (idx < V) & (it + 1 < ITERS), DRAFT_Q)
             m_new = tl.maximum(m_run, tl.max(tl.max(l, 1), 0))
             scale = tl.exp((m_run - m_new) / T)
             w = tl.exp((l - m_new) / T)
@@ -401,11 +404,11 @@ def _nucleus_pass_kernel(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_
             SHIFT: tl.constexpr = 24 - 8 * PASS
             acc = tl.zeros((B, 16, 16), dtype=tl.float32)
             above_chunk = tl.zeros((), dtype=tl.float32)
-            l_next = _load_row(logits_ptr, stride_l, q_ptr, stride_q, r, N, start + offs, start + offs < V, DRAFT_Q)
+            l_next = _load_row(base, qbase, r, N, start + offs, start + offs < V, DRAFT_Q)
             for it in range(ITERS):
                 l = l_next
                 idx = start + (it + 1) * SUB + offs
-                l_next = _load_row(logits_ptr, stride_l, q_ptr, stride_q, r, N, idx, (idx < V) & (it + 1 < ITERS),
+                l_next = _load_row(base, qbase, r, N, idx, (idx < V) & (it + 1 < ITERS),
                                    DRAFT_Q)
                 key = _keys(l)
                 w = tl.exp((l - m) / T)
