@@ -33,6 +33,8 @@ norm into the lingc op beside it are pdl_norm_folds.py's.
     after:   h = lingc.rmsnorm_out(x, w, r, eps, buf) ; ... (y's readers read buf)
     before:  copy_(buf, cat([a, b, ...]))                                     (buf a graph input)
     after:   lingc.concat_into([a, b, ...], buf)
+    before:  y = lingc.sampled_targets(...) ; copy_(buf, y)        (after the relay tail's fold)
+    after:   lingc.sampled_targets_out(..., buf)
 
     before:  q = view(clone(qkvz_piece), [T, N]) ; lingc.kda_chain(q, ...)
              (qkvz_piece a [T, A, B] split piece of a fused projection's output grouped per q/k
@@ -101,7 +103,9 @@ Why each is exact:
   either form: ``round_before_weight`` goes with it); the
   copy it replaces was the verify graph's last ATen kernel (the final norm's rows into
   relay.vhid, a full edge: 2.0 us of each relay step on the H200, session 31's profile). Only
-  where every reader of the norm takes one result (getitem).
+  where every reader of the norm takes one result (getitem). ``drawn_token_writes`` does the same
+  for ``sampled_targets``, after relay_tail: that fold keeps a drawn seed's copy (its DRAWN form),
+  the extend_sample graph's last ATen kernel;
 - ``concat_into`` copies its parts' values (runtime/kernels/concat_into): only a dim-0 cat of
   1 to 16 contiguous parts of the input's dtype, into a contiguous input no other op reads or
   writes (so no part is a view of it). The relay's draft graph wrote its chain as a cat and a
@@ -592,6 +596,27 @@ def direct_lingc_writes(g: fx.Graph) -> int:
                 u.replace_all_uses_with(new)
                 g.erase_node(u)
             g.erase_node(op)
+        count += 1
+    return count
+
+
+def drawn_token_writes(g: fx.Graph) -> int:
+    """copy_(input, lingc.sampled_targets(...)) -> lingc.sampled_targets_out(..., input), as
+    direct_lingc_writes (the module docstring says when). pdl_swap runs it after relay_tail,
+    whose DRAWN form keeps that copy. Returns the copies removed."""
+    from lingc.runtime.relay import ops as relay_ops  # noqa: F401  (registers sampled_targets_out)
+
+    count = 0
+    for c, dst, v in _input_writes(g):
+        if not (is_call(v, lingc_ops.sampled_targets.default) and len(v.users) == 1):
+            continue
+        args, kwargs = list(v.args[:6]), dict(v.kwargs)
+        if len(v.args) > 6:
+            kwargs["draft_logits"] = v.args[6]
+        g.erase_node(c)
+        with g.inserting_before(v):
+            emit(g, lingc_ops.sampled_targets_out.default, *args, dst, **kwargs)
+        g.erase_node(v)
         count += 1
     return count
 

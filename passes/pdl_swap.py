@@ -133,6 +133,7 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, GqaRope, LingcPass):
         head_normed = pdl_norm_folds.norms_into_head_readers(g) if self.fold_head_norm else 0
         positions = pdl_glue.positions_into_readers(g) if self.fold_positions else 0
         tail = relay_tail(g) if self.fold_relay_tail else 0
+        epilogue += pdl_glue.drawn_token_writes(g) if self.fold_relay_tail else 0
         eliminate_dead_code(g)
         summary = ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "no match"
         if self.per_head_gates:

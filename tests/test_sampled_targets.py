@@ -254,6 +254,11 @@ def test_op_on_the_cpu_is_the_reference_and_checks_its_arguments():
                        ops.sampled_targets_reference(chain, logits, u, t, p))
     assert torch.equal(ops.sampled_targets(chain, logits, table, step, t, None),
                        ops.sampled_targets_reference(chain, logits, u, t, torch.tensor([1.0])))
+    out = torch.full((4,), -7, dtype=torch.int64)
+    ops.sampled_targets_out(chain, logits, table, step, t, p, out)
+    assert torch.equal(out, ops.sampled_targets_reference(chain, logits, u, t, p))
+    with pytest.raises(ValueError, match="sampled_targets_out: out must be contiguous torch.int64"):
+        ops.sampled_targets_out(chain, logits, table, step, t, p, out[:3])
     with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
         fake = ops.sampled_targets(*(mode.from_tensor(x) for x in (chain, logits, table, step, t, p)))
         assert fake.shape == (4,) and fake.dtype == torch.int64
@@ -282,6 +287,10 @@ def test_gpu_op_matches_the_reference_at_vocabulary_size(n, vocab):
                                       torch.tensor([temperature], device="cuda"), None if tp is None else tp.cuda())
             ref = ops.sampled_targets_reference(chain, logits, u, torch.tensor([temperature]), tp)
             assert torch.equal(got.cpu(), ref), (trial, top_p, got.tolist(), ref.tolist())
+            out = torch.full((n,), -7, dtype=torch.int64, device="cuda")
+            ops.sampled_targets_out(chain.cuda(), logits.cuda(), table.cuda(), step.cuda(),
+                                    torch.tensor([temperature], device="cuda"), None if tp is None else tp.cuda(), out)
+            assert torch.equal(out.cpu(), ref), (trial, top_p, out.tolist(), ref.tolist())
 
 
 @pytest.mark.gpu

@@ -13,7 +13,7 @@ from relay_helpers import Oracle, eager_greedy
 
 import lingc
 from lingc.backend import compile_reports
-from lingc.runtime.relay.sampling import draw, sampled_targets
+from lingc.runtime.relay.sampling import draw, sampled_targets, sampling_probs
 
 CACHE = 160
 PROMPT = [5, 17, 40, 3, 9]
@@ -153,8 +153,8 @@ def test_a_sampled_step_is_speculative_sampling_of_the_eager_targets_logits(runn
 def test_a_step_with_sampled_drafts_is_speculative_sampling_of_the_eager_logits(runner, seed):
     """One relay step of a sampling request with sampled drafts (the draft_sample and
     verify_sample_q graphs): each draft d_{j+1} (j >= 1) is the inverse-CDF draw of the draft's
-    softmax over the logits it kept in draft_logits row j at its uniform, and the verdict is
-    sampling.py's over the eager target's logits with those rows as q."""
+    softmax over the logits it kept in draft_logits row j, cut to the request's nucleus, at its
+    uniform, and the verdict is sampling.py's over the eager target's logits with those rows as q."""
     runner.prepare(("draft_sample", "verify_sample_q"))
     gen = torch.Generator().manual_seed(seed)
     runner._reset()
@@ -167,7 +167,7 @@ def test_a_step_with_sampled_drafts_is_speculative_sampling_of_the_eager_logits(
     before = [[t.clone() for t in g] for g in runner.state]
     runner._launch(("draft_sample",))
     for j in range(1, STEPS):
-        q = torch.softmax(r.draft_logits[j] / 1.5, -1)
+        q = sampling_probs(r.draft_logits[j:j + 1], r.temperature, r.top_p)[0]
         assert int(r.chain[j + 1]) == int(draw(q[None], r.draft_uniforms[0, j:j + 1])), (j, r.chain.tolist())
     runner._launch(("verify_sample_q",))
     n = len(PROMPT)

@@ -27,6 +27,9 @@
   syncs: on CUDA four PDL-launched Triton passes (runtime/kernels/sampled_targets: the nucleus by
   a radix search over the logits, no sort; a fifth draws from the residual of sampled drafts),
   elsewhere ``sampling.sampled_targets``.
+- ``sampled_targets_out(..., Tensor? top_p, Tensor(a!) out, Tensor? draft_logits=None)``: the same,
+  written into ``out`` (contiguous int64 [S+1]). pdl_glue.drawn_token_writes emits it where a graph
+  copies the op's value into a relay buffer after its relay tail (extend_sample's drawn seed).
 - ``state_commit(Tensor accept) -> Tensor``: the commit point of a verify step. On its own it is
   the identity on ``accept`` and commits nothing: the model's recurrent-state writes have already
   stored the state after ALL chain positions, which is wrong whenever a draft is rejected. The
@@ -48,7 +51,8 @@ from lingc.runtime.registry import register_op
 from .sampling import sampled_targets as sampled_targets_reference
 
 __all__ = ["greedy_verdict", "greedy_emit", "greedy_verdict_out", "greedy_emit_out", "state_commit", "host_refill",
-           "greedy_verdict_reference", "greedy_emit_reference", "sampled_targets", "sampled_targets_reference",
+           "greedy_verdict_reference", "greedy_emit_reference", "sampled_targets", "sampled_targets_out",
+           "sampled_targets_reference",
            "step_uniforms"]
 
 
@@ -204,6 +208,21 @@ def _sampled_targets_fake(chain, logits, uniforms, step, temperature, top_p, dra
     return chain.new_empty(chain.shape)
 
 
+def _sampled_targets_out(chain, logits, uniforms, step, temperature, top_p, out, draft_logits=None) -> None:
+    _sampled_targets_out_fake(chain, logits, uniforms, step, temperature, top_p, out, draft_logits)
+    if chain.is_cuda:
+        from lingc.runtime.kernels.sampled_targets.kernel import sampled_targets_triton
+
+        sampled_targets_triton(chain, logits, uniforms, step, temperature, top_p, out=out, draft_logits=draft_logits)
+    else:
+        out.copy_(_sampled_targets(chain, logits, uniforms, step, temperature, top_p, draft_logits))
+
+
+def _sampled_targets_out_fake(chain, logits, uniforms, step, temperature, top_p, out, draft_logits=None) -> None:
+    _check_sampled_targets(chain, logits, uniforms, step, temperature, top_p, draft_logits)
+    _check_out("sampled_targets_out", out, chain)
+
+
 def _state_commit(accept):
     return accept.clone()
 
@@ -238,3 +257,8 @@ host_refill = register_op("host_refill", _host_refill, _host_refill_fake,
 sampled_targets = register_op("sampled_targets", _sampled_targets, _sampled_targets_fake,
                               schema="(Tensor chain, Tensor logits, Tensor uniforms, Tensor step, Tensor temperature, "
                                      "Tensor? top_p, Tensor? draft_logits=None) -> Tensor")
+sampled_targets_out = register_op("sampled_targets_out", _sampled_targets_out, _sampled_targets_out_fake,
+                                  mutates_args=("out",),
+                                  schema="(Tensor chain, Tensor logits, Tensor uniforms, Tensor step, "
+                                         "Tensor temperature, Tensor? top_p, Tensor(a!) out, "
+                                         "Tensor? draft_logits=None) -> ()")
