@@ -27,7 +27,7 @@ or index_copy ring, index_select or gather or indexing for the row pick, n + (a 
 One exception: an extend whose seed is a token copied as it is from a lingc op (a sampling
 request's extend_sample draws it with lingc.sampled_targets) keeps that copy and folds the rest
 into relay_advance without tokens and seed (16 ATen kernels -> the op and the copy on the tiny
-model).
+model); pdl_glue.drawn_token_writes then has the draw write the seed itself.
 
 Exact: the op writes what the tail wrote (checked bit for bit on the probes, the integer and row
 copies have no rounding), at the same point (the graph's end, where the epilogue writes were).
