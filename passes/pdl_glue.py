@@ -569,26 +569,27 @@ def _input_writes(g: fx.Graph):
             yield c, dst, v
 
 
-def direct_lingc_writes(g: fx.Graph) -> int:
+def direct_lingc_writes(g: fx.Graph, variants: dict | None = None) -> int:
     """copy_(input, v) with v a lingc op's value (or rmsnorm's normed rows) -> the op's out
-    variant writing the input (the module docstring says when). Returns the copies removed."""
+    variant writing the input (the module docstring says when); `variants` maps ops to their out
+    variants (default: the verdict ops' and rmsnorm's). Returns the copies removed."""
     import operator
 
-    variants = _out_variants()
+    variants = _out_variants() if variants is None else variants
     count = 0
     for c, dst, v in _input_writes(g):
         op = v.args[0] if v.target is operator.getitem and v.args[1] == 0 else v
         if not (op.op == "call_function" and op.target in variants):
             continue
-        if op.kwargs and not (op.target is lingc_ops.rmsnorm.default
-                              and set(op.kwargs) <= {"round_before_weight", "zero_centered"}):
-            continue                         # a keyword the out variant may not take
+        if set(op.kwargs) - {a.name for a in variants[op.target]._schema.arguments}:
+            continue                         # a keyword the out variant does not take
         if op is not v and any(u is not v and not (is_call(u, operator.getitem) and u.args[1] == 1)
                                for u in op.users):
             continue                         # the norm's rows read other than through v
         g.erase_node(c)
+        args, kwargs = _out_call(op, variants[op.target], dst)
         with g.inserting_before(op):
-            new = emit(g, variants[op.target], *op.args, dst, **op.kwargs)
+            new = emit(g, variants[op.target], *args, **kwargs)
         v.replace_all_uses_with(dst)
         g.erase_node(v)
         if op is not v:                      # rmsnorm: its second result is the out variant's value
@@ -600,25 +601,21 @@ def direct_lingc_writes(g: fx.Graph) -> int:
     return count
 
 
+def _out_call(op: fx.Node, variant, dst: fx.Node) -> tuple[list, dict]:
+    """The arguments of `variant` (an out variant, its written argument named out) for op's call
+    writing dst: op's positional arguments up to out's place, dst, and any later ones by name."""
+    at = [a.name for a in variant._schema.arguments].index("out")
+    names = [a.name for a in op.target._schema.arguments]
+    return [*op.args[:at], dst], {**op.kwargs, **{names[i]: a for i, a in enumerate(op.args) if i >= at}}
+
+
 def drawn_token_writes(g: fx.Graph) -> int:
-    """copy_(input, lingc.sampled_targets(...)) -> lingc.sampled_targets_out(..., input), as
-    direct_lingc_writes (the module docstring says when). pdl_swap runs it after relay_tail,
-    whose DRAWN form keeps that copy. Returns the copies removed."""
+    """copy_(input, lingc.sampled_targets(...)) -> lingc.sampled_targets_out(..., input):
+    direct_lingc_writes for the draw. pdl_swap runs it after relay_tail, whose DRAWN form keeps
+    that copy. Returns the copies removed."""
     from lingc.runtime.relay import ops as relay_ops  # noqa: F401  (registers sampled_targets_out)
 
-    count = 0
-    for c, dst, v in _input_writes(g):
-        if not (is_call(v, lingc_ops.sampled_targets.default) and len(v.users) == 1):
-            continue
-        args, kwargs = list(v.args[:6]), dict(v.kwargs)
-        if len(v.args) > 6:
-            kwargs["draft_logits"] = v.args[6]
-        g.erase_node(c)
-        with g.inserting_before(v):
-            emit(g, lingc_ops.sampled_targets_out.default, *args, dst, **kwargs)
-        g.erase_node(v)
-        count += 1
-    return count
+    return direct_lingc_writes(g, {lingc_ops.sampled_targets.default: lingc_ops.sampled_targets_out.default})
 
 
 def concat_into_inputs(g: fx.Graph) -> int:

@@ -154,8 +154,8 @@ def tiny():
                                                                       EXTEND_SAMPLE_FOLDED), ("draft_sample", 6, 0)])
 def test_relay_tail_glue_is_gone(tiny, role, unfolded, folded):
     """The tiny model's decode and extend graphs (and extend_sample's, whose drawn seed's copy
-    relay_tail's DRAWN form keeps and pdl_glue.drawn_token_writes then drops): the tail after gemm_argmax (row pick, n and x,
-    the token ring: 12 ATen kernels in decode, 15 in extend, the ring's functional index_put and
+    relay_tail's DRAWN form keeps and pdl_glue.drawn_token_writes then drops): the tail after
+    gemm_argmax (row pick, n and x, the token ring: 12 ATen kernels in decode, 15 in extend, the ring's functional index_put and
     its two copies back included) becomes one lingc.relay_advance. Nothing else is left: the
     head's positions reach the MLA kernels as the relay's n (pdl_glue.positions_into_readers,
     either way), the embedding is folded into the first norm, and extend's NEXTN cat is
@@ -203,7 +203,8 @@ def test_relay_tail_glue_is_gone(tiny, role, unfolded, folded):
         elif role == "extend_sample":
             # The drawn seed written by the draw itself once the tail is folded (drawn_token_writes).
             assert ops.get("lingc.relay_advance", 0) == int(fold)
-            assert ops.get("lingc.sampled_targets", 0) == 1 - int(fold) and ops.get("lingc.sampled_targets_out", 0) == int(fold)
+            assert ops.get("lingc.sampled_targets", 0) == 1 - int(fold)
+            assert ops.get("lingc.sampled_targets_out", 0) == int(fold)
             assert ops.get("lingc.gemm_rows_into", 0) == int(fold)
         else:
             assert ops.get("lingc.relay_advance", 0) == int(fold)

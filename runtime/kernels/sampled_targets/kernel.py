@@ -137,6 +137,20 @@ def _load_hists(hist_ptr, row, C, CP: tl.constexpr, mask_e):
 
 
 @triton.jit
+def _row_dist(rowf_ptr, rowi_ptr, row, mask, nucleus):
+    """Searched row(s) `row`'s m, the mass its draw normalises by (Z_kept with a nucleus, else Z)
+    and its cut x0 (0: every key), as the row reductions stored them (masked: 0, 1, 0)."""
+    m = tl.load(rowf_ptr + row * 4, mask=mask, other=0.0, cache_modifier=".cg")
+    if nucleus:
+        zk = tl.load(rowf_ptr + row * 4 + 3, mask=mask, other=1.0, cache_modifier=".cg")
+        x0 = tl.load(rowi_ptr + row * 2, mask=mask, other=0, cache_modifier=".cg").to(tl.uint32, bitcast=True)
+    else:
+        zk = tl.load(rowf_ptr + row * 4 + 1, mask=mask, other=1.0, cache_modifier=".cg")
+        x0 = tl.zeros_like(m).to(tl.uint32)
+    return m, zk, x0
+
+
+@triton.jit
 def _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, stride_u, y_ptr, stats_ptr, hist_ptr,
             above_ptr, rowf_ptr, rowi_ptr, q_ptr, stride_q, a_ptr, T, V, C, NUCLEUS: tl.constexpr,
             N: tl.constexpr, NP: tl.constexpr, CP: tl.constexpr, SUB: tl.constexpr, ITERS: tl.constexpr,
@@ -147,28 +161,13 @@ def _finish(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R, strid
     rows = tl.arange(0, NP)
     draft_row = rows < N - 1
     d_next = tl.load(chain_ptr + (rows + 1) * stride_c, mask=draft_row, other=0)
-    m_r = tl.load(rowf_ptr + rows * 4, mask=rows < N, other=0.0, cache_modifier=".cg")
-    z_r = tl.load(rowf_ptr + rows * 4 + 1, mask=rows < N, other=1.0, cache_modifier=".cg")
-    zk_r = tl.load(rowf_ptr + rows * 4 + 3, mask=rows < N, other=1.0, cache_modifier=".cg")
-    x0_r = tl.load(rowi_ptr + rows * 2, mask=rows < N, other=0, cache_modifier=".cg").to(tl.uint32, bitcast=True)
-    if not NUCLEUS:
-        zk_r = z_r
-        x0_r = tl.zeros_like(x0_r)
+    m_r, zk_r, x0_r = _row_dist(rowf_ptr, rowi_ptr, rows, rows < N, NUCLEUS)
     l_d = tl.load(logits_ptr + rows * stride_l + d_next, mask=draft_row, other=0.0).to(tl.float32)
     p = tl.where(_keys(l_d) >= x0_r, tl.exp((l_d - m_r) / T) / zk_r, 0.0)
     u_row = tl.load(step_ptr) % R
     u = tl.load(u_ptr + u_row * stride_u + rows, mask=rows < N, other=0.0)
     if DRAFT_Q:
-        # q_j: searched row N + j (its m, its kept mass and cut as p's).
-        qrow = N + rows
-        mq_r = tl.load(rowf_ptr + qrow * 4, mask=draft_row, other=0.0, cache_modifier=".cg")
-        if NUCLEUS:
-            zq_r = tl.load(rowf_ptr + qrow * 4 + 3, mask=draft_row, other=1.0, cache_modifier=".cg")
-            x0q_r = tl.load(rowi_ptr + qrow * 2, mask=draft_row, other=0, cache_modifier=".cg").to(tl.uint32,
-                                                                                                   bitcast=True)
-        else:
-            zq_r = tl.load(rowf_ptr + qrow * 4 + 1, mask=draft_row, other=1.0, cache_modifier=".cg")
-            x0q_r = tl.zeros_like(x0_r)
+        mq_r, zq_r, x0q_r = _row_dist(rowf_ptr, rowi_ptr, N + rows, draft_row, NUCLEUS)   # q_j: row N + j
         ql_d = tl.load(q_ptr + rows * stride_q + d_next, mask=draft_row, other=0.0).to(tl.float32)
         q_d = tl.where(_keys(ql_d) >= x0q_r, tl.exp((ql_d - mq_r) / T) / zq_r, 0.0)
         miss = draft_row & ~(u * q_d < p)                    # accepted with probability min(1, p / q)
@@ -271,22 +270,10 @@ def _residual_pass(logits_ptr, stride_l, chain_ptr, stride_c, u_ptr, step_ptr, R
     program drawing the last ticket picks the chunk by (1 - u_S) of the total and scans it."""
     a = tl.load(a_ptr, cache_modifier=".cg")
     has_q = a < N - 1
-    m = tl.load(rowf_ptr + a * 4, cache_modifier=".cg")
-    if nucleus:
-        zk = tl.load(rowf_ptr + a * 4 + 3, cache_modifier=".cg")
-        x0 = tl.load(rowi_ptr + a * 2, cache_modifier=".cg").to(tl.uint32, bitcast=True)
-    else:
-        zk = tl.load(rowf_ptr + a * 4 + 1, cache_modifier=".cg")
-        x0 = tl.zeros((), dtype=tl.uint32)
+    m, zk, x0 = _row_dist(rowf_ptr, rowi_ptr, a, a >= 0, nucleus)
     a_q = tl.minimum(a, N - 2)                                   # a real row of q (unused when not has_q)
     a_q = tl.maximum(a_q, 0)
-    mq = tl.load(rowf_ptr + (N + a_q) * 4, mask=has_q, other=0.0, cache_modifier=".cg")
-    if nucleus:
-        zq = tl.load(rowf_ptr + (N + a_q) * 4 + 3, mask=has_q, other=1.0, cache_modifier=".cg")
-        x0q = tl.load(rowi_ptr + (N + a_q) * 2, mask=has_q, other=0, cache_modifier=".cg").to(tl.uint32, bitcast=True)
-    else:
-        zq = tl.load(rowf_ptr + (N + a_q) * 4 + 1, mask=has_q, other=1.0, cache_modifier=".cg")
-        x0q = tl.zeros((), dtype=tl.uint32)
+    mq, zq, x0q = _row_dist(rowf_ptr, rowi_ptr, N + a_q, has_q, nucleus)
     drop = tl.load(chain_ptr + (a + 1) * stride_c, mask=has_q, other=-1)
     CHUNK: tl.constexpr = SUB * ITERS
     offs = tl.arange(0, SUB)
