@@ -23,8 +23,16 @@ from .pass_manager import PassStats
 _counter = itertools.count()
 
 
+# A pass's notes, and the "; "-separated parts of one note, after the first go on lines of their
+# own, indented: pdl_swap's summary and chains, stage_commit's writes run to thousands of
+# characters on one line otherwise.
+NOTE_INDENT = "    "
+
+
 def format_summary(stats: list[PassStats], role: str, timings: bool = True) -> str:
-    """The pass table; timings=False prints '-' for times (stable text for expect tests)."""
+    """The pass table, a pass's first note on its row and each further note (or part of one) on a
+    line of its own (``NOTE_INDENT``); timings=False prints '-' for times (stable text for expect
+    tests)."""
     lines = [f"lingc pass summary (role {role})",
              f"{'pass':<20} {'matches':>7}  {'ops before -> after':>20}  {'time ms':>8}  note"]
     for s in stats:
@@ -32,11 +40,12 @@ def format_summary(stats: list[PassStats], role: str, timings: bool = True) -> s
             lines.append(f"{s.name:<20} {'-':>7}  {'-':>20}  {'-':>8}  skipped: {s.skipped}")
             continue
         ops = f"{s.ops_before} -> {s.ops_after}"
-        note = "; ".join(s.notes)
+        notes = [part for n in s.notes for part in n.split("; ")]
         if s.max_abs_err is not None:
-            note = (note + "; " if note else "") + f"verify: abs {s.max_abs_err:.2e} rel {s.max_rel_err:.2e}"
+            notes.append(f"verify: abs {s.max_abs_err:.2e} rel {s.max_rel_err:.2e}")
         t = f"{s.time_ms:>8.1f}" if timings else f"{'-':>8}"
-        lines.append(f"{s.name:<20} {s.matches:>7}  {ops:>20}  {t}  {note}".rstrip())
+        lines.append(f"{s.name:<20} {s.matches:>7}  {ops:>20}  {t}  {notes[0] if notes else ''}".rstrip())
+        lines.extend(NOTE_INDENT + n for n in notes[1:])
     return "\n".join(lines) + "\n"
 
 

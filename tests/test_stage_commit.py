@@ -239,18 +239,18 @@ def test_expect_dump(setup, tmp_path):
 """)
     text = format_summary([s for s in report.stats if s.name in ("stage_commit", "cleanup")], "verify",
                           timings=False)
-    assert_expected_inline(text.replace("; ", ";\n    "), """\
+    assert_expected_inline(text, """\
 lingc pass summary (role verify)
 pass                 matches   ops before -> after   time ms  note
-stage_commit               8          1858 -> 2061         -  arg50_1: positional write (index_put.default), not staged;
-    arg115_1: positional write (index_put.default), not staged;
-    arg4_1: sliding window staged over 6 positions;
-    arg14_1: recurrence staged over 6 positions;
-    arg24_1: sliding window staged over 6 positions;
-    arg34_1: recurrence staged over 6 positions;
-    arg66_1: sliding window staged over 6 positions;
-    arg76_1: recurrence staged over 6 positions;
-    arg90_1: sliding window staged over 6 positions;
+stage_commit               8          1858 -> 2061         -  arg50_1: positional write (index_put.default), not staged
+    arg115_1: positional write (index_put.default), not staged
+    arg4_1: sliding window staged over 6 positions
+    arg14_1: recurrence staged over 6 positions
+    arg24_1: sliding window staged over 6 positions
+    arg34_1: recurrence staged over 6 positions
+    arg66_1: sliding window staged over 6 positions
+    arg76_1: recurrence staged over 6 positions
+    arg90_1: sliding window staged over 6 positions
     arg100_1: recurrence staged over 6 positions
 cleanup                    0          2061 -> 2109         -
 """)

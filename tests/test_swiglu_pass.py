@@ -202,7 +202,20 @@ metadata_capture           0          1431 -> 1431         -
 fused_moe                 10          1431 -> 1097         -  5 routers, 5 expert blocks (5 with shared expert)
 swiglu_epilogue            1          1097 -> 1089         -
 fuse_projections          14          1089 -> 1057         -  6 same-input groups
-pdl_swap                  31           1057 -> 245         -  4 kda_chain, 2 mla_decode, 4 gated_head_rmsnorm, 15 rmsnorm, 2 mla_kv_write, 4 head_matmul (head gate folded into 2 mla_decode); glue: 4 copies of fresh values dropped, 0 casts folded or dropped, 0 epilogue writes made direct; 1 embedding gathers folded into their first norm; 5 MoE input norms folded into their routers; 2 latent norms folded into their cache writes; 3 region probes run, 3 reused for repeated layers; PDL coverage 49/49 kernel-launching ops (100%); chain L0 KDA: embedding_rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > swiglu_gemm_separate > gemm; chain L1 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts; chain L2 MLA: rmsnorm > gemm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > rmsnorm_router > moe_experts; chain L3 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts; chain L4 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts; chain L5 MLA: rmsnorm > gemm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > rmsnorm_router > moe_experts; chain head: rmsnorm > gemm
+pdl_swap                  31           1057 -> 245         -  4 kda_chain, 2 mla_decode, 4 gated_head_rmsnorm, 15 rmsnorm, 2 mla_kv_write, 4 head_matmul (head gate folded into 2 mla_decode)
+    glue: 4 copies of fresh values dropped, 0 casts folded or dropped, 0 epilogue writes made direct
+    1 embedding gathers folded into their first norm
+    5 MoE input norms folded into their routers
+    2 latent norms folded into their cache writes
+    3 region probes run, 3 reused for repeated layers
+    PDL coverage 49/49 kernel-launching ops (100%)
+    chain L0 KDA: embedding_rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > swiglu_gemm_separate > gemm
+    chain L1 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts
+    chain L2 MLA: rmsnorm > gemm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > rmsnorm_router > moe_experts
+    chain L3 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts
+    chain L4 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts
+    chain L5 MLA: rmsnorm > gemm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > rmsnorm_router > moe_experts
+    chain head: rmsnorm > gemm
 symm_allreduce             0            245 -> 245         -
 cleanup                    0            245 -> 245         -
 """)
