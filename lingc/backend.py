@@ -33,7 +33,7 @@ from .canonical import linear_bmm_to_mm
 from .dump import GraphDump, format_summary
 from .kernel_table import KernelTable, build_kernel_table
 from .options import LingcOptions
-from .pass_manager import PassContext, PassManager, PassStats
+from .pass_manager import PassContext, PassManager, PassStats, source_name
 from .progress import Progress
 from .shape_specialize import ShapeSpecializedGraph, has_symbolic_inputs
 
@@ -138,9 +138,10 @@ _watch = _RecompileWatch()
 class GraphCompiler:
     """The AOT forward compiler for one Dynamo graph: passes, dumps, then Inductor or ATen."""
 
-    def __init__(self, opts: LingcOptions, real_inputs: list[Any]):
+    def __init__(self, opts: LingcOptions, real_inputs: list[Any], input_names: list[str] | None = None):
         self.opts = opts
         self.real_inputs = real_inputs
+        self.input_names = input_names    # the user's names of the inputs (pass notes)
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -148,7 +149,8 @@ class GraphCompiler:
         if real is None and self.opts.verify:
             warnings.warn("lingc verify: the AOT graph's inputs do not map one to one onto Dynamo's "
                           "(aliased inputs?); verification is skipped for this graph")
-        ctx = PassContext(self.opts, real)
+        names = self.input_names if real is not None and self.input_names is not None else None
+        ctx = PassContext(self.opts, real, names)
         dump = GraphDump(self.opts.dump_dir, self.opts.role) if self.opts.dump_dir else None
         if dump is not None:
             dump.graph("00-captured", gm)
@@ -197,7 +199,8 @@ def lingc_backend(gm: fx.GraphModule, example_inputs: list[Any],
 
 
 def _compile_static(gm: fx.GraphModule, example_inputs: Sequence[Any], opts: LingcOptions) -> Callable:
-    compiler = GraphCompiler(opts, list(example_inputs))
+    names = [source_name(n.name) for n in gm.graph.nodes if n.op == "placeholder"]
+    compiler = GraphCompiler(opts, list(example_inputs), names if len(names) == len(example_inputs) else None)
     capture = (compat.functionalize_inference_backend if opts.capture == "functionalize"
                else compat.aot_inference_backend)
     return capture(compiler, compat.decomposition_table())(gm, example_inputs)

@@ -42,16 +42,35 @@ class PassContext:
     """
     options: LingcOptions
     real_inputs: Sequence[Any] | None = None
+    # What the user called the i-th input (Dynamo's source of it, `source_name`), for notes.
+    input_names: Sequence[str] | None = None
 
     @property
     def role(self) -> str:
         return self.options.role
+
+    def describe(self, node: fx.Node) -> str:
+        """A placeholder's graph name with the user's name for it: ``arg6_1 (cache_conv_0)``."""
+        if self.input_names is None or node.op != "placeholder":
+            return node.name
+        placeholders = [n for n in node.graph.nodes if n.op == "placeholder"]
+        return f"{node.name} ({self.input_names[placeholders.index(node)]})"
 
     def real_input(self, gm: fx.GraphModule, node: fx.Node) -> Any:
         if self.real_inputs is None:
             return None
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         return self.real_inputs[placeholders.index(node)]
+
+
+def source_name(dynamo_placeholder: str) -> str:
+    """Dynamo's placeholder name as the attribute path it reads:
+    ``l_self_modules_model_modules_layers_modules_0_parameters_a_log_`` -> ``model.layers.0.a_log``,
+    ``l_cache_conv_0_`` -> ``cache_conv_0``."""
+    name = dynamo_placeholder.removeprefix("l_").removeprefix("L_").rstrip("_")
+    for part in ("_modules_", "_parameters_", "_buffers_"):
+        name = name.replace(part, ".")
+    return name.removeprefix("self.")
 
 
 @dataclass

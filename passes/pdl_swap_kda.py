@@ -139,11 +139,12 @@ class KdaCores:
             elif len(wins) == 1:
                 win = wins[0]
             else:
-                self.notes.append(f"{st['ph'].name}: recurrent state without one conv window (or three) feeding it, left")
+                self.notes.append(f"{self.ctx.describe(st['ph'])}: recurrent state without one conv window "
+                                  f"(or three) feeding it, left")
                 continue
             why = self._kda_one(g, st, win)
             if why:
-                self.notes.append(f"{st['ph'].name}: KDA chain left ({why})")
+                self.notes.append(f"{self.ctx.describe(st['ph'])}: KDA chain left ({why})")
             else:
                 matches += 1
         if matches:

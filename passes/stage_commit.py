@@ -106,7 +106,7 @@ class StageCommit(LingcPass):
                 new_value = self._rebuild(g, ph, slot_path, committed)
             epilogue.replace_input_with(epilogue.args[1], new_value)
             matches += 1
-            self.notes.append(f"{ph.name}: {kind} staged over {T} positions")
+            self.notes.append(f"{self.ctx.describe(ph)}: {kind} staged over {T} positions")
         commits[0].replace_all_uses_with(accept)
         g.erase_node(commits[0])
         eliminate_dead_code(g)
@@ -138,14 +138,14 @@ class StageCommit(LingcPass):
             if is_call(new, *SLOT_WRITES) and new.args[0] is ph:
                 path, inner = [new], new.args[1]
             if is_call(inner, *POSITIONAL_WRITES):
-                self.notes.append(f"{ph.name}: positional write ({inner.target.__name__}), not staged")
+                self.notes.append(f"{self.ctx.describe(ph)}: positional write ({inner.target.__name__}), not staged")
                 continue
             value = inner.args[1] if is_call(inner, aten.copy.default) else inner
             if path and not is_call(inner, aten.copy.default):
-                self.notes.append(f"{ph.name}: slot write of an unrecognised form, not staged")
+                self.notes.append(f"{self.ctx.describe(ph)}: slot write of an unrecognised form, not staged")
                 continue
             if not depends_on(value, ph, order):
-                self.notes.append(f"{ph.name}: overwritten without reading it (not recurrent), not staged")
+                self.notes.append(f"{self.ctx.describe(ph)}: overwritten without reading it (not recurrent), not staged")
                 continue
             out.append((n, ph, path, value))
         return out

@@ -478,3 +478,18 @@ def test_inductor_lowering_messages_never_print_the_ir():
     assert OperatorIssue.__dict__["operator_str"] is before
     with pytest.raises(AssertionError, match="the IR was printed"):
         MissingOperatorWithoutDecomp("lingc.op", [DeepIR()], {})
+
+
+def test_notes_name_inputs_as_the_user_did():
+    """Dynamo's placeholder names become the attribute paths they read, and a pass's note names a
+    graph input by both its graph name and that path (no path without the one-to-one map)."""
+    from lingc.pass_manager import source_name
+    assert source_name("l_self_modules_model_modules_layers_modules_0_parameters_a_log_") == "model.layers.0.a_log"
+    assert source_name("l_self_modules_norm_buffers_inv_freq_") == "norm.inv_freq"
+    assert source_name("l_cache_conv_0_") == "cache_conv_0"
+    g = torch.fx.Graph()
+    a, b = g.placeholder("arg0_1"), g.placeholder("arg1_1")
+    g.output(g.call_function(torch.add, (a, b)))
+    named = PassContext(LingcOptions(), [None, None], ["cache_conv_0", "r_pos_chain"])
+    assert [named.describe(a), named.describe(b)] == ["arg0_1 (cache_conv_0)", "arg1_1 (r_pos_chain)"]
+    assert PassContext(LingcOptions()).describe(b) == "arg1_1"

@@ -242,16 +242,16 @@ def test_expect_dump(setup, tmp_path):
     assert_expected_inline(text, """\
 lingc pass summary (role verify)
 pass                 matches   ops before -> after   time ms  note
-stage_commit               8          1858 -> 2061         -  arg50_1: positional write (index_put.default), not staged
-    arg115_1: positional write (index_put.default), not staged
-    arg4_1: sliding window staged over 6 positions
-    arg14_1: recurrence staged over 6 positions
-    arg24_1: sliding window staged over 6 positions
-    arg34_1: recurrence staged over 6 positions
-    arg66_1: sliding window staged over 6 positions
-    arg76_1: recurrence staged over 6 positions
-    arg90_1: sliding window staged over 6 positions
-    arg100_1: recurrence staged over 6 positions
+stage_commit               8          1858 -> 2061         -  arg50_1 (cache_kv_0): positional write (index_put.default), not staged
+    arg115_1 (cache_kv_1): positional write (index_put.default), not staged
+    arg4_1 (cache_conv_0): sliding window staged over 6 positions
+    arg14_1 (cache_state_0): recurrence staged over 6 positions
+    arg24_1 (cache_conv_1): sliding window staged over 6 positions
+    arg34_1 (cache_state_1): recurrence staged over 6 positions
+    arg66_1 (cache_conv_2): sliding window staged over 6 positions
+    arg76_1 (cache_state_2): recurrence staged over 6 positions
+    arg90_1 (cache_conv_3): sliding window staged over 6 positions
+    arg100_1 (cache_state_3): recurrence staged over 6 positions
 cleanup                    0          2061 -> 2109         -
 """)
 
