@@ -12,7 +12,7 @@ import torch
 from expecttest import assert_expected_inline
 
 from backend_helpers import compile_lingc, compiled_and_eager_greedy, run_and_report, stat
-from lingc.backend import RecompileError, compile_reports
+from lingc.backend import compile_reports
 from lingc.dump import format_summary
 from lingc.models import Ling3Cache, build_model, preset
 from lingc.options import LingcOptions
