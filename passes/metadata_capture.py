@@ -38,12 +38,12 @@ class MetadataCapture(LingcPass):
             host, device_value, what = n.args
             n.replace_all_uses_with(device_value)
             g.erase_node(n)
-            refilled.append(f"{what} (was {self.ctx.describe(host)})")
+            refilled.append(f"{what}, was {self.ctx.describe(host)}")
         if refilled:
             eliminate_dead_code(g)
             gm.recompile()
             unread = [self.ctx.describe(p) for p in g.nodes if p.op == "placeholder" and not p.users]
-            self.notes.append("computed on the device: " + ", ".join(refilled))
+            self.notes += [f"computed on the device: {r}" for r in refilled]
             if unread:
                 self.notes.append("inputs no longer read: " + ", ".join(unread))
         return len(nodes)
