@@ -8,7 +8,7 @@
 set -u
 source "$(dirname "$0")/device_env.sh"
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$GPU"
-DURATIONS=8 timeout 260 $PYT tests/test_sampled_targets.py tests/test_relay_sampling.py \
+DURATIONS=8 timeout 220 $PYT tests/test_sampled_targets.py tests/test_relay_sampling.py \
     tests/test_pdl_glue.py tests/test_greedy_verdict.py tests/test_norm_kernels.py \
     tests/test_relay_advance.py 2>&1 | stamp > "$OUT/pytest_gpu.log"
 grep -E "passed|failed|error" "$OUT/pytest_gpu.log" | tail -3
@@ -17,7 +17,7 @@ if [[ "$GPU" == *H200* ]]; then   # the README table first: no H200 lent since s
     table_modes table_lingc lingc,lingc-nextn 200
     grep -E "^\S*\s*\||speculative|Error" "$OUT/table_lingc.log" | head -16
 else
-    lingc_decode 0 230 --sampled-verify --sampled-top-p 0.9 1 --tokens 32 --profile
+    lingc_decode 0 210 --sampled-verify --sampled-top-p 0.9 1 --tokens 32 --profile
     grep -E "^\S*\s*\| lingc|_sample|sampled drafts|greedy output|Error|per graph|by kind" "$OUT/decode.log" | head -30
 fi
 save_triton_cache
