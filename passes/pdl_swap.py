@@ -465,7 +465,7 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, GqaRope, LingcPass):
 
     def _coverage(self, g: fx.Graph) -> None:
         """PDL coverage (lingc kernels / kernel-launching ops), what stays and why, and each
-        layer's chain of lingc ops."""
+        layer's chain of lingc ops (layers of one kind with the same chain on one line)."""
         cats = {n: classify(n, False) for n in g.nodes if n.op == "call_function"}
         kernels = [n for n, c in cats.items() if c != "glue"]
         lingc = [n for n in kernels if cats[n] == "lingc"]
@@ -485,7 +485,7 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, GqaRope, LingcPass):
         for reason, ops in sorted(groups.items(), key=lambda kv: -sum(kv[1].values())):
             detail = ", ".join(f"{k} x{v}" for k, v in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0])))
             self.notes.append(f"left {sum(ops.values())}: {reason} [{detail}]")
-        for label, chain in _chains(lingc):
+        for label, chain in _grouped(_chains(lingc)):
             self.notes.append(f"chain {label}: " + " > ".join(chain))
 
 
@@ -514,6 +514,36 @@ def _leftover_reason(n: fx.Node, cache_write: set) -> str:
     return "glue outside the matched cores (layout copies, sampling, an unfolded MLA head gate)"
 
 
+
+
+def _grouped(chains: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
+    """Layers of one kind with the same chain as one line, "L1, L3-L4 KDA" (a 42-layer model has a
+    handful of distinct chains), in the order each chain first appears."""
+    layers: dict[tuple, list[int]] = {}
+    out: list[tuple[str, list[str]]] = []
+    for label, chain in chains:
+        if not label.startswith("L"):
+            out.append((label, chain))
+            continue
+        num, kind = label[1:].split(" ")
+        key = (kind, tuple(chain))
+        if key not in layers:
+            layers[key] = []
+            out.append((key, chain))
+        layers[key].append(int(num))
+    return [(label if isinstance(label, str) else f"{_ranges(layers[label])} {label[0]}", chain)
+            for label, chain in out]
+
+
+def _ranges(nums: list[int]) -> str:
+    """[1, 3, 4, 5, 7] -> "L1, L3-L5, L7"."""
+    runs: list[list[int]] = []
+    for n in nums:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(f"L{r[0]}" if len(r) == 1 else f"L{r[0]}-L{r[-1]}" for r in runs)
 
 
 def _chains(lingc: list[fx.Node]) -> list[tuple[str, list[str]]]:

@@ -1124,11 +1124,8 @@ def test_expect_dump(tiny, tmp_path):
 4 kda_chain, 2 mla_decode, 4 gated_head_rmsnorm, 15 rmsnorm, 2 mla_kv_write, 4 head_matmul (head gate folded into 2 mla_decode); glue: 4 copies of fresh values dropped, 0 casts folded or dropped, 0 epilogue writes made direct; 1 embedding gathers folded into their first norm; 5 MoE input norms folded into their routers; 2 latent norms folded into their cache writes; 3 region probes run, 3 reused for repeated layers
 PDL coverage 49/49 kernel-launching ops (100%)
 chain L0 KDA: embedding_rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > swiglu_gemm_separate > gemm
-chain L1 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts
-chain L2 MLA: rmsnorm > gemm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > rmsnorm_router > moe_experts
-chain L3 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts
-chain L4 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts
-chain L5 MLA: rmsnorm > gemm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > rmsnorm_router > moe_experts
+chain L1, L3-L4 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts
+chain L2, L5 MLA: rmsnorm > gemm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > rmsnorm_router > moe_experts
 chain head: rmsnorm > gemm
 """)
 
@@ -1325,3 +1322,13 @@ def test_zero_centered_norm_gain_rounded_in_bf16_is_left(tmp_path):
     kernels = {op: n for cat, op, n, _ in report.kernels.rows if cat != "glue"}
     assert "aten.add.Tensor" in kernels, report.kernels.format()          # the bf16 gain stays
     assert torch.equal(out, want) and torch.equal(buf, want_buf)
+
+
+def test_chains_of_one_kind_and_form_share_a_line():
+    """The chain notes group layers of one kind with the same ops (a 42-layer model lists a few
+    chains, not 42), ranges of consecutive layers shortened, in first-appearance order."""
+    from passes.pdl_swap import _grouped
+    kda, mla, tail = ["rmsnorm", "gemm", "kda_chain"], ["rmsnorm", "mla_decode"], ["rmsnorm", "gemm_argmax"]
+    chains = [("L0 KDA", kda + ["x"]), ("L1 KDA", kda), ("L2 KDA", kda), ("L3 KDA", kda), ("L4 MLA", mla),
+              ("L5 KDA", kda), ("L6 MLA", mla), ("L7 MLA", mla + ["y"]), ("head", tail)]
+    assert [label for label, _ in _grouped(chains)] == ["L0 KDA", "L1-L3, L5 KDA", "L4, L6 MLA", "L7 MLA", "head"]

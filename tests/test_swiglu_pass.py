@@ -210,11 +210,8 @@ pdl_swap                  31           1057 -> 245         -  4 kda_chain, 2 mla
     3 region probes run, 3 reused for repeated layers
     PDL coverage 49/49 kernel-launching ops (100%)
     chain L0 KDA: embedding_rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm > swiglu_gemm_separate > gemm
-    chain L1 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts
-    chain L2 MLA: rmsnorm > gemm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > rmsnorm_router > moe_experts
-    chain L3 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts
-    chain L4 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts
-    chain L5 MLA: rmsnorm > gemm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > rmsnorm_router > moe_experts
+    chain L1, L3-L4 KDA: rmsnorm > gemm > kda_chain > gated_head_rmsnorm > gemm > rmsnorm_router > moe_experts
+    chain L2, L5 MLA: rmsnorm > gemm > mla_kv_write > head_matmul > mla_decode > head_matmul > gemm > rmsnorm_router > moe_experts
     chain head: rmsnorm > gemm
 symm_allreduce             0            245 -> 245         -
 cleanup                    0            245 -> 245         -
