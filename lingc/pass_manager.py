@@ -54,6 +54,8 @@ class PassContext:
         if self.input_names is None or node.op != "placeholder":
             return node.name
         placeholders = [n for n in node.graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(self.input_names):     # not the graph the names were taken for
+            return node.name
         return f"{node.name} ({self.input_names[placeholders.index(node)]})"
 
     def real_input(self, gm: fx.GraphModule, node: fx.Node) -> Any:

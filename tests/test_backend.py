@@ -493,3 +493,6 @@ def test_notes_name_inputs_as_the_user_did():
     named = PassContext(LingcOptions(), [None, None], ["cache_conv_0", "r_pos_chain"])
     assert [named.describe(a), named.describe(b)] == ["arg0_1 (cache_conv_0)", "arg1_1 (r_pos_chain)"]
     assert PassContext(LingcOptions()).describe(b) == "arg1_1"
+    other = torch.fx.Graph()
+    c = other.placeholder("arg0_1")
+    assert named.describe(c) == "arg0_1", "a graph of another input count takes no names"
