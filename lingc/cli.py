@@ -22,9 +22,28 @@ from .runtime.relay.engine import MAX_STEPS
 
 
 def _device(name: str | None) -> torch.device:
-    if name:
-        return torch.device(name)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """--device as a torch.device, or a message naming what is wrong with it."""
+    if not name:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise SystemExit(f"--device {name}: not a device; use cpu or cuda (cuda:N for one GPU)") from None
+    if dev.type == "meta":
+        # The passes check what they match on real values (region probes, the router's selection
+        # against its reference), which meta tensors do not have.
+        raise SystemExit("--device meta: lingc compiles with real tensors (its passes check their "
+                         "matches on real values); use cpu or cuda")
+    if dev.type not in ("cpu", "cuda"):
+        raise SystemExit(f"--device {name}: lingc runs on cpu or cuda")
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise SystemExit(f"--device {name}: this machine has no CUDA GPU (or this torch build has "
+                             f"no CUDA); use cpu")
+        if dev.index is not None and dev.index >= count:
+            raise SystemExit(f"--device {name}: this machine has {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}")
+    return dev
 
 
 def source_label(preset_name: str | None, checkpoint: str | None) -> str:

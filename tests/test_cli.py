@@ -90,3 +90,15 @@ def test_explain_refuses_a_context_past_the_positions():
               "--steps", "3"])
     assert main(["explain", "--preset", "tiny", "--device", "cpu", "--context", "4080", "--role", "verify-step",
                  "--steps", "3"]) == 0
+
+
+@pytest.mark.parametrize("device, message", [
+    ("bogus", r"--device bogus: not a device; use cpu or cuda"),
+    ("meta", r"--device meta: lingc compiles with real tensors"),
+    ("mps", r"--device mps: lingc runs on cpu or cuda"),
+    ("cuda:64", r"--device cuda:64: this machine has (no CUDA GPU|\d+ CUDA GPU\(s\))"),
+])
+@pytest.mark.parametrize("cmd", ["run", "explain"])
+def test_a_bad_device_is_refused_before_any_work(cmd, device, message):
+    with pytest.raises(SystemExit, match=message):
+        main([cmd, "--preset", "tiny", "--device", device])
