@@ -188,6 +188,19 @@ def test_engine_sampled_requests_stop_at_a_stop_id(engine):
         assert eng.generate(PROMPT, 24, stop=[stop], **kw) == want, (speculative, full, stop)
 
 
+def test_no_state_pollution_after_sampled_requests(engine):
+    """design.md's gate for sampling: greedy requests after sampled ones (another prompt, another
+    top_p) give the same tokens as before them, and a seeded request repeats. (On this file's
+    engine, whose sampled graphs the other tests compile anyway.)"""
+    _, eng = engine
+    greedy = eng.generate(PROMPT, 24)
+    s1 = eng.generate(PROMPT, 24, temperature=0.9, seed=1)
+    s2 = eng.generate([3, 1, 4, 1, 5], 24, temperature=1.3, top_p=0.9, seed=2)
+    assert eng.generate(PROMPT, 24) == greedy
+    assert eng.generate(PROMPT, 24, temperature=0.9, seed=1) == s1       # seeded: reproducible
+    assert s1 != greedy and len(s2) >= 1
+
+
 def test_engine_speculative_sampling(engine):
     """The relay samples: a nucleus holding one token gives the greedy tokens; a seed reproduces
     a request and another seed differs; drafts are accepted (the NEXTN draft agrees with the
