@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import copy
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -53,9 +54,10 @@ class PassContext:
         """A placeholder's graph name with the user's name for it: ``arg6_1 (cache_conv_0)``."""
         if self.input_names is None or node.op != "placeholder":
             return node.name
-        placeholders = [n for n in node.graph.nodes if n.op == "placeholder"]
-        if len(placeholders) != len(self.input_names):     # not the graph the names were taken for
-            return node.name
+        # The captured graph's placeholders lead it: no walk over its (tens of thousands of) nodes.
+        placeholders = list(itertools.takewhile(lambda n: n.op == "placeholder", node.graph.nodes))
+        if node not in placeholders or len(placeholders) != len(self.input_names):
+            return node.name                               # not the graph the names were taken for
         return f"{node.name} ({self.input_names[placeholders.index(node)]})"
 
     def real_input(self, gm: fx.GraphModule, node: fx.Node) -> Any:

@@ -519,20 +519,15 @@ def _leftover_reason(n: fx.Node, cache_write: set) -> str:
 def _grouped(chains: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
     """Layers of one kind with the same chain as one line, "L1, L3-L4 KDA" (a 42-layer model has a
     handful of distinct chains), in the order each chain first appears."""
-    layers: dict[tuple, list[int]] = {}
-    out: list[tuple[str, list[str]]] = []
+    groups: dict[tuple, list[int] | None] = {}     # (kind or label, chain) -> layer numbers
     for label, chain in chains:
-        if not label.startswith("L"):
-            out.append((label, chain))
-            continue
-        num, kind = label[1:].split(" ")
-        key = (kind, tuple(chain))
-        if key not in layers:
-            layers[key] = []
-            out.append((key, chain))
-        layers[key].append(int(num))
-    return [(label if isinstance(label, str) else f"{_ranges(layers[label])} {label[0]}", chain)
-            for label, chain in out]
+        if label.startswith("L"):
+            num, kind = label[1:].split(" ")
+            groups.setdefault((kind, tuple(chain)), []).append(int(num))
+        else:
+            groups[(label, tuple(chain))] = None
+    return [(name if nums is None else f"{_ranges(nums)} {name}", list(chain))
+            for (name, chain), nums in groups.items()]
 
 
 def _ranges(nums: list[int]) -> str:
