@@ -13,6 +13,14 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# One intra-op thread per pytest-xdist worker: `-n 2` on two cores already keeps both busy, and
+# each worker's second OpenMP thread (and the tensor-parallel tests' spawned ranks', which inherit
+# OMP_NUM_THREADS) spin-waited on a core the other worker needed. On a 2-core machine the suite
+# took 20-21 minutes that way; a relay-sampling test took 21 s alone but 96 s inside it.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 
 def _interpreter_dot_per_element() -> None:
     """Make the interpreter's fp32 ``tl.dot`` give each output element independently of its
