@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Session 64 call 2 (carry .whl; timeout_s ~590): moe_align in the router's selection
-# (lingc.rmsnorm_router_align, passes/pdl_align_fold.py), CPU-built: the router, align and
+# Session 64 call 2 (carry .whl; timeout_s ~590; run with benchmarks/results/
+# align_in_selection_s64_c2.patch applied, which the session did not keep): moe_align in the
+# router's selection (lingc.rmsnorm_router_align, passes/pdl_align_fold.py), CPU-built: the router, align and
 # expert GPU tests (the folded chain under capture, PDL on and off), then the relay step with
 # the fold (the table's default) against PdlSwap.fold_align = False in the same call, with
 # --profile (the selection's and align's critical us), then the relay GPU tests (verify's
