@@ -32,11 +32,8 @@ from lingc.runtime.kernels.moe_align.naive import no_expert
 from lingc.runtime.kernels.moe_align.kernel import SINGLE_LAUNCH_MAX_PAIRS, moe_align_triton
 from lingc.runtime.kernels.moe_router import (grouped_topk_reference, moe_router, moe_router_reference,
                                               rmsnorm_router_reference, router_logits)
-from lingc.runtime.kernels.moe_router import kernel as router_kernel
-from lingc.runtime.kernels.moe_router.kernel import (logits_on_tensor_cores, moe_router_triton, moe_select_triton,
-                                                     redux_pack, router_block_e, rmsnorm_router_triton,
-                                                     router_row_groups)
-from lingc.runtime.kernels.moe_router.logits_mma import mma_chunks
+from lingc.runtime.kernels.moe_router.kernel import (moe_router_triton, moe_select_triton, redux_pack, router_block_e,
+                                                     rmsnorm_router_triton, router_row_groups)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [torch.float32, torch.bfloat16]
@@ -338,7 +335,7 @@ def test_router_row_groups_do_not_change_bits(groups):
     outs = []
     for g in (1, groups):
         logits = torch.full((t, 64), float("nan"), device=DEVICE)
-        ids, wts = run_router(x, w, bias, 8, logits_out=logits, row_groups=g, tensor_cores=False)
+        ids, wts = run_router(x, w, bias, 8, logits_out=logits, row_groups=g)
         assert not logits.isnan().any(), f"row groups {g}: logits left unwritten"
         outs.append((logits, ids, wts))
     assert all(torch.equal(a, b) for a, b in zip(*outs))
@@ -361,57 +358,6 @@ def test_router_logits_workspace():
     logits = torch.full((6, 64), float("nan"), device=DEVICE)
     run_router(x, w, bias, 8, logits_out=logits)
     torch.testing.assert_close(logits.cpu(), exact_logits(x, w), atol=1e-5, rtol=1e-5)
-
-
-def test_router_logits_on_tensor_cores_when():
-    bf, f32, f16 = torch.bfloat16, torch.float32, torch.float16
-    nw = torch.ones(8, dtype=bf)
-    assert all(logits_on_tensor_cores(t, bf, bf) for t in (1, 6, 16))
-    assert logits_on_tensor_cores(6, bf, bf, nw) and logits_on_tensor_cores(6, bf, bf, nw, True)
-    assert not logits_on_tensor_cores(17, bf, bf)                   # past the 16-row tile
-    assert not logits_on_tensor_cores(1, f32, f32) and not logits_on_tensor_cores(1, f16, f16)
-    assert not logits_on_tensor_cores(1, bf, bf, nw.float())        # an fp32 norm weight
-    assert mma_chunks(2560) == (512, 5) and mma_chunks(96) == (128, 1) and mma_chunks(8) == (16, 1)
-
-
-def test_router_logits_switch_picks_the_vector_kernel(monkeypatch):
-    # LOGITS_MMA = False (the benchmarks' A/B switch) runs the vector kernel: its bits, which the
-    # tensor-core kernel's differ from here (other summation orders).
-    x, w, bias = make_router_inputs(6, 64, 1100, torch.bfloat16, seed=62)
-    vector = torch.empty(6, 64, device=DEVICE)
-    run_router(x, w, bias, 8, logits_out=vector, tensor_cores=False)
-    mma = torch.empty(6, 64, device=DEVICE)
-    run_router(x, w, bias, 8, logits_out=mma)
-    monkeypatch.setattr(router_kernel, "LOGITS_MMA", False)
-    switched = torch.empty(6, 64, device=DEVICE)
-    run_router(x, w, bias, 8, logits_out=switched)
-    assert torch.equal(switched, vector) and not torch.equal(mma, vector)
-
-
-@pytest.mark.parametrize("t", [1, 6, 16])
-def test_router_mma_logits_over_several_chunks(t):
-    # H = 1100: three partials a logit (the last chunk 76 columns); 48 experts in 3 blocks of
-    # 16. The selection's summed logits (a NaN-poisoned buffer, every element written) against
-    # the exact products, and the picks against the reference on them.
-    e, n_group = 48, 4
-    x, w, bias = make_router_inputs(t, e, 1100, torch.bfloat16, seed=63 + t)
-    logits = torch.full((t, e), float("nan"), device=DEVICE)
-    ids, wts = run_router(x, w, bias, n_group, logits_out=logits, tensor_cores=True)
-    assert not logits.isnan().any(), "logits left unwritten"
-    torch.testing.assert_close(logits.cpu(), exact_logits(x, w), atol=1e-5, rtol=1e-5)
-    assert_router_matches(ids, wts, *py_router(exact_logits(x, w), bias, n_group, TOPK_GROUP, TOP_K, SCALING, True))
-
-
-def test_router_mma_logits_batch_invariant():
-    # The 16-row tile at every T: a row's summed logits, ids and weights are its bits among 16.
-    x, w, bias = make_router_inputs(16, 48, 1100, torch.bfloat16, seed=64)
-    full = torch.empty(16, 48, device=DEVICE)
-    ids16, w16 = run_router(x, w, bias, 4, logits_out=full, tensor_cores=True)
-    for rows in (slice(0, 1), slice(0, 6), slice(9, 10)):
-        n = rows.stop - rows.start
-        part = torch.empty(n, 48, device=DEVICE)
-        ids, wts = run_router(x[rows], w, bias, 4, logits_out=part, tensor_cores=True)
-        assert torch.equal(part, full[rows]) and torch.equal(ids, ids16[rows]) and torch.equal(wts, w16[rows])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -681,45 +627,21 @@ _ROUTER_COMPILE_CHECK = textwrap.dedent("""
         assert v4 >= (16 if wdt == "*fp32" else 8), (wdt, v4)
         assert "griddepcontrol.launch_dependents" in ptx
         print("logits", block_e, wdt, "norm" if norm else "", re.findall(r"Used \\d+ registers", info))
-    # The tensor-core logits (logits_mma.py) at Ling-3's shape: no norm, the default norm and the
-    # Llama form. The gate tile ([16, 512] bf16 over 256 threads: 4 16-byte loads each) before
-    # the wait, the products on MMAs, no spills.
-    from lingc.runtime.kernels.moe_router.logits_mma import MMA_WARPS, _router_logits_mma_kernel
-    fn = _router_logits_mma_kernel
-    for norm in (False, True, "llama"):
-        ptrs = dict(x_ptr="*bf16", w_ptr="*bf16", part_ptr="*fp32", ss_ptr="*fp32", res_ptr="*bf16",
-                    nw_ptr="*bf16", h_ptr="*bf16", y_ptr="*bf16")
-        ints = ["T", "H", "stride_xt", "stride_we", "stride_rt", "stride_ht", "SLICE", "stride_yt"]
-        const = dict(stride_xh=1, E=512, BT=16, BLOCK_E=16, BK=512, NSUB=8, USE_GDC=True, NORM=bool(norm),
-                     HAS_RES=bool(norm), DOT_UPCAST=False, ROUND_BEFORE_WEIGHT=norm == "llama", KS=5)
-        attrs = divisible_by_16(fn, [n for n in list(ptrs) + ints if n not in ("T", "SLICE")])
-        ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, ["eps"]), const, attrs, num_warps=MMA_WARPS)
-        assert " 0 bytes spill stores" in info, (norm, info)
-        before = ptx.split("griddepcontrol.wait")[0]
-        assert len(re.findall(r"ld\\.global(\\.\\w+)*\\.v4", before)) >= 4, norm
-        assert "mma.sync" in ptx or "wgmma" in ptx, norm
-        assert "griddepcontrol.launch_dependents" in ptx
-        print("mma logits", norm, re.findall(r"Used \\d+ registers", info))
     fn = _moe_router_select_kernel
     ptrs = dict(logits_ptr="*fp32", bias_ptr="*fp32", ids_ptr="*i32", wts_ptr="*fp32")
     ints = ["stride_lt", "stride_it", "stride_wt"]
     const = dict(N_GROUP=8, GROUP_SIZE=64, TOPK_GROUP=4, TOP_K=8, RENORMALIZE=True, G_PAD=8, GS_PAD=64,
                  KG_PAD=4, USE_GDC=True, G_BITS=3, E_BITS=9, PACK=redux_pack(4, 64), CHECK_TIES=True)
-    # And over the tensor-core kernel's five partials with the norm's scale and y's programs.
-    mma_ptrs = dict(ptrs, ss_ptr="*fp32", h_ptr="*bf16", nw_ptr="*bf16", y_ptr="*bf16", out_ptr="*fp32")
-    mma_ints = ints + ["T", "stride_lk", "stride_ht", "stride_yt", "stride_ot", "H"]
-    for p, i, c in ((ptrs, ints, const),
-                    (mma_ptrs, mma_ints, dict(const, KS=5, NORM_SS=True, Y_ROWS=True, NY=5))):
-        ptx, info = compile_sm90(fn, signature(fn, p, i, ["routed_scaling", "eps"]), c,
-                                 divisible_by_16(fn, list(ptrs) + ints), num_warps=SELECT_WARPS,
-                                 maxnreg=SELECT_MAXNREG)
-        assert " 0 bytes spill stores" in info, info
-        # One warp: every reduction is warp shuffles, no shared memory, no CTA barrier; the fast
-        # path's expert picks are one redux.sync each (top_k + 1 of them), the exact path's shuffles.
-        assert "bar.sync" not in ptx and "st.shared" not in ptx and "shfl.sync" in ptx
-        assert ptx.count("redux.sync.max.s32") == 9, ptx.count("redux.sync.max.s32")
-        assert "ld.global" in ptx.split("griddepcontrol.wait")[0]   # the bias, before the wait
-        print("select", c.get("KS", 1), re.findall(r"Used \\d+ registers", info))
+    ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, ["routed_scaling"]), const,
+                             divisible_by_16(fn, list(ptrs) + ints), num_warps=SELECT_WARPS,
+                             maxnreg=SELECT_MAXNREG)
+    assert " 0 bytes spill stores" in info, info
+    # One warp: every reduction is warp shuffles, no shared memory, no CTA barrier; the fast
+    # path's expert picks are one redux.sync each (top_k + 1 of them), the exact path's shuffles.
+    assert "bar.sync" not in ptx and "st.shared" not in ptx and "shfl.sync" in ptx
+    assert ptx.count("redux.sync.max.s32") == 9, ptx.count("redux.sync.max.s32")
+    assert "ld.global" in ptx.split("griddepcontrol.wait")[0]   # the bias, before the wait
+    print("select", re.findall(r"Used \\d+ registers", info))
     # The zero-fill rule (DeepSeek-V3's router): the same fast picks, its all-expert exact picks
     # behind a branch; still one warp, no spills.
     ptx, info = compile_sm90(fn, signature(fn, ptrs, ints, ["routed_scaling"]), dict(const, ZERO_FILL=True),
@@ -1094,48 +1016,23 @@ def assert_equivalent_selection(ids, ref_ids, c, atol=1e-6):
         torch.testing.assert_close(a, b, atol=atol, rtol=0, msg=f"row {r}: {ids[r].tolist()} vs {ref_ids[r].tolist()}")
 
 
-# (dtype, tensor_cores): fp32 runs the vector kernel only.
-GPU_PATHS = [(torch.float32, False), (torch.bfloat16, False), (torch.bfloat16, True)]
-GPU_PATH_IDS = ["fp32", "bf16-vector", "bf16-mma"]
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype,cores", GPU_PATHS, ids=GPU_PATH_IDS)
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("t", [1, 6, 16])
-def test_gpu_router_ling3(t, dtype, cores):
+def test_gpu_router_ling3(t, dtype):
     g = LING3
     x, w, bias = make_router_inputs(t, g["e"], g["h"], dtype, seed=200 + t)
     logits = torch.full((t, g["e"]), float("nan"), device=DEVICE)
-    ids, wts = run_router(x, w, bias, g["n_group"], g["topk_group"], g["top_k"], g["scaling"], logits_out=logits,
-                          tensor_cores=cores)
+    ids, wts = run_router(x, w, bias, g["n_group"], g["topk_group"], g["top_k"], g["scaling"], logits_out=logits)
     torch.testing.assert_close(logits.cpu(), exact_logits(x, w), atol=1e-4, rtol=1e-4)
     # Selection from the kernel's own logits: exact up to near-ties of the biased scores.
     s = torch.sigmoid(logits)
     ref_ids, ref_w = grouped_topk_reference(s, bias, g["n_group"], g["topk_group"], g["top_k"], g["scaling"], True)
     assert_equivalent_selection(ids, ref_ids, s + bias)
     torch.testing.assert_close(wts, ref_w, atol=1e-5, rtol=0)
-    # And the op on CUDA is the kernel (the tensor-core one for bf16).
-    if cores == (dtype == torch.bfloat16):
-        op_ids, op_w = torch.ops.lingc.moe_router(x, w, bias, g["n_group"], g["topk_group"], g["top_k"], g["scaling"],
-                                                  True)
-        assert torch.equal(op_ids, ids) and torch.equal(op_w, wts)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("t", [1, 6, 16])
-def test_gpu_router_mma_against_vector_ling3(t):
-    """Both bf16 logits kernels at Ling-3's shape: logits within fp32 summation-order rounding of
-    each other, the same picks up to near-ties."""
-    g = LING3
-    x, w, bias = make_router_inputs(t, g["e"], g["h"], torch.bfloat16, seed=210 + t)
-    args = (g["n_group"], g["topk_group"], g["top_k"], g["scaling"])
-    outs = []
-    for cores in (True, False):
-        logits = torch.full((t, g["e"]), float("nan"), device=DEVICE)
-        outs.append((logits, *run_router(x, w, bias, *args, logits_out=logits, tensor_cores=cores)))
-    (l_m, ids_m, w_m), (l_v, ids_v, w_v) = outs
-    torch.testing.assert_close(l_m, l_v, atol=2e-6, rtol=2e-6)
-    assert_equivalent_selection(ids_m, ids_v, torch.sigmoid(l_v) + bias)
+    # And the op on CUDA is the kernel.
+    op_ids, op_w = torch.ops.lingc.moe_router(x, w, bias, g["n_group"], g["topk_group"], g["top_k"], g["scaling"], True)
+    assert torch.equal(op_ids, ids) and torch.equal(op_w, wts)
 
 
 def zero_fill_keys(c, n_group, topk_group):
@@ -1234,20 +1131,19 @@ def test_gpu_softmax_router(e, top_k, t, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype,cores", GPU_PATHS, ids=GPU_PATH_IDS)
-def test_gpu_router_batch_invariant(dtype, cores):
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_router_batch_invariant(dtype):
     g = LING3
     x, w, bias = make_router_inputs(16, g["e"], g["h"], dtype, seed=300)
     args = (g["n_group"], g["topk_group"], g["top_k"], g["scaling"])
-    # The vector kernel: T = 1 runs 4 experts a CTA and T > 1 8 (router_block_e), with the same
-    # warps; the tensor-core kernel: a 16-row tile, 6 or 10 of its rows padding. The logits, not
-    # only the picks, must be the same bits.
+    # T = 1 runs 4 experts a CTA and T > 1 8 (router_block_e), with the same warps: the
+    # logits, not only the picks, must be the same bits.
     assert router_block_e(g["e"], 1) != router_block_e(g["e"], 16)
     l16 = torch.empty(16, g["e"], device=DEVICE)
-    ids16, w16 = run_router(x, w, bias, *args, logits_out=l16, tensor_cores=cores)
+    ids16, w16 = run_router(x, w, bias, *args, logits_out=l16)
     for t in (1, 2, 6, 8):
         l_t = torch.empty(t, g["e"], device=DEVICE)
-        ids_t, w_t = run_router(x[:t], w, bias, *args, logits_out=l_t, tensor_cores=cores)
+        ids_t, w_t = run_router(x[:t], w, bias, *args, logits_out=l_t)
         assert torch.equal(l_t, l16[:t]), t
         assert torch.equal(ids_t, ids16[:t]) and torch.equal(w_t, w16[:t])
 
@@ -1263,8 +1159,7 @@ def test_gpu_router_row_groups_same_bits(t):
     outs = []
     for groups in (1, 2, 3, t, None):
         logits = torch.full((t, g["e"]), float("nan"), device=DEVICE)
-        outs.append((logits, *run_router(x, w, bias, *args, logits_out=logits, row_groups=groups,
-                                         tensor_cores=False)))
+        outs.append((logits, *run_router(x, w, bias, *args, logits_out=logits, row_groups=groups)))
         assert not logits.isnan().any(), groups
     for other in outs[1:]:
         assert all(torch.equal(a, b) for a, b in zip(outs[0], other))

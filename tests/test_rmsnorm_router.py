@@ -7,8 +7,6 @@ naive.rmsnorm_router_reference) - ids exactly, weights within 2e-6. Fresh random
 poisoned with NaN / -1 so an unwritten element fails; on the CPU under the interpreter at small
 shapes, on the GPU at Ling-3's (E = 512, H = 2560). With ``round_before_weight`` (the Hugging
 Face Llama form) the selection is the unfused rmsnorm + moe_router's on the kernel's y, bit for bit.
-bf16 runs both logits kernels: the split-K tensor-core one (logits_mma.py, the default at T <= 16;
-the selection launch writes y) and the vector one (``tensor_cores=False``).
 """
 import pytest
 import torch
@@ -17,7 +15,6 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from lingc.runtime.kernels.moe_router import rmsnorm_router, rmsnorm_router_reference
 from lingc.runtime.kernels.moe_router.naive import moe_router_reference
 from lingc.runtime.kernels.moe_router.kernel import rmsnorm_router_triton
-from lingc.runtime.kernels.moe_router.logits_mma import mma_chunks
 from lingc.runtime.kernels.norms.kernel import rmsnorm_triton
 from lingc.runtime.kernels.norms.naive import rmsnorm_reference
 
@@ -66,26 +63,12 @@ def assert_matches_reference(x, res, nw, gate, bias, n_group=N_GROUP, **kw):
     return y, h, ids, wts
 
 
-# (dtype, tensor_cores): fp32 has only the vector kernel.
-PATHS = [(torch.float32, False), (torch.bfloat16, False), (torch.bfloat16, True)]
-PATH_IDS = ["fp32", "bf16-vector", "bf16-mma"]
-
-
-@pytest.mark.parametrize("dtype,cores", PATHS, ids=PATH_IDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("t", [1, 2, 6])
 @pytest.mark.parametrize("h,e", [(96, 64), (40, 16)])
-def test_fused_matches_the_reference(h, e, t, dtype, cores):
+def test_fused_matches_the_reference(h, e, t, dtype):
     x, res, nw, gate, bias = make_inputs(t, e, h, dtype, seed=100 * h + 10 * t + e)
-    assert_matches_reference(x, res, nw, gate, bias, n_group=8 if e == 64 else 4, tensor_cores=cores)
-
-
-@pytest.mark.parametrize("t", [1, 16])
-def test_mma_path_over_several_hidden_chunks(t):
-    # H = 1100: three chunks of 512, the last one 76 columns wide; 48 experts in 3 blocks of 16,
-    # so h's columns come in slices of 171 per block and chunk. Every y and h column written.
-    assert mma_chunks(1100) == (512, 3)
-    x, res, nw, gate, bias = make_inputs(t, 48, 1100, torch.bfloat16, seed=40 + t)
-    assert_matches_reference(x, res, nw, gate, bias, n_group=4, tensor_cores=True)
+    assert_matches_reference(x, res, nw, gate, bias, n_group=8 if e == 64 else 4)
 
 
 def test_fused_without_residual_copies_x():
@@ -98,16 +81,13 @@ def test_every_column_written_when_h_is_not_a_multiple_of_the_expert_blocks():
     # 64 experts in 16 blocks of 4 over H = 40 columns: slices of 3, the last block writes 0-1.
     x, res, nw, gate, bias = make_inputs(2, 64, 40, torch.float32, seed=9)
     assert_matches_reference(x, res, nw, gate, bias, block_e=4)
-    # The tensor-core kernel: one 64-column chunk over 4 expert blocks of 16, slices of 16.
-    x, res, nw, gate, bias = make_inputs(2, 64, 40, torch.bfloat16, seed=9)
-    assert_matches_reference(x, res, nw, gate, bias, tensor_cores=True)
 
 
 @pytest.fixture(scope="module")
 def six_rows():
     """Six rows and their outputs at the launcher's default row groups (two groups of three)."""
     inputs = make_inputs(6, 64, 96, torch.bfloat16, seed=21)
-    return inputs, run_fused(*inputs, tensor_cores=False)
+    return inputs, run_fused(*inputs)
 
 
 @pytest.mark.parametrize("groups", [1, 2, 3])
@@ -116,19 +96,9 @@ def test_fused_batch_invariant_and_row_groups_keep_bits(groups, six_rows):
     # bits it had among all six. (The interpreter takes ~1.2 s a row here.)
     (x, res, nw, gate, bias), full = six_rows
     for n in (1, 5):
-        part = run_fused(x[:n], res[:n], nw, gate, bias, row_groups=groups, tensor_cores=False)
+        part = run_fused(x[:n], res[:n], nw, gate, bias, row_groups=groups)
         for a, b in zip(part, full):
             assert torch.equal(a, b[:n]), (n, groups)
-
-
-def test_mma_path_batch_invariant():
-    # The tensor-core kernel's 16-row tile at any T: each row's y, h, ids and weights are the
-    # bits it has among nine rows, as a prefix and alone.
-    x, res, nw, gate, bias = make_inputs(9, 64, 96, torch.bfloat16, seed=23)
-    full = run_fused(x, res, nw, gate, bias, tensor_cores=True)
-    for rows in (slice(0, 1), slice(0, 6), slice(4, 5)):
-        for a, b in zip(run_fused(x[rows], res[rows], nw, gate, bias, tensor_cores=True), full):
-            assert torch.equal(a, b[rows]), rows
 
 
 def test_strided_rows_are_read_by_their_stride():
@@ -205,8 +175,7 @@ def assert_llama_form_is_the_unfused_pair(x, res, nw, gate, bias, n_group=N_GROU
     assert not y.isnan().any(), "y has unwritten elements"
     ulp = {torch.float32: 2e-6, torch.bfloat16: 2**-7, torch.float16: 2**-10}[x.dtype]
     torch.testing.assert_close(y.float(), y_norm.float(), rtol=2 * ulp, atol=2 * ulp)
-    ids_u, wts_u = moe_router_triton(y, gate, bias, n_group, TOPK_GROUP, TOP_K, SCALING, True,
-                                     tensor_cores=kw.get("tensor_cores"))
+    ids_u, wts_u = moe_router_triton(y, gate, bias, n_group, TOPK_GROUP, TOP_K, SCALING, True)
     assert torch.equal(ids, ids_u), f"ids {ids.tolist()} != the router's on y {ids_u.tolist()}"
     assert torch.equal(wts, wts_u)
     # Against the reference: y within a rounding (the interpreter truncates its casts), and the
@@ -220,25 +189,17 @@ def assert_llama_form_is_the_unfused_pair(x, res, nw, gate, bias, n_group=N_GROU
     return y, h, ids, wts
 
 
-@pytest.mark.parametrize("dtype,cores", PATHS + [(torch.float16, False)], ids=PATH_IDS + ["fp16"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("t", [1, 2, 6])
-def test_llama_form_routes_its_rounded_rows(t, dtype, cores):
+def test_llama_form_routes_its_rounded_rows(t, dtype):
     x, res, nw, gate, bias = make_inputs(t, 64, 96, dtype, seed=300 + 10 * t)
-    assert_llama_form_is_the_unfused_pair(x, res, nw, gate, bias, tensor_cores=cores)
-
-
-def test_llama_form_on_tensor_cores_over_several_chunks():
-    # Every program sums the squares of whole rows (three chunks) before its own chunk's y.
-    x, res, nw, gate, bias = make_inputs(3, 48, 1100, torch.bfloat16, seed=310)
-    assert_llama_form_is_the_unfused_pair(x, res, nw, gate, bias, n_group=4, tensor_cores=True)
+    assert_llama_form_is_the_unfused_pair(x, res, nw, gate, bias)
 
 
 def test_llama_form_without_residual_and_in_uneven_slices():
     # H = 40 over 16 expert blocks of 4: slices of 3 columns, the last block writes 0-1.
     x, _, nw, gate, bias = make_inputs(2, 64, 40, torch.bfloat16, seed=17, residual=False)
-    _, h, _, _ = assert_llama_form_is_the_unfused_pair(x, None, nw, gate, bias, block_e=4, tensor_cores=False)
-    assert torch.equal(h, x)
-    _, h, _, _ = assert_llama_form_is_the_unfused_pair(x, None, nw, gate, bias, tensor_cores=True)
+    _, h, _, _ = assert_llama_form_is_the_unfused_pair(x, None, nw, gate, bias, block_e=4)
     assert torch.equal(h, x)
 
 
@@ -255,26 +216,23 @@ def test_llama_form_op_cpu_path_and_weight_dtype():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cores", [True, False], ids=["mma", "vector"])
 @pytest.mark.parametrize("t", [1, 6, 16])
-def test_gpu_ling3(t, cores):
+def test_gpu_ling3(t):
     x, res, nw, gate, bias = make_inputs(t, 512, 2560, torch.bfloat16, seed=700 + t)
-    assert_matches_reference(x, res, nw, gate, bias, tensor_cores=cores)
+    assert_matches_reference(x, res, nw, gate, bias)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cores", [True, False], ids=["mma", "vector"])
-def test_gpu_ling3_batch_invariant(cores):
-    x, res, nw, gate, bias = make_inputs(16, 512, 2560, torch.bfloat16, seed=777)
-    full = run_fused(x, res, nw, gate, bias, tensor_cores=cores)
-    for rows in (slice(0, 1), slice(0, 2), slice(0, 6), slice(0, 8), slice(5, 6)):
-        for a, b in zip(run_fused(x[rows], res[rows], nw, gate, bias, tensor_cores=cores), full):
-            assert torch.equal(a, b[rows]), rows
+def test_gpu_ling3_batch_invariant():
+    x, res, nw, gate, bias = make_inputs(8, 512, 2560, torch.bfloat16, seed=777)
+    full = run_fused(x, res, nw, gate, bias)
+    for n in (1, 2, 6):
+        for a, b in zip(run_fused(x[:n], res[:n], nw, gate, bias), full):
+            assert torch.equal(a, b[:n]), n
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cores", [True, False], ids=["mma", "vector"])
 @pytest.mark.parametrize("t", [1, 6])
-def test_gpu_llama_form_ling3_shapes(t, cores):
+def test_gpu_llama_form_ling3_shapes(t):
     x, res, nw, gate, bias = make_inputs(t, 512, 2560, torch.bfloat16, seed=900 + t)
-    assert_llama_form_is_the_unfused_pair(x, res, nw, gate, bias, tensor_cores=cores)
+    assert_llama_form_is_the_unfused_pair(x, res, nw, gate, bias)

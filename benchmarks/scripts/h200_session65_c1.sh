@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 65 call 1 (carry .whl; timeout_s ~590): the router's logits on tensor cores
+# Session 65 call 1 (carry .whl; timeout_s ~590; ran at d3419f7, the trial the next commit reverted,
+# saved as benchmarks/results/router_logits_mma_s65_c1.patch): the router's logits on tensor cores
 # (runtime/kernels/moe_router/logits_mma.py: split-K partials over 16-row MMA tiles, summed and
 # scaled by the selection launch, which also writes y). The router GPU tests (both logits kernels
 # at Ling-3's shapes, batch invariance, the Llama form's unfused-pair bits, the router -> align

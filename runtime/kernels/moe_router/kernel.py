@@ -2,11 +2,7 @@
 
 Design (README.md has the derivation and the measurements behind it):
 
-- Logits launch, bf16 routers at T <= 16: logits_mma.py's split-K tensor-core kernel writes KS
-  partial products per logit (and, with the block's norm, the partial sums of squares), which
-  the selection sums in a fixed order (and scales; its programs T .. 2T - 1 then write y).
-- Logits launch, the vector kernel (fp32 and fp16 routers; bf16 with ``tensor_cores=False``):
-  one CTA per BLOCK_E experts and row group (Ling-3: E = 512; one token row:
+- Logits launch: one CTA per BLOCK_E experts and row group (Ling-3: E = 512; one token row:
   BLOCK_E = 4, 128 CTAs, one per SM of an H200; more rows: BLOCK_E = 8 and the rows split over
   2 groups, 128 CTAs again). A CTA loads its whole gate tile [BLOCK_E, H] (20 KB in bf16 at
   BLOCK_E = 4) BEFORE ``gdc_wait``: the 2.6 MB cold weight read is independent of the producer,
@@ -33,8 +29,8 @@ Design (README.md has the derivation and the measurements behind it):
   (w / sum w) and scaled.
 
 Batch invariance: a row's logits come from the same code and the same reduction tree for any
-T (T is not specialised; the MMA kernel's tile is 16 rows at every T), and its selection is its
-own CTA's, the same for every T; nothing mixes rows.
+T (T is not specialised), and its selection is its own CTA's, the same for every T; nothing
+mixes rows.
 """
 import torch
 import triton
@@ -44,11 +40,8 @@ from lingc.runtime.kernels.gemm_common import add_pairs, register_cap, split_row
 from lingc.runtime.kernels.norms.kernel import _normed_row
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait
 
-from .logits_mma import MMA_BLOCK_E, MMA_ROWS, MMA_WARPS, _router_logits_mma_kernel, mma_chunks, mma_subchunks
-
-__all__ = ["LOGITS_MMA", "SELECT_MAXNREG", "SELECT_WARPS", "logits_on_tensor_cores", "moe_router_triton",
-           "moe_select_triton", "redux_pack", "rmsnorm_router_triton", "router_block_e", "router_num_warps",
-           "router_row_groups", "select_fast"]
+__all__ = ["SELECT_MAXNREG", "SELECT_WARPS", "moe_router_triton", "moe_select_triton", "redux_pack",
+           "rmsnorm_router_triton", "router_block_e", "router_num_warps", "router_row_groups", "select_fast"]
 
 # CTAs the matvec is spread over at most (H200: 132 SMs; 128 divides the expert counts).
 _TARGET_CTAS = 128
@@ -64,14 +57,8 @@ MANY_ROWS_BLOCK_E_FACTOR = 2
 # Warps of a selection CTA: one, so every reduction stays inside the warp (README.md).
 SELECT_WARPS = 1
 # Its register cap: left alone, ptxas stops at 96 registers for the one-warp CTA and spills the
-# fast path's tiles (sm_90, triton 3.6: 4 bytes); it needs 106, the zero-fill rule's all-expert
-# branch 163 (at 128 it spilled 40 bytes). A one-warp CTA's registers never limit occupancy.
-SELECT_MAXNREG = 168
-# The tensor-core logits (logits_mma.py) for bf16 routers at T <= 16; False: the vector kernel
-# everywhere (an A/B switch for benchmarks; tests pass ``tensor_cores``).
-LOGITS_MMA = True
-# Columns of y a selection-launch program writes per step.
-_Y_CHUNK = 512
+# fast path's tiles (sm_90, triton 3.6: 4 bytes); it needs 106.
+SELECT_MAXNREG = 128
 
 
 @triton.jit
@@ -222,45 +209,13 @@ def _fast_key(v, idx, valid, BITS: tl.constexpr):
 
 
 @triton.jit
-def _summed_logits(logits_ptr, offs, mask, stride_lk, KS: tl.constexpr, scale, SCALED: tl.constexpr):
-    """The logits at ``offs`` of a row: the sum of the KS partials (k = 0, 1, ... in this order:
-    the same bits wherever a logit is read), times the row's norm scale if SCALED."""
-    lg = tl.load(logits_ptr + offs, mask=mask, other=0.0)
-    for k in tl.static_range(1, KS):
-        lg += tl.load(logits_ptr + k * stride_lk + offs, mask=mask, other=0.0)
-    if SCALED:
-        lg = lg * scale
-    return lg
-
-
-@triton.jit
-def _norm_scale(ss_ptr, t, T, H, eps, KS: tl.constexpr):
-    """rsqrt(mean square + eps) of row t from its KS partial sums of squares ss[k, t]."""
-    ss = tl.load(ss_ptr + t)
-    for k in tl.static_range(1, KS):
-        ss += tl.load(ss_ptr + k * T + t)
-    return tl.rsqrt(ss / H + eps)
-
-
-@triton.jit
-def _y_row(y_ptr, h_ptr, nw_ptr, t, stride_yt, stride_ht, H, r, BLOCK_Y: tl.constexpr, NY: tl.constexpr):
-    """y[t] = h[t] * r * norm_w, rounded once (the vector kernel's expression), in NY chunks."""
-    for c in tl.static_range(NY):
-        offs = c * BLOCK_Y + tl.arange(0, BLOCK_Y)
-        m = offs < H
-        hv = tl.load(h_ptr + t * stride_ht + offs, mask=m, other=0.0).to(tl.float32)
-        nw = tl.load(nw_ptr + offs, mask=m, other=0.0).to(tl.float32)
-        tl.store(y_ptr + t * stride_yt + offs, (hv * r * nw).to(y_ptr.dtype.element_ty), mask=m)
-
-
-@triton.jit
 def _kept_tile(kept, j, kvalid, logits_ptr, bias_ptr, row, GROUP_SIZE: tl.constexpr, SOFTMAX: tl.constexpr,
-               row_max, row_sum, stride_lk, KS: tl.constexpr, scale, SCALED: tl.constexpr):
+               row_max, row_sum):
     """The kept groups' members as a dense [KG_PAD, GS_PAD] tile (this warp's own loads, so L1
     hits): their expert ids, unbiased scores (the weights) and biased scores (the keys). SOFTMAX:
     the softmax probabilities (exp(l - row_max) / row_sum) and the logits as the keys."""
     kidx = tl.where(kvalid, kept[:, None] * GROUP_SIZE + j, 0)
-    lg = _summed_logits(logits_ptr, row + kidx, kvalid, stride_lk, KS, scale, SCALED)
+    lg = tl.load(logits_ptr + row + kidx, mask=kvalid, other=0.0)
     if SOFTMAX:
         key = lg + 0.0                     # -0.0 -> +0.0: equal logits, equal keys
         s = tl.exp(key - row_max) / row_sum
@@ -291,56 +246,17 @@ def _picked_weights(rank, ks):
     return wsel, tl.sum(tl.sum(wsel, axis=1), axis=0)
 
 
-@triton.jit(do_not_specialize=["T"])
+@triton.jit
 def _moe_router_select_kernel(
     logits_ptr, bias_ptr, ids_ptr, wts_ptr, routed_scaling,
     stride_lt, stride_it, stride_wt,
-    T, stride_lk, ss_ptr, h_ptr, nw_ptr, y_ptr, out_ptr, stride_ht, stride_yt, stride_ot, H, eps,
     N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, TOPK_GROUP: tl.constexpr, TOP_K: tl.constexpr,
     RENORMALIZE: tl.constexpr, G_PAD: tl.constexpr, GS_PAD: tl.constexpr,
     KG_PAD: tl.constexpr, USE_GDC: tl.constexpr, G_BITS: tl.constexpr = 0, E_BITS: tl.constexpr = 0,
     PACK: tl.constexpr = 0, CHECK_TIES: tl.constexpr = True, SOFTMAX: tl.constexpr = False,
-    ZERO_FILL: tl.constexpr = False, KS: tl.constexpr = 1, NORM_SS: tl.constexpr = False,
-    Y_ROWS: tl.constexpr = False, BLOCK_Y: tl.constexpr = 512, NY: tl.constexpr = 1,
-    STORE_LOGITS: tl.constexpr = False,
+    ZERO_FILL: tl.constexpr = False,
 ):
-    """Programs 0 .. T - 1: the grouped top-k of row program_id(0) (``_select_row``). With
-    Y_ROWS, programs T .. 2T - 1 write the rows of the block's normed input y (the tensor-core
-    logits, logits_mma.py, leave the norm's scale to this launch)."""
-    t = tl.program_id(0)
-    if Y_ROWS:
-        if t >= T:
-            pdl_wait(USE_GDC)
-            pdl_launch_dependents(USE_GDC)
-            r = _norm_scale(ss_ptr, t - T, T, H, eps, KS)
-            _y_row(y_ptr, h_ptr, nw_ptr, t - T, stride_yt, stride_ht, H, r, BLOCK_Y, NY)
-        else:
-            _select_row(t, logits_ptr, bias_ptr, ids_ptr, wts_ptr, routed_scaling, stride_lt, stride_it, stride_wt,
-                        T, stride_lk, ss_ptr, out_ptr, stride_ot, H, eps, N_GROUP, GROUP_SIZE, TOPK_GROUP, TOP_K,
-                        RENORMALIZE, G_PAD, GS_PAD, KG_PAD, USE_GDC, G_BITS, E_BITS, PACK, CHECK_TIES, SOFTMAX,
-                        ZERO_FILL, KS, NORM_SS, STORE_LOGITS)
-    else:
-        _select_row(t, logits_ptr, bias_ptr, ids_ptr, wts_ptr, routed_scaling, stride_lt, stride_it, stride_wt,
-                    T, stride_lk, ss_ptr, out_ptr, stride_ot, H, eps, N_GROUP, GROUP_SIZE, TOPK_GROUP, TOP_K,
-                    RENORMALIZE, G_PAD, GS_PAD, KG_PAD, USE_GDC, G_BITS, E_BITS, PACK, CHECK_TIES, SOFTMAX,
-                    ZERO_FILL, KS, NORM_SS, STORE_LOGITS)
-
-
-@triton.jit
-def _select_row(
-    t, logits_ptr, bias_ptr, ids_ptr, wts_ptr, routed_scaling, stride_lt, stride_it, stride_wt,
-    T, stride_lk, ss_ptr, out_ptr, stride_ot, H, eps,
-    N_GROUP: tl.constexpr, GROUP_SIZE: tl.constexpr, TOPK_GROUP: tl.constexpr, TOP_K: tl.constexpr,
-    RENORMALIZE: tl.constexpr, G_PAD: tl.constexpr, GS_PAD: tl.constexpr,
-    KG_PAD: tl.constexpr, USE_GDC: tl.constexpr, G_BITS: tl.constexpr, E_BITS: tl.constexpr,
-    PACK: tl.constexpr, CHECK_TIES: tl.constexpr, SOFTMAX: tl.constexpr,
-    ZERO_FILL: tl.constexpr, KS: tl.constexpr, NORM_SS: tl.constexpr, STORE_LOGITS: tl.constexpr,
-):
-    """Grouped top-k of row t on a [G_PAD, GS_PAD] view of its logits.
-
-    The logits are read as ``_summed_logits``: KS partials stride_lk apart (1: the logits
-    themselves), times the block norm's scale of the row with NORM_SS (its KS partial sums of
-    squares ss[k, t]); STORE_LOGITS also writes the summed row to out_ptr (tests read it).
+    """Grouped top-k of row program_id(0) on a [G_PAD, GS_PAD] view of its logits.
 
     ZERO_FILL (naive.grouped_topk_reference's zero_fill): the dropped groups' experts compete with
     key 0.0. The kept tile's picks are that rule's picks whenever the last of them has a key > 0
@@ -368,6 +284,7 @@ def _select_row(
     FAST: tl.constexpr = G_BITS > 0 and E_BITS > 0
     neg_inf = float("-inf")
     lowest = -9223372036854775808            # below every key (a key's high half is >= key(-inf))
+    t = tl.program_id(0)
     g = tl.arange(0, G_PAD)[:, None]
     j = tl.arange(0, GS_PAD)[None, :]
     valid = (g < N_GROUP) & (j < GROUP_SIZE)
@@ -377,13 +294,7 @@ def _select_row(
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
 
-    if NORM_SS:
-        scale = _norm_scale(ss_ptr, t, T, H, eps, KS)
-    else:
-        scale = 1.0
-    lg = _summed_logits(logits_ptr, t * stride_lt + eidx, valid, stride_lk, KS, scale, NORM_SS)
-    if STORE_LOGITS:
-        tl.store(out_ptr + t * stride_ot + eidx, lg, mask=valid)
+    lg = tl.load(logits_ptr + t * stride_lt + eidx, mask=valid, other=0.0)
     if SOFTMAX:
         c = tl.where(valid, lg + 0.0, neg_inf)
         row_max = tl.max(tl.max(c, axis=1), axis=0)
@@ -420,7 +331,7 @@ def _select_row(
         # The picks walk the kept groups' members, topk_group / n_group of the keys (Ling-3:
         # half). TOP_K + 1 picks; each neighbour pair strictly ordered, or the exact path runs.
         kidx, ks, kc = _kept_tile(kept, j, kvalid, logits_ptr, bias_ptr, t * stride_lt, GROUP_SIZE, SOFTMAX,
-                                   row_max, row_sum, stride_lk, KS, scale, NORM_SS)
+                                   row_max, row_sum)
         fk = _fast_key(kc, kidx, kvalid, E_BITS)
         prev = fk    # only read from the second pick on
         ties = fk < fk   # all False, in fk's layout
@@ -451,7 +362,7 @@ def _select_row(
             kept = tl.where(kg == i, (G_PAD - 1 - (best & 0x7FFFFFFF)).to(tl.int32), kept)
             gkey = tl.where(gkey == best, lowest, gkey)
         kidx, ks, kc = _kept_tile(kept, j, kvalid, logits_ptr, bias_ptr, t * stride_lt, GROUP_SIZE, SOFTMAX,
-                                   row_max, row_sum, stride_lk, KS, scale, NORM_SS)
+                                   row_max, row_sum)
         key = tl.where(kvalid, (_order_key(kc).to(tl.int64) << 32) | (E - 1 - kidx).to(tl.int64), lowest)
         rank = _exact_picks(key, TOP_K)
         wsel, total = _picked_weights(rank, ks)
@@ -561,7 +472,6 @@ def moe_router_triton(
     h_out: torch.Tensor | None = None,
     round_before_weight: bool = False,
     zero_fill: bool = False,
-    tensor_cores: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch on x [T, H], gate_w [E, H] (unit H stride), expert_bias fp32 [E]; returns
     (ids int32 [T, top_k], weights fp32 [T, top_k]) (naive.moe_router_reference; ``zero_fill``:
@@ -575,40 +485,29 @@ def moe_router_triton(
     first forms h = residual + x and y = RMSNorm(h) * norm_weight (rmsnorm's math), routes y,
     and writes y and h into ``y_out`` / ``h_out`` ([T, H] of x.dtype, unit stride along H);
     ``round_before_weight``: y in the Llama form, routed as rounded (the kernel's docstring).
-    ``tensor_cores`` picks the logits kernel: the split-K MMA one (logits_mma.py; then
-    ``logits_out`` receives the summed logits from the selection), the vector one, or by default
-    ``logits_on_tensor_cores``' choice; ``block_e``, ``logits_warps`` and ``row_groups`` are the
-    vector kernel's. Arguments are assumed validated by the op.
+    Arguments are assumed validated by the op.
     """
     t, h = x.shape
     e = gate_w.shape[0]
     dev = x.device
     ids_out, weights_out = _selection_outputs(t, top_k, dev, ids_out, weights_out)
-    if logits_out is not None:
-        assert logits_out.shape == (t, e) and logits_out.dtype == torch.float32 and logits_out.stride(1) == 1
+    if logits_out is None:
+        logits_out = torch.empty((t, e), device=dev, dtype=torch.float32)
+    assert logits_out.shape == (t, e) and logits_out.dtype == torch.float32 and logits_out.stride(1) == 1
     if t == 0:
         return ids_out, weights_out
     if use_pdl is None:
         use_pdl = pdl_supported(dev)
-    norm = norm_weight is not None
-    if norm:
-        assert y_out is not None and h_out is not None and y_out.stride(1) == 1 and h_out.stride(1) == 1
-        assert x.stride(1) == 1 and (residual is None or residual.stride(1) == 1)
-    if tensor_cores is None:
-        tensor_cores = logits_on_tensor_cores(t, x.dtype, gate_w.dtype, norm_weight, round_before_weight)
-    if tensor_cores:
-        _launch_mma(x, gate_w, expert_bias, ids_out, weights_out, logits_out, n_group, topk_group, top_k,
-                    routed_scaling, renormalize, softmax, zero_fill, use_pdl, norm_weight, residual, eps, y_out, h_out,
-                    bool(round_before_weight))
-        return ids_out, weights_out
-    if logits_out is None:
-        logits_out = torch.empty((t, e), device=dev, dtype=torch.float32)
     # The warps are one row's (router_block_e(e)) at any T: the wider tile above one row keeps them.
     warps = logits_warps or router_num_warps(router_block_e(e), h)
     block_e = block_e or router_block_e(e, t)
     pdl = {"launch_pdl": True} if use_pdl else {}
     groups, rows = router_row_groups(t, row_groups)
     e_blocks = triton.cdiv(e, block_e)
+    norm = norm_weight is not None
+    if norm:
+        assert y_out is not None and h_out is not None and y_out.stride(1) == 1 and h_out.stride(1) == 1
+        assert x.stride(1) == 1 and (residual is None or residual.stride(1) == 1)
     # Absent norm operands: any pointer (their branch is compiled out).
     res_t = residual if residual is not None else x
     nw_t, y_t, h_t = (norm_weight, y_out, h_out) if norm else (x, x, x)
@@ -626,63 +525,13 @@ def moe_router_triton(
     return ids_out, weights_out
 
 
-def logits_on_tensor_cores(t: int, x_dtype: torch.dtype, w_dtype: torch.dtype, norm_weight=None,
-                           round_before_weight: bool = False) -> bool:
-    """Whether the router's logits run on the split-K MMA kernel (logits_mma.py): bf16 rows and
-    gate (and norm weight), T <= 16, and LOGITS_MMA on. The choice depends on dtypes and on T only
-    through T <= 16, which every decode and verify chain meets, so a row's bits do not depend on
-    the chain length."""
-    return (LOGITS_MMA and 1 <= t <= MMA_ROWS and x_dtype == w_dtype == torch.bfloat16
-            and (norm_weight is None or norm_weight.dtype == torch.bfloat16))
-
-
-def _launch_mma(x, gate_w, expert_bias, ids_out, weights_out, logits_out, n_group, topk_group, top_k,
-                routed_scaling, renormalize, softmax, zero_fill, use_pdl, norm_weight, residual, eps, y_out,
-                h_out, round_before_weight) -> None:
-    """The tensor-core logits (partials [KS, T, E], with the norm also h, and ss [KS, T] or in the
-    Llama form y) and the selection over them (with the default form's norm also y's rows)."""
-    t, h = x.shape
-    e = gate_w.shape[0]
-    bk, ks = mma_chunks(h)
-    e_blocks = triton.cdiv(e, MMA_BLOCK_E)
-    partials = torch.empty((ks, t, e), device=x.device, dtype=torch.float32)
-    norm = norm_weight is not None
-    scaled = norm and not round_before_weight       # the selection applies the norm's scale
-    ss = torch.empty((ks, t), device=x.device, dtype=torch.float32) if scaled else partials
-    res_t = residual if residual is not None else x
-    nw_t, h_t, y_t = (norm_weight, h_out, y_out) if norm else (x, x, x)
-    _router_logits_mma_kernel[(e_blocks, ks)](
-        x, gate_w, partials, ss, t, h, x.stride(0), x.stride(1), gate_w.stride(0),
-        res_t, nw_t, h_t, res_t.stride(0), h_t.stride(0), triton.cdiv(bk, e_blocks),
-        E=e, BT=MMA_ROWS, BLOCK_E=MMA_BLOCK_E, BK=bk, NSUB=mma_subchunks(bk), USE_GDC=use_pdl, NORM=norm, HAS_RES=residual is not None,
-        DOT_UPCAST=interpreting(), ROUND_BEFORE_WEIGHT=norm and round_before_weight, KS=ks, y_ptr=y_t,
-        stride_yt=y_t.stride(0), eps=float(eps), num_warps=MMA_WARPS, **({"launch_pdl": True} if use_pdl else {}),
-    )
-    _launch_select(partials[0], expert_bias, ids_out, weights_out, n_group, topk_group, top_k, routed_scaling,
-                   renormalize, use_pdl, softmax, zero_fill, partials=ks, ss=ss if scaled else None,
-                   norm=(h_out, norm_weight, y_out, eps) if scaled else None, logits_out=logits_out)
-
-
 def _launch_select(logits, expert_bias, ids_out, weights_out, n_group, topk_group, top_k, routed_scaling,
-                   renormalize, use_pdl, softmax=False, zero_fill=False, *, partials: int = 1, ss=None, norm=None,
-                   logits_out=None) -> None:
-    """The selection kernel over fp32 logits [T, E] (unit stride along E): one one-warp CTA a row.
-    ``partials`` > 1: ``logits`` is the first of that many [T, E] partials, contiguous after it,
-    summed in order; ``ss`` ([partials, T] sums of squares) scales each row by the block norm's
-    rsqrt, and ``norm`` = (h, norm_weight, y, eps) adds T programs that write y's rows;
-    ``logits_out`` receives the summed (scaled) logits."""
-    t, e = logits.shape
-    group_size = e // n_group
-    h_t, nw_t, y_t, eps = norm if norm is not None else (logits, logits, logits, 0.0)
-    hidden = h_t.shape[1] if norm is not None else 1
-    out = logits_out if logits_out is not None else logits
-    _moe_router_select_kernel[(2 * t if norm is not None else t,)](
+                   renormalize, use_pdl, softmax=False, zero_fill=False) -> None:
+    """The selection kernel over fp32 logits [T, E] (unit stride along E): one one-warp CTA a row."""
+    group_size = logits.shape[1] // n_group
+    _moe_router_select_kernel[(logits.shape[0],)](
         logits, expert_bias, ids_out, weights_out, float(routed_scaling),
         logits.stride(0), ids_out.stride(0), weights_out.stride(0),
-        t, t * e, ss if ss is not None else logits, h_t, nw_t, y_t, out, h_t.stride(0), y_t.stride(0),
-        out.stride(0), hidden, float(eps),
-        KS=partials, NORM_SS=ss is not None, Y_ROWS=norm is not None, BLOCK_Y=_Y_CHUNK,
-        NY=triton.cdiv(hidden, _Y_CHUNK), STORE_LOGITS=logits_out is not None,
         N_GROUP=n_group, GROUP_SIZE=group_size, TOPK_GROUP=topk_group, TOP_K=top_k,
         RENORMALIZE=bool(renormalize), G_PAD=triton.next_power_of_2(n_group),
         GS_PAD=triton.next_power_of_2(group_size),
