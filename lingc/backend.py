@@ -14,11 +14,15 @@ Pipeline per Dynamo graph (design.md):
 A graph with symbolic shapes (``dynamic=True``, or Dynamo's automatic dynamic shapes after a
 second input shape) goes through the same pipeline once per concrete input shape, at that
 shape's first call (shape_specialize.py): lingc's kernels and passes are built for static shapes.
-Every compiled graph leaves a `CompileReport` in `compile_reports` (summary, kernel table).
+Every compiled graph leaves a `CompileReport` in `compile_reports` (summary, kernel table), and
+carries it: inside a `graphs_run()` window each lingc graph that runs adds its reports, whether
+it was compiled just now or reused from Dynamo's cache (a second engine over the same model with
+equal options compiles nothing: its steps run the first engine's graphs).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import warnings
@@ -54,6 +58,41 @@ class CompileReport:
 
 
 compile_reports: list[CompileReport] = []
+
+# The open graphs_run() window's list, or None.
+_ran: list[CompileReport] | None = None
+
+
+@contextlib.contextmanager
+def graphs_run():
+    """Collect the CompileReports of the lingc graphs that run inside the window, in call order:
+    a freshly compiled graph's and a graph Dynamo reused from its cache alike (``compile_reports``
+    only grows on compiles). Empty when nothing ran through lingc (e.g. Dynamo fell back to
+    eager). Windows nest; an inner window's reports also reach the outer one."""
+    global _ran
+    outer, _ran = _ran, []
+    try:
+        yield _ran
+    finally:
+        inner, _ran = _ran, outer
+        if outer is not None:
+            outer.extend(inner)
+
+
+class _ReportingGraph:
+    """What Dynamo calls for a compiled graph: the graph, noting its compile reports into an open
+    graphs_run() window (the compiler's list, read at call time)."""
+
+    def __init__(self, fn: Callable, reports: list[CompileReport]):
+        self.fn = fn
+        self.reports = reports
+        if getattr(fn, "_boxed_call", False):        # keep the calling convention Dynamo sees
+            self._boxed_call = True
+
+    def __call__(self, *args: Any) -> Any:
+        if _ran is not None:
+            _ran.extend(self.reports)
+        return self.fn(*args)
 
 
 class RecompileError(RuntimeError):
@@ -142,6 +181,7 @@ class GraphCompiler:
         self.opts = opts
         self.real_inputs = real_inputs
         self.input_names = input_names    # the user's names of the inputs (pass notes)
+        self.reports: list[CompileReport] = []      # this graph's (one per forward compiled)
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -173,6 +213,7 @@ class GraphCompiler:
         shapes = [str(list(x.shape)) for x in example_inputs if isinstance(x, torch.Tensor)][:4]
         report = CompileReport(self.opts.role, stats, table, str(dump.dir) if dump else None, shapes)
         compile_reports.append(report)
+        self.reports.append(report)
         if dump is not None:
             dump.summary(stats, table, {"inductor": self.opts.inductor})
         log.info("lingc compiled a %s graph:\n%s", self.opts.role, report.format())
@@ -203,4 +244,4 @@ def _compile_static(gm: fx.GraphModule, example_inputs: Sequence[Any], opts: Lin
     compiler = GraphCompiler(opts, list(example_inputs), names if len(names) == len(example_inputs) else None)
     capture = (compat.functionalize_inference_backend if opts.capture == "functionalize"
                else compat.aot_inference_backend)
-    return capture(compiler, compat.decomposition_table())(gm, example_inputs)
+    return _ReportingGraph(capture(compiler, compat.decomposition_table())(gm, example_inputs), compiler.reports)

@@ -368,6 +368,34 @@ def test_second_torch_compile_with_other_options_is_not_a_recompile():
         strict(x, 4)
 
 
+def test_graphs_run_sees_reused_graphs_and_nests():
+    """graphs_run() collects the reports of the lingc graphs that ran in it: a graph Dynamo reuses
+    under a second torch.compile with equal options (no compile, so nothing new in
+    compile_reports) brings its report; an outer window sees the inner one's; Python that runs
+    no lingc graph adds nothing."""
+    from lingc.backend import graphs_run
+
+    def fn(x):
+        return torch.cos(x) + 1
+
+    torch._dynamo.reset()
+    x = torch.randn(4)
+    first = torch.compile(fn, backend="lingc", dynamic=False, options={"inductor": False})
+    with graphs_run() as ran:
+        first(x)
+    assert len(ran) == 1 and ran[0] is compile_reports[-1]
+    n = len(compile_reports)
+    second = torch.compile(fn, backend="lingc", dynamic=False, options={"inductor": False})
+    with graphs_run() as outer:
+        with graphs_run() as inner:
+            torch.testing.assert_close(second(x), fn(x))
+        fn(x)                                          # eager: no lingc graph
+    assert len(compile_reports) == n, "equal options compiled again"
+    assert inner == ran and outer == ran
+    first(x)                                           # outside any window: nothing collected
+    assert outer == ran
+
+
 def test_new_shape_is_not_a_recompile(tiny):
     step = compile_lingc(tiny, role="decode", fail_on_recompile=True)
     for T in (1, 6):

@@ -146,6 +146,22 @@ def test_naive_host_refill_without_metadata_capture(model, gold, tmp_path):
     assert all(g.split()[1] == "no" for g in graphs[1:])                  # CPU: uncaptured, said so
 
 
+def test_second_engine_reuses_the_graphs_without_the_naive_refill(model, gold):
+    """A second engine over the same model with equal options compiles nothing (Dynamo reuses the
+    first engine's graphs) and still knows its graphs compute their own positions: no per-step
+    host refill (session 65: every engine after the first fell back to it, one host sync a
+    launch, which the GPU sync check caught)."""
+    from lingc.backend import compile_reports
+    first = Engine(model, max_len=128, steps=2, progress=False, options=OPTS)
+    first.prepare(("draft", "verify", "extend"))
+    n = len(compile_reports)
+    second = Engine(model, max_len=128, steps=2, progress=False, options=OPTS)
+    assert second.generate(PROMPT, 12, eos_token_id=None) == gold[:12]
+    assert len(compile_reports) == n, "the second engine compiled again"
+    assert not any(second.naive_refill[r] for r in ("draft", "verify", "extend")), second.naive_refill
+    assert second.stats.host_syncs == 0
+
+
 def test_generate_api_and_stream(model, gold):
     out = lingc.generate(model, PROMPT, 10, options=OPTS)
     assert out[:10] == gold[:len(out)]

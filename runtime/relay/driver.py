@@ -15,7 +15,9 @@ ring (written in-graph by the last graph of a step) copied on a side stream, who
 one step late; EOS, max_new_tokens and stop ids are decided then and the overshoot is trimmed.
 Nothing accept-dependent crosses to the host before the next launch, unless metadata_capture is
 disabled: then the naive host refill of the positions reads ``n`` back every step (a sync per
-step, which is the point of the pass).
+step, which is the point of the pass). Whether it fired is read from the compile reports of the
+graphs a role's first call ran (``graphs_run``), which also covers a graph Dynamo reused from
+another engine over the same model with equal options: such an engine compiles nothing.
 
 Sampling (temperature > 0): the first token is drawn from the prefill's logits with the
 request's seeded generator; then a speculative request runs the relay with the verify_sample
@@ -34,13 +36,14 @@ graphs from a second table of uniforms) and verify tests them against the draft'
 from __future__ import annotations
 
 import time
+import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 import torch
 
-from lingc.backend import compile_reports
+from lingc.backend import graphs_run
 from lingc.decoding.reference import pick_token
 
 from .buffers import RelayBuffers
@@ -151,11 +154,15 @@ class RelayDriver(ABC):
         def call():
             return compiled(self.relay, self.cache)
 
-        n = len(compile_reports)
-        with torch.no_grad():
+        # The reports of the graphs this step ran: its own compile's, or, where Dynamo reused a
+        # graph another engine compiled with equal options, that graph's.
+        with graphs_run() as ran, torch.no_grad():
             call()                                              # compiles (Dynamo + lingc)
-        reports = compile_reports[n:]
-        fired = [s.matches for r in reports for s in r.stats if s.name == "metadata_capture"]
+        if not ran:
+            warnings.warn(f"lingc: the {role} step ran without a lingc graph (Dynamo ran it as "
+                          f"Python, e.g. past its recompile limit); it runs uncompiled, with the "
+                          f"naive per-step refill and its host sync", stacklevel=2)
+        fired = [s.matches for r in ran for s in r.stats if s.name == "metadata_capture"]
         self.naive_refill[role] = not (fired and all(m > 0 for m in fired))
         self._compiled[role] = call
 

@@ -40,7 +40,7 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from lingc.backend import compile_reports
+from lingc.backend import graphs_run
 from lingc.decoding.reference import pick_token
 
 from .buffers import RING
@@ -179,10 +179,9 @@ class DecodeRunner:
             def call():
                 return compiled(self.x, self.pos, self.emitted, self.accept, self.ring, self.k, self.uniforms,
                                 self.temperature, self.top_p, self.state)
-        n = len(compile_reports)
-        with torch.no_grad():
+        with graphs_run() as ran, torch.no_grad():
             call()                                              # compiles (Dynamo + lingc)
-        self.reports[kind] = compile_reports[n:]
+        self.reports[kind] = ran          # also where Dynamo reused another runner's graph
         return call
 
     def prepare(self, kinds: Sequence[str] = ("greedy",)) -> None:
