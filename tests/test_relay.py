@@ -162,6 +162,28 @@ def test_second_engine_reuses_the_graphs_without_the_naive_refill(model, gold):
     assert second.stats.host_syncs == 0
 
 
+def test_engines_with_other_options_keep_their_own_recompile_limit(model, monkeypatch):
+    """Each options set's step graphs live on a code object of its own (compile_keys.py), so
+    engines that differ only in options never add up to Dynamo's recompile limit (past it a
+    fullgraph compile fails hard), while equal options still share one cache."""
+    from lingc.runtime.relay.compile_keys import for_options, options_key
+
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    for opts in ({**OPTS, "gc_freeze": False}, {**OPTS, "fail_on_recompile": True}):
+        Engine(model, max_len=128, steps=2, progress=False, options=opts).prepare(("verify",))
+    assert options_key({"a": 1, "b": "x"}) == options_key({"b": "x", "a": 1}) != options_key({"a": 2, "b": "x"})
+
+    def outer(n):
+        def f(x):
+            return x + n
+        return f
+
+    f3 = outer(3)
+    a, b, c = for_options(f3, {"a": 1}), for_options(outer(4), {"a": 1}), for_options(f3, {"a": 2})
+    assert a.__code__ is b.__code__ is not f3.__code__ and c.__code__ is not a.__code__
+    assert (a(1), b(1), c(1)) == (4, 5, 4) and a.__qualname__ == f3.__qualname__
+
+
 def test_generate_api_and_stream(model, gold):
     out = lingc.generate(model, PROMPT, 10, options=OPTS)
     assert out[:10] == gold[:len(out)]
