@@ -99,7 +99,6 @@ def floor_bytes(model, fm, state, position: int, tokens: int = 1) -> int:
 
 def main(argv=None) -> dict:
     import lingc
-    from lingc.backend import compile_reports
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", choices=sorted(PRESETS), default="kimi-linear-tp4-rank")
@@ -169,10 +168,9 @@ def main(argv=None) -> dict:
             dstate = [c.clone() for c in dstart]
             runner = lingc.SpecRunner(model.target, draft, state, dstate, max_len=max_len, steps=STEPS,
                                       progress=False)
-            n_reports = len(compile_reports)
             runner.prepare(("draft", "verify", "extend"))
             compile_s = time.perf_counter() - t0
-            left = merge_left(left, ops_left(compile_reports[n_reports:]))
+            left = merge_left(left, ops_left([r for rs in runner.reports.values() for r in rs]))
             for dst, src in zip([t for g in state for t in g] + dstate,
                                 [t for g in fresh() for t in g] + dstart):
                 dst.copy_(src)                     # prepare zeroed the state

@@ -160,6 +160,7 @@ def test_second_engine_reuses_the_graphs_without_the_naive_refill(model, gold):
     assert len(compile_reports) == n, "the second engine compiled again"
     assert not any(second.naive_refill[r] for r in ("draft", "verify", "extend")), second.naive_refill
     assert second.stats.host_syncs == 0
+    assert all(second.reports[r] == first.reports[r] != [] for r in ("draft", "verify", "extend"))
 
 
 def test_engines_with_other_options_keep_their_own_recompile_limit(model, monkeypatch):

@@ -113,6 +113,7 @@ class RelayDriver(ABC):
         self._compiled: dict[str, object] = {}
         self._steps: dict[str, CapturedStep] = {}
         self.naive_refill: dict[str, bool] = {}
+        self.reports: dict[str, list] = {}       # role -> the compile reports of the graphs it ran
         self.progress = progress
         self.stats = EngineStats()
         self.captures = 0
@@ -163,6 +164,7 @@ class RelayDriver(ABC):
             warnings.warn(f"lingc: the {role} step ran without a lingc graph (Dynamo ran it as "
                           f"Python, e.g. past its recompile limit); it runs uncompiled, with the "
                           f"naive per-step refill and its host sync", stacklevel=2)
+        self.reports[role] = ran
         fired = [s.matches for r in ran for s in r.stats if s.name == "metadata_capture"]
         self.naive_refill[role] = not (fired and all(m > 0 for m in fired))
         self._compiled[role] = call
