@@ -163,6 +163,17 @@ def test_second_engine_reuses_the_graphs_without_the_naive_refill(model, gold):
     assert all(second.reports[r] == first.reports[r] != [] for r in ("draft", "verify", "extend"))
 
 
+def test_a_step_that_runs_without_a_lingc_graph_stops_the_engine(model, monkeypatch):
+    """Where a step runs as Python (torch.compile handing the function back, as a stand-in for
+    any way of running no lingc graph), the step is wrong (no stage_commit: a rejected draft's
+    state stays) and the engine says so instead of generating. (torch 2.13 itself refuses a
+    fullgraph compile under torch._dynamo.config.disable.)"""
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
+    eng = Engine(model, max_len=128, steps=2, progress=False, options=OPTS)
+    with pytest.raises(RuntimeError, match="the draft step ran without a lingc graph"):
+        eng.generate(PROMPT, 12, eos_token_id=None)
+
+
 def test_engines_with_other_options_keep_their_own_recompile_limit(model, monkeypatch, tmp_path):
     """Each options set's step graphs live on a code object of its own (compile_keys.py), so
     engines that differ only in options never add up to Dynamo's recompile limit (past it a

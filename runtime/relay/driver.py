@@ -36,7 +36,6 @@ graphs from a second table of uniforms) and verify tests them against the draft'
 from __future__ import annotations
 
 import time
-import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
@@ -161,9 +160,13 @@ class RelayDriver(ABC):
         with graphs_run() as ran, torch.no_grad():
             call()                                              # compiles (Dynamo + lingc)
         if not ran:
-            warnings.warn(f"lingc: the {role} step ran without a lingc graph (Dynamo ran it as "
-                          f"Python, e.g. past its recompile limit); it runs uncompiled, with the "
-                          f"naive per-step refill and its host sync", stacklevel=2)
+            # As written, a verify step writes every chain position's state: only stage_commit
+            # keeps a rejected draft's state out, so an uncompiled step gives wrong tokens.
+            raise RuntimeError(
+                f"lingc: the {role} step ran without a lingc graph: torch.compile did not compile it "
+                f"(TORCHDYNAMO_DISABLE or torch._dynamo.config.disable set, or Dynamo ran it as "
+                f"Python). The relay's steps are correct only as lingc compiles them (stage_commit, "
+                f"metadata_capture); enable torch.compile for this process")
         self.reports[role] = ran
         fired = [s.matches for r in ran for s in r.stats if s.name == "metadata_capture"]
         self.naive_refill[role] = not (fired and all(m > 0 for m in fired))
