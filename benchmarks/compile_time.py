@@ -49,6 +49,9 @@ def measure(preset_name: str, layers: int | None, experts: int | None, roles, st
     t0 = time.perf_counter()
     model = build_model(cfg, device=device, dtype=torch.bfloat16, seed=0)
     build_s = time.perf_counter() - t0
+    # A cold compile: an engine with equal options earlier in the process (a second measure())
+    # would otherwise hand this one its graphs from Dynamo's cache, and nothing would be timed.
+    torch._dynamo.reset()
     options = {"inductor": inductor, "capture": capture}
     if dump_dir:
         options["dump_dir"] = dump_dir

@@ -753,6 +753,15 @@ def test_compile_time_reports_each_role_and_pass(tmp_path):
     assert data["total_s"] == pytest.approx(verify["wall_s"] + decode["wall_s"])
 
 
+def test_compile_time_measures_a_cold_compile_every_time():
+    # Two measurements in one process with equal options: the second still compiles (an engine
+    # would otherwise get the first one's graphs from Dynamo's cache and time nothing).
+    from benchmarks.compile_time import measure
+    for _ in range(2):
+        (row,) = measure("tiny", 2, None, ["decode"], 2, False, None)["roles"]
+        assert row["graphs"] == 1 and row["passes_s"] > 0
+
+
 @pytest.mark.gpu
 def test_gpu_kernels_kda_inductor_column(tmp_path):
     # The KDA benchmark's Inductor column: one compiled graph of the eager path for every cold
