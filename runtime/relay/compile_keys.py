@@ -12,12 +12,15 @@ one cache across every engine of a process:
   is a recompile of its own graphs.
 
 ``for_options`` gives each distinct options set its own copy of the code object, so the entries
-of one options set never count against another's limit, while equal options still share one.
+of one options set never count against another's limit, while equal options still share one;
+``compile_step`` is how every engine compiles a step with it.
 """
 from __future__ import annotations
 
 import types
 from typing import Any, Callable
+
+import torch
 
 # (original code, options key) -> the copy every function compiled under those options runs.
 _CODES: dict[tuple[types.CodeType, str], types.CodeType] = {}
@@ -39,3 +42,9 @@ def for_options(fn: Callable, options: dict[str, Any]) -> Callable:
     own.__kwdefaults__ = fn.__kwdefaults__
     own.__qualname__ = fn.__qualname__
     return own
+
+
+def compile_step(fn: Callable, options: dict[str, Any]) -> Callable:
+    """A step function compiled by lingc as one graph of static shapes, on ``options``' code."""
+    return torch.compile(for_options(fn, options), backend="lingc", fullgraph=True, dynamic=False,
+                         options=options)

@@ -46,7 +46,7 @@ from lingc.backend import graphs_run
 from lingc.decoding.reference import pick_token
 
 from .buffers import RelayBuffers
-from .compile_keys import for_options
+from .compile_keys import compile_step
 from .graphs import CapturedStep, describe, prepare_steps
 from .host_gc import Collection, settle_heap
 from .run_ahead import RunAhead
@@ -149,8 +149,7 @@ class RelayDriver(ABC):
 
     def _compile(self, role: str) -> None:
         opts = dict(self.options, role=PASS_ROLE.get(role, role))
-        fn = for_options(self._fns[role], opts)     # other options: a cache of its own (compile_keys.py)
-        compiled = torch.compile(fn, backend="lingc", fullgraph=True, dynamic=False, options=opts)
+        compiled = compile_step(self._fns[role], opts)
 
         def call():
             return compiled(self.relay, self.cache)

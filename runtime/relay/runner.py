@@ -44,7 +44,7 @@ from lingc.backend import graphs_run
 from lingc.decoding.reference import pick_token
 
 from .buffers import RING
-from .compile_keys import for_options
+from .compile_keys import compile_step
 from .graphs import CapturedStep, describe, prepare_steps
 from .host_gc import Collection, settle_heap
 from .run_ahead import RunAhead
@@ -168,16 +168,14 @@ class DecodeRunner:
         if kind == "greedy":
             def fn(x, pos, emitted, accept, ring, k, state):
                 _greedy_step(model, x, pos, emitted, accept, ring, k, state)
-            compiled = torch.compile(for_options(fn, opts), backend="lingc", fullgraph=True, dynamic=False,
-                                     options=opts)
+            compiled = compile_step(fn, opts)
 
             def call():
                 return compiled(self.x, self.pos, self.emitted, self.accept, self.ring, self.k, self.state)
         else:
             def fn(x, pos, emitted, accept, ring, k, uniforms, temperature, top_p, state):
                 _sample_step(model, x, pos, emitted, accept, ring, k, uniforms, temperature, top_p, state)
-            compiled = torch.compile(for_options(fn, opts), backend="lingc", fullgraph=True, dynamic=False,
-                                     options=opts)
+            compiled = compile_step(fn, opts)
 
             def call():
                 return compiled(self.x, self.pos, self.emitted, self.accept, self.ring, self.k, self.uniforms,
