@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Session 66 call 1 (carry .whl; timeout_s ~560): session 65's CPU-only relay changes on the GPU
+# (compile_keys.for_options / compile_step, graphs_run reports, the no-graph-step error,
+# benchmarks.compile_time's Dynamo reset): the GPU tests of every file that touches them, in one
+# process, then the plain and relay decode at HEAD (the baseline for this session's A/B).
+set -u
+source "$(dirname "$0")/device_env.sh"
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$GPU"
+DURATIONS=8 timeout 330 $PYT tests/test_relay.py tests/test_relay_sampling.py tests/test_spec_runner.py \
+    tests/test_decode_runner.py tests/test_backend_gpu.py tests/test_benchmark_smoke.py \
+    tests/test_foreign_model.py 2>&1 | stamp > "$OUT/pytest_gpu.log"
+grep -E "passed|failed|error" "$OUT/pytest_gpu.log" | tail -2
+grep -E "FAILED|Error" "$OUT/pytest_gpu.log" | head -10
+decode_as 0 decode_head 200 lingc,lingc-nextn 32
+grep -E "^\S*\s*\||speculative|Error|copy bandwidth" "$OUT/decode_head.log" | head -16
+ls "$OUT"
