@@ -1,6 +1,6 @@
 """Probe: does the MoE up-GEMM lose bandwidth to its weights' layout?
 
-    python -m benchmarks.expert_read_probe --out DIR [--experts 9 40] [--chunk-k 256 512]
+    python -m benchmarks.expert_read_probe --out DIR [--experts 9 40] [--tiles 64x256 32x512 16x1024]
 
 In a verify step (T = 6) the up-GEMM reads ~40 experts' gate/up weights, 79 MB, at about 73% of
 the copy bandwidth, where a chain of pure contiguous reads of that size reaches ~90%
@@ -12,6 +12,9 @@ from an id tensor after the PDL wait as the up-GEMM does, in two layouts:
 - ``strided``: the model's layout, the tile's rows at H's stride (what the up-GEMM reads now);
 - ``blocked``: each CTA's tile contiguous (a one-time re-layout of each expert in place would
   give this), 32 KB in one run.
+
+``--tiles`` varies the tile's shape at the same bytes (rows x bf16 columns: 64 x 256 is the
+up-GEMM's, 32 x 512 and 16 x 1024 read longer runs with the model's layout as it is).
 
 Both load the whole tile in one shot (as the up-GEMM's one-load design), fold it with xor and
 store one word. The expert sets rotate over a pool of 512 experts (1 GB), so reads are cold. A
@@ -80,8 +83,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--experts", type=int, nargs="+", default=[9, 40],
                     help="experts read per call (9: one token's top-8 + shared; 40: a verify step's)")
-    ap.add_argument("--chunk-k", type=int, nargs="+", default=[256, 512], help="bf16 columns per CTA")
-    ap.add_argument("--rows", type=int, default=64, help="weight rows per CTA (the up-GEMM: 2 x block_n = 64)")
+    ap.add_argument("--tiles", nargs="+", default=["64x256", "32x512", "16x1024", "64x512"],
+                    help="weight rows x bf16 columns per CTA (the up-GEMM's: 64x256)")
     ap.add_argument("--intermediate", type=int, default=192, help="I (flash-tp4-rank: 192; w13 has 2I rows)")
     ap.add_argument("--hidden", type=int, default=2560)
     ap.add_argument("--calls", type=int, default=40, help="expert sets rotated per graph")
@@ -96,20 +99,20 @@ def main(argv=None) -> int:
     for n_exp in args.experts:
         id_sets = [torch.randperm(_POOL, generator=gen)[:n_exp].to(torch.int32).to(dev) for _ in range(args.calls)]
         nbytes = n_exp * w[0].numel() * 2
-        for chunk_k in args.chunk_k:
-            out = torch.empty(n_exp * (args.hidden // chunk_k) * (2 * args.intermediate // args.rows),
+        for tile in args.tiles:
+            n_rows, chunk_k = (int(v) for v in tile.split("x"))
+            out = torch.empty(n_exp * (args.hidden // chunk_k) * (2 * args.intermediate // n_rows),
                               dtype=torch.int32, device=dev)
             for blocked in (False, True):
-                t = time_in_graph(lambda ids: expert_read(w, ids, out, chunk_k=chunk_k, rows=args.rows,
+                t = time_in_graph(lambda ids: expert_read(w, ids, out, chunk_k=chunk_k, rows=n_rows,
                                                           blocked=blocked),
                                   [(ids,) for ids in id_sets], replays=args.replays)
                 gbps = nbytes / (t.us_per_call * 1e3)
-                rows.append(dict(experts=n_exp, mb=nbytes / 1e6, chunk_k=chunk_k,
-                                 kb_per_cta=args.rows * chunk_k * 2 / 1024,
+                rows.append(dict(experts=n_exp, mb=nbytes / 1e6, tile=tile, kb_per_cta=n_rows * chunk_k * 2 / 1024,
                                  layout="blocked" if blocked else "strided", us=t.us_per_call, gbps=gbps,
                                  pct=100 * gbps / bw))
                 print(rows[-1], flush=True)
-    table = markdown_table(rows, [("experts", "experts", "d"), ("mb", "MB", ".1f"), ("kb_per_cta", "KB per CTA", ".0f"),
+    table = markdown_table(rows, [("experts", "experts", "d"), ("mb", "MB", ".1f"), ("tile", "tile (rows x cols)", "s"), ("kb_per_cta", "KB per CTA", ".0f"),
                                   ("layout", "layout", "s"), ("us", "us per call", ".2f"), ("gbps", "GB/s", ".0f"),
                                   ("pct", "% of copy bandwidth", ".0f")])
     print(table)
