@@ -112,7 +112,8 @@ def main(argv=None) -> int:
                                  layout="blocked" if blocked else "strided", us=t.us_per_call, gbps=gbps,
                                  pct=100 * gbps / bw))
                 print(rows[-1], flush=True)
-    table = markdown_table(rows, [("experts", "experts", "d"), ("mb", "MB", ".1f"), ("tile", "tile (rows x cols)", "s"), ("kb_per_cta", "KB per CTA", ".0f"),
+    table = markdown_table(rows, [("experts", "experts", "d"), ("mb", "MB", ".1f"), ("tile", "tile (rows x cols)", "s"),
+                                  ("kb_per_cta", "KB per CTA", ".0f"),
                                   ("layout", "layout", "s"), ("us", "us per call", ".2f"), ("gbps", "GB/s", ".0f"),
                                   ("pct", "% of copy bandwidth", ".0f")])
     print(table)
