@@ -15,7 +15,7 @@ grep -E "^\s*\S*\s*\||copy bandwidth|Error" "$OUT/expert_read_probe.log" | head 
 timeout 150 python3 -m benchmarks.moe_sweep --set blocked --layers 20 --t 1 6 --out "$OUT/ms" 2>&1 | stamp > "$OUT/moe_sweep_blocked.log"
 mv "$OUT"/ms/*.json "$OUT/moe_sweep_blocked.json"; rm -rf "$OUT/ms"
 grep -E "\| (1|6) \||floor|best|Error" "$OUT/moe_sweep_blocked.log" | head -14
-DURATIONS=8 timeout 250 $PYT tests/test_moe_experts.py -k blocked tests/test_relay.py tests/test_relay_sampling.py \
+DURATIONS=8 timeout 250 $PYT tests/test_moe_experts.py::test_gpu_blocked_w13_gives_the_same_bits tests/test_relay.py tests/test_relay_sampling.py \
     tests/test_spec_runner.py tests/test_decode_runner.py tests/test_backend_gpu.py tests/test_benchmark_smoke.py \
     2>&1 | stamp > "$OUT/pytest_gpu.log"
 grep -E "passed|failed|error" "$OUT/pytest_gpu.log" | tail -2
