@@ -587,6 +587,13 @@ def moe_experts_triton(
     has_limit = limit > 0 or (has_shared and shared_limit > 0)
     dot = dict(**dot_args(x.dtype), USE_GDC=use_pdl)
     act, partials, y = buffers.act, buffers.partials, buffers.y
+    blocked = w13_blocked is not None
+    if blocked:
+        want = blocked_w13_shape(num_experts, inter, h, cfg)
+        if cfg.up_gemv or cfg.block_k or tuple(w13_blocked.shape) != want or not w13_blocked[0].is_contiguous():
+            raise ValueError(f"w13_blocked {tuple(w13_blocked.shape)}: want blocked_w13's layout {want} "
+                             f"(contiguous per expert) for a one-load tensor-core config (block_k 0, no up_gemv), "
+                             f"got {cfg}")
     if cfg.up_gemv:
         k1, k2 = k_tiles_pow2(h)
         _moe_up_gemv_kernel[(n_tiles, n_shared_blocks + up_blocks)](
@@ -602,12 +609,6 @@ def moe_experts_triton(
         )
     else:
         ws = partials if partials is not None else act
-        blocked = w13_blocked is not None
-        if blocked:
-            want = blocked_w13_shape(num_experts, inter, h, cfg)
-            if cfg.block_k or tuple(w13_blocked.shape) != want or not w13_blocked[0].is_contiguous():
-                raise ValueError(f"w13_blocked {tuple(w13_blocked.shape)}: want blocked_w13's layout {want} "
-                                 f"(contiguous per expert) for a one-load config (block_k 0), got {cfg}")
         wg = w13_blocked if blocked else w_gate
         _moe_up_kernel[(split_k, n_tiles, n_shared_blocks + up_blocks)](
             x, sorted_ids, block_experts, topk_ids,
