@@ -3,7 +3,7 @@ time into its launches, to fill the fixed table in runtime/kernels/moe_experts/k
 (tuning happens here, never on the captured path).
 
     python -m benchmarks.moe_sweep --out benchmarks/results [--preset flash-tp4-rank] [--t 1 6]
-        [--set grid|regs|all|router|table|loop|chunk|gemv|narrow|blocked]
+        [--set grid|regs|all|router|table|loop|chunk|gemv|narrow]
 
 Conditions as in ``benchmarks.kernels_moe``: ``--layers`` distinct MoE layers with random weights
 (cold: each call of a replay reads another layer's experts), the routing of each layer computed
@@ -17,10 +17,6 @@ once by lingc's router, then timed inside one CUDA graph with PDL on. Rows:
                       BLOCK_E = B experts per logits CTA, W logits warps and the token rows split
                       over G programs per expert block, checked bit for bit against the table's
                       router (ids) and to 1e-6 (weights) first
-- ``... blocked w13`` (``--set blocked``, after the table's entry) the table's config with the
-                      up-GEMM's routed CTAs reading ``blocked_w13`` copies of the experts' gate/up
-                      weights (each CTA's tile one contiguous run): a layout trial, the same bits
-                      (checked). The copies take the w13 bytes again: use ``--layers 20`` on 80 GB.
 
 Each candidate is checked against the fp32 reference first (rel. RMS <= 5e-3) and the floor is
 the distinct selected experts' bytes plus the shared expert's over the copy bandwidth measured in
@@ -39,8 +35,7 @@ from benchmarks.common import copy_bandwidth_gbps, markdown_table, require_cuda,
 from benchmarks.kernels_moe import build_layers, lingc_routing, reference_layer, rel_rms
 from lingc.models.config import preset
 from lingc.runtime.kernels.moe_align.kernel import moe_align_triton
-from lingc.runtime.kernels.moe_experts.kernel import (MoeExpertsConfig, blocked_w13, config_for, moe_experts_triton,
-                                                      up_chunks)
+from lingc.runtime.kernels.moe_experts.kernel import MoeExpertsConfig, config_for, moe_experts_triton, up_chunks
 from lingc.runtime.kernels.moe_router.kernel import moe_router_triton
 
 # (BLOCK_E, logits warps, row groups) of --set router: 128 / 64 CTAs per row group, 4..16 warps.
@@ -62,13 +57,13 @@ def candidates(n_max: int, h: int, which: str = "all") -> list[MoeExpertsConfig]
     """The table's entry first, then variants around it. ``which``: "grid" varies the up-GEMM
     (block_n, split_k, warps) and the down-GEMM (block_h, warps), one side at a time; "regs" the
     register caps (0 = the compiler's choice; up 96 = five 4-warp CTAs per SM, down 80 = six);
-    "all" both; "table" (and "blocked") the table's entry alone; "loop" the up-GEMM's loop design (block_k > 0);
+    "all" both; "table" the table's entry alone; "loop" the up-GEMM's loop design (block_k > 0);
     "chunk" variants with the table's H chunks (the same bits: a per-T choice among them is allowed);
     "gemv" the up-GEMM on CUDA cores (``up_gemv``: other bits than the table's); "narrow" the loop
     design at 8-16 columns with H whole or in two chunks."""
     base = config_for(n_max, h)
     out = [base]
-    if which in ("table", "blocked"):     # blocked: the table's entry, main() adds its blocked-w13 run
+    if which == "table":
         return out
     if which == "loop":
         # The up-GEMM's loop design (block_n, split_k, block_k, stages, warps): the chunk streamed
@@ -128,15 +123,12 @@ def expert_bytes(moe, ids: torch.Tensor) -> int:
     return int(torch.unique(ids).numel()) * e + sum(p.nbytes for p in moe.shared_experts.parameters())
 
 
-def experts_call(cfg: MoeExpertsConfig, blocked: dict | None = None):
-    """The lingc MoE experts of one layer at ``cfg``; with ``blocked`` (id(moe) -> blocked_w13
-    of that layer) the up-GEMM reads those copies."""
+def experts_call(cfg: MoeExpertsConfig):
     def fn(x, moe, ids, w):
         inter, s, w13 = moe.experts.inter, moe.shared_experts, moe.experts.w13
         return moe_experts_triton(x, ids, w, w13[:, :inter], w13[:, inter:], moe.experts.w2,
                                   s.gate_proj.weight, s.up_proj.weight, s.down_proj.weight,
-                                  moe.experts.limit, s.limit, config=cfg,
-                                  w13_blocked=None if blocked is None else blocked[id(moe)])
+                                  moe.experts.limit, s.limit, config=cfg)
     return fn
 
 
@@ -167,9 +159,7 @@ def main(argv=None) -> int:
     parser.add_argument("--layers", type=int, default=40)
     parser.add_argument("--t", type=int, nargs="+", default=[1, 6])
     parser.add_argument("--replays", type=int, default=20)
-    parser.add_argument("--set", choices=["grid", "regs", "all", "router", "table", "loop", "chunk", "gemv", "narrow",
-                                          "blocked"],
-                        default="all",
+    parser.add_argument("--set", choices=["grid", "regs", "all", "router", "table", "loop", "chunk", "gemv", "narrow"], default="all",
                         help="which variants around the table's entry to time (candidates())")
     args = parser.parse_args(argv)
     device = require_cuda()
@@ -178,11 +168,6 @@ def main(argv=None) -> int:
     layers = build_layers(cfg, args.layers, device)
     n_max = max(cfg.moe_intermediate_size, cfg.moe_shared_expert_intermediate_size)
     gen = torch.Generator(device=device).manual_seed(1)
-    blocked = None
-    if args.set == "blocked":
-        base = config_for(n_max, cfg.hidden_size)
-        blocked = {id(moe): blocked_w13(moe.experts.w13[:, :moe.experts.inter], moe.experts.w13[:, moe.experts.inter:],
-                                        base) for moe in layers}
     rows = []
     for t in args.t:
         xs = [torch.randn(t, cfg.hidden_size, generator=gen, device=device).to(cfg.dtype) for _ in layers]
@@ -201,11 +186,8 @@ def main(argv=None) -> int:
             rows += router_rows(t, xs, layers, routed, args.replays)
             continue
         table_out = None
-        variants = [(c, None) for c in candidates(n_max, cfg.hidden_size, args.set)]
-        if blocked is not None:
-            variants.append((variants[0][0], blocked))
-        for c, layout in variants:
-            fn = experts_call(c, layout)
+        for c in candidates(n_max, cfg.hidden_size, args.set):
+            fn = experts_call(c)
             with torch.no_grad():
                 outs = [fn(*s) for s in sets]
                 err = max(rel_rms(o, reference_layer(s[0], s[1], s[2], s[3])) for o, s in zip(outs, sets))
@@ -214,14 +196,12 @@ def main(argv=None) -> int:
             same = None if table_out is None else all(torch.equal(o, b) for o, b in zip(outs, table_out))
             table_out = outs if table_out is None else table_out
             if err > RTOL_RMS:
-                rows.append({"T": t, "what": label(c) + ("" if layout is None else " blocked w13"), "config": c,
-                             "err": err, "us": None,
+                rows.append({"T": t, "what": label(c), "config": c, "err": err, "us": None,
                              "note": "WRONG: not timed"})
                 continue
             timing = time_in_graph(fn, sets, replays=args.replays)
             us = timing.us_per_call
-            what = label(c) + ("" if layout is None else " blocked w13")
-            rows.append({"T": t, "what": what, "config": c, "err": err, "us": us, "floor_us": floor_us,
+            rows.append({"T": t, "what": label(c), "config": c, "err": err, "us": us, "floor_us": floor_us,
                          "x_floor": us / floor_us, "gbps": nbytes / (us * 1e-6) / 1e9,
                          "bits": "" if same is None else ("same" if same else "differ")})
         print(f"T={t}: experts floor {floor_us:.2f} us ({nbytes / 1e6:.1f} MB)", flush=True)

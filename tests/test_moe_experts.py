@@ -32,7 +32,7 @@ import lingc.runtime.kernels.moe_router  # noqa: F401  (registers lingc::moe_rou
 from lingc.runtime.kernels.moe_experts import moe_experts, moe_experts_reference
 from lingc.runtime.kernels.moe_experts import kernel as experts_kernel
 from lingc.runtime.kernels.moe_experts.kernel import (
-    BLOCK_M, MoeExpertsConfig, up_chunks, alloc_buffers, blocked_w13, blocked_w13_shape, config_for, moe_experts_triton,
+    BLOCK_M, MoeExpertsConfig, up_chunks, alloc_buffers, config_for, moe_experts_triton,
 )
 from lingc.runtime.kernels.moe_align.naive import align_sizes
 from lingc.runtime.pdl import pdl_supported
@@ -248,31 +248,6 @@ def test_kernel_split_k_matches_reference(t, config):
     assert_close(run_kernel(pb, config), reference(pb), RTOL[torch.bfloat16])
     # Every ticket is back at zero for the next call (or graph replay).
     assert int(split_k_tickets(pb["x"].device, 1).abs().sum()) == 0
-
-
-@pytest.mark.parametrize("config", [None, *SPLIT_CONFIGS], ids=["table", "bn8-s3-bh16", "bn16-s2-bh32"])
-@pytest.mark.parametrize("t, dtype", [(1, torch.bfloat16), (6, torch.bfloat16), (8, torch.float32)])
-def test_kernel_blocked_w13_gives_the_same_bits(t, dtype, config):
-    # The up-GEMM's routed CTAs reading blocked_w13's layout (each tile one contiguous run, zero
-    # past I and H: I = 20 is not whole 8- or 16-column tiles, H = 96 not whole chunks of 64)
-    # give the strided read's bits; 'pool' routing puts several tokens on one expert.
-    pb = make_problem(t, dtype, seed=46 + t, h=96, i=20, routing="pool")
-    e, i, h = pb["w_gate"].shape
-    cfg = config or config_for(max(i, pb["shared_gate"].shape[0]), h)
-    blocked = blocked_w13(pb["w_gate"], pb["w_up"], cfg)
-    assert blocked.shape == blocked_w13_shape(e, i, h, cfg) and blocked.is_contiguous()
-    want = run_kernel(pb, config)
-    assert torch.equal(run_kernel(pb, config, w13_blocked=blocked), want)
-    assert_close(want, reference(pb), RTOL[dtype])
-    # A tile read from the wrong run would differ: the layout is not a no-op.
-    chunk, split_k = up_chunks(cfg, h)
-    if split_k > 1:
-        run = 2 * cfg.block_n * chunk
-        swapped = blocked.clone()
-        swapped[:, :run], swapped[:, run:2 * run] = blocked[:, run:2 * run], blocked[:, :run]
-        assert not torch.equal(run_kernel(pb, config, w13_blocked=swapped), want)
-    with pytest.raises(ValueError, match="blocked_w13's layout"):
-        run_kernel(pb, config, w13_blocked=blocked[:, :-1])
 
 
 @pytest.mark.parametrize("config", LOOP_CONFIGS, ids=LOOP_IDS)
@@ -678,13 +653,6 @@ _COMPILE_CHECK = textwrap.dedent("""
         assert max_loads_before_a_wait(ptx) >= tile_loads, ptx[-3000:]
         assert len(re.findall(V4, ptx)) >= 2 * tile_loads, ptx[-3000:]
         print("up", n_max, slot, [l for l in info.splitlines() if "registers" in l])
-        if n_max == 192:
-            # The routed tiles from blocked_w13's runs (moe_sweep --set blocked): 16-byte loads, no
-            # spills under the table's register cap.
-            ptx, info = build(_moe_up_kernel, ptrs, ints, ["limit", "shared_limit"], {**const, "W_BLOCKED": True},
-                              cfg.up_warps, cfg.up_maxnreg)
-            assert len(re.findall(V4, ptx)) >= 2 * tile_loads, ptx[-3000:]
-            print("up blocked", n_max, slot, [l for l in info.splitlines() if "registers" in l])
         ptrs = dict(act_ptr=b, sorted_ptr="*i32", block_expert_ptr="*i32", total_ptr="*i32", ids_ptr="*i32",
                     wd_ptr=b, sd_ptr=b, y_ptr="*fp32", topk_w_ptr="*fp32", out_ptr=b, ticket_ptr="*i32",
                     x_ptr=b, ssig_ptr=b)
@@ -786,17 +754,6 @@ def test_gpu_flash_tp4_rank_matches_reference(t, limits):
     assert torch.equal(torch.ops.lingc.moe_experts(*args_of(pb)), out)
     # The interleaved layout of the same values reads the same bits.
     assert torch.equal(run_kernel(_gpu_problem(t, seed=200 + t, limits=limits, layout="interleaved")), out)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("t", [1, 6])
-def test_gpu_blocked_w13_gives_the_same_bits(t):
-    # The up-GEMM reading blocked_w13 copies (moe_sweep --set blocked times this) at flash-tp4-rank
-    # shapes: the strided read's bits.
-    pb = _gpu_problem(t, seed=240 + t, e=64)
-    cfg = config_for(192, 2560)
-    blocked = blocked_w13(pb["w_gate"], pb["w_up"], cfg)
-    assert torch.equal(run_kernel(pb, w13_blocked=blocked), run_kernel(pb))
 
 
 # Qwen3-Next-80B's MoE on one GPU of four: 512 experts, top-10, H = 2048, I = Is = 512 / 4, the

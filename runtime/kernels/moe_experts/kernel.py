@@ -172,28 +172,6 @@ def up_chunks(cfg: MoeExpertsConfig, h: int) -> tuple[int, int]:
     return chunk, triton.cdiv(h, chunk)
 
 
-def blocked_w13_shape(num_experts: int, inter: int, h: int, cfg: MoeExpertsConfig) -> tuple[int, int]:
-    """[E, n_tiles * split_k * 2 * block_n * chunk]: blocked_w13's shape."""
-    chunk, split_k = up_chunks(cfg, h)
-    return num_experts, triton.cdiv(inter, cfg.block_n) * split_k * 2 * cfg.block_n * chunk
-
-
-def blocked_w13(w_gate: torch.Tensor, w_up: torch.Tensor, cfg: MoeExpertsConfig) -> torch.Tensor:
-    """The routed gate/up weights [E, I, H] re-laid so that each up-GEMM CTA's tile is one
-    contiguous run: per expert, tile (n, k) of ``cfg`` (rows gate j, up j interleaved for
-    j in [n * block_n, (n + 1) * block_n), H columns [k * chunk, (k + 1) * chunk)) at run
-    n * split_k + k, row-major, zero past I and H. A new tensor (a trial layout: the model's
-    weights are not touched)."""
-    e, inter, h = w_gate.shape
-    chunk, split_k = up_chunks(cfg, h)
-    n_tiles = triton.cdiv(inter, cfg.block_n)
-    rows = torch.stack((w_gate, w_up), dim=2).reshape(e, 2 * inter, h)        # g0, u0, g1, u1, ...
-    padded = rows.new_zeros(e, n_tiles * 2 * cfg.block_n, split_k * chunk)
-    padded[:, :2 * inter, :h] = rows
-    runs = padded.view(e, n_tiles, 2 * cfg.block_n, split_k, chunk).permute(0, 1, 3, 2, 4)
-    return runs.reshape(blocked_w13_shape(e, inter, h, cfg))
-
-
 @triton.jit
 def _up_tile(
     w, tok, valid, pair, n_e, lim, rows_w, offs_k, mask_k, tile, pid_k, pid_n,
@@ -277,11 +255,8 @@ def _moe_up_kernel(
     NUM_EXPERTS: tl.constexpr, TOP_K: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     N_TILES: tl.constexpr, HAS_LIMIT: tl.constexpr, SLOT_BLOCKS: tl.constexpr, K_TILE: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr, W_BLOCKED: tl.constexpr = False,
+    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
-    # W_BLOCKED (K_TILE == 0 only): the routed experts' gate/up weights come as blocked_w13's
-    # layout in wg_ptr (stride_ge per expert), each CTA's [2 * BLOCK_N, CHUNK_K] tile one
-    # contiguous zero-padded run; the same values in the same tile positions, so the same bits.
     # K_TILE == 0: one load per chunk (a power of two); else a loop over the chunk's
     # CHUNK_K // K_TILE tiles (_up_tile_loop; CHUNK_K a multiple of K_TILE).
     N_KT: tl.constexpr = CHUNK_K // K_TILE if K_TILE > 0 else 1
@@ -346,12 +321,7 @@ def _moe_up_kernel(
                               wu_ptr + e64 * stride_ue + j * stride_un)
             # The sentinel P marks padding.
             if K_TILE == 0:
-                if W_BLOCKED:
-                    run = wg_ptr + e64 * stride_ge + (pid_n * SPLIT_K + pid_k).to(tl.int64) * (2 * BLOCK_N * CHUNK_K)
-                    w = tl.load(run + tl.arange(0, 2 * BLOCK_N)[:, None] * CHUNK_K + tl.arange(0, CHUNK_K)[None, :])
-                else:
-                    w = tl.load(g_rows[:, None] + offs_k[None, :], mask=(j < I)[:, None] & mask_k[None, :],
-                                other=0.0)
+                w = tl.load(g_rows[:, None] + offs_k[None, :], mask=(j < I)[:, None] & mask_k[None, :], other=0.0)
                 _up_tile(w, pair // PAIRS_PER_TOKEN, pair < P, pair, I, limit, rows_w, offs_k, mask_k,
                          b * N_TILES + pid_n, pid_k, pid_n, x_ptr, act_ptr, ws_ptr, ticket_ptr, stride_xt, stride_xh,
                          stride_act, stride_ws_s, stride_ws_p, BLOCK_M, BLOCK_N, SPLIT_K, HAS_LIMIT, DOT_PRECISION,
@@ -516,7 +486,6 @@ def moe_experts_triton(
     max_single_launch: int = SINGLE_LAUNCH_MAX_PAIRS,
     align_one_token: bool = False,
     shared_sigmoid: torch.Tensor | None = None,
-    w13_blocked: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """out [T, H] (naive.moe_experts_reference) in three launches: moe_align, up-GEMM, down-GEMM;
     for one token in two (the slot layout: block j holds the token's slot j, read straight from
@@ -525,10 +494,8 @@ def moe_experts_triton(
     ``out`` may be any strided [T, H] tensor of x.dtype; ``config`` overrides the table;
     ``buffers`` (``alloc_buffers``) and ``align_out`` (moe_align's three outputs) let tests pass
     poisoned workspaces; ``max_single_launch`` is moe_align's; ``shared_sigmoid`` [1, H] gates the
-    shared expert (the op's); ``w13_blocked`` (``blocked_w13(w_gate, w_up, config)``), when
-    given, is what the up-GEMM's routed CTAs read instead of w_gate / w_up (the same bits; a
-    layout trial, benchmarks.moe_sweep --set blocked). Arguments are assumed validated by the op
-    (weights with unit stride along H for gate/up and along I for down).
+    shared expert (the op's). Arguments are assumed validated by the op (weights with unit stride
+    along H for gate/up and along I for down).
     """
     t, h = x.shape
     k = topk_ids.shape[1]
@@ -587,13 +554,6 @@ def moe_experts_triton(
     has_limit = limit > 0 or (has_shared and shared_limit > 0)
     dot = dict(**dot_args(x.dtype), USE_GDC=use_pdl)
     act, partials, y = buffers.act, buffers.partials, buffers.y
-    blocked = w13_blocked is not None
-    if blocked:
-        want = blocked_w13_shape(num_experts, inter, h, cfg)
-        if cfg.up_gemv or cfg.block_k or tuple(w13_blocked.shape) != want or not w13_blocked[0].is_contiguous():
-            raise ValueError(f"w13_blocked {tuple(w13_blocked.shape)}: want blocked_w13's layout {want} "
-                             f"(contiguous per expert) for a one-load tensor-core config (block_k 0, no up_gemv), "
-                             f"got {cfg}")
     if cfg.up_gemv:
         k1, k2 = k_tiles_pow2(h)
         _moe_up_gemv_kernel[(n_tiles, n_shared_blocks + up_blocks)](
@@ -609,19 +569,18 @@ def moe_experts_triton(
         )
     else:
         ws = partials if partials is not None else act
-        wg = w13_blocked if blocked else w_gate
         _moe_up_kernel[(split_k, n_tiles, n_shared_blocks + up_blocks)](
             x, sorted_ids, block_experts, topk_ids,
-            wg, w_up, sg, su,
+            w_gate, w_up, sg, su,
             act, ws, tickets,
             t, p, up_blocks, n_shared_blocks, h, inter, inter_s,
             x.stride(0), x.stride(1), topk_ids.stride(1),
-            wg.stride(0), w_gate.stride(1), w_up.stride(0), w_up.stride(1), sg.stride(-2), su.stride(-2),
+            w_gate.stride(0), w_gate.stride(1), w_up.stride(0), w_up.stride(1), sg.stride(-2), su.stride(-2),
             act.stride(0), ws.stride(0) if partials is not None else 0, ws.stride(1) if partials is not None else 0,
             lim, lim_s,
             NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp,
             BLOCK_M=BLOCK_M, BLOCK_N=cfg.block_n, CHUNK_K=chunk, SPLIT_K=split_k, N_TILES=n_tiles,
-            HAS_LIMIT=has_limit, SLOT_BLOCKS=slot_blocks, K_TILE=cfg.block_k, W_BLOCKED=blocked, **dot,
+            HAS_LIMIT=has_limit, SLOT_BLOCKS=slot_blocks, K_TILE=cfg.block_k, **dot,
             num_warps=cfg.up_warps, num_stages=cfg.up_stages if cfg.block_k else 1, **launch,
             **register_cap(cfg.up_maxnreg),
         )
