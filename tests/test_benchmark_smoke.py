@@ -383,36 +383,6 @@ def test_read_probe_kernel_folds_each_chunk(n, chunk_bytes, warps):
     assert out[:ctas].tolist() == want and out[ctas].item() == 12345
 
 
-@pytest.mark.parametrize("blocked", [False, True])
-def test_expert_read_probe_folds_each_ctas_tile(blocked):
-    # benchmarks.expert_read_probe's kernel (interpreter on the CPU): CTA (k, n, b) stores the
-    # xor of expert ids[b]'s tile (n, k): rows n * 8.., int32 columns k * 4.. of w [E, 16, 16]
-    # (bf16) strided, or the (n * split_k + k)-th run of 32 lanes blocked; every word written.
-    from benchmarks.expert_read_probe import expert_read
-
-    gen = torch.Generator().manual_seed(7)
-    w = torch.randint(-2**15, 2**15 - 1, (5, 16, 16), generator=gen, dtype=torch.int16).view(torch.bfloat16)
-    ids = torch.tensor([3, 0, 4], dtype=torch.int32)
-    out = torch.full((3 * 2 * 2 + 1,), 12345, dtype=torch.int32)
-    expert_read(w, ids, out, chunk_k=8, rows=8, blocked=blocked, use_pdl=False)
-    lanes = w.view(torch.int32)                       # [5, 16, 8]
-    want = []
-    for e in ids.tolist():
-        for n in range(2):
-            for k in range(2):
-                if blocked:
-                    tile = lanes[e].reshape(-1)[(n * 2 + k) * 32:(n * 2 + k + 1) * 32]
-                else:
-                    tile = lanes[e, n * 8:(n + 1) * 8, k * 4:(k + 1) * 4]
-                acc = 0
-                for v in tile.reshape(-1).tolist():
-                    acc ^= v
-                want.append(acc)
-    assert out[:12].tolist() == want and out[12].item() == 12345
-    with pytest.raises(ValueError, match="whole chunks of 6"):
-        expert_read(w, ids, out, chunk_k=6, rows=8, blocked=blocked, use_pdl=False)
-
-
 def _step_json(tmp_path, seq_names, floors_us, floor_ms, bw=1000.0):
     k = lambda name: {"kernel": name, "grid": [1, 1, 1], "critical_us": 1.0, "us": 1.0}  # noqa: E731
     data = {"copy_bandwidth_gbps": bw, "results": {"lingc": {
