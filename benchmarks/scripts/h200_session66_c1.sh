@@ -4,7 +4,9 @@
 # tile read slower than the same bytes contiguous? 2. moe_sweep --set blocked: the MoE layer with
 # the up-GEMM reading blocked_w13 copies against the table's strided read (20 layers: the copies
 # double w13's bytes). 3. The blocked layout's GPU test. (Session 65's CPU-only relay changes
-# wait for a session with device time.)
+# wait for a session with device time.) It ran at 9037606: benchmarks.expert_read_probe and
+# moe_sweep --set blocked exist there only (removed after the call; the blocked layout is
+# benchmarks/results/moe_blocked_w13_s66_c1.patch).
 set -u
 source "$(dirname "$0")/device_env.sh"
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$GPU"
