@@ -215,6 +215,11 @@ def bench_mla(L, T, copy_gbps, replays, inductor, split_lens, configs=()):
     def args(x):
         return x["q_lat"], x["q_rope"], x["kv"], positions, SCALE, x["gate"], inv_freq
 
+    # What the in-kernel RoPE of q costs: the same call on q_rope rotated beforehand (the same bits:
+    # the kernel rounds its rotated q to q_rope's dtype, as apply_rope_interleaved does).
+    for x in layers:
+        x["q_roped"] = apply_rope_interleaved(x["q_rope"], positions, inv_freq)
+
     ref = mla_decode_reference(*(a.cpu() if torch.is_tensor(a) else a for a in args(x0)))
     table = config_for(L, MLA_H, RANK, ROPE)
 
@@ -224,6 +229,8 @@ def bench_mla(L, T, copy_gbps, replays, inductor, split_lens, configs=()):
     variants = {"lingc": lingc(table, True), "lingc-no-pdl": lingc(table, False),
                 "lingc-split-no-pdl": lingc(replace(table, split_pdl=False), True),
                 "lingc-combine-no-pdl": lingc(replace(table, combine_pdl=False), True)}
+    variants["lingc-q-roped"] = lambda x: mla_decode_triton(x["q_lat"], x["q_roped"], x["kv"], positions, SCALE,
+                                                            x["gate"], None, out=x["out"], config=table)
     for n in split_lens:
         variants[f"lingc-split{n}"] = lingc(MlaDecodeConfig(split_len=n, block_l=min(table.block_l, n),
                                                                  num_warps=table.num_warps), True)
