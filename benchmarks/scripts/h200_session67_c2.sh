@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Session 67 call 2 (carry .whl; ~950 s of device time were left after nine refused or failed
-# starts, so one call does what was planned as two): the MLA split's queries' cos / sin spread over
-# the program's threads (rope.cos_sin_spread: one angle a thread instead of 16, sm_90 SASS).
+# Session 67 call 2 (carry .whl; ~950 s of device time were left after refused and failed starts,
+# so one call did what was planned as three; one H100): the MLA split's queries' cos / sin spread
+# over the program's threads (rope.cos_sin_spread: one angle a thread instead of 16, sm_90 SASS).
+# It ran at 7a84ee8, where rope.cos_sin_spread and benchmarks/scripts/prelude_rope_replicated.py
+# exist; level, not kept: benchmarks/results/rope_cos_sin_spread_s67_c2.patch holds the kernels'
+# change (the prelude is at 7a84ee8).
 # 1. mla_decode's GPU tests (the same bits as the reference's RoPE, batch invariance, positions
 #    from a base); 2. kernels_attn's MLA at 8192, T = 1 and 6: the spread form (`lingc`) against
 #    q rotated beforehand (`lingc-q-roped`, no in-kernel RoPE), then with prelude_rope_replicated

@@ -10,29 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["cos_sin_spread", "rope_cols", "rope_rotate", "rope_table", "rope_table_launch_args"]
-
-@triton.jit
-def cos_sin_spread(ang):
-    """(cos(ang), sin(ang)) with libdevice, computed in ang's own layout.
-
-    Why the loop of one trip: Triton's layout pass rematerialises an elementwise chain in its
-    consumer's layout. A split kernel's consumer is the query tile in the MMA operand's layout,
-    which every warp holds whole, so angles computed for a few queries were recomputed per query
-    row in that layout: 16 angles a thread, 32 branchy range reductions (sm_90 SASS) before the
-    first cache tile load. A loop result is where the rematerialisation stops: inside it the
-    angles keep the layout of their loads (one or two a thread), and one layout conversion after
-    it hands the values to the rows. The compile checks count the reductions (the libdevice table
-    each one names)."""
-    c = tl.zeros_like(ang)
-    s = tl.zeros_like(ang)
-    i = 0
-    while i < 1:
-        c = tl.cos(ang)
-        s = tl.sin(ang)
-        i += 1
-    return c, s
-
+__all__ = ["rope_cols", "rope_rotate", "rope_table", "rope_table_launch_args"]
 
 @triton.jit
 def rope_cols(offs_d, HALF: tl.constexpr, INTERLEAVED: tl.constexpr):

@@ -50,7 +50,7 @@ from lingc.runtime.kernels.gemm_common import dot_acc
 from lingc.runtime.kernels.head_norm import head_norm_cols, head_norm_gain
 from lingc.runtime.kernels.mla_decode.kernel import _mla_combine_kernel, softmax_tile, workspace
 from lingc.runtime.kernels.positions import position_terms
-from lingc.runtime.kernels.rope import cos_sin_spread, rope_cols, rope_rotate, rope_table, rope_table_launch_args
+from lingc.runtime.kernels.rope import rope_cols, rope_rotate, rope_table, rope_table_launch_args
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait
 
 __all__ = ["GqaDecodeConfig", "config_for", "num_splits", "gqa_decode_triton", "workspace"]
@@ -165,17 +165,16 @@ def _gqa_split_kernel(
                                q_ptr.dtype.element_ty, ROUND_BEFORE_WEIGHT)
         if HALF > 0:
             # Rotated in fp32 and rounded once to the queries' dtype, as head_cache_write rounds keys.
-            # The angles depend on the query, not the head: cos / sin of TQ rows, spread over the
-            # program's threads (rope.cos_sin_spread: 4 angles a thread at a Qwen3-Next rank's
-            # shapes, 16 before), broadcast to the group's heads. This still spills 4 bytes before
-            # the tile loop (the compile check bounds it).
+            # The angles depend on the query, not the head: cos / sin of TQ rows, broadcast to the
+            # group's heads (GP times fewer libdevice calls). At a Qwen3-Next rank's shapes this
+            # still spills 16 bytes, before the tile loop (the compile check bounds it).
             partner, fidx, sign, rotated = rope_cols(offs_d, HALF, INTERLEAVED)
             tq = tl.program_id(0) * TQ + tl.arange(0, TQ)
             pos_q = tl.load(pos_ptr + tq * pos_stride, mask=tq < T, other=0).to(tl.int32) + pos_add + tq * pos_step
             if TABLE == 0:
                 freq = tl.load(freq_ptr + fidx, mask=rotated & md, other=0.0).to(tl.float32)
                 ang = pos_q.to(tl.float32)[:, None] * freq[None, :]
-                c_q, s_q = cos_sin_spread(ang)
+                c_q, s_q = tl.cos(ang), tl.sin(ang)
             else:       # the model's cos / sin tables: the query's row (its position's, or its own)
                 c_q, s_q = rope_table((tq if BY_TOKEN else pos_q)[:, None], fidx[None, :], offs_d[None, :],
                                       (tq < T)[:, None] & (rotated & md)[None, :], cos_ptr, sin_ptr, stride_cr,

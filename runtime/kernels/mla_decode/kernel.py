@@ -55,7 +55,6 @@ import triton.language as tl
 
 from lingc.runtime.kernels.gemm_common import dot_acc, register_cap
 from lingc.runtime.kernels.positions import position_terms
-from lingc.runtime.kernels.rope import cos_sin_spread
 from lingc.runtime.pdl import interpreting, pdl_launch_dependents, pdl_supported, pdl_wait, pdl_wait_small
 
 __all__ = ["MlaDecodeConfig", "config_for", "num_splits", "mla_decode_triton", "TARGET_SPLITS", "MIN_SPLIT_LEN"]
@@ -195,13 +194,9 @@ def _mla_split_kernel(
                      mask=mh[:, None] & mp[None, :], other=0.0).to(tl.float32)
         if ROPE:
             qe, qo = tl.split(tl.reshape(qr, [BH, BP // 2, 2]))
-            # The angles depend on the query, not the head: TQ rows of them, broadcast to the heads
-            # (cos_sin_spread keeps each thread at one angle).
-            tq = tl.program_id(0) * TQ + tl.arange(0, TQ)
-            pos_q = tl.load(pos_ptr + tq * pos_stride, mask=tq < T, other=0).to(tl.int32) + pos_add + tq * pos_step
-            c_q, s_q = cos_sin_spread(pos_q.to(tl.float32)[:, None] * freq[None, :])
-            cos = tl.reshape(tl.broadcast_to(c_q[:, None, :], [TQ, HP, BP // 2]), [BH, BP // 2])
-            sin = tl.reshape(tl.broadcast_to(s_q[:, None, :], [TQ, HP, BP // 2]), [BH, BP // 2])
+            ang = pos.to(tl.float32)[:, None] * freq[None, :]
+            cos = tl.cos(ang)
+            sin = tl.sin(ang)
             qr = tl.reshape(tl.join(qe * cos - qo * sin, qe * sin + qo * cos), [BH, BP])
             qr = _round_through(qr, qr_ptr.dtype.element_ty, ROPE_RNE)    # the model rounds roped q
         ql_hi = ql.to(KV_DT)
