@@ -19,6 +19,8 @@ Variants:
 - ``lingc-split-no-pdl`` / ``lingc-combine-no-pdl``  MLA and GQA decode, PDL for one of the two
                     kernels (``MlaDecodeConfig`` / ``GqaDecodeConfig`` ``split_pdl`` / ``combine_pdl``
                     False)
+- ``lingc-q-roped``  MLA only, the table's launch on q_rope rotated beforehand (no RoPE in the
+                    kernel): what the in-kernel RoPE of q costs
 - ``lingc-splitN``  MLA only, the split kernel at SPLIT_LEN = N instead of the table (``--split-len``)
 - ``lingc-sN-lB-stS-wW-crR-csC``  a whole config, MLA's (``--mla-config N,B,S,W[,R[,C]]``) or
                     gqa_decode's (``--gqa-config N,B,S,W[,R[,C[,H]]]``)
