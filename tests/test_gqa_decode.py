@@ -348,7 +348,7 @@ _COMPILE_CHECK = textwrap.dedent("""
     from sm90 import compile_sm90, divisible_by_16
     from lingc.runtime.kernels.gqa_decode.kernel import _gqa_split_kernel, config_for, num_splits
 
-    L = 65536                   # several tiles a split (at 8192 a rank's splits are one tile each)
+    L = 65536                   # several tiles a split (at 8192 two 64-row tiles)
     # Qwen3-Next (64 of 256 dims rotated in the query load) and a Llama-style rank (all, or none)
     # (and the Qwen3-Next rank with its zero-centred q_norm in the load too, or its angles' cos / sin
     # from tables, a value per pair)
