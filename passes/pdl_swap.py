@@ -78,6 +78,7 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, GqaRope, LingcPass):
     fold_router_norm = True      # off: the MoE block's input norm stays a lingc.rmsnorm launch
     fold_kv_norm = True          # off: MLA's kv_a_layernorm stays a lingc.rmsnorm launch
     fold_head_norm = True        # off: per-head q / k norms stay lingc.rmsnorm launches
+    fold_moe_norm = True         # off: a layer's input norm after the MoE stays a lingc.rmsnorm launch
     fold_positions = True        # off: the relay's chain positions stay n + arange(T) ATen kernels
 
     def apply(self, gm: fx.GraphModule) -> int:
@@ -131,6 +132,7 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, GqaRope, LingcPass):
         routed = pdl_norm_folds.norms_into_routers(g) if self.fold_router_norm else 0
         kv_normed = pdl_norm_folds.norms_into_kv_writes(g) if self.fold_kv_norm else 0
         head_normed = pdl_norm_folds.norms_into_head_readers(g) if self.fold_head_norm else 0
+        moe_normed = pdl_norm_folds.norms_into_moe_outputs(g) if self.fold_moe_norm else 0
         positions = pdl_glue.positions_into_readers(g) if self.fold_positions else 0
         tail = relay_tail(g) if self.fold_relay_tail else 0
         epilogue += pdl_glue.drawn_token_writes(g) if self.fold_relay_tail else 0
@@ -173,6 +175,8 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, GqaRope, LingcPass):
             summary += f"; {kv_normed} latent norms folded into their cache writes"
         if head_normed:
             summary += f"; {head_normed} per-head q / k norms folded into gqa_decode / head_cache_write"
+        if moe_normed:
+            summary += f"; {moe_normed} layer input norms folded into the MoE before them and the GEMM after"
         if positions:
             summary += f"; {positions} position readers take the relay's n (no positions kernels)"
         if tail:
