@@ -493,7 +493,7 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, GqaRope, LingcPass):
             self.notes.append(f"chain {label}: " + " > ".join(chain))
 
 
-_MLP = ("swiglu_gemm_separate", "swiglu_gemm", "moe_experts")
+_MLP = ("swiglu_gemm_separate", "swiglu_gemm", "moe_experts", "moe_experts_norm")
 
 
 def _zero_centered_weight(w) -> fx.Node | None:
@@ -547,11 +547,11 @@ def _ranges(nums: list[int]) -> str:
 
 def _chains(lingc: list[fx.Node]) -> list[tuple[str, list[str]]]:
     """Split the lingc ops into layers: a new layer starts at an rmsnorm once the current one
-    has its MLP."""
+    has its MLP (or at a gemm_normed: its norm was begun by the MoE before it)."""
     chains: list[list[str]] = [[]]
     for n in lingc:
         op = n.target._schema.name.split("::")[-1]
-        if op == "rmsnorm" and any(o in _MLP for o in chains[-1]):
+        if op in ("rmsnorm", "gemm_normed") and any(o in _MLP for o in chains[-1]):
             chains.append([])
         chains[-1].append(op)
     out, layer = [], 0
