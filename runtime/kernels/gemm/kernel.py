@@ -175,12 +175,14 @@ def _gemm_kernel(
         tile = pid_m * tl.num_programs(1) + pid_n
         ticket = tl.atomic_add(ticket_ptr + tile, 1, sem="acq_rel", scope="gpu")
         if ticket == SPLIT_K - 1:
+            if NORM_TILES > 0:      # requested before the partials: one L2 round trip for both
+                scale = _row_scale(ss_ptr, offs_m, mask_m, stride_ss, K, norm_eps, NORM_TILES)
             # .cg: read the partials from L2, where the other CTAs' stores landed.
             total = tl.load(ws_ptrs, mask=mask, other=0.0, cache_modifier=".cg")
             for s in tl.static_range(1, SPLIT_K):
                 total += tl.load(ws_ptrs + s * stride_ws_s, mask=mask, other=0.0, cache_modifier=".cg")
             if NORM_TILES > 0:
-                total = total * _row_scale(ss_ptr, offs_m, mask_m, stride_ss, K, norm_eps, NORM_TILES)[:, None]
+                total = total * scale[:, None]
             y = _epilogue(total, offs_m, cols, mask_m, mask_n, bias_ptr, res_ptr, mul_ptr, stride_b,
                           stride_rm, stride_rn, stride_gm, stride_gn, HAS_BIAS, HAS_RES, HAS_MUL)
             tl.store(out_ptrs, y.to(x_ptr.dtype.element_ty).to(out_ptr.dtype.element_ty), mask=mask)
