@@ -1,5 +1,5 @@
 """pdl_swap's norm folds: a lingc norm moves into the lingc op beside it, so it is no launch (and
-no PDL boundary) of its own. pdl_glue.py has the other glue; this file the six folds of a norm.
+no PDL boundary) of its own. pdl_glue.py has the other glue; this file the five folds of a norm.
 
     before:  e = embedding(table, ids) ; out, x = lingc.rmsnorm(views(e), w, None, eps) ; f(e)
     after:   out, x = lingc.embedding_rmsnorm(table, ids, w, eps) ; f(views(x))
@@ -17,9 +17,6 @@ no PDL boundary) of its own. pdl_glue.py has the other glue; this file the six f
     before:  y, _ = lingc.rmsnorm(reshape(x, [T * H, D]), w, None, eps) ; r = reshape(y, [T, H, D])
              lingc.head_cache_write(r, pos, cache, freq) ; lingc.gqa_decode(r', ...)
     after:   lingc.head_cache_write(x, pos, cache, freq, norm_weight=w, eps=eps)   (x [T, H, D])
-
-    before:  out = lingc.moe_experts(...) ; y, h = lingc.rmsnorm(out, w, r, eps) ; lingc.gemm(y, W, ...)
-    after:   hw, h, ss = lingc.moe_experts_norm(..., r, w) ; lingc.gemm_normed(hw, W, ss, eps, ...)
 
 A norm in the Hugging Face Llama form (``round_before_weight``) folds as the one-rounding form
 does (every op here takes the flag); a norm without a gain folds only into the embedding gather
@@ -58,16 +55,6 @@ Why each is exact:
   reads, over a row that no op of the graph writes in place (the norm now reads it later).
   Numerics (declared): the row's sum of squares is reduced in another order on the GPU. A norm
   in the Llama form moves with its form (``round_before_weight``).
-- a layer's input norm after a MoE block moves into the MoE's combine and the projection GEMM
-  after it (runtime/kernels/moe_experts/norm_fold.md): the combine CTA, which holds each token's
-  columns of the MoE output in fp32 anyway, adds the residual (h, the same bits as the norm's),
-  stores h * w and each token's sum of h^2 over its column tile; the GEMM scales each row's
-  product by rsqrt(sum / H + eps) in its epilogue. No norm launch, and no norm kernel's load,
-  reduction and store between the MoE and the projection. Only a one-rounding norm with a gain
-  and a residual whose input only it reads, straight from lingc.moe_experts, and whose normed
-  rows only lingc.gemm reads (as its x). Numerics (declared): the GEMM sums the products of
-  bf16(h * w) and scales after the sum, where the unfused pair sums those of bf16(h * s * w);
-  each row's sum of squares is reduced per column tile, then over the tiles in order.
 - a per-head norm of keys or queries (Qwen3-Next's k_norm / q_norm: lingc.rmsnorm over the
   [T * H, D] rows of a [T, H, D] value, zero-centred) moves into the head_cache_write of those
   keys or the gqa_decode of those queries, whose program holds the head's whole row anyway
@@ -220,49 +207,6 @@ def norms_into_routers(g: fx.Graph) -> int:
             u.args = (new, u.args[1] + 2)
         g.erase_node(router)
         g.erase_node(rms)
-        count += 1
-    return count
-
-
-def norms_into_moe_outputs(g: fx.Graph) -> int:
-    """out = lingc.moe_experts(...) ; y, h = lingc.rmsnorm(out, w, r, eps) ; lingc.gemm(y, ...) ->
-    lingc.moe_experts_norm + lingc.gemm_normed (the module docstring says when). Returns the
-    norms folded."""
-    import operator
-
-    from lingc.runtime.kernels import gemm, moe_experts  # noqa: F401  (register the two ops)
-
-    count = 0
-    for rms in [n for n in g.nodes if is_call(n, lingc_ops.rmsnorm.default)]:
-        if not _weighted_rmsnorm(rms) or _rounds_before_weight(rms):
-            continue
-        out, w, residual, eps = rms.args
-        if residual is None or not is_call(out, lingc_ops.moe_experts.default) or len(out.users) != 1:
-            continue
-        if any(not is_call(u, operator.getitem) for u in rms.users):
-            continue
-        ys = [u for u in rms.users if u.args[1] == 0]
-        gemms = [v for y in ys for v in y.users]
-        if not gemms or any(not is_call(v, lingc_ops.gemm.default) or v.args[0] not in ys
-                            or any(a in ys for a in (*v.args[1:], *v.kwargs.values())) for v in gemms):
-            continue                      # the normed rows reach something other than a GEMM's x
-        sig = out.args[11] if len(out.args) > 11 else out.kwargs.get("shared_sigmoid")
-        with g.inserting_before(rms):
-            new = emit(g, lingc_ops.moe_experts_norm.default, *out.args[:11], residual, w,
-                       **({"shared_sigmoid": sig} if sig is not None else {}))
-            hw, h, ss = (emit(g, operator.getitem, new, i) for i in range(3))
-        for v in gemms:
-            with g.inserting_before(v):
-                nv = emit(g, lingc_ops.gemm_normed.default, hw, v.args[1], ss, eps, *v.args[2:], **v.kwargs)
-            v.replace_all_uses_with(nv)
-            nv.meta.update({k: x for k, x in v.meta.items() if k != "val"})
-            g.erase_node(v)
-        for u in list(rms.users):
-            if u.args[1] == 1:
-                u.replace_all_uses_with(h)
-            g.erase_node(u)
-        g.erase_node(rms)
-        g.erase_node(out)
         count += 1
     return count
 

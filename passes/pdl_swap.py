@@ -78,7 +78,6 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, GqaRope, LingcPass):
     fold_router_norm = True      # off: the MoE block's input norm stays a lingc.rmsnorm launch
     fold_kv_norm = True          # off: MLA's kv_a_layernorm stays a lingc.rmsnorm launch
     fold_head_norm = True        # off: per-head q / k norms stay lingc.rmsnorm launches
-    fold_moe_norm = True         # off: a layer's input norm after the MoE stays a lingc.rmsnorm launch
     fold_positions = True        # off: the relay's chain positions stay n + arange(T) ATen kernels
 
     def apply(self, gm: fx.GraphModule) -> int:
@@ -132,7 +131,6 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, GqaRope, LingcPass):
         routed = pdl_norm_folds.norms_into_routers(g) if self.fold_router_norm else 0
         kv_normed = pdl_norm_folds.norms_into_kv_writes(g) if self.fold_kv_norm else 0
         head_normed = pdl_norm_folds.norms_into_head_readers(g) if self.fold_head_norm else 0
-        moe_normed = pdl_norm_folds.norms_into_moe_outputs(g) if self.fold_moe_norm else 0
         positions = pdl_glue.positions_into_readers(g) if self.fold_positions else 0
         tail = relay_tail(g) if self.fold_relay_tail else 0
         epilogue += pdl_glue.drawn_token_writes(g) if self.fold_relay_tail else 0
@@ -175,8 +173,6 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, GqaRope, LingcPass):
             summary += f"; {kv_normed} latent norms folded into their cache writes"
         if head_normed:
             summary += f"; {head_normed} per-head q / k norms folded into gqa_decode / head_cache_write"
-        if moe_normed:
-            summary += f"; {moe_normed} layer input norms folded into the MoE before them and the GEMM after"
         if positions:
             summary += f"; {positions} position readers take the relay's n (no positions kernels)"
         if tail:
@@ -493,7 +489,7 @@ class PdlSwap(KdaCores, MlaCores, GqaCores, GqaRope, LingcPass):
             self.notes.append(f"chain {label}: " + " > ".join(chain))
 
 
-_MLP = ("swiglu_gemm_separate", "swiglu_gemm", "moe_experts", "moe_experts_norm")
+_MLP = ("swiglu_gemm_separate", "swiglu_gemm", "moe_experts")
 
 
 def _zero_centered_weight(w) -> fx.Node | None:
@@ -547,11 +543,11 @@ def _ranges(nums: list[int]) -> str:
 
 def _chains(lingc: list[fx.Node]) -> list[tuple[str, list[str]]]:
     """Split the lingc ops into layers: a new layer starts at an rmsnorm once the current one
-    has its MLP (or at a gemm_normed: its norm was begun by the MoE before it)."""
+    has its MLP."""
     chains: list[list[str]] = [[]]
     for n in lingc:
         op = n.target._schema.name.split("::")[-1]
-        if op in ("rmsnorm", "gemm_normed") and any(o in _MLP for o in chains[-1]):
+        if op == "rmsnorm" and any(o in _MLP for o in chains[-1]):
             chains.append([])
         chains[-1].append(op)
     out, layer = [], 0

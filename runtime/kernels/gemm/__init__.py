@@ -1,12 +1,11 @@
 """Decode GEMM over a list of weights (fused same-input projections) with epilogues, and the
 fused GEMM + argmax for greedy decode: references, Triton kernels, custom ops.
 
-Importing this package registers ``torch.ops.lingc.gemm``, ``gemm_normed`` and ``gemm_argmax``.
+Importing this package registers ``torch.ops.lingc.gemm`` and ``torch.ops.lingc.gemm_argmax``.
 The launch table (``.config``) and the Triton launchers (``.kernel``, ``.argmax_kernel``) are
 imported on first CUDA use, so the CPU path needs no triton.
 """
-from .naive import gemm_argmax_reference, gemm_epilogue, gemm_normed_reference, gemm_reference
-from .normed_op import gemm_normed
+from .naive import gemm_argmax_reference, gemm_epilogue, gemm_reference
 from .op import MAX_WEIGHTS, check_gemm_argmax_args, check_gemm_args, gemm, gemm_argmax
 
 __all__ = [
@@ -17,7 +16,5 @@ __all__ = [
     "gemm_argmax",
     "gemm_argmax_reference",
     "gemm_epilogue",
-    "gemm_normed",
-    "gemm_normed_reference",
     "gemm_reference",
 ]

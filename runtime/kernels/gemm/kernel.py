@@ -116,17 +116,6 @@ def _epilogue(
     return acc
 
 
-@triton.jit
-def _row_scale(ss_ptr, offs_m, mask_m, stride_ss, K, eps, NORM_TILES: tl.constexpr):
-    """rsqrt(sum_i ss[i, m] / K + eps) per row m: the RMSNorm scale of rows whose sums of
-    squares the producer left in NORM_TILES column tiles (lingc::gemm_normed), summed in tile
-    order, so a row's scale does not depend on M."""
-    s = tl.load(ss_ptr + offs_m, mask=mask_m, other=0.0)
-    for i in tl.static_range(1, NORM_TILES):
-        s += tl.load(ss_ptr + i * stride_ss + offs_m, mask=mask_m, other=0.0)
-    return tl.rsqrt(s / K + eps)
-
-
 @triton.jit(do_not_specialize=["M"])
 def _gemm_kernel(
     x_ptr, out_ptr, ws_ptr, ticket_ptr, bias_ptr, res_ptr, mul_ptr,
@@ -138,11 +127,7 @@ def _gemm_kernel(
     SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
     HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, HAS_MUL: tl.constexpr,
     DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
-    ss_ptr, stride_ss, norm_eps, NORM_TILES: tl.constexpr,
 ):
-    # NORM_TILES > 0 (lingc::gemm_normed): x is h * norm_weight and each row's accumulator is
-    # scaled by its RMSNorm scale (_row_scale) before the epilogue; the ss loads go out with the
-    # epilogue's own (the split-K winner's partials), after the wait.
     # Axis 0 is M so the CTAs that share a weight block (M > 16) are scheduled together.
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -161,8 +146,6 @@ def _gemm_kernel(
     out_ptrs = out_ptr + offs_m[:, None] * stride_om + cols[None, :] * stride_on
     mask = mask_m[:, None] & mask_n[None, :]
     if SPLIT_K == 1:
-        if NORM_TILES > 0:
-            acc = acc * _row_scale(ss_ptr, offs_m, mask_m, stride_ss, K, norm_eps, NORM_TILES)[:, None]
         y = _epilogue(acc, offs_m, cols, mask_m, mask_n, bias_ptr, res_ptr, mul_ptr, stride_b,
                       stride_rm, stride_rn, stride_gm, stride_gn, HAS_BIAS, HAS_RES, HAS_MUL)
         tl.store(out_ptrs, y.to(x_ptr.dtype.element_ty).to(out_ptr.dtype.element_ty), mask=mask)
@@ -175,14 +158,10 @@ def _gemm_kernel(
         tile = pid_m * tl.num_programs(1) + pid_n
         ticket = tl.atomic_add(ticket_ptr + tile, 1, sem="acq_rel", scope="gpu")
         if ticket == SPLIT_K - 1:
-            if NORM_TILES > 0:      # requested before the partials: one L2 round trip for both
-                scale = _row_scale(ss_ptr, offs_m, mask_m, stride_ss, K, norm_eps, NORM_TILES)
             # .cg: read the partials from L2, where the other CTAs' stores landed.
             total = tl.load(ws_ptrs, mask=mask, other=0.0, cache_modifier=".cg")
             for s in tl.static_range(1, SPLIT_K):
                 total += tl.load(ws_ptrs + s * stride_ws_s, mask=mask, other=0.0, cache_modifier=".cg")
-            if NORM_TILES > 0:
-                total = total * scale[:, None]
             y = _epilogue(total, offs_m, cols, mask_m, mask_n, bias_ptr, res_ptr, mul_ptr, stride_b,
                           stride_rm, stride_rn, stride_gm, stride_gn, HAS_BIAS, HAS_RES, HAS_MUL)
             tl.store(out_ptrs, y.to(x_ptr.dtype.element_ty).to(out_ptr.dtype.element_ty), mask=mask)
@@ -242,14 +221,9 @@ def gemm_triton(
     *,
     config: GemmConfig | None = None,
     use_pdl: bool | None = None,
-    row_sumsq: torch.Tensor | None = None,
-    row_eps: float = 0.0,
 ) -> torch.Tensor:
     """Launch on x [M, K] and 1..MAX_WEIGHTS weights [N_i, K] (unit K stride, any row stride);
     returns out [M, sum N_i] in x.dtype (naive.gemm_reference).
-
-    ``row_sumsq`` [NT, M] fp32 (unit stride along M): lingc::gemm_normed, each row's product
-    scaled by rsqrt(sum over NT of row_sumsq / K + row_eps) before the epilogue (designs A / B).
 
     ``out`` may be any strided [M, sum N] tensor of x.dtype (tests pass NaN-filled buffers and
     windows of larger ones), or of float32: the values rounded to x.dtype, stored as fp32
@@ -269,7 +243,6 @@ def gemm_triton(
         return out
     cfg = config if config is not None else config_for(n, k)
     if cfg.gemv:
-        assert row_sumsq is None, "gemm_normed takes designs A and B (no table entry is C)"
         assert cfg.block_n >= 1 and cfg.block_n & (cfg.block_n - 1) == 0 and cfg.split_k == 1, cfg
         from .gemv_kernel import gemv_triton
 
@@ -287,12 +260,6 @@ def gemm_triton(
         ws, tickets = out, out  # unused (SPLIT_K == 1 compiles the split-K branch out)
     # Absent epilogue operands: any pointer of the right kind; their branch is compiled out.
     bias_t, res_t, mul_t = (t if t is not None else out for t in (bias, residual, sigmoid_mul))
-    norm = dict(ss_ptr=out, stride_ss=0, norm_eps=0.0, NORM_TILES=0)    # unread (compiled out)
-    if row_sumsq is not None:
-        assert row_sumsq.dim() == 2 and row_sumsq.shape[1] == m and row_sumsq.dtype == torch.float32, row_sumsq.shape
-        assert row_sumsq.stride(1) == 1, row_sumsq.stride()
-        norm = dict(ss_ptr=row_sumsq, stride_ss=row_sumsq.stride(0), norm_eps=float(row_eps),
-                    NORM_TILES=row_sumsq.shape[0])
     _gemm_kernel[grid](
         x, out, ws, tickets, bias_t, res_t, mul_t,
         tuple(weights), tuple(w.stride(0) for w in weights), tuple(rows), block_starts, col_starts,
@@ -306,6 +273,6 @@ def gemm_triton(
         SPLIT_K=split_k, EVEN_K=even_k,
         HAS_BIAS=bias is not None, HAS_RES=residual is not None, HAS_MUL=sigmoid_mul is not None,
         USE_GDC=use_gdc, **dot_flags(x.dtype),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch, **norm,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch,
     )
     return out

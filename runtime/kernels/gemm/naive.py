@@ -24,7 +24,7 @@ the ops' CPU implementations.
 import torch
 import torch.nn.functional as F
 
-__all__ = ["gemm_epilogue", "gemm_reference", "gemm_argmax_reference", "gemm_normed_reference", "row_norm_scale"]
+__all__ = ["gemm_epilogue", "gemm_reference", "gemm_argmax_reference"]
 
 
 def gemm_epilogue(
@@ -62,29 +62,6 @@ def gemm_reference(
 ) -> torch.Tensor:
     """out [M, sum N] in x.dtype (module docstring)."""
     return gemm_epilogue(_rowwise_linear(x, weights), bias, residual, sigmoid_mul).to(x.dtype)
-
-
-def row_norm_scale(ss: torch.Tensor, k: int, eps: float) -> torch.Tensor:
-    """fp32 [M]: rsqrt(sum_i ss[i] / k + eps), ss [NT, M] summed in tile order (the kernel's)."""
-    s = ss[0].float()
-    for i in range(1, ss.shape[0]):
-        s = s + ss[i].float()
-    return torch.rsqrt(s / k + eps)
-
-
-def gemm_normed_reference(
-    x: torch.Tensor,
-    weights: list[torch.Tensor],
-    ss: torch.Tensor,
-    eps: float,
-    bias: torch.Tensor | None = None,
-    residual: torch.Tensor | None = None,
-    sigmoid_mul: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """gemm_reference with each row's product scaled by row_norm_scale(ss, K, eps) before the
-    epilogue (lingc::gemm_normed: x = h * norm_weight, the scale the rest of h's RMSNorm)."""
-    acc = _rowwise_linear(x, weights) * row_norm_scale(ss, x.shape[1], eps)[:, None]
-    return gemm_epilogue(acc, bias, residual, sigmoid_mul).to(x.dtype)
 
 
 def gemm_argmax_reference(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

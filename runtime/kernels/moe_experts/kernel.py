@@ -337,19 +337,14 @@ def _moe_up_kernel(
 def _moe_down_kernel(
     act_ptr, sorted_ptr, block_expert_ptr, total_ptr, ids_ptr,
     wd_ptr, sd_ptr, y_ptr, topk_w_ptr, out_ptr, ticket_ptr, x_ptr, ssig_ptr,
-    res_ptr, nw_ptr, h_ptr, ss_ptr,
     T, P, H, I, IS,
     stride_act, stride_de, stride_dh, stride_sdh, stride_y, stride_wt, stride_wk, stride_ot, stride_oh, stride_ik,
-    stride_xt, stride_xh, stride_rt, stride_rh, stride_ht, stride_hh, stride_ss,
+    stride_xt, stride_xh,
     NUM_EXPERTS: tl.constexpr, TOP_K: tl.constexpr, PAIRS_PER_TOKEN: tl.constexpr, HAS_SHARED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr, KPAD: tl.constexpr, COMBINE_T: tl.constexpr,
     SLOT_BLOCKS: tl.constexpr, SHARED_SIGMOID: tl.constexpr, SIG_CHUNK: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr, NORM: tl.constexpr = False,
+    DOT_PRECISION: tl.constexpr, DOT_UPCAST: tl.constexpr, USE_GDC: tl.constexpr,
 ):
-    # NORM (lingc::moe_experts_norm): the combine also adds the residual stream and starts the
-    # next RMSNorm: it stores h = residual + out, h * norm_weight in out's place and each
-    # token's sum of h^2 over this column tile (ss[pid_h, t]); the GEMM after it scales its rows
-    # by rsqrt(sum / H + eps) (norm_fold.md).
     pid_h = tl.program_id(0)
     pid_b = tl.program_id(1)
     # Before the wait: moe_align (with SLOT_BLOCKS, the router) ran two launches back and the
@@ -385,8 +380,6 @@ def _moe_down_kernel(
     mask_k = offs_k < k_e
     w = tl.load(base + offs_h[:, None] * stride_w + offs_k[None, :],
                 mask=active & mask_h[:, None] & mask_k[None, :], other=0.0)
-    if NORM:
-        nw = tl.load(nw_ptr + offs_h, mask=mask_h, other=0.0).to(tl.float32)   # a parameter
 
     pdl_wait(USE_GDC)
     pdl_launch_dependents(USE_GDC)
@@ -414,8 +407,6 @@ def _moe_down_kernel(
             mask_t = t < T
             mask_y = mask_t[:, None] & mask_h[None, :]
             y_rows = y_ptr + (t * PAIRS_PER_TOKEN)[:, None] * stride_y + offs_h[None, :]
-            if NORM:    # requested with the expert rows (the residual was written launches ago)
-                r = tl.load(res_ptr + t[:, None] * stride_rt + offs_h[None, :] * stride_rh, mask=mask_y, other=0.0)
             comb = tl.zeros((COMBINE_T, BLOCK_H), dtype=tl.float32)
             for j in tl.static_range(TOP_K):
                 wj = tl.load(topk_w_ptr + t * stride_wt + j * stride_wk, mask=mask_t, other=0.0)
@@ -427,16 +418,8 @@ def _moe_down_kernel(
                     ys = ys * _shared_scale(x_ptr, ssig_ptr, t, mask_t, H, stride_xt, stride_xh, COMBINE_T,
                                             SIG_CHUNK)[:, None]
                 comb += ys
-            o = comb.to(out_ptr.dtype.element_ty)
-            if NORM:
-                # The norm kernel's residual add (rounded to the stream's dtype), its squares
-                # of that rounded row, and its gain before the scale (declared: norm_fold.md).
-                hv = (r.to(tl.float32) + o.to(tl.float32)).to(out_ptr.dtype.element_ty)
-                tl.store(h_ptr + t[:, None] * stride_ht + offs_h[None, :] * stride_hh, hv, mask=mask_y)
-                hf = hv.to(tl.float32)
-                tl.store(ss_ptr + pid_h * stride_ss + t, tl.sum(hf * hf, axis=1), mask=mask_t)
-                o = (hf * nw[None, :]).to(out_ptr.dtype.element_ty)
-            tl.store(out_ptr + t[:, None] * stride_ot + offs_h[None, :] * stride_oh, o, mask=mask_y)
+            tl.store(out_ptr + t[:, None] * stride_ot + offs_h[None, :] * stride_oh,
+                     comb.to(out_ptr.dtype.element_ty), mask=mask_y)
             t0 += COMBINE_T
         tl.atomic_xchg(ticket_ptr + pid_h, 0, sem="relaxed", scope="gpu")  # ready for the next call
 
@@ -503,7 +486,6 @@ def moe_experts_triton(
     max_single_launch: int = SINGLE_LAUNCH_MAX_PAIRS,
     align_one_token: bool = False,
     shared_sigmoid: torch.Tensor | None = None,
-    norm: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """out [T, H] (naive.moe_experts_reference) in three launches: moe_align, up-GEMM, down-GEMM;
     for one token in two (the slot layout: block j holds the token's slot j, read straight from
@@ -512,10 +494,8 @@ def moe_experts_triton(
     ``out`` may be any strided [T, H] tensor of x.dtype; ``config`` overrides the table;
     ``buffers`` (``alloc_buffers``) and ``align_out`` (moe_align's three outputs) let tests pass
     poisoned workspaces; ``max_single_launch`` is moe_align's; ``shared_sigmoid`` [1, H] gates the
-    shared expert (the op's). ``norm`` = (residual [T, H], norm_weight [H], h [T, H], ss [NT, T]
-    fp32, NT = cdiv(H, block_h)): ``lingc::moe_experts_norm``'s combine (out receives h *
-    norm_weight). Arguments are assumed validated by the op (weights with unit stride along H
-    for gate/up and along I for down).
+    shared expert (the op's). Arguments are assumed validated by the op (weights with unit stride
+    along H for gate/up and along I for down).
     """
     t, h = x.shape
     k = topk_ids.shape[1]
@@ -605,24 +585,17 @@ def moe_experts_triton(
             **register_cap(cfg.up_maxnreg),
         )
     gated = has_shared and shared_sigmoid is not None
-    if norm is not None:
-        res, nw, h_out, ss = norm
-        assert res.shape == (t, h) and h_out.shape == (t, h) and nw.shape == (h,), (res.shape, h_out.shape, nw.shape)
-        assert ss.shape == (n_htiles, t) and ss.dtype == torch.float32 and ss.stride(1) == 1, (ss.shape, ss.stride())
-    else:
-        res = nw = h_out = ss = out      # unread (NORM compiles the branch out)
     _moe_down_kernel[(n_htiles, n_blocks)](
         act, sorted_ids, block_experts, total, topk_ids,
         w_down, sd, y, topk_weights, out, tickets, x, shared_sigmoid if gated else x,
-        res, nw, h_out, ss,
         t, p, h, inter, inter_s,
         act.stride(0), w_down.stride(0), w_down.stride(1), sd.stride(-2), y.stride(0),
         topk_weights.stride(0), topk_weights.stride(1), out.stride(0), out.stride(1), topk_ids.stride(1),
-        x.stride(0), x.stride(1), res.stride(0), res.stride(-1), h_out.stride(0), h_out.stride(-1), ss.stride(0),
+        x.stride(0), x.stride(1),
         NUM_EXPERTS=num_experts, TOP_K=k, PAIRS_PER_TOKEN=kp, HAS_SHARED=has_shared,
         BLOCK_M=BLOCK_M, BLOCK_H=cfg.block_h, KPAD=max(16, triton.next_power_of_2(n_max)), COMBINE_T=COMBINE_T,
         SLOT_BLOCKS=slot_blocks, SHARED_SIGMOID=gated, SIG_CHUNK=min(SIG_CHUNK, triton.next_power_of_2(h)),
-        NORM=norm is not None, **dot,
+        **dot,
         num_warps=(cfg.down_warps_one_token or cfg.down_warps) if slot_blocks else cfg.down_warps,
         num_stages=1, **launch, **register_cap(cfg.down_maxnreg),
     )

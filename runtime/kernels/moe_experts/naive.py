@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from lingc.runtime.kernels.swiglu_gemm.naive import swiglu_activation
 
-__all__ = ["expert_mlp_row", "moe_experts_reference", "residual_norm_start_reference"]
+__all__ = ["expert_mlp_row", "moe_experts_reference"]
 
 
 def expert_mlp_row(
@@ -73,16 +73,3 @@ def moe_experts_reference(
             acc = y if acc is None else acc + y
         out[t] = acc[0].to(x.dtype)
     return out
-
-
-def residual_norm_start_reference(out: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor,
-                                  tile: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """What ``lingc::moe_experts_norm`` adds to the MoE output ``out`` [T, H]: (hw, h, ss) with
-    h = residual + out rounded to out.dtype (the norm kernel's residual add), hw = h * norm_weight
-    rounded once, and ss [cdiv(H, tile), T] fp32 each token's sum of h^2 over each ``tile``-wide
-    column tile (the combine's column tiles)."""
-    h = (residual.float() + out.float()).to(out.dtype)
-    hf = h.float()
-    hw = (hf * norm_weight.float()).to(out.dtype)
-    ss = torch.stack([(hf[:, c:c + tile] ** 2).sum(1) for c in range(0, hf.shape[1], tile)])
-    return hw, h, ss
