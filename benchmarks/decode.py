@@ -18,7 +18,8 @@ boundary (timed in the same run by `benchmarks.sync_probe`'s chained form) + the
 a chain of that many dependent kernels could take even if each read its bytes at the copy
 bandwidth (`chain_bound_ms` in the JSON). Sanity: every
 lingc relay run's greedy tokens must equal plain lingc's from the same synthetic state (printed, and
-`spec_equals_plain` in the JSON). Output: the table on stdout, OUT/decode.json, and OUT/decode.png
+`spec_equals_plain` in the JSON); where one does not, the run says so before its table and exits
+with status 1 once its outputs are written. Output: the table on stdout, OUT/decode.json, and OUT/decode.png
 when matplotlib is installed (else `python -m benchmarks.plot` draws it anywhere).
 
 Tensor parallel: `--preset` names the whole model and every rank builds its slice (random
@@ -55,6 +56,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -823,6 +825,11 @@ def main(argv=None) -> int:
     if not lead:
         return 0
 
+    changed = sorted(name for name, same in sanity.items() if not same)
+    if changed:     # before any time or speedup: they are a wrong program's
+        print(f"\nWRONG OUTPUT: the greedy tokens of {', '.join(changed)} differ from lingc plain decode's "
+              f"(speculative decoding must not change them); the times below are not a result, and the run "
+              f"exits with status 1", flush=True)
     rows = [dict(mode=m, **{k: v for k, v in r.items() if not isinstance(v, (dict, list))})
             for m, r in results.items()]
     split = f", {tp.size}-way tensor parallel (per-rank floor)" if tp.enabled else ""
@@ -891,6 +898,10 @@ def main(argv=None) -> int:
         from . import plot
         plot.main([str(json_path), "--out", str(json_path.with_suffix(".png"))])
         print(f"wrote {json_path}")
+    if changed:
+        print(f"decode: FAILED: {', '.join(changed)} changed the greedy output (spec_equals_plain in {json_path})",
+              file=sys.stderr)
+        return 1
     return 0
 
 

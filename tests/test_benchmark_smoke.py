@@ -26,6 +26,21 @@ def run(args, tmp_path, timeout):
     return r.stdout
 
 
+def test_decode_fails_when_the_relay_changes_the_output(tmp_path, monkeypatch, capsys):
+    """The relay's correctness check is a gate: a run whose speculative tokens differ from plain
+    decode's says so before its table and exits 1, its JSON still written (here the check is made
+    to fail; session 68's benchmark printed the mismatch and exited 0)."""
+    from benchmarks import decode
+    monkeypatch.setenv("LINGC_PROGRESS", "0")
+    monkeypatch.setattr(decode, "spec_equals_plain", lambda results: {"lingc-nextn": False})
+    rc = decode.main(["--smoke", "--modes", "lingc", "--tokens", "3", "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert rc == 1
+    assert out.index("WRONG OUTPUT: the greedy tokens of lingc-nextn differ") < out.index("| mode |")
+    assert "decode: FAILED: lingc-nextn changed the greedy output" in err
+    assert json.loads((tmp_path / "decode.json").read_text())["spec_equals_plain"] == {"lingc-nextn": False}
+
+
 def test_decode_smoke_with_depth_sweep_and_profile(tmp_path):
     out = run(["benchmarks.decode", "--smoke", "--modes", "eager,lingc,lingc-nextn", "--steps", "2", "3",
                "--tokens", "6", "--profile"], tmp_path, timeout=240)
