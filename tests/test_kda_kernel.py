@@ -289,6 +289,38 @@ def test_persistent_ticket_resets():
         assert torch.equal(a, b)
 
 
+EARLY_TICKET_CONFIGS = [KdaConfig(bv=4, early_ticket=True), KdaConfig(bv=8, early_ticket=True)]
+
+
+@pytest.mark.parametrize("config", EARLY_TICKET_CONFIGS, ids=["bv4", "bv8"])
+@pytest.mark.parametrize("T", [1, 6])
+def test_early_ticket_matches_the_model_and_the_prefixes(T, config):
+    # KdaConfig.early_ticket: the ticket drawn after the window loads, the last drawer still
+    # writing the q/k window at its end; persistent and staged against the model's math and
+    # every prefix from scratch, twice (the tickets are back at zero after each launch).
+    from lingc.runtime.kernels.kda.kernel import _tickets
+    x = make_inputs(T, 2, 16, torch.bfloat16, seed=7 + T)
+    o_ref, S_ref, win_ref = model_math(x)
+    for _ in range(2):
+        assert_both_modes(x, o_ref, S_ref, win_ref, config=config)
+        assert int(_tickets(x["state"].device, 2)[:2].abs().sum()) == 0
+
+
+def test_early_ticket_keeps_the_bits():
+    # Only where the ticket is drawn moves: the same outputs, states and windows as the default,
+    # bit for bit (interpreter; on the GPU against the reference, a second binary's roundings
+    # may differ: see KdaConfig).
+    x = make_inputs(6, 2, 24, torch.bfloat16, seed=77)
+    for staged in (False, True):
+        late = run_kernel(x, staged, KdaConfig(bv=8))
+        early = run_kernel(x, staged, KdaConfig(bv=8, early_ticket=True))
+        for a, b in zip(early, late):
+            if a is not None and DEVICE == "cpu":
+                assert torch.equal(a, b)
+            elif a is not None:
+                assert_close(a.float(), b.float(), RTOL)
+
+
 def test_ticket_buffer_is_never_replaced():
     # A captured graph bakes in the tickets' address: every launch gets the same buffer, and a
     # launch needing more than it holds is refused instead of growing it.
@@ -791,6 +823,15 @@ _COMPILE_CHECK = textwrap.dedent("""
             ptx, info = compile_sm90(_kda_chain_kernel, sig, const, num_warps=vcfg.num_warps)
             print("V = 2K", staged, vk, ptx.count("bar.sync"), info)
             assert " 0 bytes spill stores" in info, ("V = 2K", staged, vk, info)
+    # KdaConfig.early_ticket: the persistent binary draws its ticket before the PDL wait (the
+    # state and windows are read there), without spills.
+    const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv, STAGED=False, STATE_BEFORE_WAIT=True,
+                 FUSED_RED=True, USE_GDC=True, EARLY_TICKET=True)
+    ptx, info = compile_sm90(_kda_chain_kernel, sig, const, num_warps=cfg.num_warps)
+    print("early ticket", ptx.count("bar.sync"), info)
+    assert " 0 bytes spill stores" in info, ("early ticket", info)
+    draw = ptx.index(".acq_rel.add")    # the ticket (the reset, a relaxed exchange, stays at the end)
+    assert draw < ptx.index("griddepcontrol.wait") < ptx.index(".relaxed.exch"), "ticket after the wait"
     # Three conv caches (fla's layers: SPLIT_WIN, the k and v caches through their own pointers).
     for staged in (False, True):
         const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv, STAGED=staged, STATE_BEFORE_WAIT=True,

@@ -84,6 +84,14 @@ class KdaConfig:
     # step the KDA chain's critical time 136.6 -> 132.8 us (plain) and 333.9 -> 321.7 (verify),
     # relay 4.119 -> 4.106 ms.
     fused_reductions: bool = True
+    # Persistent mode with several programs a q/k head: draw the window ticket right after the
+    # window loads (before the PDL wait when the state is read there), not after the chain, so
+    # its atomic round trip overlaps the wait and the chain instead of ending the program; the
+    # drawer of the last ticket still writes the new q/k window at its end. The same arithmetic.
+    # A bound (session 68 call 4, one H100: no ticket at all, racy) took plain decode's KDA chain
+    # 145 -> 92 us critical and the step 1.875 -> 1.850 ms; this form is not yet measured on a
+    # GPU, so it is off.
+    early_ticket: bool = False
 
 
 # Fixed launch table keyed by (H, K, V). Not yet swept on the GPU (benchmarks/kernels_kda.py
@@ -186,6 +194,7 @@ def _kda_chain_kernel(
     NVB: tl.constexpr, STATE_BEFORE_WAIT: tl.constexpr, FUSED_RED: tl.constexpr, USE_GDC: tl.constexpr,
     SOFTPLUS_GATE: tl.constexpr = False, STATE_VK: tl.constexpr = False, GATE_PER_HEAD: tl.constexpr = False,
     GROUP: tl.constexpr = 1, WIN: tl.constexpr = 3, wink_ptr=None, winv_ptr=None, SPLIT_WIN: tl.constexpr = False,
+    EARLY_TICKET: tl.constexpr = False,
 ):
     h = tl.program_id(0)
     vb = tl.program_id(1)
@@ -242,6 +251,14 @@ def _kda_chain_kernel(
     else:
         s_offs = h * K * V + offs_k[:, None] * V + offs_v[None, :]
     S = tl.load(state_ptr + s_offs, mask=m2, other=0.0)
+    last_early = True
+    if EARLY_TICKET and (NVB * GROUP > 1):
+        if STAGED == 0:
+            # KdaConfig.early_ticket: the ticket as at the end (below), drawn once this program's
+            # window loads are issued: the barrier and the acq_rel atomic order every thread's
+            # loads before it, so the drawer of the last ticket writes after all of them.
+            tl.debug_barrier()
+            last_early = tl.atomic_add(ticket_ptr + h // GROUP, 1, sem="acq_rel", scope="gpu") == NVB * GROUP - 1
 
     if STATE_BEFORE_WAIT:
         pdl_wait(USE_GDC)
@@ -323,8 +340,8 @@ def _kda_chain_kernel(
     if STAGED == 0:
         tl.store(state_ptr + s_offs, S, mask=m2)
         _store_window(wv_base, cvw, pv, xv0, xv1, xv2, mv, WIN)
-        last = True
-        if NVB * GROUP > 1:
+        last = last_early
+        if (NVB * GROUP > 1) and not EARLY_TICKET:
             # Every thread's window loads were consumed by the chain; the barrier and the acq_rel
             # ticket (one per q/k head: its GROUP value heads' NVB programs each read its window)
             # order them before the last program's q/k window stores.
@@ -492,6 +509,7 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
         H=H, K=K, V=V, BK=triton.next_power_of_2(K), BV=cfg.bv, NVB=nvb, SOFTPLUS_GATE=lower_bound is None,
         STATE_VK=bool(state_vk), GATE_PER_HEAD=n_f != H * K, GROUP=group, WIN=win,
         FUSED_RED=cfg.fused_reductions, STATE_BEFORE_WAIT=state_before_wait(state_ready, use_pdl), USE_GDC=use_pdl,
+        EARLY_TICKET=cfg.early_ticket,
         **({"wink_ptr": k_window, "winv_ptr": v_window, "SPLIT_WIN": True} if split else {}),
         num_warps=cfg.num_warps, num_stages=1, **launch,
     )
