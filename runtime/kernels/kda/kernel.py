@@ -34,7 +34,9 @@ is written exactly once:
   (atomic_add, acq_rel, GPU scope) after its chain, long after its window loads were consumed,
   and the one drawing ticket NVB-1 writes the new q/k window and resets the ticket to zero (so a
   CUDA graph can replay it). A plain "v-block 0 writes" would race with the other programs of
-  the head still reading the old window.
+  the head still reading the old window. With ``KdaConfig.early_ticket`` the ticket is drawn
+  right after the program's window loads (before the PDL wait where they are read there), not
+  after its chain: the same ordering, the atomic's round trip off the program's end.
 With grouped heads (GROUP value heads per q/k head, Qwen3-Next) "head" above means the q/k head:
 its window is written by the v-block-0 program of its first value head (staged) or by the last
 of its GROUP * NVB programs (persistent, one ticket per q/k head). The window is then one
