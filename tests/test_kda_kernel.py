@@ -295,7 +295,7 @@ EARLY_TICKET_CONFIGS = [KdaConfig(bv=4, early_ticket=True), KdaConfig(bv=8, earl
 @pytest.mark.parametrize("config", EARLY_TICKET_CONFIGS, ids=["bv4", "bv8"])
 @pytest.mark.parametrize("T", [1, 6])
 def test_early_ticket_matches_the_model_and_the_prefixes(T, config):
-    # KdaConfig.early_ticket: the ticket drawn after the window loads, the last drawer still
+    # KdaConfig.early_ticket: the ticket drawn at the first token, the last drawer still
     # writing the q/k window at its end; persistent and staged against the model's math and
     # every prefix from scratch, twice (the tickets are back at zero after each launch).
     from lingc.runtime.kernels.kda.kernel import _tickets
@@ -823,15 +823,15 @@ _COMPILE_CHECK = textwrap.dedent("""
             ptx, info = compile_sm90(_kda_chain_kernel, sig, const, num_warps=vcfg.num_warps)
             print("V = 2K", staged, vk, ptx.count("bar.sync"), info)
             assert " 0 bytes spill stores" in info, ("V = 2K", staged, vk, info)
-    # KdaConfig.early_ticket: the persistent binary draws its ticket before the PDL wait (the
-    # state and windows are read there), without spills.
+    # KdaConfig.early_ticket: the persistent binary draws its ticket in the token loop, after the
+    # PDL wait and before the reset at its end, without spills.
     const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv, STAGED=False, STATE_BEFORE_WAIT=True,
                  FUSED_RED=True, USE_GDC=True, EARLY_TICKET=True)
     ptx, info = compile_sm90(_kda_chain_kernel, sig, const, num_warps=cfg.num_warps)
     print("early ticket", ptx.count("bar.sync"), info)
     assert " 0 bytes spill stores" in info, ("early ticket", info)
     draw = ptx.index(".acq_rel.add")    # the ticket (the reset, a relaxed exchange, stays at the end)
-    assert draw < ptx.index("griddepcontrol.wait") < ptx.index(".relaxed.exch"), "ticket after the wait"
+    assert ptx.index("griddepcontrol.wait") < draw < ptx.index(".relaxed.exch"), "the draw out of place"
     # Three conv caches (fla's layers: SPLIT_WIN, the k and v caches through their own pointers).
     for staged in (False, True):
         const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv, STAGED=staged, STATE_BEFORE_WAIT=True,

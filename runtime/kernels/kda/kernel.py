@@ -35,8 +35,8 @@ is written exactly once:
   and the one drawing ticket NVB-1 writes the new q/k window and resets the ticket to zero (so a
   CUDA graph can replay it). A plain "v-block 0 writes" would race with the other programs of
   the head still reading the old window. With ``KdaConfig.early_ticket`` the ticket is drawn
-  right after the program's window loads (before the PDL wait where they are read there), not
-  after its chain: the same ordering, the atomic's round trip off the program's end.
+  once the first token's q and k norms have consumed every thread's window values, not after
+  the chain: the same ordering, the atomic's round trip off the program's end.
 With grouped heads (GROUP value heads per q/k head, Qwen3-Next) "head" above means the q/k head:
 its window is written by the v-block-0 program of its first value head (staged) or by the last
 of its GROUP * NVB programs (persistent, one ticket per q/k head). The window is then one
@@ -86,10 +86,11 @@ class KdaConfig:
     # step the KDA chain's critical time 136.6 -> 132.8 us (plain) and 333.9 -> 321.7 (verify),
     # relay 4.119 -> 4.106 ms.
     fused_reductions: bool = True
-    # Persistent mode with several programs a q/k head: draw the window ticket right after the
-    # window loads (before the PDL wait when the state is read there), not after the chain, so
-    # its atomic round trip overlaps the wait and the chain instead of ending the program; the
-    # drawer of the last ticket still writes the new q/k window at its end. The same arithmetic.
+    # Persistent mode with several programs a q/k head: draw the window ticket as soon as the
+    # first token's q and k norms have consumed every thread's q/k window values (not right after
+    # the loads, which a barrier does not wait for), not after the chain, so its atomic round
+    # trip overlaps the rest of the chain instead of ending the program; the drawer of the last
+    # ticket still writes the new q/k window at its end. The same arithmetic.
     # A bound (session 68 call 4, one H100: no ticket at all, racy) took plain decode's KDA chain
     # 145 -> 92 us critical and the step 1.875 -> 1.850 ms; this form is not yet measured on a
     # GPU, so it is off.
@@ -253,14 +254,6 @@ def _kda_chain_kernel(
     else:
         s_offs = h * K * V + offs_k[:, None] * V + offs_v[None, :]
     S = tl.load(state_ptr + s_offs, mask=m2, other=0.0)
-    last_early = True
-    if EARLY_TICKET and (NVB * GROUP > 1):
-        if STAGED == 0:
-            # KdaConfig.early_ticket: the ticket as at the end (below), drawn once this program's
-            # window loads are issued: the barrier and the acq_rel atomic order every thread's
-            # loads before it, so the drawer of the last ticket writes after all of them.
-            tl.debug_barrier()
-            last_early = tl.atomic_add(ticket_ptr + h // GROUP, 1, sem="acq_rel", scope="gpu") == NVB * GROUP - 1
 
     if STATE_BEFORE_WAIT:
         pdl_wait(USE_GDC)
@@ -288,6 +281,9 @@ def _kda_chain_kernel(
     ob = _grouped(h, glen_b, gstride_b)
     nq, nk, nv, nf, nb = _token_inputs(q_ptr, k_ptr, v_ptr, f_ptr, b_ptr, stride_q, stride_k, stride_v, stride_f,
                                        stride_b, 0, T, oq, ok, ov, of, ob, mk, mv)
+    last_early = True
+    if EARLY_TICKET:
+        last_early = t >= 0     # a runtime True, carried through the loop
     while t < T:
         xq, xk, xv, fx, bx = nq, nk, nv, nf, nb
         nq, nk, nv, nf, nb = _token_inputs(q_ptr, k_ptr, v_ptr, f_ptr, b_ptr, stride_q, stride_k, stride_v,
@@ -317,6 +313,13 @@ def _kda_chain_kernel(
         else:
             rk = tl.rsqrt(tl.sum(k * k, axis=0) + eps)
         k = k * rk
+        if EARLY_TICKET and (NVB * GROUP > 1):
+            if (STAGED == 0) & (t == 0):
+                # KdaConfig.early_ticket: the ticket of the end (below), drawn once every thread's
+                # q/k window values are consumed (the norms' reductions above read them all), so
+                # the atomic's round trip overlaps the rest of the chain.
+                tl.debug_barrier()
+                last_early = tl.atomic_add(ticket_ptr + h // GROUP, 1, sem="acq_rel", scope="gpu") == NVB * GROUP - 1
         S = S * tl.exp(g)[:, None]
         if FUSED_RED:
             kv, sq = tl.reduce((S * k[:, None], S * q[:, None]), 0, add_pairs)   # S'^T k, S'^T q
