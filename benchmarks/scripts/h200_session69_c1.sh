@@ -7,7 +7,7 @@
 set -u
 source "$(dirname "$0")/device_env.sh"
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$GPU"
-CUDA_VISIBLE_DEVICES=0 timeout 200 python3 -m pytest -q -p no:cacheprovider --tb=short tests/test_kda_kernel.py 2>&1 \
+CUDA_VISIBLE_DEVICES=0 timeout 130 python3 -m pytest -q -p no:cacheprovider --tb=short tests/test_kda_kernel.py 2>&1 \
     | stamp > "$OUT/pytest_kda_kernel.log"
 tail -1 "$OUT/pytest_kda_kernel.log"; grep -E "FAILED|Error" "$OUT/pytest_kda_kernel.log" | head -8
 decode_as 0 table 170 lingc,lingc-nextn 32
