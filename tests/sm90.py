@@ -38,6 +38,19 @@ def compile_sm90(fn, signature: dict, constants: dict, attrs: dict | None = None
     return ptx, r.stdout + r.stderr
 
 
+def sass_sm90(ptx: str) -> str:
+    """The sm_90a SASS of a PTX module (the bundled ptxas, then the bundled nvdisasm): where a
+    PTX-level property is decided by ptxas (e.g. an atomic's result read at once or late)."""
+    bin_dir = os.path.dirname(PTXAS)
+    with tempfile.TemporaryDirectory() as d:
+        src, cubin = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
+        with open(src, "w") as f:
+            f.write(ptx)
+        subprocess.run([PTXAS, "--gpu-name", "sm_90a", src, "-o", cubin], capture_output=True, check=True)
+        return subprocess.run([os.path.join(bin_dir, "nvdisasm"), "-c", cubin], capture_output=True, text=True,
+                              check=True).stdout
+
+
 def signature(fn, ptrs: dict, ints, floats=()) -> dict:
     """fn's Triton signature: `ptrs` name -> pointer type, `ints` i32, `floats` fp32, the rest
     constexpr."""

@@ -777,7 +777,8 @@ def test_config_depends_on_shape_only():
 
 
 _COMPILE_CHECK = textwrap.dedent("""
-    from sm90 import compile_sm90
+    import re
+    from sm90 import compile_sm90, sass_sm90
     from lingc.runtime.kernels.kda.kernel import _kda_chain_kernel, config_for
     sig = {n: "*bf16" for n in ["q_ptr", "k_ptr", "v_ptr", "f_ptr", "b_ptr", "win_ptr", "swin_ptr"]}
     sig.update({n: "i32" for n in ["stride_q", "stride_k", "stride_v", "stride_f", "stride_b",
@@ -824,15 +825,32 @@ _COMPILE_CHECK = textwrap.dedent("""
             ptx, info = compile_sm90(_kda_chain_kernel, sig, const, num_warps=vcfg.num_warps)
             print("V = 2K", staged, vk, ptx.count("bar.sync"), info)
             assert " 0 bytes spill stores" in info, ("V = 2K", staged, vk, info)
-    # KdaConfig.early_ticket: the persistent binary draws its ticket in the token loop, after the
-    # PDL wait and before the reset at its end, without spills.
-    const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv, STAGED=False, STATE_BEFORE_WAIT=True,
-                 FUSED_RED=True, USE_GDC=True, EARLY_TICKET=True)
-    ptx, info = compile_sm90(_kda_chain_kernel, sig, const, num_warps=cfg.num_warps)
-    print("early ticket", ptx.count("bar.sync"), info)
-    assert " 0 bytes spill stores" in info, ("early ticket", info)
-    draw = ptx.index(".acq_rel.add")    # the ticket (the reset, a relaxed exchange, stays at the end)
-    assert ptx.index("griddepcontrol.wait") < draw < ptx.index(".relaxed.exch"), "the draw out of place"
+    # KdaConfig.early_ticket: the persistent binary draws its ticket in the token loop after the
+    # PDL wait, one relaxed atom.inc that wraps the ticket back to 0 (no reset at the end), and
+    # ptxas neither aggregates it over the warp nor reads its result before the chain's last
+    # state store (the SASS): the round trip overlaps the chain. No spills.
+    for state_vk in (False, True):
+        const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv, STAGED=False, STATE_BEFORE_WAIT=True,
+                     FUSED_RED=True, USE_GDC=True, STATE_VK=state_vk, EARLY_TICKET=True,
+                     TICKET_LANES=32 * cfg.num_warps, ASM_TICKET=True)
+        ptx, info = compile_sm90(_kda_chain_kernel, sig, const, num_warps=cfg.num_warps)
+        print("early ticket", state_vk, ptx.count("bar.sync"), info)
+        assert " 0 bytes spill stores" in info, ("early ticket", info)
+        assert ptx.index("griddepcontrol.wait") < ptx.index("atom.global.gpu.relaxed.inc"), "the draw before the wait"
+        assert ".exch" not in ptx and ".acq_rel" not in ptx, "a reset or a fence left in"
+        # (opcode, operands) of each instruction, the predicate dropped
+        ins = [re.sub(r"^@!?U?P\\w+ ", "", ln.split("*/", 1)[1].split(";")[0].strip()).split(" ", 1)
+               for ln in sass_sm90(ptx).splitlines() if re.match(r"\\s*/\\*[0-9a-f]{4}\\*/", ln)]
+        ops = [(i[0], [o.strip() for o in i[1].split(",")] if len(i) > 1 else []) for i in ins]
+        draws = [n for n, (op, _) in enumerate(ops) if op.startswith("ATOMG.E.INC")]
+        assert len(draws) == 1 and not any(op.startswith("VOTE") for op, _ in ops), "the draw aggregated"
+        reg = ops[draws[0]][1][1]                                       # ATOMG.E.INC.STRONG.GPU PT, Rd, [a], Rb
+        def reads(op, args):    # a store reads every operand, anything else all but its destination
+            srcs = args if op.startswith(("ST", "RED", "ATOM")) else args[1:]
+            return any(re.search(rf"\\b{reg}\\b", a) for a in srcs)
+        first_read = next(n for n in range(draws[0] + 1, len(ops)) if reads(*ops[n]))
+        last_state_store = max(n for n, (op, _) in enumerate(ops) if op == "STG.E")     # fp32 stores
+        assert first_read > last_state_store, (reg, ops[first_read], first_read, last_state_store)
     # Three conv caches (fla's layers: SPLIT_WIN, the k and v caches through their own pointers).
     for staged in (False, True):
         const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv, STAGED=staged, STATE_BEFORE_WAIT=True,

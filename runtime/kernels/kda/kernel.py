@@ -36,7 +36,9 @@ is written exactly once:
   CUDA graph can replay it). A plain "v-block 0 writes" would race with the other programs of
   the head still reading the old window. With ``KdaConfig.early_ticket`` the ticket is drawn
   once the first token's q and k norms have consumed every thread's window values, not after
-  the chain: the same ordering, the atomic's round trip off the program's end.
+  the chain, by one lane (a relaxed ``atom.inc`` that wraps the ticket to zero itself) whose
+  result is first read after the chain: the round trip off the program's path (README.md says
+  why relaxed is enough).
 With grouped heads (GROUP value heads per q/k head, Qwen3-Next) "head" above means the q/k head:
 its window is written by the v-block-0 program of its first value head (staged) or by the last
 of its GROUP * NVB programs (persistent, one ticket per q/k head). The window is then one
@@ -59,7 +61,7 @@ import triton
 import triton.language as tl
 
 from lingc.runtime.kernels.gemm_common import add_pairs, persistent_buffer
-from lingc.runtime.pdl import EARLY_TRIGGER, pdl_launch_dependents, pdl_supported, pdl_wait
+from lingc.runtime.pdl import EARLY_TRIGGER, interpreting, pdl_launch_dependents, pdl_supported, pdl_wait
 
 __all__ = ["COMMIT_GROUP", "CONV_WIDTH", "KdaConfig", "CONFIGS", "config_for", "kda_chain_triton",
            "kda_commit_many_triton", "kda_commit_triton", "state_before_wait"]
@@ -71,6 +73,19 @@ _L2_EPS = 1e-6
 # Programs per launch the table rule aims for: one wave on an H200 (132 SMs). A constant, not a
 # device query, so that the config (and so the bits) depend on the shape only.
 _TARGET_PROGRAMS = 128
+
+
+# KdaConfig.early_ticket's draw: lane 0 alone branches to the atomic (the others keep 0), so ptxas
+# does not aggregate the warp's lanes into one atomic whose result it shuffles to every lane at
+# once; the result register is first read after the chain.
+_DRAW_IN_ONE_LANE = tl.constexpr("""{
+    .reg .pred draw;
+    mov.u32 $0, 0;
+    setp.ne.u32 draw, $2, 0;
+    @!draw bra.uni lingc_kda_no_draw;
+    atom.global.gpu.relaxed.inc.u32 $0, [$1], $3;
+lingc_kda_no_draw:
+}""")
 
 
 @dataclass(frozen=True)
@@ -88,12 +103,14 @@ class KdaConfig:
     fused_reductions: bool = True
     # Persistent mode with several programs a q/k head: draw the window ticket as soon as the
     # first token's q and k norms have consumed every thread's q/k window values (not right after
-    # the loads, which a barrier does not wait for), not after the chain, so its atomic round
-    # trip overlaps the rest of the chain instead of ending the program; the drawer of the last
-    # ticket still writes the new q/k window at its end. The same arithmetic.
-    # A bound (session 68 call 4, one H100: no ticket at all, racy) took plain decode's KDA chain
-    # 145 -> 92 us critical and the step 1.875 -> 1.850 ms; this form is not yet measured on a
-    # GPU, so it is off.
+    # the loads, which a barrier does not wait for), not after the chain, as one lane's relaxed
+    # atom.inc whose result is read after the chain, so its round trip overlaps the chain instead
+    # of ending the program; the drawer of the last ticket still writes the new q/k window at its
+    # end. The same arithmetic. A bound (session 68 call 4, one H100: no ticket at all, racy)
+    # took plain decode's KDA chain 145 -> 92 us critical and the step 1.875 -> 1.850 ms. A first
+    # form (an acq_rel scalar atomic there: Triton broadcasts its result through shared memory at
+    # once, so the CTA still waited for it) was level (session 69 call 1: KDA chain 146.7 -> 142.8
+    # us, step 1.888 -> 1.877 ms wall). This form is not yet measured on a GPU, so it is off.
     early_ticket: bool = False
 
 
@@ -197,7 +214,7 @@ def _kda_chain_kernel(
     NVB: tl.constexpr, STATE_BEFORE_WAIT: tl.constexpr, FUSED_RED: tl.constexpr, USE_GDC: tl.constexpr,
     SOFTPLUS_GATE: tl.constexpr = False, STATE_VK: tl.constexpr = False, GATE_PER_HEAD: tl.constexpr = False,
     GROUP: tl.constexpr = 1, WIN: tl.constexpr = 3, wink_ptr=None, winv_ptr=None, SPLIT_WIN: tl.constexpr = False,
-    EARLY_TICKET: tl.constexpr = False,
+    EARLY_TICKET: tl.constexpr = False, TICKET_LANES: tl.constexpr = 128, ASM_TICKET: tl.constexpr = False,
 ):
     h = tl.program_id(0)
     vb = tl.program_id(1)
@@ -281,9 +298,8 @@ def _kda_chain_kernel(
     ob = _grouped(h, glen_b, gstride_b)
     nq, nk, nv, nf, nb = _token_inputs(q_ptr, k_ptr, v_ptr, f_ptr, b_ptr, stride_q, stride_k, stride_v, stride_f,
                                        stride_b, 0, T, oq, ok, ov, of, ob, mk, mv)
-    last_early = True
     if EARLY_TICKET:
-        last_early = t >= 0     # a runtime True, carried through the loop
+        tick = tl.zeros([TICKET_LANES], tl.int32)    # lane 0's drawn ticket (below), 0 in the others
     while t < T:
         xq, xk, xv, fx, bx = nq, nk, nv, nf, nb
         nq, nk, nv, nf, nb = _token_inputs(q_ptr, k_ptr, v_ptr, f_ptr, b_ptr, stride_q, stride_k, stride_v,
@@ -316,10 +332,20 @@ def _kda_chain_kernel(
         if EARLY_TICKET and (NVB * GROUP > 1):
             if (STAGED == 0) & (t == 0):
                 # KdaConfig.early_ticket: the ticket of the end (below), drawn once every thread's
-                # q/k window values are consumed (the norms' reductions above read them all), so
-                # the atomic's round trip overlaps the rest of the chain.
+                # q/k window values are consumed (the norms' reductions above read them all). One
+                # lane of a vector draws it, relaxed, and its value is reduced only after the
+                # chain: a scalar atomic would broadcast its result through shared memory at once,
+                # and an acq_rel one would first wait for the state tile's loads, so either puts
+                # the round trip back on the chain's path. Why relaxed is enough: README.md.
                 tl.debug_barrier()
-                last_early = tl.atomic_add(ticket_ptr + h // GROUP, 1, sem="acq_rel", scope="gpu") == NVB * GROUP - 1
+                lanes = tl.arange(0, TICKET_LANES)      # one lane a thread: no replicated lane
+                lane0 = (lanes == 0).to(tl.int32)
+                if ASM_TICKET:
+                    tick = tl.inline_asm_elementwise(_DRAW_IN_ONE_LANE, "=r,l,r,r", [ticket_ptr + h // GROUP + lanes * 0, lane0, lanes * 0 + (NVB * GROUP - 1)],
+                                                     dtype=tl.int32, is_pure=False, pack=1)
+                else:
+                    tick = tl.atomic_add(ticket_ptr + h // GROUP + lanes * 0, lane0, mask=lane0 != 0, sem="relaxed",
+                                         scope="gpu")
         S = S * tl.exp(g)[:, None]
         if FUSED_RED:
             kv, sq = tl.reduce((S * k[:, None], S * q[:, None]), 0, add_pairs)   # S'^T k, S'^T q
@@ -345,7 +371,9 @@ def _kda_chain_kernel(
     if STAGED == 0:
         tl.store(state_ptr + s_offs, S, mask=m2)
         _store_window(wv_base, cvw, pv, xv0, xv1, xv2, mv, WIN)
-        last = last_early
+        last = True
+        if EARLY_TICKET and (NVB * GROUP > 1):
+            last = tl.max(tick, axis=0) == NVB * GROUP - 1      # the other lanes hold 0
         if (NVB * GROUP > 1) and not EARLY_TICKET:
             # Every thread's window loads were consumed by the chain; the barrier and the acq_rel
             # ticket (one per q/k head: its GROUP value heads' NVB programs each read its window)
@@ -356,7 +384,7 @@ def _kda_chain_kernel(
         if last:
             _store_window(win_ptr, cqk, pq, xq0, xq1, xq2, mk, WIN)
             _store_window(wk_base, ck, pk, xk0, xk1, xk2, mk, WIN)
-            if NVB * GROUP > 1:
+            if (NVB * GROUP > 1) and not (EARLY_TICKET and ASM_TICKET):    # atom.inc wrapped it to 0 already
                 tl.atomic_xchg(ticket_ptr + h // GROUP, 0, sem="relaxed", scope="gpu")  # ready for the next call
 
 
@@ -514,7 +542,7 @@ def kda_chain_triton(q_raw, k_raw, v_raw, f_raw, b_raw, conv_w, conv_window, a_l
         H=H, K=K, V=V, BK=triton.next_power_of_2(K), BV=cfg.bv, NVB=nvb, SOFTPLUS_GATE=lower_bound is None,
         STATE_VK=bool(state_vk), GATE_PER_HEAD=n_f != H * K, GROUP=group, WIN=win,
         FUSED_RED=cfg.fused_reductions, STATE_BEFORE_WAIT=state_before_wait(state_ready, use_pdl), USE_GDC=use_pdl,
-        EARLY_TICKET=cfg.early_ticket,
+        EARLY_TICKET=cfg.early_ticket, TICKET_LANES=32 * cfg.num_warps, ASM_TICKET=not interpreting(),
         **({"wink_ptr": k_window, "winv_ptr": v_window, "SPLIT_WIN": True} if split else {}),
         num_warps=cfg.num_warps, num_stages=1, **launch,
     )
