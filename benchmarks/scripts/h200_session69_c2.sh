@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Session 69 call 2 (carry .whl; ~4 min): KdaConfig.early_ticket in its relaxed one-lane atom.inc form
-# (the KDA test file on CUDA within 100 s), then plain decode (the table) and early_ticket plain + relay
+# Session 69 call 2 (carry .whl; ~3 min): KdaConfig.early_ticket in its relaxed one-lane atom.inc form
+# (the KDA tests of the ticket on CUDA), then plain decode (the table) and early_ticket plain + relay
 # (its speculative == plain check); the relay does not run this mode (verify stages).
 set -u
 source "$(dirname "$0")/device_env.sh"
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$GPU"
-CUDA_VISIBLE_DEVICES=0 timeout 100 python3 -m pytest -q -p no:cacheprovider --tb=short tests/test_kda_kernel.py 2>&1 \
+CUDA_VISIBLE_DEVICES=0 timeout 60 python3 -m pytest -q -p no:cacheprovider --tb=short tests/test_kda_kernel.py -k "early or ticket or persistent" 2>&1 \
     | stamp > "$OUT/pytest_kda_kernel.log"
 tail -1 "$OUT/pytest_kda_kernel.log"; grep -E "FAILED|Error" "$OUT/pytest_kda_kernel.log" | head -8
 EARLY="import dataclasses, lingc.runtime.kernels.kda.kernel as K
