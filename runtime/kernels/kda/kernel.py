@@ -82,7 +82,7 @@ _DRAW_IN_ONE_LANE = tl.constexpr("""{
     .reg .pred draw;
     mov.u32 $0, 0;
     setp.ne.u32 draw, $2, 0;
-    @!draw bra.uni lingc_kda_no_draw;
+    @!draw bra lingc_kda_no_draw;
     atom.global.gpu.relaxed.inc.u32 $0, [$1], $3;
 lingc_kda_no_draw:
 }""")
