@@ -340,12 +340,13 @@ def _kda_chain_kernel(
                 tl.debug_barrier()
                 lanes = tl.arange(0, TICKET_LANES)      # one lane a thread: no replicated lane
                 lane0 = (lanes == 0).to(tl.int32)
-                if ASM_TICKET:
-                    tick = tl.inline_asm_elementwise(_DRAW_IN_ONE_LANE, "=r,l,r,r", [ticket_ptr + h // GROUP + lanes * 0, lane0, lanes * 0 + (NVB * GROUP - 1)],
+                tickets = ticket_ptr + h // GROUP + lanes * 0
+                if ASM_TICKET:      # the bound NVB * GROUP - 1: the last draw wraps the ticket to 0
+                    tick = tl.inline_asm_elementwise(_DRAW_IN_ONE_LANE, "=r,l,r,r",
+                                                     [tickets, lane0, lanes * 0 + (NVB * GROUP - 1)],
                                                      dtype=tl.int32, is_pure=False, pack=1)
-                else:
-                    tick = tl.atomic_add(ticket_ptr + h // GROUP + lanes * 0, lane0, mask=lane0 != 0, sem="relaxed",
-                                         scope="gpu")
+                else:               # the interpreter runs no PTX: an add, and the reset at the end
+                    tick = tl.atomic_add(tickets, lane0, mask=lane0 != 0, sem="relaxed", scope="gpu")
         S = S * tl.exp(g)[:, None]
         if FUSED_RED:
             kv, sq = tl.reduce((S * k[:, None], S * q[:, None]), 0, add_pairs)   # S'^T k, S'^T q
