@@ -123,7 +123,7 @@ def summarize(path: Path, out: Path) -> dict:
         total = sum(d["us"] for d in by.values())
         result[o["role"]] = {"kernels": len(part), "isolated_us_total": total, "by_kernel": table}
         print(f"\n{o['role']}: {len(part)} kernels, sum of isolated times {total:.1f} us")
-        print(f"| kernel | calls | us total | us/call | DRAM read MB | TB/s | regs | max grid | warps active % |")
+        print("| kernel | calls | us total | us/call | DRAM read MB | TB/s | regs | max grid | warps active % |")
         print("|---|---|---|---|---|---|---|---|---|")
         for t in table:
             print(f"| {t['kernel']} | {t['calls']} | {t['us']:.1f} | {t['us'] / t['calls']:.2f} | {t['read_mb']:.1f} | "

@@ -90,7 +90,7 @@ def run_kernel(x, staged, config=SWEEP_CONFIG, lb=LOWER_BOUND):
 
 def model_math(x, lb=LOWER_BOUND):
     """The chain as lingc/models/kda.py writes it (kda_math calls, no lingc kernel code)."""
-    T, (H, K, V) = x["q_raw"].shape[0], x["state"].shape
+    T, (H, K, _) = x["q_raw"].shape[0], x["state"].shape
     ys, wins = [], []
     for i, name in enumerate(("q_raw", "k_raw", "v_raw")):
         y, win = short_conv(x[name], x["conv_window"][i], x["conv_w"][i])
