@@ -4,6 +4,7 @@ bundled ptxas for the register and spill report. Imported by the check scripts t
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 
@@ -38,17 +39,24 @@ def compile_sm90(fn, signature: dict, constants: dict, attrs: dict | None = None
     return ptx, r.stdout + r.stderr
 
 
-def sass_sm90(ptx: str) -> str:
-    """The sm_90a SASS of a PTX module (the bundled ptxas, then the bundled nvdisasm): where a
-    PTX-level property is decided by ptxas (e.g. an atomic's result read at once or late)."""
-    bin_dir = os.path.dirname(PTXAS)
+def sass_sm90(ptx: str) -> list[tuple[str, list[str]]]:
+    """The sm_90a SASS of a PTX module (the bundled ptxas, then the bundled nvdisasm) as
+    (opcode, operands) per instruction in program order, predicates dropped: where a property is
+    decided by ptxas (e.g. an atomic's result read at once or late)."""
     with tempfile.TemporaryDirectory() as d:
         src, cubin = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
         with open(src, "w") as f:
             f.write(ptx)
         subprocess.run([PTXAS, "--gpu-name", "sm_90a", src, "-o", cubin], capture_output=True, check=True)
-        return subprocess.run([os.path.join(bin_dir, "nvdisasm"), "-c", cubin], capture_output=True, text=True,
-                              check=True).stdout
+        text = subprocess.run([os.path.join(os.path.dirname(PTXAS), "nvdisasm"), "-c", cubin],
+                              capture_output=True, text=True, check=True).stdout
+    out = []
+    for line in text.splitlines():
+        if not re.match(r"\s*/\*[0-9a-f]{4}\*/", line):       # an instruction's address
+            continue
+        ins = re.sub(r"^@!?U?P\w+ ", "", line.split("*/", 1)[1].split(";")[0].strip()).split(" ", 1)
+        out.append((ins[0], [o.strip() for o in ins[1].split(",")] if len(ins) > 1 else []))
+    return out
 
 
 def signature(fn, ptrs: dict, ints, floats=()) -> dict:

@@ -838,10 +838,7 @@ _COMPILE_CHECK = textwrap.dedent("""
         assert " 0 bytes spill stores" in info, ("early ticket", info)
         assert ptx.index("griddepcontrol.wait") < ptx.index("atom.global.gpu.relaxed.inc"), "the draw before the wait"
         assert ".exch" not in ptx and ".acq_rel" not in ptx, "a reset or a fence left in"
-        # (opcode, operands) of each instruction, the predicate dropped
-        ins = [re.sub(r"^@!?U?P\\w+ ", "", ln.split("*/", 1)[1].split(";")[0].strip()).split(" ", 1)
-               for ln in sass_sm90(ptx).splitlines() if re.match(r"\\s*/\\*[0-9a-f]{4}\\*/", ln)]
-        ops = [(i[0], [o.strip() for o in i[1].split(",")] if len(i) > 1 else []) for i in ins]
+        ops = sass_sm90(ptx)
         draws = [n for n, (op, _) in enumerate(ops) if op.startswith("ATOMG.E.INC")]
         assert len(draws) == 1 and not any(op.startswith("VOTE") for op, _ in ops), "the draw aggregated"
         reg = ops[draws[0]][1][1]                                       # ATOMG.E.INC.STRONG.GPU PT, Rd, [a], Rb

@@ -102,15 +102,11 @@ class KdaConfig:
     # relay 4.119 -> 4.106 ms.
     fused_reductions: bool = True
     # Persistent mode with several programs a q/k head: draw the window ticket as soon as the
-    # first token's q and k norms have consumed every thread's q/k window values (not right after
-    # the loads, which a barrier does not wait for), not after the chain, as one lane's relaxed
-    # atom.inc whose result is read after the chain, so its round trip overlaps the chain instead
-    # of ending the program; the drawer of the last ticket still writes the new q/k window at its
-    # end. The same arithmetic. A bound (session 68 call 4, one H100: no ticket at all, racy)
-    # took plain decode's KDA chain 145 -> 92 us critical and the step 1.875 -> 1.850 ms. A first
-    # form (an acq_rel scalar atomic there: Triton broadcasts its result through shared memory at
-    # once, so the CTA still waited for it) was level (session 69 call 1: KDA chain 146.7 -> 142.8
-    # us, step 1.888 -> 1.877 ms wall). This form is not yet measured on a GPU, so it is off.
+    # first token's q and k norms have consumed every thread's q/k window values, not after the
+    # chain, as one lane's relaxed atom.inc whose result is read after the chain, so its round
+    # trip overlaps the chain instead of ending the program; the drawer of the last ticket still
+    # writes the new q/k window at its end. The same arithmetic. Off: this form is not yet
+    # measured on a GPU (README.md: the bound, the first form's level result, why relaxed).
     early_ticket: bool = False
 
 
@@ -373,9 +369,9 @@ def _kda_chain_kernel(
         tl.store(state_ptr + s_offs, S, mask=m2)
         _store_window(wv_base, cvw, pv, xv0, xv1, xv2, mv, WIN)
         last = True
-        if EARLY_TICKET and (NVB * GROUP > 1):
+        if (NVB * GROUP > 1) and EARLY_TICKET:
             last = tl.max(tick, axis=0) == NVB * GROUP - 1      # the other lanes hold 0
-        if (NVB * GROUP > 1) and not EARLY_TICKET:
+        elif NVB * GROUP > 1:
             # Every thread's window loads were consumed by the chain; the barrier and the acq_rel
             # ticket (one per q/k head: its GROUP value heads' NVB programs each read its window)
             # order them before the last program's q/k window stores.
