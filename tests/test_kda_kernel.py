@@ -295,15 +295,17 @@ def test_persistent_ticket_resets():
         assert torch.equal(a, b)
 
 
-EARLY_TICKET_CONFIGS = [KdaConfig(bv=4, early_ticket=True), KdaConfig(bv=8, early_ticket=True)]
+TICKET_CONFIGS = [KdaConfig(bv=4, early_ticket=True), KdaConfig(bv=8, early_ticket=True),
+                  KdaConfig(bv=8, early_ticket=False)]
 
 
-@pytest.mark.parametrize("config", EARLY_TICKET_CONFIGS, ids=["bv4", "bv8"])
+@pytest.mark.parametrize("config", TICKET_CONFIGS, ids=["bv4-early", "bv8-early", "bv8-late"])
 @pytest.mark.parametrize("T", [1, 6])
-def test_early_ticket_matches_the_model_and_the_prefixes(T, config):
-    # KdaConfig.early_ticket: the ticket drawn at the first token, the last drawer still
-    # writing the q/k window at its end; persistent and staged against the model's math and
-    # every prefix from scratch, twice (the tickets are back at zero after each launch).
+def test_ticket_forms_match_the_model_and_the_prefixes(T, config):
+    # KdaConfig.early_ticket (the default): the ticket drawn at the first token, the last drawer
+    # still writing the q/k window at its end; and the draw at the end. Persistent and staged
+    # against the model's math and every prefix from scratch, twice (the tickets are back at zero
+    # after each launch).
     from lingc.runtime.kernels.kda.kernel import _tickets
     x = make_inputs(T, 2, 16, torch.bfloat16, seed=7 + T)
     o_ref, S_ref, win_ref = model_math(x)
@@ -313,12 +315,12 @@ def test_early_ticket_matches_the_model_and_the_prefixes(T, config):
 
 
 def test_early_ticket_keeps_the_bits():
-    # Only where the ticket is drawn moves: the same outputs, states and windows as the default,
-    # bit for bit (interpreter; on the GPU against the reference, a second binary's roundings
+    # Only where the ticket is drawn moves: the same outputs, states and windows as the draw at
+    # the end, bit for bit (interpreter; on the GPU against the reference, a second binary's roundings
     # may differ: see KdaConfig).
     x = make_inputs(6, 2, 24, torch.bfloat16, seed=77)
     for staged in (False, True):
-        late = run_kernel(x, staged, KdaConfig(bv=8))
+        late = run_kernel(x, staged, KdaConfig(bv=8, early_ticket=False))
         assert_runs_agree(run_kernel(x, staged, KdaConfig(bv=8, early_ticket=True)), late)
 
 
