@@ -3,7 +3,8 @@
 # ~110 us a plain step. Measured here: the split-K decode GEMMs as one-chunk configs of about the
 # same CTA count (prelude_gemm_nosplit.py: thinner column blocks, no ticket), plain and relay with
 # its speculative == plain check, against the table's plain (early_ticket now on), each its own
-# process; the relay to compare with is call 1's (4.650 ms, early_ticket's process).
+# process; the relay to compare with is call 1's (4.650 ms, early_ticket's process). NOSPLIT_MODES=lingc
+# leaves the relay out (device time).
 set -u
 source "$(dirname "$0")/device_env.sh"
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$GPU"
@@ -11,4 +12,4 @@ show() { echo "== $1"; grep -E "^\S*\s*\| lingc|greedy output|WRONG|Error|prelud
     "$OUT/$1.log" | cut -c1-200 | head -14; }
 NOSPLIT="import sys; sys.path.insert(0, 'benchmarks/scripts'); import prelude_gemm_nosplit"
 decode_as 0 plain_table 110 lingc 32; show plain_table
-PRELUDE=$NOSPLIT decode_as 0 nosplit 170 lingc,lingc-nextn 32; show nosplit
+PRELUDE=$NOSPLIT decode_as 0 nosplit 170 "${NOSPLIT_MODES:-lingc,lingc-nextn}" 32; show nosplit
