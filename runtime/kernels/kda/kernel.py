@@ -107,8 +107,9 @@ class KdaConfig:
     # trip overlaps the chain instead of ending the program; the drawer of the last ticket still
     # writes the new q/k window at its end. The same arithmetic. On since session 70 (one H100,
     # flash-tp4-rank plain decode, same call: the KDA chain 145.5 -> 106.6 us critical a step,
-    # the gated head norm after it 31.4 -> 44.4, wall 1.878 -> 1.852 ms); README.md has the
-    # bound, the first form's level result and why relaxed ordering is enough.
+    # the gated head norm after it 31.4 -> 44.4, wall 1.878 -> 1.852 ms, the graph replayed
+    # alone level at 1.863); README.md has the bound, the first form's level result and why
+    # relaxed ordering is enough.
     early_ticket: bool = True
 
 
