@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Session 70 call 2 (carry .whl; ~4 min): call 1's ticket bound said the split-K GEMMs' tails cost
+# Session 70 call 2 (carry .whl; ~5 min): call 1's ticket bound said the split-K GEMMs' tails cost
 # ~110 us a plain step. Measured here: the split-K decode GEMMs as one-chunk configs of about the
 # same CTA count (prelude_gemm_nosplit.py: thinner column blocks, no ticket), plain and relay with
 # its speculative == plain check, against the table's plain (early_ticket now on), each its own
 # process; the relay to compare with is call 1's (4.650 ms, early_ticket's process). NOSPLIT_MODES=lingc
-# leaves the relay out (device time).
+# leaves the relay out (device time). Last, plain decode on the prelude's variant b (design A loops
+# everywhere, other tiles and stages). The JSONs' kernel sequences give each shape's change.
 set -u
 source "$(dirname "$0")/device_env.sh"
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$GPU"
@@ -13,3 +14,4 @@ show() { echo "== $1"; grep -E "^\S*\s*\| lingc|greedy output|WRONG|Error|prelud
 NOSPLIT="import sys; sys.path.insert(0, 'benchmarks/scripts'); import prelude_gemm_nosplit"
 decode_as 0 plain_table 110 lingc 32; show plain_table
 PRELUDE=$NOSPLIT decode_as 0 nosplit 170 "${NOSPLIT_MODES:-lingc,lingc-nextn}" 32; show nosplit
+PRELUDE=$NOSPLIT decode_as 0 nosplit_b 110 lingc 32 NOSPLIT_SET=b; show nosplit_b
