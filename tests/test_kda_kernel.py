@@ -789,6 +789,11 @@ _COMPILE_CHECK = textwrap.dedent("""
                                      "sstate_ptr"]})
     sig.update(ticket_ptr="*i32", lower_bound="fp32", scale="fp32", eps="fp32")
     cfg = config_for(8, 128, 128)
+    assert cfg.early_ticket
+
+    def launch_ticket(staged, warps):   # the persistent binaries as the launcher builds them
+        return {} if staged else dict(EARLY_TICKET=True, ASM_TICKET=True, TICKET_LANES=32 * warps)
+
     barriers = {}
     # The table's four binaries, the softplus gate's (Kimi Linear's) in the verify form, a state
     # stored [V, K] (state_vk) in both modes, Gated DeltaNet's per-head gate, and Qwen3-Next's
@@ -800,7 +805,8 @@ _COMPILE_CHECK = textwrap.dedent("""
         const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv, STAGED=staged,
                      STATE_BEFORE_WAIT=True, FUSED_RED=fused, USE_GDC=True, SOFTPLUS_GATE=softplus,
                      STATE_VK=vk is True, GATE_PER_HEAD=vk in ("per-head gate", "grouped"),
-                     GROUP=2 if vk == "grouped" else 1, WIN=4 if vk == "grouped" else 3)
+                     GROUP=2 if vk == "grouped" else 1, WIN=4 if vk == "grouped" else 3,
+                     **launch_ticket(staged, cfg.num_warps))
         ptx, info = compile_sm90(_kda_chain_kernel, sig, const, num_warps=cfg.num_warps)
         assert "griddepcontrol.wait" in ptx
         print(staged, fused, softplus, vk, ptx.count("bar.sync"), info)
@@ -823,7 +829,7 @@ _COMPILE_CHECK = textwrap.dedent("""
         for vk in (False, True):
             const = dict(H=8, K=128, V=256, BK=128, BV=vcfg.bv, NVB=256 // vcfg.bv, STAGED=staged,
                          STATE_BEFORE_WAIT=True, FUSED_RED=vcfg.fused_reductions, USE_GDC=True, SOFTPLUS_GATE=True,
-                         STATE_VK=vk, GATE_PER_HEAD=True, GROUP=1, WIN=4)
+                         STATE_VK=vk, GATE_PER_HEAD=True, GROUP=1, WIN=4, **launch_ticket(staged, vcfg.num_warps))
             ptx, info = compile_sm90(_kda_chain_kernel, sig, const, num_warps=vcfg.num_warps)
             print("V = 2K", staged, vk, ptx.count("bar.sync"), info)
             assert " 0 bytes spill stores" in info, ("V = 2K", staged, vk, info)
@@ -853,7 +859,8 @@ _COMPILE_CHECK = textwrap.dedent("""
     # Three conv caches (fla's layers: SPLIT_WIN, the k and v caches through their own pointers).
     for staged in (False, True):
         const = dict(H=8, K=128, V=128, BK=128, BV=cfg.bv, NVB=128 // cfg.bv, STAGED=staged, STATE_BEFORE_WAIT=True,
-                     FUSED_RED=True, USE_GDC=True, SOFTPLUS_GATE=True, WIN=4, SPLIT_WIN=True)
+                     FUSED_RED=True, USE_GDC=True, SOFTPLUS_GATE=True, WIN=4, SPLIT_WIN=True,
+                     **launch_ticket(staged, cfg.num_warps))
         ptx, info = compile_sm90(_kda_chain_kernel, dict(sig, wink_ptr="*bf16", winv_ptr="*bf16"), const,
                                  num_warps=cfg.num_warps)
         print("three caches", staged, ptx.count("bar.sync"), info)
