@@ -20,7 +20,8 @@ VARIANTS = {
         (2560, 1536): C._a(16, 1, block_k=256, num_stages=3),
     },
 }
-NOSPLIT = VARIANTS[os.environ.get("NOSPLIT_SET", "a")]
+SET = os.environ.get("NOSPLIT_SET", "a")
+NOSPLIT = VARIANTS[SET]
 C.CONFIGS.update(NOSPLIT)
-print(f"prelude: no-split GEMM configs ({os.environ.get('NOSPLIT_SET', 'a')})",
+print(f"prelude: no-split GEMM configs ({SET})",
       {k: (v.block_n, v.block_k, v.split_k, v.prefetch, v.num_stages) for k, v in NOSPLIT.items()}, flush=True)
